@@ -1,0 +1,47 @@
+# shardwise: hash-sharded GPU labelling of web corpora.
+#
+# Table of contents: validate the config, plan (or, inside a cluster job, read)
+# the run, declare one target per logical shard, include the rules.
+# All logic lives in the `shardwise` package (src/shardwise/).
+from snakemake.utils import min_version, validate
+
+from shardwise.workflow import prepare_run
+
+min_version("9.0")
+
+
+# The demo config, unless the user gave their own (--configfile replaces it whole).
+if not workflow.config_settings.configfiles:
+
+    configfile: "config/config.yaml"
+
+
+validate(config, "config/schema.yaml")
+
+# Top-level process: lists the input once, pins run.json, caches the plan, prints
+# coverage. Inside a cluster job: reads run.json only (no listing, no printing).
+RUN = prepare_run(
+    config,
+    main_process=workflow.is_main_process,
+    dryrun=workflow.dryrun,
+)
+RUN_DIR = str(RUN.run_dir)
+
+
+# Several shards grouped into one SLURM job still ask for one GPU (see README).
+resource_scopes:
+    gpu="local",
+
+
+wildcard_constraints:
+    shard=r"\d+",
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/classify.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        RUN.targets(),

@@ -1,0 +1,173 @@
+"""Time `shardwise coverage` on a run the size of a real one.
+
+Builds (once, under bench/out/coverage/) a synthetic run directory of 56,514 source
+files in 3,000 shards, half the shards done, with a `<rel>.stats.json` and `<rel>.done`
+per done file (plus a few done files inside unfinished shards), then times
+load_state + compute + format_table in-process, cold and warm, and the whole CLI in a
+fresh interpreter. Prints the figures; exits 1 if the warm in-process time is over 2 s.
+
+    python bench/coverage.py [--rebuild] [--report]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from shardwise import coverage
+
+FILES = 56_514
+SHARDS = 3_000
+BUDGET_S = 2.0
+OUT = Path(__file__).resolve().parent / "out" / "coverage"
+TOPICS = [
+    "science", "health", "finance", "sports", "politics", "software", "travel", "food",
+    "history", "religion", "fashion", "games", "home", "literature", "law", "education",
+    "transport", "entertainment", "industrial", "adult", "art", "crime", "electronics",
+    "social",
+]  # fmt: skip
+DEVICES = [("NVIDIA H100 80GB HBM3", 2600.0), ("NVIDIA A100-SXM4-80GB", 1500.0)]
+
+
+def shard_of(task_id: str) -> int:
+    """Same rule as shardwise.sharding (sha256, first 16 hex digits)."""
+    return int(hashlib.sha256(task_id.encode()).hexdigest()[:16], 16) % SHARDS
+
+
+def build(root: Path) -> None:
+    """Write run.json, plan.parquet, markers and output files under ``root``."""
+    rng = np.random.default_rng(7)
+    run_dir, output = root / "run", root / "output"
+    (run_dir / "shards").mkdir(parents=True, exist_ok=True)
+    output.mkdir(parents=True, exist_ok=True)
+    files = sorted(
+        f"{source}/{TOPICS[i % len(TOPICS)]}/part-{i:06d}.jsonl.zst"
+        for i, source in zip(
+            range(FILES), rng.choice(["cc", "cc", "cc", "wiki", "books"], FILES), strict=True
+        )
+    )
+    sizes = rng.lognormal(mean=np.log(40e6), sigma=0.5, size=FILES).astype(np.int64)
+    shards = np.array([shard_of(f) for f in files], dtype=np.int64)
+    categories = ["/".join(f.split("/")[:2]) for f in files]
+    pq.write_table(
+        pa.table(
+            {"file": files, "size": sizes, "task_id": files, "shard": shards,
+             "category": categories}
+        ),
+        run_dir / "plan.parquet",
+    )
+    (run_dir / "plan.json").write_text(
+        json.dumps({"fingerprint": "bench", "tasks": FILES, "files": FILES,
+                    "bytes": int(sizes.sum()), "shards_total": SHARDS,
+                    "shards_empty": int(SHARDS - np.unique(shards).size),
+                    "built_at": "2026-01-01T00:00:00Z"})
+    )  # fmt: skip
+    (run_dir / "run.json").write_text(
+        json.dumps({"format_version": 1, "name": "bench-56k", "total_shards": SHARDS,
+                    "minimum_shard_index": 0, "output_uri": str(output)})
+    )  # fmt: skip
+    done_shards = set(rng.choice(SHARDS, SHARDS // 2, replace=False).tolist())
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    by_shard: dict[int, list[int]] = {}
+    for i, s in enumerate(shards.tolist()):
+        by_shard.setdefault(s, []).append(i)
+    order = sorted(done_shards)
+    rng.shuffle(order)
+    for rank, shard in enumerate(order):
+        members = by_shard.get(shard, [])
+        device, speed = DEVICES[shard % 2]
+        finished = start + timedelta(seconds=rank * 60 + float(rng.uniform(0, 60)))
+        docs_total = 0
+        for i in members:
+            docs = int(sizes[i] / 2000)
+            seconds = docs / (speed * rng.lognormal(0, 0.15))
+            _write_file_outputs(output, files[i], shard, docs, seconds, device, finished,
+                                int(sizes[i]))
+            docs_total += docs
+        (run_dir / "shards" / f"{shard}.done").write_text(
+            json.dumps({"shard": shard, "total_shards": SHARDS, "minimum_shard_index": 0,
+                        "tasks": len(members), "files": len(members), "docs": docs_total,
+                        "finished_at": finished.isoformat().replace("+00:00", "Z")})
+        )  # fmt: skip
+    # A few files done inside shards still running.
+    for shard in sorted(set(range(SHARDS)) - done_shards)[:200]:
+        for i in by_shard.get(shard, [])[:3]:
+            _write_file_outputs(output, files[i], shard, int(sizes[i] / 2000), 15.0,
+                                DEVICES[0][0], start + timedelta(days=1), int(sizes[i]))
+    (root / "BUILT").write_text("ok\n")
+
+
+def _write_file_outputs(output: Path, rel: str, shard: int, docs: int, seconds: float,
+                        device: str, finished: datetime, size: int) -> None:
+    target = output / rel
+    target.parent.mkdir(parents=True, exist_ok=True)
+    stamp = finished.isoformat().replace("+00:00", "Z")
+    stats = {"file": rel, "task_id": rel, "shard": shard, "docs": docs, "tokens": docs * 700,
+             "seconds": seconds, "docs_per_s": docs / seconds,
+             "tokens_per_s": docs * 700 / seconds, "device": "cuda:0", "device_name": device,
+             "dtype": "bfloat16", "slurm_job_id": "123", "hostname": "gpu001",
+             "versions": {"shardwise": "0.1.0"}, "finished_at": stamp, "bytes": size,
+             "engine": {"batch_tokens": 65536}}  # fmt: skip
+    Path(f"{target}.stats.json").write_text(json.dumps(stats))
+    Path(f"{target}.done").write_text(json.dumps({"file": rel, "task_id": rel, "shard": shard,
+                                                  "rows": docs, "finished_at": stamp}))
+
+
+def timed_report(run_dir: Path) -> tuple[float, str]:
+    """Seconds for load_state + compute + format_table, and the table."""
+    t0 = time.perf_counter()
+    state = coverage.load_state(run_dir)
+    table = coverage.format_table(coverage.compute(state, gpus=8))
+    return time.perf_counter() - t0, table
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rebuild", action="store_true")
+    parser.add_argument("--report", action="store_true", help="also time `report` (PNG+HTML)")
+    args = parser.parse_args()
+    if args.rebuild or not (OUT / "BUILT").exists():
+        t0 = time.perf_counter()
+        build(OUT)
+        print(f"built synthetic run in {time.perf_counter() - t0:.1f} s: {OUT}")
+    run_dir = OUT / "run"
+    cold, table = timed_report(run_dir)
+    warm = min(timed_report(run_dir)[0] for _ in range(3))
+    t0 = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-c",
+         "import sys; from shardwise import coverage; import argparse; "
+         "p = argparse.ArgumentParser(); s = p.add_subparsers(); coverage.add_cli(s); "
+         "a = p.parse_args(sys.argv[1:]); raise SystemExit(a.func(a))",
+         "coverage", "--run-dir", str(run_dir), "--gpus", "8"],
+        check=True, stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    process = time.perf_counter() - t0
+    print(table)
+    print()
+    print(f"coverage table, {FILES:,} files / {SHARDS:,} shards, half done:")
+    print(f"  in-process first call  {cold:.3f} s")
+    print(f"  in-process warm (min3) {warm:.3f} s")
+    print(f"  fresh interpreter, CLI {process:.3f} s (includes imports)")
+    if args.report:
+        from shardwise import report
+
+        t0 = time.perf_counter()
+        state = coverage.load_state(run_dir)
+        report.write_report(state, coverage.compute(state, gpus=8), OUT / "report.html")
+        print(f"  report (HTML+PNG)      {time.perf_counter() - t0:.3f} s -> {OUT / 'report.png'}")
+    return 0 if warm < BUDGET_S else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

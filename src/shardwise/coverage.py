@@ -1,0 +1,774 @@
+"""What is done and what is left, per category: the run's coverage report.
+
+Inputs are the run directory's files (docs/ARCHITECTURE.md): ``run.json``,
+``plan.parquet``, the shard markers ``shards/<shard>.done`` and, when available, the
+per-file ``<rel>.stats.json`` and ``<rel>.done`` under the output root.
+
+Split in two so the arithmetic is testable without a file system:
+
+* :func:`load_state` does all I/O, and as little as possible: one Parquet read, one
+  directory listing of ``shards/`` (never a stat per shard), one small read per *done*
+  shard marker, and one recursive listing of a local output root for the stats.
+* :func:`compute` is pure and vectorised (numpy over the plan's rows); formatting is
+  pure too (:func:`format_table`, :func:`format_json`, :func:`format_markdown`).
+
+"Done" means what Snakemake means: a shard is done when its marker exists, whether or
+not it had files (``prepare_run`` marks empty shards done). A file is done when its
+shard is done or its own ``<rel>.done`` marker exists; a task when all its files are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from shardwise import ranges, throughput
+from shardwise.errors import RunMismatchError
+from shardwise.retry import read_done_shards
+
+__all__ = [
+    "CategoryCoverage",
+    "Coverage",
+    "RunState",
+    "add_cli",
+    "compute",
+    "default_gpus",
+    "format_json",
+    "format_markdown",
+    "format_table",
+    "load_state",
+]
+
+#: Two-sided 99% normal quantile used by the skew flag.
+SKEW_Z = 2.576
+#: Categories with fewer tasks are never flagged: too noisy to say anything.
+SKEW_MIN_TASKS = 50
+#: Category name for files the ``category_regex`` does not match.
+UNMATCHED = "(unmatched)"
+
+PLAN_COLUMNS = ("file", "size", "task_id", "shard", "category")
+
+
+# ----------------------------------------------------------------------------- state
+
+
+@dataclass(frozen=True, eq=False)
+class ShardMarkers:
+    """Contents of the done shard markers, as columns (NaN where a field is absent)."""
+
+    shard: np.ndarray  # int64, ascending
+    docs: np.ndarray  # float64
+    files: np.ndarray  # float64
+    finished_at: np.ndarray  # float64, POSIX seconds
+
+
+@dataclass(frozen=True, eq=False)
+class RunState:
+    """Everything :func:`compute` and the report need, read once from disk.
+
+    ``stats`` is None when no stats were available (remote output without a reader);
+    ``output_markers`` is None when the per-file markers were not listed, in which case
+    only whole shards count as done.
+    """
+
+    run_dir: Path
+    name: str
+    total_shards: int
+    minimum_shard_index: int
+    output_uri: str | None
+    plan: pa.Table  # PLAN_COLUMNS, one row per source file
+    done_shards: np.ndarray  # int64, sorted shard numbers with a marker, within range
+    markers: ShardMarkers
+    failing_shards: np.ndarray  # int64, shards with failure records and no marker
+    stats: throughput.StatsTable | None
+    output_markers: frozenset[str] | None
+
+
+def read_run_json(run_dir: Path) -> dict[str, Any]:
+    """``run.json`` as a dict, with a message that says what to do when it is absent."""
+    path = run_dir / "run.json"
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+        int(meta["total_shards"])
+        int(meta["minimum_shard_index"])
+    except FileNotFoundError:
+        msg = (
+            f"{path} not found: pass the original run directory "
+            "(the one holding run.json, plan.parquet and shards/)"
+        )
+        raise RunMismatchError(msg) from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        msg = f"{path} is not a shardwise run.json: {exc!r}"
+        raise RunMismatchError(msg) from exc
+    return meta
+
+
+def _read_plan(run_dir: Path) -> pa.Table:
+    """``plan.parquet`` with the columns coverage needs; a missing category is derived."""
+    path = run_dir / "plan.parquet"
+    try:
+        names = set(pq.read_schema(path).names)
+        table = pq.read_table(path, columns=[c for c in PLAN_COLUMNS if c in names])
+    except FileNotFoundError:
+        msg = f"{path} not found: the plan is built by the first `snakemake` (or `-n`) run"
+        raise RunMismatchError(msg) from None
+    missing = {"file", "shard"} - set(table.column_names)
+    if missing:
+        msg = f"{path} lacks column(s) {sorted(missing)}"
+        raise RunMismatchError(msg)
+    if "size" not in table.column_names:
+        table = table.append_column("size", pa.array(np.zeros(table.num_rows, np.int64)))
+    if "task_id" not in table.column_names:
+        table = table.append_column("task_id", table["file"])
+    if "category" not in table.column_names:
+        files = table["file"].to_pylist()
+        table = table.append_column("category", pa.array([_first_two(f) for f in files]))
+    return table.select(list(PLAN_COLUMNS)).combine_chunks()
+
+
+def _first_two(rel: str) -> str:
+    """The planner's default category: the first two path components."""
+    return "/".join(rel.split("/")[:2])
+
+
+def _read_markers(shards_dir: Path, done: np.ndarray) -> ShardMarkers:
+    """Read the JSON of each done shard marker (small files; unreadable -> NaN fields)."""
+    docs = np.full(done.size, np.nan)
+    files = np.full(done.size, np.nan)
+    finished = np.full(done.size, np.nan)
+    for i, shard in enumerate(done.tolist()):
+        try:
+            body = json.loads((shards_dir / f"{shard}.done").read_bytes())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(body, dict):
+            continue
+        docs[i] = throughput._number(body.get("docs"))
+        files[i] = throughput._number(body.get("files"))
+        finished[i] = throughput.parse_time(body.get("finished_at"))
+    return ShardMarkers(shard=done, docs=docs, files=files, finished_at=finished)
+
+
+def _walk_output(root: Path) -> tuple[list[str], set[str]]:
+    """One recursive scandir: paths of ``*.stats.json`` and relative paths with ``.done``.
+
+    Hidden names (atomic-write temp files) are skipped.
+    """
+    stats_paths: list[str] = []
+    done: set[str] = set()
+    stack = [(str(root), "")]
+    while stack:
+        directory, prefix = stack.pop()
+        try:
+            with os.scandir(directory) as entries:
+                for entry in entries:
+                    name = entry.name
+                    if name.startswith("."):
+                        continue
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append((entry.path, f"{prefix}{name}/"))
+                    elif name.endswith(".stats.json"):
+                        stats_paths.append(entry.path)
+                    elif name.endswith(".done"):
+                        done.add(f"{prefix}{name[: -len('.done')]}")
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+    return stats_paths, done
+
+
+def _read_json_files(paths: Iterable[str]) -> Iterable[dict[str, Any]]:
+    """Parse each path; unreadable or non-object files are skipped (a report, not a gate)."""
+    for path in paths:
+        try:
+            with open(path, "rb") as fh:  # noqa: PTH123 - hot loop, Path() costs 2 us
+                body = json.loads(fh.read())
+        except (OSError, ValueError):
+            continue
+        if isinstance(body, dict):
+            yield body
+
+
+def local_output_root(output_uri: str | None) -> Path | None:
+    """The output root as a local path, or None for remote URLs and absent values."""
+    if not output_uri:
+        return None
+    if "://" in output_uri and not output_uri.startswith("file://"):
+        return None
+    return Path(output_uri.removeprefix("file://"))
+
+
+def load_state(
+    run_dir: Path,
+    *,
+    read_stats: Callable[[], Iterable[dict[str, Any]]] | None = None,
+    output_markers: set[str] | None = None,
+) -> RunState:
+    """Read a run directory (and a local output root) into a :class:`RunState`.
+
+    ``read_stats`` yields the stats dicts; pass it for remote output (the caller owns
+    the storage client) or ``lambda: ()`` to skip stats when only counts are needed
+    (the dry-run printout). When it is None and ``run.json``'s ``output_uri`` is a
+    local path, the output root is listed once and its ``*.stats.json`` read; the same
+    listing supplies the per-file ``.done`` markers unless ``output_markers`` is given.
+    """
+    run_dir = Path(run_dir)
+    meta = read_run_json(run_dir)
+    total = int(meta["total_shards"])
+    minimum = int(meta["minimum_shard_index"])
+    plan = _read_plan(run_dir)
+    listed = np.array(sorted(read_done_shards(run_dir / "shards")), dtype=np.int64)
+    done = listed[(listed >= minimum) & (listed < minimum + total)]
+    markers = _read_markers(run_dir / "shards", done)
+    failing = _failing_shards(run_dir / "failures", done)
+
+    output_uri = meta.get("output_uri")
+    output_uri = str(output_uri) if output_uri else None
+    stats: throughput.StatsTable | None = None
+    if read_stats is not None:
+        stats = throughput.stats_table(read_stats())
+    else:
+        root = local_output_root(output_uri)
+        if root is not None:
+            if not root.is_absolute() and not root.exists():
+                # Relative output roots are relative to the Snakemake working directory,
+                # which is usually the run directory's parent.
+                root = run_dir.parent / root
+            paths, done_files = _walk_output(root)
+            stats = throughput.stats_table(_read_json_files(paths))
+            if output_markers is None:
+                output_markers = done_files
+    if stats is not None:
+        stats = stats.with_bytes(_plan_values(plan, stats.file, "size"))
+    return RunState(
+        run_dir=run_dir,
+        name=str(meta.get("name") or run_dir.resolve().name),
+        total_shards=total,
+        minimum_shard_index=minimum,
+        output_uri=output_uri,
+        plan=plan,
+        done_shards=done,
+        markers=markers,
+        failing_shards=failing,
+        stats=stats if stats is not None and len(stats) else None,
+        output_markers=frozenset(output_markers) if output_markers is not None else None,
+    )
+
+
+def _failing_shards(failures_dir: Path, done: np.ndarray) -> np.ndarray:
+    """Shards with a ``failures/<shard>/`` folder and no marker (one listing)."""
+    found: list[int] = []
+    try:
+        with os.scandir(failures_dir) as entries:
+            found = [int(e.name) for e in entries if e.name.isdigit()]
+    except (FileNotFoundError, NotADirectoryError):
+        return np.zeros(0, np.int64)
+    return np.setdiff1d(np.array(found, dtype=np.int64), done)
+
+
+def _plan_index(plan: pa.Table, files: np.ndarray) -> np.ndarray:
+    """Row of each file in the plan, -1 when the file is not in the plan."""
+    idx = pc.index_in(pa.array(files.tolist(), pa.string()), value_set=plan["file"])
+    return idx.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def _plan_values(plan: pa.Table, files: np.ndarray, column: str) -> np.ndarray:
+    """``plan[column]`` for each file as float64, NaN for files not in the plan."""
+    idx = _plan_index(plan, files)
+    out = np.full(idx.size, np.nan)
+    known = idx >= 0
+    out[known] = plan[column].to_numpy().astype(np.float64)[idx[known]]
+    return out
+
+
+# ----------------------------------------------------------------------------- compute
+
+
+@dataclass(frozen=True)
+class CategoryCoverage:
+    """Completion of one category, in tasks."""
+
+    name: str
+    tasks_total: int
+    tasks_done: int
+    percent: float
+    flagged: bool
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """The coverage report; every count is exact, percentages are 0-100."""
+
+    name: str
+    run_dir: str
+    total_shards: int
+    minimum_shard_index: int
+    shards_total: int
+    shards_done: int  # shards with a marker (empty shards included once marked)
+    shards_empty: int  # shards without files in the plan
+    shards_remaining: int  # shards_total - shards_done
+    shards_failing: int  # not done, with failure records
+    tasks_total: int
+    tasks_done: int
+    files_total: int
+    files_done: int
+    bytes_total: int
+    bytes_done: int
+    docs_done: int
+    tokens_done: int | None  # None without stats
+    categories: tuple[CategoryCoverage, ...]  # least covered first
+    incomplete_shards: str  # range expression
+    skew_flagged: tuple[str, ...]
+    overall_percent: float  # tasks_done / tasks_total
+    throughput: throughput.Throughput | None
+    eta: throughput.Eta | None
+
+    @property
+    def shards_percent(self) -> float:
+        """Shards done as a percentage."""
+        return _percent(self.shards_done, self.shards_total)
+
+    @property
+    def files_percent(self) -> float:
+        """Files done as a percentage."""
+        return _percent(self.files_done, self.files_total)
+
+
+def _percent(done: float, total: float) -> float:
+    return 100.0 * done / total if total else 100.0
+
+
+def categorize(files: pa.Array | pa.ChunkedArray, category_regex: str) -> pa.Array:
+    """Category of each file by ``category_regex``: first group, else the whole match."""
+    pattern = re.compile(category_regex)
+    out: list[str] = []
+    for rel in files.to_pylist():
+        match = pattern.search(rel)
+        if match is None:
+            out.append(UNMATCHED)
+        else:
+            out.append(match.group(1) if pattern.groups else match.group(0))
+    return pa.array(out, pa.string())
+
+
+def skew_flags(done: np.ndarray, total: np.ndarray, overall: float) -> np.ndarray:
+    """Which categories deviate from ``overall`` by more than a binomial 99% interval.
+
+    With failures spread at random, each category's completion is a binomial sample of
+    the overall rate, so it lies within ``z * sqrt(p(1-p)/n)`` of ``p`` 99% of the time;
+    a category outside it is failing *systematically* (bad encoding, a broken
+    directory). Categories with fewer than 50 tasks are never flagged.
+    """
+    total = np.asarray(total, dtype=np.float64)
+    frac = np.divide(done, total, out=np.zeros_like(total), where=total > 0)
+    half_width = SKEW_Z * np.sqrt(overall * (1.0 - overall) / np.maximum(total, 1.0))
+    return (total >= SKEW_MIN_TASKS) & (np.abs(frac - overall) > half_width)
+
+
+def compute(
+    state: RunState, *, category_regex: str | None = None, gpus: int = 1
+) -> Coverage:
+    """Coverage of ``state``: pure, vectorised over the plan rows.
+
+    ``category_regex`` re-derives categories from the file paths (first capture group,
+    else the whole match) instead of the plan's ``category`` column. ``gpus`` only
+    scales the ETA.
+    """
+    plan = state.plan
+    total, minimum = state.total_shards, state.minimum_shard_index
+    n_files = plan.num_rows
+
+    shard = plan["shard"].to_numpy().astype(np.int64)
+    size = plan["size"].to_numpy().astype(np.int64)
+    rel_shard = shard - minimum
+    in_range = (rel_shard >= 0) & (rel_shard < total)
+    shard_done = np.zeros(total, dtype=bool)
+    shard_done[state.done_shards - minimum] = True
+    file_done = np.zeros(n_files, dtype=bool)
+    file_done[in_range] = shard_done[rel_shard[in_range]]
+    if state.output_markers:
+        marked = pc.is_in(
+            plan["file"], value_set=pa.array(sorted(state.output_markers), pa.string())
+        )
+        file_done |= marked.to_numpy(zero_copy_only=False)
+
+    # Tasks: a task is done when none of its files is left.
+    task_codes = _codes(plan["task_id"])
+    n_tasks = int(task_codes.max()) + 1 if n_files else 0
+    files_left = np.bincount(task_codes, weights=~file_done, minlength=n_tasks)
+    task_done = files_left == 0
+
+    # Categories, per task (the category of the task's first file).
+    categories = plan["category"] if category_regex is None else categorize(
+        plan["file"], category_regex
+    )
+    cat_dict = pc.dictionary_encode(categories.fill_null("")).combine_chunks()
+    cat_names = [str(v) for v in cat_dict.dictionary.to_pylist()]
+    cat_codes = cat_dict.indices.to_numpy().astype(np.int64)
+    _, first_row = np.unique(task_codes, return_index=True)
+    task_cat = cat_codes[first_row] if n_tasks else np.zeros(0, np.int64)
+    cat_total = np.bincount(task_cat, minlength=len(cat_names))
+    cat_done = np.bincount(task_cat, weights=task_done, minlength=len(cat_names)).astype(int)
+    tasks_done = int(task_done.sum())
+    overall = tasks_done / n_tasks if n_tasks else 1.0
+    flags = skew_flags(cat_done, cat_total, overall)
+    cats = sorted(
+        (
+            CategoryCoverage(
+                name=cat_names[i],
+                tasks_total=int(cat_total[i]),
+                tasks_done=int(cat_done[i]),
+                percent=_percent(int(cat_done[i]), int(cat_total[i])),
+                flagged=bool(flags[i]),
+            )
+            for i in range(len(cat_names))
+        ),
+        key=lambda c: (c.percent, -c.tasks_total, c.name),
+    )
+
+    # Docs: the shard marker is authoritative for a done shard; per-file stats fill in
+    # files done inside unfinished shards and markers without a docs count.
+    stats = state.stats
+    stat_docs = np.zeros(n_files)
+    stat_tokens = np.zeros(n_files)
+    if stats is not None:
+        idx = _plan_index(plan, stats.file)
+        known = idx >= 0
+        stat_docs[idx[known]] = np.nan_to_num(stats.docs[known])
+        stat_tokens[idx[known]] = np.nan_to_num(stats.tokens[known])
+    per_shard_stats = np.bincount(
+        rel_shard[in_range], weights=(stat_docs * file_done)[in_range], minlength=total
+    )
+    marker_docs = np.full(total, np.nan)
+    marker_docs[state.markers.shard - minimum] = state.markers.docs
+    per_shard = np.where(shard_done & np.isfinite(marker_docs), marker_docs, per_shard_stats)
+    docs_done = int(round(float(per_shard.sum())))
+    tokens_done = int(round(float((stat_tokens * file_done).sum()))) if stats else None
+
+    files_per_shard = np.bincount(rel_shard[in_range], minlength=total)
+    incomplete = np.flatnonzero(~shard_done) + minimum
+
+    rates = throughput.summarize(stats) if stats is not None else None
+    remaining_bytes = int(size[~file_done].sum())
+    estimate = None
+    if rates is not None and rates.overall is not None:
+        estimate = throughput.eta(remaining_bytes, rates, gpus, unit="bytes")
+        if estimate is None:
+            estimate = throughput.eta(int((~file_done).sum()), rates, gpus, unit="files")
+
+    return Coverage(
+        name=state.name,
+        run_dir=str(state.run_dir),
+        total_shards=total,
+        minimum_shard_index=minimum,
+        shards_total=total,
+        shards_done=int(shard_done.sum()),
+        shards_empty=int((files_per_shard == 0).sum()),
+        shards_remaining=int(total - shard_done.sum()),
+        shards_failing=int(state.failing_shards.size),
+        tasks_total=n_tasks,
+        tasks_done=tasks_done,
+        files_total=n_files,
+        files_done=int(file_done.sum()),
+        bytes_total=int(size.sum()),
+        bytes_done=int(size[file_done].sum()),
+        docs_done=docs_done,
+        tokens_done=tokens_done,
+        categories=tuple(cats),
+        incomplete_shards=ranges.compress(incomplete.tolist()),
+        skew_flagged=tuple(c.name for c in cats if c.flagged),
+        overall_percent=100.0 * overall,
+        throughput=rates,
+        eta=estimate,
+    )
+
+
+def _codes(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Dense integer codes of a string column (same value -> same code)."""
+    encoded = pc.dictionary_encode(column).combine_chunks()
+    return encoded.indices.to_numpy().astype(np.int64)
+
+
+# ----------------------------------------------------------------------------- formats
+
+
+def to_dict(cov: Coverage) -> dict[str, Any]:
+    """The JSON document (schema in docs/coverage.md)."""
+    out: dict[str, Any] = {
+        "format_version": 1,
+        "name": cov.name,
+        "run_dir": cov.run_dir,
+        "total_shards": cov.total_shards,
+        "minimum_shard_index": cov.minimum_shard_index,
+        "shards_total": cov.shards_total,
+        "shards_done": cov.shards_done,
+        "shards_empty": cov.shards_empty,
+        "shards_remaining": cov.shards_remaining,
+        "shards_failing": cov.shards_failing,
+        "tasks_total": cov.tasks_total,
+        "tasks_done": cov.tasks_done,
+        "files_total": cov.files_total,
+        "files_done": cov.files_done,
+        "bytes_total": cov.bytes_total,
+        "bytes_done": cov.bytes_done,
+        "docs_done": cov.docs_done,
+        "tokens_done": cov.tokens_done,
+        "percent_done": round(cov.overall_percent, 3),
+        "incomplete_shards": cov.incomplete_shards,
+        "skew_flagged": list(cov.skew_flagged),
+        "categories": {
+            c.name: {
+                "tasks_total": c.tasks_total,
+                "tasks_done": c.tasks_done,
+                "percent": round(c.percent, 3),
+                "flagged": c.flagged,
+            }
+            for c in cov.categories
+        },
+    }
+    if cov.throughput is not None and cov.throughput.overall is not None:
+        out["throughput"] = {
+            "overall": _rate_dict(cov.throughput.overall),
+            "devices": {d.device_name: _rate_dict(d) for d in cov.throughput.devices},
+        }
+    if cov.eta is not None:
+        out["eta"] = {
+            "seconds": round(cov.eta.seconds, 1),
+            "gpus": cov.eta.gpus,
+            "remaining": cov.eta.remaining,
+            "unit": cov.eta.unit,
+            "rate_per_gpu": cov.eta.rate_per_gpu,
+        }
+    return out
+
+
+def _rate_dict(rate: throughput.DeviceRate) -> dict[str, Any]:
+    def pct(p: throughput.Percentiles | None) -> dict[str, float] | None:
+        return None if p is None else {"p10": p.p10, "median": p.median, "p90": p.p90}
+
+    return {
+        "files": rate.files,
+        "gpu_seconds": rate.seconds,
+        "docs_per_s": pct(rate.docs_per_s),
+        "tokens_per_s": pct(rate.tokens_per_s),
+        "bytes_per_s": pct(rate.bytes_per_s),
+        "files_per_hour": _finite(rate.files_per_hour),
+        "docs_per_s_total": _finite(rate.docs_per_s_total),
+        "bytes_per_s_total": rate.bytes_per_s_total,
+    }
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def format_json(cov: Coverage) -> str:
+    """The report as indented JSON (stable key order, for diffing and scripts)."""
+    return json.dumps(to_dict(cov), indent=2)
+
+
+def human_bytes(n: float) -> str:
+    """Decimal units, as storage quotas are quoted: ``1.21 TB``."""
+    for unit in ("B", "kB", "MB", "GB", "TB", "PB"):
+        if abs(n) < 1000 or unit == "PB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1000
+    return f"{n:.2f} PB"  # pragma: no cover
+
+
+def human_count(n: float) -> str:
+    """``12,345`` below a million, ``12.3 M`` / ``4.56 B`` above."""
+    if n < 1e6:
+        return f"{n:,.0f}"
+    if n < 1e9:
+        return f"{n / 1e6:.2f} M"
+    return f"{n / 1e9:.2f} B"
+
+
+def summary_lines(cov: Coverage, *, max_expression: int = 160) -> list[str]:
+    """The headline lines shared by the table, markdown and HTML formats."""
+    lines = [
+        f"shards   {cov.shards_done:,} / {cov.shards_total:,} done ({cov.shards_percent:.1f}%)"
+        f"   {cov.shards_remaining:,} remaining   {cov.shards_empty:,} empty"
+        + (f"   {cov.shards_failing:,} failing" if cov.shards_failing else ""),
+        f"tasks    {cov.tasks_done:,} / {cov.tasks_total:,} ({cov.overall_percent:.1f}%)",
+        f"files    {cov.files_done:,} / {cov.files_total:,} ({cov.files_percent:.1f}%)"
+        f"   {human_bytes(cov.bytes_done)} / {human_bytes(cov.bytes_total)}",
+        f"labelled {human_count(cov.docs_done)} docs"
+        + (f"   {human_count(cov.tokens_done)} tokens" if cov.tokens_done is not None else ""),
+    ]
+    if cov.throughput is not None:
+        for dev in cov.throughput.devices:
+            docs = dev.docs_per_s
+            rate = (
+                f"{docs.median:,.0f} docs/s/GPU (p10 {docs.p10:,.0f}, p90 {docs.p90:,.0f})"
+                if docs
+                else "docs/s unknown"
+            )
+            lines.append(
+                f"rate     {dev.device_name}: {rate}, {dev.files_per_hour:,.1f} files/h/GPU"
+                f"  [{dev.files:,} files]"
+            )
+    if cov.eta is not None:
+        left = (
+            human_bytes(cov.eta.remaining) if cov.eta.unit == "bytes" else
+            f"{cov.eta.remaining:,.0f} files"
+        )
+        per = (
+            f"{human_bytes(cov.eta.rate_per_gpu)}/s" if cov.eta.unit == "bytes" else
+            f"{cov.eta.rate_per_gpu * 3600:,.1f} files/h"
+        )
+        lines.append(
+            f"ETA      {throughput.format_duration(cov.eta.seconds)} on {cov.eta.gpus} GPU"
+            f"{'s' if cov.eta.gpus != 1 else ''} ({left} left at {per} per GPU)"
+        )
+    if cov.skew_flagged:
+        worst = ", ".join(
+            f"{c.name} ({c.percent:.1f}%)" for c in cov.categories if c.flagged
+        )
+        lines.append(
+            f"skew     {len(cov.skew_flagged)} categor{'y' if len(cov.skew_flagged) == 1 else 'ies'}"
+            f" off the overall {cov.overall_percent:.1f}% beyond chance: {worst}"
+        )
+    if cov.incomplete_shards:
+        expr = cov.incomplete_shards
+        if len(expr) > max_expression:
+            cut = expr.rfind(",", 0, max_expression)
+            expr = expr[: cut if cut > 0 else max_expression] + ",... (`shardwise retry-array` lists all)"
+        lines.append(f"left     shards {expr}")
+    else:
+        lines.append("left     nothing: every shard is done")
+    return lines
+
+
+def _category_rows(cov: Coverage, limit: int) -> tuple[list[CategoryCoverage], int]:
+    """The least-covered ``limit`` categories plus every flagged one; and how many hidden."""
+    shown = [c for i, c in enumerate(cov.categories) if i < limit or c.flagged]
+    return shown, len(cov.categories) - len(shown)
+
+
+def format_table(cov: Coverage, *, max_categories: int = 40) -> str:
+    """Plain-text report for terminals and the dry-run printout."""
+    lines = [f"coverage of run {cov.name} ({cov.run_dir})", *summary_lines(cov), ""]
+    shown, hidden = _category_rows(cov, max_categories)
+    width = max([len("category"), *(len(c.name) for c in shown)])
+    lines.append(f"{'category':<{width}}  {'done':>10}  {'tasks':>10}  {'%':>6}")
+    for c in shown:
+        flag = "  ! skew" if c.flagged else ""
+        lines.append(
+            f"{c.name:<{width}}  {c.tasks_done:>10,}  {c.tasks_total:>10,}  {c.percent:>5.1f}%{flag}"
+        )
+    if hidden:
+        lines.append(f"... {hidden} more categories (all at or above {shown[-1].percent:.1f}%)")
+    return "\n".join(lines)
+
+
+def format_markdown(cov: Coverage, *, max_categories: int = 40) -> str:
+    """GitHub-flavoured Markdown, for issues and job summaries."""
+    out = [f"### Coverage of run `{cov.name}`", "", "```", *summary_lines(cov), "```", ""]
+    out += ["| category | done | tasks | % | skew |", "| --- | ---: | ---: | ---: | :---: |"]
+    shown, hidden = _category_rows(cov, max_categories)
+    for c in shown:
+        name = c.name.replace("|", "\\|")
+        out.append(
+            f"| `{name}` | {c.tasks_done:,} | {c.tasks_total:,} | {c.percent:.1f} |"
+            f" {'⚠' if c.flagged else ''} |"
+        )
+    if hidden:
+        out += ["", f"_{hidden} more categories not shown._"]
+    return "\n".join(out)
+
+
+FORMATTERS: dict[str, Callable[[Coverage], str]] = {
+    "table": format_table,
+    "json": format_json,
+    "markdown": format_markdown,
+}
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def default_gpus(cwd: Path | None = None) -> int:
+    """``jobs`` of ``profiles/slurm/config.yaml`` under ``cwd``, else 1.
+
+    The SLURM profile's ``jobs`` caps concurrent shard jobs, i.e. GPUs in flight, which
+    is what the ETA divides by.
+    """
+    path = (cwd or Path.cwd()) / "profiles" / "slurm" / "config.yaml"
+    try:
+        import yaml
+
+        jobs = yaml.safe_load(path.read_text(encoding="utf-8")).get("jobs")
+    except Exception:  # noqa: BLE001 - unreadable/odd YAML: a default, never fatal
+        return 1
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs <= 0:
+        return 1
+    return jobs
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def add_cli(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``shardwise coverage`` to ``subparsers`` and return its parser."""
+    parser = subparsers.add_parser(
+        "coverage",
+        help="what is done and what is left, per category",
+        description="Report shards/tasks/files/docs done, per-category completion "
+        "with skew flags, throughput per GPU type and an ETA.",
+    )
+    parser.add_argument("--run-dir", required=True, type=Path, help="the run directory")
+    parser.add_argument("--format", choices=tuple(FORMATTERS), default="table")
+    parser.add_argument(
+        "--gpus",
+        type=_positive_int,
+        default=None,
+        help="GPUs for the ETA (default: `jobs` of profiles/slurm/config.yaml, else 1)",
+    )
+    parser.add_argument(
+        "--category-regex",
+        default=None,
+        help="derive categories from file paths (first group, else whole match)",
+    )
+    parser.set_defaults(func=_run_cli)
+    return parser
+
+
+def _run_cli(args: argparse.Namespace) -> int:
+    """Entry point of ``coverage``: exit 2 when the run directory is not one."""
+    if not (args.run_dir / "run.json").is_file():
+        print(
+            f"shardwise coverage: {args.run_dir / 'run.json'} not found; pass the original "
+            "run directory (the one holding run.json and shards/)",
+            file=sys.stderr,
+        )
+        return 2
+    if args.category_regex is not None:
+        try:
+            re.compile(args.category_regex)
+        except re.error as exc:
+            print(f"shardwise coverage: bad --category-regex: {exc}", file=sys.stderr)
+            return 2
+    gpus = args.gpus if args.gpus is not None else default_gpus()
+    state = load_state(args.run_dir)
+    cov = compute(state, category_regex=args.category_regex, gpus=gpus)
+    print(FORMATTERS[args.format](cov))
+    return 0
+

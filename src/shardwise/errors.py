@@ -1,0 +1,42 @@
+"""Errors raised by shardwise.
+
+Callers catch one base; the CLI turns it into one line and exit 1.
+
+    ShardwiseError
+    ├── ConfigError        a config key, type or value is wrong (names the key and the value)
+    ├── RunMismatchError   run.json disagrees with this run (names each field, old and new)
+    ├── InputError         a source file cannot be listed or read (names the file and the reason)
+    ├── StorageError       a read or write on local disk or object storage failed (names the key)
+    ├── ModelError         a classifier cannot be loaded or run (names the model)
+    └── ShardFailedError   a shard finished with failed files (lists them; the shard is retried)
+"""
+
+from __future__ import annotations
+
+
+class ShardwiseError(Exception):
+    """Base of every error shardwise raises on purpose."""
+
+
+class ConfigError(ShardwiseError):
+    """A configuration value is missing, of the wrong type, or out of range."""
+
+
+class RunMismatchError(ShardwiseError):
+    """This run's settings disagree with the pinned run.json."""
+
+
+class InputError(ShardwiseError):
+    """A source file or the input listing is unusable."""
+
+
+class StorageError(ShardwiseError):
+    """Reading or writing a file or object failed after retries."""
+
+
+class ModelError(ShardwiseError):
+    """A classifier could not be loaded or run."""
+
+
+class ShardFailedError(ShardwiseError):
+    """Some files of a shard failed; the others are done and the shard will be retried."""

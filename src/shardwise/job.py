@@ -1,0 +1,336 @@
+"""One logical shard, file by file: the body of the classify rule.
+
+For each file of the shard (from the cached plan) whose ``.done`` marker is absent:
+read only the needed columns, run every classifier, write the sidecar, the stats,
+then the marker. A reader thread reads and tokenizes file N+1 while the device
+runs file N (bounded queue of one). A file that cannot be read is recorded and the
+others still run; the shard then fails (so Snakemake retries it) with every failed
+file listed in ``<run_dir>/failures/<shard>/``. The shard marker is written only
+when every file of the shard has its marker.
+
+SIGTERM (sent by SLURM before a walltime or preemption kill) raises ``Interrupted``
+in the main thread: the current batch is abandoned, nothing partial is marked done,
+the interruption is recorded, and the process exits non-zero.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from shardwise import markers, plan, runmeta, sidecar
+from shardwise.config import dumps
+from shardwise.errors import InputError, ShardFailedError, ShardwiseError
+from shardwise.reader import Documents, Fields, read_documents
+from shardwise.storage import Location, StorageOptions
+
+SETTINGS_JSON = "settings.json"
+FAILURES_DIR = "failures"
+
+
+class Interrupted(ShardwiseError):  # noqa: N818 - it is a signal, not a failure of ours
+    """The job received SIGTERM/SIGINT and stopped without marking partial work."""
+
+
+@dataclass(frozen=True)
+class FileTask:
+    """One source file of the shard."""
+
+    rel: str
+    size: int
+    task_id: str
+
+
+@dataclass
+class ShardReport:
+    """What a shard job did (returned for tests and logs)."""
+
+    shard: int
+    files: int
+    skipped: int = 0
+    labelled: int = 0
+    docs: int = 0
+    failed: list[dict[str, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """Everything a shard job needs, read from run.json, settings.json and the plan."""
+
+    run_dir: Path
+    meta: runmeta.RunMeta
+    settings: dict[str, Any]
+    source: Location
+    output: Location
+    fields: Fields
+    fmt: str
+
+    @classmethod
+    def load(cls, run_dir: Path) -> JobContext:
+        """Read the run's pinned and current settings (no listing, no network)."""
+        run_loc = Location(str(run_dir))
+        meta = runmeta.read(run_loc)
+        try:
+            settings = json.loads((run_dir / SETTINGS_JSON).read_text("utf-8"))
+        except FileNotFoundError as e:
+            msg = f"{run_dir / SETTINGS_JSON} is missing: start the run with snakemake"
+            raise InputError(msg) from e
+        options = StorageOptions.from_config(settings.get("storage"))
+        inp = settings["input"]
+        return cls(
+            run_dir=run_dir,
+            meta=meta,
+            settings=settings,
+            source=Location(meta.input_uri, options),
+            output=Location(meta.output_uri, options),
+            fields=Fields(inp["id_field"], inp["text_field"], inp["url_field"]),
+            fmt=inp["format"],
+        )
+
+
+def write_settings(run_dir: Path, settings: dict[str, Any]) -> None:
+    """Record the non-pinned settings the shard jobs will use."""
+    from shardwise.atomic import write_atomic
+
+    write_atomic(run_dir / SETTINGS_JSON, dumps(settings))
+
+
+def shard_files(run_dir: Path, shard: int) -> list[FileTask]:
+    """The shard's files from the cached plan, in file order."""
+    rows = plan.files_of_shard(plan.load(run_dir), shard).to_pylist()
+    return [FileTask(r["file"], r["size"], r["task_id"]) for r in rows]
+
+
+def files_done(output: Location, files: list[FileTask]) -> dict[str, int]:
+    """Files of the shard that already have a marker, with their row counts."""
+    done = {}
+    for f in files:
+        try:
+            data = json.loads(output.read_bytes(markers.file_marker_rel(f.rel)))
+        except FileNotFoundError:
+            continue
+        except ValueError:
+            continue  # an unreadable marker vouches for nothing: redo the file
+        done[f.rel] = int(data.get("rows", 0))
+    return done
+
+
+@dataclass
+class _Loaded:
+    task: FileTask
+    docs: Documents | None = None
+    prepared: Any = None
+    error: str | None = None
+    read_s: float = 0.0
+    tokenize_s: float = 0.0
+
+
+def _prefetch(
+    ctx: JobContext, todo: list[FileTask], prepare: Callable[[list[str], list[str]], Any]
+) -> Iterator[_Loaded]:
+    """Read + tokenize files on a background thread, one file ahead of the consumer."""
+    q: queue.Queue[_Loaded | None] = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def work() -> None:
+        try:
+            for task in todo:
+                if stop.is_set():
+                    return
+                item = _Loaded(task)
+                t0 = time.perf_counter()
+                try:
+                    item.docs = read_documents(ctx.source, task.rel, ctx.fields, ctx.fmt)
+                    item.read_s = time.perf_counter() - t0
+                    t1 = time.perf_counter()
+                    item.prepared = prepare(item.docs.texts, item.docs.urls)
+                    item.tokenize_s = time.perf_counter() - t1
+                except InputError as e:
+                    item.error = str(e)
+                except Exception as e:  # noqa: BLE001 - recorded per file; other files go on
+                    item.error = f"{ctx.source.url(task.rel)}: {type(e).__name__}: {e}"
+                while not stop.is_set():
+                    try:
+                        q.put(item, timeout=0.2)
+                        break
+                    except queue.Full:
+                        continue
+        finally:
+            while not stop.is_set():
+                try:
+                    q.put(None, timeout=0.2)
+                    break
+                except queue.Full:
+                    continue
+
+    thread = threading.Thread(target=work, name="shardwise-reader", daemon=True)
+    thread.start()
+    try:
+        while (item := q.get()) is not None:
+            yield item
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+
+
+def run_shard(
+    run_dir: Path,
+    shard: int,
+    *,
+    engine_factory: Callable[[JobContext], Any] | None = None,
+    progress: bool = True,
+) -> ShardReport:
+    """Label every unfinished file of ``shard``, then mark the shard done."""
+    ctx = JobContext.load(run_dir)
+    meta = ctx.meta
+    files = shard_files(run_dir, shard)
+    report = ShardReport(shard=shard, files=len(files))
+    done = files_done(ctx.output, files)
+    report.skipped = len(done)
+    report.docs = sum(done.values())
+    todo = [f for f in files if f.rel not in done]
+    if todo:
+        engine = (engine_factory or load_engine)(ctx)
+        bar = _progress(len(todo), shard, enabled=progress)
+        try:
+            for item in _prefetch(ctx, todo, engine.prepare):
+                if item.error is not None:
+                    report.failed.append({"file": item.task.rel, "error": item.error})
+                else:
+                    report.docs += _label_file(ctx, engine, item, shard)
+                    report.labelled += 1
+                bar.update(1)
+        except Interrupted:
+            record_failure(run_dir, shard, report.failed, interrupted=True)
+            raise
+        finally:
+            bar.close()
+    if report.failed:
+        record_failure(run_dir, shard, report.failed, interrupted=False)
+        names = ", ".join(f["file"] for f in report.failed)
+        details = "\n".join(f"  {f['error']}" for f in report.failed)
+        msg = (
+            f"shard {shard}: {len(report.failed)} of {len(files)} file(s) failed ({names}); "
+            f"the other files are done and the shard will be retried:\n{details}"
+        )
+        raise ShardFailedError(msg)
+    markers.write_shard_marker(
+        run_dir,
+        shard,
+        total_shards=meta.total_shards,
+        minimum_shard_index=meta.minimum_shard_index,
+        tasks=len({f.task_id for f in files}),
+        files=len(files),
+        docs=report.docs,
+    )
+    return report
+
+
+def _label_file(ctx: JobContext, engine: Any, item: _Loaded, shard: int) -> int:
+    """Run the engine on one read file and write sidecar, stats, marker (in that order)."""
+    assert item.docs is not None  # noqa: S101 - guaranteed by _prefetch when error is None
+    t0 = time.perf_counter()
+    labels = engine.run(item.prepared)
+    infer_s = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    table = sidecar.build_table(item.docs.ids, labels.columns)
+    rel = item.task.rel
+    ctx.output.write_bytes(sidecar.sidecar_rel(rel), sidecar.to_parquet_bytes(table))
+    write_s = time.perf_counter() - t1
+    timings = {
+        "read": item.read_s,
+        "tokenize": item.tokenize_s,
+        "infer": infer_s,
+        "write": write_s,
+    }
+    stats = sidecar.build_stats(
+        rel=rel,
+        task_id=item.task.task_id,
+        shard=shard,
+        size=item.task.size,
+        docs=len(item.docs),
+        seconds=sum(timings.values()),
+        timings=timings,
+        engine_stats=labels.stats,
+        device=str(getattr(engine, "device", "")),
+        device_name=getattr(engine, "device_name", ""),
+        dtype=getattr(engine, "dtype_name", ""),
+        counts=dict(item.docs.counts),
+    )
+    ctx.output.write_bytes(sidecar.stats_rel(rel), sidecar.stats_bytes(stats))
+    ctx.output.write_bytes(
+        markers.file_marker_rel(rel),
+        markers.file_marker(rel, item.task.task_id, shard, len(item.docs)),
+    )
+    return len(item.docs)
+
+
+def load_engine(ctx: JobContext) -> Any:
+    """The classification engine for this run's classifiers and inference settings."""
+    from shardwise.engine import ClassifierSpec, Engine, InferenceSettings
+
+    specs = [ClassifierSpec(n, m, i) for n, m, i in ctx.meta.classifiers]
+    return Engine.load(specs, InferenceSettings(**ctx.settings.get("inference", {})))
+
+
+def record_failure(
+    run_dir: Path, shard: int, failed: list[dict[str, str]], *, interrupted: bool
+) -> Path:
+    """Write a failure record for this attempt under ``<run_dir>/failures/<shard>/``."""
+    from shardwise.atomic import write_atomic
+
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    path = run_dir / FAILURES_DIR / str(shard) / f"{stamp}-{os.getpid()}.json"
+    write_atomic(
+        path,
+        dumps(
+            {
+                "shard": shard,
+                "failed": failed,
+                "interrupted": interrupted,
+                "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+                "attempt": os.environ.get("SHARDWISE_ATTEMPT"),
+                "hostname": os.uname().nodename,
+                "at": markers.now(),
+            }
+        ),
+    )
+    return path
+
+
+def install_signal_handlers() -> None:
+    """Turn SIGTERM/SIGINT into ``Interrupted`` in the main thread (graceful stop)."""
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        msg = f"received {name}: stopping; finished files stay done, the shard will be retried"
+        raise Interrupted(msg)
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        """Ignore progress."""
+
+    def close(self) -> None:
+        """Nothing to close."""
+
+
+def _progress(total: int, shard: int, *, enabled: bool) -> Any:
+    if not enabled:
+        return _NoBar()
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=f"shard {shard}", unit="file", mininterval=5)

@@ -1,0 +1,97 @@
+"""``.done`` markers: the only proof that work is complete, so always written last.
+
+Per source file, ``<output>/<rel>.done`` vouches that the sidecar and stats beside
+it are whole; per logical shard, ``<run_dir>/shards/<shard>.done`` (the Snakemake
+target) vouches that every file of the shard has its marker.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from shardwise.atomic import write_atomic
+from shardwise.config import dumps
+
+FILE_MARKER_SUFFIX = ".done"
+SHARDS_DIR = "shards"
+
+
+def file_marker_rel(rel: str) -> str:
+    """Relative path (under the output root) of the marker of source file ``rel``."""
+    return rel + FILE_MARKER_SUFFIX
+
+
+def source_of_marker(marker_rel: str) -> str:
+    """The source file a marker vouches for."""
+    return marker_rel.removesuffix(FILE_MARKER_SUFFIX)
+
+
+def file_marker(rel: str, task_id: str, shard: int, rows: int) -> bytes:
+    """Content of a file marker."""
+    return dumps(
+        {
+            "file": rel,
+            "task_id": task_id,
+            "shard": shard,
+            "rows": rows,
+            "finished_at": now(),
+        }
+    )
+
+
+def shard_marker_path(run_dir: Path, shard: int) -> Path:
+    """The Snakemake target of ``shard``."""
+    return run_dir / SHARDS_DIR / f"{shard}.done"
+
+
+def write_shard_marker(
+    run_dir: Path,
+    shard: int,
+    *,
+    total_shards: int,
+    minimum_shard_index: int,
+    tasks: int,
+    files: int,
+    docs: int | None,
+    source: str = "job",
+) -> None:
+    """Mark ``shard`` done (atomically). ``source`` says who decided: job, empty, remote.
+
+    ``docs`` is None when the shard was finished elsewhere and its count is unknown here.
+    """
+    data = {
+        "shard": shard,
+        "total_shards": total_shards,
+        "minimum_shard_index": minimum_shard_index,
+        "tasks": tasks,
+        "files": files,
+        "docs": docs,
+        "source": source,
+        "finished_at": now(),
+    }
+    write_atomic(shard_marker_path(run_dir, shard), dumps(data))
+
+
+def done_shards(run_dir: Path) -> set[int]:
+    """Shards with a marker (one directory listing)."""
+    directory = run_dir / SHARDS_DIR
+    if not directory.is_dir():
+        return set()
+    return {
+        int(p.name[: -len(".done")])
+        for p in directory.iterdir()
+        if p.name.endswith(".done") and p.name[: -len(".done")].lstrip("-").isdigit()
+    }
+
+
+def read_shard_marker(run_dir: Path, shard: int) -> dict[str, Any]:
+    """Parse a shard marker."""
+    return json.loads(shard_marker_path(run_dir, shard).read_text("utf-8"))
+
+
+def now() -> str:
+    """UTC timestamp used in every marker."""
+    return datetime.now(UTC).isoformat(timespec="seconds")

@@ -1,0 +1,180 @@
+"""Retry lines for SLURM job arrays, compatible with NeMo Curator's ``retry_array.py``.
+
+A shardwise run can be driven outside Snakemake by a plain ``sbatch --array`` script that
+runs ``shardwise classify-shard --shard $((SLURM_ARRAY_TASK_ID + SHARD_INDEX_OFFSET))``.
+After a partial run, this module lists what to resubmit, in the exact format of
+NeMo Curator's ``retry_array.py`` so existing submit scripts keep working:
+
+* ``expression``: one line, the range expression of the missing shard numbers.
+* ``fields``: one line per submission,
+  ``ARRAY_EXPRESSION SHARD_INDEX_OFFSET MINIMUM_SHARD_INDEX TOTAL_SHARDS``.
+  Without a maximum array size there is one line with offset 0 and the shard numbers
+  themselves as array indices. With ``max_array_size=M`` (SLURM's ``MaxArraySize`` caps
+  the array *index*, not the count) each missing shard ``s`` goes to the window
+  ``offset = s // M * M`` with array index ``s - offset``; one line per window, windows
+  ascending.
+
+Shard numbers are absolute (``minimum .. minimum + total - 1``), never relative to the
+minimum: ``total 4, min 1, done {1, 3}`` gives ``2,4 0 1 4``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Literal
+
+from shardwise import ranges
+
+__all__ = ["Format", "add_cli", "missing_shards", "read_done_shards", "retry_lines"]
+
+Format = Literal["expression", "fields"]
+
+
+def retry_lines(
+    missing: Iterable[int],
+    *,
+    total_shards: int,
+    minimum_shard_index: int,
+    max_array_size: int | None = None,
+    fmt: Format = "expression",
+) -> list[str]:
+    """Return the lines to print for ``missing`` shards; ``[]`` when nothing is missing.
+
+    Raises ``ValueError`` for a shard outside the run's range (a marker from another
+    run would otherwise produce a submission that classifies the wrong shard), for a
+    non-positive ``max_array_size``, and for ``max_array_size`` with the expression
+    format (a bare expression cannot carry the offset, so the windows would be lost).
+    """
+    if total_shards <= 0:
+        raise ValueError(f"total_shards must be positive, got {total_shards}")
+    if max_array_size is not None and max_array_size <= 0:
+        raise ValueError(f"max_array_size must be positive, got {max_array_size}")
+    if max_array_size is not None and fmt != "fields":
+        raise ValueError("max_array_size needs fmt='fields' (the offset is a field)")
+    if fmt not in ("expression", "fields"):
+        raise ValueError(f"unknown format {fmt!r}")
+    shards = sorted(set(missing))
+    last = minimum_shard_index + total_shards - 1
+    outside = [s for s in shards if not minimum_shard_index <= s <= last]
+    if outside:
+        raise ValueError(
+            f"shards {ranges.compress(outside)} are outside {minimum_shard_index}-{last}"
+        )
+    if not shards:
+        return []
+    tail = f"{minimum_shard_index} {total_shards}"
+    if fmt == "expression":
+        return [ranges.compress(shards)]
+    if max_array_size is None:
+        return [f"{ranges.compress(shards)} 0 {tail}"]
+    windows: dict[int, list[int]] = {}
+    for shard in shards:
+        offset = shard // max_array_size * max_array_size
+        windows.setdefault(offset, []).append(shard - offset)
+    return [f"{ranges.compress(idx)} {offset} {tail}" for offset, idx in sorted(windows.items())]
+
+
+def read_done_shards(shards_dir: Path) -> set[int]:
+    """Shard numbers with a ``<shard>.done`` marker, from one directory listing.
+
+    Only names are read (no stat, no open): on Lustre or NFS a stat per shard of a
+    10,000-shard run costs seconds. Names that are not ``<int>.done`` (temp files of an
+    atomic write, editor droppings) are ignored. A missing directory means nothing done.
+    """
+    done: set[int] = set()
+    try:
+        with os.scandir(shards_dir) as entries:
+            for entry in entries:
+                stem, dot, ext = entry.name.partition(".")
+                if dot and ext == "done" and stem.isdigit():
+                    done.add(int(stem))
+    except FileNotFoundError:
+        pass
+    return done
+
+
+def missing_shards(done: Iterable[int], *, total_shards: int, minimum_shard_index: int) -> list[int]:
+    """Shards of the run's range ``minimum .. minimum + total - 1`` not in ``done``.
+
+    Done shards outside the range are ignored: they belong to another assignment and
+    say nothing about this one.
+    """
+    done_set = set(done)
+    return [
+        s
+        for s in range(minimum_shard_index, minimum_shard_index + total_shards)
+        if s not in done_set
+    ]
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def add_cli(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``shardwise retry-array`` to ``subparsers`` and return its parser."""
+    parser = subparsers.add_parser(
+        "retry-array",
+        help="print the SLURM array expression of shards not yet done",
+        description=(
+            "Print what to resubmit after a partial run, in NeMo Curator retry_array.py "
+            "format. Prints nothing when every shard is done."
+        ),
+    )
+    parser.add_argument("--run-dir", required=True, type=Path, help="the run directory")
+    parser.add_argument(
+        "--format",
+        choices=("expression", "fields"),
+        default="expression",
+        help="expression: the range expression; fields: "
+        "ARRAY_EXPRESSION SHARD_INDEX_OFFSET MINIMUM_SHARD_INDEX TOTAL_SHARDS per line",
+    )
+    parser.add_argument(
+        "--max-array-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help="SLURM MaxArraySize: split into windows of N array indices (needs --format fields)",
+    )
+    parser.set_defaults(func=lambda args: _run_cli(parser, args))
+    return parser
+
+
+def _run_cli(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """Entry point of ``retry-array``; usage errors exit 2 through ``parser.error``."""
+    if args.max_array_size is not None:
+        if args.format != "fields":
+            parser.error("--max-array-size needs --format fields (the offset is a field)")
+        if args.max_array_size <= 0:
+            parser.error(f"--max-array-size must be positive, got {args.max_array_size}")
+    run_json = args.run_dir / "run.json"
+    try:
+        meta = json.loads(run_json.read_text(encoding="utf-8"))
+        total = int(meta["total_shards"])
+        minimum = int(meta["minimum_shard_index"])
+    except FileNotFoundError:
+        print(
+            f"shardwise retry-array: {run_json} not found; pass the original run directory "
+            "(the one holding run.json and shards/)",
+            file=sys.stderr,
+        )
+        return 2
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"shardwise retry-array: cannot read {run_json}: {exc}", file=sys.stderr)
+        return 2
+    missing = missing_shards(
+        read_done_shards(args.run_dir / "shards"), total_shards=total, minimum_shard_index=minimum
+    )
+    for line in retry_lines(
+        missing,
+        total_shards=total,
+        minimum_shard_index=minimum,
+        max_array_size=args.max_array_size,
+        fmt=args.format,
+    ):
+        print(line)
+    return 0

@@ -1,0 +1,127 @@
+"""The labels-only sidecar and the per-file stats: names and layout, in one place.
+
+For a source file ``<rel>`` under the input root, the output root receives
+``<rel>.labels.parquet`` (row-aligned with the input: same order, same count; the
+document id, then per classifier ``<name>_label``, ``<name>_label_id``,
+``<name>_score`` and, when asked, ``<name>_probs``) and ``<rel>.stats.json``.
+The ``.done`` marker (see ``markers``) is written after both.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import platform
+import socket
+from datetime import UTC, datetime
+from importlib import metadata
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from shardwise.config import dumps
+from shardwise.errors import InputError
+
+SIDECAR_SUFFIX = ".labels.parquet"
+STATS_SUFFIX = ".stats.json"
+#: Packages whose versions go into every stats file (reproducibility).
+VERSIONED = ("shardwise", "torch", "transformers", "tokenizers", "pyarrow")
+
+
+def sidecar_rel(rel: str) -> str:
+    """Relative path of the sidecar of source file ``rel``."""
+    return rel + SIDECAR_SUFFIX
+
+
+def stats_rel(rel: str) -> str:
+    """Relative path of the stats file of source file ``rel``."""
+    return rel + STATS_SUFFIX
+
+
+def build_table(ids: list[str | None], columns: dict[str, pa.Array]) -> pa.Table:
+    """The sidecar table; refuses label columns whose length differs from the ids'."""
+    for name, col in columns.items():
+        if len(col) != len(ids):
+            msg = f"label column {name} has {len(col)} rows for {len(ids)} documents"
+            raise InputError(msg)
+    return pa.table({"id": pa.array(ids, pa.string()), **columns})
+
+
+def to_parquet_bytes(table: pa.Table) -> bytes:
+    """Serialise a sidecar (zstd; small row groups are pointless for label columns)."""
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd")
+    return buf.getvalue()
+
+
+def read_sidecar(data: bytes) -> pa.Table:
+    """Parse sidecar bytes."""
+    return pq.read_table(io.BytesIO(data))
+
+
+def versions() -> dict[str, str]:
+    """Installed versions of the packages that decide the labels."""
+    out = {}
+    for name in VERSIONED:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def build_stats(
+    *,
+    rel: str,
+    task_id: str,
+    shard: int,
+    size: int,
+    docs: int,
+    seconds: float,
+    timings: dict[str, float],
+    engine_stats: dict[str, Any],
+    device: str,
+    device_name: str,
+    dtype: str,
+    counts: dict[str, int],
+) -> dict[str, Any]:
+    """The ``.stats.json`` content for one labelled file."""
+    tokens = int(engine_stats.get("tokens", 0))
+    return {
+        "file": rel,
+        "task_id": task_id,
+        "shard": shard,
+        "bytes": size,
+        "docs": docs,
+        "tokens": tokens,
+        "seconds": round(seconds, 4),
+        "docs_per_s": round(docs / seconds, 3) if seconds > 0 else None,
+        "tokens_per_s": round(tokens / seconds, 1) if seconds > 0 else None,
+        "timings": {k: round(v, 4) for k, v in timings.items()},
+        "engine": engine_stats,
+        "counts": dict(counts),
+        "device": device,
+        "device_name": device_name,
+        "dtype": dtype,
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+        "versions": versions(),
+        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+
+
+def stats_bytes(stats: dict[str, Any]) -> bytes:
+    """Serialise stats."""
+    return dumps(stats)
+
+
+def parse_stats(data: bytes, where: str) -> dict[str, Any]:
+    """Parse a stats file; InputError naming it when it is not JSON."""
+    try:
+        return json.loads(data)
+    except ValueError as e:
+        msg = f"{where}: stats file is not valid JSON: {e}"
+        raise InputError(msg) from e

@@ -1,0 +1,547 @@
+"""One code path for local folders and object stores (``s3://``, any fsspec URL).
+
+A ``Location`` is a root plus a filesystem. Everything else in shardwise speaks in
+paths relative to a root (``cc/science/part-7.jsonl.gz``), so a corpus can move
+between a mount and a bucket without re-sharding, and a relative path can never
+escape its root (see ``manifest.check_relative``).
+
+Local roots use plain ``os`` calls (atomic temp+rename, create-by-link). Remote
+roots go through fsspec; for S3 (and R2, MinIO, Ceph) shardwise talks to s3fs's
+client directly where that saves requests:
+
+* a listing is one paginated ``ListObjectsV2`` (1,000 keys a page), never a HEAD
+  per file, and never the extra HEAD/LIST s3fs's ``find`` adds for an empty prefix;
+* a whole-object PUT is atomic by nature: a reader sees the old object, the new one
+  or none, so no temp+rename is needed;
+* ``create_if_absent`` is a conditional PUT (``If-None-Match: *``), atomic on S3, R2
+  and MinIO; ``exists`` is one HEAD, ``remove`` one DELETE, ``read_bytes`` one GET.
+
+Every remote request is retried by ``shardwise.retrying`` (bounded exponential
+backoff with jitter) and by nothing else: botocore's and s3fs's own retry loops are
+switched off here, so a bound in config is the real bound, and a test can count the
+attempts at the server.
+
+Credentials are never part of this module's inputs: the config may not carry them
+(``StorageOptions.from_config``) and neither may a URL (``user:pass@``); botocore
+finds them in the environment, the AWS profile files, or the instance role.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import IO, Any, TypeVar
+from urllib.parse import urlsplit
+
+from shardwise.atomic import create_exclusive, write_atomic
+from shardwise.errors import ConfigError, StorageError
+from shardwise.retrying import RetriesExhaustedError, RetryPolicy, call
+
+T = TypeVar("T")
+
+log = logging.getLogger("shardwise.storage")
+
+#: Config keys that look like secrets; credentials come from the environment instead.
+SECRET_KEY_WORDS = ("key", "secret", "token", "password")
+
+#: Where credentials go instead of the workflow config (used in error messages).
+CREDENTIALS_HINT = (
+    "credentials are never read from the workflow config or a URL; set "
+    "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN) in the environment, "
+    "use an AWS profile (storage.profile, from ~/.aws/credentials), or an instance role"
+)
+
+#: Read-buffer size for remote files. Big enough that a JSONL stream costs one GET
+#: per 16 MiB and a Parquet column chunk usually one GET; small enough to bound memory
+#: per open file (s3fs's default is 50 MiB).
+DEFAULT_BLOCK_SIZE = 16 * 2**20
+
+_S3_PROTOCOLS = ("s3", "s3a")
+_ADDRESSING_STYLES = ("auto", "path", "virtual")
+
+
+@dataclass(frozen=True)
+class StorageOptions:
+    """Non-secret storage settings from config (credentials come from the environment).
+
+    ``endpoint_url`` points at R2/MinIO/Ceph; ``addressing_style: path`` is what most
+    self-hosted stores need. ``max_attempts`` bounds tries per request (1 = no retry);
+    ``backoff_base``/``backoff_max`` shape the jittered exponential wait between
+    them. ``conditional_writes: false`` is for stores that reject ``If-None-Match``.
+    """
+
+    endpoint_url: str | None = None
+    region: str | None = None
+    profile: str | None = None
+    anon: bool = False
+    connect_timeout: float = 10.0
+    read_timeout: float = 60.0
+    max_attempts: int = 5
+    backoff_base: float = 0.5
+    backoff_max: float = 20.0
+    addressing_style: str = "auto"
+    conditional_writes: bool = True
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            kind = str(f.type)
+            ok = True
+            if kind == "bool":
+                ok = isinstance(value, bool)
+            elif kind == "int":
+                ok = isinstance(value, int) and not isinstance(value, bool)
+            elif kind == "float":
+                ok = isinstance(value, int | float) and not isinstance(value, bool)
+            elif kind in ("str", "str | None"):
+                ok = isinstance(value, str) or (value is None and kind != "str")
+            if not ok:
+                msg = f"storage.{f.name}: expected {kind}, got {value!r}"
+                raise ConfigError(msg)
+        if self.max_attempts < 1:
+            msg = f"storage.max_attempts: must be >= 1, got {self.max_attempts}"
+            raise ConfigError(msg)
+        for name in ("connect_timeout", "read_timeout", "backoff_base", "backoff_max"):
+            if getattr(self, name) < 0:
+                msg = f"storage.{name}: must be >= 0, got {getattr(self, name)}"
+                raise ConfigError(msg)
+        if self.addressing_style not in _ADDRESSING_STYLES:
+            msg = (
+                f"storage.addressing_style: {self.addressing_style!r} is not one of "
+                f"{list(_ADDRESSING_STYLES)}"
+            )
+            raise ConfigError(msg)
+        if self.endpoint_url is not None:
+            reject_credentials_in_url(self.endpoint_url, "storage.endpoint_url")
+
+    @classmethod
+    def from_config(cls, cfg: dict[str, Any] | None) -> StorageOptions:
+        """Build from the config's ``storage`` mapping, refusing anything secret-looking."""
+        cfg = dict(cfg or {})
+        for path in _secret_looking_keys(cfg, "storage"):
+            msg = f"{path}: {CREDENTIALS_HINT}"
+            raise ConfigError(msg)
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(cfg) - known)
+        if unknown:
+            msg = f"storage: unknown key(s) {unknown}; known: {sorted(known)}"
+            raise ConfigError(msg)
+        return cls(**cfg)
+
+    def retry_policy(self) -> RetryPolicy:
+        """The retry bound and backoff for every remote request."""
+        return RetryPolicy(
+            attempts=self.max_attempts, base_delay=self.backoff_base, max_delay=self.backoff_max
+        )
+
+
+def _secret_looking_keys(value: Any, where: str) -> Iterator[str]:
+    """Dotted paths of mapping keys (at any depth) that name a secret."""
+    if isinstance(value, dict):
+        for key, sub in value.items():
+            path = f"{where}.{key}"
+            if any(word in str(key).lower() for word in SECRET_KEY_WORDS):
+                yield path
+            yield from _secret_looking_keys(sub, path)
+    elif isinstance(value, list):
+        for i, sub in enumerate(value):
+            yield from _secret_looking_keys(sub, f"{where}[{i}]")
+
+
+def reject_credentials_in_url(url: str, where: str) -> None:
+    """Refuse ``scheme://user:pass@host`` URLs: they would end up in run.json and logs."""
+    if "://" not in url:
+        return
+    netloc = urlsplit(url).netloc
+    if "@" in netloc:
+        msg = f"{where}: the URL carries credentials (user:password@); {CREDENTIALS_HINT}"
+        raise ConfigError(msg)
+
+
+def is_remote(uri: str) -> bool:
+    """True for ``scheme://`` URLs other than ``file://``."""
+    return "://" in uri and not uri.startswith("file://")
+
+
+class Location:
+    """A root directory or prefix, local or remote, addressed by relative paths."""
+
+    def __init__(self, uri: str, options: StorageOptions | None = None) -> None:
+        self.uri = uri.rstrip("/") if uri not in ("/",) else uri
+        self.options = options or StorageOptions()
+        self.remote = is_remote(uri)
+        self.protocol = uri.split("://", 1)[0].lower() if self.remote else "file"
+        self.is_s3 = self.protocol in _S3_PROTOCOLS
+        self._policy = self.options.retry_policy()
+        if self.remote:
+            reject_credentials_in_url(uri, f"storage URL {uri.split('@')[-1]}")
+            self.fs, self.root = _remote_filesystem(self.uri, self.options)
+            self.root = self.root.rstrip("/")
+            self.bucket, _, self.prefix = self.root.partition("/")
+        else:
+            path = uri.removeprefix("file://")
+            self.fs = None
+            self.root = str(Path(path).absolute())
+            self.bucket, self.prefix = "", self.root
+
+    def __repr__(self) -> str:
+        return f"Location({self.uri!r})"
+
+    # -- naming ---------------------------------------------------------------
+    def path(self, rel: str) -> str:
+        """The full path (local) or key (remote, without scheme) of ``rel``."""
+        return f"{self.root}/{rel}" if rel else self.root
+
+    def url(self, rel: str) -> str:
+        """A human-readable address of ``rel`` for messages."""
+        return f"{self.uri}/{rel}" if rel else self.uri
+
+    def _key(self, rel: str) -> str:
+        """The object key of ``rel`` inside ``self.bucket`` (S3 only)."""
+        return f"{self.prefix}/{rel}" if self.prefix else rel
+
+    # -- plumbing -------------------------------------------------------------
+    def _retry(self, rel: str, fn: Callable[[], T]) -> T:
+        """Run one remote request under the retry policy; errors name ``rel``'s URL."""
+        return call(fn, key=self.url(rel), policy=self._policy)
+
+    def _fail(self, verb: str, rel: str, err: BaseException) -> StorageError:
+        """A ``StorageError`` for a final error; retry exhaustion already names the key."""
+        if isinstance(err, StorageError):
+            return err
+        return StorageError(f"cannot {verb} {self.url(rel)}: {type(err).__name__}: {err}")
+
+    # -- listing --------------------------------------------------------------
+    def list_files(self) -> list[tuple[str, int]]:
+        """Every file below the root as (relative path, size), sorted; one listing."""
+        try:
+            if self.is_s3:
+                out = list(self._list_s3())
+            elif self.remote:
+                out = list(self._list_fsspec())
+            else:
+                root = Path(self.root)
+                if not root.is_dir():
+                    return []
+                out = list(_walk_local(root))
+        except StorageError:
+            raise
+        except (OSError, ValueError) as e:
+            raise self._fail("list", "", e) from e
+        out.sort()
+        return out
+
+    def _list_s3(self) -> Iterator[tuple[str, int]]:
+        """One paginated ListObjectsV2 under the prefix; each page retried on its own."""
+        prefix = f"{self.prefix}/" if self.prefix else ""
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
+        while True:
+            page = self._retry("", lambda kw=dict(kwargs): self.fs.call_s3("list_objects_v2", **kw))
+            for obj in page.get("Contents", ()):
+                key = obj["Key"]
+                if key.endswith("/"):
+                    continue  # a "folder" placeholder some tools create
+                yield key[len(prefix) :], int(obj.get("Size") or 0)
+            token = page.get("NextContinuationToken")
+            if not page.get("IsTruncated") or not token:
+                return
+            kwargs["ContinuationToken"] = token
+
+    def _list_fsspec(self) -> Iterator[tuple[str, int]]:
+        """Any other fsspec backend: its recursive ``find``."""
+        try:
+            found = self._retry("", lambda: self.fs.find(self.root, detail=True))
+        except FileNotFoundError:
+            return
+        prefix = self.root + "/"
+        for key, info in found.items():
+            if info.get("type") == "directory" or not key.startswith(prefix):
+                continue
+            yield key[len(prefix) :], int(info.get("size") or 0)
+
+    def list_suffix(self, suffix: str) -> set[str]:
+        """Relative paths of files ending in ``suffix`` (one listing, no per-file probes)."""
+        return {rel for rel, _ in self.list_files() if rel.endswith(suffix)}
+
+    # -- reading --------------------------------------------------------------
+    def open(
+        self,
+        rel: str,
+        *,
+        size: int | None = None,
+        block_size: int | None = None,
+        cache_type: str | None = None,
+    ) -> IO[bytes]:
+        """Open ``rel`` for streaming reads: seekable and buffered on remote stores.
+
+        Remote files read ``block_size`` bytes per GET (read-ahead buffer), so
+        pyarrow can seek to a Parquet footer and project columns, and a JSONL stream
+        costs one GET per block; memory per open file stays near one block. Passing
+        ``size`` (e.g. from the plan or a listing) saves the HEAD that would find it.
+        Every ranged GET is retried on its own; FileNotFoundError if ``rel`` is absent.
+        """
+        if not self.remote:
+            try:
+                return Path(self.path(rel)).open("rb")
+            except FileNotFoundError:
+                raise
+            except OSError as e:
+                raise self._fail("open", rel, e) from e
+        kwargs: dict[str, Any] = {
+            "block_size": block_size or DEFAULT_BLOCK_SIZE,
+            "cache_type": cache_type or "readahead",
+        }
+        if size is not None:
+            kwargs["size"] = size
+        try:
+            fh = self._retry(rel, lambda: self.fs.open(self.path(rel), "rb", **kwargs))
+        except FileNotFoundError:
+            raise
+        except (OSError, ValueError, StorageError) as e:
+            raise self._fail("open", rel, e) from e
+        cache = getattr(fh, "cache", None)
+        fetcher = getattr(cache, "fetcher", None)
+        if fetcher is not None:
+            cache.fetcher = _RetryingFetcher(fetcher, self.url(rel), self._policy)
+        return fh
+
+    def read_bytes(self, rel: str) -> bytes:
+        """Read a whole (small) file; FileNotFoundError if it is absent. One GET remotely."""
+        if not self.remote:
+            with self.open(rel) as fh:
+                return fh.read()
+        try:
+            return self._retry(rel, lambda: self.fs.cat_file(self.path(rel)))
+        except FileNotFoundError:
+            raise
+        except (OSError, ValueError, StorageError) as e:
+            raise self._fail("read", rel, e) from e
+
+    def exists(self, rel: str) -> bool:
+        """One probe (a HEAD remotely); prefer ``list_suffix`` for many files."""
+        if not self.remote:
+            return Path(self.path(rel)).exists()
+        try:
+            if self.is_s3:
+                self._retry(
+                    rel,
+                    lambda: self.fs.call_s3("head_object", Bucket=self.bucket, Key=self._key(rel)),
+                )
+                return True
+            return bool(self._retry(rel, lambda: self.fs.exists(self.path(rel))))
+        except FileNotFoundError:
+            return False
+        except (OSError, ValueError, StorageError) as e:
+            if _http_status(e) == 404:
+                return False
+            raise self._fail("check", rel, e) from e
+
+    # -- writing --------------------------------------------------------------
+    def write_bytes(self, rel: str, data: bytes) -> None:
+        """Write ``rel`` atomically: readers see the old object, the new one, or none."""
+        try:
+            if self.remote:
+                self._retry(rel, lambda: self.fs.pipe_file(self.path(rel), data))
+            else:
+                write_atomic(Path(self.path(rel)), data)
+        except (OSError, ValueError, StorageError) as e:
+            raise self._fail("write", rel, e) from e
+
+    def create_if_absent(self, rel: str, data: bytes) -> bool:
+        """Create ``rel`` unless it exists; False when it already did (never overwrites).
+
+        On S3 this is one conditional PUT (``If-None-Match: *``): of two racing writers
+        exactly one gets True. A retried PUT whose first try did land answers 412 and
+        so reports False; callers re-read and validate the content, which is theirs.
+        """
+        try:
+            if not self.remote:
+                return create_exclusive(Path(self.path(rel)), data)
+            if self.is_s3 and self.options.conditional_writes:
+                return self._create_conditional(rel, data)
+            return self._create_check_then_put(rel, data)
+        except (OSError, ValueError, StorageError) as e:
+            raise self._fail("create", rel, e) from e
+
+    def _create_conditional(self, rel: str, data: bytes) -> bool:
+        try:
+            self._retry(
+                rel,
+                lambda: self.fs.call_s3(
+                    "put_object",
+                    Bucket=self.bucket,
+                    Key=self._key(rel),
+                    Body=data,
+                    IfNoneMatch="*",
+                ),
+            )
+        except (OSError, StorageError) as e:
+            if isinstance(e, FileExistsError) or _http_status(e) == 412:
+                return False
+            if _http_status(e) == 501 or _error_code(e) == "NotImplemented":
+                _warn_no_conditional_writes(self)
+                return self._create_check_then_put(rel, data)
+            raise
+        finally:
+            self.fs.invalidate_cache(self.path(rel))
+        return True
+
+    def _create_check_then_put(self, rel: str, data: bytes) -> bool:
+        """Fallback where the store has no conditional PUT: racy (see docs/storage.md)."""
+        if self.exists(rel):
+            return False
+        self.write_bytes(rel, data)
+        return True
+
+    def remove(self, rel: str) -> None:
+        """Delete ``rel`` if present (one idempotent DELETE on S3)."""
+        try:
+            if not self.remote:
+                Path(self.path(rel)).unlink(missing_ok=True)
+            elif self.is_s3:
+                self._retry(
+                    rel,
+                    lambda: self.fs.call_s3(
+                        "delete_object", Bucket=self.bucket, Key=self._key(rel)
+                    ),
+                )
+            elif self.exists(rel):
+                self._retry(rel, lambda: self.fs.rm_file(self.path(rel)))
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError, StorageError) as e:
+            raise self._fail("remove", rel, e) from e
+
+
+class _RetryingFetcher:
+    """Wraps a remote file's ranged-GET function so each GET is retried on its own."""
+
+    def __init__(self, fetcher: Callable[[int, int], bytes], key: str, policy: RetryPolicy):
+        self.fetcher = fetcher
+        self.key = key
+        self.policy = policy
+
+    def __call__(self, start: int, end: int) -> bytes:
+        return call(
+            lambda: self.fetcher(start, end), key=f"{self.key} [{start}:{end}]", policy=self.policy
+        )
+
+
+def _walk_local(root: Path) -> Iterator[tuple[str, int]]:
+    """Recursive scandir: one stat per entry that scandir already returns."""
+    stack = [(root, "")]
+    while stack:
+        directory, prefix = stack.pop()
+        with os.scandir(directory) as it:
+            for entry in it:
+                rel = f"{prefix}{entry.name}"
+                if entry.is_dir(follow_symlinks=True):
+                    stack.append((Path(entry.path), rel + "/"))
+                elif entry.is_file(follow_symlinks=True):
+                    yield rel, entry.stat().st_size
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        yield cur
+        if isinstance(cur, RetriesExhaustedError):
+            cur = cur.last_error
+        else:
+            cur = cur.__cause__ or cur.__context__
+
+
+def _http_status(exc: BaseException) -> int | None:
+    """The HTTP status of the botocore error behind ``exc`` (s3fs wraps them)."""
+    for err in _chain(exc):
+        response = getattr(err, "response", None)
+        if isinstance(response, dict):
+            status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+            if isinstance(status, int):
+                return status
+    return None
+
+
+def _error_code(exc: BaseException) -> str | None:
+    """The S3 error code behind ``exc``, e.g. ``PreconditionFailed``."""
+    for err in _chain(exc):
+        response = getattr(err, "response", None)
+        if isinstance(response, dict):
+            code = (response.get("Error") or {}).get("Code")
+            if code:
+                return str(code)
+    return None
+
+
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def _warn_no_conditional_writes(loc: Location) -> None:
+    with _warned_lock:
+        if loc.uri in _warned:
+            return
+        _warned.add(loc.uri)
+    log.warning(
+        "%s: the store does not support conditional PUT (If-None-Match); falling back to "
+        "HEAD-then-PUT, which two simultaneous writers can both win (see docs/storage.md)",
+        loc.uri,
+    )
+
+
+def _s3_filesystem_class() -> type:
+    """s3fs's filesystem with its own retry loop off: ``shardwise.retrying`` owns retries."""
+    global _S3FS_CLASS  # noqa: PLW0603 - built once, import of s3fs is lazy
+    if _S3FS_CLASS is None:
+        from s3fs import S3FileSystem
+
+        class ShardwiseS3FileSystem(S3FileSystem):
+            """S3FileSystem that tries each request once; the caller decides on retries."""
+
+            retries = 1
+
+        _S3FS_CLASS = ShardwiseS3FileSystem
+    return _S3FS_CLASS
+
+
+_S3FS_CLASS: type | None = None
+
+
+def _remote_filesystem(uri: str, options: StorageOptions) -> tuple[Any, str]:
+    """An fsspec filesystem for ``uri`` with the configured, non-secret options."""
+    import fsspec
+
+    protocol = uri.split("://", 1)[0].lower()
+    if protocol not in _S3_PROTOCOLS:
+        fs, path = fsspec.core.url_to_fs(uri)
+        return fs, path
+    client_kwargs: dict[str, Any] = {}
+    if options.region:
+        client_kwargs["region_name"] = options.region
+    config_kwargs: dict[str, Any] = {
+        "connect_timeout": options.connect_timeout,
+        "read_timeout": options.read_timeout,
+        # One try per botocore call: retrying.py retries, with jitter and a bound.
+        "retries": {"total_max_attempts": 1, "mode": "standard"},
+    }
+    if options.addressing_style != "auto":
+        config_kwargs["s3"] = {"addressing_style": options.addressing_style}
+    kwargs: dict[str, Any] = {
+        "anon": options.anon,
+        "endpoint_url": options.endpoint_url,
+        "client_kwargs": client_kwargs,
+        "config_kwargs": config_kwargs,
+        "use_listings_cache": False,
+        "default_block_size": DEFAULT_BLOCK_SIZE,
+    }
+    if options.profile:
+        kwargs["profile"] = options.profile
+    cls = _s3_filesystem_class()
+    fs = cls(**kwargs)
+    return fs, cls._strip_protocol(uri)

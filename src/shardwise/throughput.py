@@ -1,0 +1,347 @@
+"""Per-file stats -> rates per GPU, ETA, and SLURM walltime advice.
+
+Every labelled file leaves a ``<rel>.stats.json`` (see docs/ARCHITECTURE.md). Rates are
+per *file* and per *GPU type* (``device_name``) because one run often mixes node types
+and a mean over all files hides a slow partition. Percentiles are over files: the p10
+(slow side) is what sizes a SLURM walltime, the aggregate (sum of work / sum of seconds)
+is what an ETA needs, since the total time is a sum, not a median.
+
+Everything here is pure: callers pass the stats dicts (or a :class:`StatsTable`) in.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import numpy as np
+
+__all__ = [
+    "DeviceRate",
+    "Eta",
+    "Percentiles",
+    "StatsTable",
+    "Throughput",
+    "Walltime",
+    "eta",
+    "format_duration",
+    "parse_time",
+    "rate_for_walltime",
+    "stats_table",
+    "summarize",
+    "walltime_advice",
+]
+
+#: ``device_name`` used when a stats file has none (CPU runs, old stats).
+UNKNOWN_DEVICE = "unknown"
+
+
+def parse_time(value: object) -> float:
+    """ISO 8601 -> POSIX seconds; NaN when absent or unreadable (naive means UTC).
+
+    NaN rather than an exception: one malformed stats file must not hide the report.
+    """
+    if not isinstance(value, str) or not value:
+        return math.nan
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return math.nan
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+@dataclass(frozen=True, eq=False)
+class StatsTable:
+    """Stats as columns (one row per file), so every rate is a numpy expression.
+
+    Missing numbers are NaN; ``bytes`` is the input file's size (NaN when unknown).
+    """
+
+    file: np.ndarray  # object (str)
+    shard: np.ndarray  # int64, -1 when unknown
+    device_name: np.ndarray  # object (str)
+    docs: np.ndarray  # float64
+    tokens: np.ndarray  # float64
+    seconds: np.ndarray  # float64
+    bytes: np.ndarray  # float64
+    finished_at: np.ndarray  # float64, POSIX seconds
+
+    def __len__(self) -> int:
+        return int(self.file.size)
+
+    def select(self, mask: np.ndarray) -> StatsTable:
+        """The rows where ``mask`` is true."""
+        return StatsTable(**{name: getattr(self, name)[mask] for name in _COLUMNS})
+
+    def with_bytes(self, sizes: np.ndarray) -> StatsTable:
+        """A copy whose missing ``bytes`` are taken from ``sizes`` (e.g. the plan's)."""
+        filled = np.where(np.isnan(self.bytes), sizes, self.bytes)
+        return StatsTable(**{**{n: getattr(self, n) for n in _COLUMNS}, "bytes": filled})
+
+
+_COLUMNS = ("file", "shard", "device_name", "docs", "tokens", "seconds", "bytes", "finished_at")
+
+
+def _number(value: Any) -> float:
+    """A finite float, or NaN for anything else (bools, strings, None)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return math.nan
+    return float(value)
+
+
+def stats_table(stats: Iterable[dict[str, Any]] | StatsTable) -> StatsTable:
+    """Columnar view of stats dicts; a file seen twice keeps its latest ``finished_at``.
+
+    Duplicates happen when a listing catches a rewrite or when several output roots are
+    merged; counting both would double the docs.
+    """
+    if isinstance(stats, StatsTable):
+        return stats
+    latest: dict[str, tuple[float, dict[str, Any]]] = {}
+    anonymous: list[dict[str, Any]] = []
+    for row in stats:
+        when = parse_time(row.get("finished_at"))
+        name = row.get("file")
+        if not isinstance(name, str):
+            anonymous.append(row)
+            continue
+        seen = latest.get(name)
+        if seen is None or (not math.isnan(when) and not when <= seen[0]):
+            latest[name] = (when, row)
+    rows = [row for _, row in latest.values()] + anonymous
+    shard = [row.get("shard") for row in rows]
+    return StatsTable(
+        file=np.array([str(row.get("file", "")) for row in rows], dtype=object),
+        shard=np.array(
+            [s if isinstance(s, int) and not isinstance(s, bool) else -1 for s in shard],
+            dtype=np.int64,
+        ),
+        device_name=np.array(
+            [str(row.get("device_name") or UNKNOWN_DEVICE) for row in rows], dtype=object
+        ),
+        docs=np.array([_number(row.get("docs")) for row in rows], dtype=np.float64),
+        tokens=np.array([_number(row.get("tokens")) for row in rows], dtype=np.float64),
+        seconds=np.array([_number(row.get("seconds")) for row in rows], dtype=np.float64),
+        bytes=np.array([_number(row.get("bytes")) for row in rows], dtype=np.float64),
+        finished_at=np.array([parse_time(row.get("finished_at")) for row in rows]),
+    )
+
+
+@dataclass(frozen=True)
+class Percentiles:
+    """p10 / median / p90 over files (p10 is the slow side for a rate)."""
+
+    p10: float
+    median: float
+    p90: float
+
+    @classmethod
+    def of(cls, values: np.ndarray) -> Percentiles | None:
+        """Percentiles of the finite values; None when there are none."""
+        finite = values[np.isfinite(values)]
+        if finite.size == 0:
+            return None
+        p10, p50, p90 = np.percentile(finite, [10, 50, 90])
+        return cls(float(p10), float(p50), float(p90))
+
+
+@dataclass(frozen=True)
+class DeviceRate:
+    """Throughput of one GPU type (or of all, ``device_name == "all"``), per GPU."""
+
+    device_name: str
+    files: int
+    seconds: float  # GPU-seconds spent on these files
+    docs_per_s: Percentiles | None  # over files
+    tokens_per_s: Percentiles | None
+    bytes_per_s: Percentiles | None
+    files_per_hour: float  # aggregate: files / GPU-hour
+    docs_per_s_total: float  # aggregate: sum docs / sum seconds
+    bytes_per_s_total: float | None  # aggregate; None without sizes
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """Rates per GPU type (most files first) and over all files."""
+
+    devices: tuple[DeviceRate, ...]
+    overall: DeviceRate | None  # None when no stats have positive seconds
+
+    @property
+    def files(self) -> int:
+        """How many files the rates are based on."""
+        return self.overall.files if self.overall else 0
+
+
+def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """Element-wise num/den, NaN where den is not positive."""
+    out = np.full(num.shape, np.nan)
+    ok = den > 0
+    np.divide(num, den, out=out, where=ok)
+    return out
+
+
+def _device_rate(name: str, t: StatsTable) -> DeviceRate:
+    seconds = float(np.nansum(t.seconds))
+    sized = np.isfinite(t.bytes)
+    bytes_total = (
+        float(t.bytes[sized].sum() / t.seconds[sized].sum())
+        if sized.any() and t.seconds[sized].sum() > 0
+        else None
+    )
+    return DeviceRate(
+        device_name=name,
+        files=len(t),
+        seconds=seconds,
+        docs_per_s=Percentiles.of(_ratio(t.docs, t.seconds)),
+        tokens_per_s=Percentiles.of(_ratio(t.tokens, t.seconds)),
+        bytes_per_s=Percentiles.of(_ratio(t.bytes, t.seconds)),
+        files_per_hour=3600.0 * len(t) / seconds if seconds > 0 else math.nan,
+        docs_per_s_total=float(np.nansum(t.docs)) / seconds if seconds > 0 else math.nan,
+        bytes_per_s_total=bytes_total,
+    )
+
+
+def _timed(stats: Iterable[dict[str, Any]] | StatsTable) -> StatsTable:
+    """Rows usable for rates: positive, finite seconds."""
+    t = stats_table(stats)
+    return t.select(np.isfinite(t.seconds) & (t.seconds > 0))
+
+
+def summarize(stats: Iterable[dict[str, Any]] | StatsTable) -> Throughput:
+    """Rates per GPU type and overall, computed from the per-file docs/tokens/seconds.
+
+    Rates are recomputed from ``docs``/``tokens``/``seconds`` rather than trusting the
+    stored ``docs_per_s``: the ratio of the raw fields is what the aggregate uses too,
+    so the two can never disagree.
+    """
+    t = _timed(stats)
+    if len(t) == 0:
+        return Throughput(devices=(), overall=None)
+    names, inverse, counts = np.unique(t.device_name.astype(str), return_inverse=True,
+                                       return_counts=True)
+    order = sorted(range(names.size), key=lambda i: (-counts[i], names[i]))
+    devices = tuple(_device_rate(str(names[i]), t.select(inverse == i)) for i in order)
+    return Throughput(devices=devices, overall=_device_rate("all", t))
+
+
+@dataclass(frozen=True)
+class Eta:
+    """Time to finish ``remaining`` units on ``gpus`` GPUs at the aggregate rate."""
+
+    seconds: float
+    remaining: float
+    unit: Literal["files", "bytes"]
+    gpus: int
+    rate_per_gpu: float  # units per second per GPU
+
+
+def eta(
+    remaining: float,
+    throughput: Throughput,
+    gpus: int,
+    *,
+    unit: Literal["files", "bytes"] = "files",
+) -> Eta | None:
+    """ETA = remaining / (aggregate rate per GPU x gpus); None without a usable rate.
+
+    Bytes are the better unit when the plan knows the sizes (files vary 100x in a web
+    crawl); files is the fallback. Job start-up and model loading are not counted:
+    they are paid once per shard and are small against a shard's hours.
+    """
+    if gpus <= 0:
+        raise ValueError(f"gpus must be positive, got {gpus}")
+    overall = throughput.overall
+    if overall is None:
+        return None
+    rate = overall.files_per_hour / 3600.0 if unit == "files" else overall.bytes_per_s_total
+    if rate is None or not rate > 0:
+        return None
+    return Eta(
+        seconds=float(remaining) / (rate * gpus),
+        remaining=float(remaining),
+        unit=unit,
+        gpus=gpus,
+        rate_per_gpu=float(rate),
+    )
+
+
+def rate_for_walltime(stats: Iterable[dict[str, Any]] | StatsTable) -> float | None:
+    """Input bytes per second per GPU at the slow end (p10 over files); None if unknown.
+
+    The slow end, not the median: a walltime sized on the median kills every shard
+    that lands on a slow node or a file full of long documents.
+    """
+    t = _timed(stats)
+    rates = Percentiles.of(_ratio(t.bytes, t.seconds))
+    return rates.p10 if rates and rates.p10 > 0 else None
+
+
+@dataclass(frozen=True)
+class Walltime:
+    """A suggested ``--time`` for one shard's job."""
+
+    seconds: int
+    slurm: str  # "D-HH:MM:SS" or "HH:MM:SS"
+    largest_shard: float  # in the unit of the sizes given
+    work_seconds: float  # largest shard / slow rate, before the safety factor
+
+
+def walltime_advice(
+    shard_sizes: Sequence[float] | np.ndarray,
+    k: float,
+    rate: float,
+    *,
+    overhead_s: float = 300.0,
+    round_to_s: int = 900,
+) -> Walltime:
+    """Walltime = ``k`` x largest shard / slow-side rate + start-up, rounded up.
+
+    ``shard_sizes`` and ``rate`` share a unit (bytes and bytes/s from
+    :func:`rate_for_walltime`, or files and files/s). ``k`` is the safety factor (1.5
+    is a sane default) on top of the p10 rate. The largest shard decides because every
+    array task gets the same ``--time``. ``overhead_s`` covers container start and model
+    loading; the result is rounded up to ``round_to_s`` so schedulers can backfill.
+    """
+    if not rate > 0:
+        raise ValueError(f"rate must be positive, got {rate}")
+    if not k > 0:
+        raise ValueError(f"k must be positive, got {k}")
+    sizes = np.asarray(shard_sizes, dtype=np.float64)
+    largest = float(sizes.max()) if sizes.size else 0.0
+    work = largest / rate
+    total = k * work + overhead_s
+    seconds = int(math.ceil(total / round_to_s) * round_to_s)
+    return Walltime(seconds=seconds, slurm=slurm_time(seconds), largest_shard=largest,
+                    work_seconds=work)
+
+
+def slurm_time(seconds: int) -> str:
+    """SLURM ``--time`` syntax: ``HH:MM:SS``, or ``D-HH:MM:SS`` from one day on."""
+    days, rest = divmod(int(seconds), 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    clock = f"{hours:02d}:{minutes:02d}:{secs:02d}"
+    return f"{days}-{clock}" if days else clock
+
+
+def format_duration(seconds: float) -> str:
+    """Short human duration: ``45s``, ``12m``, ``5h 12m``, ``3d 4h``."""
+    if not math.isfinite(seconds):
+        return "unknown"
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s}s"
+    minutes = s // 60
+    if minutes < 60:
+        return f"{minutes}m"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours}h {minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d {hours}h"

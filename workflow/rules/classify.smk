@@ -1,0 +1,16 @@
+# One job per logical shard; the package does the work (shell, not script:, so an
+# edit of the code never re-runs finished shards).
+rule classify:
+    output:
+        f"{RUN_DIR}/shards/{{shard}}.done",
+    log:
+        f"{RUN_DIR}/logs/classify/{{shard}}.log",
+    benchmark:
+        f"{RUN_DIR}/benchmarks/classify/{{shard}}.tsv"
+    resources:
+        gpu=classify_resource("gpu"),
+        cpus_per_task=classify_resource("cpus_per_task"),
+        mem_mb=classify_resource("mem_mb"),
+        runtime=classify_runtime,
+    shell:
+        "shardwise classify-shard --run-dir {RUN_DIR:q} --shard {wildcards.shard} 2> {log:q}"

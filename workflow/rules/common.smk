@@ -1,0 +1,17 @@
+# Input functions and resource callables: thin wrappers over the package.
+from shardwise.walltime import runtime_minutes_for
+
+
+def classify_resource(name):
+    """A classify resource from config (defaults filled in by the schema)."""
+    return config["resources"]["classify"][name]
+
+
+def classify_runtime(wildcards, attempt):
+    """Walltime in minutes for one shard, from measured speed (see walltime.py)."""
+    return runtime_minutes_for(
+        config,
+        int(wildcards.shard),
+        attempt,
+        main_process=workflow.is_main_process,
+    )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -47,6 +48,8 @@ def shard_of(task_id: str) -> int:
 def build(root: Path) -> None:
     """Write run.json, plan.parquet, markers and output files under ``root``."""
     rng = np.random.default_rng(7)
+    if root.exists():
+        shutil.rmtree(root)
     run_dir, output = root / "run", root / "output"
     (run_dir / "shards").mkdir(parents=True, exist_ok=True)
     output.mkdir(parents=True, exist_ok=True)
@@ -100,8 +103,10 @@ def build(root: Path) -> None:
                         "finished_at": finished.isoformat().replace("+00:00", "Z")})
         )  # fmt: skip
     # A few files done inside shards still running.
-    for shard in sorted(set(range(SHARDS)) - done_shards)[:200]:
-        for i in by_shard.get(shard, [])[:3]:
+    running = sorted(set(range(SHARDS)) - done_shards)
+    for shard in rng.choice(running, 200, replace=False).tolist():
+        members = by_shard.get(shard, [])
+        for i in rng.choice(members, min(3, len(members)), replace=False).tolist():
             _write_file_outputs(output, files[i], shard, int(sizes[i] / 2000), 15.0,
                                 DEVICES[0][0], start + timedelta(days=1), int(sizes[i]))
     (root / "BUILT").write_text("ok\n")

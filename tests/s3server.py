@@ -147,7 +147,7 @@ class _Middleware:
         seen: dict[str, Any] = {}
 
         def _start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
-            seen["status"] = int(status.split()[0])
+            seen["status"] = int(status.split(maxsplit=1)[0])
             for name, value in headers:
                 if name.lower() == "content-length":
                     seen["bytes"] = int(value)

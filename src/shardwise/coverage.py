@@ -25,7 +25,7 @@ import math
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -189,16 +189,14 @@ def _walk_output(root: Path) -> tuple[list[str], set[str]]:
     return stats_paths, done
 
 
-def _read_json_files(paths: Iterable[str]) -> Iterable[dict[str, Any]]:
-    """Parse each path; unreadable or non-object files are skipped (a report, not a gate)."""
+def _read_files(paths: Iterable[str]) -> Iterator[bytes]:
+    """Raw bytes of each path; a file that vanished since the listing is skipped."""
     for path in paths:
         try:
-            with open(path, "rb") as fh:  # noqa: PTH123 - hot loop, Path() costs 2 us
-                body = json.loads(fh.read())
-        except (OSError, ValueError):
+            with open(path, "rb") as fh:  # noqa: PTH123 - hot loop: Path() costs 2 us a file
+                yield fh.read()
+        except OSError:
             continue
-        if isinstance(body, dict):
-            yield body
 
 
 def local_output_root(output_uri: str | None) -> Path | None:
@@ -247,7 +245,7 @@ def load_state(
                 # which is usually the run directory's parent.
                 root = run_dir.parent / root
             paths, done_files = _walk_output(root)
-            stats = throughput.stats_table(_read_json_files(paths))
+            stats = throughput.stats_from_json(_read_files(paths))
             if output_markers is None:
                 output_markers = done_files
     if stats is not None:
@@ -363,18 +361,47 @@ def categorize(files: pa.Array | pa.ChunkedArray, category_regex: str) -> pa.Arr
     return pa.array(out, pa.string())
 
 
-def skew_flags(done: np.ndarray, total: np.ndarray, overall: float) -> np.ndarray:
+def skew_flags(
+    done: np.ndarray, total: np.ndarray, overall: float, effective_n: np.ndarray | None = None
+) -> np.ndarray:
     """Which categories deviate from ``overall`` by more than a binomial 99% interval.
 
     With failures spread at random, each category's completion is a binomial sample of
     the overall rate, so it lies within ``z * sqrt(p(1-p)/n)`` of ``p`` 99% of the time;
     a category outside it is failing *systematically* (bad encoding, a broken
     directory). Categories with fewer than 50 tasks are never flagged.
+
+    ``effective_n`` replaces ``n`` in the interval (default: the task counts). Mid-run,
+    whole shards are done or not, so a category with several tasks in one shard moves in
+    clusters; :func:`effective_tasks` gives the ``n`` that keeps the 99% promise then.
     """
     total = np.asarray(total, dtype=np.float64)
+    n = total if effective_n is None else np.asarray(effective_n, dtype=np.float64)
     frac = np.divide(done, total, out=np.zeros_like(total), where=total > 0)
-    half_width = SKEW_Z * np.sqrt(overall * (1.0 - overall) / np.maximum(total, 1.0))
+    half_width = SKEW_Z * np.sqrt(overall * (1.0 - overall) / np.maximum(n, 1.0))
     return (total >= SKEW_MIN_TASKS) & (np.abs(frac - overall) > half_width)
+
+
+def effective_tasks(task_category: np.ndarray, task_shard: np.ndarray, n_categories: int) -> np.ndarray:
+    """Kish effective sample size per category when shards are the unit of completion.
+
+    ``n_eff = n^2 / sum_s n_s^2`` over the shards ``s`` holding ``n_s`` of the
+    category's tasks: equal to ``n`` when no shard holds two of them (the usual case,
+    and then the flag is exactly the binomial rule), smaller when a large category has
+    several tasks per shard, which would otherwise be flagged by chance on a run that
+    is merely half way.
+    """
+    if task_category.size == 0:
+        return np.zeros(n_categories)
+    shard_span = int(task_shard.max()) + 1
+    keys = task_category.astype(np.int64) * shard_span + task_shard
+    unique_keys, per_shard = np.unique(keys, return_counts=True)
+    squares = np.bincount(
+        unique_keys // shard_span, weights=per_shard.astype(np.float64) ** 2,
+        minlength=n_categories,
+    )
+    counts = np.bincount(task_category, minlength=n_categories).astype(np.float64)
+    return np.divide(counts**2, squares, out=np.zeros(n_categories), where=squares > 0)
 
 
 def compute(
@@ -423,7 +450,10 @@ def compute(
     cat_done = np.bincount(task_cat, weights=task_done, minlength=len(cat_names)).astype(int)
     tasks_done = int(task_done.sum())
     overall = tasks_done / n_tasks if n_tasks else 1.0
-    flags = skew_flags(cat_done, cat_total, overall)
+    task_shard = np.where(in_range, rel_shard, 0)[first_row] if n_tasks else task_cat
+    flags = skew_flags(
+        cat_done, cat_total, overall, effective_tasks(task_cat, task_shard, len(cat_names))
+    )
     cats = sorted(
         (
             CategoryCoverage(

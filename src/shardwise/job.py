@@ -38,7 +38,7 @@ SETTINGS_JSON = "settings.json"
 FAILURES_DIR = "failures"
 
 
-class Interrupted(ShardwiseError):  # noqa: N818 - it is a signal, not a failure of ours
+class Interrupted(ShardwiseError):
     """The job received SIGTERM/SIGINT and stopped without marking partial work."""
 
 
@@ -238,7 +238,7 @@ def run_shard(
 
 def _label_file(ctx: JobContext, engine: Any, item: _Loaded, shard: int) -> int:
     """Run the engine on one read file and write sidecar, stats, marker (in that order)."""
-    assert item.docs is not None  # noqa: S101 - guaranteed by _prefetch when error is None
+    assert item.docs is not None
     t0 = time.perf_counter()
     labels = engine.run(item.prepared)
     infer_s = time.perf_counter() - t0

@@ -178,7 +178,8 @@ class Location:
         self.is_s3 = self.protocol in _S3_PROTOCOLS
         self._policy = self.options.retry_policy()
         if self.remote:
-            reject_credentials_in_url(uri, f"storage URL {uri.split('@')[-1]}")
+            hidden = f"{self.protocol}://***@{uri.rsplit('@', maxsplit=1)[-1]}"
+            reject_credentials_in_url(uri, f"storage URL {hidden}")
             self.fs, self.root = _remote_filesystem(self.uri, self.options)
             self.root = self.root.rstrip("/")
             self.bucket, _, self.prefix = self.root.partition("/")

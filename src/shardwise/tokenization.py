@@ -1,0 +1,352 @@
+"""Shared tokenization: tokenize each text once and each url once, for every classifier.
+
+The four WebOrganizer classifiers see ``"{url}\\n\\n{text}"`` (URL variants) or ``"{text}"``
+(NoURL variants) through the same BERT-uncased WordPiece tokenizer. Tokenizing per classifier
+does the same work four times. For a BERT-style pipeline (BertNormalizer, whitespace/punctuation
+pre-tokenizer, WordPiece, ``[CLS] $A [SEP]`` template) the two blank lines are a hard word
+boundary, so the tokens of ``url + "\\n\\n" + text`` are exactly ``tokens(url) + tokens(text)``.
+We therefore encode the pieces once and assemble each classifier's ids (specials + right
+truncation) from them. Classifiers whose tokenizers have the same content hash share ids.
+
+Safety nets, because equality must be verified rather than assumed:
+
+* tokenizers whose pipeline is not recognised as BERT-style are never split: each document's
+  formatted string is encoded whole (the tokenizer's own output), counted as a fallback;
+* every call checks a few documents against the tokenizer's own output; on a mismatch that
+  tokenizer is switched to whole-string encoding for good and the call is redone.
+
+Long texts are cut before encoding (after an ASCII whitespace well past the truncation length):
+the tokens of that prefix are a prefix of the full text's tokens. If the prefix yields too few
+tokens (pathological text), the full text is encoded instead.
+
+No torch here: this runs on a reader thread while the model runs on another.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import re
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from itertools import chain
+from typing import Any, Literal
+
+import numpy as np
+from tokenizers import Tokenizer
+
+__all__ = [
+    "INPUT_KINDS",
+    "SharedTokenizer",
+    "StreamKey",
+    "TokenStream",
+    "TokenizerInfo",
+    "format_input",
+]
+
+InputKind = Literal["url_text", "text"]
+INPUT_KINDS: tuple[str, ...] = ("url_text", "text")
+
+#: Characters after which a text may be cut without changing earlier tokens: plain ASCII
+#: whitespace only (str.isspace() also matches control separators that BertNormalizer deletes).
+_CUT_AFTER = re.compile(r"[ \t\n\r]")
+#: Characters of text kept per needed token before looking for a cut point.
+_CHARS_PER_TOKEN_BOUND = 10
+_MIN_CUT_CHARS = 4096
+
+_SPLITTABLE_NORMALIZERS = {None, "BertNormalizer", "Lowercase", "NFD", "NFC", "StripAccents"}
+_SPLITTABLE_PRE_TOKENIZERS = {"BertPreTokenizer", "Whitespace", "WhitespaceSplit"}
+_SPLITTABLE_MODELS = {"WordPiece"}
+_SPLITTABLE_POST = {None, "TemplateProcessing", "BertProcessing"}
+
+
+def format_input(kind: str, text: str, url: str) -> str:
+    """The WebOrganizer input string for one document (the reference the ids must equal)."""
+    if kind == "url_text":
+        return f"{url}\n\n{text}"
+    if kind == "text":
+        return text
+    raise ValueError(f"unknown input kind {kind!r} (expected one of {INPUT_KINDS})")
+
+
+@dataclass(frozen=True)
+class StreamKey:
+    """Identifies one id stream: classifiers with equal keys get identical input ids."""
+
+    tokenizer_hash: str
+    input: str
+    max_length: int
+
+
+@dataclass
+class TokenStream:
+    """Input ids of all documents for one :class:`StreamKey`, flat with offsets.
+
+    ``ids[offsets[i]:offsets[i + 1]]`` is document ``i`` including special tokens, already
+    truncated to ``max_length``; ``lengths[i]`` is its length.
+    """
+
+    ids: np.ndarray  # int32, all documents concatenated
+    offsets: np.ndarray  # int64, len n + 1
+    lengths: np.ndarray  # int32, len n
+    pad_id: int
+
+    def doc(self, index: int) -> list[int]:
+        """Ids of one document (tests and debugging)."""
+        return self.ids[self.offsets[index] : self.offsets[index + 1]].tolist()
+
+
+@dataclass
+class TokenizerInfo:
+    """What shared tokenization needs to know about one distinct tokenizer."""
+
+    hash: str
+    backend: Tokenizer  # private copy: no truncation, no padding
+    reference: Tokenizer  # private copy encoding like ``tokenizer(s, truncation=True)`` (per L)
+    prefix_ids: tuple[int, ...]
+    suffix_ids: tuple[int, ...]
+    pad_id: int
+    splittable: bool
+    reason: str = ""  # why not splittable
+    _reference_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer: Any, tokenizer_hash: str) -> TokenizerInfo:
+        """Inspect a transformers fast tokenizer; decide whether its output can be assembled."""
+        text = tokenizer.backend_tokenizer.to_str()
+        backend = Tokenizer.from_str(text)
+        backend.no_truncation()
+        backend.no_padding()
+        reference = Tokenizer.from_str(text)
+        reference.no_padding()
+        reference.no_truncation()
+        probe_plain = backend.encode("a", add_special_tokens=False).ids
+        probe_full = backend.encode("a", add_special_tokens=True).ids
+        prefix: tuple[int, ...] = ()
+        suffix: tuple[int, ...] = ()
+        splittable, reason = _is_splittable(json.loads(text))
+        start = _find_sublist(probe_full, probe_plain)
+        if start < 0:
+            splittable, reason = False, "special-token template could not be located"
+        else:
+            prefix = tuple(probe_full[:start])
+            suffix = tuple(probe_full[start + len(probe_plain) :])
+        pad_id = tokenizer.pad_token_id
+        if pad_id is None:
+            pad_id = 0
+        return cls(
+            hash=tokenizer_hash,
+            backend=backend,
+            reference=reference,
+            prefix_ids=prefix,
+            suffix_ids=suffix,
+            pad_id=int(pad_id),
+            splittable=splittable,
+            reason=reason,
+        )
+
+    def encode_reference(self, strings: list[str], max_length: int) -> list[list[int]]:
+        """The tokenizer's own output: specials added, right-truncated to ``max_length``."""
+        with self._reference_lock:
+            self.reference.enable_truncation(max_length=max_length)
+            encodings = self.reference.encode_batch_fast(strings, add_special_tokens=True)
+        return [e.ids for e in encodings]
+
+
+def _find_sublist(haystack: list[int], needle: list[int]) -> int:
+    for start in range(len(haystack) - len(needle) + 1):
+        if haystack[start : start + len(needle)] == needle:
+            return start
+    return -1
+
+
+def _component_types(node: Any) -> list[str | None]:
+    """Types of a tokenizer.json component, flattening ``Sequence`` containers."""
+    if node is None:
+        return [None]
+    kind = node.get("type")
+    if kind == "Sequence":
+        children = node.get("normalizers") or node.get("pretokenizers") or []
+        children = children or node.get("processors") or []
+        return [t for child in children for t in _component_types(child)]
+    return [kind]
+
+
+def _is_splittable(spec: dict[str, Any]) -> tuple[bool, str]:
+    """True when url and text can be encoded separately and concatenated (see module doc)."""
+    checks = (
+        ("normalizer", _SPLITTABLE_NORMALIZERS),
+        ("pre_tokenizer", _SPLITTABLE_PRE_TOKENIZERS),
+        ("post_processor", _SPLITTABLE_POST),
+    )
+    for key, allowed in checks:
+        for kind in _component_types(spec.get(key)):
+            if kind not in allowed:
+                return False, f"{key} {kind!r} is not known to split at blank lines"
+    if not _component_types(spec.get("pre_tokenizer"))[0]:
+        return False, "no pre-tokenizer: words are not split at whitespace"
+    model_type = (spec.get("model") or {}).get("type")
+    if model_type not in _SPLITTABLE_MODELS:
+        return False, f"model {model_type!r} is not WordPiece"
+    for token in spec.get("added_tokens") or []:
+        content = str(token.get("content", ""))
+        if any(ch.isspace() for ch in content):
+            return False, f"added token {content!r} contains whitespace"
+    return True, ""
+
+
+def _cut_text(text: str, needed_tokens: int) -> str:
+    """A prefix of ``text`` ending after ASCII whitespace, long enough for ``needed_tokens``."""
+    limit = max(_MIN_CUT_CHARS, needed_tokens * _CHARS_PER_TOKEN_BOUND)
+    if len(text) <= limit:
+        return text
+    match = _CUT_AFTER.search(text, limit)
+    if match is None:
+        return text
+    return text[: match.end()]
+
+
+def _pack(rows: list[list[int]], pad_id: int) -> TokenStream:
+    lengths = np.fromiter((len(r) for r in rows), dtype=np.int32, count=len(rows))
+    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    total = int(offsets[-1])
+    ids = np.fromiter(chain.from_iterable(rows), dtype=np.int32, count=total)
+    return TokenStream(ids=ids, offsets=offsets, lengths=lengths, pad_id=pad_id)
+
+
+@dataclass
+class EncodeResult:
+    """Streams for one batch of documents plus bookkeeping for the stats."""
+
+    streams: dict[StreamKey, TokenStream]
+    fallback_docs: int
+    verified_docs: int
+    seconds: float
+
+
+class SharedTokenizer:
+    """Builds every requested :class:`StreamKey`'s ids from one encoding of texts and urls.
+
+    Thread-safe for one caller at a time per instance plus concurrent readers of results; it
+    never touches torch or a device.
+    """
+
+    def __init__(self, infos: Sequence[TokenizerInfo], *, verify_docs: int = 4) -> None:
+        self.infos = {info.hash: info for info in infos}
+        self.verify_docs = verify_docs
+        self._lock = threading.Lock()
+
+    def encode(
+        self, texts: Sequence[str], urls: Sequence[str], keys: Sequence[StreamKey]
+    ) -> EncodeResult:
+        """Return the ids for each key, in input order, verified against a sample."""
+        if len(texts) != len(urls):
+            raise ValueError(f"{len(texts)} texts but {len(urls)} urls")
+        started = time.perf_counter()
+        texts = [t if isinstance(t, str) else "" for t in texts]
+        urls = [u if isinstance(u, str) else "" for u in urls]
+        with self._lock:
+            streams: dict[StreamKey, TokenStream] = {}
+            fallback = 0
+            verified = 0
+            by_hash: dict[str, list[StreamKey]] = {}
+            for key in dict.fromkeys(keys):
+                by_hash.setdefault(key.tokenizer_hash, []).append(key)
+            for tok_hash, tok_keys in by_hash.items():
+                info = self.infos[tok_hash]
+                part, part_fallback, part_verified = self._encode_one(info, texts, urls, tok_keys)
+                streams.update(part)
+                fallback += part_fallback
+                verified += part_verified
+        return EncodeResult(streams, fallback, verified, time.perf_counter() - started)
+
+    def _encode_one(
+        self,
+        info: TokenizerInfo,
+        texts: list[str],
+        urls: list[str],
+        keys: list[StreamKey],
+    ) -> tuple[dict[StreamKey, TokenStream], int, int]:
+        if info.splittable:
+            streams = self._assemble(info, texts, urls, keys)
+            mismatched = self._verify(info, texts, urls, streams)
+            if not mismatched:
+                return streams, 0, min(self.verify_docs, len(texts)) * len(keys)
+            info.splittable = False
+            info.reason = f"assembled ids differ from the tokenizer's own output ({mismatched})"
+        out: dict[StreamKey, TokenStream] = {}
+        for key in keys:
+            strings = [format_input(key.input, t, u) for t, u in zip(texts, urls, strict=True)]
+            out[key] = _pack(info.encode_reference(strings, key.max_length), info.pad_id)
+        fallback = len(texts) * sum(1 for key in keys if key.input == "url_text")
+        return out, fallback, 0
+
+    def _assemble(
+        self,
+        info: TokenizerInfo,
+        texts: list[str],
+        urls: list[str],
+        keys: list[StreamKey],
+    ) -> dict[StreamKey, TokenStream]:
+        specials = len(info.prefix_ids) + len(info.suffix_ids)
+        needed = max(key.max_length for key in keys) - specials
+        cut = [_cut_text(t, needed) for t in texts]
+        text_ids = [e.ids for e in info.backend.encode_batch_fast(cut, add_special_tokens=False)]
+        short = [
+            i
+            for i, ids in enumerate(text_ids)
+            if len(ids) < needed and len(cut[i]) < len(texts[i])
+        ]
+        if short:  # the prefix gave too few tokens: encode those texts whole
+            full = info.backend.encode_batch_fast([texts[i] for i in short], False)
+            for i, encoding in zip(short, full, strict=True):
+                text_ids[i] = encoding.ids
+        url_ids: list[list[int]] = []
+        if any(key.input == "url_text" for key in keys):
+            unique = list(dict.fromkeys(urls))
+            encoded = info.backend.encode_batch_fast(unique, add_special_tokens=False)
+            lookup = {u: e.ids for u, e in zip(unique, encoded, strict=True)}
+            url_ids = [lookup[u] for u in urls]
+        prefix = list(info.prefix_ids)
+        suffix = list(info.suffix_ids)
+        out: dict[StreamKey, TokenStream] = {}
+        for key in keys:
+            room = key.max_length - specials
+            if key.input == "text":
+                rows = [prefix + ids[:room] + suffix for ids in text_ids]
+            elif key.input == "url_text":
+                rows = []
+                for uid, tid in zip(url_ids, text_ids, strict=True):
+                    if len(uid) >= room:
+                        rows.append(prefix + uid[:room] + suffix)
+                    else:
+                        rows.append(prefix + uid + tid[: room - len(uid)] + suffix)
+            else:
+                raise ValueError(f"unknown input kind {key.input!r}")
+            out[key] = _pack(rows, info.pad_id)
+        return out
+
+    def _verify(
+        self,
+        info: TokenizerInfo,
+        texts: list[str],
+        urls: list[str],
+        streams: dict[StreamKey, TokenStream],
+    ) -> str:
+        """Compare a sample (first and longest documents) with the tokenizer's own output."""
+        if not texts or self.verify_docs <= 0:
+            return ""
+        n_first = min(len(texts), max(1, self.verify_docs // 2))
+        n_long = self.verify_docs - n_first
+        longest = heapq.nlargest(n_long, range(len(texts)), key=lambda i: len(texts[i]))
+        sample = sorted({*range(n_first), *longest})
+        for key, stream in streams.items():
+            strings = [format_input(key.input, texts[i], urls[i]) for i in sample]
+            expected = info.encode_reference(strings, key.max_length)
+            for i, ids in zip(sample, expected, strict=True):
+                if stream.doc(i) != ids:
+                    return f"document {i}, input {key.input}"
+        return ""

@@ -1,0 +1,79 @@
+import pytest
+import yaml
+
+from shardwise.config import Settings, load_yaml, validate
+from shardwise.errors import ConfigError
+
+
+def base():
+    return {
+        "run_dir": "run",
+        "input": {"uri": "corpus"},
+        "output": {"uri": "labels"},
+        "sharding": {"total_shards": 4},
+        "classifiers": [{"name": "topic", "model": "m", "input": "url_text"}],
+    }
+
+
+def test_defaults_are_filled_in():
+    cfg = validate(base())
+    assert cfg["input"]["format"] == "auto"
+    assert cfg["input"]["files_per_task"] == 1
+    assert cfg["input"]["category_regex"] == "^([^/]+/[^/]+)/"
+    assert cfg["sharding"]["minimum_shard_index"] == 0
+    assert cfg["inference"]["max_length"] == 8192
+    assert cfg["resources"]["classify"]["gpu"] == 0
+    assert cfg["walltime"]["safety_factor"] == 2
+
+
+@pytest.mark.parametrize(
+    ("mutate", "match"),
+    [
+        (lambda c: c.update(bogus=1), "Additional properties are not allowed \\('bogus'"),
+        (lambda c: c["input"].update(colour="red"), "config input: Additional properties"),
+        (lambda c: c["sharding"].update(total_shards=0), "config sharding.total_shards"),
+        (lambda c: c["sharding"].update(total_shards=True), "sharding.total_shards"),
+        (lambda c: c["sharding"].update(total_shards=2.5), "sharding.total_shards"),
+        (lambda c: c["sharding"].update(total_shards=3.0), "got 3.0"),
+        (lambda c: c["input"].update(format="csv"), "config input.format: 'csv' is not one of"),
+        (lambda c: c["classifiers"][0].update(input="html"), "classifiers.0.input"),
+        (lambda c: c["classifiers"].append(dict(c["classifiers"][0])), "names must be unique"),
+        (lambda c: c.update(storage={"secret_access_key": "x"}), "storage"),
+        (lambda c: c.pop("run_dir"), "'run_dir' is a required property"),
+    ],
+)
+def test_bad_config_names_the_key(mutate, match):
+    cfg = base()
+    mutate(cfg)
+    with pytest.raises(ConfigError, match=match):
+        validate(cfg)
+
+
+def test_secret_like_storage_keys_point_to_the_environment():
+    from shardwise.storage import StorageOptions
+
+    with pytest.raises(ConfigError, match="AWS_ACCESS_KEY_ID"):
+        StorageOptions.from_config({"aws_secret": "x"})
+
+
+def test_settings_job_settings_hold_no_secrets_and_reader_fields():
+    s = Settings.from_config(base())
+    js = s.job_settings()
+    assert js["input"] == {"format": "auto", "id_field": "id", "text_field": "text", "url_field": "url"}
+    assert js["inference"]["max_length"] == 8192
+
+
+def test_load_yaml_is_safe(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("!!python/object/apply:os.system ['echo pwned']\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_yaml(path)
+    path.write_text("- a list\n")
+    with pytest.raises(ConfigError, match="must hold a mapping"):
+        load_yaml(path)
+
+
+def test_repo_configs_validate():
+    for name in ("config/config.yaml", "config/weborganizer.yaml"):
+        with open(name) as fh:
+            validate(yaml.safe_load(fh))

@@ -1,0 +1,149 @@
+"""Planning at parse time: run.json, the cached plan, refusals that touch nothing."""
+
+import io
+import json
+import os
+
+import pytest
+
+from shardwise import markers, plan, workflow
+from shardwise.demo import DemoSize, write_corpus
+from shardwise.errors import RunMismatchError
+from shardwise.storage import Location
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    write_corpus(tmp_path / "corpus", DemoSize(files_per_category=2, docs_per_file=3))
+    return tmp_path / "corpus"
+
+
+def config(tmp_path, corpus, **over):
+    cfg = {
+        "run_dir": str(tmp_path / "run"),
+        "input": {"uri": str(corpus)},
+        "output": {"uri": str(tmp_path / "labels")},
+        "sharding": {"total_shards": 16},
+        "classifiers": [{"name": "topic", "model": "m/topic", "input": "url_text"}],
+    }
+    for key, value in over.items():
+        cfg[key] = value
+    return cfg
+
+
+def prepare(cfg, **kw):
+    out = io.StringIO()
+    kw.setdefault("dryrun", True)
+    info = workflow.prepare_run(cfg, main_process=True, out=out, **kw)
+    return info, out.getvalue()
+
+
+def snapshot(path):
+    return {
+        str(p.relative_to(path)): p.read_bytes()
+        for p in sorted(path.rglob("*"))
+        if p.is_file() and p.name != workflow.LOCK_FILE
+    }
+
+
+def test_first_parse_pins_run_json_caches_plan_marks_empty_shards(tmp_path, corpus):
+    info, text = prepare(config(tmp_path, corpus))
+    run_dir = tmp_path / "run"
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert meta["total_shards"] == 16 and meta["task_count"] == 12
+    assert (tmp_path / "labels" / "run.json").read_bytes() == (run_dir / "run.json").read_bytes()
+    table = plan.load(run_dir)
+    assert table.num_rows == 12
+    empty = plan.empty_shards(table, 16, 0)
+    assert empty, "12 tasks in 16 shards leave some shards empty"
+    assert markers.done_shards(run_dir) == set(empty)
+    assert json.loads((run_dir / "settings.json").read_text())["input"]["id_field"] == "id"
+    assert info.shards == tuple(range(16))
+    assert "shards" in text and "cc/science" in text
+
+
+def test_cached_plan_is_reused_without_listing_when_relist_is_off(tmp_path, corpus, monkeypatch):
+    cfg = config(tmp_path, corpus)
+    prepare(cfg)
+    before = (tmp_path / "run" / "plan.parquet").stat().st_mtime_ns
+
+    real = workflow.Location.list_files
+
+    def no_listing(self):
+        if self.uri == str(corpus):
+            raise AssertionError("the input was listed again")
+        return real(self)
+
+    monkeypatch.setattr(workflow.Location, "list_files", no_listing)
+    cfg["input"]["relist"] = False
+    prepare(cfg, report=False)
+    assert (tmp_path / "run" / "plan.parquet").stat().st_mtime_ns == before
+
+
+def test_cluster_job_parse_reads_run_json_only(tmp_path, corpus, monkeypatch):
+    cfg = config(tmp_path, corpus)
+    prepare(cfg)
+    monkeypatch.setattr(workflow, "_plan_table", lambda s: pytest.fail("planned in a job"))
+    out = io.StringIO()
+    info = workflow.prepare_run(cfg, main_process=False, out=out)
+    assert info.shards == tuple(range(16)) and out.getvalue() == ""
+
+
+def test_changed_total_shards_is_refused_and_touches_nothing(tmp_path, corpus):
+    prepare(config(tmp_path, corpus))
+    before = snapshot(tmp_path)
+    with pytest.raises(RunMismatchError, match=r"total_shards: 16 -> 17"):
+        prepare(config(tmp_path, corpus, sharding={"total_shards": 17}))
+    assert snapshot(tmp_path) == before
+
+
+def test_changed_input_set_is_refused_with_counts(tmp_path, corpus):
+    prepare(config(tmp_path, corpus))
+    (corpus / "cc" / "science" / "part-0000.parquet").unlink()
+    (corpus / "new" / "cat").mkdir(parents=True)
+    for i in range(3):
+        (corpus / "new" / "cat" / f"p{i}.jsonl").write_text('{"id": "x", "text": "y"}\n')
+    before = snapshot(tmp_path / "run")
+    with pytest.raises(RunMismatchError, match=r"3 task\(s\) added, 1 removed"):
+        prepare(config(tmp_path, corpus))
+    assert snapshot(tmp_path / "run") == before
+
+
+def test_output_run_json_from_another_cluster_is_checked_first(tmp_path, corpus):
+    prepare(config(tmp_path, corpus, run_dir=str(tmp_path / "run-a")))
+    with pytest.raises(RunMismatchError, match="labels/run.json pins a different run"):
+        prepare(config(tmp_path, corpus, run_dir=str(tmp_path / "run-b"), sharding={"total_shards": 5}))
+    assert not (tmp_path / "run-b" / "run.json").exists()
+
+
+def test_shards_finished_elsewhere_are_marked_from_one_listing(tmp_path, corpus, monkeypatch):
+    cfg = config(tmp_path, corpus)
+    prepare(cfg)
+    table = plan.load(tmp_path / "run")
+    shard = table["shard"][0].as_py()
+    out = Location(str(tmp_path / "labels"))
+    for rel in plan.files_of_shard(table, shard)["file"].to_pylist():
+        out.write_bytes(markers.file_marker_rel(rel), markers.file_marker(rel, rel, shard, 3))
+    calls = []
+    real = workflow.Location.list_files
+    monkeypatch.setattr(
+        workflow.Location, "list_files", lambda self: calls.append(self.uri) or real(self)
+    )
+    prepare(cfg, report=False)
+    assert shard in markers.done_shards(tmp_path / "run")
+    assert markers.read_shard_marker(tmp_path / "run", shard)["source"] == "remote"
+    assert calls.count(str(tmp_path / "labels")) == 1
+
+
+def test_second_top_level_process_on_same_run_dir_is_refused(tmp_path, corpus):
+    cfg = config(tmp_path, corpus)
+    prepare(cfg, dryrun=False)  # holds the lock for this (test) process
+    pid = os.fork()
+    if pid == 0:  # child: a second top-level process
+        try:
+            workflow.lock_run_dir(tmp_path / "run")
+        except RunMismatchError:
+            os._exit(7)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 7

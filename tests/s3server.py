@@ -67,6 +67,9 @@ class Fault:
     method: str | None = None
     kind: str | None = None
     key: Callable[[str], bool] | str | None = None
+    #: Let the request reach moto first, then answer the error: a "lost response"
+    #: (the write happened, the client never heard), as after a timeout.
+    after: bool = False
     hits: int = 0
 
     def matches(self, method: str, kind: str, key: str) -> bool:
@@ -127,6 +130,9 @@ class _Middleware:
         )
         conditional = method == "PUT" and environ.get("HTTP_IF_NONE_MATCH") == "*"
         fault = self.server._take_fault(method, kind, key)
+        if fault is not None and fault.after:
+            with self.server._conditional_lock if conditional else contextlib.nullcontext():
+                list(self.app(environ, lambda *a, **k: lambda _b: None))
         if fault is not None:
             body = (
                 '<?xml version="1.0" encoding="UTF-8"?>\n'
@@ -135,7 +141,7 @@ class _Middleware:
             ).encode()
             # Drain the request body so the connection stays usable (keep-alive).
             length = int(environ.get("CONTENT_LENGTH") or 0)
-            if length:
+            if length and not fault.after:
                 environ["wsgi.input"].read(length)
             start_response(
                 f"{fault.status} Injected",
@@ -164,7 +170,8 @@ class _Middleware:
                 bucket,
                 key,
                 seen.get("status", 0),
-                seen.get("bytes", sum(len(c) for c in chunks)),
+                # A HEAD's Content-Length is the object's size, but no body is sent.
+                0 if method == "HEAD" else seen.get("bytes", sum(len(c) for c in chunks)),
                 conditional,
             )
         )

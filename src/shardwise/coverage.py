@@ -683,10 +683,18 @@ def summary_lines(cov: Coverage, *, max_expression: int = 160) -> list[str]:
     return lines
 
 
-def _category_rows(cov: Coverage, limit: int) -> tuple[list[CategoryCoverage], int]:
-    """The least-covered ``limit`` categories plus every flagged one; and how many hidden."""
+def _category_rows(cov: Coverage, limit: int) -> tuple[list[CategoryCoverage], str]:
+    """The least-covered ``limit`` categories plus every flagged one; a note on the rest.
+
+    A run can have thousands of categories; the least covered and the flagged ones are
+    the ones a person acts on.
+    """
     shown = [c for i, c in enumerate(cov.categories) if i < limit or c.flagged]
-    return shown, len(cov.categories) - len(shown)
+    hidden = [c for i, c in enumerate(cov.categories) if i >= limit and not c.flagged]
+    if not hidden:
+        return shown, ""
+    low = min(c.percent for c in hidden)
+    return shown, f"... {len(hidden):,} more categories, all at {low:.1f}% or more"
 
 
 def format_table(cov: Coverage, *, max_categories: int = 40) -> str:
@@ -701,7 +709,7 @@ def format_table(cov: Coverage, *, max_categories: int = 40) -> str:
             f"{c.name:<{width}}  {c.tasks_done:>10,}  {c.tasks_total:>10,}  {c.percent:>5.1f}%{flag}"
         )
     if hidden:
-        lines.append(f"... {hidden} more categories (all at or above {shown[-1].percent:.1f}%)")
+        lines.append(hidden)
     return "\n".join(lines)
 
 
@@ -717,7 +725,7 @@ def format_markdown(cov: Coverage, *, max_categories: int = 40) -> str:
             f" {'⚠' if c.flagged else ''} |"
         )
     if hidden:
-        out += ["", f"_{hidden} more categories not shown._"]
+        out += ["", f"_{hidden}_"]
     return "\n".join(out)
 
 

@@ -296,9 +296,7 @@ class SharedTokenizer:
         cut = [_cut_text(t, needed) for t in texts]
         text_ids = [e.ids for e in info.backend.encode_batch_fast(cut, add_special_tokens=False)]
         short = [
-            i
-            for i, ids in enumerate(text_ids)
-            if len(ids) < needed and len(cut[i]) < len(texts[i])
+            i for i, ids in enumerate(text_ids) if len(ids) < needed and len(cut[i]) < len(texts[i])
         ]
         if short:  # the prefix gave too few tokens: encode those texts whole
             full = info.backend.encode_batch_fast([texts[i] for i in short], False)

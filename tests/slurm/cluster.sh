@@ -15,7 +15,8 @@
 #   node          $(hostname -s), 127.0.0.1, advertises SHARDWISE_SLURM_CPUS (8) CPUs,
 #                 SHARDWISE_SLURM_MEM_MB (16000) MB, gpu:SHARDWISE_SLURM_GPUS (2) fake
 #                 GPUs (character devices, mknod c 1 3, i.e. /dev/null)
-#   partitions    ice-gpu (default), coe-gpu, ice-bw-gpu, all on that node
+#                 feature "fakegpu"; plus node gpu-bad01, DOWN, never started
+#   partitions    ice-gpu (default), coe-gpu, ice-bw-gpu, all on those nodes
 #   accounting    slurmdbd + mariadb (SHARDWISE_SLURM_ACCOUNTING=1, default), account
 #                 "shardwise" with root in it (default account), QOS "normal";
 #                 AccountingStorageEnforce=associations,limits,qos so a QOS
@@ -39,6 +40,7 @@ CPUS="${SHARDWISE_SLURM_CPUS:-8}"
 MEM_MB="${SHARDWISE_SLURM_MEM_MB:-16000}"
 GPUS="${SHARDWISE_SLURM_GPUS:-2}"
 CLUSTER=shardwise
+BAD_NODE=gpu-bad01 # keep in step with profiles/slurm/config.yaml slurm-exclude-failed-nodes
 ACCOUNT=shardwise
 DB_NAME=shardwise_slurm_acct
 DB_USER=slurm
@@ -204,10 +206,13 @@ SlurmctldTimeout=120
 SlurmdTimeout=300
 PriorityType=priority/basic
 $acct_lines
-NodeName=$host NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=$MEM_MB Gres=gpu:$GPUS State=UNKNOWN
-PartitionName=ice-gpu Nodes=$host Default=YES MaxTime=INFINITE State=UP
-PartitionName=coe-gpu Nodes=$host MaxTime=INFINITE State=UP
-PartitionName=ice-bw-gpu Nodes=$host MaxTime=INFINITE State=UP
+NodeName=$host NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=$MEM_MB Gres=gpu:$GPUS Features=fakegpu State=UNKNOWN
+# the reference cluster's node with a bad GPU: defined, never started, DOWN; the
+# profile's slurm-exclude-failed-nodes names it (an unknown name would make sbatch fail)
+NodeName=$BAD_NODE NodeAddr=127.0.0.1 Port=6899 CPUs=$CPUS RealMemory=$MEM_MB Features=fakegpu State=DOWN
+PartitionName=ice-gpu Nodes=$host,$BAD_NODE Default=YES MaxTime=INFINITE State=UP
+PartitionName=coe-gpu Nodes=$host,$BAD_NODE MaxTime=INFINITE State=UP
+PartitionName=ice-bw-gpu Nodes=$host,$BAD_NODE MaxTime=INFINITE State=UP
 EOF
     cat >"$ETC/gres.conf" <<EOF
 $MARKER
@@ -300,7 +305,7 @@ start_slurmctld() {
 
 node_ready() {
     local st
-    st=$(sinfo -h -N -o '%T' 2>/dev/null | head -1)
+    st=$(sinfo -h -N -n "$(hostname -s)" -o '%T' 2>/dev/null | head -1)
     [[ $st == idle* || $st == mixed* || $st == allocated* ]]
 }
 

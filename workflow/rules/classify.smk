@@ -7,10 +7,15 @@ rule classify:
         f"{RUN_DIR}/logs/classify/{{shard}}.log",
     benchmark:
         f"{RUN_DIR}/benchmarks/classify/{{shard}}.tsv"
+    conda:
+        "../envs/shardwise.yaml"
     resources:
         gpu=classify_resource("gpu"),
         cpus_per_task=classify_resource("cpus_per_task"),
         mem_mb=classify_resource("mem_mb"),
         runtime=classify_runtime,
+    params:
+        run_dir=run_dir_of_marker,
     shell:
-        "shardwise classify-shard --run-dir {RUN_DIR:q} --shard {wildcards.shard} 2> {log:q}"
+        "shardwise classify-shard --run-dir {params.run_dir:q}"
+        " --shard {wildcards.shard} 2> {log:q}"

@@ -1,5 +1,12 @@
 # Input functions and resource callables: thin wrappers over the package.
+from pathlib import Path
+
 from shardwise.walltime import runtime_minutes_for
+
+
+def run_dir_of_marker(wildcards, output):
+    """The run directory, from the shard marker's path (<run_dir>/shards/<shard>.done)."""
+    return str(Path(output[0]).parent.parent)
 
 
 def classify_resource(name):

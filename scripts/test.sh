@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Set up, then run every check and the whole test suite: lint (ruff, snakefmt,
+# snakemake --lint) and pytest, including the slow tests. The SLURM tests start a
+# real single-node cluster with tests/slurm/cluster.sh (apt-installs Debian's
+# slurm, munge and mariadb; needs root); the S3 tests start moto's server.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh test
+. .venv/bin/activate
+if [ "$(id -u)" = 0 ]; then
+  export SHARDWISE_REQUIRE_SLURM="${SHARDWISE_REQUIRE_SLURM:-1}"  # fail, never skip, as root
+fi
+ruff check src tests bench
+ruff format --check src tests bench
+snakefmt --check Snakefile workflow/rules/
+lint_dir=$(mktemp -d)
+shardwise demo "$lint_dir" >/dev/null
+snakemake --lint --configfile "$lint_dir/config.yaml" >/dev/null
+rm -rf "$lint_dir"
+pytest "$@"

@@ -1,0 +1,108 @@
+"""Fixtures for end-to-end runs: a small demo corpus, tiny offline models, snakemake."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from shardwise.demo import DemoSize, demo_config, write_corpus
+from shardwise.reader import Fields, read_documents
+from shardwise.storage import Location
+
+REPO = Path(__file__).resolve().parent.parent
+SMALL = DemoSize(files_per_category=2, docs_per_file=12, median_words=60, max_words=600)
+
+
+@pytest.fixture(scope="session")
+def demo_models(tmp_path_factory) -> Path:
+    """The four tiny demo classifiers, built once per test session."""
+    from shardwise.demo import CATEGORIES, _records
+    from shardwise.tinymodels import build_weborganizer_demo_models
+
+    models = tmp_path_factory.mktemp("models")
+    sample = [r["text"] for s, c, _ in CATEGORIES for r in _records(s, c, 0, SMALL, 0)]
+    build_weborganizer_demo_models(models, sample)
+    return models
+
+
+def make_run(tmp_path: Path, models: Path, *, total_shards: int = 6, size: DemoSize = SMALL,
+             **overrides) -> Path:
+    """Write a small corpus and a config using ``models``; returns the config path."""
+    write_corpus(tmp_path / "corpus", size)
+    cfg = demo_config(tmp_path, total_shards=total_shards)
+    for c in cfg["classifiers"]:
+        c["model"] = str(models / c["name"])
+    cfg["inference"].update({"max_length": 256, "device": "cpu"})
+    cfg["resources"] = {"classify": {"runtime": 5}}
+    cfg.update(overrides)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def snakemake_cmd(config: Path, *args: str) -> list[str]:
+    """The command line of a local snakemake run of the repo's workflow."""
+    return [
+        sys.executable, "-m", "snakemake",
+        "--snakefile", str(REPO / "Snakefile"),
+        "--directory", str(config.parent),
+        "--configfile", str(config),
+        "--cores", "2",
+        *args,
+    ]  # fmt: skip
+
+
+def run_snakemake(config: Path, *args: str, check: bool = True, timeout: int = 600):
+    """Run snakemake to completion; returns the CompletedProcess (stdout+stderr merged)."""
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    proc = subprocess.run(
+        snakemake_cmd(config, *args),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake failed ({proc.returncode}):\n{proc.stdout[-6000:]}")
+    return proc
+
+
+def input_files(corpus: Path) -> list[str]:
+    """Relative paths of the corpus's source files."""
+    return sorted(
+        str(p.relative_to(corpus))
+        for p in corpus.rglob("*")
+        if p.is_file() and not p.name.startswith(".")
+    )
+
+
+def assert_labelled_exactly_once(corpus: Path, labels: Path, classifiers=("topic",)) -> int:
+    """Every input row has one sidecar row, same ids in order; returns rows checked."""
+    rows = 0
+    for rel in input_files(corpus):
+        docs = read_documents(Location(str(corpus)), rel, Fields())
+        table = pq.read_table(labels / f"{rel}.labels.parquet")
+        assert table["id"].to_pylist() == docs.ids, rel
+        for name in classifiers:
+            assert table[f"{name}_label"].null_count == 0, rel
+        marker = json.loads((labels / f"{rel}.done").read_text())
+        assert marker["rows"] == len(docs) == table.num_rows, rel
+        stats = json.loads((labels / f"{rel}.stats.json").read_text())
+        assert stats["docs"] == len(docs), rel
+        rows += len(docs)
+    return rows
+
+
+def copy_tree(src: Path, dst: Path) -> None:
+    """Copy a folder (helper for tests that mutate a corpus)."""
+    shutil.copytree(src, dst, dirs_exist_ok=True)

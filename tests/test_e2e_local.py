@@ -1,0 +1,86 @@
+"""End to end on the local executor: real snakemake, real files, tiny real models."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+from e2e import assert_labelled_exactly_once, input_files, make_run, run_snakemake, snakemake_cmd
+
+from shardwise import markers
+from shardwise.cli import main
+
+pytestmark = pytest.mark.slow
+
+
+def test_run_labels_every_file_then_second_run_does_nothing(tmp_path, demo_models, capsys):
+    config = make_run(tmp_path, demo_models)
+    dry = run_snakemake(config, "--dry-run")
+    assert "shards" in dry.stdout and "cc/science" in dry.stdout  # coverage report
+    run_snakemake(config)
+    rows = assert_labelled_exactly_once(
+        tmp_path / "corpus", tmp_path / "labels", ("topic", "topic_nourl", "format", "format_nourl")
+    )
+    assert rows == 12 * len(input_files(tmp_path / "corpus"))
+    assert markers.done_shards(tmp_path / "run") == set(range(6))
+    stats = json.loads(
+        (tmp_path / "labels" / "cc" / "science" / "part-0000.parquet.stats.json").read_text()
+    )
+    assert stats["device"] and stats["versions"]["torch"]
+    again = run_snakemake(config)
+    assert "Nothing to be done" in again.stdout
+    assert main(["coverage", "--run-dir", str(tmp_path / "run"), "--format", "json"]) == 0
+    cov = json.loads(capsys.readouterr().out)
+    assert cov["shards_done"] == cov["shards_total"] == 6
+    assert cov["tasks_done"] == cov["tasks_total"] == len(input_files(tmp_path / "corpus"))
+
+
+def test_killed_run_restarts_and_labels_each_row_exactly_once(tmp_path, demo_models):
+    config = make_run(tmp_path, demo_models, total_shards=12)
+    labels = tmp_path / "labels"
+    env = dict(os.environ)
+    proc = subprocess.Popen(
+        snakemake_cmd(config, "--cores", "1"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env=env,
+    )
+    deadline = time.time() + 300
+    while time.time() < deadline and not list(labels.rglob("*.done")):
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)  # the whole run dies at once, mid-way
+    proc.wait()
+    done_before = {p: p.stat().st_mtime_ns for p in labels.rglob("*.done")}
+    assert done_before, "nothing finished before the kill"
+    assert markers.done_shards(tmp_path / "run") != set(range(12))
+    run_snakemake(config, "--rerun-incomplete")
+    assert_labelled_exactly_once(tmp_path / "corpus", labels)
+    for path, mtime in done_before.items():
+        assert path.stat().st_mtime_ns == mtime, f"{path} was labelled twice"
+    assert markers.done_shards(tmp_path / "run") == set(range(12))
+
+
+def test_corrupt_file_fails_its_shard_after_the_others_and_is_recorded(tmp_path, demo_models):
+    config = make_run(tmp_path, demo_models, total_shards=3)
+    bad = tmp_path / "corpus" / "cc" / "science" / "part-0000.parquet"
+    bad.write_bytes(b"PAR1 garbage, not a parquet file")
+    proc = run_snakemake(config, "--keep-going", check=False)
+    assert proc.returncode != 0
+    labels = tmp_path / "labels"
+    good = [r for r in input_files(tmp_path / "corpus") if r != "cc/science/part-0000.parquet"]
+    for rel in good:
+        assert (labels / f"{rel}.done").exists(), rel
+    assert not (labels / "cc/science/part-0000.parquet.done").exists()
+    assert not (labels / "cc/science/part-0000.parquet.labels.parquet").exists()
+    records = list((tmp_path / "run" / "failures").rglob("*.json"))
+    assert records
+    record = json.loads(records[0].read_text())
+    assert record["failed"][0]["file"] == "cc/science/part-0000.parquet"
+    assert "cannot read parquet file" in record["failed"][0]["error"]
+    logs = "".join(p.read_text() for p in (tmp_path / "run" / "logs").rglob("*.log"))
+    assert "cc/science/part-0000.parquet" in logs

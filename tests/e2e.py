@@ -33,8 +33,9 @@ def demo_models(tmp_path_factory) -> Path:
     return models
 
 
-def make_run(tmp_path: Path, models: Path, *, total_shards: int = 6, size: DemoSize = SMALL,
-             **overrides) -> Path:
+def make_run(
+    tmp_path: Path, models: Path, *, total_shards: int = 6, size: DemoSize = SMALL, **overrides
+) -> Path:
     """Write a small corpus and a config using ``models``; returns the config path."""
     write_corpus(tmp_path / "corpus", size)
     cfg = demo_config(tmp_path, total_shards=total_shards)

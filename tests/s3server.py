@@ -129,9 +129,10 @@ class _Middleware:
             method, environ.get("PATH_INFO", ""), environ.get("QUERY_STRING", ""), environ
         )
         conditional = method == "PUT" and environ.get("HTTP_IF_NONE_MATCH") == "*"
+        serialize = conditional and self.server.serialize_conditional_puts
         fault = self.server._take_fault(method, kind, key)
         if fault is not None and fault.after:
-            with self.server._conditional_lock if conditional else contextlib.nullcontext():
+            with self.server._conditional_lock if serialize else contextlib.nullcontext():
                 list(self.app(environ, lambda *a, **k: lambda _b: None))
         if fault is not None:
             body = (
@@ -159,7 +160,7 @@ class _Middleware:
                     seen["bytes"] = int(value)
             return start_response(status, headers, exc_info)
 
-        lock = self.server._conditional_lock if conditional else contextlib.nullcontext()
+        lock = self.server._conditional_lock if serialize else contextlib.nullcontext()
         with lock:
             # Consume the whole response under the lock: moto decides in the app call.
             chunks = list(self.app(environ, _start))
@@ -361,15 +362,17 @@ class S3Bucket:
         return StorageOptions(**values)
 
     def storage_config(self) -> dict[str, Any]:
-        """The ``storage:`` mapping of a workflow config for this server."""
+        """The ``storage:`` mapping of a workflow config for this server.
+
+        Only keys that ``config/schema.yaml`` accepts; few attempts so a dead server
+        fails a job in seconds.
+        """
         return {
             "endpoint_url": self.server.endpoint_url,
             "region": REGION,
             "connect_timeout": 2.0,
-            "read_timeout": 10.0,
-            "max_attempts": 4,
-            "backoff_base": 0.05,
-            "backoff_max": 0.5,
+            "read_timeout": 20.0,
+            "max_attempts": 3,
         }
 
     def client(self) -> Any:

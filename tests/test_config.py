@@ -59,7 +59,12 @@ def test_secret_like_storage_keys_point_to_the_environment():
 def test_settings_job_settings_hold_no_secrets_and_reader_fields():
     s = Settings.from_config(base())
     js = s.job_settings()
-    assert js["input"] == {"format": "auto", "id_field": "id", "text_field": "text", "url_field": "url"}
+    assert js["input"] == {
+        "format": "auto",
+        "id_field": "id",
+        "text_field": "text",
+        "url_field": "url",
+    }
     assert js["inference"]["max_length"] == 8192
 
 

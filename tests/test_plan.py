@@ -47,7 +47,9 @@ def test_save_load_roundtrip_and_summary(tmp_path):
     assert summary.bytes == sum(s for _, s in files())
     used = len(set(table["shard"].to_pylist()))
     assert summary.shards_empty == 50 - used
-    assert plan.empty_shards(table, 50, 2) == sorted(set(range(2, 52)) - set(table["shard"].to_pylist()))
+    assert plan.empty_shards(table, 50, 2) == sorted(
+        set(range(2, 52)) - set(table["shard"].to_pylist())
+    )
 
 
 def test_files_of_shard():

@@ -88,7 +88,9 @@ def test_concurrent_create_one_wins_the_other_validates(tmp_path):
     results = sorted(queue.get() for _ in procs)
     pinned = json.loads((tmp_path / "run.json").read_text())["total_shards"]
     loser = 9 if pinned == 8 else 8
-    assert results == sorted([("ok", pinned), ("ok", pinned), ("refused", loser), ("refused", loser)])
+    assert results == sorted(
+        [("ok", pinned), ("ok", pinned), ("refused", loser), ("refused", loser)]
+    )
     assert [p.name for p in tmp_path.iterdir()] == ["run.json"]
 
 

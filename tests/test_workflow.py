@@ -112,7 +112,9 @@ def test_changed_input_set_is_refused_with_counts(tmp_path, corpus):
 def test_output_run_json_from_another_cluster_is_checked_first(tmp_path, corpus):
     prepare(config(tmp_path, corpus, run_dir=str(tmp_path / "run-a")))
     with pytest.raises(RunMismatchError, match="labels/run.json pins a different run"):
-        prepare(config(tmp_path, corpus, run_dir=str(tmp_path / "run-b"), sharding={"total_shards": 5}))
+        prepare(
+            config(tmp_path, corpus, run_dir=str(tmp_path / "run-b"), sharding={"total_shards": 5})
+        )
     assert not (tmp_path / "run-b" / "run.json").exists()
 
 

@@ -60,6 +60,15 @@ SKEW_MIN_TASKS = 50
 UNMATCHED = "(unmatched)"
 
 PLAN_COLUMNS = ("file", "size", "task_id", "shard", "category")
+PLAN_SCHEMA = pa.schema(
+    [
+        ("file", pa.string()),
+        ("size", pa.int64()),
+        ("task_id", pa.string()),
+        ("shard", pa.int64()),
+        ("category", pa.string()),
+    ]
+)
 
 
 # ----------------------------------------------------------------------------- state
@@ -136,7 +145,11 @@ def _read_plan(run_dir: Path) -> pa.Table:
     if "category" not in table.column_names:
         files = table["file"].to_pylist()
         table = table.append_column("category", pa.array([_first_two(f) for f in files]))
-    return table.select(list(PLAN_COLUMNS)).combine_chunks()
+    try:
+        return table.select(list(PLAN_COLUMNS)).cast(PLAN_SCHEMA).combine_chunks()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        msg = f"{path} has unexpected column types ({table.schema}): {exc}"
+        raise RunMismatchError(msg) from exc
 
 
 def _first_two(rel: str) -> str:
@@ -270,7 +283,7 @@ def _failing_shards(failures_dir: Path, done: np.ndarray) -> np.ndarray:
     found: list[int] = []
     try:
         with os.scandir(failures_dir) as entries:
-            found = [int(e.name) for e in entries if e.name.isdigit()]
+            found = [int(e.name) for e in entries if e.name.isascii() and e.name.isdigit()]
     except (FileNotFoundError, NotADirectoryError):
         return np.zeros(0, np.int64)
     return np.setdiff1d(np.array(found, dtype=np.int64), done)
@@ -382,7 +395,9 @@ def skew_flags(
     return (total >= SKEW_MIN_TASKS) & (np.abs(frac - overall) > half_width)
 
 
-def effective_tasks(task_category: np.ndarray, task_shard: np.ndarray, n_categories: int) -> np.ndarray:
+def effective_tasks(
+    task_category: np.ndarray, task_shard: np.ndarray, n_categories: int
+) -> np.ndarray:
     """Kish effective sample size per category when shards are the unit of completion.
 
     ``n_eff = n^2 / sum_s n_s^2`` over the shards ``s`` holding ``n_s`` of the
@@ -397,16 +412,15 @@ def effective_tasks(task_category: np.ndarray, task_shard: np.ndarray, n_categor
     keys = task_category.astype(np.int64) * shard_span + task_shard
     unique_keys, per_shard = np.unique(keys, return_counts=True)
     squares = np.bincount(
-        unique_keys // shard_span, weights=per_shard.astype(np.float64) ** 2,
+        unique_keys // shard_span,
+        weights=per_shard.astype(np.float64) ** 2,
         minlength=n_categories,
     )
     counts = np.bincount(task_category, minlength=n_categories).astype(np.float64)
     return np.divide(counts**2, squares, out=np.zeros(n_categories), where=squares > 0)
 
 
-def compute(
-    state: RunState, *, category_regex: str | None = None, gpus: int = 1
-) -> Coverage:
+def compute(state: RunState, *, category_regex: str | None = None, gpus: int = 1) -> Coverage:
     """Coverage of ``state``: pure, vectorised over the plan rows.
 
     ``category_regex`` re-derives categories from the file paths (first capture group,
@@ -438,12 +452,10 @@ def compute(
     task_done = files_left == 0
 
     # Categories, per task (the category of the task's first file).
-    categories = plan["category"] if category_regex is None else categorize(
-        plan["file"], category_regex
+    categories = (
+        plan["category"] if category_regex is None else categorize(plan["file"], category_regex)
     )
-    cat_dict = pc.dictionary_encode(categories.fill_null("")).combine_chunks()
-    cat_names = [str(v) for v in cat_dict.dictionary.to_pylist()]
-    cat_codes = cat_dict.indices.to_numpy().astype(np.int64)
+    cat_names, cat_codes = _dictionary(categories.fill_null(""))
     _, first_row = np.unique(task_codes, return_index=True)
     task_cat = cat_codes[first_row] if n_tasks else np.zeros(0, np.int64)
     cat_total = np.bincount(task_cat, minlength=len(cat_names))
@@ -484,8 +496,8 @@ def compute(
     marker_docs = np.full(total, np.nan)
     marker_docs[state.markers.shard - minimum] = state.markers.docs
     per_shard = np.where(shard_done & np.isfinite(marker_docs), marker_docs, per_shard_stats)
-    docs_done = int(round(float(per_shard.sum())))
-    tokens_done = int(round(float((stat_tokens * file_done).sum()))) if stats else None
+    docs_done = round(float(per_shard.sum()))
+    tokens_done = round(float((stat_tokens * file_done).sum())) if stats is not None else None
 
     files_per_shard = np.bincount(rel_shard[in_range], minlength=total)
     incomplete = np.flatnonzero(~shard_done) + minimum
@@ -525,10 +537,18 @@ def compute(
     )
 
 
+def _dictionary(column: pa.ChunkedArray | pa.Array) -> tuple[list[str], np.ndarray]:
+    """Distinct values of a string column and each row's index into them."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    encoded = pc.dictionary_encode(column)
+    names = [str(v) for v in encoded.dictionary.to_pylist()]
+    return names, encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+
+
 def _codes(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     """Dense integer codes of a string column (same value -> same code)."""
-    encoded = pc.dictionary_encode(column).combine_chunks()
-    return encoded.indices.to_numpy().astype(np.int64)
+    return _dictionary(column)[1]
 
 
 # ----------------------------------------------------------------------------- formats
@@ -651,32 +671,36 @@ def summary_lines(cov: Coverage, *, max_expression: int = 160) -> list[str]:
                 f"rate     {dev.device_name}: {rate}, {dev.files_per_hour:,.1f} files/h/GPU"
                 f"  [{dev.files:,} files]"
             )
-    if cov.eta is not None:
+    if cov.eta is not None and cov.eta.remaining > 0:
         left = (
-            human_bytes(cov.eta.remaining) if cov.eta.unit == "bytes" else
-            f"{cov.eta.remaining:,.0f} files"
+            human_bytes(cov.eta.remaining)
+            if cov.eta.unit == "bytes"
+            else f"{cov.eta.remaining:,.0f} files"
         )
         per = (
-            f"{human_bytes(cov.eta.rate_per_gpu)}/s" if cov.eta.unit == "bytes" else
-            f"{cov.eta.rate_per_gpu * 3600:,.1f} files/h"
+            f"{human_bytes(cov.eta.rate_per_gpu)}/s"
+            if cov.eta.unit == "bytes"
+            else f"{cov.eta.rate_per_gpu * 3600:,.1f} files/h"
         )
         lines.append(
             f"ETA      {throughput.format_duration(cov.eta.seconds)} on {cov.eta.gpus} GPU"
             f"{'s' if cov.eta.gpus != 1 else ''} ({left} left at {per} per GPU)"
         )
     if cov.skew_flagged:
-        worst = ", ".join(
-            f"{c.name} ({c.percent:.1f}%)" for c in cov.categories if c.flagged
-        )
+        worst = ", ".join(f"{c.name} ({c.percent:.1f}%)" for c in cov.categories if c.flagged)
+        n = len(cov.skew_flagged)
         lines.append(
-            f"skew     {len(cov.skew_flagged)} categor{'y' if len(cov.skew_flagged) == 1 else 'ies'}"
-            f" off the overall {cov.overall_percent:.1f}% beyond chance: {worst}"
+            f"skew     {n} categor{'y' if n == 1 else 'ies'}"
+            f" outside the 99% band of the overall {cov.overall_percent:.1f}%: {worst}"
         )
     if cov.incomplete_shards:
         expr = cov.incomplete_shards
         if len(expr) > max_expression:
             cut = expr.rfind(",", 0, max_expression)
-            expr = expr[: cut if cut > 0 else max_expression] + ",... (`shardwise retry-array` lists all)"
+            expr = (
+                expr[: cut if cut > 0 else max_expression]
+                + ",... (`shardwise retry-array` lists all)"
+            )
         lines.append(f"left     shards {expr}")
     else:
         lines.append("left     nothing: every shard is done")
@@ -705,9 +729,8 @@ def format_table(cov: Coverage, *, max_categories: int = 40) -> str:
     lines.append(f"{'category':<{width}}  {'done':>10}  {'tasks':>10}  {'%':>6}")
     for c in shown:
         flag = "  ! skew" if c.flagged else ""
-        lines.append(
-            f"{c.name:<{width}}  {c.tasks_done:>10,}  {c.tasks_total:>10,}  {c.percent:>5.1f}%{flag}"
-        )
+        counts = f"{c.tasks_done:>10,}  {c.tasks_total:>10,}  {c.percent:>5.1f}%"
+        lines.append(f"{c.name:<{width}}  {counts}{flag}")
     if hidden:
         lines.append(hidden)
     return "\n".join(lines)
@@ -809,4 +832,3 @@ def _run_cli(args: argparse.Namespace) -> int:
     cov = compute(state, category_regex=args.category_regex, gpus=gpus)
     print(FORMATTERS[args.format](cov))
     return 0
-

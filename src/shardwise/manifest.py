@@ -88,7 +88,7 @@ def select_files(
         if name.startswith((".", "_")) or rel.endswith(OUTPUT_SUFFIXES):
             continue
         kind = file_format(rel)
-        if kind is None or (fmt != "auto" and kind != fmt) or not rx.match(rel):
+        if kind is None or fmt not in ("auto", kind) or not rx.match(rel):
             continue
         chosen.append((check_relative(rel), size))
     chosen.sort()
@@ -100,9 +100,7 @@ def build_tasks(files: list[str], files_per_task: int = 1) -> list[Task]:
     files = sorted(files)
     return [
         Task("|".join(group), tuple(group))
-        for group in (
-            files[i : i + files_per_task] for i in range(0, len(files), files_per_task)
-        )
+        for group in (files[i : i + files_per_task] for i in range(0, len(files), files_per_task))
     ]
 
 

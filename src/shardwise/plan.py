@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from shardwise.atomic import write_atomic
 from shardwise.config import dumps
 from shardwise.errors import InputError
-from shardwise.manifest import build_tasks, category_of
+from shardwise.manifest import Task, build_tasks, category_of
 from shardwise.runmeta import fingerprint
 from shardwise.sharding import shard_for_task, shard_range
 
@@ -59,11 +59,17 @@ def build(
     total_shards: int,
     minimum_shard_index: int,
     category_regex: str,
+    tasks: list[Task] | None = None,
 ) -> pa.Table:
-    """One row per file, sorted by file; each task's files share its id and shard."""
+    """One row per file, sorted by file; each task's files share its id and shard.
+
+    ``tasks`` may pass the grouping already made from ``files`` (to avoid redoing it).
+    """
     sizes = dict(files)
     rows: dict[str, list] = {name: [] for name in SCHEMA.names}
-    for task in build_tasks(list(sizes), files_per_task):
+    if tasks is None:
+        tasks = build_tasks(list(sizes), files_per_task)
+    for task in tasks:
         shard = shard_for_task(task.task_id, total_shards, minimum_shard_index)
         category = category_of(task.files[0], category_regex)
         for rel in task.files:

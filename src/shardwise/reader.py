@@ -6,10 +6,11 @@ names may be dotted paths into nested objects (``metadata.url``).
 
 Policy for imperfect data (counted in ``Documents.counts`` and in the file's stats):
 null or missing text -> labelled as empty text; non-string text -> ``str(value)``;
-missing url -> empty url; invalid UTF-8 -> replaced with U+FFFD; duplicate ids are
-kept (the sidecar is row-aligned, not keyed). A file that cannot be parsed at all
-(corrupt Parquet, truncated gzip, a line that is not JSON) raises InputError naming
-the file and, for JSONL, the line.
+missing url -> empty url; invalid UTF-8 -> replaced with U+FFFD (raw bytes in a
+JSONL line, ``\\ud800``-style escapes of lone surrogates, invalid bytes in a Parquet
+string or binary column); duplicate ids are kept (the sidecar is row-aligned, not
+keyed). A file that cannot be parsed at all (corrupt Parquet, truncated gzip or zstd,
+a line that is not JSON) raises InputError naming the file and, for JSONL, the line.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -95,12 +97,12 @@ def _read_parquet(fh: IO[bytes], fields: Fields) -> Documents:
     if fields.id.split(".", 1)[0] not in names:
         msg = f"no id field {fields.id!r} (columns: {sorted(names)})"
         raise InputError(msg)
-    ids = _strings(_column(table, fields.id), keep_null=True)
+    ids = _strings(_column(table, fields.id), keep_null=True, counts=counts)
     texts_raw = _column(table, fields.text)
     if texts_raw is None:
         counts["missing_text_field"] = table.num_rows
-    texts = _strings(texts_raw, n=table.num_rows)
-    urls = _strings(_column(table, fields.url), n=table.num_rows)
+    texts = _strings(texts_raw, n=table.num_rows, counts=counts)
+    urls = _strings(_column(table, fields.url), n=table.num_rows, counts=counts)
     counts["null_texts"] = texts_raw.null_count if texts_raw is not None else 0
     counts["null_ids"] = ids.count(None)
     return Documents(ids, texts, urls, +counts)
@@ -118,13 +120,49 @@ def _column(table: pa.Table, path: str) -> pa.ChunkedArray | None:
     return col
 
 
-def _strings(col: pa.ChunkedArray | None, n: int = 0, *, keep_null: bool = False) -> list:
+def _strings(
+    col: pa.ChunkedArray | None,
+    n: int = 0,
+    *,
+    keep_null: bool = False,
+    counts: Counter[str] | None = None,
+) -> list:
+    """A column as Python strings; invalid UTF-8 is replaced (and counted), not fatal.
+
+    Parquet writers do not all validate UTF-8, and binary columns are common for text:
+    one bad byte must not fail a whole file (the policy is "replace and count").
+    """
     if col is None:
         return [None] * n if keep_null else [""] * n
-    if not pa.types.is_string(col.type) and not pa.types.is_large_string(col.type):
-        col = pc.cast(col, pa.string())
-    values = col.to_pylist()
+    if pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
+        values = _decode_replacing(col.to_pylist(), counts)
+    else:
+        if not pa.types.is_string(col.type) and not pa.types.is_large_string(col.type):
+            col = pc.cast(col, pa.string())
+        try:
+            values = col.to_pylist()
+        except UnicodeDecodeError:  # a "string" column holding invalid bytes
+            binary = pa.large_binary() if pa.types.is_large_string(col.type) else pa.binary()
+            raw = pa.chunked_array([c.view(binary) for c in col.chunks], binary)
+            values = _decode_replacing(raw.to_pylist(), counts)
     return values if keep_null else ["" if v is None else v for v in values]
+
+
+def _decode_replacing(values: list[bytes | None], counts: Counter[str] | None) -> list:
+    out: list[str | None] = []
+    bad = 0
+    for v in values:
+        if v is None:
+            out.append(None)
+            continue
+        try:
+            out.append(v.decode("utf-8"))
+        except UnicodeDecodeError:
+            out.append(v.decode("utf-8", errors="replace"))
+            bad += 1
+    if bad and counts is not None:
+        counts["invalid_utf8_values"] += bad
+    return out
 
 
 # -- JSONL --------------------------------------------------------------------
@@ -134,10 +172,58 @@ def _decompressed(fh: IO[bytes], rel: str) -> IO[bytes]:
     if rel.endswith(".gz"):
         return gzip.GzipFile(fileobj=fh)
     if rel.endswith(".zst"):
+        return _ZstdFrames(fh)  # type: ignore[return-value]
+    return fh
+
+
+class _ZstdFrames(io.RawIOBase):
+    """Concatenated zstd frames as one stream; EOFError when the last frame is cut short.
+
+    zstandard's ``stream_reader`` returns a clean EOF on a truncated frame, so a cut
+    ``.jsonl.zst`` would be labelled with silently fewer rows (and ``verify``, which
+    reads the same way, could not tell). gzip raises EOFError there; so does this.
+    """
+
+    def __init__(self, fh: IO[bytes], chunk_size: int = 1 << 20) -> None:
         import zstandard
 
-        return zstandard.ZstdDecompressor().stream_reader(fh, read_across_frames=True)
-    return fh
+        self._fh = fh
+        self._chunk_size = chunk_size
+        self._dctx = zstandard.ZstdDecompressor()
+        self._frame: Any = None  # the decompressobj of the current frame
+        self._pending = b""  # input left over after a frame ended
+        self._out = b""
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def _fill(self) -> bool:
+        """Decompress until some output is ready; False at a clean end of input."""
+        while self._pos >= len(self._out):
+            if self._pending:
+                data, self._pending = self._pending, b""
+            else:
+                data = self._fh.read(self._chunk_size)
+                if not data:
+                    if self._frame is not None and not self._frame.eof:
+                        msg = "zstd stream ended in the middle of a frame (truncated file)"
+                        raise EOFError(msg)
+                    return False
+            if self._frame is None or self._frame.eof:
+                self._frame = self._dctx.decompressobj()
+            self._out, self._pos = self._frame.decompress(data), 0
+            if self._frame.eof:
+                self._pending = self._frame.unused_data
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if not self._fill():
+            return 0
+        n = min(len(buffer), len(self._out) - self._pos)
+        buffer[:n] = self._out[self._pos : self._pos + n]
+        self._pos += n
+        return n
 
 
 def _lines(stream: IO[bytes]) -> Iterator[bytes]:
@@ -153,6 +239,17 @@ def _get(record: dict[str, Any], path: str) -> Any:
     return value
 
 
+#: A ``\\uD800``-``\\uDFFF`` escape: JSON may spell a lone surrogate, UTF-8 cannot hold one.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _no_surrogates(value: str) -> tuple[str, bool]:
+    """Replace lone surrogates (which would fail the tokenizer and Arrow) with U+FFFD."""
+    fixed = _SURROGATE.sub("\ufffd", value)
+    return fixed, fixed != value
+
+
 def _read_jsonl(stream: IO[bytes], fields: Fields, where: str) -> Documents:
     ids: list[str | None] = []
     texts: list[str] = []
@@ -161,11 +258,12 @@ def _read_jsonl(stream: IO[bytes], fields: Fields, where: str) -> Documents:
     for lineno, raw in enumerate(_lines(stream), start=1):
         if not raw.strip():
             continue
+        bad_unicode = False
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError:
             line = raw.decode("utf-8", errors="replace")
-            counts["invalid_utf8_lines"] += 1
+            bad_unicode = True
         try:
             record = json.loads(line)
         except json.JSONDecodeError as e:
@@ -175,7 +273,7 @@ def _read_jsonl(stream: IO[bytes], fields: Fields, where: str) -> Documents:
             msg = f"{where}: line {lineno} is a JSON {type(record).__name__}, not an object"
             raise InputError(msg)
         doc_id = _get(record, fields.id)
-        ids.append(None if doc_id is None else str(doc_id))
+        doc_id = None if doc_id is None else str(doc_id)
         if doc_id is None:
             counts["null_ids"] += 1
         text = _get(record, fields.text)
@@ -185,7 +283,18 @@ def _read_jsonl(stream: IO[bytes], fields: Fields, where: str) -> Documents:
         elif not isinstance(text, str):
             counts["non_string_texts"] += 1
             text = str(text)
-        texts.append(text)
         url = _get(record, fields.url)
-        urls.append("" if url is None else str(url))
+        url = "" if url is None else str(url)
+        if b"\\u" in raw and _SURROGATE_ESCAPE.search(raw):
+            text, bad_text = _no_surrogates(text)
+            url, bad_url = _no_surrogates(url)
+            bad_id = False
+            if doc_id is not None:
+                doc_id, bad_id = _no_surrogates(doc_id)
+            bad_unicode = bad_unicode or bad_text or bad_url or bad_id
+        if bad_unicode:
+            counts["invalid_utf8_lines"] += 1
+        ids.append(doc_id)
+        texts.append(text)
+        urls.append(url)
     return Documents(ids, texts, urls, counts)

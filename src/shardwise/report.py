@@ -28,8 +28,8 @@ import numpy as np
 from shardwise import coverage, throughput
 
 __all__ = [
-    "FIGSIZE",
     "DPI",
+    "FIGSIZE",
     "CompletionSeries",
     "RateSeries",
     "add_cli",
@@ -45,6 +45,9 @@ FIGSIZE = (16.0, 10.0)
 DPI = 100
 #: Categories drawn as bars; the rest are summarised in one line.
 MAX_BARS = 30
+MIN_ROWS = 15
+#: A run with work left and no shard finished for this long is called stalled.
+STALE_AFTER_S = 6 * 3600
 
 OK_COLOUR = "#3b75af"
 FLAG_COLOUR = "#d62728"
@@ -116,17 +119,19 @@ def headline(cov: coverage.Coverage) -> tuple[str, str]:
         f"({cov.shards_done:,} / {cov.shards_total:,})  ·  files {cov.files_percent:.1f}% "
         f"({cov.files_done:,} / {cov.files_total:,})  ·  {coverage.human_count(cov.docs_done)} docs"
     )
-    if cov.eta is not None:
+    if cov.eta is not None and cov.eta.remaining > 0:
         first += (
             f"  ·  ETA {throughput.format_duration(cov.eta.seconds)} on {cov.eta.gpus} "
             f"GPU{'s' if cov.eta.gpus != 1 else ''}"
         )
     notes = []
     if cov.skew_flagged:
+        n = len(cov.skew_flagged)
         notes.append(
-            f"{len(cov.skew_flagged)} categor{'y' if len(cov.skew_flagged) == 1 else 'ies'} "
-            f"lag or lead beyond chance (red): " + ", ".join(cov.skew_flagged[:4])
-            + (", ..." if len(cov.skew_flagged) > 4 else "")
+            f"{n} categor{'y' if n == 1 else 'ies'} outside the 99% band of the overall "
+            f"{cov.overall_percent:.1f}% (red): "
+            + ", ".join(cov.skew_flagged[:4])
+            + (", ..." if n > 4 else "")
         )
     else:
         notes.append("no category skew")
@@ -147,7 +152,10 @@ def _bars(ax: Any, cov: coverage.Coverage) -> None:
         ax.text(0.5, 0.5, "no categories", ha="center", va="center", transform=ax.transAxes)
         ax.set_axis_off()
         return
-    y = np.arange(len(shown))[::-1]
+    # At least MIN_ROWS rows tall, top-aligned: a run with three categories gets three
+    # thin bars, not three slabs.
+    rows = max(len(shown), MIN_ROWS)
+    y = rows - 1 - np.arange(len(shown))
     pct = np.array([c.percent for c in shown])
     colours = [FLAG_COLOUR if c.flagged else OK_COLOUR for c in shown]
     ax.barh(y, np.full(len(shown), 100.0), color=TRACK_COLOUR, height=0.75)
@@ -160,7 +168,7 @@ def _bars(ax: Any, cov: coverage.Coverage) -> None:
         )  # fmt: skip
     ax.axvline(cov.overall_percent, color="#333333", linestyle="--", linewidth=1)
     ax.text(
-        cov.overall_percent, len(shown) - 0.35, f" overall {cov.overall_percent:.1f}%",
+        cov.overall_percent, rows - 0.35, f" overall {cov.overall_percent:.1f}%",
         fontsize=8.5, va="bottom", ha="left", color="#333333",
     )  # fmt: skip
     ax.set_yticks(y, [_short(c.name, 30) for c in shown], fontsize=8.5)
@@ -170,7 +178,7 @@ def _bars(ax: Any, cov: coverage.Coverage) -> None:
             tick.set_fontweight("bold")
     ax.set_xlim(0, 130)
     ax.set_xticks([0, 25, 50, 75, 100])
-    ax.set_ylim(-0.6, len(shown) + 0.4)
+    ax.set_ylim(-0.6, rows + 0.4)
     ax.set_xlabel("tasks done (%)")
     title = f"Completion by category ({len(cov.categories):,}, least covered first)"
     ax.set_title(title, loc="left", fontsize=11, fontweight="bold")
@@ -199,25 +207,39 @@ def _completion(ax: Any, series: CompletionSeries, cov: coverage.Coverage, now: 
     if series.times.size == 0:
         ax.text(0.5, 0.5, "no dated shard markers yet", ha="center", va="center",
                 transform=ax.transAxes, color="#555555")  # fmt: skip
+        ax.set_xticks([])
         return
     dates = _to_dates(series.times)
     ax.step(dates, series.percent, where="post", color=OK_COLOUR, linewidth=2)
     ax.fill_between(dates, series.percent, step="post", color=OK_COLOUR, alpha=0.12)
+    ax.plot(dates[-1:], series.percent[-1:], "o", color=OK_COLOUR)
+    first, last = float(series.times[0]), float(series.times[-1])
+    right = last + (cov.eta.seconds if cov.eta is not None and cov.shards_remaining else 0.0)
+    pad = max((right - first) * 0.04, 60.0)
+    ax.set_xlim(_to_dates(np.array([first - pad, right + pad])))
     if cov.eta is not None and cov.shards_remaining and math.isfinite(cov.eta.seconds):
-        start = max(now, float(series.times[-1]))
-        end = start + cov.eta.seconds
-        ax.plot(_to_dates(np.array([start, end])), [cov.shards_percent, 100.0],
+        # Projected from the last finished shard, not from now: a stalled run would
+        # otherwise squeeze months of history into one pixel column.
+        end = last + cov.eta.seconds
+        ax.plot(_to_dates(np.array([last, end])), [series.percent[-1], 100.0],
                 linestyle="--", color="#555555", linewidth=1.5)  # fmt: skip
         ax.annotate(
-            f"ETA {throughput.format_duration(cov.eta.seconds)} on {cov.eta.gpus} GPUs",
-            xy=(_to_dates(np.array([end]))[0], 100.0), xytext=(-8, -18),
+            f"ETA {throughput.format_duration(cov.eta.seconds)} on {cov.eta.gpus} "
+            f"GPU{'s' if cov.eta.gpus != 1 else ''}",
+            xy=(_to_dates(np.array([end]))[0], 100.0), xytext=(-6, -16),
             textcoords="offset points", ha="right", fontsize=9, color="#333333",
         )  # fmt: skip
     ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(ax.xaxis.get_major_locator()))
     ax.text(
-        0.01, 0.95, f"{cov.shards_done:,} / {cov.shards_total:,} ({cov.shards_percent:.1f}%)",
+        0.01, 0.9, f"{cov.shards_done:,} / {cov.shards_total:,} ({cov.shards_percent:.1f}%)",
         transform=ax.transAxes, va="top", fontsize=10, fontweight="bold",
     )  # fmt: skip
+    idle = now - last
+    if cov.shards_remaining and idle > STALE_AFTER_S:
+        ax.text(
+            0.01, 0.82, f"no shard finished for {throughput.format_duration(idle)}: stalled?",
+            transform=ax.transAxes, va="top", fontsize=10, color=FLAG_COLOUR,
+        )  # fmt: skip
     ax.grid(alpha=0.3)
 
 
@@ -230,6 +252,8 @@ def _rates(ax: Any, series: list[RateSeries]) -> None:
     if not series:
         ax.text(0.5, 0.5, "no stats yet", ha="center", va="center", transform=ax.transAxes,
                 color="#555555")  # fmt: skip
+        ax.set_xticks([])
+        ax.set_yticks([])
         return
     for i, s in enumerate(series[: len(DEVICE_COLOURS)]):
         ok = np.isfinite(s.docs_per_s)
@@ -374,7 +398,9 @@ def add_cli(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     parser.add_argument("--run-dir", required=True, type=Path, help="the run directory")
     parser.add_argument("--out", type=Path, default=Path("report.html"), help="HTML to write")
-    parser.add_argument("--png", type=Path, default=None, help="PNG to write (default: beside --out)")
+    parser.add_argument(
+        "--png", type=Path, default=None, help="PNG to write (default: beside --out)"
+    )
     parser.add_argument("--gpus", type=coverage._positive_int, default=None,
                         help="GPUs for the ETA (default: as `shardwise coverage`)")  # fmt: skip
     parser.add_argument("--category-regex", default=None)

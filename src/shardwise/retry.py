@@ -91,14 +91,16 @@ def read_done_shards(shards_dir: Path) -> set[int]:
         with os.scandir(shards_dir) as entries:
             for entry in entries:
                 stem, dot, ext = entry.name.partition(".")
-                if dot and ext == "done" and stem.isdigit():
+                if dot and ext == "done" and stem.isascii() and stem.isdigit():
                     done.add(int(stem))
     except FileNotFoundError:
         pass
     return done
 
 
-def missing_shards(done: Iterable[int], *, total_shards: int, minimum_shard_index: int) -> list[int]:
+def missing_shards(
+    done: Iterable[int], *, total_shards: int, minimum_shard_index: int
+) -> list[int]:
     """Shards of the run's range ``minimum .. minimum + total - 1`` not in ``done``.
 
     Done shards outside the range are ignored: they belong to another assignment and

@@ -82,10 +82,8 @@ class RetriesExhaustedError(StorageError):
         self.key = key
         self.attempts = attempts
         self.last_error = last_error
-        detail = str(last_error) or repr(last_error)
         super().__init__(
-            f"{key}: gave up after {attempts} attempt(s); last error: "
-            f"{type(last_error).__name__}: {detail}"
+            f"{key}: gave up after {attempts} attempt(s); last error: {describe(last_error)}"
         )
 
 
@@ -120,6 +118,25 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
         seen.add(id(cur))
         yield cur
         cur = cur.__cause__ or cur.__context__
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message`` plus the S3 error code and HTTP status hidden in its causes.
+
+    s3fs turns a botocore ``ClientError`` into a bare ``OSError``; the code
+    (``SlowDown``, ``InternalError``) is what tells a person what happened.
+    """
+    text = f"{type(exc).__name__}: {str(exc) or repr(exc)}"
+    for err in _chain(exc):
+        response = getattr(err, "response", None)
+        if isinstance(response, dict):
+            code = (response.get("Error") or {}).get("Code")
+            status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+            extra = ", ".join(str(x) for x in (code, status and f"HTTP {status}") if x)
+            if extra and extra not in text:
+                text += f" ({extra})"
+            break
+    return text
 
 
 def _client_error_is_transient(exc: BaseException) -> bool | None:
@@ -226,12 +243,11 @@ def call(
             if delay is None:
                 raise RetriesExhaustedError(key, attempt, exc) from exc
             log.warning(
-                "%s: transient error (attempt %d/%d), retrying in %.2fs: %s: %s",
+                "%s: transient error (attempt %d/%d), retrying in %.2fs: %s",
                 key,
                 attempt,
                 policy.attempts,
                 delay,
-                type(exc).__name__,
-                exc,
+                describe(exc),
             )
             sleep(delay)

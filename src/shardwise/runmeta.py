@@ -69,9 +69,7 @@ class RunMeta:
     def to_json(self) -> bytes:
         """Stable JSON bytes; classifiers as objects for people reading the file."""
         data = asdict(self)
-        data["classifiers"] = [
-            {"name": n, "model": m, "input": i} for n, m, i in self.classifiers
-        ]
+        data["classifiers"] = [{"name": n, "model": m, "input": i} for n, m, i in self.classifiers]
         return dumps(data)
 
     @classmethod

@@ -39,7 +39,7 @@ from urllib.parse import urlsplit
 
 from shardwise.atomic import create_exclusive, write_atomic
 from shardwise.errors import ConfigError, StorageError
-from shardwise.retrying import RetriesExhaustedError, RetryPolicy, call
+from shardwise.retrying import RetriesExhaustedError, RetryPolicy, call, describe
 
 T = TypeVar("T")
 
@@ -218,7 +218,7 @@ class Location:
         """A ``StorageError`` for a final error; retry exhaustion already names the key."""
         if isinstance(err, StorageError):
             return err
-        return StorageError(f"cannot {verb} {self.url(rel)}: {type(err).__name__}: {err}")
+        return StorageError(f"cannot {verb} {self.url(rel)}: {describe(err)}")
 
     # -- listing --------------------------------------------------------------
     def list_files(self) -> list[tuple[str, int]]:

@@ -315,8 +315,9 @@ def summarize(stats: Iterable[dict[str, Any]] | StatsTable) -> Throughput:
     t = _timed(stats)
     if len(t) == 0:
         return Throughput(devices=(), overall=None)
-    names, inverse, counts = np.unique(t.device_name.astype(str), return_inverse=True,
-                                       return_counts=True)
+    names, inverse, counts = np.unique(
+        t.device_name.astype(str), return_inverse=True, return_counts=True
+    )
     order = sorted(range(names.size), key=lambda i: (-counts[i], names[i]))
     devices = tuple(_device_rate(str(names[i]), t.select(inverse == i)) for i in order)
     return Throughput(devices=devices, overall=_device_rate("all", t))
@@ -409,8 +410,9 @@ def walltime_advice(
     work = largest / rate
     total = k * work + overhead_s
     seconds = int(math.ceil(total / round_to_s) * round_to_s)
-    return Walltime(seconds=seconds, slurm=slurm_time(seconds), largest_shard=largest,
-                    work_seconds=work)
+    return Walltime(
+        seconds=seconds, slurm=slurm_time(seconds), largest_shard=largest, work_seconds=work
+    )
 
 
 def slurm_time(seconds: int) -> str:

@@ -299,7 +299,9 @@ class SharedTokenizer:
             i for i, ids in enumerate(text_ids) if len(ids) < needed and len(cut[i]) < len(texts[i])
         ]
         if short:  # the prefix gave too few tokens: encode those texts whole
-            full = info.backend.encode_batch_fast([texts[i] for i in short], False)
+            full = info.backend.encode_batch_fast(
+                [texts[i] for i in short], add_special_tokens=False
+            )
             for i, encoding in zip(short, full, strict=True):
                 text_ids[i] = encoding.ids
         url_ids: list[list[int]] = []

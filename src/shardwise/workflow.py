@@ -25,7 +25,7 @@ import pyarrow as pa
 from shardwise import job, markers, plan, runmeta
 from shardwise.config import Settings
 from shardwise.errors import InputError, RunMismatchError
-from shardwise.manifest import select_files
+from shardwise.manifest import build_tasks, select_files
 from shardwise.sharding import shard_range
 from shardwise.storage import Location
 
@@ -67,15 +67,15 @@ def prepare_run(
     run_dir.mkdir(parents=True, exist_ok=True)
     if not dryrun:
         lock_run_dir(run_dir)
-    table, fresh = _plan_table(settings)
+    table, task_count, fingerprint, fresh = _plan_table(settings)
     meta = runmeta.RunMeta.new(
         total_shards=settings.total_shards,
         minimum_shard_index=settings.minimum_shard_index,
         files_per_task=settings.input.files_per_task,
         input_uri=settings.input.uri,
         output_uri=settings.output_uri,
-        task_count=len(plan.task_ids(table)),
-        fingerprint=runmeta.fingerprint(plan.task_ids(table)),
+        task_count=task_count,
+        fingerprint=fingerprint,
         classifiers=[(c["name"], c["model"], c["input"]) for c in settings.classifiers],
     )
     _pin(settings, meta, table)
@@ -93,12 +93,14 @@ def prepare_run(
     )
 
 
-def _plan_table(settings: Settings) -> tuple[pa.Table, bool]:
-    """The plan: re-listed and rebuilt, or the cached one when listing is off or it matches."""
+def _plan_table(settings: Settings) -> tuple[pa.Table, int, str, bool]:
+    """(plan, task count, fingerprint, fresh): the cached plan when listing is off or the
+    listed task set matches it, else a new one (not yet saved: run.json is checked first).
+    """
     run_dir = settings.run_dir
     cached = plan.load_summary(run_dir)
     if cached is not None and not settings.input.relist:
-        return plan.load(run_dir), False
+        return plan.load(run_dir), cached.tasks, cached.fingerprint, False
     source = Location(settings.input.uri, settings.storage)
     listing = source.list_files()
     files = select_files(listing, glob=settings.input.glob, fmt=settings.input.format)
@@ -108,16 +110,19 @@ def _plan_table(settings: Settings) -> tuple[pa.Table, bool]:
             f"and format {settings.input.format!r} (.parquet, .jsonl, .jsonl.gz, .jsonl.zst)"
         )
         raise InputError(msg)
+    tasks = build_tasks([rel for rel, _ in files], settings.input.files_per_task)
+    fingerprint = runmeta.fingerprint(t.task_id for t in tasks)
+    if cached is not None and cached.fingerprint == fingerprint:
+        return plan.load(run_dir), cached.tasks, fingerprint, False
     table = plan.build(
         files,
         files_per_task=settings.input.files_per_task,
         total_shards=settings.total_shards,
         minimum_shard_index=settings.minimum_shard_index,
         category_regex=settings.input.category_regex,
+        tasks=tasks,
     )
-    if cached is not None and cached.fingerprint == runmeta.fingerprint(plan.task_ids(table)):
-        return plan.load(run_dir), False
-    return table, True
+    return table, len(tasks), fingerprint, True
 
 
 def _pin(settings: Settings, meta: runmeta.RunMeta, table: pa.Table) -> None:
@@ -171,9 +176,7 @@ def mark_shards_without_work(
     open_shards = plan.nonempty_shards(table) - done
     if not open_shards:
         return counts
-    marked = {
-        markers.source_of_marker(m) for m in output.list_suffix(markers.FILE_MARKER_SUFFIX)
-    }
+    marked = {markers.source_of_marker(m) for m in output.list_suffix(markers.FILE_MARKER_SUFFIX)}
     if not marked:
         return counts
     rows = table.to_pydict()

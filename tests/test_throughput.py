@@ -1,0 +1,118 @@
+"""Throughput: rates per GPU type, ETA arithmetic, walltime sizing."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from synthrun import stats_for
+
+from shardwise import throughput
+from shardwise.throughput import (
+    eta,
+    rate_for_walltime,
+    stats_from_json,
+    stats_table,
+    summarize,
+    walltime_advice,
+)
+
+
+def _stats(n: int = 10, **kw: object) -> list[dict]:
+    return [stats_for(f"a/b/{i}.jsonl", 0, **kw) for i in range(n)]  # type: ignore[arg-type]
+
+
+def test_summarize_per_device_and_overall() -> None:
+    fast = _stats(10, docs=100, seconds=10.0, size=1000)
+    slow = [
+        stats_for(f"c/d/{i}.jsonl", 1, docs=100, seconds=20.0, size=1000, device="A100")
+        for i in range(5)
+    ]
+    tp = summarize(fast + slow)
+    assert [d.device_name for d in tp.devices] == ["NVIDIA H100 80GB HBM3", "A100"]
+    h100, a100 = tp.devices
+    assert h100.docs_per_s is not None and h100.docs_per_s.median == pytest.approx(10.0)
+    assert a100.docs_per_s is not None and a100.docs_per_s.median == pytest.approx(5.0)
+    assert h100.files_per_hour == pytest.approx(360.0)
+    assert a100.files_per_hour == pytest.approx(180.0)
+    assert tp.overall is not None
+    assert tp.overall.files == 15
+    # Aggregate: 15 files in 200 GPU-seconds.
+    assert tp.overall.files_per_hour == pytest.approx(3600 * 15 / 200)
+    assert tp.overall.bytes_per_s_total == pytest.approx(15_000 / 200)
+
+
+def test_percentiles_are_over_files() -> None:
+    rows = [stats_for(f"f{i}", 0, docs=i + 1, seconds=1.0) for i in range(101)]
+    docs = summarize(rows).overall.docs_per_s  # type: ignore[union-attr]
+    assert (docs.p10, docs.median, docs.p90) == pytest.approx((11.0, 51.0, 91.0))
+
+
+def test_eta_arithmetic() -> None:
+    tp = summarize(_stats(10, docs=100, seconds=10.0, size=1000))
+    by_files = eta(50, tp, 2)
+    assert by_files is not None
+    assert by_files.seconds == pytest.approx(50 / (0.1 * 2))  # 0.1 file/s per GPU
+    by_bytes = eta(10_000, tp, 4, unit="bytes")
+    assert by_bytes is not None
+    assert by_bytes.seconds == pytest.approx(10_000 / (100 * 4))  # 100 B/s per GPU
+    assert by_bytes.rate_per_gpu == pytest.approx(100.0)
+    with pytest.raises(ValueError, match="gpus"):
+        eta(1, tp, 0)
+
+
+def test_no_usable_stats() -> None:
+    tp = summarize([{"file": "x", "seconds": 0}, {"file": "y"}])
+    assert tp.overall is None and tp.devices == () and tp.files == 0
+    assert eta(10, tp, 1) is None
+    assert rate_for_walltime([]) is None
+
+
+def test_rate_for_walltime_is_slow_side_p10() -> None:
+    rows = [stats_for(f"f{i}", 0, size=1000 * (i + 1), seconds=1.0) for i in range(101)]
+    assert rate_for_walltime(rows) == pytest.approx(11_000.0)
+
+
+def test_walltime_advice() -> None:
+    advice = walltime_advice([1e9, 4e9, 2e9], 1.5, 1e6, overhead_s=350, round_to_s=900)
+    # 4e9 B / 1e6 B/s = 4000 s; x1.5 = 6000 s; +350 = 6350 s -> rounded up to 7200 s.
+    assert advice.work_seconds == pytest.approx(4000.0)
+    assert advice.seconds == 7200
+    assert advice.slurm == "02:00:00"
+    assert throughput.slurm_time(90061) == "1-01:01:01"
+    with pytest.raises(ValueError, match="rate"):
+        walltime_advice([1], 1.5, 0)
+
+
+def test_duplicates_keep_latest() -> None:
+    old = stats_for("x", 0, docs=1, finished_at="2026-01-01T00:00:00+00:00")
+    new = stats_for("x", 0, docs=7, finished_at="2026-01-02T00:00:00Z")
+    for rows in ([old, new], [new, old]):
+        table = stats_table(rows)
+        assert len(table) == 1 and table.docs[0] == 7
+        table = stats_from_json([json.dumps(r, indent=2).encode() for r in rows])
+        assert len(table) == 1 and table.docs[0] == 7
+
+
+def test_bulk_json_matches_per_file_path() -> None:
+    rows = [*_stats(5), {"file": "odd", "docs": None, "finished_at": "2026-01-01T00:00:00"}]
+    blobs = [json.dumps(r, indent=1).encode() for r in rows] + [b"", b"  \n"]
+    bulk, slow = stats_from_json(blobs), stats_table(rows)
+    for name in ("docs", "tokens", "seconds", "bytes", "finished_at", "shard"):
+        np.testing.assert_array_equal(getattr(bulk, name), getattr(slow, name))
+    assert list(bulk.file) == list(slow.file)
+    # A wrong type or a truncated file falls back to the per-file path and skips it.
+    bad = [*blobs, b'{"file": "z", "docs": "many"}', b'{"file": "trunc']
+    mixed = stats_from_json(bad)
+    assert sorted(mixed.file) == sorted([*slow.file, "z"])
+    assert math.isnan(mixed.docs[list(mixed.file).index("z")])
+
+
+def test_format_duration() -> None:
+    assert throughput.format_duration(42) == "42s"
+    assert throughput.format_duration(720) == "12m"
+    assert throughput.format_duration(5 * 3600 + 12 * 60) == "5h 12m"
+    assert throughput.format_duration(3 * 86400 + 4 * 3600) == "3d 4h"
+    assert throughput.format_duration(math.inf) == "unknown"

@@ -1,0 +1,421 @@
+"""``shardwise verify``: every check fires on the fault it exists for, and only then.
+
+Runs are built in-process (``prepare_run`` + ``run_shard`` with a fake engine) so
+each test costs milliseconds; the fault matrix (tests/test_faults.py) runs verify on
+real runs.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from shardwise import markers, plan, sidecar, verify
+from shardwise.cli import main
+from shardwise.demo import DemoSize, demo_config, write_corpus
+from shardwise.job import run_shard
+from shardwise.workflow import prepare_run
+
+TINY = DemoSize(files_per_category=1, docs_per_file=5, median_words=8, max_words=30)
+NAMES = ("topic", "topic_nourl", "format", "format_nourl")
+
+
+class FakeEngine:
+    """Deterministic labels without torch: enough for the layout verify checks."""
+
+    device = "cpu"
+    device_name = "fake"
+    dtype_name = "float32"
+
+    def __init__(self, names: tuple[str, ...] = NAMES) -> None:
+        self.names = names
+
+    def prepare(self, texts: list[str], urls: list[str]) -> int:
+        return len(texts)
+
+    def run(self, n: int) -> SimpleNamespace:
+        columns: dict[str, pa.Array] = {}
+        for name in self.names:
+            columns[f"{name}_label"] = pa.array(["a"] * n, pa.string())
+            columns[f"{name}_label_id"] = pa.array([0] * n, pa.int32())
+            columns[f"{name}_score"] = pa.array([0.5] * n, pa.float32())
+        return SimpleNamespace(columns=columns, stats={"tokens": 3 * n})
+
+
+def plan_run(tmp_path: Path, *, total_shards: int = 3, **overrides) -> dict:
+    """A planned (not yet labelled) in-process run; returns its config."""
+    write_corpus(tmp_path / "corpus", TINY)
+    cfg = demo_config(tmp_path, total_shards=total_shards)
+    cfg.update(overrides)
+    prepare_run(cfg, main_process=True, dryrun=True, report=False)
+    return cfg
+
+
+def label(run_dir: Path, shards=None) -> None:
+    """Run the shard jobs (all non-empty shards by default) with the fake engine."""
+    table = plan.load(run_dir)
+    for shard in sorted(shards if shards is not None else plan.nonempty_shards(table)):
+        run_shard(run_dir, shard, engine_factory=lambda _ctx: FakeEngine(), progress=False)
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> SimpleNamespace:
+    """A complete in-process run: run dir, output dir, a labelled file and its shard."""
+    plan_run(tmp_path)
+    run_dir = tmp_path / "run"
+    label(run_dir)
+    table = plan.load(run_dir).to_pydict()
+    rel = table["file"][0]
+    return SimpleNamespace(
+        run_dir=run_dir,
+        labels=tmp_path / "labels",
+        corpus=tmp_path / "corpus",
+        rel=rel,
+        shard=table["shard"][0],
+        files=table["file"],
+    )
+
+
+def check(run_dir: Path, **kw) -> verify.VerifyReport:
+    return verify.verify_run(run_dir, **kw)
+
+
+def whats(report: verify.VerifyReport) -> list[str]:
+    return [f"{f.where}: {f.what}" for f in report.problems]
+
+
+def rewrite_sidecar(path: Path, fn) -> None:
+    table = pq.read_table(path)
+    buf = io.BytesIO()
+    pq.write_table(fn(table), buf)
+    path.write_bytes(buf.getvalue())
+
+
+# -- a consistent run ------------------------------------------------------------
+
+
+def test_complete_run_is_consistent(run, capsys):
+    report = check(run.run_dir, complete=True)
+    assert report.ok, report.lines()
+    assert not report.warnings
+    assert report.files_marked == report.files_planned == report.files_checked == 6
+    assert report.rows_checked == 6 * TINY.docs_per_file
+    assert report.shards_done == report.shards_total == 3
+    assert main(["verify", "--run-dir", str(run.run_dir), "--complete"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out == [report.summary()]
+    assert out[0].startswith("verify OK: 0 problem(s)")
+
+
+def test_json_format(run, capsys):
+    assert main(["verify", "--run-dir", str(run.run_dir), "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["ok"] is True and data["files_checked"] == 6 and data["problems"] == []
+
+
+def test_unfinished_run_is_consistent_but_not_complete(tmp_path, capsys):
+    cfg = plan_run(tmp_path)
+    run_dir = Path(cfg["run_dir"])
+    busy = sorted(plan.nonempty_shards(plan.load(run_dir)))
+    label(run_dir, busy[:1])
+    report = check(run_dir)
+    assert report.ok, report.lines()
+    assert report.shards_done < report.shards_total
+    assert main(["verify", "--run-dir", str(run_dir), "--complete"]) == 1
+    out = capsys.readouterr().out
+    assert f"shard {busy[-1]} is not done" in out
+    assert "verify FAILED" in out.strip().splitlines()[-1]
+
+
+def test_not_a_run_dir_exits_2(tmp_path, capsys):
+    assert main(["verify", "--run-dir", str(tmp_path)]) == 2
+    assert "cannot verify" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("fraction", [0.0, 1.5, -1.0])
+def test_sample_must_be_a_fraction(run, fraction):
+    assert main(["verify", "--run-dir", str(run.run_dir), "--sample", str(fraction)]) == 2
+
+
+# -- each fault is found, named, and fails the exit status -----------------------
+
+
+def _drop_row(table: pa.Table) -> pa.Table:
+    return table.slice(0, table.num_rows - 1)
+
+
+def _swap_ids(table: pa.Table) -> pa.Table:
+    ids = table["id"].to_pylist()
+    ids[0], ids[1] = ids[1], ids[0]
+    return table.set_column(0, "id", pa.array(ids, pa.string()))
+
+
+def _drop_column(table: pa.Table) -> pa.Table:
+    return table.drop_columns(["format_score"])
+
+
+def _null_label(table: pa.Table) -> pa.Table:
+    i = table.column_names.index("topic_label")
+    values = table["topic_label"].to_pylist()
+    values[2] = None
+    return table.set_column(i, "topic_label", pa.array(values, pa.string()))
+
+
+def _nan_score(table: pa.Table) -> pa.Table:
+    i = table.column_names.index("topic_score")
+    values = table["topic_score"].to_pylist()
+    values[0] = float("nan")
+    return table.set_column(i, "topic_score", pa.array(values, pa.float32()))
+
+
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        (_drop_row, "has 4 rows, the input has 5"),
+        (_swap_ids, "ids differ from the input's at 2 row(s); first at row 0"),
+        (_drop_column, "no format_score column"),
+        (_null_label, "topic_label has 1 null(s)"),
+        (_nan_score, "topic_score has 1 NaN(s)"),
+    ],
+)
+def test_bad_sidecar_content(run, mutate, expected, capsys):
+    path = run.labels / sidecar.sidecar_rel(run.rel)
+    rewrite_sidecar(path, mutate)
+    report = check(run.run_dir)
+    found = whats(report)
+    assert len(found) == 1 and found[0].startswith(f"{path}: {expected}"), found
+    assert main(["verify", "--run-dir", str(run.run_dir)]) == 1
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines == [f"problem: {found[0]}", report.summary()]
+
+
+def test_missing_sidecar_and_stats(run):
+    (run.labels / sidecar.sidecar_rel(run.rel)).unlink()
+    (run.labels / sidecar.stats_rel(run.rel)).unlink()
+    marker = run.labels / markers.file_marker_rel(run.rel)
+    assert whats(check(run.run_dir)) == [
+        f"{marker}: marker without its sidecar",
+        f"{marker}: marker without its stats",
+    ]
+
+
+def test_garbage_sidecar_and_stats(run):
+    (run.labels / sidecar.sidecar_rel(run.rel)).write_bytes(b"not parquet")
+    (run.labels / sidecar.stats_rel(run.rel)).write_text("{half")
+    found = whats(check(run.run_dir))
+    assert len(found) == 2
+    assert "unreadable stats" in found[0] and "not valid JSON" in found[0]
+    assert "unreadable sidecar" in found[1]
+
+
+def test_marker_rows_must_match_the_input(run):
+    path = run.labels / markers.file_marker_rel(run.rel)
+    data = json.loads(path.read_text())
+    data["rows"] = 6
+    path.write_text(json.dumps(data))
+    found = whats(check(run.run_dir))
+    assert found[0] == f"{path}: says 6 rows, the input has 5"
+    shard_marker = markers.shard_marker_path(run.run_dir, run.shard)
+    docs = 5 * plan.files_of_shard(plan.load(run.run_dir), run.shard).num_rows
+    assert found[1:] == [
+        f"{shard_marker}: says {docs} docs, its files' markers add up to {docs + 1}"
+    ]
+
+
+def test_marker_for_another_shard(run):
+    path = run.labels / markers.file_marker_rel(run.rel)
+    data = json.loads(path.read_text())
+    data["shard"] = run.shard + 1
+    path.write_text(json.dumps(data))
+    assert whats(check(run.run_dir)) == [
+        f"{path}: shard is {run.shard + 1}, the plan says {run.shard}"
+    ]
+
+
+def test_input_changed_after_labelling(run):
+    path = run.corpus / run.rel
+    assert path.name.endswith(".parquet")
+    table = pq.read_table(path)
+    pq.write_table(pa.concat_tables([table, table.slice(0, 1)]), path)
+    found = whats(check(run.run_dir))
+    assert any("has 5 rows, the input has 6" in w for w in found)
+    assert any("says 5 rows, the input has 6" in w for w in found)
+
+
+def test_input_removed_after_labelling(run):
+    (run.corpus / run.rel).unlink()
+    found = whats(check(run.run_dir))
+    assert len(found) == 1
+    assert "input unreadable" in found[0] and "file not found" in found[0]
+
+
+def test_done_shard_with_a_file_marker_missing(run):
+    (run.labels / markers.file_marker_rel(run.rel)).unlink()
+    found = whats(check(run.run_dir))
+    marker = run.labels / markers.file_marker_rel(run.rel)
+    assert f"{marker}: missing, but shard {run.shard} is marked done" in found
+    assert any("no marker, yet its shard is marked done" in w for w in found)
+
+
+def test_shard_marker_from_another_assignment(run):
+    path = markers.shard_marker_path(run.run_dir, run.shard)
+    data = json.loads(path.read_text())
+    data["total_shards"] = 7
+    path.write_text(json.dumps(data))
+    assert whats(check(run.run_dir)) == [f"{path}: total_shards is 7, run.json says 3"]
+
+
+def test_shard_marker_outside_the_run(run):
+    markers.write_shard_marker(
+        run.run_dir, 9, total_shards=3, minimum_shard_index=0, tasks=0, files=0, docs=0
+    )
+    path = markers.shard_marker_path(run.run_dir, 9)
+    assert whats(check(run.run_dir)) == [f"{path}: marks shard 9, outside this run's shards 0..2"]
+
+
+def test_shard_marker_docs_must_add_up(run):
+    path = markers.shard_marker_path(run.run_dir, run.shard)
+    data = json.loads(path.read_text())
+    data["docs"] += 1
+    path.write_text(json.dumps(data))
+    found = whats(check(run.run_dir))
+    assert len(found) == 1 and "docs, its files' markers add up to" in found[0]
+
+
+def test_mirror_run_json_must_pin_the_same_run(run):
+    path = run.labels / "run.json"
+    data = json.loads(path.read_text())
+    data["total_shards"] = 4
+    path.write_text(json.dumps(data))
+    assert whats(check(run.run_dir)) == [f"{path}: pins total_shards=4, the run directory 3"]
+
+
+# -- orphans ------------------------------------------------------------------
+
+
+def test_orphans_are_listed(run):
+    (run.labels / "stray.txt").write_text("x")
+    (run.labels / "cc" / "gone.jsonl.labels.parquet").write_bytes(b"x")
+    (run.labels / "cc" / "gone.jsonl.done").write_text("{}")
+    report = check(run.run_dir)
+    assert sorted(whats(report)) == [
+        f"{run.labels / 'cc' / 'gone.jsonl.done'}: orphan marker: "
+        "'cc/gone.jsonl' is not a file of this run",
+        f"{run.labels / 'cc' / 'gone.jsonl.labels.parquet'}: orphan sidecar: "
+        "'cc/gone.jsonl' is not a file of this run",
+        f"{run.labels / 'stray.txt'}: orphan: not an output of any file of this run",
+    ]
+    assert report.orphans == 3
+
+
+def test_partial_outputs_of_an_unfinished_file_are_warnings(tmp_path):
+    cfg = plan_run(tmp_path)
+    run_dir = Path(cfg["run_dir"])
+    label(run_dir)
+    table = plan.load(run_dir).to_pydict()
+    rel, shard = table["file"][0], table["shard"][0]
+    # The state a kill between the sidecar and the marker leaves: no marker, shard open.
+    (tmp_path / "labels" / markers.file_marker_rel(rel)).unlink()
+    markers.shard_marker_path(run_dir, shard).unlink()
+    temp = tmp_path / "labels" / f".{rel.rsplit('/', 1)[-1]}.done.tmp-123-abcdef01"
+    temp.parent.mkdir(parents=True, exist_ok=True)
+    temp.write_text("{")
+    report = check(run_dir)
+    assert report.ok, report.lines()
+    got = sorted(f.what for f in report.warnings)
+    assert got == [
+        "sidecar without a marker (unfinished; rewritten on retry)",
+        "stats without a marker (unfinished; rewritten on retry)",
+        "temp file of an interrupted write (safe to delete)",
+    ]
+    assert not check(run_dir, complete=True).ok
+    # The retry finishes the file; verify is then clean apart from the stray temp file.
+    label(run_dir, [shard])
+    report = check(run_dir, complete=True)
+    assert report.ok and [f.what for f in report.warnings] == [got[-1]]
+
+
+def test_input_sharing_the_output_root_is_not_an_orphan(tmp_path):
+    write_corpus(tmp_path / "data", TINY)
+    cfg = demo_config(tmp_path, total_shards=2)
+    cfg["input"]["uri"] = cfg["output"]["uri"] = str(tmp_path / "data")
+    prepare_run(cfg, main_process=True, dryrun=True, report=False)
+    label(tmp_path / "run")
+    (tmp_path / "data" / "README").write_text("the corpus's own file")
+    report = check(tmp_path / "run", complete=True)
+    assert report.ok and not report.warnings, report.lines()
+
+
+def test_corpus_nested_under_the_output_prefix(tmp_path):
+    write_corpus(tmp_path / "out" / "corpus", TINY)
+    cfg = demo_config(tmp_path, total_shards=2)
+    cfg["input"]["uri"] = str(tmp_path / "out" / "corpus")
+    cfg["output"]["uri"] = str(tmp_path / "out")
+    prepare_run(cfg, main_process=True, dryrun=True, report=False)
+    label(tmp_path / "run")
+    report = check(tmp_path / "run", complete=True)
+    assert report.ok and not report.warnings, report.lines()
+
+
+# -- sampling -----------------------------------------------------------------
+
+
+def test_sample_reads_a_fraction_but_checks_presence_everywhere(run):
+    report = check(run.run_dir, sample=0.34, seed=1)
+    assert report.ok
+    assert report.files_checked == math.ceil(0.34 * 6) == 3
+    assert "(sample 0.34)" in report.summary()
+    assert check(run.run_dir, sample=0.34, seed=1).files_checked == 3
+    (run.labels / sidecar.sidecar_rel(run.files[-1])).unlink()
+    found = {f.what for f in check(run.run_dir, sample=0.01, seed=2).problems}
+    assert found == {"marker without its sidecar"}
+
+
+def test_sample_finds_content_faults_in_the_files_it_reads(run):
+    for rel in run.files:
+        rewrite_sidecar(run.labels / sidecar.sidecar_rel(rel), _drop_row)
+    report = check(run.run_dir, sample=0.5, seed=3)
+    assert report.files_checked == 3
+    assert len(report.problems) == 3
+
+
+# -- object storage -----------------------------------------------------------
+
+
+@pytest.mark.s3
+def test_verify_on_s3_lists_the_output_once(tmp_path, s3):
+    from shardwise.storage import Location
+
+    corpus = Location(s3.url("corpus"), s3.options())
+    for path in write_corpus(tmp_path / "corpus", TINY):
+        corpus.write_bytes(str(path.relative_to(tmp_path / "corpus")), path.read_bytes())
+    cfg = demo_config(tmp_path, total_shards=2)
+    cfg["input"]["uri"] = s3.url("corpus")
+    cfg["output"]["uri"] = s3.url("labels")
+    cfg["storage"] = s3.storage_config()
+    prepare_run(cfg, main_process=True, dryrun=True, report=False)
+    label(tmp_path / "run")
+    s3.reset()
+    report = check(tmp_path / "run", complete=True)
+    assert report.ok and not report.warnings, report.lines()
+    assert report.files_checked == 6
+    log = s3.server.log(s3.name)
+    lists = [r for r in log if r.kind == "LIST"]
+    assert len(lists) == 1
+    assert {r.kind for r in log} <= {"LIST", "GET"}  # no HEAD per file, no writes
+    # A deleted sidecar is found on S3 too.
+    s3.client().delete_object(
+        Bucket=s3.name, Key="labels/" + sidecar.sidecar_rel(report_rel(tmp_path))
+    )
+    assert {f.what for f in check(tmp_path / "run").problems} == {"marker without its sidecar"}
+
+
+def report_rel(tmp_path: Path) -> str:
+    return plan.load(tmp_path / "run").to_pydict()["file"][0]

@@ -190,8 +190,11 @@ def main() -> None:
     parser.add_argument("--heads", type=int, default=2)
     parser.add_argument("--vocab-size", type=int, default=4000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--skip-a", action="store_true", help="skip the slow baseline (a)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     texts, urls = synthetic_corpus(
         args.docs,
@@ -245,8 +248,8 @@ def main() -> None:
             )
         print(
             f"engine: batch_budget {c_stats['batch_budget']}, batches {c_stats['batches']}, "
-            f"pad_efficiency {c_stats['pad_efficiency']:.3f}, tokenize {c_stats['tokenize_s']:.2f} s,"
-            f" infer {c_stats['infer_s']:.2f} s, tokenize fallbacks "
+            f"pad_efficiency {c_stats['pad_efficiency']:.3f}, "
+            f"tokenize {c_stats['tokenize_s']:.2f} s, infer {c_stats['infer_s']:.2f} s, tokenize fallbacks "
             f"{c_stats['tokenize_fallback_docs']}, oom_retries {c_stats['oom_retries']}"
         )
         if "a" in results:

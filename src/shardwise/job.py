@@ -36,6 +36,10 @@ from shardwise.storage import Location, StorageOptions
 
 SETTINGS_JSON = "settings.json"
 FAILURES_DIR = "failures"
+#: Files with an output marker at plan time (object-store outputs only).
+OUTPUT_MARKERS = "output-markers.txt"
+#: Per-shard journal of files finished by earlier attempts.
+PROGRESS_DIR = "progress"
 
 
 class Interrupted(ShardwiseError):
@@ -111,18 +115,59 @@ def shard_files(run_dir: Path, shard: int) -> list[FileTask]:
     return [FileTask(r["file"], r["size"], r["task_id"]) for r in rows]
 
 
-def files_done(output: Location, files: list[FileTask]) -> dict[str, int]:
-    """Files of the shard that already have a marker, with their row counts."""
-    done = {}
+def files_done(ctx: JobContext, shard: int, files: list[FileTask]) -> dict[str, int | None]:
+    """Files of the shard that already have a marker, with their row counts if known.
+
+    Local output: each marker is read (cheap, authoritative). Object storage: no
+    request per file; the top-level process's one listing (``output-markers.txt``)
+    plus this shard's own progress journal say which files are done (row counts of
+    files finished elsewhere are unknown). Without that snapshot, markers are probed.
+    """
+    snapshot = ctx.run_dir / OUTPUT_MARKERS
+    if ctx.output.remote and snapshot.exists():
+        listed = set(snapshot.read_text("utf-8").splitlines())
+        known: dict[str, int | None] = {f.rel: None for f in files if f.rel in listed}
+        known.update(read_progress(ctx.run_dir, shard))
+        return {f.rel: known[f.rel] for f in files if f.rel in known}
+    done: dict[str, int | None] = {}
     for f in files:
         try:
-            data = json.loads(output.read_bytes(markers.file_marker_rel(f.rel)))
+            data = json.loads(ctx.output.read_bytes(markers.file_marker_rel(f.rel)))
         except FileNotFoundError:
             continue
         except ValueError:
             continue  # an unreadable marker vouches for nothing: redo the file
         done[f.rel] = int(data.get("rows", 0))
     return done
+
+
+def write_output_markers(run_dir: Path, marked: set[str]) -> None:
+    """Record which files had an output marker at plan time (for jobs on object stores)."""
+    from shardwise.atomic import write_atomic
+
+    write_atomic(run_dir / OUTPUT_MARKERS, "".join(f"{r}\n" for r in sorted(marked)).encode())
+
+
+def read_progress(run_dir: Path, shard: int) -> dict[str, int]:
+    """Files this shard's earlier attempts finished (file -> rows)."""
+    path = run_dir / PROGRESS_DIR / f"{shard}.jsonl"
+    out: dict[str, int] = {}
+    if path.exists():
+        for line in path.read_text("utf-8").splitlines():
+            try:
+                entry = json.loads(line)
+                out[entry["file"]] = int(entry["rows"])
+            except (ValueError, KeyError, TypeError):
+                continue  # a torn last line from a killed attempt
+    return out
+
+
+def _journal(run_dir: Path, shard: int, rel: str, rows: int) -> None:
+    """Append a finished file to the shard's progress journal (after its marker)."""
+    path = run_dir / PROGRESS_DIR / f"{shard}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(json.dumps({"file": rel, "rows": rows}) + "\n")
 
 
 @dataclass
@@ -195,9 +240,10 @@ def run_shard(
     meta = ctx.meta
     files = shard_files(run_dir, shard)
     report = ShardReport(shard=shard, files=len(files))
-    done = files_done(ctx.output, files)
+    done = files_done(ctx, shard, files)
     report.skipped = len(done)
-    report.docs = sum(done.values())
+    unknown_docs = any(rows is None for rows in done.values())
+    report.docs = sum(rows or 0 for rows in done.values())
     todo = [f for f in files if f.rel not in done]
     if todo:
         engine = (engine_factory or load_engine)(ctx)
@@ -207,7 +253,9 @@ def run_shard(
                 if item.error is not None:
                     report.failed.append({"file": item.task.rel, "error": item.error})
                 else:
-                    report.docs += _label_file(ctx, engine, item, shard)
+                    rows = _label_file(ctx, engine, item, shard)
+                    _journal(run_dir, shard, item.task.rel, rows)
+                    report.docs += rows
                     report.labelled += 1
                 bar.update(1)
         except Interrupted:
@@ -231,7 +279,7 @@ def run_shard(
         minimum_shard_index=meta.minimum_shard_index,
         tasks=len({f.task_id for f in files}),
         files=len(files),
-        docs=report.docs,
+        docs=None if unknown_docs else report.docs,
     )
     return report
 

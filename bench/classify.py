@@ -137,10 +137,16 @@ def run_engine(engine: Engine, texts, urls) -> tuple[dict[str, np.ndarray], dict
     return ids, labels.stats
 
 
-def timed(fn: Callable[[], object]) -> tuple[object, float]:
+LOADS: dict[str, float] = {}
+
+
+def timed(key: str, fn: Callable[[], object]) -> tuple[object, float]:
+    """Run and time ``fn``; note the 1-minute load average at its end (hosts may be shared)."""
     started = time.perf_counter()
     value = fn()
-    return value, time.perf_counter() - started
+    seconds = time.perf_counter() - started
+    LOADS[key] = os.getloadavg()[0]
+    return value, seconds
 
 
 def real_tokens(engine: Engine, texts, urls) -> tuple[int, list[np.ndarray]]:
@@ -231,10 +237,10 @@ def main() -> None:
         results: dict[str, tuple[dict[str, np.ndarray], float]] = {}
         if not args.skip_a:
             results["a"] = timed(
-                lambda: run_fixed_input_order(engine, texts, urls, args.max_length)
+                "a", lambda: run_fixed_input_order(engine, texts, urls, args.max_length)
             )
-        results["b"] = timed(lambda: run_sorted_fixed(engine, texts, urls, args.max_length))
-        (c_ids, c_stats), c_s = timed(lambda: run_engine(engine, texts, urls))
+        results["b"] = timed("b", lambda: run_sorted_fixed(engine, texts, urls, args.max_length))
+        (c_ids, c_stats), c_s = timed("c", lambda: run_engine(engine, texts, urls))
         results["c"] = (c_ids, c_s)
         titles = {
             "a": "(a) fixed 32, input order, per-classifier tokenize",
@@ -242,15 +248,17 @@ def main() -> None:
             "c": "(c) shardwise engine                              ",
         }
         for key, (_, seconds) in results.items():
+            load = LOADS[key]
             print(
                 f"{titles[key]} {seconds:8.2f} s  {args.docs / seconds:9.1f} docs/s  "
-                f"{tokens / seconds:12.0f} tokens/s"
+                f"{tokens / seconds:12.0f} tokens/s  (load {load:.1f})"
             )
         print(
             f"engine: batch_budget {c_stats['batch_budget']}, batches {c_stats['batches']}, "
             f"pad_efficiency {c_stats['pad_efficiency']:.3f}, "
-            f"tokenize {c_stats['tokenize_s']:.2f} s, infer {c_stats['infer_s']:.2f} s, tokenize fallbacks "
-            f"{c_stats['tokenize_fallback_docs']}, oom_retries {c_stats['oom_retries']}"
+            f"tokenize {c_stats['tokenize_s']:.2f} s, infer {c_stats['infer_s']:.2f} s, "
+            f"tokenize fallbacks {c_stats['tokenize_fallback_docs']}, "
+            f"oom_retries {c_stats['oom_retries']}"
         )
         if "a" in results:
             print(f"c/a = {results['a'][1] / c_s:.2f}  (target >= 10 on CPU)")

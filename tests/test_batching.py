@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -30,7 +31,7 @@ def test_batches_respect_budget_and_cover_everything() -> None:
     sorted_lengths = [lengths[i] for i in sort_longest_first(lengths)]
     batches = plan_batches(sorted_lengths, budget=16384)
     assert batches[0][0] == 0 and batches[-1][1] == len(lengths)
-    assert all(a[1] == b[0] for a, b in zip(batches, batches[1:], strict=False))
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(batches))
     for start, end in batches:
         assert end > start
         assert padded_tokens(sorted_lengths, start, end) <= 16384

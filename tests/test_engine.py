@@ -10,10 +10,12 @@ import pyarrow as pa
 import pytest
 import torch
 
+from shardwise.batching import CannotShrinkError
 from shardwise.engine import (
     ClassifierSpec,
     Engine,
     InferenceSettings,
+    probe_rows,
     select_device,
     select_dtype,
 )
@@ -26,6 +28,15 @@ from shardwise.tinymodels import (
 )
 
 MAX_LENGTH = 192
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """Tiny models run faster single-threaded, and CI shares its 2 cores with other jobs."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
@@ -65,17 +76,26 @@ def result(engine: Engine, corpus):
 
 
 def _reference(engine: Engine, texts: list[str], urls: list[str]) -> dict[str, np.ndarray]:
-    """Unsorted reference: each document alone, in input order, tokenized by its tokenizer."""
+    """Unsorted reference: batches of 8 in input order, tokenized by each model's tokenizer."""
     out: dict[str, np.ndarray] = {}
     for clf in engine._classifiers:
         tokenizer, model = clf.loaded.tokenizer, clf.loaded.model
+        strings = [
+            f"{url}\n\n{text}" if clf.spec.input == "url_text" else text
+            for text, url in zip(texts, urls, strict=True)
+        ]
         rows = []
-        for text, url in zip(texts, urls, strict=True):
-            string = f"{url}\n\n{text}" if clf.spec.input == "url_text" else text
-            batch = tokenizer(string, truncation=True, max_length=MAX_LENGTH, return_tensors="pt")
+        for start in range(0, len(strings), 8):
+            batch = tokenizer(
+                strings[start : start + 8],
+                padding=True,
+                truncation=True,
+                max_length=MAX_LENGTH,
+                return_tensors="pt",
+            )
             with torch.inference_mode():
-                rows.append(model(**batch).logits.float().softmax(-1)[0].numpy())
-        out[clf.spec.name] = np.stack(rows)
+                rows.append(model(**batch).logits.float().softmax(-1).numpy())
+        out[clf.spec.name] = np.concatenate(rows)
     return out
 
 
@@ -255,3 +275,57 @@ def test_load_errors_name_the_model(tmp_path: Path) -> None:
         Engine.load([ClassifierSpec("a", str(tmp_path / "nowhere"), "text")], InferenceSettings())
     with pytest.raises(ModelError, match="input"):
         Engine.load([ClassifierSpec("a", "x/y", "html")], InferenceSettings())
+
+
+def test_other_architectures_load_as_is(tmp_path: Path, cache_root, corpus) -> None:
+    """A non-GTE classifier (tiny BERT) loads unchanged and gets a 2D padding mask."""
+    import shutil
+
+    from transformers import BertConfig, BertForSequenceClassification
+
+    texts, urls = corpus
+    build_wordpiece_tokenizer(texts[:30], tmp_path / "tok", vocab_size=500)
+    config = BertConfig(
+        vocab_size=500,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=MAX_LENGTH,
+        num_labels=3,
+        id2label={0: "n", 1: "m", 2: "k"},
+        label2id={"n": 0, "m": 1, "k": 2},
+        initializer_range=0.3,
+    )
+    torch.manual_seed(0)
+    BertForSequenceClassification(config).save_pretrained(str(tmp_path / "bert"))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tmp_path / "tok" / name, tmp_path / "bert" / name)
+    engine = Engine.load(
+        [ClassifierSpec("bert", str(tmp_path / "bert"), "url_text")],
+        InferenceSettings(max_length=MAX_LENGTH, batch_tokens=1024),
+        cache_root=cache_root,
+    )
+    assert engine.labels["bert"] == ("n", "m", "k")
+    assert not engine._classifiers[0].key_mask_4d
+    labels = engine.run(engine.prepare(texts[:30], urls[:30]))
+    _assert_same_labels(labels, _reference(engine, texts[:30], urls[:30]))
+
+
+def test_budget_probe_halves_until_it_fits() -> None:
+    tried: list[int] = []
+    cleaned: list[int] = []
+
+    def attempt(rows: int) -> None:
+        tried.append(rows)
+        if rows > 5:
+            raise torch.OutOfMemoryError("simulated")
+
+    assert probe_rows(attempt, 64, lambda: cleaned.append(1)) == 4
+    assert tried == [64, 32, 16, 8, 4] and len(cleaned) == 4
+
+    def never(rows: int) -> None:
+        raise torch.OutOfMemoryError("simulated")
+
+    with pytest.raises(CannotShrinkError):
+        probe_rows(never, 3)

@@ -263,6 +263,16 @@ def test_secret_looking_config_is_rejected(cfg: dict[str, Any]) -> None:
         assert value not in text  # the error never echoes the secret
 
 
+def test_reject_secret_keys_before_schema_validation() -> None:
+    from shardwise.storage import reject_secret_keys
+
+    reject_secret_keys(None)
+    reject_secret_keys({"endpoint_url": "https://x", "max_attempts": 3})
+    with pytest.raises(ConfigError, match=r"storage\.profile_password") as info:
+        reject_secret_keys({"profile_password": "hunter2"})
+    assert "hunter2" not in str(info.value)
+
+
 def test_credentials_in_urls_are_rejected() -> None:
     with pytest.raises(ConfigError, match="environment") as info:
         StorageOptions.from_config({"endpoint_url": "https://AKIAX:s3cr3t@r2.example.com"})
@@ -414,9 +424,25 @@ def test_s3_request_counts_per_operation(s3: Any) -> None:
 
 
 @pytest.mark.s3
-def test_s3_parquet_projection_gets(s3: Any) -> None:
-    """A Parquet read costs one GET for the footer and one per needed column chunk;
-    the unneeded column is never downloaded, and a known size saves the HEAD."""
+def test_s3_small_parquet_is_one_get(s3: Any) -> None:
+    data = _parquet_bytes(row_groups=2, rows=50)
+    loc = Location(s3.url("pq"), s3.options())
+    loc.write_bytes("small.parquet", data)
+    s3.reset()
+    with loc.open("small.parquet", size=len(data)) as fh:
+        assert pq.ParquetFile(fh).read(columns=["id"]).num_rows == 100
+    assert s3.counts() == {"GET": 1}
+    s3.reset()
+    with loc.open("small.parquet") as fh:  # size unknown: one HEAD to learn it
+        assert pq.ParquetFile(fh).read(columns=["id"]).num_rows == 100
+    assert s3.counts() == {"HEAD": 1, "GET": 1}
+
+
+@pytest.mark.s3
+def test_s3_parquet_projection_gets(s3: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A big Parquet read costs one GET for the footer and one per needed column
+    chunk; the unneeded column is never downloaded, and a known size saves the HEAD."""
+    monkeypatch.setattr("shardwise.storage.SMALL_FILE_BYTES", 0)  # treat it as big
     data = _parquet_bytes(row_groups=3, rows=200)
     loc = Location(s3.url("pq"), s3.options())
     loc.write_bytes("p.parquet", data)

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from shardwise.models import tokenizer_hash
-from shardwise.tokenization import SharedTokenizer, StreamKey, TokenizerInfo, format_input
 from shardwise.tinymodels import build_wordpiece_tokenizer, synthetic_corpus
+from shardwise.tokenization import SharedTokenizer, StreamKey, TokenizerInfo, format_input
 
 EDGE_TEXTS = [
     "",

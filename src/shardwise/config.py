@@ -73,6 +73,11 @@ def validate(cfg: dict[str, Any]) -> dict[str, Any]:
         where = ".".join(str(p) for p in err.absolute_path) or "(top level)"
         msg = f"config {where}: {err.message}"
         raise ConfigError(msg)
+    if "{" in cfg["run_dir"] or "}" in cfg["run_dir"]:
+        # The run dir is part of the classify rule's output pattern, where Snakemake
+        # reads braces as wildcards: refuse here, before anything is planned or written.
+        msg = f"config run_dir: {cfg['run_dir']!r} has '{{' or '}}'; use a path without braces"
+        raise ConfigError(msg)
     sharding = cfg["sharding"]
     check_shard_params(sharding["total_shards"], sharding["minimum_shard_index"])
     names = [c["name"] for c in cfg["classifiers"]]

@@ -16,6 +16,7 @@ the interruption is recorded, and the process exits non-zero.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import queue
 import signal
@@ -36,6 +37,8 @@ from shardwise.storage import Location, StorageOptions
 
 SETTINGS_JSON = "settings.json"
 FAILURES_DIR = "failures"
+
+log = logging.getLogger("shardwise.job")
 #: Files with an output marker at plan time (object-store outputs only).
 OUTPUT_MARKERS = "output-markers.txt"
 #: Per-shard journal of files finished by earlier attempts.
@@ -239,6 +242,7 @@ def run_shard(
     ctx = JobContext.load(run_dir)
     meta = ctx.meta
     files = shard_files(run_dir, shard)
+    ctx.source.remember_sizes({f.rel: f.size for f in files})  # no HEAD per file
     report = ShardReport(shard=shard, files=len(files))
     done = files_done(ctx, shard, files)
     report.skipped = len(done)
@@ -320,6 +324,15 @@ def _label_file(ctx: JobContext, engine: Any, item: _Loaded, shard: int) -> int:
         markers.file_marker_rel(rel),
         markers.file_marker(rel, item.task.task_id, shard, len(item.docs)),
     )
+    if item.docs.counts:
+        # Recoverable input problems (reader policy) are labelled, not fatal; say so in
+        # the job log, naming the file, so they are not only visible in the stats.
+        found = ", ".join(f"{k}={v}" for k, v in sorted(item.docs.counts.items()))
+        log.warning(
+            "%s: labelled despite input problems (%s); see counts in its stats",
+            ctx.source.url(rel),
+            found,
+        )
     return len(item.docs)
 
 

@@ -115,6 +115,8 @@ def resolve_model_dir(model: str) -> Path:
         from huggingface_hub import snapshot_download
 
         snapshot = snapshot_download(repo_id=model, allow_patterns=_HUB_PATTERNS)
+        if not any(Path(snapshot).glob("*.safetensors")):  # old repos ship only .bin weights
+            snapshot = snapshot_download(repo_id=model, allow_patterns=[*_HUB_PATTERNS, "*.bin"])
     except Exception as exc:  # hub errors are many; all mean 'cannot get it'
         raise ModelError(f"model {model!r}: cannot fetch from the hub: {exc}") from exc
     path = Path(snapshot)
@@ -207,7 +209,8 @@ def prepare_load_dir(
     text = json.dumps(rewritten, indent=2, sort_keys=True) + "\n"
     key = hashlib.sha256(f"{source.resolve()}\n{text}".encode()).hexdigest()[:16]
     root = Path(cache_root) if cache_root is not None else default_cache_root()
-    target = root / f"{source.name}-{key}"
+    readable = re.sub(r"[^\w.-]+", "--", model).strip("-.")[-60:] or source.name
+    target = root / f"{readable}-{key}"
     if source.resolve() == target.resolve() or target.resolve().is_relative_to(source.resolve()):
         raise ModelError(f"model {model!r}: cache directory {target} would be inside the model")
     if _cache_dir_ok(target, source):

@@ -28,6 +28,7 @@ finds them in the environment, the AWS profile files, or the instance role.
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import threading
@@ -59,6 +60,10 @@ CREDENTIALS_HINT = (
 #: per 16 MiB and a Parquet column chunk usually one GET; small enough to bound memory
 #: per open file (s3fs's default is 50 MiB).
 DEFAULT_BLOCK_SIZE = 16 * 2**20
+
+#: Parquet files up to this size are fetched whole in one GET (one round trip beats
+#: footer + column-chunk GETs when the unneeded columns cost only milliseconds).
+SMALL_FILE_BYTES = 4 * 2**20
 
 #: Files read by seeking (footer first, then column chunks): no read-ahead for them.
 RANDOM_ACCESS_SUFFIXES = (".parquet", ".pq")
@@ -125,9 +130,7 @@ class StorageOptions:
     def from_config(cls, cfg: dict[str, Any] | None) -> StorageOptions:
         """Build from the config's ``storage`` mapping, refusing anything secret-looking."""
         cfg = dict(cfg or {})
-        for path in _secret_looking_keys(cfg, "storage"):
-            msg = f"{path}: {CREDENTIALS_HINT}"
-            raise ConfigError(msg)
+        reject_secret_keys(cfg)
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(cfg) - known)
         if unknown:
@@ -140,6 +143,17 @@ class StorageOptions:
         return RetryPolicy(
             attempts=self.max_attempts, base_delay=self.backoff_base, max_delay=self.backoff_max
         )
+
+
+def reject_secret_keys(cfg: Mapping[str, Any] | None, where: str = "storage") -> None:
+    """Refuse a ``storage`` mapping with a secret-looking key, naming the key only.
+
+    Call it before any schema validation: a schema error message echoes the offending
+    mapping, value included, into the terminal and Snakemake's log.
+    """
+    for path in _secret_looking_keys(dict(cfg or {}), where):
+        msg = f"{path}: {CREDENTIALS_HINT}"
+        raise ConfigError(msg)
 
 
 def _secret_looking_keys(value: Any, where: str) -> Iterator[str]:
@@ -208,6 +222,13 @@ class Location:
     def _key(self, rel: str) -> str:
         """The object key of ``rel`` inside ``self.bucket`` (S3 only)."""
         return f"{self.prefix}/{rel}" if self.prefix else rel
+
+    def _size(self, rel: str) -> int:
+        """One HEAD for a remote file's size; FileNotFoundError if absent."""
+        info = self._retry(rel, lambda: self.fs.info(self.path(rel)))
+        size = int(info.get("size") or 0)
+        self._sizes[rel] = size
+        return size
 
     # -- plumbing -------------------------------------------------------------
     def _retry(self, rel: str, fn: Callable[[], T]) -> T:
@@ -294,11 +315,12 @@ class Location:
 
         Remote Parquet files are opened without read-ahead (``cache_type="none"``):
         pyarrow asks for the footer and then exactly the projected column chunks, one
-        ranged GET each, so unneeded columns are never downloaded. Other files (JSONL
-        streams) get a ``block_size`` read-ahead buffer: one GET per block, memory near
-        one block per open file. The size comes from ``size`` or ``remember_sizes``;
-        only when unknown does a HEAD find it. Every GET is
-        retried on its own; FileNotFoundError if ``rel`` is absent.
+        ranged GET each, so unneeded columns are never downloaded. A small one (up to
+        ``SMALL_FILE_BYTES``) is fetched whole in one GET instead: one round trip beats
+        two or more. Other files (JSONL streams) get a ``block_size`` read-ahead
+        buffer: one GET per block, memory near one block per open file. The size comes
+        from ``size`` or ``remember_sizes``; only when unknown does a HEAD find it.
+        Every GET is retried on its own; FileNotFoundError if ``rel`` is absent.
         """
         if not self.remote:
             try:
@@ -307,17 +329,26 @@ class Location:
                 raise
             except OSError as e:
                 raise self._fail("open", rel, e) from e
-        if cache_type is None:
-            cache_type = "none" if rel.endswith(RANDOM_ACCESS_SUFFIXES) else "readahead"
-        kwargs: dict[str, Any] = {
-            "block_size": block_size or DEFAULT_BLOCK_SIZE,
-            "cache_type": cache_type,
-        }
+        path = self.path(rel)
         if size is None:
             size = self._sizes.get(rel)
+        if cache_type is None and rel.endswith(RANDOM_ACCESS_SUFFIXES):
+            try:
+                if size is None:  # s3fs would HEAD for it anyway; learn it first to choose
+                    size = self._size(rel)
+            except FileNotFoundError:
+                raise
+            except (OSError, ValueError, StorageError) as e:
+                raise self._fail("open", rel, e) from e
+            if size <= SMALL_FILE_BYTES:
+                return io.BytesIO(self.read_bytes(rel))
+            cache_type = "none"
+        kwargs: dict[str, Any] = {
+            "block_size": block_size or DEFAULT_BLOCK_SIZE,
+            "cache_type": cache_type or "readahead",
+        }
         if size is not None:
             kwargs["size"] = size
-        path = self.path(rel)
         try:
             fh = self._retry(rel, lambda: self.fs.open(path, "rb", **kwargs))
         except FileNotFoundError:

@@ -91,7 +91,7 @@ def synthetic_corpus(
     real crawls. Words are pseudo-words with some punctuation, digits and capitals, enough for a
     WordPiece tokenizer to produce realistic sub-word splits. Some urls are empty, some texts too.
     """
-    rng = random.Random(seed)  # noqa: S311 - reproducible test data, not security
+    rng = random.Random(seed)  # reproducible test data, not security
     vocab = [
         "".join(rng.choice(_SYLLABLES) for _ in range(rng.choice((1, 2, 2, 3, 3, 4))))
         for _ in range(3000)

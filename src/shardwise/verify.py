@@ -434,7 +434,7 @@ def _choose(marked: list[str], sample: float, seed: int | None) -> list[str]:
     if sample >= 1 or not marked:
         return marked
     k = max(1, math.ceil(sample * len(marked)))
-    return sorted(random.Random(seed).sample(marked, k))  # noqa: S311 - sampling, not secrets
+    return sorted(random.Random(seed).sample(marked, k))
 
 
 def _ids_only(fields: Fields) -> Fields:

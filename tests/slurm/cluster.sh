@@ -389,6 +389,11 @@ cmd_status() {
     fi
 }
 
+# one start/stop at a time (several test sessions may share this machine)
+mkdir -p "$STATE"
+exec 9>"$STATE/cluster.lock"
+flock -w 600 9 || die "another cluster.sh held $STATE/cluster.lock for 10 minutes"
+
 case "${1:-}" in
     start) cmd_start ;;
     stop) cmd_stop ;;

@@ -3,8 +3,12 @@
 ``slurm_cluster`` (session): starts the cluster (installing Debian's slurm, munge
 and mariadb on first use), or finds it running. When it cannot start: the test
 FAILS if ``SHARDWISE_REQUIRE_SLURM=1`` (CI, as root), else it is skipped with the
-reason. A cluster this session started is stopped at the end; one that was already
-running is left as it was.
+reason. At the end, a cluster this session started is stopped unless another
+pytest session is inside ``exclusive()``; one that was already running is left.
+
+``slurm_cluster.exclusive()``: a context manager that holds an exclusive lock
+(other pytest sessions on this machine wait) and makes sure the cluster is up.
+QOS caps count all of root's jobs, so runs that check them must not overlap.
 
 ``slurm_qos_cap(n)``: a QOS ``cap<n>`` with ``MaxSubmitJobsPerUser=n`` that root may
 use (``sbatch --qos=cap<n>``, or ``--slurm-qos cap<n>`` for Snakemake).
@@ -12,12 +16,14 @@ use (``sbatch --qos=cap<n>``, or ``--slurm-qos cap<n>`` for Snakemake).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,9 +47,24 @@ class SlurmCluster:
     start_output: str = ""
 
     @property
+    def state_dir(self) -> Path:
+        return Path(os.environ.get("SHARDWISE_SLURM_STATE", "/var/lib/shardwise-slurm"))
+
+    @property
     def log_dir(self) -> Path:
         """slurmctld.log, slurmd.log, slurmdbd.log (kept across restarts)."""
-        return Path(os.environ.get("SHARDWISE_SLURM_STATE", "/var/lib/shardwise-slurm")) / "log"
+        return self.state_dir / "log"
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Generator[None, None, None]:
+        """Hold the tests' lock; (re)start the cluster if another session stopped it."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        with (self.state_dir / "tests.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            proc = _start()
+            if proc.returncode != 0:
+                pytest.fail(f"cluster.sh start failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
+            yield
 
 
 def _required() -> bool:
@@ -54,6 +75,16 @@ def _unavailable(reason: str) -> None:
     if _required():
         pytest.fail(f"SLURM cluster required (SHARDWISE_REQUIRE_SLURM=1) but {reason}")
     pytest.skip(f"no SLURM cluster: {reason}")
+
+
+def _start() -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(CLUSTER_SH), "start"],
+        capture_output=True,
+        text=True,
+        timeout=START_TIMEOUT,
+        check=False,
+    )
 
 
 def _status() -> bool:
@@ -76,21 +107,22 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
     was_running = _status()
     t0 = time.monotonic()
     try:
-        proc = subprocess.run(
-            ["bash", str(CLUSTER_SH), "start"],
-            capture_output=True,
-            text=True,
-            timeout=START_TIMEOUT,
-            check=False,
-        )
+        proc = _start()
     except subprocess.TimeoutExpired:
         _unavailable(f"cluster.sh start did not finish in {START_TIMEOUT} s")
     output = proc.stdout + proc.stderr
     if proc.returncode != 0:
         _unavailable(f"cluster.sh start exited {proc.returncode}:\n{output[-3000:]}")
     print(f"SLURM cluster up in {time.monotonic() - t0:.1f} s\n{proc.stdout}", file=sys.stderr)
-    yield SlurmCluster(cluster_sh=CLUSTER_SH, start_output=output)
-    if not was_running:
+    cluster = SlurmCluster(cluster_sh=CLUSTER_SH, start_output=output)
+    yield cluster
+    if was_running:
+        return
+    with (cluster.state_dir / "tests.lock").open("w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return  # another session is using the cluster: leave it running
         subprocess.run(["bash", str(CLUSTER_SH), "stop"], capture_output=True, check=False)
 
 

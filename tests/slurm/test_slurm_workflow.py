@@ -31,6 +31,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -224,7 +225,14 @@ class MainRun:
     wall_s: float
 
     def jobs(self) -> list[dict[str, str]]:
-        return _sacct(self.run_id)
+        """sacct's records of this run, once slurmdbd has every job's end."""
+        deadline = time.monotonic() + 30
+        while True:
+            jobs = _sacct(self.run_id)
+            settled = all(j["State"] not in ACTIVE | {"COMPLETING"} for j in jobs)
+            if settled or time.monotonic() > deadline:
+                return jobs
+            time.sleep(1)
 
     def planned_shard_sizes(self) -> dict[int, int]:
         table = pq.read_table(self.run_dir / "plan.parquet", columns=["shard", "size"])
@@ -248,7 +256,13 @@ def _refusals(cluster) -> int:
 
 # ---------------------------------------------------------------- the run
 @pytest.fixture(scope="module")
-def main_run(slurm_cluster, slurm_qos_cap, tmp_path_factory) -> MainRun:
+def main_run(slurm_cluster, slurm_qos_cap, tmp_path_factory) -> Iterator[MainRun]:
+    # other pytest sessions on this machine wait: the QOS cap counts all root's jobs
+    with slurm_cluster.exclusive():
+        yield _main_run(slurm_cluster, slurm_qos_cap, tmp_path_factory)
+
+
+def _main_run(slurm_cluster, slurm_qos_cap, tmp_path_factory) -> MainRun:
     base = tmp_path_factory.mktemp("slurm-demo")
     demo = base / "demo"
     subprocess.run(["shardwise", "demo", str(demo)], check=True, capture_output=True, env=_env())

@@ -9,6 +9,8 @@ rule classify:
         f"{RUN_DIR}/benchmarks/classify/{{shard}}.tsv"
     conda:
         "../envs/shardwise.yaml"
+    # Snakemake exports OMP_NUM_THREADS=threads to the job: torch's CPU threads.
+    threads: classify_resource("cpus_per_task")
     resources:
         gpu=classify_resource("gpu"),
         cpus_per_task=classify_resource("cpus_per_task"),

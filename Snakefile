@@ -5,6 +5,7 @@
 # All logic lives in the `shardwise` package (src/shardwise/).
 from snakemake.utils import min_version, validate
 
+from shardwise.storage import reject_secret_keys
 from shardwise.workflow import prepare_run
 
 min_version("9.0")
@@ -16,6 +17,8 @@ if not workflow.config_settings.configfiles:
     configfile: "config/config.yaml"
 
 
+# Secret-looking storage keys are refused before the schema, whose errors echo values.
+reject_secret_keys(config.get("storage"))
 validate(config, "config/schema.yaml")
 
 # Top-level process: lists the input once, pins run.json, caches the plan, prints

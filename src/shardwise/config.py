@@ -20,7 +20,7 @@ import yaml
 
 from shardwise.errors import ConfigError
 from shardwise.sharding import check_shard_params
-from shardwise.storage import StorageOptions
+from shardwise.storage import StorageOptions, reject_secret_keys
 
 
 @cache
@@ -64,6 +64,7 @@ def validate(cfg: dict[str, Any]) -> dict[str, Any]:
     """Return a validated copy of ``cfg`` with defaults filled in, or raise ConfigError."""
     import jsonschema
 
+    reject_secret_keys(cfg.get("storage"))  # before the schema: its errors echo values
     cfg = copy.deepcopy(cfg)
     _fill_defaults(cfg, schema())
     validator = jsonschema.Draft202012Validator(schema())

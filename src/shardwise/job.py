@@ -31,7 +31,7 @@ from typing import Any
 
 from shardwise import markers, plan, runmeta, sidecar
 from shardwise.config import dumps
-from shardwise.errors import InputError, ShardFailedError, ShardwiseError
+from shardwise.errors import InputError, ShardFailedError, ShardwiseError, StorageError
 from shardwise.reader import Documents, Fields, read_documents
 from shardwise.storage import Location, StorageOptions
 
@@ -179,6 +179,7 @@ class _Loaded:
     docs: Documents | None = None
     prepared: Any = None
     error: str | None = None
+    fatal: bool = False
     read_s: float = 0.0
     tokenize_s: float = 0.0
 
@@ -205,6 +206,10 @@ def _prefetch(
                     item.tokenize_s = time.perf_counter() - t1
                 except InputError as e:
                     item.error = str(e)
+                except StorageError as e:
+                    # Retries are exhausted: the store is down, so every later file would
+                    # wait out the same retries. Stop reading; the shard fails now.
+                    item.error, item.fatal = str(e), True
                 except Exception as e:  # noqa: BLE001 - recorded per file; other files go on
                     item.error = f"{ctx.source.url(task.rel)}: {type(e).__name__}: {e}"
                 while not stop.is_set():
@@ -213,6 +218,8 @@ def _prefetch(
                         break
                     except queue.Full:
                         continue
+                if item.fatal:
+                    return
         finally:
             while not stop.is_set():
                 try:
@@ -256,6 +263,8 @@ def run_shard(
             for item in _prefetch(ctx, todo, engine.prepare):
                 if item.error is not None:
                     report.failed.append({"file": item.task.rel, "error": item.error})
+                    if item.fatal:
+                        break
                 else:
                     rows = _label_file(ctx, engine, item, shard)
                     _journal(run_dir, shard, item.task.rel, rows)

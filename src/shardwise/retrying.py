@@ -105,7 +105,7 @@ class RetryPolicy:
 
     def delays(self, rng: random.Random | None = None) -> Iterator[float]:
         """The sleeps between attempts: ``attempts - 1`` full-jitter values."""
-        rng = rng or random.Random()  # noqa: S311 - jitter, not cryptography
+        rng = rng or random.Random()  # jitter, not cryptography
         for n in range(self.attempts - 1):
             yield rng.uniform(0.0, min(self.max_delay, self.base_delay * (2**n)))
 

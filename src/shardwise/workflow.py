@@ -177,6 +177,8 @@ def mark_shards_without_work(
     if not open_shards:
         return counts
     marked = {markers.source_of_marker(m) for m in output.list_suffix(markers.FILE_MARKER_SUFFIX)}
+    if output.remote:  # jobs read this instead of probing each file's marker
+        job.write_output_markers(run_dir, marked)
     if not marked:
         return counts
     rows = table.to_pydict()

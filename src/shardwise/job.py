@@ -282,7 +282,7 @@ def run_shard(
         details = "\n".join(f"  {f['error']}" for f in report.failed)
         msg = (
             f"shard {shard}: {len(report.failed)} of {len(files)} file(s) failed ({names}); "
-            f"the other files are done and the shard will be retried:\n{details}"
+            f"every other finished file stays done; the shard will be retried:\n{details}"
         )
         raise ShardFailedError(msg)
     markers.write_shard_marker(

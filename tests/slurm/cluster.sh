@@ -6,6 +6,10 @@
 #                                   healthy running cluster is left as it is
 #   tests/slurm/cluster.sh stop     stop every daemon this script started (by pidfile)
 #   tests/slurm/cluster.sh status   exit 0 when the cluster answers and the node is up
+#   tests/slurm/cluster.sh restart  stop, then start
+#
+# A (re)start that is not a no-op is a cold start: controller state, slurmd spool
+# and the accounting database are wiped (job ids restart at 1).
 #
 # Needs root (Debian 12, no systemd: daemons are started directly, never by
 # service/systemctl). Prints one "timing: <step> <seconds>s" line per step.
@@ -252,28 +256,27 @@ start_munge() {
     install -d -o munge -g munge -m 755 /run/munge
     install -d -o munge -g munge -m 700 /var/log/munge /var/lib/munge
     rm -f "$MUNGE_PID" /run/munge/munge.socket.2*
-    runuser -u munge -- /usr/sbin/munged --force
+    runuser -u munge -- /usr/sbin/munged --force 9>&-
     wait_for 10 munged bash -c 'munge -n | unmunge'
 }
 
 mysql_root() { mysql --protocol=socket -S "$MYSQL_SOCK" -uroot "$@"; }
 
 start_mariadb() {
-    if pid_alive "$MDB/mariadb.pid" && mysql_root -e 'select 1'; then
-        return 0
+    if ! { pid_alive "$MDB/mariadb.pid" && mysql_root -e 'select 1' >/dev/null 2>&1; }; then
+        stop_pidfile mariadb "$MDB/mariadb.pid"
+        install -d -o mysql -g mysql -m 755 /run/mysqld "$MDB"
+        if [[ ! -d /var/lib/mysql/mysql ]]; then
+            mariadb-install-db --user=mysql --datadir=/var/lib/mysql >"$LOG/mariadb-install.log" 2>&1
+        fi
+        # no TCP: slurmdbd talks to it over the Unix socket ("localhost")
+        nohup runuser -u mysql -- /usr/sbin/mariadbd --user=mysql --datadir=/var/lib/mysql \
+            --socket="$MYSQL_SOCK" --pid-file="$MDB/mariadb.pid" --skip-networking \
+            --log-error="$MDB/mariadb.log" --innodb-buffer-pool-size=64M \
+            --innodb-flush-log-at-trx-commit=0 </dev/null >/dev/null 2>&1 9>&- &
+        wait_for 60 mariadb mysql_root -e 'select 1' || { tail -20 "$MDB/mariadb.log" >&2; return 1; }
+        wait_for 10 "mariadb pidfile" test -s "$MDB/mariadb.pid"
     fi
-    stop_pidfile mariadb "$MDB/mariadb.pid"
-    install -d -o mysql -g mysql -m 755 /run/mysqld "$MDB"
-    if [[ ! -d /var/lib/mysql/mysql ]]; then
-        mariadb-install-db --user=mysql --datadir=/var/lib/mysql >"$LOG/mariadb-install.log" 2>&1
-    fi
-    # no TCP: slurmdbd talks to it over the Unix socket ("localhost")
-    nohup runuser -u mysql -- /usr/sbin/mariadbd --user=mysql --datadir=/var/lib/mysql \
-        --socket="$MYSQL_SOCK" --pid-file="$MDB/mariadb.pid" --skip-networking \
-        --log-error="$MDB/mariadb.log" --innodb-buffer-pool-size=64M \
-        --innodb-flush-log-at-trx-commit=0 </dev/null >/dev/null 2>&1 &
-    wait_for 60 mariadb mysql_root -e 'select 1' || { tail -20 "$MDB/mariadb.log" >&2; return 1; }
-    wait_for 10 "mariadb pidfile" test -s "$MDB/mariadb.pid"
     # a fresh accounting database on every cold start: job ids restart at 1 with the
     # wiped controller state, and old records must not shadow the new jobs in sacct
     mysql_root <<EOF
@@ -288,18 +291,21 @@ EOF
 
 start_slurmdbd() {
     stop_pidfile slurmdbd "$RUN/slurmdbd.pid"
-    /usr/sbin/slurmdbd
+    /usr/sbin/slurmdbd 9>&-
     wait_for 60 slurmdbd sacctmgr -n list cluster || { tail -20 "$LOG/slurmdbd.log" >&2; return 1; }
-    sacctmgr -i add cluster "$CLUSTER" >/dev/null
+    # (sacctmgr exits 1 on "Nothing new added": check the result instead)
+    sacctmgr -i add cluster "$CLUSTER" >/dev/null || true
     sacctmgr -i add account "$ACCOUNT" cluster="$CLUSTER" \
-        description="shardwise tests" organization=shardwise >/dev/null
+        description="shardwise tests" organization=shardwise >/dev/null || true
     sacctmgr -i add user root account="$ACCOUNT" defaultaccount="$ACCOUNT" \
-        cluster="$CLUSTER" >/dev/null
+        cluster="$CLUSTER" >/dev/null || true
+    sacctmgr -n -P list assoc cluster="$CLUSTER" user=root account="$ACCOUNT" format=user \
+        | grep -qx root || die "root has no association with account $ACCOUNT"
 }
 
 start_slurmctld() {
     stop_pidfile slurmctld "$RUN/slurmctld.pid"
-    /usr/sbin/slurmctld
+    /usr/sbin/slurmctld 9>&-
     wait_for 60 slurmctld scontrol ping || { tail -20 "$LOG/slurmctld.log" >&2; return 1; }
 }
 
@@ -311,7 +317,7 @@ node_ready() {
 
 start_slurmd() {
     stop_pidfile slurmd "$RUN/slurmd.pid"
-    /usr/sbin/slurmd
+    /usr/sbin/slurmd 9>&-
     if ! wait_for 60 "node up" node_ready; then
         sinfo -N -l >&2 || true
         tail -20 "$LOG/slurmd.log" >&2
@@ -361,6 +367,8 @@ cmd_start() {
     install -d -o slurm -g slurm -m 755 "$STATE/ctld" "$LOG" "$RUN"
     install -d -m 755 "$STATE/slurmd"
     write_configs
+    timing cleanup "$t" # stopping what was left, wiping state, writing configs
+    t=$(now)
     if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
         start_munge
         touch "$RUN/munged.ours"
@@ -370,7 +378,7 @@ cmd_start() {
         t=$(now); start_mariadb; timing mariadb "$t"
         t=$(now); start_slurmdbd; timing slurmdbd "$t"
     else
-        stop_pidfile slurmdbd "$RUN/slurmdbd.pid"
+        stop_pidfiles "$RUN/slurmdbd.pid" "$MDB/mariadb.pid"
     fi
     t=$(now); start_slurmctld; timing slurmctld "$t"
     t=$(now); start_slurmd; timing slurmd "$t"
@@ -389,7 +397,8 @@ cmd_status() {
     fi
 }
 
-# one start/stop at a time (several test sessions may share this machine)
+# one start/stop at a time (several test sessions may share this machine); every
+# daemon is started with fd 9 closed (9>&-), else it would hold the lock forever
 mkdir -p "$STATE"
 exec 9>"$STATE/cluster.lock"
 flock -w 600 9 || die "another cluster.sh held $STATE/cluster.lock for 10 minutes"

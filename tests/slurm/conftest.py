@@ -88,12 +88,17 @@ def _start() -> subprocess.CompletedProcess[str]:
 
 
 def _status() -> bool:
-    return (
-        subprocess.run(
-            ["bash", str(CLUSTER_SH), "status"], capture_output=True, text=True, check=False
-        ).returncode
-        == 0
-    )
+    try:
+        proc = subprocess.run(
+            ["bash", str(CLUSTER_SH), "status"],
+            capture_output=True,
+            text=True,
+            timeout=START_TIMEOUT,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return False
+    return proc.returncode == 0
 
 
 @pytest.fixture(scope="session")
@@ -123,12 +128,14 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return  # another session is using the cluster: leave it running
-        subprocess.run(["bash", str(CLUSTER_SH), "stop"], capture_output=True, check=False)
+        subprocess.run(
+            ["bash", str(CLUSTER_SH), "stop"], capture_output=True, timeout=120, check=False
+        )
 
 
 def _sacctmgr(*args: str) -> str:
     proc = subprocess.run(
-        ["sacctmgr", "-i", "-n", *args], capture_output=True, text=True, check=False
+        ["sacctmgr", "-i", "-n", *args], capture_output=True, text=True, timeout=60, check=False
     )
     return proc.stdout + proc.stderr
 

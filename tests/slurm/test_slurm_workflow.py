@@ -126,27 +126,31 @@ def _squeue() -> list[tuple[str, str, str, int]]:
 
 
 def _sacct(job_name: str) -> list[dict[str, str]]:
+    """sacct's records of the jobs named ``job_name`` (SubmitLine: the exact sbatch call)."""
     start = f"{datetime.now() - timedelta(days=1):%Y-%m-%dT%H:%M}"
-    fields = "JobIDRaw,State,TimelimitRaw,ReqTRES,QOS,Partition,Account"
+    fields = "JobIDRaw,State,TimelimitRaw,ReqTRES,QOS,Partition,Account,SubmitLine"
     proc = subprocess.run(
         ["sacct", "-X", "-P", "-n", "-S", start, "--name", job_name, "-o", fields],
         capture_output=True,
         text=True,
+        timeout=60,
         check=True,
     )
     keys = fields.split(",")
-    return [dict(zip(keys, line.split("|"), strict=True)) for line in proc.stdout.splitlines()]
+    # SubmitLine is last and may itself contain "|": split only the first fields
+    return [
+        dict(zip(keys, line.split("|", len(keys) - 1), strict=True))
+        for line in proc.stdout.splitlines()
+    ]
 
 
-def _job_log_info(workdir: Path, job_id: str) -> tuple[list[int], int]:
-    """(shards, attempt) of a SLURM job, from its log's Snakemake command line."""
-    logs = list((workdir / ".snakemake" / "slurm_logs").rglob(f"{job_id}.log"))
-    assert logs, f"no SLURM log for job {job_id}"
-    text = logs[0].read_text(errors="replace")
-    m = re.search(r"--target-jobs ((?:classify:shard=\d+ ?)+)", text)
-    assert m, f"no --target-jobs in {logs[0]}"
-    shards = [int(s) for s in re.findall(r"shard=(\d+)", m.group(1))]
-    attempt = re.search(r"--attempt (\d+)", text)
+def _submitted(job: dict[str, str]) -> tuple[list[int], int]:
+    """(shards, attempt) of a SLURM job, from the Snakemake command in its sbatch call."""
+    line = job["SubmitLine"]
+    m = re.search(r"--target-jobs (.*?) --allowed-rules", line)
+    assert m, f"no --target-jobs in the sbatch call of job {job['JobIDRaw']}: {line}"
+    shards = [int(s) for s in re.findall(r"classify:shard=(\d+)", m.group(1))]
+    attempt = re.search(r"--attempt (\d+)", line)
     return shards, int(attempt.group(1)) if attempt else 1
 
 
@@ -311,6 +315,9 @@ def test_demo_ends_with_every_shard_done(main_run: MainRun) -> None:
     total = yaml.safe_load(main_run.configfile.read_text())["sharding"]["total_shards"]
     missing = [s for s in range(total) if not (main_run.run_dir / "shards" / f"{s}.done").exists()]
     assert not missing, f"shards not done: {missing}"
+    from shardwise.cli import main as shardwise_main
+
+    assert shardwise_main(["verify", "--run-dir", str(main_run.run_dir)]) == 0
 
 
 def test_one_slurm_job_per_k_shards_with_one_gpu_and_summed_walltime(main_run: MainRun) -> None:
@@ -320,14 +327,16 @@ def test_one_slurm_job_per_k_shards_with_one_gpu_and_summed_walltime(main_run: M
     assert len(completed) == math.ceil(len(planned) / K), jobs
     covered: list[int] = []
     for job in jobs:
-        shards, attempt = _job_log_info(main_run.workdir, job["JobIDRaw"])
+        shards, attempt = _submitted(job)
+        minutes = main_run.expected_minutes(shards, attempt)
+        sbatch = job["SubmitLine"].split(" --wrap=")[0].split()
         assert 1 <= len(shards) <= K, (job, shards)
+        # what was asked: one GPU, the summed computed walltime (-t minutes) ...
+        assert "--gpus=1" in sbatch, sbatch
+        assert sbatch[sbatch.index("-t") + 1] == str(minutes), (sbatch, shards, attempt)
+        # ... and what SLURM recorded
         assert "gres/gpu=1" in job["ReqTRES"].split(","), job
-        assert int(job["TimelimitRaw"]) == main_run.expected_minutes(shards, attempt), (
-            job,
-            shards,
-            attempt,
-        )
+        assert int(job["TimelimitRaw"]) == minutes, (job, shards, attempt)
         assert job["QOS"] == main_run.qos, job
         assert job["Account"] == "shardwise", job
         assert job["Partition"] in {"ice-gpu", "coe-gpu", "ice-bw-gpu"}, job
@@ -352,12 +361,11 @@ def test_scancelled_job_is_retried_and_run_completes(main_run: MainRun) -> None:
     assert obs.cancelled, f"no running job was cancelled: {obs.cancel_error}"
     jobs = {j["JobIDRaw"]: j for j in main_run.jobs()}
     assert jobs[obs.cancelled]["State"].startswith("CANCELLED"), jobs[obs.cancelled]
-    shards, attempt = _job_log_info(main_run.workdir, obs.cancelled)
+    shards, attempt = _submitted(jobs[obs.cancelled])
     retries = [
         job_id
         for job_id, job in jobs.items()
-        if job["State"] == "COMPLETED"
-        and _job_log_info(main_run.workdir, job_id) == (shards, attempt + 1)
+        if job["State"] == "COMPLETED" and _submitted(job) == (shards, attempt + 1)
     ]
     assert retries, f"cancelled job {obs.cancelled} ({shards}) was not retried: {jobs}"
     assert main_run.returncode == 0

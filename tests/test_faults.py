@@ -260,11 +260,8 @@ def test_3_snakemake_killed_then_rerun_incomplete(tmp_path, demo_models):
 # -- 4: storage stopped mid-upload (covered by the S3 workflow tests) --------------
 
 
-def test_4_storage_server_stopped_mid_upload():
-    pytest.skip(
-        "covered by tests/test_storage_s3_workflow.py::"
-        "test_server_stopped_mid_run_then_rerun_labels_each_row_once"
-    )
+# Row 4 lives in tests/test_storage_s3_workflow.py::
+# test_server_stopped_mid_run_then_rerun_labels_each_row_once (it needs the S3 server).
 
 
 # -- 5, 6: an unreadable file fails its shard after the others; repaired, rerun ------
@@ -561,11 +558,8 @@ def test_11_input_set_changed_is_refused_with_counts(finished):
 # -- 13: a job lost by the scheduler (covered by the SLURM tests) -------------------
 
 
-def test_13_shard_job_lost_by_the_scheduler():
-    pytest.skip(
-        "covered by tests/slurm/test_slurm_workflow.py::"
-        "test_scancelled_job_is_retried_and_run_completes (needs the SLURM cluster)"
-    )
+# Row 13 lives in tests/slurm/test_slurm_workflow.py::
+# test_scancelled_job_is_retried_and_run_completes (it needs the SLURM cluster).
 
 
 # -- 14: disk full while writing -------------------------------------------------

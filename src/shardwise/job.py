@@ -45,8 +45,12 @@ OUTPUT_MARKERS = "output-markers.txt"
 PROGRESS_DIR = "progress"
 
 
-class Interrupted(ShardwiseError):
-    """The job received SIGTERM/SIGINT and stopped without marking partial work."""
+class Interrupted(BaseException):
+    """The job received SIGTERM/SIGINT and stopped without marking partial work.
+
+    A BaseException, like KeyboardInterrupt, so that no ``except Exception`` on the
+    way (model loading, a reader) can swallow it and turn a stop into a failure.
+    """
 
 
 @dataclass(frozen=True)
@@ -257,10 +261,12 @@ def run_shard(
     report.docs = sum(rows or 0 for rows in done.values())
     todo = [f for f in files if f.rel not in done]
     if todo:
-        engine = (engine_factory or load_engine)(ctx)
         bar = _progress(len(todo), shard, enabled=progress)
+        current = ""
         try:
+            engine = (engine_factory or load_engine)(ctx)
             for item in _prefetch(ctx, todo, engine.prepare):
+                current = item.task.rel
                 if item.error is not None:
                     report.failed.append({"file": item.task.rel, "error": item.error})
                     if item.fatal:
@@ -273,6 +279,13 @@ def run_shard(
                 bar.update(1)
         except Interrupted:
             record_failure(run_dir, shard, report.failed, interrupted=True)
+            raise
+        except ShardwiseError as e:  # model, storage (e.g. disk full): the whole shard stops
+            failed = [
+                *report.failed,
+                {"file": current or "(before the first file)", "error": str(e)},
+            ]
+            record_failure(run_dir, shard, failed, interrupted=False)
             raise
         finally:
             bar.close()

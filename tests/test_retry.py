@@ -8,7 +8,8 @@ import pytest
 from synthrun import write_run_json, write_shard_markers
 
 from shardwise.cli import main
-from shardwise.retry import missing_shards, read_done_shards, retry_lines
+from shardwise.markers import done_shards
+from shardwise.retry import missing_shards, retry_lines
 
 
 def _missing(total: int, minimum: int, done: set[int]) -> list[int]:
@@ -60,8 +61,8 @@ def test_listing_ignores_foreign_names(tmp_path: Path) -> None:
     shards.mkdir()
     for name in ("3.done", "12.done", ".3.done.tmp-1", "7.done.partial", "x.done", "4.log"):
         (shards / name).write_text("{}")
-    assert read_done_shards(shards) == {3, 12}
-    assert read_done_shards(tmp_path / "absent") == set()
+    assert done_shards(tmp_path) == {3, 12}
+    assert done_shards(tmp_path / "absent") == set()
 
 
 def _run(tmp_path: Path, total: int, minimum: int, done: set[int]) -> Path:

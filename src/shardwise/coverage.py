@@ -33,11 +33,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
+from shardwise import plan as run_plan
 from shardwise import ranges, throughput
-from shardwise.errors import RunMismatchError
-from shardwise.retry import read_done_shards
+from shardwise.errors import InputError, RunMismatchError
+from shardwise.markers import done_shards
 
 __all__ = [
     "CategoryCoverage",
@@ -59,16 +59,7 @@ SKEW_MIN_TASKS = 50
 #: Category name for files the ``category_regex`` does not match.
 UNMATCHED = "(unmatched)"
 
-PLAN_COLUMNS = ("file", "size", "task_id", "shard", "category")
-PLAN_SCHEMA = pa.schema(
-    [
-        ("file", pa.string()),
-        ("size", pa.int64()),
-        ("task_id", pa.string()),
-        ("shard", pa.int64()),
-        ("category", pa.string()),
-    ]
-)
+PLAN_COLUMNS = tuple(run_plan.SCHEMA.names)
 
 
 # ----------------------------------------------------------------------------- state
@@ -126,35 +117,11 @@ def read_run_json(run_dir: Path) -> dict[str, Any]:
 
 
 def _read_plan(run_dir: Path) -> pa.Table:
-    """``plan.parquet`` with the columns coverage needs; a missing category is derived."""
-    path = run_dir / "plan.parquet"
+    """``plan.parquet`` in one chunk (the vectorised code below indexes it directly)."""
     try:
-        names = set(pq.read_schema(path).names)
-        table = pq.read_table(path, columns=[c for c in PLAN_COLUMNS if c in names])
-    except FileNotFoundError:
-        msg = f"{path} not found: the plan is built by the first `snakemake` (or `-n`) run"
-        raise RunMismatchError(msg) from None
-    missing = {"file", "shard"} - set(table.column_names)
-    if missing:
-        msg = f"{path} lacks column(s) {sorted(missing)}"
-        raise RunMismatchError(msg)
-    if "size" not in table.column_names:
-        table = table.append_column("size", pa.array(np.zeros(table.num_rows, np.int64)))
-    if "task_id" not in table.column_names:
-        table = table.append_column("task_id", table["file"])
-    if "category" not in table.column_names:
-        files = table["file"].to_pylist()
-        table = table.append_column("category", pa.array([_first_two(f) for f in files]))
-    try:
-        return table.select(list(PLAN_COLUMNS)).cast(PLAN_SCHEMA).combine_chunks()
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        msg = f"{path} has unexpected column types ({table.schema}): {exc}"
-        raise RunMismatchError(msg) from exc
-
-
-def _first_two(rel: str) -> str:
-    """The planner's default category: the first two path components."""
-    return "/".join(rel.split("/")[:2])
+        return run_plan.load(run_dir).combine_chunks()
+    except InputError as exc:
+        raise RunMismatchError(str(exc)) from exc
 
 
 def _read_markers(shards_dir: Path, done: np.ndarray) -> ShardMarkers:
@@ -240,7 +207,7 @@ def load_state(
     total = int(meta["total_shards"])
     minimum = int(meta["minimum_shard_index"])
     plan = _read_plan(run_dir)
-    listed = np.array(sorted(read_done_shards(run_dir / "shards")), dtype=np.int64)
+    listed = np.array(sorted(done_shards(run_dir)), dtype=np.int64)
     done = listed[(listed >= minimum) & (listed < minimum + total)]
     markers = _read_markers(run_dir / "shards", done)
     failing = _failing_shards(run_dir / "failures", done)
@@ -812,14 +779,21 @@ def add_cli(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return parser
 
 
+def not_a_run_dir(run_dir: Path, command: str) -> bool:
+    """Say so on stderr (for exit 2) when ``run_dir`` holds no run.json."""
+    if (run_dir / "run.json").is_file():
+        return False
+    print(
+        f"shardwise {command}: {run_dir / 'run.json'} not found; pass the original "
+        "run directory (the one holding run.json and shards/)",
+        file=sys.stderr,
+    )
+    return True
+
+
 def _run_cli(args: argparse.Namespace) -> int:
     """Entry point of ``coverage``: exit 2 when the run directory is not one."""
-    if not (args.run_dir / "run.json").is_file():
-        print(
-            f"shardwise coverage: {args.run_dir / 'run.json'} not found; pass the original "
-            "run directory (the one holding run.json and shards/)",
-            file=sys.stderr,
-        )
+    if not_a_run_dir(args.run_dir, "coverage"):
         return 2
     if args.category_regex is not None:
         try:

@@ -8,6 +8,7 @@ target) vouches that every file of the shard has its marker.
 from __future__ import annotations
 
 import json
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -76,15 +77,22 @@ def write_shard_marker(
 
 
 def done_shards(run_dir: Path) -> set[int]:
-    """Shards with a marker (one directory listing)."""
-    directory = run_dir / SHARDS_DIR
-    if not directory.is_dir():
-        return set()
-    return {
-        int(p.name[: -len(".done")])
-        for p in directory.iterdir()
-        if p.name.endswith(".done") and p.name[: -len(".done")].lstrip("-").isdigit()
-    }
+    """Shards with a ``<shard>.done`` marker, from one directory listing.
+
+    Only names are read (no stat, no open): on Lustre or NFS a stat per shard of a
+    10,000-shard run costs seconds. Names that are not ``<int>.done`` (temp files of an
+    atomic write, editor droppings) are ignored. A missing directory means nothing done.
+    """
+    done: set[int] = set()
+    try:
+        with os.scandir(run_dir / SHARDS_DIR) as entries:
+            for entry in entries:
+                stem, dot, ext = entry.name.partition(".")
+                if dot and ext == "done" and stem.isascii() and stem.isdigit():
+                    done.add(int(stem))
+    except FileNotFoundError:
+        pass
+    return done
 
 
 def read_shard_marker(run_dir: Path, shard: int) -> dict[str, Any]:

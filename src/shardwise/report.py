@@ -17,7 +17,6 @@ import base64
 import html
 import io
 import math
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -410,12 +409,7 @@ def add_cli(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 def _run_cli(args: argparse.Namespace) -> int:
     """Entry point of ``report``: exit 2 when the run directory is not one."""
-    if not (args.run_dir / "run.json").is_file():
-        print(
-            f"shardwise report: {args.run_dir / 'run.json'} not found; pass the original "
-            "run directory (the one holding run.json and shards/)",
-            file=sys.stderr,
-        )
+    if coverage.not_a_run_dir(args.run_dir, "report"):
         return 2
     gpus = args.gpus if args.gpus is not None else coverage.default_gpus()
     state = coverage.load_state(args.run_dir)

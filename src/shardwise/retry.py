@@ -22,15 +22,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 
-from shardwise import ranges
+from shardwise import markers, ranges
 
-__all__ = ["Format", "add_cli", "missing_shards", "read_done_shards", "retry_lines"]
+__all__ = ["Format", "add_cli", "missing_shards", "retry_lines"]
 
 Format = Literal["expression", "fields"]
 
@@ -77,25 +76,6 @@ def retry_lines(
         offset = shard // max_array_size * max_array_size
         windows.setdefault(offset, []).append(shard - offset)
     return [f"{ranges.compress(idx)} {offset} {tail}" for offset, idx in sorted(windows.items())]
-
-
-def read_done_shards(shards_dir: Path) -> set[int]:
-    """Shard numbers with a ``<shard>.done`` marker, from one directory listing.
-
-    Only names are read (no stat, no open): on Lustre or NFS a stat per shard of a
-    10,000-shard run costs seconds. Names that are not ``<int>.done`` (temp files of an
-    atomic write, editor droppings) are ignored. A missing directory means nothing done.
-    """
-    done: set[int] = set()
-    try:
-        with os.scandir(shards_dir) as entries:
-            for entry in entries:
-                stem, dot, ext = entry.name.partition(".")
-                if dot and ext == "done" and stem.isascii() and stem.isdigit():
-                    done.add(int(stem))
-    except FileNotFoundError:
-        pass
-    return done
 
 
 def missing_shards(
@@ -153,23 +133,20 @@ def _run_cli(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             parser.error("--max-array-size needs --format fields (the offset is a field)")
         if args.max_array_size <= 0:
             parser.error(f"--max-array-size must be positive, got {args.max_array_size}")
+    from shardwise.coverage import not_a_run_dir
+
+    if not_a_run_dir(args.run_dir, "retry-array"):
+        return 2
     run_json = args.run_dir / "run.json"
     try:
         meta = json.loads(run_json.read_text(encoding="utf-8"))
         total = int(meta["total_shards"])
         minimum = int(meta["minimum_shard_index"])
-    except FileNotFoundError:
-        print(
-            f"shardwise retry-array: {run_json} not found; pass the original run directory "
-            "(the one holding run.json and shards/)",
-            file=sys.stderr,
-        )
-        return 2
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"shardwise retry-array: cannot read {run_json}: {exc}", file=sys.stderr)
         return 2
     missing = missing_shards(
-        read_done_shards(args.run_dir / "shards"), total_shards=total, minimum_shard_index=minimum
+        markers.done_shards(args.run_dir), total_shards=total, minimum_shard_index=minimum
     )
     for line in retry_lines(
         missing,

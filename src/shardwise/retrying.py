@@ -110,14 +110,21 @@ class RetryPolicy:
             yield rng.uniform(0.0, min(self.max_delay, self.base_delay * (2**n)))
 
 
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    """``exc`` and its causes: s3fs wraps botocore errors in OSError with ``__cause__``."""
+def error_chain(exc: BaseException, *, through_retries: bool = False) -> Iterator[BaseException]:
+    """``exc`` and its causes: s3fs wraps botocore errors in OSError with ``__cause__``.
+
+    ``through_retries`` also steps from a ``RetriesExhaustedError`` to its last error
+    (to read the S3 code behind a give-up); never for deciding whether to retry.
+    """
     seen: set[int] = set()
     cur: BaseException | None = exc
     while cur is not None and id(cur) not in seen:
         seen.add(id(cur))
         yield cur
-        cur = cur.__cause__ or cur.__context__
+        if through_retries and isinstance(cur, RetriesExhaustedError):
+            cur = cur.last_error
+        else:
+            cur = cur.__cause__ or cur.__context__
 
 
 def describe(exc: BaseException) -> str:
@@ -127,7 +134,7 @@ def describe(exc: BaseException) -> str:
     (``SlowDown``, ``InternalError``) is what tells a person what happened.
     """
     text = f"{type(exc).__name__}: {str(exc) or repr(exc)}"
-    for err in _chain(exc):
+    for err in error_chain(exc):
         response = getattr(err, "response", None)
         if isinstance(response, dict):
             code = (response.get("Error") or {}).get("Code")
@@ -203,7 +210,7 @@ def is_transient(exc: BaseException) -> bool:
     global _CONNECTION_ERRORS  # noqa: PLW0603 - computed once, imports are lazy
     if _CONNECTION_ERRORS is None:
         _CONNECTION_ERRORS = _connection_error_types()
-    for err in _chain(exc):
+    for err in error_chain(exc):
         if isinstance(err, FileNotFoundError | PermissionError | FileExistsError):
             return False
         verdict = _client_error_is_transient(err)

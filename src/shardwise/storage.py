@@ -40,7 +40,7 @@ from urllib.parse import urlsplit
 
 from shardwise.atomic import create_exclusive, write_atomic
 from shardwise.errors import ConfigError, StorageError
-from shardwise.retrying import RetriesExhaustedError, RetryPolicy, call, describe
+from shardwise.retrying import RetryPolicy, call, describe, error_chain
 
 T = TypeVar("T")
 
@@ -502,21 +502,9 @@ def _walk_local(root: Path) -> Iterator[tuple[str, int]]:
                     yield rel, entry.stat().st_size
 
 
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        yield cur
-        if isinstance(cur, RetriesExhaustedError):
-            cur = cur.last_error
-        else:
-            cur = cur.__cause__ or cur.__context__
-
-
 def _http_status(exc: BaseException) -> int | None:
     """The HTTP status of the botocore error behind ``exc`` (s3fs wraps them)."""
-    for err in _chain(exc):
+    for err in error_chain(exc, through_retries=True):
         response = getattr(err, "response", None)
         if isinstance(response, dict):
             status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
@@ -527,7 +515,7 @@ def _http_status(exc: BaseException) -> int | None:
 
 def _error_code(exc: BaseException) -> str | None:
     """The S3 error code behind ``exc``, e.g. ``PreconditionFailed``."""
-    for err in _chain(exc):
+    for err in error_chain(exc, through_retries=True):
         response = getattr(err, "response", None)
         if isinstance(response, dict):
             code = (response.get("Error") or {}).get("Code")

@@ -42,9 +42,11 @@ wildcard_constraints:
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/classify.smk"
+include: "workflow/rules/report.smk"
 
 
 rule all:
     default_target: True
     input:
         RUN.targets(),
+        f"{RUN_DIR}/report/coverage.png",

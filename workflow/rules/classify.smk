@@ -17,7 +17,7 @@ rule classify:
         mem_mb=classify_resource("mem_mb"),
         runtime=classify_runtime,
     params:
-        run_dir=run_dir_of_marker,
+        run_dir=run_dir_of_output,
     shell:
         "shardwise classify-shard --run-dir {params.run_dir:q}"
         " --shard {wildcards.shard} 2> {log:q}"

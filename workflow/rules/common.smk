@@ -4,8 +4,8 @@ from pathlib import Path
 from shardwise.walltime import runtime_minutes_for
 
 
-def run_dir_of_marker(wildcards, output):
-    """The run directory, from the shard marker's path (<run_dir>/shards/<shard>.done)."""
+def run_dir_of_output(wildcards, output):
+    """The run directory, from an output two levels below it (<run_dir>/shards/<shard>.done)."""
     return str(Path(output[0]).parent.parent)
 
 

@@ -1,0 +1,21 @@
+# The run's picture, after every shard is done; `snakemake --report` includes it.
+rule report:
+    input:
+        RUN.targets(),
+    output:
+        html=f"{RUN_DIR}/report/coverage.html",
+        png=report(
+            f"{RUN_DIR}/report/coverage.png",
+            caption="../report/coverage.rst",
+            category="Coverage",
+        ),
+    log:
+        f"{RUN_DIR}/logs/report.log",
+    localrule: True
+    conda:
+        "../envs/shardwise.yaml"
+    params:
+        run_dir=run_dir_of_output,
+    shell:
+        "shardwise report --run-dir {params.run_dir:q}"
+        " --out {output.html:q} --png {output.png:q} 2> {log:q}"

@@ -49,6 +49,19 @@ def make_run(
     return path
 
 
+def minimal_config(tmp_path: Path, corpus: Path | None = None, **over) -> dict:
+    """A valid config whose model is never loaded (for planning and refusal tests)."""
+    cfg = {
+        "run_dir": str(tmp_path / "run"),
+        "input": {"uri": str(corpus or tmp_path)},
+        "output": {"uri": str(tmp_path / "labels")},
+        "sharding": {"total_shards": 2},
+        "classifiers": [{"name": "topic", "model": "m", "input": "text"}],
+    }
+    cfg.update(over)
+    return cfg
+
+
 def snakemake_cmd(config: Path, *args: str) -> list[str]:
     """The command line of a local snakemake run of the repo's workflow."""
     return [

@@ -35,7 +35,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from e2e import assert_labelled_exactly_once, input_files, make_run, run_snakemake, snakemake_cmd
+from e2e import (
+    assert_labelled_exactly_once,
+    input_files,
+    make_run,
+    minimal_config,
+    run_snakemake,
+    snakemake_cmd,
+)
 
 from shardwise import config as configmod
 from shardwise import markers, plan, verify
@@ -642,13 +649,7 @@ def test_paths_that_could_escape_the_output_are_refused_at_plan_time(tmp_path, m
     (corpus / "ok.jsonl").write_bytes(jsonl([{"id": "1", "text": "t"}]))
     listing = [("ok.jsonl", 10), (evil, 10)]
     monkeypatch.setattr(Location, "list_files", lambda self: sorted(listing))
-    cfg = {
-        "run_dir": str(tmp_path / "run"),
-        "input": {"uri": str(corpus)},
-        "output": {"uri": str(tmp_path / "labels")},
-        "sharding": {"total_shards": 2},
-        "classifiers": [{"name": "topic", "model": "m", "input": "text"}],
-    }
+    cfg = minimal_config(tmp_path, corpus)
     with pytest.raises(InputError, match="could escape the output prefix") as err:
         prepare_run(cfg, main_process=True, dryrun=True, report=False)
     assert repr(evil) in str(err.value)
@@ -660,13 +661,7 @@ def test_a_real_file_with_a_control_character_in_its_name_is_refused(tmp_path):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     (corpus / "bad\x1bname.jsonl").write_bytes(jsonl([{"id": "1", "text": "t"}]))
-    cfg = {
-        "run_dir": str(tmp_path / "run"),
-        "input": {"uri": str(corpus)},
-        "output": {"uri": str(tmp_path / "labels")},
-        "sharding": {"total_shards": 2},
-        "classifiers": [{"name": "topic", "model": "m", "input": "text"}],
-    }
+    cfg = minimal_config(tmp_path, corpus)
     with pytest.raises(InputError, match="could escape"):
         prepare_run(cfg, main_process=True, dryrun=True, report=False)
 
@@ -695,15 +690,7 @@ def test_snakemake_loads_the_config_safely_too(tmp_path):
     [("surprise",), ("input", "surprise"), ("inference", "surprise"), ("storage", "surprise")],
 )
 def test_config_schema_rejects_unknown_keys(tmp_path, path):
-    cfg = {
-        "run_dir": str(tmp_path / "run"),
-        "input": {"uri": str(tmp_path)},
-        "output": {"uri": str(tmp_path / "labels")},
-        "sharding": {"total_shards": 2},
-        "classifiers": [{"name": "topic", "model": "m", "input": "text"}],
-        "inference": {},
-        "storage": {},
-    }
+    cfg = minimal_config(tmp_path, inference={}, storage={})
     node = cfg
     for key in path[:-1]:
         node = node[key]
@@ -714,13 +701,7 @@ def test_config_schema_rejects_unknown_keys(tmp_path, path):
 
 def test_braces_in_the_run_dir_are_refused_before_planning(tmp_path):
     """Found by the quoting check: Snakemake reads braces in the run dir as wildcards."""
-    cfg = {
-        "run_dir": str(tmp_path / "{shard}"),
-        "input": {"uri": str(tmp_path)},
-        "output": {"uri": str(tmp_path / "labels")},
-        "sharding": {"total_shards": 2},
-        "classifiers": [{"name": "topic", "model": "m", "input": "text"}],
-    }
+    cfg = minimal_config(tmp_path, run_dir=str(tmp_path / "{shard}"))
     with pytest.raises(ConfigError, match="without braces"):
         prepare_run(cfg, main_process=True, dryrun=True, report=False)
     assert not (tmp_path / "{shard}").exists()

@@ -21,13 +21,13 @@ minimum: ``total 4, min 1, done {1, 3}`` gives ``2,4 0 1 4``.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 
 from shardwise import markers, ranges
+from shardwise.errors import RunMismatchError
 
 __all__ = ["Format", "add_cli", "missing_shards", "retry_lines"]
 
@@ -133,18 +133,17 @@ def _run_cli(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             parser.error("--max-array-size needs --format fields (the offset is a field)")
         if args.max_array_size <= 0:
             parser.error(f"--max-array-size must be positive, got {args.max_array_size}")
-    from shardwise.coverage import not_a_run_dir
+    from shardwise.coverage import not_a_run_dir, read_run_json
 
     if not_a_run_dir(args.run_dir, "retry-array"):
         return 2
-    run_json = args.run_dir / "run.json"
     try:
-        meta = json.loads(run_json.read_text(encoding="utf-8"))
-        total = int(meta["total_shards"])
-        minimum = int(meta["minimum_shard_index"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        print(f"shardwise retry-array: cannot read {run_json}: {exc}", file=sys.stderr)
+        meta = read_run_json(args.run_dir)
+    except RunMismatchError as exc:
+        print(f"shardwise retry-array: {exc}", file=sys.stderr)
         return 2
+    total = int(meta["total_shards"])
+    minimum = int(meta["minimum_shard_index"])
     missing = missing_shards(
         markers.done_shards(args.run_dir), total_shards=total, minimum_shard_index=minimum
     )

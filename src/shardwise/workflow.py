@@ -141,16 +141,18 @@ def _pin(settings: Settings, meta: runmeta.RunMeta, table: pa.Table) -> None:
 
     local = Location(str(run_dir))
     output = Location(settings.output_uri, settings.storage)
+    absent = []
     for loc in (local, output):
         try:
             existing = runmeta.RunMeta.from_json(
                 loc.read_bytes(runmeta.RUN_JSON), loc.url(runmeta.RUN_JSON)
             )
         except FileNotFoundError:
+            absent.append(loc)
             continue
         runmeta.check_same(existing, meta, loc.url(runmeta.RUN_JSON), task_change)
-    runmeta.create_or_validate(output, meta, task_change)
-    runmeta.create_or_validate(local, meta, task_change)
+    for loc in reversed(absent):  # output first: it is shared with other clusters
+        runmeta.create_or_validate(loc, meta, task_change)
 
 
 def mark_shards_without_work(

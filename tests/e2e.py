@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import atexit
+import functools
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -49,6 +52,22 @@ def make_run(
     return path
 
 
+@functools.cache
+def tiny_model_dir(name: str = "topic") -> Path:
+    """A tiny real demo classifier on disk, built once per test process.
+
+    Planning checks every classifier before pinning, so even tests that never load a
+    model need one that would load; building the four takes ~0.1 s once torch is in.
+    """
+    from shardwise.demo import CATEGORIES, _records
+    from shardwise.tinymodels import build_weborganizer_demo_models
+
+    root = Path(tempfile.mkdtemp(prefix="shardwise-tiny-models-"))
+    atexit.register(shutil.rmtree, root, True)
+    sample = [r["text"] for s, c, _ in CATEGORIES for r in _records(s, c, 0, SMALL, 0)]
+    return build_weborganizer_demo_models(root, sample)[name]
+
+
 def minimal_config(tmp_path: Path, corpus: Path | None = None, **over) -> dict:
     """A valid config whose model is never loaded (for planning and refusal tests)."""
     cfg = {
@@ -56,7 +75,7 @@ def minimal_config(tmp_path: Path, corpus: Path | None = None, **over) -> dict:
         "input": {"uri": str(corpus or tmp_path)},
         "output": {"uri": str(tmp_path / "labels")},
         "sharding": {"total_shards": 2},
-        "classifiers": [{"name": "topic", "model": "m", "input": "text"}],
+        "classifiers": [{"name": "topic", "model": str(tiny_model_dir()), "input": "text"}],
     }
     cfg.update(over)
     return cfg

@@ -429,11 +429,11 @@ def test_truncated_zstd_is_an_error_not_fewer_rows(tmp_path):
     frames += zstandard.ZstdCompressor().compress(data[9000:])
     loc = Location(str(tmp_path))
     (tmp_path / "ok.jsonl.zst").write_bytes(frames)
-    assert len(read_documents(loc, "ok.jsonl.zst", Fields())) == 300
+    assert len(read_documents(loc, "ok.jsonl.zst", Fields(url=None))) == 300
     for cut in (len(frames) // 4, len(frames) - 2):
         (tmp_path / "cut.jsonl.zst").write_bytes(frames[:cut])
         with pytest.raises(InputError, match=r"cut\.jsonl\.zst: .*truncated file"):
-            read_documents(loc, "cut.jsonl.zst", Fields())
+            read_documents(loc, "cut.jsonl.zst", Fields(url=None))
 
 
 @pytest.mark.parametrize("text_type", [pa.binary(), pa.string()])
@@ -442,7 +442,7 @@ def test_parquet_invalid_utf8_is_replaced_and_counted(tmp_path, text_type):
     raw = pa.array([b"good", b"bad \xff byte", None], pa.binary())
     column = raw if text_type == pa.binary() else raw.view(pa.string())
     pq.write_table(pa.table({"id": ["a", "b", "c"], "text": column}), tmp_path / "f.parquet")
-    docs = read_documents(Location(str(tmp_path)), "f.parquet", Fields())
+    docs = read_documents(Location(str(tmp_path)), "f.parquet", Fields(url=None))
     assert docs.texts == ["good", "bad \ufffd byte", ""]
     assert docs.counts["invalid_utf8_values"] == 1 and docs.counts["null_texts"] == 1
 
@@ -650,9 +650,10 @@ def test_paths_that_could_escape_the_output_are_refused_at_plan_time(tmp_path, m
     listing = [("ok.jsonl", 10), (evil, 10)]
     monkeypatch.setattr(Location, "list_files", lambda self: sorted(listing))
     cfg = minimal_config(tmp_path, corpus)
-    with pytest.raises(InputError, match="could escape the output prefix") as err:
+    with pytest.raises(InputError, match="cannot be used safely in an output path") as err:
         prepare_run(cfg, main_process=True, dryrun=True, report=False)
     assert repr(evil) in str(err.value)
+    assert "input.skip_unsafe_names: true" in str(err.value)
     assert not (tmp_path / "labels").exists()
     assert not list((tmp_path / "run").rglob("*"))  # no run.json, no plan
 
@@ -662,7 +663,7 @@ def test_a_real_file_with_a_control_character_in_its_name_is_refused(tmp_path):
     corpus.mkdir()
     (corpus / "bad\x1bname.jsonl").write_bytes(jsonl([{"id": "1", "text": "t"}]))
     cfg = minimal_config(tmp_path, corpus)
-    with pytest.raises(InputError, match="could escape"):
+    with pytest.raises(InputError, match=r"'bad\\x1bname.jsonl': it holds control characters"):
         prepare_run(cfg, main_process=True, dryrun=True, report=False)
 
 

@@ -2,49 +2,81 @@ import pytest
 
 from shardwise.errors import InputError
 from shardwise.manifest import (
+    Selection,
     Task,
     build_tasks,
     category_of,
-    check_relative,
     file_format,
     select_files,
 )
 
-
-def test_select_files_keeps_supported_formats_sorted_and_skips_outputs_and_hidden():
-    listing = [
-        ("b/x/part-1.jsonl.gz", 10),
-        ("a/y/part-0.parquet", 20),
-        ("a/y/part-0.parquet.labels.parquet", 5),
-        ("a/y/part-0.parquet.stats.json", 5),
-        ("a/y/part-0.parquet.done", 5),
-        ("a/y/.part-2.parquet.tmp-1", 5),
-        ("a/y/_SUCCESS", 0),
-        ("a/y/readme.txt", 3),
-        ("c/z/part-9.jsonl.zst", 7),
-        ("c/z/part-8.jsonl", 7),
-    ]
-    assert select_files(listing) == [
-        ("a/y/part-0.parquet", 20),
-        ("b/x/part-1.jsonl.gz", 10),
-        ("c/z/part-8.jsonl", 7),
-        ("c/z/part-9.jsonl.zst", 7),
-    ]
-    assert select_files(listing, fmt="parquet") == [("a/y/part-0.parquet", 20)]
-    assert select_files(listing, glob="c/**") == [
-        ("c/z/part-8.jsonl", 7),
-        ("c/z/part-9.jsonl.zst", 7),
-    ]
-    assert select_files(listing, glob="**/part-1.*") == [("b/x/part-1.jsonl.gz", 10)]
-    assert select_files([("top.parquet", 1)], glob="**/*.parquet") == [("top.parquet", 1)]
+LISTING = [
+    ("b/x/part-1.jsonl.gz", 10),
+    ("a/y/part-0.parquet", 20),
+    ("a/y/part-0.parquet.labels.parquet", 5),
+    ("a/y/part-0.parquet.stats.json", 5),
+    ("a/y/part-0.parquet.done", 5),
+    ("a/y/.part-2.parquet.tmp-1", 5),
+    ("a/y/_SUCCESS", 0),
+    ("a/y/readme.txt", 3),
+    ("c/z/part-9.jsonl.zst", 7),
+    ("c/z/part-8.jsonl", 7),
+]
 
 
-@pytest.mark.parametrize(
-    "rel", ["../etc/passwd", "a/../../b.parquet", "/abs.parquet", "s3://x/y.parquet", "a\\b", "./a"]
-)
-def test_paths_that_could_escape_are_refused(rel):
-    with pytest.raises(InputError, match="could escape the output prefix"):
-        check_relative(rel)
+def test_select_files_keeps_supported_formats_sorted_and_reports_what_it_skips():
+    chosen = select_files(LISTING, output_prefix="")
+    assert chosen == Selection(
+        files=[
+            ("a/y/part-0.parquet", 20),
+            ("b/x/part-1.jsonl.gz", 10),
+            ("c/z/part-8.jsonl", 7),
+            ("c/z/part-9.jsonl.zst", 7),
+        ],
+        hidden=["a/y/.part-2.parquet.tmp-1", "a/y/_SUCCESS"],
+        outputs=[
+            "a/y/part-0.parquet.labels.parquet",
+            "a/y/part-0.parquet.stats.json",
+            "a/y/part-0.parquet.done",
+        ],
+        unsafe=[],
+        listed=10,
+    )
+    assert select_files(LISTING, fmt="parquet", output_prefix="").files == [
+        ("a/y/part-0.parquet", 20)
+    ]
+    assert select_files(LISTING, glob="c/**").files == [
+        ("c/z/part-8.jsonl", 7),
+        ("c/z/part-9.jsonl.zst", 7),
+    ]
+    assert select_files(LISTING, glob="**/part-1.*").files == [("b/x/part-1.jsonl.gz", 10)]
+    assert select_files([("top.parquet", 1)], glob="**/*.parquet").files == [("top.parquet", 1)]
+
+
+def test_output_names_are_inputs_unless_they_lie_under_the_output_root():
+    listing = [("data/x.labels.parquet", 1), ("labels/y.jsonl.labels.parquet", 2)]
+    elsewhere = select_files(listing)
+    assert (elsewhere.files, elsewhere.outputs) == (sorted(listing), [])
+    below = select_files(listing, output_prefix="labels/")
+    assert below.files == [("data/x.labels.parquet", 1)]
+    assert below.outputs == ["labels/y.jsonl.labels.parquet"]
+
+
+def test_unsafe_names_are_all_listed_with_reasons_and_the_fix():
+    listing = [("ok.jsonl", 1), ("a\\b.jsonl", 2), ("x/\x01.parquet", 3)]
+    with pytest.raises(InputError) as info:
+        select_files(listing)
+    assert str(info.value) == (
+        "2 input file name(s) cannot be used safely in an output path:\n"
+        "  'a\\\\b.jsonl': a backslash is a path separator for Windows tools and some stores\n"
+        "  'x/\\x01.parquet': it holds control characters\n"
+        "Rename them, narrow input.glob to leave them out, or set "
+        "input.skip_unsafe_names: true to plan without them (they are then listed on "
+        "every dry run and never labelled)."
+    )
+    skipped = select_files(listing, skip_unsafe=True)
+    assert skipped.files == [("ok.jsonl", 1)]
+    assert [rel for rel, _ in skipped.unsafe] == ["a\\b.jsonl", "x/\x01.parquet"]
 
 
 def test_build_tasks_groups_consecutive_sorted_files():

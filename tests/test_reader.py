@@ -64,7 +64,7 @@ def test_duplicate_ids_are_kept_and_counted(tmp_path):
 
 def test_invalid_utf8_is_replaced_and_counted(tmp_path):
     (tmp_path / "f.jsonl").write_bytes(b'{"id": "x", "text": "caf\xe9 ok"}\n')
-    docs = read_documents(Location(str(tmp_path)), "f.jsonl", Fields())
+    docs = read_documents(Location(str(tmp_path)), "f.jsonl", Fields(url=None))
     assert docs.texts == ["caf\ufffd ok"]
     assert docs.counts["invalid_utf8_lines"] == 1
 
@@ -88,10 +88,132 @@ def test_bad_json_line_names_file_and_line(tmp_path):
         read_documents(Location(str(tmp_path)), "f.jsonl", Fields())
 
 
-def test_missing_id_column_is_an_error(tmp_path):
-    pq.write_table(pa.table({"text": ["a"]}), tmp_path / "f.parquet")
-    with pytest.raises(InputError, match="no id field 'id'"):
-        read_documents(Location(str(tmp_path)), "f.parquet", Fields())
+FORMATS = ["f.parquet", "f.jsonl", "f.jsonl.gz", "f.jsonl.zst"]
+NESTED = [
+    {"doc": {"id": "a"}, "body": {"text": "one"}, "meta": {"url": "https://a"}},
+    {"doc": {"id": "b"}, "body": {"text": "two"}, "meta": {"url": "https://b"}},
+]
+
+
+@pytest.mark.parametrize("name", FORMATS)
+@pytest.mark.parametrize(
+    ("fields", "key", "path", "suggestion"),
+    [
+        (Fields(text="txt"), "input.text_field", "txt", "text"),
+        (Fields(text="body"), "input.text_field", "body", None),
+        (Fields(id="idd"), "input.id_field", "idd", "id"),
+        (Fields(url="metadata.ur"), "input.url_field", "metadata.ur", "metadata.url"),
+    ],
+)
+def test_a_field_in_no_row_fails_the_file_naming_field_file_and_what_exists(
+    tmp_path, name, fields, key, path, suggestion
+):
+    rel = write(tmp_path, name, RECORDS)
+    with pytest.raises(InputError) as info:
+        read_documents(Location(str(tmp_path)), rel, fields)
+    message = str(info.value)
+    assert message.startswith(f"{tmp_path / rel}: {key} {path!r} is in none of its 3 row(s); ")
+    assert "fields found: id, metadata, metadata.url, text, url." in message
+    if suggestion:
+        assert f"Did you mean {suggestion!r}?" in message
+    else:
+        assert "Did you mean" not in message
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_nested_paths_are_checked_through_structs(tmp_path, name):
+    rel = write(tmp_path, name, NESTED)
+    loc = Location(str(tmp_path))
+    docs = read_documents(loc, rel, Fields(id="doc.id", text="body.text", url="meta.url"))
+    assert (docs.ids, docs.texts, docs.urls) == (
+        ["a", "b"],
+        ["one", "two"],
+        ["https://a", "https://b"],
+    )
+    with pytest.raises(
+        InputError, match=r"input.text_field 'body.txt' .* Did you mean 'body.text'"
+    ):
+        read_documents(loc, rel, Fields(id="doc.id", text="body.txt", url="meta.url"))
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_the_url_is_neither_read_nor_required_when_no_classifier_uses_it(tmp_path, name):
+    rel = write(tmp_path, name, [{"id": "a", "text": "x"}])
+    docs = read_documents(Location(str(tmp_path)), rel, Fields(url=None))
+    assert (docs.urls, dict(docs.counts)) == ([""], {})
+    with pytest.raises(InputError, match="input.url_field 'url' is in none of its 1 row"):
+        read_documents(Location(str(tmp_path)), rel, Fields())
+
+
+@pytest.mark.parametrize("name", ["f.jsonl", "f.jsonl.gz", "f.jsonl.zst"])
+def test_jsonl_rows_without_a_field_are_labelled_and_counted(tmp_path, name):
+    records = [
+        {"id": "a", "text": "x", "url": "u"},
+        {"text": "y"},
+        {"id": "c", "url": None},
+        {"id": None, "text": None, "url": "w"},
+    ]
+    rel = write(tmp_path, name, records)
+    docs = read_documents(Location(str(tmp_path)), rel, Fields())
+    assert (docs.ids, docs.texts, docs.urls) == (
+        ["a", None, "c", None],
+        ["x", "y", "", ""],
+        ["u", "", "", "w"],
+    )
+    assert dict(docs.counts) == {
+        "missing_id": 1,
+        "missing_text": 1,
+        "missing_url": 1,
+        "null_ids": 1,
+        "null_texts": 1,
+        "null_urls": 1,
+    }
+
+
+def test_parquet_rows_whose_parent_struct_is_null_count_as_missing(tmp_path):
+    table = pa.table(
+        {
+            "id": ["a", "b", "c"],
+            "text": ["x", None, "z"],
+            "meta": pa.array(
+                [{"url": "https://a"}, None, {"url": None}],
+                pa.struct([("url", pa.string())]),
+            ),
+        }
+    )
+    pq.write_table(table, tmp_path / "f.parquet")
+    docs = read_documents(Location(str(tmp_path)), "f.parquet", Fields(url="meta.url"))
+    assert docs.urls == ["https://a", "", ""]
+    assert dict(docs.counts) == {"missing_url": 1, "null_urls": 1, "null_texts": 1}
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_non_string_texts_are_read_as_strings_and_counted(tmp_path, name):
+    rel = write(tmp_path, name, [{"id": "a", "text": 7}, {"id": "b", "text": 12}])
+    docs = read_documents(Location(str(tmp_path)), rel, Fields(url=None))
+    assert (docs.texts, dict(docs.counts)) == (["7", "12"], {"non_string_texts": 2})
+
+
+def test_null_ids_are_not_counted_as_duplicates(tmp_path):
+    rel = write(tmp_path, "f.jsonl", [{"id": None, "text": "a"}, {"id": None, "text": "b"}])
+    docs = read_documents(Location(str(tmp_path)), rel, Fields(url=None))
+    assert dict(docs.counts) == {"null_ids": 2}
+
+
+def test_a_utf8_byte_order_mark_is_dropped_and_counted(tmp_path):
+    (tmp_path / "f.jsonl").write_bytes(
+        b'\xef\xbb\xbf{"id": "a", "text": "x"}\n{"id": "b", "text": "y"}\n'
+    )
+    docs = read_documents(Location(str(tmp_path)), "f.jsonl", Fields(url=None))
+    assert (docs.ids, dict(docs.counts)) == (["a", "b"], {"utf8_bom_lines": 1})
+
+
+def test_an_empty_file_fails_no_field_check(tmp_path):
+    pq.write_table(pa.table({"x": pa.array([], pa.string())}), tmp_path / "f.parquet")
+    (tmp_path / "e.jsonl").write_bytes(b"\n")
+    loc = Location(str(tmp_path))
+    assert len(read_documents(loc, "f.parquet", Fields())) == 0
+    assert len(read_documents(loc, "e.jsonl", Fields())) == 0
 
 
 def test_empty_file_gives_no_documents(tmp_path):

@@ -16,53 +16,12 @@ from types import SimpleNamespace
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from inproc import TINY, demo_run_config, label, plan_run
 
 from shardwise import markers, plan, sidecar, verify
 from shardwise.cli import main
-from shardwise.demo import DemoSize, demo_config, write_corpus
-from shardwise.job import run_shard
+from shardwise.demo import write_corpus
 from shardwise.workflow import prepare_run
-
-TINY = DemoSize(files_per_category=1, docs_per_file=5, median_words=8, max_words=30)
-NAMES = ("topic", "topic_nourl", "format", "format_nourl")
-
-
-class FakeEngine:
-    """Deterministic labels without torch: enough for the layout verify checks."""
-
-    device = "cpu"
-    device_name = "fake"
-    dtype_name = "float32"
-
-    def __init__(self, names: tuple[str, ...] = NAMES) -> None:
-        self.names = names
-
-    def prepare(self, texts: list[str], urls: list[str]) -> int:
-        return len(texts)
-
-    def run(self, n: int) -> SimpleNamespace:
-        columns: dict[str, pa.Array] = {}
-        for name in self.names:
-            columns[f"{name}_label"] = pa.array(["a"] * n, pa.string())
-            columns[f"{name}_label_id"] = pa.array([0] * n, pa.int32())
-            columns[f"{name}_score"] = pa.array([0.5] * n, pa.float32())
-        return SimpleNamespace(columns=columns, stats={"tokens": 3 * n})
-
-
-def plan_run(tmp_path: Path, *, total_shards: int = 3, **overrides) -> dict:
-    """A planned (not yet labelled) in-process run; returns its config."""
-    write_corpus(tmp_path / "corpus", TINY)
-    cfg = demo_config(tmp_path, total_shards=total_shards)
-    cfg.update(overrides)
-    prepare_run(cfg, main_process=True, dryrun=True, report=False)
-    return cfg
-
-
-def label(run_dir: Path, shards=None) -> None:
-    """Run the shard jobs (all non-empty shards by default) with the fake engine."""
-    table = plan.load(run_dir)
-    for shard in sorted(shards if shards is not None else plan.nonempty_shards(table)):
-        run_shard(run_dir, shard, engine_factory=lambda _ctx: FakeEngine(), progress=False)
 
 
 @pytest.fixture
@@ -193,7 +152,13 @@ def test_bad_sidecar_content(run, mutate, expected, capsys):
     assert len(found) == 1 and found[0].startswith(f"{path}: {expected}"), found
     assert main(["verify", "--run-dir", str(run.run_dir)]) == 1
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines == [f"problem: {found[0]}", report.summary()]
+    assert lines == [
+        f"problem: {found[0]}",
+        report.summary(),
+        f"fix: `shardwise verify --run-dir {run.run_dir} --repair` removes the markers of "
+        "1 broken file(s) and 0 shard(s) above, so the next snakemake run relabels only "
+        "those files",
+    ]
 
 
 def test_missing_sidecar_and_stats(run):
@@ -344,7 +309,7 @@ def test_partial_outputs_of_an_unfinished_file_are_warnings(tmp_path):
 
 def test_input_sharing_the_output_root_is_not_an_orphan(tmp_path):
     write_corpus(tmp_path / "data", TINY)
-    cfg = demo_config(tmp_path, total_shards=2)
+    cfg = demo_run_config(tmp_path, 2)
     cfg["input"]["uri"] = cfg["output"]["uri"] = str(tmp_path / "data")
     prepare_run(cfg, main_process=True, dryrun=True, report=False)
     label(tmp_path / "run")
@@ -355,7 +320,7 @@ def test_input_sharing_the_output_root_is_not_an_orphan(tmp_path):
 
 def test_corpus_nested_under_the_output_prefix(tmp_path):
     write_corpus(tmp_path / "out" / "corpus", TINY)
-    cfg = demo_config(tmp_path, total_shards=2)
+    cfg = demo_run_config(tmp_path, 2)
     cfg["input"]["uri"] = str(tmp_path / "out" / "corpus")
     cfg["output"]["uri"] = str(tmp_path / "out")
     prepare_run(cfg, main_process=True, dryrun=True, report=False)
@@ -396,7 +361,7 @@ def test_verify_on_s3_lists_the_output_once(tmp_path, s3):
     corpus = Location(s3.url("corpus"), s3.options())
     for path in write_corpus(tmp_path / "corpus", TINY):
         corpus.write_bytes(str(path.relative_to(tmp_path / "corpus")), path.read_bytes())
-    cfg = demo_config(tmp_path, total_shards=2)
+    cfg = demo_run_config(tmp_path, 2)
     cfg["input"]["uri"] = s3.url("corpus")
     cfg["output"]["uri"] = s3.url("labels")
     cfg["storage"] = s3.storage_config()
@@ -419,3 +384,72 @@ def test_verify_on_s3_lists_the_output_once(tmp_path, s3):
 
 def report_rel(tmp_path: Path) -> str:
     return plan.load(tmp_path / "run").to_pydict()["file"][0]
+
+
+# -- repair (issue 10) ---------------------------------------------------------------
+
+
+def output_mtimes(labels: Path) -> dict[str, int]:
+    return {str(p.relative_to(labels)): p.stat().st_mtime_ns for p in labels.rglob("*.*")}
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda path: path.unlink(), id="deleted-sidecar"),
+        pytest.param(lambda path: path.write_bytes(path.read_bytes()[:40]), id="truncated-sidecar"),
+    ],
+)
+def test_repair_relabels_only_the_broken_file(run, capsys, damage):
+    damage(run.labels / sidecar.sidecar_rel(run.rel))
+    assert main(["verify", "--run-dir", str(run.run_dir)]) == 1
+    out = capsys.readouterr().out
+    assert f"fix: `shardwise verify --run-dir {run.run_dir} --repair`" in out
+    before = output_mtimes(run.labels)
+    assert main(["verify", "--run-dir", str(run.run_dir), "--repair"]) == 0
+    out = capsys.readouterr().out
+    marker = run.labels / markers.file_marker_rel(run.rel)
+    shard_marker = markers.shard_marker_path(run.run_dir, run.shard)
+    assert f"removed {marker} (relabel {run.rel})" in out
+    assert f"removed {shard_marker} (shard {run.shard} runs again)" in out
+    assert not marker.exists() and not shard_marker.exists()
+    label(run.run_dir, [run.shard])  # what the next snakemake run does
+    after = output_mtimes(run.labels)
+    changed = sorted(k for k in after if after[k] != before.get(k))
+    assert changed == sorted(
+        [sidecar.sidecar_rel(run.rel), sidecar.stats_rel(run.rel), markers.file_marker_rel(run.rel)]
+    )
+    assert check(run.run_dir, complete=True).ok
+
+
+def test_a_garbled_file_marker_is_found_and_repaired(run, capsys):
+    from shardwise import coverage, retry
+
+    (run.labels / markers.file_marker_rel(run.rel)).write_bytes(b"\x00garbage")
+    report = check(run.run_dir)
+    assert report.broken_files == {run.rel}
+    assert main(["verify", "--run-dir", str(run.run_dir), "--repair"]) == 0
+    capsys.readouterr()
+    cov = coverage.compute(coverage.load_state(run.run_dir))
+    assert cov.files_done == len(run.files) - 1 and cov.shards_remaining == 1
+    assert main(["retry-array", "--run-dir", str(run.run_dir)]) == 0
+    assert (
+        capsys.readouterr().out.strip()
+        == retry.retry_lines([run.shard], total_shards=3, minimum_shard_index=0)[0]
+    )
+
+
+def test_a_garbled_shard_marker_is_not_done_for_coverage_and_retry(run, capsys):
+    from shardwise import coverage
+
+    markers.shard_marker_path(run.run_dir, run.shard).write_bytes(b"{not json")
+    cov = coverage.compute(coverage.load_state(run.run_dir))
+    assert cov.shards_done == 2 and cov.unreadable_markers == (
+        str(markers.shard_marker_path(run.run_dir, run.shard)),
+    )
+    assert "unreadable 1 marker(s) count as not done" in coverage.format_table(cov)
+    assert main(["retry-array", "--run-dir", str(run.run_dir)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.strip() == str(run.shard)
+    assert "are unreadable and count as not done" in captured.err
+    assert check(run.run_dir).broken_shards == {run.shard}

@@ -3,12 +3,15 @@
 import io
 import json
 import os
+import shutil
 
 import pytest
+from e2e import tiny_model_dir
 
-from shardwise import markers, plan, workflow
+from shardwise import markers, plan, quarantine, workflow
 from shardwise.demo import DemoSize, write_corpus
-from shardwise.errors import RunMismatchError
+from shardwise.errors import InputError, ModelError, RunMismatchError
+from shardwise.sharding import shard_for_task
 from shardwise.storage import Location
 
 
@@ -24,7 +27,7 @@ def config(tmp_path, corpus, **over):
         "input": {"uri": str(corpus)},
         "output": {"uri": str(tmp_path / "labels")},
         "sharding": {"total_shards": 16},
-        "classifiers": [{"name": "topic", "model": "m/topic", "input": "url_text"}],
+        "classifiers": [{"name": "topic", "model": str(tiny_model_dir()), "input": "url_text"}],
     }
     for key, value in over.items():
         cfg[key] = value
@@ -149,3 +152,123 @@ def test_second_top_level_process_on_same_run_dir_is_refused(tmp_path, corpus):
         os._exit(0)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 7
+
+
+# -- issue 10: operator mistakes ---------------------------------------------------
+
+
+def test_a_model_path_typo_is_refused_at_the_dry_run_and_nothing_is_pinned(tmp_path, corpus):
+    typo = str(tiny_model_dir().parent / "topc")
+    cfg = config(tmp_path, corpus)
+    cfg["classifiers"] = [{"name": "topic", "model": typo, "input": "url_text"}]
+    with pytest.raises(ModelError, match=r"classifier 'topic' \(model '.*/topc'\): no such dir"):
+        prepare(cfg)
+    assert not (tmp_path / "run" / "run.json").exists()
+    assert not (tmp_path / "labels").exists()
+
+
+def with_model(cfg, name):
+    cfg["classifiers"] = [{"name": "topic", "model": str(tiny_model_dir(name)), "input": "text"}]
+    return cfg
+
+
+def test_repin_replaces_both_copies_while_nothing_is_labelled(tmp_path, corpus):
+    prepare(with_model(config(tmp_path, corpus), "topic"))
+    fixed = with_model(config(tmp_path, corpus, sharding={"total_shards": 5}), "format")
+    with pytest.raises(RunMismatchError) as info:
+        prepare(fixed)
+    assert "Nothing of this run is labelled yet" in str(info.value)
+    assert "shardwise plan --repin" in str(info.value)
+    _, text = prepare(fixed, repin=True)
+    assert f"re-pinning {tmp_path / 'run'}/run.json (nothing is labelled yet):" in text
+    assert "  total_shards: 16 -> 5" in text and "/format'" in text
+    for copy in (tmp_path / "run" / "run.json", tmp_path / "labels" / "run.json"):
+        meta = json.loads(copy.read_text())
+        assert meta["total_shards"] == 5 and meta["classifiers"][0]["model"].endswith("format")
+    assert plan.load(tmp_path / "run")["shard"].to_pylist() == [
+        shard_for_task(t, 5) for t in plan.load(tmp_path / "run")["task_id"].to_pylist()
+    ]
+    assert max(markers.done_shards(tmp_path / "run")) < 5  # old shard markers are gone
+    prepare(fixed)  # and the re-pinned run is accepted as it is
+
+
+def test_repin_works_with_the_run_directory_deleted(tmp_path, corpus):
+    prepare(with_model(config(tmp_path, corpus), "topic"))
+    shutil.rmtree(tmp_path / "run")
+    fixed = with_model(config(tmp_path, corpus), "format")
+    with pytest.raises(RunMismatchError, match="labels/run.json pins a different run"):
+        prepare(fixed)
+    prepare(fixed, repin=True)
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["classifiers"][0][
+        "model"
+    ].endswith("format")
+
+
+def test_repin_is_refused_once_one_file_is_labelled(tmp_path, corpus):
+    prepare(with_model(config(tmp_path, corpus), "topic"))
+    rel = plan.load(tmp_path / "run")["file"][0].as_py()
+    Location(str(tmp_path / "labels")).write_bytes(
+        markers.file_marker_rel(rel), markers.file_marker(rel, rel, 0, 3)
+    )
+    fixed = with_model(config(tmp_path, corpus), "format")
+    with pytest.raises(RunMismatchError, match="1 file\\(s\\) of this run are already labelled"):
+        prepare(fixed)
+    before = snapshot(tmp_path)
+    with pytest.raises(RunMismatchError, match="cannot re-pin: 1 file\\(s\\) of this run are"):
+        prepare(fixed, repin=True)
+    assert snapshot(tmp_path) == before
+
+
+def test_a_removed_file_is_refused_with_a_pointer_to_quarantine(tmp_path, corpus):
+    prepare(config(tmp_path, corpus))
+    (corpus / "cc" / "science" / "part-0000.parquet").unlink()
+    with pytest.raises(RunMismatchError) as info:
+        prepare(config(tmp_path, corpus))
+    assert "0 task(s) added, 1 removed" in str(info.value)
+    assert f"shardwise quarantine --run-dir {tmp_path / 'run'} FILE" in str(info.value)
+
+
+def test_a_quarantined_file_may_leave_the_input_without_changing_the_plan(tmp_path, corpus):
+    prepare(config(tmp_path, corpus))
+    plan_before = (tmp_path / "run" / "plan.parquet").read_bytes()
+    quarantine.add(tmp_path / "run", ["cc/science/part-0000.parquet"], "truncated upload")
+    (corpus / "cc" / "science" / "part-0000.parquet").unlink()
+    _, text = prepare(config(tmp_path, corpus))
+    assert "note: 1 quarantined file(s) are no longer in the input" in text
+    assert (tmp_path / "run" / "plan.parquet").read_bytes() == plan_before
+    (corpus / "cc" / "science" / "part-0001.jsonl.gz").unlink()  # not quarantined
+    with pytest.raises(RunMismatchError, match="0 task\\(s\\) added, 2 removed"):
+        prepare(config(tmp_path, corpus))
+
+
+def test_the_dry_run_says_what_the_listing_held_that_is_not_input(tmp_path, corpus):
+    (corpus / "cc" / "_SUCCESS").write_text("")
+    labels = corpus / "labels"  # output root inside the input root
+    (labels / "cc").mkdir(parents=True)
+    (labels / "cc" / "x.jsonl.labels.parquet").write_bytes(b"PAR1")
+    (corpus / "cc" / "science" / "own.labels.parquet").write_bytes(
+        (corpus / "cc" / "science" / "part-0000.parquet").read_bytes()
+    )
+    _, text = prepare(config(tmp_path, corpus, output={"uri": str(labels)}))
+    assert (
+        "note: skipped 1 hidden file(s) (names starting with '.' or '_', e.g. 'cc/_SUCCESS')"
+        in text
+    )
+    assert "note: skipped 1 shardwise output(s) under the output root" in text
+    assert "cc/science/own.labels.parquet" in plan.load(tmp_path / "run")["file"].to_pylist()
+
+
+def test_unsafe_names_refuse_planning_unless_skipped_explicitly(tmp_path, corpus):
+    (corpus / "cc" / "sci\\ence.jsonl").write_text('{"id": "x", "text": "y"}\n')
+    with pytest.raises(InputError, match=r"'cc/sci\\\\ence.jsonl': a backslash"):
+        prepare(config(tmp_path, corpus))
+    cfg = config(tmp_path, corpus)
+    cfg["input"]["skip_unsafe_names"] = True
+    _, text = prepare(cfg)
+    assert "note: skipped 1 file(s) whose names cannot be used safely" in text
+    assert "cc/sci\\ence.jsonl" not in plan.load(tmp_path / "run")["file"].to_pylist()
+
+
+def test_a_missing_input_folder_says_it_does_not_exist(tmp_path):
+    with pytest.raises(InputError, match=r"the folder .*/nowhere does not exist"):
+        prepare(config(tmp_path, tmp_path / "nowhere"))

@@ -103,6 +103,7 @@ class InputSettings:
     url_field: str
     category_regex: str
     relist: bool
+    skip_unsafe_names: bool
 
 
 @dataclass(frozen=True)

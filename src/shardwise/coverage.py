@@ -26,7 +26,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shardwise import plan as run_plan
-from shardwise import ranges, throughput
+from shardwise import quarantine, ranges, throughput
 from shardwise.errors import InputError, RunMismatchError
 from shardwise.markers import done_shards
 
@@ -95,6 +95,8 @@ class RunState:
     failing_shards: np.ndarray  # int64, shards with failure records and no marker
     stats: throughput.StatsTable | None
     output_markers: frozenset[str] | None
+    quarantined: dict[str, quarantine.Entry] = field(default_factory=dict)
+    unreadable_markers: tuple[str, ...] = ()  # markers that vouch for nothing (not done)
 
 
 def read_run_json(run_dir: Path) -> dict[str, Any]:
@@ -124,22 +126,58 @@ def _read_plan(run_dir: Path) -> pa.Table:
         raise RunMismatchError(str(exc)) from exc
 
 
-def _read_markers(shards_dir: Path, done: np.ndarray) -> ShardMarkers:
-    """Read the JSON of each done shard marker (small files; unreadable -> NaN fields)."""
+def _read_markers(shards_dir: Path, done: np.ndarray) -> tuple[ShardMarkers, list[int]]:
+    """Read the JSON of each done shard marker (small files), and which are unreadable.
+
+    A marker that is not a JSON object vouches for nothing: its shard is not done.
+    """
     docs = np.full(done.size, np.nan)
     files = np.full(done.size, np.nan)
     finished = np.full(done.size, np.nan)
+    readable = np.ones(done.size, dtype=bool)
     for i, shard in enumerate(done.tolist()):
         try:
             body = json.loads((shards_dir / f"{shard}.done").read_bytes())
         except (OSError, ValueError):
-            continue
+            body = None
         if not isinstance(body, dict):
+            readable[i] = False
             continue
         docs[i] = throughput._number(body.get("docs"))
         files[i] = throughput._number(body.get("files"))
         finished[i] = throughput.parse_time(body.get("finished_at"))
-    return ShardMarkers(shard=done, docs=docs, files=files, finished_at=finished)
+    markers = ShardMarkers(
+        shard=done[readable],
+        docs=docs[readable],
+        files=files[readable],
+        finished_at=finished[readable],
+    )
+    return markers, done[~readable].tolist()
+
+
+def _readable_file_markers(
+    root: Path, names: set[str], plan: pa.Table, done_shards: np.ndarray
+) -> tuple[set[str], list[str]]:
+    """Per-file markers that parse, among those of shards not done (the ones that count).
+
+    A done shard's marker vouches for its files; only the few markers of unfinished
+    shards are read, so a finished 56k-file run costs nothing here.
+    """
+    if not names:
+        return names, []
+    files = plan["file"]
+    candidates = pc.is_in(files, value_set=pa.array(sorted(names), pa.string()))
+    open_shard = ~np.isin(plan["shard"].to_numpy(), done_shards)
+    wanted = files.filter(pa.array(candidates.to_numpy(zero_copy_only=False) & open_shard))
+    bad = []
+    for rel in wanted.to_pylist():
+        try:
+            body = json.loads((root / f"{rel}.done").read_bytes())
+        except (OSError, ValueError):
+            body = None
+        if not isinstance(body, dict):
+            bad.append(rel)
+    return names - set(bad), bad
 
 
 def _walk_output(root: Path) -> tuple[list[str], set[str]]:
@@ -209,7 +247,9 @@ def load_state(
     plan = _read_plan(run_dir)
     listed = np.array(sorted(done_shards(run_dir)), dtype=np.int64)
     done = listed[(listed >= minimum) & (listed < minimum + total)]
-    markers = _read_markers(run_dir / "shards", done)
+    markers, bad_shards = _read_markers(run_dir / "shards", done)
+    done = markers.shard
+    unreadable = [str(run_dir / "shards" / f"{shard}.done") for shard in bad_shards]
     failing = _failing_shards(run_dir / "failures", done)
 
     output_uri = meta.get("output_uri")
@@ -227,7 +267,8 @@ def load_state(
             paths, done_files = _walk_output(root)
             stats = throughput.stats_from_json(_read_files(paths))
             if output_markers is None:
-                output_markers = done_files
+                output_markers, bad_files = _readable_file_markers(root, done_files, plan, done)
+                unreadable += [str(root / f"{rel}.done") for rel in bad_files]
     if stats is not None:
         stats = stats.with_bytes(_plan_values(plan, stats.file, "size"))
     return RunState(
@@ -242,6 +283,8 @@ def load_state(
         failing_shards=failing,
         stats=stats if stats is not None and len(stats) else None,
         output_markers=frozenset(output_markers) if output_markers is not None else None,
+        quarantined=quarantine.load(run_dir),
+        unreadable_markers=tuple(unreadable),
     )
 
 
@@ -312,6 +355,11 @@ class Coverage:
     overall_percent: float  # tasks_done / tasks_total
     throughput: throughput.Throughput | None
     eta: throughput.Eta | None
+    files_quarantined: int = 0
+    tasks_quarantined: int = 0
+    quarantined: tuple[quarantine.Entry, ...] = ()  # left out on purpose, with reasons
+    data_quality: dict[str, int] = field(default_factory=dict)  # totals over labelled files
+    unreadable_markers: tuple[str, ...] = ()
 
     @property
     def shards_percent(self) -> float:
@@ -411,12 +459,20 @@ def compute(state: RunState, *, category_regex: str | None = None, gpus: int = 1
             plan["file"], value_set=pa.array(sorted(state.output_markers), pa.string())
         )
         file_done |= marked.to_numpy(zero_copy_only=False)
+    # Quarantined files are left out of the run: never done, never left to do.
+    file_quarantined = np.zeros(n_files, dtype=bool)
+    if state.quarantined:
+        file_quarantined = pc.is_in(
+            plan["file"], value_set=pa.array(sorted(state.quarantined), pa.string())
+        ).to_numpy(zero_copy_only=False)
+        file_done &= ~file_quarantined
 
     # Tasks: a task is done when none of its files is left.
     task_codes = _codes(plan["task_id"])
     n_tasks = int(task_codes.max()) + 1 if n_files else 0
     files_left = np.bincount(task_codes, weights=~file_done, minlength=n_tasks)
     task_done = files_left == 0
+    task_quarantined = np.bincount(task_codes, weights=file_quarantined, minlength=n_tasks) > 0
 
     # Categories, per task (the category of the task's first file).
     categories = (
@@ -469,13 +525,21 @@ def compute(state: RunState, *, category_regex: str | None = None, gpus: int = 1
     files_per_shard = np.bincount(rel_shard[in_range], minlength=total)
     incomplete = np.flatnonzero(~shard_done) + minimum
 
+    quality: dict[str, int] = {}
+    if stats is not None:
+        idx = _plan_index(plan, stats.file)
+        counted = np.zeros(idx.size, dtype=bool)
+        counted[idx >= 0] = file_done[idx[idx >= 0]]
+        quality = throughput.quality_totals(stats, counted)
+
     rates = throughput.summarize(stats) if stats is not None else None
-    remaining_bytes = int(size[~file_done].sum())
+    remaining_bytes = int(size[~file_done & ~file_quarantined].sum())
     estimate = None
     if rates is not None and rates.overall is not None:
         estimate = throughput.eta(remaining_bytes, rates, gpus, unit="bytes")
         if estimate is None:
-            estimate = throughput.eta(int((~file_done).sum()), rates, gpus, unit="files")
+            left = int((~file_done & ~file_quarantined).sum())
+            estimate = throughput.eta(left, rates, gpus, unit="files")
 
     return Coverage(
         name=state.name,
@@ -501,6 +565,11 @@ def compute(state: RunState, *, category_regex: str | None = None, gpus: int = 1
         overall_percent=100.0 * overall,
         throughput=rates,
         eta=estimate,
+        files_quarantined=int(file_quarantined.sum()),
+        tasks_quarantined=int(task_quarantined.sum()),
+        quarantined=tuple(sorted(state.quarantined.values(), key=lambda e: e.file)),
+        data_quality=quality,
+        unreadable_markers=state.unreadable_markers,
     )
 
 
@@ -555,6 +624,13 @@ def to_dict(cov: Coverage) -> dict[str, Any]:
             for c in cov.categories
         },
     }
+    out["files_quarantined"] = cov.files_quarantined
+    out["tasks_quarantined"] = cov.tasks_quarantined
+    out["quarantined"] = [
+        {"file": e.file, "reason": e.reason, "at": e.at, "by": e.by} for e in cov.quarantined
+    ]
+    out["data_quality"] = dict(cov.data_quality)
+    out["unreadable_markers"] = list(cov.unreadable_markers)
     if cov.throughput is not None and cov.throughput.overall is not None:
         out["throughput"] = {
             "overall": _rate_dict(cov.throughput.overall),
@@ -626,6 +702,19 @@ def summary_lines(cov: Coverage, *, max_expression: int = 160) -> list[str]:
         f"labelled {human_count(cov.docs_done)} docs"
         + (f"   {human_count(cov.tokens_done)} tokens" if cov.tokens_done is not None else ""),
     ]
+    lines += quality_lines(cov.data_quality, cov.docs_done)
+    if cov.quarantined:
+        shown = "; ".join(f"{e.file} ({e.reason})" for e in cov.quarantined[:3])
+        more = f"; ... {len(cov.quarantined) - 3} more" if len(cov.quarantined) > 3 else ""
+        lines.append(
+            f"quarantined {cov.files_quarantined:,} file(s) left out of the run, not labelled: "
+            f"{shown}{more} (`shardwise quarantine --list`)"
+        )
+    if cov.unreadable_markers:
+        lines.append(
+            f"unreadable {len(cov.unreadable_markers):,} marker(s) count as not done "
+            f"(e.g. {cov.unreadable_markers[0]}); `shardwise verify --repair` clears them"
+        )
     if cov.throughput is not None:
         for dev in cov.throughput.devices:
             docs = dev.docs_per_s
@@ -672,6 +761,48 @@ def summary_lines(cov: Coverage, *, max_expression: int = 160) -> list[str]:
     else:
         lines.append("left     nothing: every shard is done")
     return lines
+
+
+#: Share of labelled documents without text above which the data line is flagged.
+NO_TEXT_WARN = 0.05
+
+
+def quality_lines(quality: dict[str, int], docs: int) -> list[str]:
+    """The data-quality line: what the labelled documents lacked, as counts and shares.
+
+    Without it, a run whose text field was missing in 30% of rows would look as clean as
+    any other: those documents were labelled, as empty text.
+    """
+    if not quality:
+        return []
+
+    def share(n: int) -> str:
+        return f" ({100 * n / docs:.1f}%)" if docs else ""
+
+    no_text = quality.get("missing_text", 0) + quality.get("null_texts", 0)
+    parts = []
+    if no_text:
+        parts.append(
+            f"{no_text:,} without text{share(no_text)}: {quality.get('missing_text', 0):,} "
+            f"missing the field, {quality.get('null_texts', 0):,} null"
+        )
+    pairs = (
+        ("non_string_texts", "non-string texts read as strings"),
+        ("missing_id", "missing the id field"),
+        ("null_ids", "null ids"),
+        ("duplicate_ids", "duplicate ids"),
+        ("missing_url", "missing the url field"),
+        ("null_urls", "null urls"),
+        ("invalid_utf8_lines", "JSONL lines with invalid UTF-8 (replaced)"),
+        ("invalid_utf8_values", "Parquet values with invalid UTF-8 (replaced)"),
+        ("utf8_bom_lines", "UTF-8 byte-order marks dropped"),
+        ("truncated_docs", "truncated at max_length"),
+    )
+    parts += [f"{quality[k]:,} {what}" for k, what in pairs if quality.get(k)]
+    line = "data     " + "; ".join(parts)
+    if docs and no_text / docs > NO_TEXT_WARN:
+        line += "  ! check input.text_field"
+    return [line]
 
 
 def _category_rows(cov: Coverage, limit: int) -> tuple[list[CategoryCoverage], str]:
@@ -763,7 +894,12 @@ def add_cli(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "with skew flags, throughput per GPU type and an ETA.",
     )
     parser.add_argument("--run-dir", required=True, type=Path, help="the run directory")
-    parser.add_argument("--format", choices=tuple(FORMATTERS), default="table")
+    parser.add_argument(
+        "--format",
+        choices=tuple(FORMATTERS),
+        default="table",
+        help="table (terminal), json (schema in docs/coverage.md) or markdown",
+    )
     parser.add_argument(
         "--gpus",
         type=_positive_int,
@@ -780,12 +916,15 @@ def add_cli(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def not_a_run_dir(run_dir: Path, command: str) -> bool:
-    """Say so on stderr (for exit 2) when ``run_dir`` holds no run.json."""
+    """Say so on stderr (for exit 2) when ``run_dir`` holds no run.json: either it is not
+    a run directory, or the run was never planned; say what to run first."""
     if (run_dir / "run.json").is_file():
         return False
+    where = "does not exist" if not run_dir.exists() else "has no run.json"
     print(
-        f"shardwise {command}: {run_dir / 'run.json'} not found; pass the original "
-        "run directory (the one holding run.json and shards/)",
+        f"shardwise {command}: {run_dir} {where}: this run was never planned there. "
+        "Run `snakemake -n` (or `shardwise plan --configfile <config>`) first, or pass the "
+        "original run directory (the one holding run.json, plan.parquet and shards/)",
         file=sys.stderr,
     )
     return True

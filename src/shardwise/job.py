@@ -29,7 +29,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from shardwise import markers, plan, runmeta, sidecar
+from shardwise import markers, plan, quarantine, runmeta, sidecar
 from shardwise.config import dumps
 from shardwise.errors import InputError, ShardFailedError, ShardwiseError, StorageError
 from shardwise.reader import Documents, Fields, read_documents
@@ -71,6 +71,7 @@ class ShardReport:
     skipped: int = 0
     labelled: int = 0
     docs: int = 0
+    quarantined: int = 0
     failed: list[dict[str, str]] = field(default_factory=list)
 
 
@@ -104,9 +105,15 @@ class JobContext:
             settings=settings,
             source=Location(meta.input_uri, options),
             output=Location(meta.output_uri, options),
-            fields=Fields(inp["id_field"], inp["text_field"], inp["url_field"]),
+            fields=fields_for(inp, meta.classifiers),
             fmt=inp["format"],
         )
+
+
+def fields_for(inp: dict[str, Any], classifiers: tuple[tuple[str, str, str], ...]) -> Fields:
+    """The reader fields of a run: the url only when a classifier reads it (``url_text``)."""
+    needs_url = any(kind == "url_text" for _name, _model, kind in classifiers)
+    return Fields(inp["id_field"], inp["text_field"], inp["url_field"] if needs_url else None)
 
 
 def write_settings(run_dir: Path, settings: dict[str, Any]) -> None:
@@ -167,6 +174,35 @@ def read_progress(run_dir: Path, shard: int) -> dict[str, int]:
             except (ValueError, KeyError, TypeError):
                 continue  # a torn last line from a killed attempt
     return out
+
+
+def forget_done(run_dir: Path, shard: int, files: set[str]) -> None:
+    """Drop ``files`` from the shard's progress journal and the plan-time marker snapshot.
+
+    After a repair removed their markers, neither may still claim they are done (on an
+    object store the jobs trust these two instead of asking per file).
+    """
+    journal = run_dir / PROGRESS_DIR / f"{shard}.jsonl"
+    if journal.exists():
+        kept = [
+            line
+            for line in journal.read_text("utf-8").splitlines()
+            if _journal_file(line) not in files
+        ]
+        from shardwise.atomic import write_atomic
+
+        write_atomic(journal, "".join(f"{line}\n" for line in kept).encode("utf-8"))
+    snapshot = run_dir / OUTPUT_MARKERS
+    if snapshot.exists():
+        listed = set(snapshot.read_text("utf-8").splitlines())
+        write_output_markers(run_dir, listed - files)
+
+
+def _journal_file(line: str) -> str | None:
+    try:
+        return str(json.loads(line)["file"])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _journal(run_dir: Path, shard: int, rel: str, rows: int) -> None:
@@ -259,12 +295,15 @@ def run_shard(
     report.skipped = len(done)
     unknown_docs = any(rows is None for rows in done.values())
     report.docs = sum(rows or 0 for rows in done.values())
-    todo = [f for f in files if f.rel not in done]
+    left_out = quarantine.load(run_dir)
+    report.quarantined = sum(1 for f in files if f.rel in left_out and f.rel not in done)
+    todo = [f for f in files if f.rel not in done and f.rel not in left_out]
     if todo:
         bar = _progress(len(todo), shard, enabled=progress)
         current = ""
         try:
             engine = (engine_factory or load_engine)(ctx)
+            models = model_identities(ctx)
             for item in _prefetch(ctx, todo, engine.prepare):
                 current = item.task.rel
                 if item.error is not None:
@@ -272,7 +311,7 @@ def run_shard(
                     if item.fatal:
                         break
                 else:
-                    rows = _label_file(ctx, engine, item, shard)
+                    rows = _label_file(ctx, engine, item, shard, models)
                     _journal(run_dir, shard, item.task.rel, rows)
                     report.docs += rows
                     report.labelled += 1
@@ -306,11 +345,14 @@ def run_shard(
         tasks=len({f.task_id for f in files}),
         files=len(files),
         docs=None if unknown_docs else report.docs,
+        quarantined=report.quarantined,
     )
     return report
 
 
-def _label_file(ctx: JobContext, engine: Any, item: _Loaded, shard: int) -> int:
+def _label_file(
+    ctx: JobContext, engine: Any, item: _Loaded, shard: int, models: dict[str, Any]
+) -> int:
     """Run the engine on one read file and write sidecar, stats, marker (in that order)."""
     assert item.docs is not None
     t0 = time.perf_counter()
@@ -340,6 +382,7 @@ def _label_file(ctx: JobContext, engine: Any, item: _Loaded, shard: int) -> int:
         device_name=getattr(engine, "device_name", ""),
         dtype=getattr(engine, "dtype_name", ""),
         counts=dict(item.docs.counts),
+        models=models,
     )
     ctx.output.write_bytes(sidecar.stats_rel(rel), sidecar.stats_bytes(stats))
     ctx.output.write_bytes(
@@ -356,6 +399,17 @@ def _label_file(ctx: JobContext, engine: Any, item: _Loaded, shard: int) -> int:
             found,
         )
     return len(item.docs)
+
+
+def model_identities(ctx: JobContext) -> dict[str, Any]:
+    """Each classifier's model identity (content hash, hub revision) for the stats."""
+    from shardwise.modelcheck import identity
+
+    by_model: dict[str, dict[str, Any]] = {}
+    for _name, model, _kind in ctx.meta.classifiers:
+        if model not in by_model:
+            by_model[model] = identity(model)
+    return {name: by_model[model] for name, model, _kind in ctx.meta.classifiers}
 
 
 def load_engine(ctx: JobContext) -> Any:

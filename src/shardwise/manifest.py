@@ -10,7 +10,7 @@ plan time, before anything is written.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 
 from shardwise.errors import InputError
@@ -23,10 +23,17 @@ SUFFIXES: dict[str, str] = {
     ".parquet": "parquet",
 }
 
-#: Outputs shardwise writes; never taken as inputs (input and output may share a root).
+#: Outputs shardwise writes; skipped as inputs when they lie under the output root.
 OUTPUT_SUFFIXES = (".labels.parquet", ".stats.json", ".done")
 
-_BAD_PATH = re.compile(r"(^|/)\.\.?(/|$)|\\|^/|://|[\x00-\x1f]")
+#: Why a relative path cannot be used safely as part of an output path, first match wins.
+_UNSAFE: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"^/"), "it is an absolute path"),
+    (re.compile(r"(^|/)\.\.?(/|$)"), "a '.' or '..' component could escape the output prefix"),
+    (re.compile(r"\\"), "a backslash is a path separator for Windows tools and some stores"),
+    (re.compile(r"://"), "it looks like a URL"),
+    (re.compile(r"[\x00-\x1f\x7f]"), "it holds control characters"),
+)
 
 
 @dataclass(frozen=True)
@@ -45,10 +52,21 @@ def file_format(rel: str) -> str | None:
     return None
 
 
+def unsafe_reason(rel: str) -> str | None:
+    """Why ``rel`` cannot be used as part of an output path, or None when it can."""
+    if not rel:
+        return "it is empty"
+    for pattern, reason in _UNSAFE:
+        if pattern.search(rel):
+            return reason
+    return None
+
+
 def check_relative(rel: str) -> str:
     """Refuse paths that are absolute, contain ``.``/``..`` parts, schemes or control bytes."""
-    if not rel or _BAD_PATH.search(rel):
-        msg = f"refusing input path {rel!r}: it could escape the output prefix"
+    reason = unsafe_reason(rel)
+    if reason is not None:
+        msg = f"refusing input path {rel!r}: {reason} (it could escape the output prefix)"
         raise InputError(msg)
     return rel
 
@@ -77,22 +95,82 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(out) + r"\Z")
 
 
+@dataclass(frozen=True)
+class Selection:
+    """The corpus's source files, and what the listing held that is not one (with why).
+
+    Nothing is dropped without a word: ``hidden`` (names starting with ``.`` or ``_``,
+    temp files and markers of other tools), ``outputs`` (shardwise's own outputs under
+    the output root) and ``unsafe`` (names that cannot be used in an output path, left
+    out only when the config says so) are reported by the planner.
+    """
+
+    files: list[tuple[str, int]]
+    hidden: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+    unsafe: list[tuple[str, str]] = field(default_factory=list)  # (name, reason)
+    listed: int = 0
+
+
 def select_files(
-    listing: list[tuple[str, int]], *, glob: str = "**/*", fmt: str = "auto"
-) -> list[tuple[str, int]]:
-    """The listing's source files: matching ``glob`` and ``fmt``, not hidden, not outputs."""
+    listing: list[tuple[str, int]],
+    *,
+    glob: str = "**/*",
+    fmt: str = "auto",
+    output_prefix: str | None = None,
+    skip_unsafe: bool = False,
+) -> Selection:
+    """The listing's source files: matching ``glob`` and ``fmt``, not hidden, not outputs.
+
+    ``output_prefix`` is where the output root lies inside the input root (``""``: the
+    same root, ``"labels/"``: a folder of it, None: elsewhere); a file named like one of
+    shardwise's outputs is skipped only there, and is a normal input anywhere else.
+    Names that cannot be used safely raise InputError listing every one with its reason
+    and the fix, unless ``skip_unsafe`` (``input.skip_unsafe_names``) leaves them out.
+    """
     rx = _glob_regex(glob)
-    chosen = []
+    chosen: list[tuple[str, int]] = []
+    hidden: list[str] = []
+    outputs: list[str] = []
+    unsafe: list[tuple[str, str]] = []
     for rel, size in listing:
         name = rel.rsplit("/", 1)[-1]
-        if name.startswith((".", "_")) or rel.endswith(OUTPUT_SUFFIXES):
+        if name.startswith((".", "_")):
+            hidden.append(rel)
+            continue
+        if (
+            output_prefix is not None
+            and rel.startswith(output_prefix)
+            and rel.endswith(OUTPUT_SUFFIXES)
+        ):
+            outputs.append(rel)
             continue
         kind = file_format(rel)
         if kind is None or fmt not in ("auto", kind) or not rx.match(rel):
             continue
-        chosen.append((check_relative(rel), size))
+        reason = unsafe_reason(rel)
+        if reason is not None:
+            unsafe.append((rel, reason))
+            continue
+        chosen.append((rel, size))
+    if unsafe and not skip_unsafe:
+        raise InputError(unsafe_names_message(unsafe))
     chosen.sort()
-    return chosen
+    return Selection(chosen, hidden, outputs, unsafe, len(listing))
+
+
+def unsafe_names_message(unsafe: list[tuple[str, str]], limit: int = 20) -> str:
+    """The refusal for unsafe input names: each name with its reason, then the fix."""
+    lines = [f"{len(unsafe)} input file name(s) cannot be used safely in an output path:"]
+    lines += [f"  {rel!r}: {reason}" for rel, reason in unsafe[:limit]]
+    if len(unsafe) > limit:
+        lines.append(f"  ... and {len(unsafe) - limit} more")
+    lines.append(
+        "Rename them, narrow input.glob to leave them out, or set "
+        "input.skip_unsafe_names: true to plan without them (they are then listed on "
+        "every dry run and never labelled)."
+    )
+    return "\n".join(lines)
 
 
 def build_tasks(files: list[str], files_per_task: int = 1) -> list[Task]:

@@ -58,12 +58,14 @@ def write_shard_marker(
     files: int,
     docs: int | None,
     source: str = "job",
+    quarantined: int = 0,
 ) -> None:
     """Mark ``shard`` done (atomically). ``source`` says who decided: job, empty, remote.
 
-    ``docs`` is None when the shard was finished elsewhere and its count is unknown here.
+    ``docs`` is None when the shard was finished elsewhere and its count is unknown here;
+    ``quarantined`` counts the shard's files left out of the run (recorded when > 0).
     """
-    data = {
+    data: dict[str, Any] = {
         "shard": shard,
         "total_shards": total_shards,
         "minimum_shard_index": minimum_shard_index,
@@ -73,6 +75,8 @@ def write_shard_marker(
         "source": source,
         "finished_at": now(),
     }
+    if quarantined:
+        data["quarantined"] = quarantined
     write_atomic(shard_marker_path(run_dir, shard), dumps(data))
 
 
@@ -93,6 +97,26 @@ def done_shards(run_dir: Path) -> set[int]:
     except FileNotFoundError:
         pass
     return done
+
+
+def readable_done_shards(run_dir: Path) -> tuple[set[int], list[int]]:
+    """(shards whose marker is a JSON object, shards whose marker is not).
+
+    A garbled marker vouches for nothing; views that decide what is left count its
+    shard as not done (``shardwise verify --repair`` removes it for Snakemake).
+    """
+    good: set[int] = set()
+    bad: list[int] = []
+    for shard in sorted(done_shards(run_dir)):
+        try:
+            body = read_shard_marker(run_dir, shard)
+        except (OSError, ValueError):
+            body = None
+        if isinstance(body, dict):
+            good.add(shard)
+        else:
+            bad.append(shard)
+    return good, bad
 
 
 def read_shard_marker(run_dir: Path, shard: int) -> dict[str, Any]:

@@ -136,6 +136,8 @@ def headline(cov: coverage.Coverage) -> tuple[str, str]:
         notes.append("no category skew")
     if cov.shards_failing:
         notes.append(f"{cov.shards_failing:,} shards have failure records")
+    if cov.files_quarantined:
+        notes.append(f"{cov.files_quarantined:,} files quarantined (left out)")
     if cov.shards_remaining:
         notes.append(f"{cov.shards_remaining:,} shards left (shardwise retry-array lists them)")
     else:
@@ -324,6 +326,19 @@ def render_html(cov: coverage.Coverage, png: bytes) -> str:
                 )
                 + f"<td>{d.files_per_hour:,.1f}</td></tr>\n"
             )
+    quarantine_html = ""
+    if cov.quarantined:
+        quarantine_rows = "\n".join(
+            f"<tr><td>{e(q.file)}</td><td>{e(q.reason)}</td><td>{e(q.at)}</td><td>{e(q.by)}</td></tr>"
+            for q in cov.quarantined
+        )
+        quarantine_html = (
+            f"<h2>Quarantined files ({len(cov.quarantined):,})</h2>"
+            "<p>Left out of this run on purpose: not labelled, not failed, not left to do "
+            "(<code>shardwise quarantine --list</code>).</p>"
+            "<table><tr><th>file</th><th>reason</th><th>at</th><th>by</th></tr>"
+            f"{quarantine_rows}</table>"
+        )
     encoded = base64.b64encode(png).decode("ascii")
     incomplete = e(cov.incomplete_shards) or "none"
     rates_html = (
@@ -354,6 +369,7 @@ code {{ word-break: break-all; }}
 <h2>Summary</h2>
 <pre>{e(chr(10).join(coverage.summary_lines(cov)))}</pre>
 {rates_html}
+{quarantine_html}
 <h2>Categories ({len(cov.categories):,}, least covered first)</h2>
 <table><tr><th>category</th><th>done</th><th>tasks</th><th>%</th><th></th></tr>
 {rows}
@@ -402,7 +418,11 @@ def add_cli(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     parser.add_argument("--gpus", type=coverage._positive_int, default=None,
                         help="GPUs for the ETA (default: as `shardwise coverage`)")  # fmt: skip
-    parser.add_argument("--category-regex", default=None)
+    parser.add_argument(
+        "--category-regex",
+        default=None,
+        help="derive categories from file paths (first group, else whole match)",
+    )
     parser.set_defaults(func=_run_cli)
     return parser
 

@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 
-from shardwise import markers, ranges
+from shardwise import markers, quarantine, ranges
 from shardwise.errors import RunMismatchError
 
 __all__ = ["Format", "add_cli", "missing_shards", "retry_lines"]
@@ -144,9 +144,21 @@ def _run_cli(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return 2
     total = int(meta["total_shards"])
     minimum = int(meta["minimum_shard_index"])
-    missing = missing_shards(
-        markers.done_shards(args.run_dir), total_shards=total, minimum_shard_index=minimum
-    )
+    done, unreadable = markers.readable_done_shards(args.run_dir)
+    missing = missing_shards(done, total_shards=total, minimum_shard_index=minimum)
+    if unreadable:
+        print(
+            f"note: shard marker(s) {ranges.compress(unreadable)} are unreadable and count as "
+            "not done (`shardwise verify --repair` removes them)",
+            file=sys.stderr,
+        )
+    left_out = quarantine.load(args.run_dir)
+    if left_out:
+        print(
+            f"note: {len(left_out)} quarantined file(s) are left out of this run and need no "
+            "retry (`shardwise quarantine --list`)",
+            file=sys.stderr,
+        )
     for line in retry_lines(
         missing,
         total_shards=total,

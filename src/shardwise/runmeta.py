@@ -8,7 +8,8 @@ submitted; the message names each field with the old and new value.
 
 Create-or-validate, as in NeMo Curator: read and compare; if absent, create it
 without ever replacing (hard link locally, ``If-None-Match: *`` on object stores);
-a writer that lost the race re-reads and compares.
+a writer that lost the race re-reads and compares. The one exception is an explicit
+``shardwise plan --repin`` while no file of the run is labelled (``workflow``).
 """
 
 from __future__ import annotations
@@ -96,19 +97,27 @@ def differences(old: RunMeta, new: RunMeta) -> list[tuple[str, Any, Any]]:
     ]
 
 
+def change_lines(diffs: list[tuple[str, Any, Any]]) -> list[str]:
+    """One line per differing pinned field: ``  name: old -> new``."""
+    return [f"  {name}: {a!r} -> {b!r}" for name, a, b in diffs]
+
+
 def check_same(
     old: RunMeta,
     new: RunMeta,
     where: str,
     task_change: Callable[[], tuple[int, int]] | None = None,
+    hints: Callable[[list[tuple[str, Any, Any]]], list[str]] | None = None,
 ) -> None:
-    """Raise RunMismatchError naming every differing field (and tasks added/removed)."""
+    """Raise RunMismatchError naming every differing field (and tasks added/removed).
+
+    ``hints`` may add lines that say how to go on (quarantine a removed file, re-pin a
+    run nothing of which is labelled yet); it is only called when there is a mismatch.
+    """
     diffs = differences(old, new)
     if not diffs:
         return
-    lines = [f"{where} pins a different run; this run would change:"]
-    for name, a, b in diffs:
-        lines.append(f"  {name}: {a!r} -> {b!r}")
+    lines = [f"{where} pins a different run; this run would change:", *change_lines(diffs)]
     if task_change is not None and any(n == "fingerprint" for n, _, _ in diffs):
         added, removed = task_change()
         lines.append(f"  input set changed: {added} task(s) added, {removed} removed")
@@ -116,6 +125,8 @@ def check_same(
         "A run directory holds one logical run: use a new run_dir (and output) for a new "
         "assignment, or restore the original settings and input."
     )
+    if hints is not None:
+        lines += hints(diffs)
     raise RunMismatchError("\n".join(lines))
 
 

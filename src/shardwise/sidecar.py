@@ -86,8 +86,15 @@ def build_stats(
     device_name: str,
     dtype: str,
     counts: dict[str, int],
+    models: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The ``.stats.json`` content for one labelled file."""
+    """The ``.stats.json`` content for one labelled file.
+
+    ``tokens`` (and so ``tokens_per_s``) counts real, unpadded tokens of every
+    classifier's input, summed over the classifiers (four classifiers: each document's
+    tokens four times), per second of the file's whole time (read to write); the
+    engine's own ``engine.tokens_per_s`` divides the same count by inference time only.
+    """
     tokens = int(engine_stats.get("tokens", 0))
     return {
         "file": rel,
@@ -101,7 +108,10 @@ def build_stats(
         "tokens_per_s": round(tokens / seconds, 1) if seconds > 0 else None,
         "timings": {k: round(v, 4) for k, v in timings.items()},
         "engine": engine_stats,
+        "tokens_counted": "real (unpadded) tokens of each classifier's input, summed over "
+        "classifiers; tokens_per_s divides them by seconds (read to write)",
         "counts": dict(counts),
+        "models": models or {},
         "device": device,
         "device_name": device_name,
         "dtype": dtype,

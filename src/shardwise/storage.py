@@ -219,6 +219,22 @@ class Location:
         """A human-readable address of ``rel`` for messages."""
         return f"{self.uri}/{rel}" if rel else self.uri
 
+    def inner_prefix(self, other: Location) -> str | None:
+        """Where ``other``'s root lies inside this root: ``""`` (the same root), ``"a/b/"``
+        (a folder below it), or None (elsewhere: another store, bucket or folder).
+
+        Input and output may share a root or nest; the planner and ``verify`` must then
+        tell the corpus from shardwise's own outputs.
+        """
+        if self.protocol != other.protocol:
+            return None
+        if other.root == self.root:
+            return ""
+        base = self.root.rstrip("/") + "/"
+        if other.root.startswith(base):
+            return other.root[len(base) :] + "/"
+        return None
+
     def _key(self, rel: str) -> str:
         """The object key of ``rel`` inside ``self.bucket`` (S3 only)."""
         return f"{self.prefix}/{rel}" if self.prefix else rel

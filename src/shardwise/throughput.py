@@ -23,6 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
+from shardwise.reader import QUALITY_COUNTS
+
 __all__ = [
     "DeviceRate",
     "Eta",
@@ -75,6 +77,7 @@ class StatsTable:
     seconds: np.ndarray  # float64
     bytes: np.ndarray  # float64
     finished_at: np.ndarray  # float64, POSIX seconds
+    quality: np.ndarray  # float64 (files x QUALITY): data-quality counts, NaN when absent
 
     def __len__(self) -> int:
         return int(self.file.size)
@@ -89,7 +92,24 @@ class StatsTable:
         return StatsTable(**{**{n: getattr(self, n) for n in _COLUMNS}, "bytes": filled})
 
 
-_COLUMNS = ("file", "shard", "device_name", "docs", "tokens", "seconds", "bytes", "finished_at")
+_COLUMNS = (
+    "file",
+    "shard",
+    "device_name",
+    "docs",
+    "tokens",
+    "seconds",
+    "bytes",
+    "finished_at",
+    "quality",
+)
+#: The columns of ``StatsTable.quality``: the reader's counts, then ``truncated_docs``.
+QUALITY = (*QUALITY_COUNTS, "truncated_docs")
+
+
+def _quality_row(row: dict[str, Any]) -> list[float]:
+    counts = row.get("counts") if isinstance(row.get("counts"), dict) else {}
+    return [_number(counts.get(k)) for k in QUALITY_COUNTS] + [_number(row.get("truncated_docs"))]
 
 
 def _number(value: Any) -> float:
@@ -123,6 +143,9 @@ def stats_table(stats: Iterable[dict[str, Any]] | StatsTable) -> StatsTable:
         seconds=np.array([_number(row.get("seconds")) for row in rows], dtype=np.float64),
         bytes=np.array([_number(row.get("bytes")) for row in rows], dtype=np.float64),
         finished_at=np.array([parse_time(row.get("finished_at")) for row in rows], np.float64),
+        quality=np.array([_quality_row(row) for row in rows], np.float64).reshape(
+            len(rows), len(QUALITY)
+        ),
     )
     return _latest_per_file(table)
 
@@ -138,6 +161,8 @@ _ARROW_SCHEMA = pa.schema(
         ("seconds", pa.float64()),
         ("bytes", pa.float64()),
         ("finished_at", pa.string()),
+        ("counts", pa.struct([(k, pa.float64()) for k in QUALITY_COUNTS])),
+        ("truncated_docs", pa.float64()),
     ]
 )
 
@@ -184,8 +209,27 @@ def stats_from_json(blobs: Iterable[bytes]) -> StatsTable:
             seconds=floats("seconds"),
             bytes=floats("bytes"),
             finished_at=_epoch_seconds(table["finished_at"]),
+            quality=_quality_columns(table),
         )
     )
+
+
+def _quality_columns(table: pa.Table) -> np.ndarray:
+    """The data-quality counts of bulk-parsed stats as a (files x QUALITY) matrix."""
+    counts = table["counts"].combine_chunks()
+    columns = [
+        pc.struct_field(counts, k).to_numpy(zero_copy_only=False).astype(np.float64)
+        for k in QUALITY_COUNTS
+    ]
+    columns.append(table["truncated_docs"].to_numpy().astype(np.float64))
+    return np.column_stack(columns) if columns else np.zeros((table.num_rows, 0))
+
+
+def quality_totals(stats: StatsTable, mask: np.ndarray | None = None) -> dict[str, int]:
+    """Sums of the data-quality counts over ``stats`` (rows in ``mask``), zeros left out."""
+    matrix = stats.quality if mask is None else stats.quality[mask]
+    sums = np.nansum(matrix, axis=0) if matrix.size else np.zeros(len(QUALITY))
+    return {k: int(v) for k, v in zip(QUALITY, sums, strict=True) if v}
 
 
 def _loads_each(docs: Iterable[bytes]) -> Iterator[dict[str, Any]]:

@@ -47,10 +47,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shardwise import markers, plan, runmeta, sidecar
+from shardwise import markers, plan, quarantine, runmeta, sidecar
 from shardwise.errors import ConfigError, InputError, ShardwiseError
 from shardwise.job import JobContext
-from shardwise.reader import Fields, read_documents
+from shardwise.reader import QUALITY_COUNTS, Fields, read_documents
 from shardwise.sharding import shard_for_task, shard_range
 from shardwise.storage import Location
 
@@ -95,17 +95,34 @@ class VerifyReport:
     files_checked: int = 0
     rows_checked: int = 0
     orphans: int = 0
+    files_quarantined: int = 0
     problems: list[Finding] = field(default_factory=list)
     warnings: list[Finding] = field(default_factory=list)
+    quarantined: list[Finding] = field(default_factory=list)
+    data_quality: dict[str, int] = field(default_factory=dict)  # over the checked files
+    #: What ``--repair`` would reset: files whose marker vouches for something broken,
+    #: and shards whose marker does (their files relabel only where needed).
+    broken_files: set[str] = field(default_factory=set)
+    broken_shards: set[int] = field(default_factory=set)
+    repairable: int = 0  # problems that removing those markers resolves
 
     @property
     def ok(self) -> bool:
         """True when nothing contradicts the markers."""
         return not self.problems
 
-    def problem(self, where: str, what: str) -> None:
-        """Record a contradiction."""
+    def problem(
+        self, where: str, what: str, *, file: str | None = None, shard: int | None = None
+    ) -> None:
+        """Record a contradiction; ``file``/``shard`` name the marker that ``--repair``
+        removes so the next run redoes exactly that."""
         self.problems.append(Finding(where, what))
+        if file is not None:
+            self.broken_files.add(file)
+        if shard is not None:
+            self.broken_shards.add(shard)
+        if file is not None or shard is not None:
+            self.repairable += 1
 
     def warn(self, where: str, what: str) -> None:
         """Record a state that a retry clears by itself."""
@@ -118,20 +135,30 @@ class VerifyReport:
         return (
             f"verify {verdict}: {len(self.problems)} problem(s), {len(self.warnings)} "
             f"warning(s) in {self.run_dir}; shards done {self.shards_done}/{self.shards_total}, "
-            f"files marked {self.files_marked}/{self.files_planned}, contents checked "
-            f"{self.files_checked}{sampled} ({self.rows_checked} rows), orphans {self.orphans}"
+            f"files marked {self.files_marked}/{self.files_planned}, quarantined "
+            f"{self.files_quarantined}, contents checked {self.files_checked}{sampled} "
+            f"({self.rows_checked} rows), orphans {self.orphans}"
         )
 
     def lines(self) -> list[str]:
-        """Every finding as one line (problems first), then the summary."""
+        """Every finding as one line (problems first), the data totals, then the summary."""
+        from shardwise.coverage import quality_lines
+
         out = [f.line("problem") for f in self.problems]
         out += [f.line("warning") for f in self.warnings]
+        out += [f.line("quarantined") for f in self.quarantined]
+        out += [
+            line.replace("data     ", f"data: over the {self.files_checked} checked file(s): ", 1)
+            for line in quality_lines(self.data_quality, self.rows_checked)
+        ]
         out.append(self.summary())
         return out
 
     def to_json(self) -> dict[str, Any]:
         """A machine-readable form (``--format json``)."""
         data = asdict(self)
+        data["broken_files"] = sorted(self.broken_files)
+        data["broken_shards"] = sorted(self.broken_shards)
         data["ok"] = self.ok
         return data
 
@@ -144,6 +171,7 @@ class _FileCheck:
     problems: list[Finding] = field(default_factory=list)
     rows: int = 0
     marker_rows: int | None = None
+    counts: dict[str, int] = field(default_factory=dict)
 
 
 def verify_run(
@@ -178,6 +206,11 @@ def verify_run(
     in_run = shard_range(meta.total_shards, meta.minimum_shard_index)
     report.shards_total = len(in_run)
     _check_plan(report, run_dir, meta, planned)
+    left_out = quarantine.load(run_dir)
+    report.files_quarantined = len(left_out)
+    report.quarantined = [
+        Finding(ctx.source.url(rel), entry.reason) for rel, entry in sorted(left_out.items())
+    ]
 
     listing = dict(ctx.output.list_files())  # the one listing of the output
     outputs = _index_outputs(report, ctx, listing, planned)
@@ -195,11 +228,16 @@ def verify_run(
         files_by_shard=files_by_shard,
         outputs=outputs,
         output=ctx.output,
+        left_out=set(left_out),
     )
     report.shards_done = len(done & set(in_run))
     if complete:
         for shard in sorted(set(in_run) - done):
-            left = sum(1 for rel in files_by_shard.get(shard, ()) if "marker" not in outputs[rel])
+            left = sum(
+                1
+                for rel in files_by_shard.get(shard, ())
+                if "marker" not in outputs[rel] and rel not in left_out
+            )
             report.problem(
                 str(markers.shard_marker_path(run_dir, shard)),
                 f"shard {shard} is not done ({left} of "
@@ -210,6 +248,11 @@ def verify_run(
     report.files_marked = len(marked)
     for rel, kinds in sorted(outputs.items()):
         _check_presence(report, ctx.output, rel, kinds, planned[rel][1] in done)
+        if rel in left_out and "marker" in kinds:
+            report.warn(
+                ctx.output.url(markers.file_marker_rel(rel)),
+                "quarantined, yet labelled (`shardwise quarantine --release` if it is fine)",
+            )
 
     chosen = _choose(marked, sample, seed)
     names = [name for name, _model, _input in meta.classifiers]
@@ -220,9 +263,14 @@ def verify_run(
     marker_rows: dict[str, int | None] = {}
     for check in checks:
         report.problems.extend(check.problems)
+        if check.problems:
+            report.broken_files.add(check.rel)
+            report.repairable += len(check.problems)
         report.files_checked += 1
         report.rows_checked += check.rows
         marker_rows[check.rel] = check.marker_rows
+        for key, value in check.counts.items():
+            report.data_quality[key] = report.data_quality.get(key, 0) + value
     _check_shard_docs(report, run_dir, job_shards, files_by_shard, marker_rows)
     return report
 
@@ -268,20 +316,6 @@ def _check_mirror(
         report.problem(where, f"pins {name}={theirs!r}, the run directory {ours!r}")
 
 
-def _input_prefix(source: Location, output: Location) -> str | None:
-    """Where the input lies inside the output prefix ("" = same root), else None.
-
-    Input and output may share a root; the corpus is then not an orphan.
-    """
-    if source.protocol != output.protocol:
-        return None
-    if source.root == output.root:
-        return ""
-    if source.root.startswith(output.root.rstrip("/") + "/"):
-        return source.root[len(output.root.rstrip("/")) + 1 :] + "/"
-    return None
-
-
 def _output_kind(rel: str) -> tuple[str, str] | None:
     """("sidecar"|"stats"|"marker", source rel) for a shardwise output name, else None."""
     for kind, suffix in _KINDS:
@@ -298,7 +332,7 @@ def _index_outputs(
 ) -> dict[str, dict[str, int]]:
     """Planned file -> {kind: size} of its outputs; everything else is an orphan."""
     outputs: dict[str, dict[str, int]] = {rel: {} for rel in planned}
-    corpus = _input_prefix(ctx.source, ctx.output)
+    corpus = ctx.output.inner_prefix(ctx.source)
     for rel, size in sorted(listing.items()):
         if rel == runmeta.RUN_JSON:
             continue
@@ -333,8 +367,10 @@ def _check_shards(
     files_by_shard: dict[int, list[str]],
     outputs: dict[str, dict[str, int]],
     output: Location,
+    left_out: set[str],
 ) -> dict[int, int]:
-    """Each shard marker fits the assignment and its files are marked; returns job docs."""
+    """Each shard marker fits the assignment and its files are marked (or quarantined);
+    returns the docs each job-written marker claims."""
     in_run = shard_range(meta.total_shards, meta.minimum_shard_index)
     job_docs: dict[int, int] = {}
     shards_dir = run_dir / markers.SHARDS_DIR
@@ -353,10 +389,10 @@ def _check_shards(
         try:
             data = markers.read_shard_marker(run_dir, shard)
         except (OSError, ValueError) as e:
-            report.problem(where, f"unreadable shard marker: {e}")
+            report.problem(where, f"unreadable shard marker: {e}", shard=shard)
             continue
         if not isinstance(data, dict):
-            report.problem(where, "shard marker is not a JSON object")
+            report.problem(where, "shard marker is not a JSON object", shard=shard)
             continue
         for key, want in (
             ("shard", shard),
@@ -364,18 +400,25 @@ def _check_shards(
             ("minimum_shard_index", meta.minimum_shard_index),
         ):
             if data.get(key) != want:
-                report.problem(where, f"{key} is {data.get(key)!r}, run.json says {want!r}")
+                report.problem(
+                    where, f"{key} is {data.get(key)!r}, run.json says {want!r}", shard=shard
+                )
         files = files_by_shard.get(shard, [])
         source = data.get("source", "job")
         if source == "empty" and files:
-            report.problem(where, f"marked empty, but the plan gives it {len(files)} file(s)")
+            report.problem(
+                where, f"marked empty, but the plan gives it {len(files)} file(s)", shard=shard
+            )
         if isinstance(data.get("files"), int) and data["files"] != len(files):
-            report.problem(where, f"says {data['files']} file(s), the plan has {len(files)}")
+            report.problem(
+                where, f"says {data['files']} file(s), the plan has {len(files)}", shard=shard
+            )
         for rel in files:
-            if "marker" not in outputs[rel]:
+            if "marker" not in outputs[rel] and rel not in left_out:
                 report.problem(
                     output.url(markers.file_marker_rel(rel)),
                     f"missing, but shard {shard} is marked done",
+                    shard=shard,
                 )
         if source == "job" and isinstance(data.get("docs"), int):
             job_docs[shard] = data["docs"]
@@ -399,6 +442,7 @@ def _check_shard_docs(
             report.problem(
                 str(markers.shard_marker_path(run_dir, shard)),
                 f"says {docs} docs, its files' markers add up to {total}",
+                shard=shard,
             )
 
 
@@ -413,10 +457,12 @@ def _check_presence(
         for kind in ("sidecar", "stats"):
             if kind not in kinds:
                 report.problem(
-                    output.url(markers.file_marker_rel(rel)), f"marker without its {kind}"
+                    output.url(markers.file_marker_rel(rel)), f"marker without its {kind}", file=rel
                 )
         if kinds.get("sidecar") == 0:
-            report.problem(output.url(sidecar.sidecar_rel(rel)), "empty sidecar (0 bytes)")
+            report.problem(
+                output.url(sidecar.sidecar_rel(rel)), "empty sidecar (0 bytes)", file=rel
+            )
         return
     for kind in ("sidecar", "stats"):
         if kind not in kinds:
@@ -443,7 +489,7 @@ def _ids_only(fields: Fields) -> Fields:
     Parquet projection then skips the text column, by far the largest; the row
     count and ids, all that is compared, are the same as the job's read.
     """
-    return Fields(id=fields.id, text=fields.id, url=fields.id)
+    return Fields(id=fields.id, text=fields.id, url=None)
 
 
 def _check_file(
@@ -503,6 +549,7 @@ def _check_file(
                 problem(stats_rel, f"file is {stats.get('file')!r}, expected {rel!r}")
             if n is not None and stats.get("docs") != n:
                 problem(stats_rel, f"docs is {stats.get('docs')!r}, the input has {n}")
+            check.counts = _quality_counts(stats)
 
     if "sidecar" in kinds:
         side_rel = sidecar.sidecar_rel(rel)
@@ -516,6 +563,15 @@ def _check_file(
             if docs is not None:
                 check.rows = len(docs)
     return check
+
+
+def _quality_counts(stats: dict[str, Any]) -> dict[str, int]:
+    """The data-quality counts of one file's stats (what coverage adds up too)."""
+    counts = stats.get("counts") if isinstance(stats.get("counts"), dict) else {}
+    found = {k: counts[k] for k in QUALITY_COUNTS if isinstance(counts.get(k), int)}
+    if isinstance(stats.get("truncated_docs"), int):
+        found["truncated_docs"] = stats["truncated_docs"]
+    return {k: v for k, v in found.items() if v}
 
 
 def _sidecar_problems(
@@ -560,6 +616,46 @@ def _sidecar_problems(
     return found
 
 
+# -- repair ------------------------------------------------------------------
+
+
+def repair(run_dir: Path, report: VerifyReport) -> list[str]:
+    """Remove exactly the markers that vouch for broken work; return what was removed.
+
+    Each broken file's ``.done`` marker goes (its sidecar and stats stay until the
+    relabel overwrites them), and so does the marker of every shard that holds a broken
+    file or is broken itself, so the next ``snakemake`` run reruns just those shards and
+    the jobs, which skip every file with a marker, relabel only the broken files. The
+    shard's progress journal and the marker snapshot forget the files too.
+    """
+    run_dir = Path(run_dir)
+    ctx = JobContext.load(run_dir)
+    rows = plan.load(run_dir).to_pydict()
+    shard_of = dict(zip(rows["file"], rows["shard"], strict=True))
+    removed: list[str] = []
+    by_shard: dict[int, set[str]] = defaultdict(set)
+    for rel in sorted(report.broken_files):
+        ctx.output.remove(markers.file_marker_rel(rel))
+        removed.append(f"removed {ctx.output.url(markers.file_marker_rel(rel))} (relabel {rel})")
+        if rel in shard_of:
+            by_shard[shard_of[rel]].add(rel)
+    for shard, files in sorted(by_shard.items()):
+        from shardwise.job import forget_done
+
+        forget_done(run_dir, shard, files)
+    for shard in sorted(report.broken_shards | set(by_shard)):
+        path = markers.shard_marker_path(run_dir, shard)
+        if path.exists():
+            path.unlink()
+            removed.append(f"removed {path} (shard {shard} runs again)")
+    return removed
+
+
+def repair_command(run_dir: Path) -> str:
+    """The command that repairs a run (printed when verify finds broken markers)."""
+    return f"shardwise verify --run-dir {run_dir} --repair"
+
+
 # -- command line ------------------------------------------------------------
 
 
@@ -587,7 +683,15 @@ def add_cli(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser.add_argument(
         "--complete", action="store_true", help="also a problem: any shard not done yet"
     )
-    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument(
+        "--repair",
+        action="store_true",
+        help="remove exactly the markers of the broken files (and their shard markers), "
+        "printing each, so the next snakemake run relabels only those files",
+    )
+    parser.add_argument(
+        "--format", choices=("text", "json"), default="text", help="one line per finding, or JSON"
+    )
     parser.set_defaults(func=_run_cli)
     return parser
 
@@ -610,4 +714,23 @@ def _run_cli(args: argparse.Namespace) -> int:
     else:
         for line in report.lines():
             print(line)
-    return EXIT_OK if report.ok else EXIT_PROBLEMS
+    broken = len(report.broken_files) + len(report.broken_shards)
+    if not broken:
+        return EXIT_OK if report.ok else EXIT_PROBLEMS
+    if not args.repair:
+        print(
+            f"fix: `{repair_command(args.run_dir)}` removes the markers of "
+            f"{len(report.broken_files)} broken file(s) and {len(report.broken_shards)} "
+            "shard(s) above, so the next snakemake run relabels only those files",
+            file=sys.stderr if args.format == "json" else sys.stdout,
+        )
+        return EXIT_PROBLEMS
+    for line in repair(args.run_dir, report):
+        print(line, file=sys.stderr if args.format == "json" else sys.stdout)
+    left = len(report.problems) - report.repairable
+    print(
+        "repaired: run `snakemake` (with your profile) to relabel them"
+        + (f"; {left} problem(s) above need another fix" if left else ""),
+        file=sys.stderr if args.format == "json" else sys.stdout,
+    )
+    return EXIT_OK if left == 0 else EXIT_PROBLEMS

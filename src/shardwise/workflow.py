@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -22,10 +23,11 @@ from typing import IO, Any
 
 import pyarrow as pa
 
-from shardwise import job, markers, plan, runmeta
+from shardwise import job, markers, plan, quarantine, runmeta
 from shardwise.config import Settings
 from shardwise.errors import InputError, RunMismatchError
-from shardwise.manifest import build_tasks, select_files
+from shardwise.manifest import Selection, build_tasks, select_files
+from shardwise.modelcheck import check_classifiers
 from shardwise.sharding import shard_range
 from shardwise.storage import Location
 
@@ -53,8 +55,13 @@ def prepare_run(
     dryrun: bool = False,
     report: bool = True,
     out: IO[str] | None = None,
+    repin: bool = False,
 ) -> RunInfo:
-    """Plan (top-level process) or read (cluster job) the run described by ``config``."""
+    """Plan (top-level process) or read (cluster job) the run described by ``config``.
+
+    ``repin`` (``shardwise plan --repin``) replaces a pinned run.json whose settings
+    differ, but only while no file of the run is labelled.
+    """
     settings = Settings.from_config(config)
     run_dir = settings.run_dir
     if not main_process:
@@ -64,28 +71,33 @@ def prepare_run(
             tuple(shard_range(meta.total_shards, meta.minimum_shard_index)),
             meta.output_uri,
         )
+    stream = out or sys.stderr
     run_dir.mkdir(parents=True, exist_ok=True)
-    if not dryrun:
+    if not dryrun or repin:
         lock_run_dir(run_dir)
-    table, task_count, fingerprint, fresh = _plan_table(settings)
+    check_classifiers(settings.classifiers)  # before anything is pinned
+    quarantined = quarantine.load(run_dir)
+    planned = _plan_table(settings, set(quarantined), fresh=repin)
     meta = runmeta.RunMeta.new(
         total_shards=settings.total_shards,
         minimum_shard_index=settings.minimum_shard_index,
         files_per_task=settings.input.files_per_task,
         input_uri=settings.input.uri,
         output_uri=settings.output_uri,
-        task_count=task_count,
-        fingerprint=fingerprint,
+        task_count=planned.task_count,
+        fingerprint=planned.fingerprint,
         classifiers=[(c["name"], c["model"], c["input"]) for c in settings.classifiers],
     )
-    _pin(settings, meta, table)
-    if fresh:
-        plan.save(run_dir, table, plan.summarize(table, settings.total_shards))
+    _pin(settings, meta, planned.table, repin=repin, out=stream)
+    if planned.fresh:
+        plan.save(run_dir, planned.table, plan.summarize(planned.table, settings.total_shards))
     job.write_settings(run_dir, settings.job_settings())
     output = Location(settings.output_uri, settings.storage)
-    mark_shards_without_work(run_dir, table, meta, output)
+    mark_shards_without_work(run_dir, planned.table, meta, output, set(quarantined))
     if report:
-        print_coverage(run_dir, out or sys.stderr)
+        for note in planned.notes:
+            stream.write(f"note: {note}\n")
+        print_coverage(run_dir, stream)
     return RunInfo(
         run_dir,
         tuple(shard_range(meta.total_shards, meta.minimum_shard_index)),
@@ -93,42 +105,147 @@ def prepare_run(
     )
 
 
-def _plan_table(settings: Settings) -> tuple[pa.Table, int, str, bool]:
-    """(plan, task count, fingerprint, fresh): the cached plan when listing is off or the
-    listed task set matches it, else a new one (not yet saved: run.json is checked first).
+@dataclass(frozen=True)
+class _Planned:
+    """The plan of this run and what the planner has to say about the listing."""
+
+    table: pa.Table
+    task_count: int
+    fingerprint: str
+    fresh: bool  # built now (save it once run.json agrees), not the cached one
+    notes: list[str]
+
+
+def _plan_table(settings: Settings, quarantined: set[str], *, fresh: bool = False) -> _Planned:
+    """The cached plan when listing is off or the listed task set matches it, else a new
+    one (not yet saved: run.json is checked first). ``fresh`` always builds a new one.
+
+    When the only files gone from the input are quarantined ones, the cached plan is
+    kept: a quarantined file may be deleted without changing the pinned assignment.
     """
     run_dir = settings.run_dir
-    cached = plan.load_summary(run_dir)
+    cached = None if fresh else plan.load_summary(run_dir)
     if cached is not None and not settings.input.relist:
-        return plan.load(run_dir), cached.tasks, cached.fingerprint, False
+        return _Planned(plan.load(run_dir), cached.tasks, cached.fingerprint, False, [])
     source = Location(settings.input.uri, settings.storage)
+    output = Location(settings.output_uri, settings.storage)
     listing = source.list_files()
-    files = select_files(listing, glob=settings.input.glob, fmt=settings.input.format)
-    if not files:
+    if not listing:
+        raise InputError(_empty_input_message(source))
+    selection = select_files(
+        listing,
+        glob=settings.input.glob,
+        fmt=settings.input.format,
+        output_prefix=source.inner_prefix(output),
+        skip_unsafe=settings.input.skip_unsafe_names,
+    )
+    notes = _selection_notes(selection, output)
+    if not selection.files:
         msg = (
             f"no input files under {settings.input.uri} match glob {settings.input.glob!r} "
-            f"and format {settings.input.format!r} (.parquet, .jsonl, .jsonl.gz, .jsonl.zst)"
+            f"and format {settings.input.format!r} (.parquet, .jsonl, .jsonl.gz, .jsonl.zst); "
+            f"{len(listing):,} file(s) listed" + "".join(f"; {n}" for n in notes)
         )
         raise InputError(msg)
-    tasks = build_tasks([rel for rel, _ in files], settings.input.files_per_task)
+    tasks = build_tasks([rel for rel, _ in selection.files], settings.input.files_per_task)
     fingerprint = runmeta.fingerprint(t.task_id for t in tasks)
-    if cached is not None and cached.fingerprint == fingerprint:
-        return plan.load(run_dir), cached.tasks, fingerprint, False
+    if cached is not None:
+        if cached.fingerprint == fingerprint:
+            return _Planned(plan.load(run_dir), cached.tasks, fingerprint, False, notes)
+        gone = _only_quarantined_gone(run_dir, selection.files, quarantined)
+        if gone:
+            notes.append(
+                f"{gone} quarantined file(s) are no longer in the input; "
+                "the pinned plan is kept (`shardwise quarantine --list`)"
+            )
+            return _Planned(plan.load(run_dir), cached.tasks, cached.fingerprint, False, notes)
     table = plan.build(
-        files,
+        selection.files,
         files_per_task=settings.input.files_per_task,
         total_shards=settings.total_shards,
         minimum_shard_index=settings.minimum_shard_index,
         category_regex=settings.input.category_regex,
         tasks=tasks,
     )
-    return table, len(tasks), fingerprint, True
+    return _Planned(table, len(tasks), fingerprint, True, notes)
 
 
-def _pin(settings: Settings, meta: runmeta.RunMeta, table: pa.Table) -> None:
+def _only_quarantined_gone(
+    run_dir: Path, files: list[tuple[str, int]], quarantined: set[str]
+) -> int:
+    """How many planned files are gone, when every one of them is quarantined and nothing
+    was added; else 0 (the input set really changed)."""
+    if not quarantined:
+        return 0
+    planned = set(plan.load(run_dir)["file"].to_pylist())
+    listed = {rel for rel, _ in files}
+    gone = planned - listed
+    if listed <= planned and gone and gone <= quarantined:
+        return len(gone)
+    return 0
+
+
+def _empty_input_message(source: Location) -> str:
+    """Why a listing came back empty, in the terms of the config (input.uri)."""
+    if source.remote:
+        return (
+            f"nothing under input.uri {source.uri}: check the bucket and prefix, and that "
+            "the credentials may list it"
+        )
+    root = Path(source.root)
+    if not root.exists():
+        return (
+            f"input.uri {source.uri}: the folder {root} does not exist "
+            f"(relative paths are relative to the working directory, {Path.cwd()})"
+        )
+    if not root.is_dir():
+        return f"input.uri {source.uri}: {root} is a file, not a folder"
+    return f"input.uri {source.uri}: the folder {root} holds no files"
+
+
+def _selection_notes(selection: Selection, output: Location, limit: int = 5) -> list[str]:
+    """What the listing held that is not an input, one line per reason (never silent)."""
+    notes = []
+    if selection.hidden:
+        notes.append(
+            f"skipped {len(selection.hidden):,} hidden file(s) (names starting with '.' or "
+            f"'_', e.g. {selection.hidden[0]!r})"
+        )
+    if selection.outputs:
+        notes.append(
+            f"skipped {len(selection.outputs):,} shardwise output(s) under the output root "
+            f"{output.uri} (e.g. {selection.outputs[0]!r})"
+        )
+    if selection.unsafe:
+        shown = "; ".join(f"{rel!r}: {why}" for rel, why in selection.unsafe[:limit])
+        more = (
+            f"; ... and {len(selection.unsafe) - limit} more"
+            if len(selection.unsafe) > limit
+            else ""
+        )
+        notes.append(
+            f"skipped {len(selection.unsafe):,} file(s) whose names cannot be used safely "
+            f"(input.skip_unsafe_names: true): {shown}{more}"
+        )
+    return notes
+
+
+#: Fields of run.json that never change, not even by --repin.
+_NEVER_REPINNED = ("format_version",)
+
+
+def _pin(
+    settings: Settings,
+    meta: runmeta.RunMeta,
+    table: pa.Table,
+    *,
+    repin: bool = False,
+    out: IO[str],
+) -> None:
     """Validate run.json in the run dir and at the output root; create where absent.
 
-    Both are checked before either is created, so a refused run writes nothing.
+    Both are checked before either is created, so a refused run writes nothing. With
+    ``repin`` and nothing labelled, copies that differ are replaced instead.
     """
     run_dir = settings.run_dir
 
@@ -141,7 +258,8 @@ def _pin(settings: Settings, meta: runmeta.RunMeta, table: pa.Table) -> None:
 
     local = Location(str(run_dir))
     output = Location(settings.output_uri, settings.storage)
-    absent = []
+    absent: list[Location] = []
+    changed: list[tuple[Location, runmeta.RunMeta]] = []
     for loc in (local, output):
         try:
             existing = runmeta.RunMeta.from_json(
@@ -150,19 +268,126 @@ def _pin(settings: Settings, meta: runmeta.RunMeta, table: pa.Table) -> None:
         except FileNotFoundError:
             absent.append(loc)
             continue
-        runmeta.check_same(existing, meta, loc.url(runmeta.RUN_JSON), task_change)
+        if not repin:
+            runmeta.check_same(
+                existing,
+                meta,
+                loc.url(runmeta.RUN_JSON),
+                task_change,
+                lambda diffs, old=existing: _refusal_hints(settings, old, diffs),
+            )
+        elif runmeta.differences(existing, meta):
+            changed.append((loc, existing))
+    if changed:
+        _repin(settings, meta, changed, out)
+    elif repin:
+        out.write("run.json already pins these settings: nothing to re-pin\n")
     for loc in reversed(absent):  # output first: it is shared with other clusters
         runmeta.create_or_validate(loc, meta, task_change)
 
 
+def _outputs_of(settings: Settings, pinned: list[runmeta.RunMeta]) -> list[Location]:
+    """The output roots a run has written (or would write) to: config's and pinned ones."""
+    uris = dict.fromkeys([settings.output_uri, *(m.output_uri for m in pinned)])
+    return [Location(uri, settings.storage) for uri in uris]
+
+
+def _labelled(outputs: list[Location]) -> list[str]:
+    """Per-file markers under any of ``outputs`` (one listing each): what is labelled."""
+    found: list[str] = []
+    for loc in outputs:
+        found += [loc.url(rel) for rel in sorted(loc.list_suffix(markers.FILE_MARKER_SUFFIX))]
+    return found
+
+
+def _refusal_hints(
+    settings: Settings, pinned: runmeta.RunMeta, diffs: list[tuple[str, Any, Any]]
+) -> list[str]:
+    """How to go on from a refused run: quarantine, or re-pin while nothing is labelled."""
+    lines = []
+    names = {name for name, _, _ in diffs}
+    if "fingerprint" in names:
+        lines.append(
+            "A file that cannot be read or repaired can be left out of this run without "
+            "changing the assignment: put it back (any content) and run `shardwise "
+            f"quarantine --run-dir {settings.run_dir} FILE --reason TEXT`; once "
+            "quarantined it may be removed from the input."
+        )
+    if names & set(_NEVER_REPINNED):
+        return lines
+    labelled = _labelled(_outputs_of(settings, [pinned]))
+    if labelled:
+        lines.append(
+            f"{len(labelled):,} file(s) of this run are already labelled (e.g. {labelled[0]}), "
+            "so its pinned settings stay."
+        )
+    else:
+        lines.append(
+            "Nothing of this run is labelled yet (no per-file .done marker in its output): "
+            "`shardwise plan --repin --configfile <this config>` re-pins it with these "
+            "settings."
+        )
+    return lines
+
+
+def _repin(
+    settings: Settings,
+    meta: runmeta.RunMeta,
+    changed: list[tuple[Location, runmeta.RunMeta]],
+    out: IO[str],
+) -> None:
+    """Replace the run.json copies that differ, if no file of the run is labelled yet.
+
+    The run directory's per-shard state (shard markers, progress journals, the marker
+    snapshot) belongs to the old assignment and is removed; failure records are kept
+    under ``failures-before-repin-<time>/``.
+    """
+    labelled = _labelled(_outputs_of(settings, [old for _, old in changed]))
+    if labelled:
+        msg = (
+            f"cannot re-pin: {len(labelled):,} file(s) of this run are already labelled "
+            f"(e.g. {labelled[0]}); labels made under the pinned settings would mix with new "
+            "ones. Use a new run_dir and output.uri for the new settings."
+        )
+        raise RunMismatchError(msg)
+    for loc, old in changed:
+        diffs = runmeta.differences(old, meta)
+        frozen = [name for name, _, _ in diffs if name in _NEVER_REPINNED]
+        if frozen:
+            msg = f"cannot re-pin {loc.url(runmeta.RUN_JSON)}: {frozen} never change"
+            raise RunMismatchError(msg)
+        out.write(f"re-pinning {loc.url(runmeta.RUN_JSON)} (nothing is labelled yet):\n")
+        out.write("\n".join(runmeta.change_lines(diffs)) + "\n")
+    _reset_run_state(settings.run_dir)
+    for loc, _old in changed:
+        loc.write_bytes(runmeta.RUN_JSON, meta.to_json())
+
+
+def _reset_run_state(run_dir: Path) -> None:
+    """Forget the per-shard state of a re-pinned run (shard numbers may now differ)."""
+    for name in (markers.SHARDS_DIR, job.PROGRESS_DIR):
+        shutil.rmtree(run_dir / name, ignore_errors=True)
+    (run_dir / job.OUTPUT_MARKERS).unlink(missing_ok=True)
+    failures = run_dir / job.FAILURES_DIR
+    if failures.is_dir():
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        failures.rename(run_dir / f"{job.FAILURES_DIR}-before-repin-{stamp}")
+
+
 def mark_shards_without_work(
-    run_dir: Path, table: pa.Table, meta: runmeta.RunMeta, output: Location
+    run_dir: Path,
+    table: pa.Table,
+    meta: runmeta.RunMeta,
+    output: Location,
+    quarantined: set[str] | None = None,
 ) -> dict[str, int]:
-    """Mark empty shards, and shards whose every file has an output marker, as done.
+    """Mark empty shards, and shards whose every file has an output marker or is
+    quarantined, as done.
 
     The output is listed once (not probed per file), and only when some shard with
     work is still open: a finished run costs nothing here.
     """
+    quarantined = quarantined or set()
     done = markers.done_shards(run_dir)
     counts = {"empty": 0, "remote": 0}
     common = {
@@ -181,7 +406,8 @@ def mark_shards_without_work(
     marked = {markers.source_of_marker(m) for m in output.list_suffix(markers.FILE_MARKER_SUFFIX)}
     if output.remote:  # jobs read this instead of probing each file's marker
         job.write_output_markers(run_dir, marked)
-    if not marked:
+    settled = marked | quarantined
+    if not settled:
         return counts
     rows = table.to_pydict()
     per_shard: dict[int, list[int]] = {}
@@ -189,7 +415,8 @@ def mark_shards_without_work(
         if shard in open_shards:
             per_shard.setdefault(shard, []).append(i)
     for shard, idx in per_shard.items():
-        if all(rows["file"][i] in marked for i in idx):
+        if all(rows["file"][i] in settled for i in idx):
+            left_out = sum(1 for i in idx if rows["file"][i] in quarantined)
             markers.write_shard_marker(
                 run_dir,
                 shard,
@@ -197,6 +424,7 @@ def mark_shards_without_work(
                 files=len(idx),
                 docs=None,
                 source="remote",
+                quarantined=left_out,
                 **common,
             )
             counts["remote"] += 1

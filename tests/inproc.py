@@ -1,0 +1,68 @@
+"""In-process runs for fast tests: ``prepare_run`` + ``run_shard`` with a fake engine.
+
+Planning, markers, verify, coverage and quarantine are exercised on real files in
+``tmp_path`` at millisecond cost; the engine is replaced because those tests are about
+the layout, not the labels (the end-to-end tests run the real models).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pyarrow as pa
+from e2e import tiny_model_dir
+
+from shardwise import plan
+from shardwise.demo import DemoSize, demo_config, write_corpus
+from shardwise.job import run_shard
+from shardwise.workflow import prepare_run
+
+TINY = DemoSize(files_per_category=1, docs_per_file=5, median_words=8, max_words=30)
+NAMES = ("topic", "topic_nourl", "format", "format_nourl")
+
+
+class FakeEngine:
+    """Deterministic labels without torch: enough for the layout verify checks."""
+
+    device = "cpu"
+    device_name = "fake"
+    dtype_name = "float32"
+
+    def __init__(self, names: tuple[str, ...] = NAMES) -> None:
+        self.names = names
+
+    def prepare(self, texts: list[str], urls: list[str]) -> int:
+        return len(texts)
+
+    def run(self, n: int) -> SimpleNamespace:
+        columns: dict[str, pa.Array] = {}
+        for name in self.names:
+            columns[f"{name}_label"] = pa.array(["a"] * n, pa.string())
+            columns[f"{name}_label_id"] = pa.array([0] * n, pa.int32())
+            columns[f"{name}_score"] = pa.array([0.5] * n, pa.float32())
+        return SimpleNamespace(columns=columns, stats={"tokens": 3 * n})
+
+
+def demo_run_config(tmp_path: Path, total_shards: int) -> dict:
+    """The demo's config under ``tmp_path``, with tiny real models (planning checks them)."""
+    cfg = demo_config(tmp_path, total_shards=total_shards)
+    for c in cfg["classifiers"]:
+        c["model"] = str(tiny_model_dir(c["name"]))
+    return cfg
+
+
+def plan_run(tmp_path: Path, *, total_shards: int = 3, **overrides) -> dict:
+    """A planned (not yet labelled) in-process run; returns its config."""
+    write_corpus(tmp_path / "corpus", TINY)
+    cfg = demo_run_config(tmp_path, total_shards)
+    cfg.update(overrides)
+    prepare_run(cfg, main_process=True, dryrun=True, report=False)
+    return cfg
+
+
+def label(run_dir: Path, shards=None) -> None:
+    """Run the shard jobs (all non-empty shards by default) with the fake engine."""
+    table = plan.load(run_dir)
+    for shard in sorted(shards if shards is not None else plan.nonempty_shards(table)):
+        run_shard(run_dir, shard, engine_factory=lambda _ctx: FakeEngine(), progress=False)

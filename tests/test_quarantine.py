@@ -1,0 +1,126 @@
+"""``shardwise quarantine``: a file left out of a run, shown apart everywhere, reversible."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+from inproc import label, plan_run
+
+from shardwise import coverage, markers, plan, quarantine, report, sidecar, verify
+from shardwise.cli import main
+from shardwise.errors import ConfigError
+from shardwise.workflow import prepare_run
+
+
+def busiest_shard(run_dir: Path) -> tuple[int, list[str]]:
+    """The shard with the most files, and its files (the quarantine needs neighbours)."""
+    table = plan.load(run_dir)
+    shard = max(plan.nonempty_shards(table), key=lambda s: plan.files_of_shard(table, s).num_rows)
+    return shard, plan.files_of_shard(table, shard)["file"].to_pylist()
+
+
+@pytest.fixture
+def planned(tmp_path: Path):
+    cfg = plan_run(tmp_path, total_shards=2)
+    run_dir = Path(cfg["run_dir"])
+    shard, files = busiest_shard(run_dir)
+    assert len(files) >= 2
+    return cfg, run_dir, shard, files
+
+
+def test_a_quarantined_file_is_left_out_and_its_shard_finishes(planned, tmp_path, capsys):
+    cfg, run_dir, shard, files = planned
+    bad, neighbours = files[0], files[1:]
+    assert main(["quarantine", "--run-dir", str(run_dir), bad, "--reason", "truncated upload"]) == 0
+    assert f"quarantined {bad}: truncated upload" in capsys.readouterr().out
+    label(run_dir)
+    labels = tmp_path / "labels"
+    assert not (labels / sidecar.sidecar_rel(bad)).exists()
+    marker = markers.read_shard_marker(run_dir, shard)
+    assert marker["quarantined"] == 1 and marker["files"] == len(files)
+    stamps = {rel: (labels / markers.file_marker_rel(rel)).stat().st_mtime_ns for rel in neighbours}
+    label(run_dir, [shard])  # a rerun of the shard labels the neighbours once, not again
+    assert stamps == {
+        rel: (labels / markers.file_marker_rel(rel)).stat().st_mtime_ns for rel in neighbours
+    }
+
+    cov = coverage.compute(coverage.load_state(run_dir))
+    assert (cov.shards_remaining, cov.files_quarantined, cov.files_done) == (
+        0,
+        1,
+        cov.files_total - 1,
+    )
+    assert [(e.file, e.reason) for e in cov.quarantined] == [(bad, "truncated upload")]
+    table = coverage.format_table(cov)
+    assert (
+        f"quarantined 1 file(s) left out of the run, not labelled: {bad} (truncated upload)"
+        in table
+    )
+    assert json.loads(coverage.format_json(cov))["quarantined"][0]["file"] == bad
+
+    assert main(["retry-array", "--run-dir", str(run_dir)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == ""  # nothing to retry: the report and retry-array agree
+    assert "1 quarantined file(s) are left out of this run and need no retry" in captured.err
+
+    html = report.render_html(cov, b"")
+    assert "Quarantined files (1)" in html and "truncated upload" in html
+
+    result = verify.verify_run(run_dir, complete=True)
+    assert result.ok, result.lines()
+    assert result.files_quarantined == 1
+    assert [f.what for f in result.quarantined] == ["truncated upload"]
+
+    out = io.StringIO()
+    prepare_run(cfg, main_process=True, dryrun=True, out=out)
+    assert f"quarantined 1 file(s) left out of the run, not labelled: {bad}" in out.getvalue()
+
+
+def test_release_reopens_the_shard_so_the_next_run_labels_the_file(planned, tmp_path, capsys):
+    _cfg, run_dir, shard, files = planned
+    quarantine.add(run_dir, [files[0]], "looked broken")
+    label(run_dir)
+    assert markers.shard_marker_path(run_dir, shard).exists()
+    assert main(["quarantine", "--run-dir", str(run_dir), "--release", files[0]]) == 0
+    out = capsys.readouterr().out
+    assert f"released {files[0]}" in out and f"reopened shard(s) {shard}" in out
+    assert quarantine.load(run_dir) == {}
+    label(run_dir, [shard])
+    assert (tmp_path / "labels" / sidecar.sidecar_rel(files[0])).exists()
+    assert "quarantined" not in markers.read_shard_marker(run_dir, shard)
+
+
+def test_names_may_carry_the_input_root_and_unknown_ones_get_a_suggestion(planned, tmp_path):
+    _cfg, run_dir, _shard, files = planned
+    added = quarantine.add(run_dir, [str(tmp_path / "corpus" / files[0])], "x")
+    assert [e.file for e in added] == [files[0]]
+    typo = files[1][:-2]
+    with pytest.raises(ConfigError, match=rf"{typo!r} \(did you mean {files[1]!r}\?\)"):
+        quarantine.add(run_dir, [typo], "x")
+
+
+def test_an_already_labelled_file_cannot_be_quarantined(planned):
+    _cfg, run_dir, shard, files = planned
+    label(run_dir, [shard])
+    with pytest.raises(ConfigError, match="already labelled.*verify --run-dir .* --repair"):
+        quarantine.add(run_dir, [files[0]], "x")
+
+
+def test_the_list_says_what_why_when_and_who(planned, capsys):
+    _cfg, run_dir, _shard, files = planned
+    quarantine.add(run_dir, files[:2], "vendor lost the originals")
+    assert main(["quarantine", "--run-dir", str(run_dir), "--list", "--format", "json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [e["file"] for e in listed] == sorted(files[:2])
+    assert {e["reason"] for e in listed} == {"vendor lost the originals"}
+    assert all(e["at"] and "@" in e["by"] for e in listed)
+
+
+def test_a_reason_is_required(planned):
+    _cfg, run_dir, _shard, files = planned
+    with pytest.raises(SystemExit) as info:
+        main(["quarantine", "--run-dir", str(run_dir), files[0]])
+    assert info.value.code == 2

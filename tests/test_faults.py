@@ -332,46 +332,54 @@ ODD_FILES: dict[str, bytes] = {
     "odd/nulls/part-0000.jsonl": jsonl(
         [
             {"id": "n1", "text": None, "url": None},
-            {"id": "n2", "text": ""},
+            {"id": "n2", "text": "", "url": "https://n/2"},
             {"id": "n3"},
-            {"id": "n4", "text": 12345},
-            {"id": None, "text": "no id here"},
-            {"id": "n6", "text": "   \n\t "},
+            {"id": "n4", "text": 12345, "url": "https://n/4"},
+            {"id": None, "text": "no id here", "url": "https://n/5"},
+            {"id": "n6", "text": "   \n\t ", "url": "https://n/6"},
         ]
     ),
     "odd/nulls/part-0001.parquet": parquet(
-        pa.table({"id": ["p1", "p2", "p3"], "text": [None, "", "some words"]})
+        pa.table({"id": ["p1", "p2", "p3"], "text": [None, "", "some words"], "url": ["u"] * 3})
     ),
     # 8: duplicate ids within a file
     "odd/dupes/part-0000.jsonl": jsonl(
-        [{"id": i, "text": f"doc {n}"} for n, i in enumerate("abaac")]
+        [{"id": i, "text": f"doc {n}", "url": f"https://d/{n}"} for n, i in enumerate("abaac")]
     ),
     "odd/dupes/part-0001.parquet": parquet(
-        pa.table({"id": ["x", "x", "y"], "text": ["one", "two", "three"]})
+        pa.table({"id": ["x", "x", "y"], "text": ["one", "two", "three"], "url": ["u"] * 3})
     ),
     # 9: bytes that are not UTF-8, a lone surrogate escape, a document far over max_length
-    "odd/bytes/part-0000.jsonl": b'{"id": "b1", "text": "caf\xe9 \xff\xfe ok"}\n'
-    b'{"id": "b2", "text": "fine"}\n'
+    "odd/bytes/part-0000.jsonl": b'{"id": "b1", "text": "caf\xe9 \xff\xfe ok", "url": "u"}\n'
+    b'{"id": "b2", "text": "fine", "url": "u"}\n'
     b'{"id": "b3\\udc80", "text": "lone \\ud800 surrogate", "url": "https://x/\\udfff"}\n',
     "odd/bytes/part-0001.parquet": parquet(
         pa.table(
             {
                 "id": ["q1", "q2"],
                 "text": pa.array([b"valid", b"in\xc3\x28valid"], pa.binary()),
+                "url": ["u", "u"],
             }
         )
     ),
     "odd/long/part-0000.jsonl": jsonl(
         [
             {"id": "long", "text": "word " * 200_000, "url": "https://long.example/" + "p" * 5000},
-            {"id": "short", "text": "a short one"},
+            {"id": "short", "text": "a short one", "url": "https://short.example/"},
         ]
     ),
 }
 
 #: What each odd file's stats must count (the reader's documented policy).
 EXPECTED_COUNTS: dict[str, dict[str, int]] = {
-    "odd/nulls/part-0000.jsonl": {"null_texts": 2, "non_string_texts": 1, "null_ids": 1},
+    "odd/nulls/part-0000.jsonl": {
+        "null_texts": 1,
+        "missing_text": 1,
+        "non_string_texts": 1,
+        "null_ids": 1,
+        "null_urls": 1,
+        "missing_url": 1,
+    },
     "odd/nulls/part-0001.parquet": {"null_texts": 1},
     "odd/dupes/part-0000.jsonl": {"duplicate_ids": 2},
     "odd/dupes/part-0001.parquet": {"duplicate_ids": 1},

@@ -109,7 +109,6 @@ class Selection:
     hidden: list[str] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
     unsafe: list[tuple[str, str]] = field(default_factory=list)  # (name, reason)
-    listed: int = 0
 
 
 def select_files(
@@ -156,7 +155,7 @@ def select_files(
     if unsafe and not skip_unsafe:
         raise InputError(unsafe_names_message(unsafe))
     chosen.sort()
-    return Selection(chosen, hidden, outputs, unsafe, len(listing))
+    return Selection(chosen, hidden, outputs, unsafe)
 
 
 def unsafe_names_message(unsafe: list[tuple[str, str]], limit: int = 20) -> str:

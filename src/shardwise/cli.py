@@ -112,9 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verbose", "-v", action="store_true")
     p.set_defaults(func=_cmd_walltime)
 
-    from shardwise import coverage, retry
+    from shardwise import coverage, domains, retry
 
     coverage.add_cli(sub)
+    domains.add_cli(sub)
     retry.add_cli(sub)
     try:
         from shardwise import report

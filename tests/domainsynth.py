@@ -130,3 +130,87 @@ def make_corpus(
         text_bytes=text,
         total_shards=total_shards,
     )
+
+
+def task_counts(corpus: Corpus, i: int) -> dict:
+    """Task ``i``'s ``label_counts`` (topic, format and their pair), as a job writes it."""
+    nt, nf = len(corpus.topics), len(corpus.formats)
+    docs = corpus.docs[i].reshape(nt, nf)
+    text = corpus.text_bytes[i].reshape(nt, nf)
+    pair: dict[str, dict[str, list[int]]] = {}
+    for a, b in zip(*np.nonzero(docs), strict=True):
+        pair.setdefault(corpus.topics[a], {})[corpus.formats[b]] = [
+            int(docs[a, b]),
+            int(text[a, b]),
+        ]
+
+    def single(axis: int, names: list[str]) -> dict[str, list[int]]:
+        d, t = docs.sum(axis=axis), text.sum(axis=axis)
+        return {names[j]: [int(d[j]), int(t[j])] for j in np.flatnonzero(d)}
+
+    return {
+        "format_version": 1,
+        "docs": int(docs.sum()),
+        "text_bytes": int(text.sum()),
+        "classifiers": {"topic": single(1, corpus.topics), "format": single(0, corpus.formats)},
+        "pairs": {"topic,format": pair},
+    }
+
+
+def write_run(
+    root,
+    corpus: Corpus,
+    done_shards,
+    *,
+    remote_shards=(),
+    quarantine=(),
+):
+    """A run directory for ``corpus``: run.json, plan, shard markers, summaries.
+
+    ``done_shards`` finished with a job (marker + summary); ``remote_shards`` are marked
+    done by another cluster (marker, ``source: remote``, no summary). Returns the dir.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from shardwise import markers, summaries
+    from shardwise.atomic import write_atomic
+
+    run_dir = root / "run"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "run.json").write_text(json.dumps({
+        "format_version": 1, "name": "synthetic", "total_shards": corpus.total_shards,
+        "minimum_shard_index": 0, "output_uri": str(root / "labels"),
+    }))  # fmt: skip
+    order = np.argsort(corpus.task_ids)
+    pq.write_table(
+        pa.table({
+            "file": [corpus.task_ids[i] for i in order],
+            "size": pa.array(corpus.task_bytes[order].astype(np.int64), pa.int64()),
+            "task_id": [corpus.task_ids[i] for i in order],
+            "shard": pa.array(corpus.task_shard[order], pa.int64()),
+            "category": [corpus.categories[corpus.task_category[i]] for i in order],
+        }),
+        run_dir / "plan.parquet",
+    )  # fmt: skip
+    members: dict[int, list[int]] = {}
+    for i, s in enumerate(corpus.task_shard.tolist()):
+        members.setdefault(s, []).append(i)
+    common = {"total_shards": corpus.total_shards, "minimum_shard_index": 0, "docs": None}
+    for shard in sorted({int(s) for s in done_shards}):
+        tasks = members.get(shard, [])
+        counts = {corpus.task_ids[i]: task_counts(corpus, i) for i in tasks}
+        data = summaries.build(shard, [(corpus.task_ids[i], [corpus.task_ids[i]]) for i in tasks],
+                               counts)  # fmt: skip
+        write_atomic(summaries.summary_path(run_dir, shard), data)
+        markers.write_shard_marker(run_dir, shard, tasks=len(tasks), files=len(tasks), **common)
+    for shard in sorted({int(s) for s in remote_shards}):
+        n = len(members.get(shard, []))
+        markers.write_shard_marker(run_dir, shard, tasks=n, files=n, source="remote", **common)
+    if quarantine:
+        entries = {rel: {"reason": "test", "at": "2026-01-01T00:00:00Z", "by": "test"}
+                   for rel in quarantine}  # fmt: skip
+        (run_dir / "quarantine.json").write_text(
+            json.dumps({"format_version": 1, "files": entries})
+        )
+    return run_dir

@@ -11,11 +11,22 @@ matplotlib is imported inside the functions (Agg canvas, no pyplot state).
 from __future__ import annotations
 
 import io
+import textwrap
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from shardwise.domains import TIMES, DomainData, Domains, compute, status_line
+from shardwise.domains import (
+    TIMES,
+    DomainData,
+    Domains,
+    compute,
+    format_table,
+    load,
+    status_line,
+)
+from shardwise.errors import ShardwiseError
 
 #: Picture size in inches and resolution (1400 x 1300 px).
 FIGSIZE = (14.0, 13.0)
@@ -119,3 +130,30 @@ def _heatmap(fig: Any, data: DomainData, d: Domains) -> None:
     right.set_xlabel("%")
     right.tick_params(axis="y", labelleft=False)
     right.grid(axis="x", alpha=0.3)
+
+
+def report_figure(run_dir: Path) -> tuple[bytes, str]:
+    """The default view's picture and table for the HTML report (never raises).
+
+    A run without summaries yet (or an unreadable one) gets a picture saying so: the
+    workflow's report rule declares the PNG as an output, so one must always exist.
+    """
+    try:
+        data = load(run_dir)
+        d = compute(data)
+    except (ShardwiseError, OSError) as e:
+        return placeholder_png(f"domain distribution: {e}"), str(e)
+    return render_png(data, d), format_table(d)
+
+
+def placeholder_png(message: str) -> bytes:
+    """A small picture holding one line of text."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(10.0, 1.5), dpi=DPI)
+    FigureCanvasAgg(fig)
+    fig.text(0.02, 0.5, textwrap.fill(message, 130), fontsize=11, va="center")
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI)
+    return buf.getvalue()

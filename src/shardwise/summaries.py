@@ -100,7 +100,7 @@ def build(
     (a file without one makes its task incomplete); ``file_rows`` maps a file to its
     throughput fields (:data:`FILE_FIELDS`).
     """
-    labels: dict[str, dict[str, int]] = {}
+    seen: dict[str, set[str]] = {}
     pairs: list[tuple[str, str]] = []
     complete: list[tuple[str, dict[str, Any], int]] = []
     incomplete: list[str] = []
@@ -113,16 +113,15 @@ def build(
             total = add_counts(total, counts[f])
         complete.append((task_id, total, len(files)))
         for name, cells in total.get("classifiers", {}).items():
-            index = labels.setdefault(name, {})
-            for label in cells:
-                index.setdefault(label, len(index))
-        for key in total.get("pairs", {}):
+            seen.setdefault(name, set()).update(cells)
+        for key, table in total.get("pairs", {}).items():
             a, _, b = key.partition(",")
             if (a, b) not in pairs:
                 pairs.append((a, b))
-    for a, b in pairs:  # a pair's labels are its classifiers' labels; be safe anyway
-        for name in (a, b):
-            labels.setdefault(name, {})
+            seen.setdefault(a, set()).update(table)
+            seen.setdefault(b, set()).update(lb for row in table.values() for lb in row)
+    # Sorted label lists: the same counts give the same file, whatever their dict order.
+    labels = {name: {label: i for i, label in enumerate(sorted(v))} for name, v in seen.items()}
     names = sorted(labels)
     views = [*names, *(pair_key(p) for p in pairs)]
     view_of = {v: i for i, v in enumerate(views)}
@@ -146,8 +145,7 @@ def build(
             ia, ib = labels[a], labels[b]
             for la, cols_b in table.items():
                 for lb, cell in cols_b.items():
-                    a_id, b_id = ia.setdefault(la, len(ia)), ib.setdefault(lb, len(ib))
-                    row(t, view_of[key], a_id, b_id, cell)
+                    row(t, view_of[key], ia[la], ib[lb], cell)
     meta = {
         "format_version": FORMAT_VERSION,
         "shard": shard,
@@ -173,7 +171,8 @@ def build(
     table = pa.table(
         {name: pa.array(cols[name], SCHEMA.field(name).type) for name in SCHEMA.names},
         schema=SCHEMA.with_metadata({META_KEY: json.dumps(meta).encode()}),
-    )
+    ).sort_by([("task", "ascending"), ("view", "ascending"), ("a", "ascending"),
+               ("b", "ascending")])  # fmt: skip
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)

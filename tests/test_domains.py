@@ -164,5 +164,5 @@ def test_the_html_report_includes_the_domain_picture(tmp_path, corpus):
     report.write_report(state, cov, out, domains_png=tmp_path / "r" / "d.png")
     page = out.read_text()
     assert "<h2>Domain distribution</h2>" in page
-    assert "topic × format: share of docs, estimated from" in page
+    assert f"topic{domains.TIMES}format: share of docs, estimated from" in page
     assert (tmp_path / "r" / "d.png").read_bytes()[:4] == b"\x89PNG"

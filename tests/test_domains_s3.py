@@ -31,7 +31,8 @@ def test_domains_of_a_bucket_output_are_exact_and_read_nothing_remote(
     config = write_config(tmp_path, s3, demo_models, total_shards=4)
     s3.reset()
     run_snakemake(config)
-    stats_gets = [r.key for r in s3.server.log() if r.method == "GET" and r.key.endswith(".stats.json")]
+    log = s3.server.log()
+    stats_gets = [r.key for r in log if r.method == "GET" and r.key.endswith(".stats.json")]
     assert stats_gets == []
 
     s3.reset()

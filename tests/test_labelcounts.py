@@ -82,9 +82,11 @@ def test_default_pairs_are_the_weborganizer_pairs_whose_classifiers_exist():
 @pytest.mark.parametrize(
     ("pairs", "message"),
     [
-        ([["topic", "genre"]], r"domains.pairs\[0\]: topic,genre names unknown classifier\(s\) genre"),
+        ([["topic", "genre"]],
+         r"domains.pairs\[0\]: topic,genre names unknown classifier\(s\) genre"),
         ([["topic", "topic"]], r"pairs a classifier with itself"),
-        ([["topic", "format"], ["topic", "format"]], r"domains.pairs\[1\]: topic,format is listed twice"),
+        ([["topic", "format"], ["topic", "format"]],
+         r"domains.pairs\[1\]: topic,format is listed twice"),
     ],
 )  # fmt: skip
 def test_pairs_naming_unknown_classifiers_are_refused(pairs, message):

@@ -54,8 +54,8 @@ def test_a_summary_round_trips_tasks_cells_and_throughput_rows():
 
 def test_summary_of_a_shard_uses_the_journal_and_reads_stats_only_for_the_rest(tmp_path):
     stats_read = []
-    job._journal(tmp_path, 3, "x/1.jsonl", 3,
-                 summaries.journal_fields({"docs": 3, "label_counts": _counts(3, 9, "A", "F")}))  # fmt: skip
+    fields = summaries.journal_fields({"docs": 3, "label_counts": _counts(3, 9, "A", "F")})
+    job._journal(tmp_path, 3, "x/1.jsonl", 3, fields)
     job._journal(tmp_path, 3, "x/2.jsonl", 1)  # an older journal line, without counts
 
     def read_stats(rel: str) -> bytes:

@@ -132,18 +132,19 @@ def _heatmap(fig: Any, data: DomainData, d: Domains) -> None:
     right.grid(axis="x", alpha=0.3)
 
 
-def report_figure(run_dir: Path) -> tuple[bytes, str]:
+def report_figure(run_dir: Path) -> tuple[bytes, str, bool]:
     """The default view's picture and table for the HTML report (never raises).
 
-    A run without summaries yet (or an unreadable one) gets a picture saying so: the
-    workflow's report rule declares the PNG as an output, so one must always exist.
+    The flag says whether there was anything to show. A run without summaries yet (or
+    an unreadable one) gets a picture saying so: the workflow's report rule declares the
+    PNG as an output, so one must always exist.
     """
     try:
         data = load(run_dir)
         d = compute(data)
     except (ShardwiseError, OSError) as e:
-        return placeholder_png(f"domain distribution: {e}"), str(e)
-    return render_png(data, d), format_table(d)
+        return placeholder_png(f"domain distribution: {e}"), str(e), False
+    return render_png(data, d), format_table(d), True
 
 
 def placeholder_png(message: str) -> bytes:

@@ -390,8 +390,8 @@ def write_report(
 ) -> tuple[Path, Path]:
     """Write the PNG (default: beside the HTML, ``.png``) and the HTML; return both paths.
 
-    ``domains_png`` also writes the domain distribution's picture there (and into the
-    HTML).
+    The HTML includes the domain distribution when some shard has label counts;
+    ``domains_png`` also writes its picture there (a placeholder when there is none).
     """
     out_html = Path(out_html)
     out_png = Path(out_png) if out_png is not None else out_html.with_suffix(".png")
@@ -399,13 +399,13 @@ def write_report(
     out_html.parent.mkdir(parents=True, exist_ok=True)
     out_png.parent.mkdir(parents=True, exist_ok=True)
     out_png.write_bytes(png)
-    domains = None
-    if domains_png is not None:
-        from shardwise.domainplot import report_figure
+    from shardwise.domainplot import report_figure
 
-        domains = report_figure(state.run_dir)
+    domains_png_bytes, domains_table, found = report_figure(state.run_dir)
+    if domains_png is not None:
         Path(domains_png).parent.mkdir(parents=True, exist_ok=True)
-        Path(domains_png).write_bytes(domains[0])
+        Path(domains_png).write_bytes(domains_png_bytes)
+    domains = (domains_png_bytes, domains_table) if found else None
     out_html.write_text(render_html(cov, png, domains), encoding="utf-8")
     return out_html, out_png
 
@@ -433,8 +433,8 @@ def add_cli(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "--domains-png",
         type=Path,
         default=None,
-        help="the domain distribution's picture (default: beside --out, -domains.png); "
-        "the HTML includes it",
+        help="also write the domain distribution's picture (shardwise domains --png) here; "
+        "the HTML includes it either way",
     )
     parser.set_defaults(func=_run_cli)
     return parser
@@ -447,9 +447,10 @@ def _run_cli(args: argparse.Namespace) -> int:
     gpus = args.gpus if args.gpus is not None else coverage.default_gpus()
     state = coverage.load_state(args.run_dir)
     cov = coverage.compute(state, category_regex=args.category_regex, gpus=gpus)
-    domains_png = args.domains_png or args.out.with_name(f"{args.out.stem}-domains.png")
     out_html, out_png = write_report(
-        state, cov, args.out, out_png=args.png, domains_png=domains_png
+        state, cov, args.out, out_png=args.png, domains_png=args.domains_png
     )
-    print(f"wrote {out_html}, {out_png} and {domains_png}")
+    print(f"wrote {out_html} and {out_png}")
+    if args.domains_png is not None:
+        print(f"wrote {args.domains_png}")
     return 0

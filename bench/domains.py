@@ -5,7 +5,8 @@ files in 3,000 shards, half the shards done; see bench/coverage.py), then gives 
 done file realistic WebOrganizer label counts: ~20k documents per file drawn over the
 24 x 24 topic x format cells from a per-category distribution (and again for the no-URL
 pair), written into its `.stats.json` (`label_counts`, as the jobs write it) and into
-one summary per done shard (`summaries/<shard>.arrow`, built by `summaries.build`).
+one summary per done shard (`summaries/<shard>.arrow`, built by `summaries.build`); each
+done shard's marker gets the per-file throughput fields (`file_stats`), as jobs write it.
 
 Then times, as fresh CLI calls (a new interpreter each, imports included):
 `shardwise domains` (default view: topic x format), `--classifier topic`, `--format
@@ -83,7 +84,7 @@ def build(root: Path) -> dict[str, float]:
     done = sorted(int(p.stem) for p in (run_dir / "shards").glob("*.done"))
     nonzero = []
     for shard in done:
-        counts = {}
+        counts, file_stats = {}, {}
         for i in by_shard.get(shard, []):
             rel, docs = plan["file"][i], int(plan["size"][i] / 2000)
             url = _counts(rng, means[plan["category"][i]], docs, cell_len)
@@ -103,8 +104,12 @@ def build(root: Path) -> dict[str, float]:
             stats = json.loads(path.read_text())
             stats["label_counts"] = lc
             path.write_bytes(sidecar.stats_bytes(stats))
+            file_stats[rel] = {k: stats.get(k) for k in summaries.FILE_FIELDS}
         tasks = [(plan["file"][i], [plan["file"][i]]) for i in by_shard.get(shard, [])]
         write_atomic(summaries.summary_path(run_dir, shard), summaries.build(shard, tasks, counts))
+        marker = run_dir / "shards" / f"{shard}.done"  # as the job writes it: with file_stats
+        body = json.loads(marker.read_text())
+        marker.write_text(json.dumps({**body, "file_stats": file_stats}))
     (root / "BUILT").write_text("ok\n")
     return {"nonzero_pair_cells_per_file": float(np.mean(nonzero))}
 

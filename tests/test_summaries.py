@@ -17,19 +17,17 @@ def _counts(docs: int, nbytes: int, topic: str, fmt: str) -> dict:
     }
 
 
-def test_a_summary_round_trips_tasks_cells_and_throughput_rows():
+def test_a_summary_round_trips_tasks_and_cells():
     counts = {
         "a/1.jsonl": _counts(3, 30, "Health", "FAQ"),
         "a/2.jsonl": _counts(2, 10, "Travel", "FAQ"),
         "b/1.jsonl": _counts(4, 40, "Health", "Listicle"),
     }
-    rows = {"a/1.jsonl": {"docs": 3, "seconds": 1.5, "device_name": "H100", "junk": 1}}
     data = summaries.build(
         7,
         [("a/1.jsonl|a/2.jsonl", ["a/1.jsonl", "a/2.jsonl"]), ("b/1.jsonl", ["b/1.jsonl"]),
          ("c/1.jsonl", ["c/1.jsonl"])],
         counts,
-        rows,
     )  # fmt: skip
     s = summaries.parse(data)
     assert (s.shard, s.views, s.pairs) == (7, ["format", "topic", "topic,format"],
@@ -39,8 +37,6 @@ def test_a_summary_round_trips_tasks_cells_and_throughput_rows():
     assert s.task_docs.tolist() == [5, 4]
     assert s.task_bytes.tolist() == [40, 40]
     assert s.incomplete_tasks == ["c/1.jsonl"]
-    assert s.files == {"a/1.jsonl": {"docs": 3, "tokens": None, "seconds": 1.5, "bytes": None,
-                                     "device_name": "H100", "finished_at": None}}  # fmt: skip
     pair = s.cells.filter(np.array(s.cells["view"].to_numpy() == 2))
     assert pair.to_pydict() == {
         "task": [0, 0, 1],
@@ -54,7 +50,9 @@ def test_a_summary_round_trips_tasks_cells_and_throughput_rows():
 
 def test_summary_of_a_shard_uses_the_journal_and_reads_stats_only_for_the_rest(tmp_path):
     stats_read = []
-    fields = summaries.journal_fields({"docs": 3, "label_counts": _counts(3, 9, "A", "F")})
+    fields = summaries.journal_fields(
+        {"docs": 3, "seconds": 1.5, "device_name": "H100", "label_counts": _counts(3, 9, "A", "F")}
+    )
     job._journal(tmp_path, 3, "x/1.jsonl", 3, fields)
     job._journal(tmp_path, 3, "x/2.jsonl", 1)  # an older journal line, without counts
 
@@ -65,9 +63,14 @@ def test_summary_of_a_shard_uses_the_journal_and_reads_stats_only_for_the_rest(t
         return json.dumps({"docs": 1, "label_counts": _counts(1, 5, "B", "F")}).encode()
 
     files = [("x/1.jsonl", "x/1.jsonl"), ("x/2.jsonl", "x/2.jsonl"), ("x/3.jsonl", "x/3.jsonl")]
-    path = summaries.write_for_shard(tmp_path, 3, files, read_stats)
-    assert path == tmp_path / "summaries" / "3.arrow"
+    rows = summaries.write_for_shard(tmp_path, 3, files, read_stats)
     assert stats_read == ["x/2.jsonl", "x/3.jsonl"]
+    assert rows == {
+        "x/1.jsonl": {"docs": 3, "tokens": None, "seconds": 1.5, "bytes": None,
+                      "device_name": "H100", "finished_at": None},
+        "x/2.jsonl": {"docs": 1, "tokens": None, "seconds": None, "bytes": None,
+                      "device_name": None, "finished_at": None},
+    }  # fmt: skip
     s = summaries.read(tmp_path, 3)
     assert s.task_ids == ["x/1.jsonl", "x/2.jsonl"]
     assert s.incomplete_tasks == ["x/3.jsonl"]
@@ -81,9 +84,9 @@ def test_a_broken_journal_or_store_never_fails_the_shard(tmp_path):
     def read_stats(rel: str) -> bytes:
         raise OSError("store down")
 
-    path = summaries.write_for_shard(tmp_path, 5, [("a", "a"), ("b", "b")], read_stats)
+    rows = summaries.write_for_shard(tmp_path, 5, [("a", "a"), ("b", "b")], read_stats)
     s = summaries.read(tmp_path, 5)
-    assert path is not None
+    assert rows == {"a": dict.fromkeys(summaries.FILE_FIELDS)}
     assert (s.task_ids, s.incomplete_tasks) == ([], ["a", "b"])
     (tmp_path / "summaries" / "6.arrow").write_text("not arrow")
     got, missing = summaries.read_many(tmp_path, [5, 6, 7])

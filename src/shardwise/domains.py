@@ -232,17 +232,21 @@ def _choose_view(data: DomainData, pair: str | None, classifier: str | None) -> 
 
 
 def _sample(data: DomainData, view: str, weight: str) -> tuple[Sample, tuple[list[str], ...], str]:
-    """Gather the view's rows from every summary into one sparse sample."""
+    """Gather the view's rows from every summary into one sparse sample.
+
+    Per summary only small lookups (its tasks, its label lists); the rows of all
+    summaries are then selected and mapped in a few vectorised passes.
+    """
     axes = tuple(view.split(","))
     labels: tuple[dict[str, int], ...] = tuple({} for _ in axes)
+    remaps: dict[tuple[int, tuple[str, ...]], np.ndarray] = {}
     n_tasks = len(data.task_ids)
     labelled = np.zeros(n_tasks, bool)
     totals = np.zeros(n_tasks)
-    parts_t: list[np.ndarray] = []
-    parts_a: list[list[np.ndarray]] = [[] for _ in axes]
-    parts_y: list[np.ndarray] = []
+    tables: list[pa.Table] = []
+    tmaps: list[np.ndarray] = []
+    label_maps: list[list[np.ndarray]] = [[] for _ in axes]
     missing_view = 0
-    column = "docs" if weight == "docs" else "bytes"
     for s, tmap in zip(data.summaries, data.task_index, strict=True):
         if view not in s.views:
             missing_view += 1
@@ -251,33 +255,25 @@ def _sample(data: DomainData, view: str, weight: str) -> tuple[Sample, tuple[lis
         labelled[tmap[known]] = True
         total = s.task_docs if weight == "docs" else s.task_bytes
         totals[tmap[known]] = total[known]
-        cells = s.cells
-        vcol = cells.column("view").to_numpy()
-        rows = np.flatnonzero(vcol == s.views.index(view))
-        if rows.size == 0:
-            continue
-        task = tmap[cells.column("task").to_numpy()[rows]]
-        keep = task >= 0
-        parts_t.append(task[keep])
-        parts_y.append(cells.column(column).to_numpy()[rows][keep].astype(np.float64))
-        for axis, (name, col) in enumerate(zip(axes, ("a", "b"), strict=False)):
-            names = s.labels.get(name, [])
-            remap = np.array([labels[axis].setdefault(n, len(labels[axis])) for n in names])
-            local = cells.column(col).to_numpy()[rows][keep]
-            parts_a[axis].append(remap[local] if remap.size else local)
+        tables.append(s.view_cells(view))
+        tmaps.append(tmap)
+        for axis, name in enumerate(axes):
+            names = tuple(s.labels.get(name, ()))
+            key = (axis, names)
+            if key not in remaps:  # usually one label list for the whole run
+                remaps[key] = np.array(
+                    [labels[axis].setdefault(n, len(labels[axis])) for n in names], np.int64
+                )
+            label_maps[axis].append(remaps[key])
+    widths = [max(len(d), 1) for d in labels]
+    task, cell, value = _rows_of_view(tables, tmaps, label_maps, widths, weight)
+    widths = [max(len(d), 1) for d in labels]
     note = ""
     if missing_view:
         note = (
             f"{missing_view:,} finished shard(s) have no {view} counts (written before "
             "this pair was configured): their tasks count as not labelled"
         )
-    task = np.concatenate(parts_t) if parts_t else np.zeros(0, np.int64)
-    value = np.concatenate(parts_y) if parts_y else np.zeros(0)
-    widths = [max(len(d), 1) for d in labels]
-    cell = np.zeros(task.size, np.int64)
-    for axis in range(len(axes)):
-        idx = np.concatenate(parts_a[axis]) if parts_a[axis] else np.zeros(0, np.int64)
-        cell = cell * widths[axis] + idx
     n_cells = int(np.prod(widths))
     # Quarantined tasks leave the population: drop them and renumber.
     keep_task = data.in_population
@@ -292,6 +288,37 @@ def _sample(data: DomainData, view: str, weight: str) -> tuple[Sample, tuple[lis
         n_cells=n_cells,
     )
     return sample, tuple(list(d) for d in labels), note
+
+
+def _offsets(parts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenation of ``parts`` and where each part starts in it."""
+    starts = np.cumsum([0, *(p.size for p in parts)])[:-1].astype(np.int64)
+    flat = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    return flat, starts
+
+
+def _rows_of_view(
+    tables: list[pa.Table],
+    tmaps: list[np.ndarray],
+    label_maps: list[list[np.ndarray]],
+    widths: list[int],
+    weight: str,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(global task, cell, value) of every row of one view's slices, vectorised."""
+    if not tables:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
+    sizes = np.array([t.num_rows for t in tables], np.int64)
+    part = np.repeat(np.arange(len(tables)), sizes)
+    big = pa.concat_tables(tables)
+    tmap, tstart = _offsets(tmaps)
+    task = tmap[tstart[part] + big.column("task").to_numpy()]
+    cell = np.zeros(task.size, np.int64)
+    for axis, col in enumerate(("a", "b")[: len(label_maps)]):
+        lmap, lstart = _offsets(label_maps[axis])
+        cell = cell * widths[axis] + lmap[lstart[part] + big.column(col).to_numpy()]
+    value = big.column("docs" if weight == "docs" else "bytes").to_numpy()
+    keep = task >= 0
+    return task[keep], cell[keep], value[keep].astype(np.float64)
 
 
 def compute(

@@ -304,7 +304,7 @@ def run_shard(
             f"every other finished file stays done; the shard will be retried:\n{details}"
         )
         raise ShardFailedError(msg)
-    summaries.write_for_shard(
+    file_stats = summaries.write_for_shard(
         run_dir, shard, [(f.rel, f.task_id) for f in files],
         lambda rel: ctx.output.read_bytes(sidecar.stats_rel(rel)),
     )  # fmt: skip
@@ -316,6 +316,7 @@ def run_shard(
         tasks=len({f.task_id for f in files}),
         files=len(files),
         docs=None if unknown_docs else report.docs,
+        file_stats=file_stats,
     )
     return report
 

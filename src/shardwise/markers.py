@@ -58,10 +58,13 @@ def write_shard_marker(
     files: int,
     docs: int | None,
     source: str = "job",
+    file_stats: dict[str, dict[str, Any]] | None = None,
 ) -> None:
     """Mark ``shard`` done (atomically). ``source`` says who decided: job, empty, remote.
 
     ``docs`` is None when the shard was finished elsewhere and its count is unknown here.
+    ``file_stats`` (file -> docs, tokens, seconds, bytes, device_name, finished_at) lets
+    the coverage report take throughput from the marker instead of each file's stats.
     """
     data = {
         "shard": shard,
@@ -73,6 +76,8 @@ def write_shard_marker(
         "source": source,
         "finished_at": now(),
     }
+    if file_stats:
+        data["file_stats"] = file_stats
     write_atomic(shard_marker_path(run_dir, shard), dumps(data))
 
 

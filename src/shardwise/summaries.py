@@ -14,7 +14,8 @@ Layout: one row per non-zero (task, view, cell):
 column      type     meaning
 ==========  =======  ==================================================================
 ``task``    int32    index into the metadata's ``tasks``
-``view``    int16    index into ``views``: classifiers first, then pairs (``a,b``)
+``view``    int16    index into ``views``: classifiers first, then pairs (``a,b``);
+                     rows are sorted by view (``view_rows``: each view's slice)
 ``a``       int16    label index into ``labels[<classifier>]`` (the pair's first)
 ``b``       int16    the pair's second label index; -1 for a single classifier
 ``docs``    int64    documents of the task in that cell
@@ -23,9 +24,10 @@ column      type     meaning
 
 The schema metadata ``shardwise`` is JSON: ``format_version``, ``shard``,
 ``written_at``, ``labels`` (classifier -> label names), ``pairs``, ``views``, ``tasks``
-(``[{task_id, docs, text_bytes, files}]``, tasks whose every file has counts),
+(``[{task_id, docs, text_bytes, files}]``, tasks whose every file has counts) and
 ``incomplete_tasks`` (task ids with a file without counts: not labelled, for the
-estimate) and ``files`` (per-file docs, tokens, seconds, bytes, device, finish time).
+estimate). Each file's throughput fields go into the shard marker instead
+(``file_stats``), which the coverage report reads anyway.
 """
 
 from __future__ import annotations
@@ -92,13 +94,11 @@ def build(
     shard: int,
     tasks: Sequence[tuple[str, Sequence[str]]],
     counts: Mapping[str, Mapping[str, Any]],
-    file_rows: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> bytes:
     """The summary of ``shard`` as Arrow IPC bytes (pure).
 
     ``tasks`` are (task id, its files); ``counts`` maps a file to its ``label_counts``
-    (a file without one makes its task incomplete); ``file_rows`` maps a file to its
-    throughput fields (:data:`FILE_FIELDS`).
+    (a file without one makes its task incomplete).
     """
     seen: dict[str, set[str]] = {}
     pairs: list[tuple[str, str]] = []
@@ -163,16 +163,16 @@ def build(
             for task_id, total, n_files in complete
         ],
         "incomplete_tasks": incomplete,
-        "files": {
-            rel: {k: fields.get(k) for k in FILE_FIELDS}
-            for rel, fields in sorted((file_rows or {}).items())
-        },
     }
+    # Sorted by view, so that a reader takes one view as one slice of each file.
     table = pa.table(
         {name: pa.array(cols[name], SCHEMA.field(name).type) for name in SCHEMA.names},
-        schema=SCHEMA.with_metadata({META_KEY: json.dumps(meta).encode()}),
-    ).sort_by([("task", "ascending"), ("view", "ascending"), ("a", "ascending"),
+        schema=SCHEMA,
+    ).sort_by([("view", "ascending"), ("task", "ascending"), ("a", "ascending"),
                ("b", "ascending")])  # fmt: skip
+    bounds = np.searchsorted(table.column("view").to_numpy(), np.arange(len(views) + 1))
+    meta["view_rows"] = [[int(bounds[i]), int(bounds[i + 1])] for i in range(len(views))]
+    table = table.replace_schema_metadata({META_KEY: json.dumps(meta).encode()})
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
@@ -194,8 +194,13 @@ class Summary:
     task_docs: np.ndarray  # int64
     task_bytes: np.ndarray  # int64 (UTF-8 text bytes)
     incomplete_tasks: list[str]
-    files: dict[str, dict[str, Any]]
     cells: pa.Table
+    view_rows: list[tuple[int, int]]  # per view, its [start, stop) rows in ``cells``
+
+    def view_cells(self, view: str) -> pa.Table:
+        """The rows of one view (a zero-copy slice)."""
+        start, stop = self.view_rows[self.views.index(view)]
+        return self.cells.slice(start, stop - start)
 
 
 def parse(data: bytes | pa.Buffer, where: str = "summary") -> Summary:
@@ -214,8 +219,8 @@ def parse(data: bytes | pa.Buffer, where: str = "summary") -> Summary:
             task_docs=np.array([int(t["docs"]) for t in tasks], np.int64),
             task_bytes=np.array([int(t["text_bytes"]) for t in tasks], np.int64),
             incomplete_tasks=[str(t) for t in meta.get("incomplete_tasks", [])],
-            files=dict(meta.get("files", {})),
             cells=table,
+            view_rows=[(int(a), int(b)) for a, b in meta["view_rows"]],
         )
     except (pa.ArrowInvalid, OSError, KeyError, TypeError, ValueError) as e:
         msg = f"{where} is not a shardwise summary: {e}"
@@ -266,19 +271,19 @@ def write_for_shard(
     shard: int,
     files: Sequence[tuple[str, str]],
     read_stats: Callable[[str], bytes],
-) -> Path | None:
+) -> dict[str, dict[str, Any]]:
     """Write ``summaries/<shard>.arrow`` for a shard whose files are all done.
 
     ``files`` are (file, task id) pairs of the shard; ``read_stats(rel)`` returns a
     file's ``.stats.json`` bytes, used only for files the journal does not cover.
+    Returns each file's throughput fields (:data:`FILE_FIELDS`, for the shard marker).
     Never raises: the labels are done whatever happens here; a shard without a summary
-    counts as unlabelled in ``shardwise domains``, which says so. Returns the path, or
-    None when nothing was written.
+    counts as unlabelled in ``shardwise domains``, which says so.
     """
+    rows: dict[str, dict[str, Any]] = {}
     try:
         journal = journal_entries(run_dir, shard)
         counts: dict[str, Mapping[str, Any]] = {}
-        rows: dict[str, Mapping[str, Any]] = {}
         for rel, _ in files:
             entry = journal.get(rel)
             if entry is None or "label_counts" not in entry:
@@ -289,17 +294,16 @@ def write_for_shard(
                     continue
             if isinstance(entry.get("label_counts"), dict):
                 counts[rel] = entry["label_counts"]
-            rows[rel] = entry.get("stats", entry)
+            fields = entry.get("stats", entry)
+            if isinstance(fields, dict):
+                rows[rel] = {k: fields.get(k) for k in FILE_FIELDS}
         by_task: dict[str, list[str]] = {}
         for rel, task_id in files:
             by_task.setdefault(task_id, []).append(rel)
-        data = build(shard, list(by_task.items()), counts, rows)
-        path = summary_path(run_dir, shard)
-        write_atomic(path, data)
+        write_atomic(summary_path(run_dir, shard), build(shard, list(by_task.items()), counts))
     except Exception as e:  # noqa: BLE001 - bookkeeping must never fail a finished shard
         log.warning("shard %s: summary not written (%s: %s)", shard, type(e).__name__, e)
-        return None
-    return path
+    return rows
 
 
 def journal_fields(stats: Mapping[str, Any]) -> dict[str, Any]:

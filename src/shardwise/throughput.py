@@ -30,6 +30,7 @@ __all__ = [
     "StatsTable",
     "Throughput",
     "Walltime",
+    "concat",
     "eta",
     "format_duration",
     "parse_time",
@@ -90,6 +91,12 @@ class StatsTable:
 
 
 _COLUMNS = ("file", "shard", "device_name", "docs", "tokens", "seconds", "bytes", "finished_at")
+
+
+def concat(*tables: StatsTable) -> StatsTable:
+    """The rows of several tables; a file in more than one keeps its latest row."""
+    columns = {n: np.concatenate([getattr(t, n) for t in tables]) for n in _COLUMNS}
+    return _latest_per_file(StatsTable(**columns))
 
 
 def _number(value: Any) -> float:

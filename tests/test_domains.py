@@ -130,8 +130,16 @@ def test_nothing_done_and_never_planned_are_clear_errors(tmp_path, corpus, capsy
     code, _, err = run_cli(capsys, "--run-dir", run_dir)
     assert (code, err.strip()) == (
         1,
-        f"shardwise: no shard of {run_dir} has label counts yet (0 of 60 shards done); "
+        f"shardwise: no shard of {run_dir} is done yet (0 of 60); "
         "run this again when shards finish",
+    )
+    run_dir = write_run(tmp_path, corpus, [], remote_shards=[0, 1])
+    code, _, err = run_cli(capsys, "--run-dir", run_dir)
+    assert (code, err.strip()) == (
+        1,
+        f"shardwise: none of the 2 finished shards of {run_dir} has a readable summary "
+        f"({run_dir / 'summaries'}/<shard>.arrow): they were finished by another cluster "
+        "or by a version without label counts; shards finished from now on will have one",
     )
     code, _, err = run_cli(capsys, "--run-dir", tmp_path / "elsewhere")
     assert code == 2

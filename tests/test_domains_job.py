@@ -41,6 +41,11 @@ def test_shard_jobs_write_counts_and_summaries_that_survive_retries(tmp_path, de
         assert counts["text_bytes"] == sum(len(t.encode()) for t in texts)
         assert {k: v[0] for k, v in counts["classifiers"]["topic"].items()} == topic
         assert sorted(counts["pairs"]) == ["topic,format", "topic_nourl,format_nourl"]
+    marker = json.loads((run_dir / "shards" / "0.done").read_text())
+    assert {f: v["docs"] for f, v in marker["file_stats"].items()} == {
+        r["file"]: json.loads((labels / f"{r['file']}.stats.json").read_text())["docs"]
+        for r in rows
+    }
     first = summaries.read(run_dir, 0)
     assert sorted(first.task_ids) == sorted({r["task_id"] for r in rows})
     assert first.incomplete_tasks == []

@@ -116,20 +116,24 @@ def _heatmap(fig: Any, data: DomainData, d: Domains) -> None:
                 colour = "white" if grid[i, j] > 0.6 * limit else "#222222"
                 heat.text(j, i, f"{grid[i, j]:.1f}", ha="center", va="center",
                           fontsize=6.5, color=colour)  # fmt: skip
-    ms, ml, mh = _marginal(data, d.axes[1], d.weight, cols)
-    top.bar(np.arange(len(cols)), 100 * ms, color=BAR_COLOUR,
-            yerr=100 * np.vstack([np.maximum(ms - ml, 0), np.maximum(mh - ms, 0)]),
-            error_kw={"ecolor": "#222222", "capsize": 2, "lw": 1})  # fmt: skip
-    top.set_ylabel("%")
-    top.tick_params(axis="x", labelbottom=False)
-    top.grid(axis="y", alpha=0.3)
-    ms, ml, mh = _marginal(data, d.axes[0], d.weight, rows)
-    right.barh(np.arange(len(rows)), 100 * ms, color=BAR_COLOUR,
-               xerr=100 * np.vstack([np.maximum(ms - ml, 0), np.maximum(mh - ms, 0)]),
-               error_kw={"ecolor": "#222222", "capsize": 2, "lw": 1})  # fmt: skip
-    right.set_xlabel("%")
-    right.tick_params(axis="y", labelleft=False)
-    right.grid(axis="x", alpha=0.3)
+    _marginal_bars(top, _marginal(data, d.axes[1], d.weight, cols), horizontal=False)
+    _marginal_bars(right, _marginal(data, d.axes[0], d.weight, rows), horizontal=True)
+
+
+def _marginal_bars(ax: Any, marginal: tuple[np.ndarray, ...], *, horizontal: bool) -> None:
+    """Bars of the marginal shares with their 95% intervals (top: vertical, right)."""
+    share, low, high = marginal
+    err = 100 * np.vstack([np.maximum(share - low, 0), np.maximum(high - share, 0)])
+    style = {"color": BAR_COLOUR, "error_kw": {"ecolor": "#222222", "capsize": 2, "lw": 1}}
+    if horizontal:
+        ax.barh(np.arange(share.size), 100 * share, xerr=err, **style)
+        ax.set_xlabel("%")
+        ax.tick_params(axis="y", labelleft=False)
+    else:
+        ax.bar(np.arange(share.size), 100 * share, yerr=err, **style)
+        ax.set_ylabel("%")
+        ax.tick_params(axis="x", labelbottom=False)
+    ax.grid(axis="x" if horizontal else "y", alpha=0.3)
 
 
 def report_figure(run_dir: Path) -> tuple[bytes, str, bool]:

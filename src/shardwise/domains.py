@@ -715,10 +715,18 @@ def _run_cli(args: argparse.Namespace) -> int:
     if coverage.not_a_run_dir(args.run_dir, "domains"):
         return 2
     data = load(args.run_dir)
-    if data.shards_done == 0 or not data.summaries:
+    if data.shards_done == 0:
         msg = (
-            f"no shard of {args.run_dir} has label counts yet ({data.shards_done:,} of "
-            f"{data.total_shards:,} shards done); run this again when shards finish"
+            f"no shard of {args.run_dir} is done yet (0 of {data.total_shards:,}); "
+            "run this again when shards finish"
+        )
+        raise DomainsError(msg)
+    if not data.summaries:
+        msg = (
+            f"none of the {data.shards_done:,} finished shards of {args.run_dir} has a "
+            f"readable summary ({args.run_dir / summaries.SUMMARIES_DIR}/<shard>.arrow): "
+            "they were finished by another cluster or by a version without label counts; "
+            "shards finished from now on will have one"
         )
         raise DomainsError(msg)
     d = compute(data, pair=args.pair, classifier=args.classifier, weight=args.weight)

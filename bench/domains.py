@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import resource
 import subprocess
 import sys
 import time
@@ -114,13 +115,21 @@ def build(root: Path) -> dict[str, float]:
     return {"nonzero_pair_cells_per_file": float(np.mean(nonzero))}
 
 
-def fresh_cli(*args: str) -> float:
-    """Seconds for ``shardwise ARGS`` in a new interpreter (output discarded)."""
+def fresh_cli(*args: str) -> tuple[float, float]:
+    """(wall, CPU) seconds for ``shardwise ARGS`` in a new interpreter (output discarded).
+
+    CPU time (user + system of the child) is printed too: on a shared machine the wall
+    time mostly measures the neighbours.
+    """
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run(
         [sys.executable, "-m", "shardwise.cli", *args], check=True, stdout=subprocess.DEVNULL
     )
-    return time.perf_counter() - t0
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
 
 
 def main() -> int:
@@ -160,7 +169,7 @@ def main() -> int:
         "shardwise coverage (stats with label counts)": min(
             fresh_cli("coverage", "--run-dir", run_dir, "--gpus", "8") for _ in range(2)
         ),
-        "python -c 'import shardwise.cli' (start-up)": fresh_cli("--version"),
+        "shardwise --version (start-up only)": fresh_cli("--version"),
     }
     n_summaries = len(list((OUT / "run" / "summaries").glob("*.arrow")))
     print(
@@ -168,9 +177,9 @@ def main() -> int:
         f"({size / 1e6:.1f} MB), {len(stats):,} stats files ({stats_size / 1e6:.1f} MB)"
     )
     print(f"  in-process load + compute (topic x format)  {in_process:.3f} s")
-    for name, seconds in figures.items():
-        print(f"  fresh CLI: {name:<46} {seconds:.3f} s")
-    return 0 if figures["shardwise domains (topic x format)"] < BUDGET_S else 1
+    for name, (wall, cpu) in figures.items():
+        print(f"  fresh CLI: {name:<46} {wall:.3f} s wall, {cpu:.3f} s CPU")
+    return 0 if figures["shardwise domains (topic x format)"][0] < BUDGET_S else 1
 
 
 if __name__ == "__main__":

@@ -279,12 +279,14 @@ def _sample(data: DomainData, view: str, weight: str) -> tuple[Sample, tuple[lis
     keep_task = data.in_population
     new_index = np.cumsum(keep_task) - 1
     row_keep = keep_task[task] & (value > 0)
+    if not row_keep.all():
+        task, cell, value = task[row_keep], cell[row_keep], value[row_keep]
     sample = Sample(
         labelled=labelled[keep_task],
         task_total=totals[keep_task],
-        cell_task=new_index[task[row_keep]],
-        cell=cell[row_keep],
-        value=value[row_keep],
+        cell_task=task if keep_task.all() else new_index[task],
+        cell=cell,
+        value=value,
         n_cells=n_cells,
     )
     return sample, tuple(list(d) for d in labels), note
@@ -314,11 +316,18 @@ def _rows_of_view(
     task = tmap[tstart[part] + big.column("task").to_numpy()]
     cell = np.zeros(task.size, np.int64)
     for axis, col in enumerate(("a", "b")[: len(label_maps)]):
-        lmap, lstart = _offsets(label_maps[axis])
-        cell = cell * widths[axis] + lmap[lstart[part] + big.column(col).to_numpy()]
-    value = big.column("docs" if weight == "docs" else "bytes").to_numpy()
+        local = big.column(col).to_numpy()
+        first = label_maps[axis][0]
+        if all(m is first for m in label_maps[axis]) and (first == np.arange(first.size)).all():
+            cell = cell * widths[axis] + local  # every shard saw the same labels: no remap
+        else:
+            lmap, lstart = _offsets(label_maps[axis])
+            cell = cell * widths[axis] + lmap[lstart[part] + local]
+    value = big.column("docs" if weight == "docs" else "bytes").to_numpy().astype(np.float64)
     keep = task >= 0
-    return task[keep], cell[keep], value[keep].astype(np.float64)
+    if keep.all():  # tasks missing from the plan: only after a re-plan
+        return task, cell, value
+    return task[keep], cell[keep], value[keep]
 
 
 def compute(

@@ -217,9 +217,9 @@ def _sums(pop: Population, sample: Sample) -> _Sums:
     def per_h(w: np.ndarray) -> np.ndarray:
         return np.bincount(h, weights=w, minlength=H)
 
-    t = sample.cell_task.astype(np.int64)
-    y = sample.value.astype(np.float64)
-    key = h[t] * C + sample.cell.astype(np.int64)
+    t = np.asarray(sample.cell_task, dtype=np.int64)  # asarray: no copy of 10M rows
+    y = np.asarray(sample.value, dtype=np.float64)
+    key = h[t] * C + np.asarray(sample.cell, dtype=np.int64)
     size = H * C
 
     def per_hc(w: np.ndarray | None) -> np.ndarray:

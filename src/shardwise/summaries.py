@@ -203,8 +203,8 @@ class Summary:
         return self.cells.slice(start, stop - start)
 
 
-def parse(data: bytes | pa.Buffer, where: str = "summary") -> Summary:
-    """Read summary bytes; ValueError naming ``where`` when they are not one."""
+def parse(data: bytes | pa.Buffer | pa.NativeFile, where: str = "summary") -> Summary:
+    """Read a summary (bytes or an open file); ValueError naming ``where`` if not one."""
     try:
         reader = pa.ipc.open_file(pa.BufferReader(data) if isinstance(data, bytes) else data)
         table = reader.read_all()
@@ -229,9 +229,8 @@ def parse(data: bytes | pa.Buffer, where: str = "summary") -> Summary:
 
 def read(run_dir: Path, shard: int) -> Summary:
     """Read the summary of ``shard`` (memory-mapped: only the columns used are paged in)."""
-    path = summary_path(run_dir, shard)
-    with pa.memory_map(str(path)) as source:
-        return parse(source.read_buffer(), str(path))
+    path = os.path.join(run_dir, SUMMARIES_DIR, f"{shard}{SUFFIX}")  # noqa: PTH118 - hot loop
+    return parse(pa.memory_map(path), path)
 
 
 def read_many(run_dir: Path, shards: Iterable[int]) -> tuple[list[Summary], list[int]]:

@@ -212,3 +212,24 @@ def test_empty_plan(tmp_path: Path) -> None:
     assert (cov.shards_done, cov.shards_empty, cov.files_total, cov.tasks_total) == (3, 3, 0, 0)
     assert cov.incomplete_shards == "" and cov.categories == ()
     assert "left     nothing: every shard is done" in coverage.format_table(cov)
+
+
+def test_throughput_comes_from_shard_markers_without_reading_those_files_stats(tmp_path):
+    files = [f"cc/science/part-{i}.jsonl" for i in range(8)]
+    run_dir = make_run(tmp_path, files, total=2, done_files=files)
+    shard = shard_for_task(files[0], 2)
+    mine = [f for f in files if shard_for_task(f, 2) == shard]
+    marker = run_dir / "shards" / f"{shard}.done"
+    body = json.loads(marker.read_text())
+    body["file_stats"] = {
+        f: {"docs": 50, "tokens": 500, "seconds": 5.0, "bytes": 1000, "device_name": "B200",
+            "finished_at": "2026-01-02T00:00:00+00:00"}
+        for f in mine
+    }  # fmt: skip
+    marker.write_text(json.dumps(body))
+    for f in mine:  # would count as unreadable (and drop the file) if they were read
+        (tmp_path / "output" / f"{f}.stats.json").write_text("{not json")
+    cov = coverage.compute(coverage.load_state(run_dir))
+    devices = {d.device_name: d.files for d in cov.throughput.devices}
+    assert devices == {"B200": len(mine), "NVIDIA H100 80GB HBM3": len(files) - len(mine)}
+    assert cov.tokens_done == 500 * len(mine) + 1000 * (len(files) - len(mine))

@@ -152,9 +152,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verbose", "-v", action="store_true", help="explain each shard's figure")
     p.set_defaults(func=_cmd_walltime)
 
-    from shardwise import coverage, quarantine, retry
+    from shardwise import coverage, domains, quarantine, retry
 
     coverage.add_cli(sub)
+    domains.add_cli(sub)
     retry.add_cli(sub)
     quarantine.add_cli(sub)
     try:

@@ -87,6 +87,7 @@ def validate(cfg: dict[str, Any]) -> dict[str, Any]:
         msg = f"classifiers: names must be unique, got {dupes} more than once"
         raise ConfigError(msg)
     StorageOptions.from_config(cfg.get("storage"))
+    _domain_pairs(cfg)  # refuses pairs naming unknown classifiers, before anything runs
     return cfg
 
 
@@ -120,6 +121,7 @@ class Settings:
     inference: dict[str, Any]
     resources: dict[str, Any]
     walltime: dict[str, Any]
+    domain_pairs: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any]) -> Settings:
@@ -136,6 +138,7 @@ class Settings:
             inference=dict(cfg["inference"]),
             resources=dict(cfg["resources"]),
             walltime=dict(cfg["walltime"]),
+            domain_pairs=tuple(_domain_pairs(cfg)),
         )
 
     def job_settings(self) -> dict[str, Any]:
@@ -149,7 +152,16 @@ class Settings:
             },
             "storage": {k: v for k, v in vars(self.storage).items() if v is not None},
             "inference": self.inference,
+            "domains": {"pairs": [list(p) for p in self.domain_pairs]},
         }
+
+
+def _domain_pairs(cfg: dict[str, Any]) -> list[tuple[str, str]]:
+    """The classifier pairs whose joint label counts each file's stats keep."""
+    from shardwise.labelcounts import resolve_pairs
+
+    names = [c["name"] for c in cfg["classifiers"]]
+    return resolve_pairs(names, cfg.get("domains", {}).get("pairs"))
 
 
 def dumps(data: Any) -> bytes:

@@ -73,6 +73,8 @@ class ShardMarkers:
     docs: np.ndarray  # float64
     files: np.ndarray  # float64
     finished_at: np.ndarray  # float64, POSIX seconds
+    #: Per-file throughput fields the markers carry (``file_stats``), as stats dicts.
+    file_stats: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -135,6 +137,7 @@ def _read_markers(shards_dir: Path, done: np.ndarray) -> tuple[ShardMarkers, lis
     files = np.full(done.size, np.nan)
     finished = np.full(done.size, np.nan)
     readable = np.ones(done.size, dtype=bool)
+    rows: list[dict[str, Any]] = []
     for i, shard in enumerate(done.tolist()):
         try:
             body = json.loads((shards_dir / f"{shard}.done").read_bytes())
@@ -146,11 +149,16 @@ def _read_markers(shards_dir: Path, done: np.ndarray) -> tuple[ShardMarkers, lis
         docs[i] = throughput._number(body.get("docs"))
         files[i] = throughput._number(body.get("files"))
         finished[i] = throughput.parse_time(body.get("finished_at"))
+        per_file = body.get("file_stats")
+        if isinstance(per_file, dict):
+            rows += [{**v, "file": k, "shard": shard} for k, v in per_file.items()
+                     if isinstance(v, dict)]  # fmt: skip
     markers = ShardMarkers(
         shard=done[readable],
         docs=docs[readable],
         files=files[readable],
         finished_at=finished[readable],
+        file_stats=tuple(rows),
     )
     return markers, done[~readable].tolist()
 
@@ -255,6 +263,8 @@ def load_state(
     output_uri = meta.get("output_uri")
     output_uri = str(output_uri) if output_uri else None
     stats: throughput.StatsTable | None = None
+    # Files whose shard marker carries their throughput: their stats are not read.
+    in_markers = {row["file"] for row in markers.file_stats}
     if read_stats is not None:
         stats = throughput.stats_table(read_stats())
     else:
@@ -265,10 +275,16 @@ def load_state(
                 # which is usually the run directory's parent.
                 root = run_dir.parent / root
             paths, done_files = _walk_output(root)
+            if in_markers:
+                cut = len(str(root)) + 1
+                paths = [p for p in paths if p[cut : -len(".stats.json")] not in in_markers]
             stats = throughput.stats_from_json(_read_files(paths))
             if output_markers is None:
                 output_markers, bad_files = _readable_file_markers(root, done_files, plan, done)
                 unreadable += [str(root / f"{rel}.done") for rel in bad_files]
+    if markers.file_stats:
+        from_markers = throughput.stats_table(markers.file_stats)
+        stats = from_markers if stats is None else throughput.concat(stats, from_markers)
     if stats is not None:
         stats = stats.with_bytes(_plan_values(plan, stats.file, "size"))
     return RunState(

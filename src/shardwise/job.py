@@ -29,7 +29,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from shardwise import markers, plan, quarantine, runmeta, sidecar
+from shardwise import labelcounts, markers, plan, quarantine, runmeta, sidecar, summaries
 from shardwise.config import dumps
 from shardwise.errors import InputError, ShardFailedError, ShardwiseError, StorageError
 from shardwise.reader import Documents, Fields, read_documents
@@ -205,12 +205,18 @@ def _journal_file(line: str) -> str | None:
         return None
 
 
-def _journal(run_dir: Path, shard: int, rel: str, rows: int) -> None:
-    """Append a finished file to the shard's progress journal (after its marker)."""
+def _journal(
+    run_dir: Path, shard: int, rel: str, rows: int, extra: dict[str, Any] | None = None
+) -> None:
+    """Append a finished file to the shard's progress journal (after its marker).
+
+    ``extra`` (its label counts and throughput fields) lets the shard's summary be built
+    without reading anything back from the output (see ``summaries``).
+    """
     path = run_dir / PROGRESS_DIR / f"{shard}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as fh:
-        fh.write(json.dumps({"file": rel, "rows": rows}) + "\n")
+        fh.write(json.dumps({**(extra or {}), "file": rel, "rows": rows}) + "\n")
 
 
 @dataclass
@@ -311,8 +317,8 @@ def run_shard(
                     if item.fatal:
                         break
                 else:
-                    rows = _label_file(ctx, engine, item, shard, models)
-                    _journal(run_dir, shard, item.task.rel, rows)
+                    rows, stats = _label_file(ctx, engine, item, shard, models)
+                    _journal(run_dir, shard, item.task.rel, rows, summaries.journal_fields(stats))
                     report.docs += rows
                     report.labelled += 1
                 bar.update(1)
@@ -337,6 +343,10 @@ def run_shard(
             f"every other finished file stays done; the shard will be retried:\n{details}"
         )
         raise ShardFailedError(msg)
+    file_stats = summaries.write_for_shard(
+        run_dir, shard, [(f.rel, f.task_id) for f in files if f.rel not in left_out],
+        lambda rel: ctx.output.read_bytes(sidecar.stats_rel(rel)),
+    )  # fmt: skip
     markers.write_shard_marker(
         run_dir,
         shard,
@@ -346,14 +356,18 @@ def run_shard(
         files=len(files),
         docs=None if unknown_docs else report.docs,
         quarantined=report.quarantined,
+        file_stats=file_stats,
     )
     return report
 
 
 def _label_file(
     ctx: JobContext, engine: Any, item: _Loaded, shard: int, models: dict[str, Any]
-) -> int:
-    """Run the engine on one read file and write sidecar, stats, marker (in that order)."""
+) -> tuple[int, dict[str, Any]]:
+    """Run the engine on one read file and write sidecar, stats, marker (in that order).
+
+    Returns the row count and the stats written.
+    """
     assert item.docs is not None
     t0 = time.perf_counter()
     labels = engine.run(item.prepared)
@@ -384,6 +398,9 @@ def _label_file(
         counts=dict(item.docs.counts),
         models=models,
     )
+    stats["label_counts"] = labelcounts.count_labels(
+        labels.columns, labelcounts.text_bytes(item.docs.texts), *_counted(ctx)
+    )
     ctx.output.write_bytes(sidecar.stats_rel(rel), sidecar.stats_bytes(stats))
     ctx.output.write_bytes(
         markers.file_marker_rel(rel),
@@ -398,7 +415,14 @@ def _label_file(
             ctx.source.url(rel),
             found,
         )
-    return len(item.docs)
+    return len(item.docs), stats
+
+
+def _counted(ctx: JobContext) -> tuple[list[str], list[labelcounts.Pair]]:
+    """Classifiers and pairs whose label counts go into each file's stats."""
+    names = [name for name, _, _ in ctx.meta.classifiers]
+    pairs = ctx.settings.get("domains", {}).get("pairs")  # absent: older settings.json
+    return names, labelcounts.resolve_pairs(names, pairs)
 
 
 def model_identities(ctx: JobContext) -> dict[str, Any]:

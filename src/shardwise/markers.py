@@ -59,11 +59,15 @@ def write_shard_marker(
     docs: int | None,
     source: str = "job",
     quarantined: int = 0,
+    file_stats: dict[str, dict[str, Any]] | None = None,
 ) -> None:
     """Mark ``shard`` done (atomically). ``source`` says who decided: job, empty, remote.
 
     ``docs`` is None when the shard was finished elsewhere and its count is unknown here;
     ``quarantined`` counts the shard's files left out of the run (recorded when > 0).
+    ``file_stats`` (file -> docs, tokens, seconds, bytes, device_name, finished_at, and
+    the data-quality counts) lets the coverage report take throughput and data quality
+    from the marker instead of each file's stats.
     """
     data: dict[str, Any] = {
         "shard": shard,
@@ -77,6 +81,8 @@ def write_shard_marker(
     }
     if quarantined:
         data["quarantined"] = quarantined
+    if file_stats:
+        data["file_stats"] = file_stats
     write_atomic(shard_marker_path(run_dir, shard), dumps(data))
 
 

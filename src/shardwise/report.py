@@ -303,9 +303,22 @@ def render_png(
     return buf.getvalue()
 
 
-def render_html(cov: coverage.Coverage, png: bytes) -> str:
-    """A self-contained page: the picture (inline), the summary and the full tables."""
+def render_html(
+    cov: coverage.Coverage, png: bytes, domains: tuple[bytes, str] | None = None
+) -> str:
+    """A self-contained page: the picture (inline), the summary and the full tables.
+
+    ``domains`` (picture, table) adds the domain distribution (``shardwise domains``).
+    """
     e = html.escape
+    domains_html = (
+        "<h2>Domain distribution</h2>"
+        f"<img alt='domain distribution' src='data:image/png;base64,"
+        f"{base64.b64encode(domains[0]).decode('ascii')}'>"
+        f"<pre>{e(domains[1])}</pre>"
+        if domains is not None
+        else ""
+    )
     first, second = headline(cov)
     rows = "\n".join(
         f"<tr class='{'flag' if c.flagged else ''}'><td>{e(c.name)}</td>"
@@ -374,6 +387,7 @@ code {{ word-break: break-all; }}
 <table><tr><th>category</th><th>done</th><th>tasks</th><th>%</th><th></th></tr>
 {rows}
 </table>
+{domains_html}
 <h2>Incomplete shards ({cov.shards_remaining:,})</h2>
 <p><code>{incomplete}</code></p>
 <p>Run directory: <code>{e(cov.run_dir)}</code></p>
@@ -388,15 +402,27 @@ def write_report(
     *,
     out_png: Path | None = None,
     now: float | None = None,
+    domains_png: Path | None = None,
 ) -> tuple[Path, Path]:
-    """Write the PNG (default: beside the HTML, ``.png``) and the HTML; return both paths."""
+    """Write the PNG (default: beside the HTML, ``.png``) and the HTML; return both paths.
+
+    The HTML includes the domain distribution when some shard has label counts;
+    ``domains_png`` also writes its picture there (a placeholder when there is none).
+    """
     out_html = Path(out_html)
     out_png = Path(out_png) if out_png is not None else out_html.with_suffix(".png")
     png = render_png(state, cov, now=now)
     out_html.parent.mkdir(parents=True, exist_ok=True)
     out_png.parent.mkdir(parents=True, exist_ok=True)
     out_png.write_bytes(png)
-    out_html.write_text(render_html(cov, png), encoding="utf-8")
+    from shardwise.domainplot import report_figure
+
+    domains_png_bytes, domains_table, found = report_figure(state.run_dir)
+    if domains_png is not None:
+        Path(domains_png).parent.mkdir(parents=True, exist_ok=True)
+        Path(domains_png).write_bytes(domains_png_bytes)
+    domains = (domains_png_bytes, domains_table) if found else None
+    out_html.write_text(render_html(cov, png, domains), encoding="utf-8")
     return out_html, out_png
 
 
@@ -423,6 +449,13 @@ def add_cli(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         default=None,
         help="derive categories from file paths (first group, else whole match)",
     )
+    parser.add_argument(
+        "--domains-png",
+        type=Path,
+        default=None,
+        help="also write the domain distribution's picture (shardwise domains --png) here; "
+        "the HTML includes it either way",
+    )
     parser.set_defaults(func=_run_cli)
     return parser
 
@@ -434,6 +467,10 @@ def _run_cli(args: argparse.Namespace) -> int:
     gpus = args.gpus if args.gpus is not None else coverage.default_gpus()
     state = coverage.load_state(args.run_dir)
     cov = coverage.compute(state, category_regex=args.category_regex, gpus=gpus)
-    out_html, out_png = write_report(state, cov, args.out, out_png=args.png)
+    out_html, out_png = write_report(
+        state, cov, args.out, out_png=args.png, domains_png=args.domains_png
+    )
     print(f"wrote {out_html} and {out_png}")
+    if args.domains_png is not None:
+        print(f"wrote {args.domains_png}")
     return 0

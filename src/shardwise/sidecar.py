@@ -124,8 +124,20 @@ def build_stats(
 
 
 def stats_bytes(stats: dict[str, Any]) -> bytes:
-    """Serialise stats."""
-    return dumps(stats)
+    """Serialise stats: indented, except ``label_counts``, which is one compact line.
+
+    ``label_counts`` (see ``labelcounts``) holds hundreds of cells for a large file;
+    indented it would be most of the file and slow every reader of the stats.
+    """
+    counts = stats.get("label_counts")
+    if counts is None:
+        return dumps(stats)
+    from shardwise.labelcounts import compact_json
+
+    head = dumps({k: v for k, v in stats.items() if k != "label_counts"}).decode("utf-8")
+    body = head.rstrip().removesuffix("}").rstrip()
+    sep = "," if body != "{" else ""
+    return f'{body}{sep}\n  "label_counts": {compact_json(counts)}\n}}\n'.encode()
 
 
 def parse_stats(data: bytes, where: str) -> dict[str, Any]:

@@ -32,6 +32,7 @@ __all__ = [
     "StatsTable",
     "Throughput",
     "Walltime",
+    "concat",
     "eta",
     "format_duration",
     "parse_time",
@@ -110,6 +111,12 @@ QUALITY = (*QUALITY_COUNTS, "truncated_docs")
 def _quality_row(row: dict[str, Any]) -> list[float]:
     counts = row.get("counts") if isinstance(row.get("counts"), dict) else {}
     return [_number(counts.get(k)) for k in QUALITY_COUNTS] + [_number(row.get("truncated_docs"))]
+
+
+def concat(*tables: StatsTable) -> StatsTable:
+    """The rows of several tables; a file in more than one keeps its latest row."""
+    columns = {n: np.concatenate([getattr(t, n) for t in tables]) for n in _COLUMNS}
+    return _latest_per_file(StatsTable(**columns))
 
 
 def _number(value: Any) -> float:

@@ -455,8 +455,11 @@ def lock_run_dir(run_dir: Path) -> None:
 
 def print_coverage(run_dir: Path, out: IO[str]) -> None:
     """Print the coverage table once, before scheduling."""
-    from shardwise import coverage
+    from shardwise import coverage, domains
 
     cov = coverage.compute(coverage.load_state(run_dir))
     out.write(coverage.format_table(cov) + "\n")
+    line = domains.headline(run_dir)  # the largest topics and formats so far
+    if line:
+        out.write(line + "\n")
     out.flush()

@@ -9,6 +9,11 @@ rule report:
             caption="../report/coverage.rst",
             category="Coverage",
         ),
+        domains=report(
+            f"{RUN_DIR}/report/domains.png",
+            caption="../report/domains.rst",
+            category="Domains",
+        ),
     log:
         f"{RUN_DIR}/logs/report.log",
     localrule: True
@@ -18,4 +23,5 @@ rule report:
         run_dir=run_dir_of_output,
     shell:
         "shardwise report --run-dir {params.run_dir:q}"
-        " --out {output.html:q} --png {output.png:q} 2> {log:q}"
+        " --out {output.html:q} --png {output.png:q}"
+        " --domains-png {output.domains:q} 2> {log:q}"

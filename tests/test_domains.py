@@ -1,0 +1,177 @@
+"""``shardwise domains`` on synthetic run directories (summaries written directly)."""
+
+import json
+
+import numpy as np
+import pytest
+from domainsynth import make_corpus, write_run
+
+from shardwise import cli, domains, report, workflow
+from shardwise.estimate import estimate
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return make_corpus(seed=21, tasks=600, total_shards=60)
+
+
+def run_cli(capsys, *args):
+    code = cli.main(["domains", *map(str, args)])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_the_cli_reports_what_the_estimator_computes_from_the_same_tasks(tmp_path, corpus, capsys):
+    done = np.arange(0, corpus.total_shards, 2)
+    run_dir = write_run(tmp_path, corpus, done)
+    code, out, _ = run_cli(capsys, "--run-dir", run_dir, "--format", "json")
+    doc = json.loads(out)
+    est = estimate(corpus.population(), corpus.sample(corpus.labelled_after(done)))
+    want = {
+        (corpus.topics[c // 24], corpus.formats[c % 24]): (est.share[c], est.low[c], est.high[c])
+        for c in np.flatnonzero(est.share > 0)
+    }
+    got = {
+        (c["labels"]["topic"], c["labels"]["format"]): (c["share"], c["low"], c["high"])
+        for c in doc["cells"]
+    }
+    assert code == 0
+    assert (doc["view"], doc["weight"], doc["exact"]) == ("topic,format", "docs", False)
+    assert doc["tasks_labelled"] == int(corpus.labelled_after(done).sum())
+    assert got.keys() == want.keys()
+    assert all(np.allclose(got[k], want[k], rtol=1e-9) for k in want)
+    assert [c["share"] for c in doc["cells"]] == sorted((c["share"] for c in doc["cells"]),
+                                                        reverse=True)  # fmt: skip
+
+
+def test_when_every_shard_is_done_the_shares_are_the_exact_counts(tmp_path, corpus, capsys):
+    run_dir = write_run(tmp_path, corpus, range(corpus.total_shards))
+    code, out, _ = run_cli(capsys, "--run-dir", run_dir, "--classifier", "format",
+                           "--weight", "bytes", "--format", "json")  # fmt: skip
+    doc = json.loads(out)
+    text = corpus.text_bytes.reshape(len(corpus.task_ids), 24, 24).sum(axis=1).sum(axis=0)
+    exact = {corpus.formats[j]: text[j] / text.sum() for j in np.flatnonzero(text)}
+    assert code == 0
+    assert doc["exact"] is True
+    assert {c["labels"]["format"]: c["share"] for c in doc["cells"]} == pytest.approx(exact)
+    assert all(c["low"] == c["share"] == c["high"] for c in doc["cells"])
+    assert doc["corpus_total"]["estimate"] == pytest.approx(text.sum())
+
+
+def test_shards_finished_elsewhere_and_quarantined_files_are_reported(tmp_path, corpus, capsys):
+    done, remote = np.arange(0, 30), np.arange(30, 40)
+    quarantined = [corpus.task_ids[i] for i in np.flatnonzero(corpus.task_shard == 45)][:2]
+    run_dir = write_run(tmp_path, corpus, done, remote_shards=remote, quarantine=quarantined)
+    code, out, _ = run_cli(capsys, "--run-dir", run_dir, "--format", "json")
+    doc = json.loads(out)
+    remote_tasks = int(np.isin(corpus.task_shard, remote).sum())
+    assert code == 0
+    assert doc["tasks_total"] == len(corpus.task_ids) - len(quarantined)
+    assert doc["tasks_labelled"] == int(np.isin(corpus.task_shard, done).sum())
+    assert doc["quarantined_tasks"] == len(quarantined) == 2
+    assert (
+        f"{remote_tasks:,} task(s) in 10 finished shard(s) without a summary (finished "
+        "elsewhere or before label counts existed) count as not labelled" in doc["notes"]
+    )
+    assert (
+        "2 task(s) with quarantined files are left out of the corpus (quarantine.json)"
+        in (doc["notes"])
+    )
+
+
+def test_table_csv_markdown_by_category_and_png(tmp_path, corpus, capsys):
+    run_dir = write_run(tmp_path, corpus, range(0, corpus.total_shards, 3))
+    code, out, _ = run_cli(capsys, "--run-dir", run_dir, "--classifier", "topic", "--top", "5")
+    lines = out.splitlines()
+    assert code == 0
+    assert lines[0].startswith("topic: share of docs, estimated from ")
+    assert lines[0].endswith(" points at most")
+    header = next(i for i, line in enumerate(lines) if line.startswith("topic "))
+    assert lines[header].split() == ["topic", "share", "95%", "CI", "est.", "docs"]
+    assert lines[header + 6] == "... 19 more (--top N, or --format csv)"
+
+    code, out, _ = run_cli(capsys, "--run-dir", run_dir, "--format", "csv", "--by", "category")
+    rows = out.splitlines()
+    assert rows[0] == "category,topic,format,share,low,high,total"
+    assert {r.split(",")[0] for r in rows[1:]} == set(corpus.categories)
+
+    code, out, _ = run_cli(capsys, "--run-dir", run_dir, "--format", "markdown", "--top", "2")
+    assert "| topic | format | share | 95% CI | est. docs |" in out
+
+    png = tmp_path / "pic" / "domains.png"
+    code, _, err = run_cli(capsys, "--run-dir", run_dir, "--png", png, "--format", "json")
+    assert code == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert err == f"wrote {png}\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--classifier", "genre"], 1,
+         "shardwise: --classifier genre: unknown classifier; the classifiers are format, topic"),
+        (["--pair", "topic,genre"], 1,
+         "shardwise: --pair topic,genre: unknown classifier(s) genre; the classifiers are "
+         "format, topic"),
+        (["--pair", "format,topic"], 1,
+         "shardwise: --pair format,topic: this pair's joint counts were not kept (config "
+         "domains.pairs); pairs available: topic,format"),
+    ],
+)  # fmt: skip
+def test_unknown_views_are_refused_naming_what_exists(tmp_path, corpus, capsys, args, code,
+                                                     message):  # fmt: skip
+    run_dir = write_run(tmp_path, corpus, [0, 1])
+    got, _, err = run_cli(capsys, "--run-dir", run_dir, *args)
+    assert (got, err.strip()) == (code, message)
+
+
+def test_nothing_done_and_never_planned_are_clear_errors(tmp_path, corpus, capsys):
+    run_dir = write_run(tmp_path, corpus, [])
+    code, _, err = run_cli(capsys, "--run-dir", run_dir)
+    assert (code, err.strip()) == (
+        1,
+        f"shardwise: no shard of {run_dir} is done yet (0 of 60); "
+        "run this again when shards finish",
+    )
+    run_dir = write_run(tmp_path, corpus, [], remote_shards=[0, 1])
+    code, _, err = run_cli(capsys, "--run-dir", run_dir)
+    assert (code, err.strip()) == (
+        1,
+        f"shardwise: none of the 2 finished shards of {run_dir} has a readable summary "
+        f"({run_dir / 'summaries'}/<shard>.arrow): they were finished by another cluster "
+        "or by a version without label counts; shards finished from now on will have one",
+    )
+    code, _, err = run_cli(capsys, "--run-dir", tmp_path / "elsewhere")
+    assert code == 2
+    assert err.startswith(f"shardwise domains: {tmp_path / 'elsewhere'} does not exist: ")
+    assert "Run `snakemake -n` (or `shardwise plan --configfile <config>`) first" in err
+
+
+def test_the_dry_run_printout_gains_one_line_with_the_largest_labels(tmp_path, corpus):
+    import io
+
+    run_dir = write_run(tmp_path, corpus, range(corpus.total_shards))
+    (tmp_path / "labels").mkdir()
+    out = io.StringIO()
+    workflow.print_coverage(run_dir, out)
+    lines = [line for line in out.getvalue().splitlines() if line.startswith("domains")]
+    topic = corpus.true_shares(classifier="topic")
+    first = corpus.topics[int(np.argmax(topic))]
+    assert len(lines) == 1
+    assert lines[0].startswith(f"domains  topic: {first} {100 * topic.max():.1f}%, ")
+    assert lines[0].endswith("(exact; shardwise domains)")
+    assert domains.headline(tmp_path / "nowhere") is None
+
+
+def test_the_html_report_includes_the_domain_picture(tmp_path, corpus):
+    from shardwise import coverage
+
+    run_dir = write_run(tmp_path, corpus, range(10))
+    state = coverage.load_state(run_dir, read_stats=lambda: ())
+    cov = coverage.compute(state)
+    out = tmp_path / "r" / "report.html"
+    report.write_report(state, cov, out, domains_png=tmp_path / "r" / "d.png")
+    page = out.read_text()
+    assert "<h2>Domain distribution</h2>" in page
+    assert f"topic{domains.TIMES}format: share of docs, estimated from" in page
+    assert (tmp_path / "r" / "d.png").read_bytes()[:4] == b"\x89PNG"

@@ -1,0 +1,95 @@
+"""Per-shard summaries: built from the journal (no read-back), stats as a fallback."""
+
+import json
+
+import numpy as np
+
+from shardwise import job, summaries
+
+
+def _counts(docs: int, nbytes: int, topic: str, fmt: str) -> dict:
+    return {
+        "format_version": 1,
+        "docs": docs,
+        "text_bytes": nbytes,
+        "classifiers": {"topic": {topic: [docs, nbytes]}, "format": {fmt: [docs, nbytes]}},
+        "pairs": {"topic,format": {topic: {fmt: [docs, nbytes]}}},
+    }
+
+
+def test_a_summary_round_trips_tasks_and_cells():
+    counts = {
+        "a/1.jsonl": _counts(3, 30, "Health", "FAQ"),
+        "a/2.jsonl": _counts(2, 10, "Travel", "FAQ"),
+        "b/1.jsonl": _counts(4, 40, "Health", "Listicle"),
+    }
+    data = summaries.build(
+        7,
+        [("a/1.jsonl|a/2.jsonl", ["a/1.jsonl", "a/2.jsonl"]), ("b/1.jsonl", ["b/1.jsonl"]),
+         ("c/1.jsonl", ["c/1.jsonl"])],
+        counts,
+    )  # fmt: skip
+    s = summaries.parse(data)
+    assert (s.shard, s.views, s.pairs) == (7, ["format", "topic", "topic,format"],
+                                            [("topic", "format")])  # fmt: skip
+    assert s.labels == {"format": ["FAQ", "Listicle"], "topic": ["Health", "Travel"]}
+    assert s.task_ids == ["a/1.jsonl|a/2.jsonl", "b/1.jsonl"]
+    assert s.task_docs.tolist() == [5, 4]
+    assert s.task_bytes.tolist() == [40, 40]
+    assert s.incomplete_tasks == ["c/1.jsonl"]
+    pair = s.cells.filter(np.array(s.cells["view"].to_numpy() == 2))
+    assert pair.to_pydict() == {
+        "task": [0, 0, 1],
+        "view": [2, 2, 2],
+        "a": [0, 1, 0],
+        "b": [0, 0, 1],
+        "docs": [3, 2, 4],
+        "bytes": [30, 10, 40],
+    }
+
+
+def test_summary_of_a_shard_uses_the_journal_and_reads_stats_only_for_the_rest(tmp_path):
+    stats_read = []
+    fields = summaries.journal_fields(
+        {"docs": 3, "seconds": 1.5, "device_name": "H100", "label_counts": _counts(3, 9, "A", "F")}
+    )
+    job._journal(tmp_path, 3, "x/1.jsonl", 3, fields)
+    job._journal(tmp_path, 3, "x/2.jsonl", 1)  # an older journal line, without counts
+
+    def read_stats(rel: str) -> bytes:
+        stats_read.append(rel)
+        if rel == "x/3.jsonl":
+            raise FileNotFoundError(rel)
+        return json.dumps({"docs": 1, "label_counts": _counts(1, 5, "B", "F")}).encode()
+
+    files = [("x/1.jsonl", "x/1.jsonl"), ("x/2.jsonl", "x/2.jsonl"), ("x/3.jsonl", "x/3.jsonl")]
+    rows = summaries.write_for_shard(tmp_path, 3, files, read_stats)
+    assert stats_read == ["x/2.jsonl", "x/3.jsonl"]
+    assert rows == {
+        "x/1.jsonl": {"docs": 3, "tokens": None, "seconds": 1.5, "bytes": None,
+                      "device_name": "H100", "finished_at": None, "counts": None,
+                      "truncated_docs": None},
+        "x/2.jsonl": {"docs": 1, "tokens": None, "seconds": None, "bytes": None,
+                      "device_name": None, "finished_at": None, "counts": None,
+                      "truncated_docs": None},
+    }  # fmt: skip
+    s = summaries.read(tmp_path, 3)
+    assert s.task_ids == ["x/1.jsonl", "x/2.jsonl"]
+    assert s.incomplete_tasks == ["x/3.jsonl"]
+    assert summaries.summarized_shards(tmp_path) == {3}
+
+
+def test_a_broken_journal_or_store_never_fails_the_shard(tmp_path):
+    (tmp_path / "progress").mkdir()
+    (tmp_path / "progress" / "5.jsonl").write_text('{"file": "a", "label_counts": [1]}\n{"fi')
+
+    def read_stats(rel: str) -> bytes:
+        raise OSError("store down")
+
+    rows = summaries.write_for_shard(tmp_path, 5, [("a", "a"), ("b", "b")], read_stats)
+    s = summaries.read(tmp_path, 5)
+    assert rows == {"a": dict.fromkeys(summaries.FILE_FIELDS)}
+    assert (s.task_ids, s.incomplete_tasks) == ([], ["a", "b"])
+    (tmp_path / "summaries" / "6.arrow").write_text("not arrow")
+    got, missing = summaries.read_many(tmp_path, [5, 6, 7])
+    assert ([g.shard for g in got], missing) == ([5], [6, 7])

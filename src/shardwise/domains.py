@@ -29,14 +29,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shardwise import coverage, summaries
-from shardwise.errors import InputError, ShardwiseError
+from shardwise import coverage, quarantine, summaries
+from shardwise.errors import ShardwiseError
 from shardwise.estimate import Estimate, Population, Sample, estimate
 from shardwise.labelcounts import pair_key
 from shardwise.markers import done_shards
 
 __all__ = [
-    "QUARANTINE_JSON",
     "DomainData",
     "Domains",
     "add_cli",
@@ -47,11 +46,8 @@ __all__ = [
     "format_table",
     "headline",
     "load",
-    "quarantined_files",
 ]
 
-#: Files never labelled (issue 10's quarantine); their tasks leave the population.
-QUARANTINE_JSON = "quarantine.json"
 #: Rows a table shows per view unless ``--top`` says otherwise (csv and json show all).
 DEFAULT_TOP = 30
 WEIGHTS = ("docs", "bytes")
@@ -60,26 +56,6 @@ TIMES = " \u00d7 "  # between the classifiers of a pair, as in "topic x format"
 
 class DomainsError(ShardwiseError):
     """The domain distribution cannot be computed (nothing done yet, unknown view)."""
-
-
-def quarantined_files(run_dir: Path) -> frozenset[str]:
-    """Files listed in ``<run_dir>/quarantine.json`` (empty when there is none).
-
-    Format (issue 10): ``{"format_version": 1, "files": {"<rel>": {reason, at, by}}}``.
-    """
-    path = Path(run_dir) / QUARANTINE_JSON
-    try:
-        data = json.loads(path.read_text("utf-8"))
-    except FileNotFoundError:
-        return frozenset()
-    except (OSError, ValueError) as e:
-        msg = f"{path} is not readable JSON ({e}); fix or remove it"
-        raise InputError(msg) from e
-    files = data.get("files") if isinstance(data, dict) else None
-    if not isinstance(files, dict):
-        msg = f"{path}: expected an object with a 'files' mapping"
-        raise InputError(msg)
-    return frozenset(str(f) for f in files)
 
 
 # ----------------------------------------------------------------------------- load
@@ -135,7 +111,7 @@ def load(run_dir: Path) -> DomainData:
     shard = plan["shard"].to_numpy().astype(np.int64)
     task_shard = shard[first_row] if n_tasks else np.zeros(0, np.int64)
 
-    quarantined = quarantined_files(run_dir)
+    quarantined = set(quarantine.load(run_dir))
     in_population = np.ones(n_tasks, bool)
     if quarantined:
         hit = pc.is_in(plan["file"], value_set=pa.array(sorted(quarantined), pa.string()))

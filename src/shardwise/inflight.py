@@ -22,6 +22,7 @@ Cost: with no claims and no cluster executor nothing is called; otherwise one
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -354,3 +355,46 @@ def with_in_flight(text: str, fmt: str, run_dir: Path) -> str:
     if fmt == "markdown":
         return text + "\n\n```\n" + "\n".join(lines) + "\n```"
     return text + "\n\n" + "\n".join(lines)
+
+
+#: Snakemake's flags of outputs whose job started and never finished (file backend).
+SNAKEMAKE_INCOMPLETE = Path(".snakemake") / "incomplete"
+
+
+def clear_stale_incomplete(run_dir: Path, workdir: str, flight: InFlight) -> list[int]:
+    """Drop Snakemake's "incomplete" flag of shards whose marker a job wrote after all.
+
+    A Snakemake killed with SIGKILL leaves a flag under ``.snakemake/incomplete/`` for
+    every job it had started. Under the SLURM executor the job's own Snakemake clears
+    it when the job ends; under the local executor the orphaned shard process finishes
+    with no Snakemake to do so, and the next invocation would rerun the shard
+    (``--rerun-incomplete``) or refuse to start. The shard marker is written last and
+    atomically, so a marker that exists proves the flag stale; flags of shards still in
+    flight are kept. Only Snakemake's file backend (the default) is handled: one listing
+    of the flags, each name decoded (url-safe base64 of the output path, split into
+    ``@``-prefixed parts when long).
+    """
+    root = Path(workdir) / SNAKEMAKE_INCOMPLETE
+    try:
+        names = [p for p in root.rglob("*") if p.is_file() and not p.name.startswith("@")]
+    except OSError:
+        return []
+    shards_dir = (run_dir / markers.SHARDS_DIR).resolve()
+    cleared = []
+    for flag in names:
+        parts = [p.removeprefix("@") for p in flag.relative_to(root).parts]
+        try:
+            text = base64.urlsafe_b64decode("".join(parts).encode()).decode()
+        except (ValueError, UnicodeDecodeError):
+            continue
+        path = Path(text) if Path(text).is_absolute() else Path(workdir) / text
+        stem = path.name.removesuffix(".done")
+        if path.parent.resolve() != shards_dir or not stem.isdigit() or path.name == stem:
+            continue
+        shard = int(stem)
+        if shard in flight.shards or not path.exists():
+            continue
+        with contextlib.suppress(OSError):
+            flag.unlink()
+            cleared.append(shard)
+    return sorted(cleared)

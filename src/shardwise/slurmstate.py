@@ -174,13 +174,19 @@ def gpu_types(tres: str) -> dict[str, int]:
 
 def nodes(timeout: float = slurmcmd.DEFAULT_TIMEOUT) -> Answer[list[Node]]:
     """Every node of every partition visible to this user, with state and drain reason."""
-    names = ("node", "partition", "avail", "timelimit", "gres", "state", "features", "rtime")
-    names = (*names, "reason")
     reply = slurmcmd.run(["sinfo", "-h", "-N", "-o", "%N|%P|%a|%l|%G|%T|%f|%H|%E"], timeout=timeout)
     if not reply.ok:
         return _failed(reply)
+    return Answer(parse_nodes(reply.stdout))
+
+
+_NODE_FIELDS = ("node", "partition", "avail", "timelimit", "gres", "state", "features", "rtime")
+
+
+def parse_nodes(text: str) -> list[Node]:
+    """``sinfo -h -N -o '%N|%P|%a|%l|%G|%T|%f|%H|%E'`` as nodes."""
     out = []
-    for r in slurmcmd.rows(reply.stdout, names):
+    for r in slurmcmd.rows(text, (*_NODE_FIELDS, "reason")):
         part = r["partition"]
         feats = "" if slurmcmd.is_null(r["features"]) else r["features"]
         out.append(
@@ -197,7 +203,7 @@ def nodes(timeout: float = slurmcmd.DEFAULT_TIMEOUT) -> Answer[list[Node]]:
                 reason_time="" if slurmcmd.is_null(r["rtime"]) else r["rtime"],
             )
         )
-    return Answer(out)
+    return out
 
 
 def _no_reason(text: str) -> bool:
@@ -490,8 +496,13 @@ def reservations(timeout: float = slurmcmd.DEFAULT_TIMEOUT) -> Answer[list[Reser
         if "No reservations" in reply.stdout + reply.stderr:
             return Answer([])
         return _failed(reply)
+    return Answer(parse_reservations(reply.stdout))
+
+
+def parse_reservations(text: str) -> list[Reservation]:
+    """``scontrol show reservation -o`` as reservations ("No reservations..." -> [])."""
     out = []
-    for line in reply.stdout.splitlines():
+    for line in text.splitlines():
         if not line.startswith("ReservationName="):
             continue
         kv = slurmcmd.key_values(line)
@@ -507,7 +518,7 @@ def reservations(timeout: float = slurmcmd.DEFAULT_TIMEOUT) -> Answer[list[Reser
                 accounts="" if slurmcmd.is_null(kv.get("Accounts")) else kv["Accounts"],
             )
         )
-    return Answer(out)
+    return out
 
 
 # ----------------------------------------------------------------------------- test-only

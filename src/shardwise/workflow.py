@@ -100,6 +100,7 @@ def prepare_run(
     flight = inflight.find(run_dir, submitter, done=markers.done_shards(run_dir))
     if submitter is not None:
         submitter.record(run_dir)
+        inflight.clear_stale_incomplete(run_dir, submitter.workdir, flight)
     if report:
         print_coverage(run_dir, out or sys.stderr, flight.lines())
     return RunInfo(

@@ -513,14 +513,16 @@ def _advice(rows: list[ProbeRow], own: int, shards: int, job_id: str) -> str:
             "pending reason)"
         )
     best = max(now_rows, key=lambda r: r.minutes)
-    per_shard = max(1, best.minutes // max(shards, 1))
-    k = max(1, best.minutes // max(math.ceil(own / max(shards, 1)), 1))
+    share = math.ceil(own / max(shards, 1))  # one shard's walltime in this job
+    options = [f"walltime.max_minutes: {max(1, best.minutes // max(shards, 1))} (K={shards})"]
+    k = best.minutes // max(share, 1)
+    if 1 <= k < shards:
+        options.append(f"--group-components classify={k} (shards keep their walltime)")
     return (
         f"a job asking for {best.minutes} min or less starts now (yours asks for {own} min for "
-        f"{shards} shard(s)): set walltime.max_minutes: {per_shard} (K={shards}) or "
-        f"--group-components classify={k}; shorten queued jobs in place with `scontrol update "
-        f"JobId={job_id} TimeLimit={best.minutes}` (decrease only; a shard cut short resumes "
-        "on its retry)"
+        f"{shards} shard(s)): set {' or '.join(options)}; or shorten queued jobs in place with "
+        f"`scontrol update JobId={job_id} TimeLimit={best.minutes}` (decrease only; a shard cut "
+        "short resumes on its retry)"
     )
 
 
@@ -595,12 +597,15 @@ def format_table(status: Status) -> str:
         lines.append(
             f"main process  pid {m['pid']} on {m['host']} since {m['since']}: {alive}{extra}"
         )
-    cap = f"cap {status.submit_cap:,}" if status.submit_cap is not None else "no cap"
+    cap = (
+        f"of cap {status.submit_cap:,} ({status.cap_source})"
+        if status.submit_cap is not None
+        else f"(submit cap: {status.cap_source})"
+    )
     user_jobs = "?" if status.user_jobs is None else f"{status.user_jobs:,}"
     lines.append(
         f"jobs          {len(status.running)} running, {len(status.pending_jobs)} pending "
-        f"(this run); submit slots: run {len(status.jobs)}, you {user_jobs} of {cap} "
-        f"({status.cap_source})"
+        f"(this run); submit slots: run {len(status.jobs)}, you {user_jobs} {cap}"
     )
     usage = _gpu_usage(status)
     gpus = sum(u["gpus"] for u in usage)
@@ -627,7 +632,8 @@ def format_table(status: Status) -> str:
             f"other users   {status.others['pending']:,} pending, {status.others['running']:,} "
             "running in these partitions"
         )
-    if status.in_flight:
+    listed = {s for j in status.jobs for s in j.shards}
+    if set(status.in_flight.shards) - listed:  # shards of local processes or unlisted jobs
         lines += ["", *status.in_flight.lines(notes=False, planning=False)]
     if status.jobs:
         pw = max(len("partition"), *(len(j.partition) for j in status.jobs))
@@ -663,7 +669,7 @@ def format_table(status: Status) -> str:
                 if r.starts_now
                 else (r.start.replace("T", " ") if r.start else f"? {r.problem}")
             )
-            lines.append(f"  {r.minutes:>6} min  ({r.label:<17})  expected start: {when}")
+            lines.append(f"  {r.minutes:>6} min  ({r.label:<23})  expected start: {when}")
         lines.append(f"  => {pr.advice}")
     if status.nodes:
         lines += ["", "nodes that cannot run jobs (sinfo -R)"]

@@ -59,10 +59,15 @@ def test_the_longest_limit_that_starts_now_is_found_by_bisection():
         asked.append(minutes)
         return _window(minutes)
 
-    assert clusterstatus.longest_starting_now(ask, 60, NOW) == 19
+    # none of 60, 30 starts now: halve below, then bisect
+    assert clusterstatus.longest_starting_now(ask, [60, 30], NOW) == 19
     assert len(asked) <= 10
-    assert clusterstatus.longest_starting_now(lambda m: Answer(AFTER), 60, NOW) is None
-    assert clusterstatus.longest_starting_now(lambda m: Answer(NOW), 60, NOW) is None
+    # 15 starts now, 30 does not: bisect between them
+    asked.clear()
+    assert clusterstatus.longest_starting_now(ask, [60, 30, 15], NOW) == 19
+    assert len(asked) <= 8
+    assert clusterstatus.longest_starting_now(lambda m: Answer(AFTER), [60], NOW) is None
+    assert clusterstatus.longest_starting_now(lambda m: Answer(NOW), [60], NOW) is None
 
 
 def _run(tmp_path):
@@ -169,10 +174,12 @@ def test_the_view_groups_reasons_and_answers_the_walltime_question(tmp_path):
     assert [(r.minutes, r.label, r.starts_now) for r in probe.rows] == [
         (240, "its own request", False),
         (120, "one shard's share", False),
-        (60, "25% of it", False),
+        (60, "a quarter of it", False),
         (19, "longest that starts now", True),
     ]
-    assert probe.advice.startswith("a job asking for 19 min or less starts now")
+    assert probe.advice.startswith(
+        "a job asking for 19 min or less starts now instead of 2026-12-01 08:19:00"
+    )
     assert "walltime.max_minutes: 9 (K=2)" in probe.advice
     assert status.progress.gpus_running == 1
     assert status.main_process == {
@@ -207,3 +214,18 @@ def test_private_jobs_are_said_to_be_hidden_instead_of_guessed(tmp_path):
     status = clusterstatus.build(run_dir, facts)
     assert status.others is None
     assert any("hidden (PrivateData=jobs)" in n for n in status.notes)
+
+
+def test_a_shorter_walltime_that_starts_earlier_but_not_now_is_advised():
+    rows = [
+        clusterstatus.ProbeRow(23, "its own request", "2026-12-01T10:44:11", False),
+        clusterstatus.ProbeRow(12, "one shard's share", "2026-12-01T06:34:16", False),
+        clusterstatus.ProbeRow(11, "half of it", "2026-12-01T06:34:16", False),
+    ]
+    advice = clusterstatus._advice(rows, 23, 2, "20")
+    assert advice.startswith(
+        "a job asking for 12 min or less starts at 2026-12-01 06:34:16 instead of "
+        "2026-12-01 10:44:11"
+    )
+    same = [replace(r, start="2026-12-01T10:44:11") for r in rows]
+    assert clusterstatus._advice(same, 23, 2, "20").startswith("no shorter walltime starts")

@@ -13,6 +13,12 @@ from shardwise.pendingreasons import explain
         ("ReqNodeNotAvail, Reserved for maintenance", "maintenance reservation", False),
         ("ReqNodeNotAvail, UnavailableNodes:gpu-bad01", "down, drained", False),
         ("ReqNodeNotAvail", "down, drained", False),
+        (
+            "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority "
+            "partitions",
+            "down, drained, busy until a reservation",
+            False,
+        ),
         ("QOSMaxSubmitJobPerUserLimit", "submitted per user", False),
         ("QOSMaxGRESPerUser", "GPU quota", False),
         ("QOSGrpGRES", "GPU quota", False),

@@ -188,9 +188,8 @@ def gather(run_dir: Path, *, timeout: float = slurmcmd.DEFAULT_TIMEOUT) -> Facts
                     )
                 return starts[minutes]
 
-            for minutes in probe_minutes(oldest.time_limit_minutes, shards):
-                ask(minutes)
-            longest_starting_now(ask, min(starts, default=0), datetime.now())
+            asked = probe_minutes(oldest.time_limit_minutes, shards)
+            longest_starting_now(ask, asked, datetime.now())
     others = None
     private = cfg.ok and "jobs" in slurmstate.private_data(cfg.value or {})
     parts = sorted({p for j, _ in mine.values() for p in j.partition.split(",") if p})
@@ -233,12 +232,15 @@ def probe_minutes(own: int | None, shards: int) -> list[int]:
 
 
 def longest_starting_now(
-    ask: Callable[[int], Answer[datetime]], below: int, now: datetime
+    ask: Callable[[int], Answer[datetime]], asked: list[int], now: datetime
 ) -> int | None:
-    """The longest limit under ``below`` minutes that SLURM would start now (bisection).
+    """The longest time limit SLURM would start now, between the limits already ``asked``.
 
-    Asked only when none of the standard limits starts now: at most ~2 log2(below)
-    ``sbatch --test-only`` calls, never a submission.
+    When the job's own limit does not start now: bisect between the longest asked limit
+    that starts now and the next longer one that does not (or halve below the shortest
+    asked one until one starts now). At most ~2 log2(limit) more ``sbatch --test-only``
+    calls, to within 5%; never a submission. None when nothing starts now or SLURM
+    does not answer.
     """
 
     def starts_now(minutes: int) -> bool | None:
@@ -247,21 +249,26 @@ def longest_starting_now(
             return None
         return answer.value <= now + timedelta(minutes=1)
 
-    if below <= 1 or starts_now(below):
+    verdicts = {m: starts_now(m) for m in asked}
+    if not verdicts or None in verdicts.values() or all(verdicts.values()):
         return None
-    low, high = 0, below  # starts_now(low) (or low == 0), not starts_now(high)
-    probe = below // 2
-    while probe >= 1:  # halve until something starts now
-        verdict = starts_now(probe)
-        if verdict is None:
+    good = [m for m, v in verdicts.items() if v]
+    if good:
+        low = max(good)
+        high = min(m for m, v in verdicts.items() if not v and m > low)
+    else:
+        high, probe, low = min(verdicts), min(verdicts) // 2, 0
+        while probe >= 1:  # halve until something starts now
+            verdict = starts_now(probe)
+            if verdict is None:
+                return None
+            if verdict:
+                low = probe
+                break
+            high, probe = probe, probe // 2
+        if low == 0:
             return None
-        if verdict:
-            low = probe
-            break
-        high, probe = probe, probe // 2
-    if low == 0:
-        return None
-    while high - low > max(1, low // 20):  # to within 5%
+    while high - low > max(1, low // 20):
         mid = (low + high) // 2
         verdict = starts_now(mid)
         if verdict is None:
@@ -496,33 +503,39 @@ def _label(minutes: int, own: int, shards: int) -> str:
         return "its own request"
     if shards > 1 and minutes == math.ceil(own / shards):
         return "one shard's share"
-    if own and minutes in {own // 2, own // 4}:
-        return f"{minutes / own:.0%} of it"
+    if own and minutes == own // 2:
+        return "half of it"
+    if own and minutes == own // 4:
+        return "a quarter of it"
     return "longest that starts now"
 
 
 def _advice(rows: list[ProbeRow], own: int, shards: int, job_id: str) -> str:
-    now_rows = [r for r in rows if r.starts_now]
-    if not rows or all(r.start is None for r in rows):
+    answered = [r for r in rows if r.start is not None]
+    if not answered:
         return "sbatch --test-only gave no answer; see the problems above"
-    if any(r.minutes == own and r.starts_now for r in rows):
+    own_row = next((r for r in answered if r.minutes == own), None)
+    if own_row is not None and own_row.starts_now:
         return "its own request would start now: the job waits for the next scheduling pass"
-    if not now_rows:
+    first = min(r.start for r in answered if r.start)
+    if own_row is not None and own_row.start == first:
         return (
-            "no shorter walltime starts now either: the wait is not about time (see the "
-            "pending reason)"
+            "no shorter walltime starts earlier: the wait is not about time (see the pending "
+            "reason)"
         )
-    best = max(now_rows, key=lambda r: r.minutes)
+    best = max((r for r in answered if r.start == first), key=lambda r: r.minutes)
+    when = "now" if best.starts_now else f"at {first.replace('T', ' ')}"
+    instead = f" instead of {own_row.start.replace('T', ' ')}" if own_row and own_row.start else ""
     share = math.ceil(own / max(shards, 1))  # one shard's walltime in this job
     options = [f"walltime.max_minutes: {max(1, best.minutes // max(shards, 1))} (K={shards})"]
     k = best.minutes // max(share, 1)
     if 1 <= k < shards:
         options.append(f"--group-components classify={k} (shards keep their walltime)")
     return (
-        f"a job asking for {best.minutes} min or less starts now (yours asks for {own} min for "
-        f"{shards} shard(s)): set {' or '.join(options)}; or shorten queued jobs in place with "
-        f"`scontrol update JobId={job_id} TimeLimit={best.minutes}` (decrease only; a shard cut "
-        "short resumes on its retry)"
+        f"a job asking for {best.minutes} min or less starts {when}{instead} (yours asks for "
+        f"{own} min for {shards} shard(s)): set {' or '.join(options)}; or shorten queued jobs "
+        f"in place with `scontrol update JobId={job_id} TimeLimit={best.minutes}` (decrease "
+        "only; a shard cut short resumes on its retry)"
     )
 
 

@@ -58,6 +58,14 @@ _TABLE: tuple[tuple[str, str, str, bool], ...] = (
         False,
     ),
     (
+        r"^Nodes required for job are DOWN, DRAINED or reserved|^Nodes_required_for_job",
+        "The nodes the job may use are down, drained, busy until a reservation (often a "
+        "maintenance window) or held for higher-priority partitions.",
+        "If a maintenance window is near, a shorter walltime starts sooner (see the walltime "
+        "probe); otherwise check `sinfo -R` and widen the partition list.",
+        False,
+    ),
+    (
         r"^QOSMaxSubmitJobPerUserLimit$|^QOSMaxSubmitJobsPerUserLimit$|"
         r"^AssocMaxSubmitJobLimit$|^AssocGrpSubmitJobsLimit$",
         "The cap on jobs submitted per user (running + pending) is reached; further "
@@ -177,6 +185,7 @@ COVERED = (
     "Priority",
     "ReqNodeNotAvail, Reserved for maintenance",
     "ReqNodeNotAvail (UnavailableNodes: down, drained, excluded or reserved nodes)",
+    "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority partitions",
     "QOSMaxSubmitJobPerUserLimit, AssocMaxSubmitJobLimit, AssocGrpSubmitJobsLimit",
     "QOSMaxGRESPerUser, QOSGrpGRES, AssocGrpGRES (and the per-account/per-job GRES forms)",
     "AssocMaxJobsLimit, QOSMaxJobsPerUserLimit, AssocGrpJobsLimit, QOSGrpJobsLimit",

@@ -47,3 +47,33 @@ WRAP_SCRIPT = (
     "/work/demo/config.yaml --set-threads base64//Y2xhc3NpZnk9MQ== --executor slurm-jobstep "
     "--jobs 1 --mode 'remote'\n"
 )
+
+
+def job(job_id: str, state: str = "PENDING", **over):
+    """A `slurmstate.Job` as squeue lists one of the plugin's jobs (fields overridable)."""
+    from datetime import datetime
+
+    from shardwise.slurmstate import Job
+
+    fields = {
+        "id": job_id,
+        "state": state,
+        "name": "shardwise_u",
+        "user": "me",
+        "partition": "gpu",
+        "time_limit_minutes": 60,
+        "elapsed_seconds": 0,
+        "submit_time": datetime(2026, 12, 1, 6, 0),
+        "start_time": None,
+        "nodes": "",
+        "tres_alloc": "",
+        "tres_per_job": "gres:gpu:1",
+        "tres_per_node": "",
+        "qos": "normal",
+        "account": "a",
+        "workdir": "/work",
+        "reason": "Priority",
+        "comment": "rule_classify_classify",
+    }
+    fields.update(over)
+    return Job(**fields)

@@ -37,4 +37,4 @@ def test_check_with_a_missing_profile_exits_1_naming_it(tmp_path, capsys):
 def test_watch_must_be_positive(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["cluster", "status", "--run-dir", str(tmp_path), "--watch", "0"])
-    assert "must be positive" in capsys.readouterr().err
+    assert "must be a positive integer" in capsys.readouterr().err

@@ -7,7 +7,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import jsonschema
-from slurm_samples import SHOW_JOB, SINFO_NODES, WRAP_SCRIPT
+from e2e import minimal_config
+from slurm_samples import SHOW_JOB, SINFO_NODES, WRAP_SCRIPT, job
 
 from shardwise import claims, clusterstatus, inflight, markers, slurmcmd, slurmstate, workflow
 from shardwise.demo import DemoSize, write_corpus
@@ -72,13 +73,7 @@ def test_the_longest_limit_that_starts_now_is_found_by_bisection():
 
 def _run(tmp_path):
     write_corpus(tmp_path / "corpus", DemoSize(files_per_category=1, docs_per_file=2))
-    cfg = {
-        "run_dir": str(tmp_path / "run"),
-        "input": {"uri": str(tmp_path / "corpus")},
-        "output": {"uri": str(tmp_path / "labels")},
-        "sharding": {"total_shards": 8},
-        "classifiers": [{"name": "topic", "model": "m", "input": "text"}],
-    }
+    cfg = minimal_config(tmp_path, tmp_path / "corpus", sharding={"total_shards": 8})
     submitter = inflight.Submitter(
         workdir="/work",
         snakefile="/repo/Snakefile",
@@ -94,28 +89,15 @@ def _run(tmp_path):
 
 
 def _job(job_id, state, reason, **kw):
-    base = dict(
-        id=job_id,
-        state=state,
-        name="shardwise_u",
-        user="me",
-        partition="ice-gpu,coe-gpu",
-        time_limit_minutes=240,
-        elapsed_seconds=0,
-        submit_time=datetime(2026, 12, 1, 5, 55),
-        start_time=None,
-        nodes="",
-        tres_alloc="cpu=1,mem=1000M,node=1,billing=1,gres/gpu=1",
-        tres_per_job="gres:gpu:1",
-        tres_per_node="",
-        qos="normal",
-        account="shardwise",
-        workdir="/work",
-        reason=reason,
-        comment="rule_classify_classify",
-    )
-    base.update(kw)
-    return slurmstate.Job(**base)
+    base = {
+        "partition": "ice-gpu,coe-gpu",
+        "time_limit_minutes": 240,
+        "submit_time": datetime(2026, 12, 1, 5, 55),
+        "tres_alloc": "cpu=1,mem=1000M,node=1,billing=1,gres/gpu=1",
+        "account": "shardwise",
+        "reason": reason,
+    }
+    return job(job_id, state, **{**base, **kw})
 
 
 def _facts(run_dir):

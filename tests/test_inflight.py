@@ -9,40 +9,18 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
-from datetime import datetime
 
 import pytest
-from e2e import ledger_counts, make_run, slow_shardwise, snakemake_cmd
-from slurm_samples import WRAP_SCRIPT
+from e2e import ledger_counts, make_run, minimal_config, slow_shardwise, snakemake_cmd
+from slurm_samples import WRAP_SCRIPT, job
 
 from shardwise import claims, inflight, markers, slurmstate, workflow
 from shardwise.cli import main
 from shardwise.demo import DemoSize, write_corpus
 
 
-def _job(job_id, state="PENDING", workdir="/work", comment="rule_classify_classify", **kw):
-    base = dict(
-        id=job_id,
-        state=state,
-        name="shardwise_x",
-        user="me",
-        partition="gpu",
-        time_limit_minutes=60,
-        elapsed_seconds=0,
-        submit_time=datetime(2026, 12, 1, 6, 0),
-        start_time=None,
-        nodes="",
-        tres_alloc="",
-        tres_per_job="gres:gpu:1",
-        tres_per_node="",
-        qos="normal",
-        account="a",
-        workdir=workdir,
-        reason="Priority",
-        comment=comment,
-    )
-    base.update(kw)
-    return slurmstate.Job(**base)
+def _job(job_id, state="PENDING", **kw):
+    return job(job_id, state, **kw)
 
 
 SUBMITTER = inflight.Submitter(
@@ -156,14 +134,7 @@ def test_stale_incomplete_flags_of_finished_shards_are_cleared_others_kept(tmp_p
 
 def _planned(tmp_path):
     write_corpus(tmp_path / "corpus", DemoSize(files_per_category=1, docs_per_file=2))
-    cfg = {
-        "run_dir": str(tmp_path / "run"),
-        "input": {"uri": str(tmp_path / "corpus")},
-        "output": {"uri": str(tmp_path / "labels")},
-        "sharding": {"total_shards": 4},
-        "classifiers": [{"name": "topic", "model": "m", "input": "text"}],
-    }
-    return cfg
+    return minimal_config(tmp_path, tmp_path / "corpus", sharding={"total_shards": 4})
 
 
 def test_planning_leaves_claimed_shards_out_of_the_targets_and_prints_them(tmp_path):

@@ -12,17 +12,20 @@ import time
 from pathlib import Path
 from typing import Any
 
+from shardwise.coverage import _positive_int
 from shardwise.errors import ConfigError
 
 DEFAULT_PROFILE = "profiles/slurm"
 DEFAULT_CONFIG = "config/config.yaml"
 
 
-def _positive(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return value
+def _timeout_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--timeout",
+        type=_positive_int,
+        default=20,
+        help="seconds each SLURM command may take (default 20)",
+    )
 
 
 def add_cli(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -63,12 +66,7 @@ def add_cli(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "what failed; use it as the last --profile",
     )
     p.add_argument("--format", choices=("table", "json"), default="table", help="output format")
-    p.add_argument(
-        "--timeout",
-        type=_positive,
-        default=20.0,
-        help="seconds each SLURM command may take (default 20)",
-    )
+    _timeout_option(p)
     p.set_defaults(func=_check)
 
     p = sub.add_parser(
@@ -84,18 +82,13 @@ def add_cli(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("table", "json"), default="table", help="output format")
     p.add_argument(
         "--watch",
-        type=_positive,
+        type=_positive_int,
         default=None,
         metavar="SECONDS",
         help="redraw every SECONDS until Ctrl-C (plain text blocks when not a terminal; "
         "JSON Lines with --format json)",
     )
-    p.add_argument(
-        "--timeout",
-        type=_positive,
-        default=20.0,
-        help="seconds each SLURM command may take (default 20)",
-    )
+    _timeout_option(p)
     p.set_defaults(func=_status)
     return parser
 

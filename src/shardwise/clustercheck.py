@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -88,14 +88,8 @@ def gather(request: JobRequest, *, timeout: float = slurmcmd.DEFAULT_TIMEOUT) ->
             ["sacct", "-n", "-X", "-P", "-u", user, "-S", "now-1minutes", "-o", "JobIDRaw"],
             timeout=min(timeout, 15.0),
         )
-        facts = _replace(facts, sacct=Answer(True) if probe.ok else Answer(None, probe.problem))
+        facts = replace(facts, sacct=Answer(True) if probe.ok else Answer(None, probe.problem))
     return facts
-
-
-def _replace(facts: Facts, **changes: Any) -> Facts:
-    from dataclasses import replace
-
-    return replace(facts, **changes)
 
 
 # ----------------------------------------------------------------------------- findings

@@ -76,9 +76,11 @@ def shardwise(*args: str, extra_env: dict[str, str] | None = None, timeout: floa
     )
 
 
-def run_id(log: str) -> str | None:
-    m = re.search(r"SLURM run ID: (\S+)", log)
-    return m.group(1) if m else None
+def run(cmd: list[str], timeout: float = 240, extra_env: dict[str, str] | None = None):
+    """Run a snakemake to its end; CompletedProcess with text output."""
+    return subprocess.run(
+        cmd, capture_output=True, text=True, env=env(extra_env), timeout=timeout, check=False
+    )
 
 
 def squeue_of(workdir: Path) -> list[dict[str, str]]:

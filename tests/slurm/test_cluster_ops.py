@@ -180,9 +180,7 @@ def test_a_submission_refused_at_the_cap_shows_slurms_own_message(cluster, slurm
             tmp_path, configfile, sr.PROFILE, sr.PROFILE_CI,
             extra=("--slurm-qos", qos, "--retries", "0", "--jobs", "5"),
         )  # fmt: skip
-        proc = subprocess.run(
-            cmd, capture_output=True, text=True, env=sr.env(), timeout=240, check=False
-        )
+        proc = sr.run(cmd)
         log = proc.stdout + proc.stderr
         assert proc.returncode != 0
         assert "QOSMaxSubmitJobPerUserLimit" in log, log[-4000:]
@@ -220,9 +218,7 @@ def test_a_run_with_an_unknown_excluded_node_shows_sbatchs_message(cluster, tmp_
     configfile = sr.demo(tmp_path)
     cmd = sr.snakemake(tmp_path, configfile, sr.PROFILE, sr.PROFILE_CI, bad,
                        extra=("--retries", "0"))  # fmt: skip
-    proc = subprocess.run(
-        cmd, capture_output=True, text=True, env=sr.env(), timeout=240, check=False
-    )
+    proc = sr.run(cmd)
     log = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "Invalid node name specified" in log, log[-4000:]

@@ -168,7 +168,7 @@ def test_the_view_groups_reasons_and_answers_the_walltime_question(tmp_path):
         "host": "login1",
         "pid": 4242,
         "alive": None,
-        "since": "2026-12-01T05:50:00+00:00",
+        "since": inflight.local_time("2026-12-01T05:50:00+00:00"),
     }
     assert [n["node"] for n in status.nodes] == ["gpu-bad01", "vm"]
     assert status.others == {"pending": 1, "running": 0}

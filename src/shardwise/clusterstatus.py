@@ -450,7 +450,7 @@ def _main_process(submitter: inflight.Submitter | None) -> dict[str, Any]:
         "host": submitter.host,
         "pid": submitter.pid,
         "alive": alive,
-        "since": submitter.started_at,
+        "since": inflight.local_time(submitter.started_at),
     }
 
 
@@ -602,8 +602,7 @@ def format_table(status: Status) -> str:
     if m["pid"]:
         alive = {True: "running", False: "GONE", None: "on another host: cannot check"}[m["alive"]]
         extra = (
-            " (its jobs keep running; run snakemake again: in-flight shards are not submitted "
-            "twice)"
+            " (run snakemake again: shards that live jobs still hold are not submitted twice)"
             if m["alive"] is False
             else ""
         )

@@ -31,6 +31,7 @@ import shutil
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -171,6 +172,17 @@ class InFlight:
 # ----------------------------------------------------------------------------- finding
 
 
+def local_time(iso: str) -> str:
+    """An ISO time with an offset (claims are UTC) as local time, as SLURM prints times."""
+    try:
+        when = datetime.fromisoformat(iso)
+    except ValueError:
+        return iso
+    if when.tzinfo is not None:
+        when = when.astimezone().replace(tzinfo=None)
+    return when.isoformat(timespec="seconds")
+
+
 def find(
     run_dir: Path,
     submitter: Submitter | None,
@@ -214,7 +226,7 @@ def find(
             shard,
             claim.slurm_job_id,
             state,
-            claim.started_at,
+            local_time(claim.started_at),
             claim.holder(),
             certain=verdict.alive is True,
         )

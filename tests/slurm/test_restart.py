@@ -80,7 +80,8 @@ def test_sigkilled_run_restarted_at_once_submits_no_shard_twice(cluster, tmp_pat
         for job_id in before:
             assert f"job {job_id} " in log
         assert log.count("has been submitted with SLURM jobid") == 1
-        print(f"\n--- second invocation ---\n{log[-2500:]}", file=sys.stderr)
+        block = log[flying.start() :].split("\nSNAKEMAKE")[0].split("\nBuilding DAG")[0]
+        print(f"\n--- second invocation, in flight ---\n{block}", file=sys.stderr)
         sr.wait_for(lambda: not sr.squeue_of(workdir), 300, "the first invocation's jobs")
         third = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300,
                                check=False)  # fmt: skip

@@ -5,7 +5,9 @@
 # All logic lives in the `shardwise` package (src/shardwise/).
 from snakemake.utils import min_version, validate
 
+from shardwise.inflight import Submitter
 from shardwise.storage import reject_secret_keys
+from shardwise.submiterrors import show_submit_errors
 from shardwise.workflow import prepare_run
 
 min_version("9.0")
@@ -22,12 +24,16 @@ reject_secret_keys(config.get("storage"))
 validate(config, "config/schema.yaml")
 
 # Top-level process: lists the input once, pins run.json, caches the plan, prints
-# coverage. Inside a cluster job: reads run.json only (no listing, no printing).
+# coverage, leaves out shards that live jobs of an earlier invocation hold. Inside a
+# cluster job: reads run.json only (no listing, no printing, no squeue).
 RUN = prepare_run(
     config,
     main_process=workflow.is_main_process,
     dryrun=workflow.dryrun,
+    submitter=Submitter.of(workflow) if workflow.is_main_process else None,
 )
+# sbatch's own message when it refuses a group job (Snakemake drops it otherwise).
+show_submit_errors(main_process=workflow.is_main_process)
 RUN_DIR = str(RUN.run_dir)
 
 
@@ -49,4 +55,4 @@ rule all:
     default_target: True
     input:
         RUN.targets(),
-        f"{RUN_DIR}/report/coverage.png",
+        RUN.when_settled(f"{RUN_DIR}/report/coverage.png"),

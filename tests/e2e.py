@@ -139,3 +139,55 @@ def assert_labelled_exactly_once(corpus: Path, labels: Path, classifiers=("topic
 def copy_tree(src: Path, dst: Path) -> None:
     """Copy a folder (helper for tests that mutate a corpus)."""
     shutil.copytree(src, dst, dirs_exist_ok=True)
+
+
+#: A `shardwise` that waits inside the shard's claim before labelling, and logs each
+#: shard run to a ledger: a shard job that stays in flight long enough to be seen
+#: (running, then killed or restarted around), doing the real work afterwards.
+_SLOW_SHARDWISE = """#!{python}
+import os, sys, time
+from shardwise import cli, job
+
+_real = job.run_shard
+
+
+def _slow(run_dir, shard, **kw):
+    with open(os.environ["SHARDWISE_TEST_LEDGER"], "a") as fh:
+        fh.write(f"{{shard}} {{os.environ.get('SLURM_JOB_ID', '-')}} {{os.getpid()}}\\n")
+    time.sleep(float(os.environ.get("SHARDWISE_TEST_SHARD_DELAY", "0")))
+    return _real(run_dir, shard, **kw)
+
+
+job.run_shard = _slow
+sys.exit(cli.main())
+"""
+
+
+def slow_shardwise(directory: Path, ledger: Path, delay: float) -> dict[str, str]:
+    """Environment whose `shardwise` sleeps ``delay`` s in each shard and logs it to ``ledger``.
+
+    The rule runs `shardwise classify-shard`; this puts a wrapper first on PATH (jobs
+    inherit the environment, SLURM ones through --export=ALL) that runs the real CLI
+    after the claim is taken, so a shard job is in flight for at least ``delay`` s.
+    """
+    directory, ledger = directory.resolve(), ledger.resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    exe = directory / "shardwise"
+    exe.write_text(_SLOW_SHARDWISE.format(python=sys.executable))
+    exe.chmod(0o755)
+    ledger.touch()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_"))}
+    env["PATH"] = f"{directory}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    env["SHARDWISE_TEST_LEDGER"] = str(ledger)
+    env["SHARDWISE_TEST_SHARD_DELAY"] = str(delay)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def ledger_counts(ledger: Path) -> dict[int, int]:
+    """How many times each shard's job started (from the ledger)."""
+    counts: dict[int, int] = {}
+    for line in ledger.read_text().splitlines():
+        shard = int(line.split()[0])
+        counts[shard] = counts.get(shard, 0) + 1
+    return counts

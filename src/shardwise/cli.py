@@ -34,11 +34,13 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_classify_shard(args: argparse.Namespace) -> int:
+    from shardwise.claims import held
     from shardwise.job import Interrupted, install_signal_handlers, run_shard
 
     install_signal_handlers()
     try:
-        report = run_shard(Path(args.run_dir), args.shard, progress=not args.no_progress)
+        with held(Path(args.run_dir), args.shard):  # a live job on this shard: refuse, exit 1
+            report = run_shard(Path(args.run_dir), args.shard, progress=not args.no_progress)
     except Interrupted as e:
         print(f"shardwise: {e}", file=sys.stderr)
         return 143
@@ -152,12 +154,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verbose", "-v", action="store_true", help="explain each shard's figure")
     p.set_defaults(func=_cmd_walltime)
 
-    from shardwise import coverage, domains, quarantine, retry
+    from shardwise import cluster, coverage, domains, quarantine, retry
 
     coverage.add_cli(sub)
     domains.add_cli(sub)
     retry.add_cli(sub)
     quarantine.add_cli(sub)
+    cluster.add_cli(sub)
     try:
         from shardwise import report
     except ImportError:  # pragma: no cover - report needs matplotlib

@@ -959,5 +959,7 @@ def _run_cli(args: argparse.Namespace) -> int:
     gpus = args.gpus if args.gpus is not None else default_gpus()
     state = load_state(args.run_dir)
     cov = compute(state, category_regex=args.category_regex, gpus=gpus)
-    print(FORMATTERS[args.format](cov))
+    from shardwise.inflight import with_in_flight  # shards live jobs hold (issue 14)
+
+    print(with_in_flight(FORMATTERS[args.format](cov), args.format, args.run_dir))
     return 0

@@ -8,7 +8,8 @@ Callers catch one base; the CLI turns it into one line and exit 1.
     ├── InputError         a source file cannot be listed or read (names the file and the reason)
     ├── StorageError       a read or write on local disk or object storage failed (names the key)
     ├── ModelError         a classifier cannot be loaded or run (names the model)
-    └── ShardFailedError   a shard finished with failed files (lists them; the shard is retried)
+    ├── ShardFailedError   a shard finished with failed files (lists them; the shard is retried)
+    └── ShardClaimedError  a live job already works on this shard (names it; nothing touched)
 """
 
 from __future__ import annotations
@@ -40,3 +41,7 @@ class ModelError(ShardwiseError):
 
 class ShardFailedError(ShardwiseError):
     """Some files of a shard failed; the others are done and the shard will be retried."""
+
+
+class ShardClaimedError(ShardwiseError):
+    """Another live job holds this shard's claim; this job stops without touching outputs."""

@@ -23,7 +23,7 @@ from typing import IO, Any
 
 import pyarrow as pa
 
-from shardwise import job, markers, plan, quarantine, runmeta
+from shardwise import inflight, job, markers, plan, quarantine, runmeta
 from shardwise.config import Settings
 from shardwise.errors import InputError, RunMismatchError
 from shardwise.manifest import Selection, build_tasks, select_files
@@ -42,10 +42,18 @@ class RunInfo:
     run_dir: Path
     shards: tuple[int, ...]
     output_uri: str
+    in_flight: tuple[int, ...] = ()  # held by live jobs of an earlier invocation
 
     def targets(self) -> list[str]:
-        """The shard markers, the run's Snakemake targets."""
-        return [str(markers.shard_marker_path(self.run_dir, s)) for s in self.shards]
+        """The shard markers, the run's Snakemake targets (in-flight shards left out)."""
+        skip = set(self.in_flight)
+        return [
+            str(markers.shard_marker_path(self.run_dir, s)) for s in self.shards if s not in skip
+        ]
+
+    def when_settled(self, *paths: str) -> list[str]:
+        """``paths`` unless shards are in flight (then the run is not whole yet)."""
+        return [] if self.in_flight else list(paths)
 
 
 def prepare_run(
@@ -56,11 +64,14 @@ def prepare_run(
     report: bool = True,
     out: IO[str] | None = None,
     repin: bool = False,
+    submitter: inflight.Submitter | None = None,
 ) -> RunInfo:
     """Plan (top-level process) or read (cluster job) the run described by ``config``.
 
     ``repin`` (``shardwise plan --repin``) replaces a pinned run.json whose settings
-    differ, but only while no file of the run is labelled.
+    differ, but only while no file of the run is labelled. ``submitter`` (from the
+    Snakefile) lets planning leave out shards that live jobs of an earlier invocation
+    hold (see inflight.py).
     """
     settings = Settings.from_config(config)
     run_dir = settings.run_dir
@@ -94,14 +105,19 @@ def prepare_run(
     job.write_settings(run_dir, settings.job_settings())
     output = Location(settings.output_uri, settings.storage)
     mark_shards_without_work(run_dir, planned.table, meta, output, set(quarantined))
+    flight = inflight.find(run_dir, submitter, done=markers.done_shards(run_dir))
+    if submitter is not None:
+        submitter.record(run_dir)
+        inflight.clear_stale_incomplete(run_dir, submitter.workdir, flight)
     if report:
         for note in planned.notes:
             stream.write(f"note: {note}\n")
-        print_coverage(run_dir, stream)
+        print_coverage(run_dir, stream, flight.lines())
     return RunInfo(
         run_dir,
         tuple(shard_range(meta.total_shards, meta.minimum_shard_index)),
         settings.output_uri,
+        tuple(sorted(flight.shards)),
     )
 
 
@@ -453,8 +469,8 @@ def lock_run_dir(run_dir: Path) -> None:
     _held_locks.append(fh)
 
 
-def print_coverage(run_dir: Path, out: IO[str]) -> None:
-    """Print the coverage table once, before scheduling."""
+def print_coverage(run_dir: Path, out: IO[str], extra: list[str] | None = None) -> None:
+    """Print the coverage table once, before scheduling (``extra``: in-flight lines)."""
     from shardwise import coverage, domains
 
     cov = coverage.compute(coverage.load_state(run_dir))
@@ -462,4 +478,5 @@ def print_coverage(run_dir: Path, out: IO[str]) -> None:
     line = domains.headline(run_dir)  # the largest topics and formats so far
     if line:
         out.write(line + "\n")
+    out.write("".join(f"{line}\n" for line in extra or ()))
     out.flush()

@@ -17,8 +17,9 @@
 # The cluster (what the tests and profiles/slurm rely on):
 #   ClusterName   shardwise
 #   node          $(hostname -s), 127.0.0.1, advertises SHARDWISE_SLURM_CPUS (8) CPUs,
-#                 SHARDWISE_SLURM_MEM_MB (16000) MB, gpu:SHARDWISE_SLURM_GPUS (2) fake
-#                 GPUs (character devices, mknod c 1 3, i.e. /dev/null)
+#                 SHARDWISE_SLURM_MEM_MB (64000: two jobs of the production profile,
+#                 32000 MB each, fit; nothing enforces it) MB, gpu:SHARDWISE_SLURM_GPUS
+#                 (2) fake GPUs (character devices, mknod c 1 3, i.e. /dev/null)
 #                 feature "fakegpu"; plus node gpu-bad01, DOWN, never started
 #   partitions    ice-gpu (default), coe-gpu, ice-bw-gpu, all on those nodes
 #   accounting    slurmdbd + mariadb (SHARDWISE_SLURM_ACCOUNTING=1, default), account
@@ -34,17 +35,17 @@
 #                               ctld/ and slurmd/ are wiped on every (re)start so a
 #                               node drained by a previous run does not stay drained
 #   SHARDWISE_SLURM_ACCOUNTING  1 (default) or 0
-#   SHARDWISE_SLURM_CPUS / _MEM_MB / _GPUS   node size (8 / 16000 / 2)
+#   SHARDWISE_SLURM_CPUS / _MEM_MB / _GPUS   node size (8 / 64000 / 2)
 #   SHARDWISE_SLURM_NO_INSTALL  1: never run apt-get (fail if packages are missing)
 set -euo pipefail
 
 STATE="${SHARDWISE_SLURM_STATE:-/var/lib/shardwise-slurm}"
 ACCOUNTING="${SHARDWISE_SLURM_ACCOUNTING:-1}"
 CPUS="${SHARDWISE_SLURM_CPUS:-8}"
-MEM_MB="${SHARDWISE_SLURM_MEM_MB:-16000}"
+MEM_MB="${SHARDWISE_SLURM_MEM_MB:-64000}"
 GPUS="${SHARDWISE_SLURM_GPUS:-2}"
 CLUSTER=shardwise
-BAD_NODE=gpu-bad01 # keep in step with profiles/slurm/config.yaml slurm-exclude-failed-nodes
+BAD_NODE=gpu-bad01 # keep in step with tests/slurm/profile-ci and profiles/sites/reference
 ACCOUNT=shardwise
 DB_NAME=shardwise_slurm_acct
 DB_USER=slurm
@@ -212,7 +213,7 @@ PriorityType=priority/basic
 $acct_lines
 NodeName=$host NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=$MEM_MB Gres=gpu:$GPUS Features=fakegpu State=UNKNOWN
 # the reference cluster's node with a bad GPU: defined, never started, DOWN; the
-# profile's slurm-exclude-failed-nodes names it (an unknown name would make sbatch fail)
+# CI overlay's slurm-exclude-failed-nodes names it (an unknown name makes sbatch fail)
 NodeName=$BAD_NODE NodeAddr=127.0.0.1 Port=6899 CPUs=$CPUS RealMemory=$MEM_MB Features=fakegpu State=DOWN
 PartitionName=ice-gpu Nodes=$host,$BAD_NODE Default=YES MaxTime=INFINITE State=UP
 PartitionName=coe-gpu Nodes=$host,$BAD_NODE MaxTime=INFINITE State=UP

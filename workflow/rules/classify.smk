@@ -11,7 +11,9 @@ rule classify:
         "../envs/shardwise.yaml"
     # Snakemake exports OMP_NUM_THREADS=threads to the job: torch's CPU threads.
     threads: classify_resource("cpus_per_task")
+    # Site values from $SHARDWISE_SLURM_PARTITION/_CONSTRAINT/_QOS, only when set.
     resources:
+        **slurm_site_resources(),
         gpu=classify_resource("gpu"),
         cpus_per_task=classify_resource("cpus_per_task"),
         mem_mb=classify_resource("mem_mb"),

@@ -1,6 +1,7 @@
 # Input functions and resource callables: thin wrappers over the package.
 from pathlib import Path
 
+from shardwise.slurmprofile import site_resources
 from shardwise.walltime import runtime_minutes_for
 
 
@@ -22,3 +23,8 @@ def classify_runtime(wildcards, attempt):
         attempt,
         main_process=workflow.is_main_process,
     )
+
+
+def slurm_site_resources():
+    """Partition, constraint, QOS from $SHARDWISE_SLURM_* when set (see slurmprofile.py)."""
+    return site_resources()

@@ -1,0 +1,215 @@
+"""Run one SLURM client command with a timeout and parse its machine-readable output.
+
+Every SLURM call shardwise makes goes through :func:`run`: a missing command, a
+command that does not answer in time (``sacct`` without working accounting hangs,
+a login node whose controller is down), a non-zero exit and a reply that hides
+data (``PrivateData``) all come back as a :class:`Reply` whose ``problem`` is one
+line a person can act on, never as an exception or a hang. Parsers take the text
+of ``-h -o 'a|b|c'``, ``--parsable2`` and ``scontrol -o`` replies and return plain
+values; they never run anything.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+#: Seconds any one SLURM command may take. A healthy controller answers in well under
+#: a second; sacct against a dead slurmdbd waits for minutes.
+DEFAULT_TIMEOUT = 20.0
+#: What SLURM prints when PrivateData hides something from this user.
+_HIDDEN = re.compile(r"access/permission denied|permission denied|not authorized", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What one SLURM command said. ``problem`` is None when it answered normally."""
+
+    argv: tuple[str, ...]
+    stdout: str = ""
+    stderr: str = ""
+    returncode: int | None = 0
+    problem: str | None = None
+    kind: str = "ok"  # ok | missing | timeout | failed | hidden
+
+    @property
+    def ok(self) -> bool:
+        """True when the command ran and exited 0."""
+        return self.problem is None
+
+    @property
+    def command(self) -> str:
+        """The command line, for messages."""
+        return " ".join(self.argv)
+
+
+def run(
+    argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT, env: dict[str, str] | None = None
+) -> Reply:
+    """Run ``argv`` (a SLURM client command) and say what happened, in one value.
+
+    ``SLURM_*`` variables that select another cluster's output format are left as
+    they are; callers always pass their own ``-o``/``--format`` so the reply parses.
+    """
+    argv = tuple(argv)
+    name = argv[0]
+    if shutil.which(name) is None:
+        return Reply(
+            argv,
+            returncode=None,
+            kind="missing",
+            problem=f"`{name}` is not installed or not on PATH (run this on a login node)",
+        )
+    try:
+        proc = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            env={**os.environ, **(env or {})},
+            stdin=subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired:
+        return Reply(
+            argv,
+            returncode=None,
+            kind="timeout",
+            problem=f"`{' '.join(argv)}` did not answer within {timeout:g} s",
+        )
+    except OSError as e:
+        return Reply(argv, returncode=None, kind="failed", problem=f"`{name}` failed to start: {e}")
+    if proc.returncode != 0:
+        text = " ".join((proc.stderr or proc.stdout).split()) or "no message"
+        kind = "hidden" if _HIDDEN.search(text) else "failed"
+        return Reply(
+            argv,
+            proc.stdout,
+            proc.stderr,
+            proc.returncode,
+            kind=kind,
+            problem=f"`{' '.join(argv)}` exited {proc.returncode}: {text}",
+        )
+    return Reply(argv, proc.stdout, proc.stderr, proc.returncode)
+
+
+# ----------------------------------------------------------------------------- parsing
+
+
+def rows(text: str, names: Sequence[str], sep: str = "|") -> list[dict[str, str]]:
+    """Rows of a ``-h -o 'a|b|c'`` or ``--parsable2`` reply as dicts keyed by ``names``.
+
+    The last field may itself contain ``sep`` (a job comment, a reason list): lines are
+    split at most ``len(names) - 1`` times. Lines with fewer fields are skipped.
+    """
+    out = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = line.split(sep, len(names) - 1)
+        if len(parts) < len(names):
+            continue
+        out.append({n: p.strip() for n, p in zip(names, parts, strict=True)})
+    return out
+
+
+_KV = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_/:]*)=")
+
+
+def key_values(line: str) -> dict[str, str]:
+    """``Key=Value Key2=Value 2`` (one ``scontrol -o`` record) as a dict.
+
+    Values may contain spaces (``Reason=ReqNodeNotAvail, Reserved for maintenance``):
+    a value runs until the next `` Key=``.
+    """
+    matches = list(_KV.finditer(line))
+    out: dict[str, str] = {}
+    for i, m in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
+        out[m.group(1)] = line[m.end() : end].strip()
+    return out
+
+
+def config_values(text: str) -> dict[str, str]:
+    """``scontrol show config`` (``Key = value`` lines) as a dict."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() and " " not in key.strip():
+            out[key.strip()] = value.strip()
+    return out
+
+
+def is_null(value: str | None) -> bool:
+    """SLURM's spellings of "no value"."""
+    return value is None or value.strip() in {"", "(null)", "N/A", "None", "n/a", "Unknown"}
+
+
+def minutes(value: str | None) -> int | None:
+    """A SLURM duration (``30``, ``1:00:00``, ``2-12:00:00``, ``UNLIMITED``) in minutes.
+
+    ``None`` for unlimited or unparseable values: callers treat that as "no limit".
+    Plain integers are minutes (sbatch ``-t 30``, ``TimelimitRaw``); ``M:SS`` is
+    minutes and seconds as squeue prints them.
+    """
+    if is_null(value):
+        return None
+    text = str(value).strip()
+    if text.upper() in {"UNLIMITED", "INFINITE", "INVALID", "NOT_SET"}:
+        return None
+    days = 0
+    if "-" in text:
+        d, _, text = text.partition("-")
+        if not d.isdigit():
+            return None
+        days = int(d)
+        if ":" not in text:
+            text = f"{text}:00:00"
+    parts = text.split(":")
+    if not all(p.isdigit() for p in parts) or len(parts) > 3:
+        return None
+    nums = [int(p) for p in parts]
+    if len(nums) == 1:
+        total = nums[0]
+    elif len(nums) == 2:  # M:SS, or H:MM after a day part
+        total = nums[0] * 60 + nums[1] if days else nums[0] + (1 if nums[1] else 0)
+    else:
+        h, m, s = nums
+        total = h * 60 + m + (1 if s else 0)
+    return days * 1440 + total
+
+
+def seconds(value: str | None) -> int | None:
+    """A SLURM elapsed time (``5:03``, ``1:02:03``, ``2-01:02:03``) in seconds."""
+    if is_null(value):
+        return None
+    days, _, rest = str(value).strip().rpartition("-")
+    total = 0
+    for part in rest.split(":"):
+        if not part.isdigit():
+            return None
+        total = total * 60 + int(part)
+    return total + (int(days) * 86400 if days.isdigit() else 0)
+
+
+def timestamp(value: str | None) -> datetime | None:
+    """``2026-12-01T06:17:22`` (local time, as SLURM prints it) or None."""
+    if is_null(value):
+        return None
+    try:
+        return datetime.fromisoformat(str(value).strip())
+    except ValueError:
+        return None
+
+
+def count(value: str | None) -> int | None:
+    """An integer limit (``500``), or None for unset/unlimited."""
+    if is_null(value):
+        return None
+    text = str(value).strip()
+    return int(text) if text.isdigit() else None

@@ -1,0 +1,65 @@
+"""Make SLURM's own refusal message visible when a *group* job cannot be submitted.
+
+When ``sbatch`` refuses a submission ("Invalid node name specified", "Job violates
+accounting/QOS policy", ...), the SLURM plugin (2.8.0) passes sbatch's stderr to
+Snakemake's ``report_job_error(job_info, msg)``, which calls ``job.log_error(msg)``.
+For a single job that prints the message; but ``snakemake.jobs.GroupJob.log_error``
+(Snakemake 9.27) accepts ``msg`` and never uses it: it logs each member's error info
+without it, so the console shows ``message: None`` and nothing else. Every classify
+job of the SLURM profile is a group job, so every refusal was silent.
+
+:func:`show_submit_errors` wraps ``GroupJob.log_error`` in the top-level Snakemake
+process so that a message that comes with a group's error is logged first, and is
+written into the log file of each member shard whose job never ran (an absent or
+empty log), where ``show-failed-logs`` prints it and ``logs/classify/<shard>.log``
+keeps it. Messages of groups that did run (e.g. "SLURM status is: TIMEOUT") are
+logged the same way. If Snakemake ever passes the message on itself, the wrapper
+only adds one line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+_MARK = "_shardwise_shows_msg"
+
+
+def show_submit_errors(*, main_process: bool) -> bool:
+    """Install the wrapper (top-level process only, once); True when installed."""
+    if not main_process:
+        return False
+    try:
+        from snakemake.jobs import GroupJob
+        from snakemake.logging import logger
+    except ImportError:  # pragma: no cover - shardwise always runs with Snakemake
+        return False
+    original = GroupJob.log_error
+    if getattr(original, _MARK, False):
+        return True
+
+    def log_error(self: Any, msg: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if msg:
+            text = str(msg).strip()
+            shards = ", ".join(str(j.wildcards_dict.get("shard", "?")) for j in self.jobs)
+            logger.error(f"Error in group {self.groupid} (shards {shards}): {text}")
+            for job in self.jobs:
+                note_in_logs(job, text)
+        return original(self, msg, *args, **kwargs)
+
+    setattr(log_error, _MARK, True)
+    log_error.__doc__ = original.__doc__
+    GroupJob.log_error = log_error
+    return True
+
+
+def note_in_logs(job: Any, text: str) -> None:
+    """Write ``text`` into the job's log files that are absent or empty (it never ran)."""
+    for log in getattr(job, "log", None) or ():
+        path = Path(str(log))
+        with contextlib.suppress(OSError):
+            if path.exists() and path.stat().st_size > 0:
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(f"shardwise: this shard's SLURM job was not started:\n{text}\n")

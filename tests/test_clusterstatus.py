@@ -1,0 +1,213 @@
+"""`cluster status`: the run's jobs, reasons, the walltime probe and the view, from values."""
+
+import io
+import json
+from dataclasses import replace
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import jsonschema
+from e2e import minimal_config
+from slurm_samples import SHOW_JOB, SINFO_NODES, WRAP_SCRIPT, job
+
+from shardwise import claims, clusterstatus, inflight, markers, slurmcmd, slurmstate, workflow
+from shardwise.demo import DemoSize, write_corpus
+from shardwise.slurmstate import Answer
+
+REPO = Path(__file__).resolve().parent.parent
+NOW = datetime(2026, 12, 1, 6, 0)
+WINDOW = datetime(2026, 12, 1, 6, 19)  # a maintenance window 19 minutes away
+AFTER = datetime(2026, 12, 1, 8, 19)
+
+
+def test_probe_limits_are_own_half_quarter_and_one_shards_share():
+    assert clusterstatus.probe_minutes(240, 2) == [240, 120, 60]
+    assert clusterstatus.probe_minutes(240, 8) == [240, 120, 60, 30]
+    assert clusterstatus.probe_minutes(3, 1) == [3, 1]
+    assert clusterstatus.probe_minutes(None, 2) == []
+
+
+def test_test_only_repeats_the_pending_jobs_request():
+    detail = slurmcmd.key_values(SHOW_JOB)
+    assert clusterstatus.test_only_options(detail, 30) == [
+        "-t",
+        "30",
+        "-p",
+        "ice-gpu,coe-gpu",
+        "-A",
+        "shardwise",
+        "--qos",
+        "normal",
+        "-C",
+        "fakegpu",
+        "--exclude",
+        "gpu-bad01",
+        "--cpus-per-task=2",
+        "--mem=1000M",
+        "--gpus=1",
+    ]
+
+
+def _window(minutes):
+    """SLURM's answer with a maintenance window: what ends before it starts now."""
+    return Answer(NOW if NOW + timedelta(minutes=minutes) <= WINDOW else AFTER)
+
+
+def test_the_longest_limit_that_starts_now_is_found_by_bisection():
+    asked = []
+
+    def ask(minutes):
+        asked.append(minutes)
+        return _window(minutes)
+
+    # none of 60, 30 starts now: halve below, then bisect
+    assert clusterstatus.longest_starting_now(ask, [60, 30], NOW) == 19
+    assert len(asked) <= 10
+    # 15 starts now, 30 does not: bisect between them
+    asked.clear()
+    assert clusterstatus.longest_starting_now(ask, [60, 30, 15], NOW) == 19
+    assert len(asked) <= 8
+    assert clusterstatus.longest_starting_now(lambda m: Answer(AFTER), [60], NOW) is None
+    assert clusterstatus.longest_starting_now(lambda m: Answer(NOW), [60], NOW) is None
+
+
+def _run(tmp_path):
+    write_corpus(tmp_path / "corpus", DemoSize(files_per_category=1, docs_per_file=2))
+    cfg = minimal_config(tmp_path, tmp_path / "corpus", sharding={"total_shards": 8})
+    submitter = inflight.Submitter(
+        workdir="/work",
+        snakefile="/repo/Snakefile",
+        configfiles=("/work/demo/config.yaml",),
+        host="login1",
+        pid=4242,
+        started_at="2026-12-01T05:50:00+00:00",
+    )
+    workflow.prepare_run(
+        cfg, main_process=True, dryrun=True, out=io.StringIO(), submitter=submitter
+    )
+    return tmp_path / "run"
+
+
+def _job(job_id, state, reason, **kw):
+    base = {
+        "partition": "ice-gpu,coe-gpu",
+        "time_limit_minutes": 240,
+        "submit_time": datetime(2026, 12, 1, 5, 55),
+        "tres_alloc": "cpu=1,mem=1000M,node=1,billing=1,gres/gpu=1",
+        "account": "shardwise",
+        "reason": reason,
+    }
+    return job(job_id, state, **{**base, **kw})
+
+
+def _facts(run_dir):
+    queue = [
+        _job("20", "PENDING", "ReqNodeNotAvail, Reserved for maintenance"),
+        _job(
+            "19",
+            "RUNNING",
+            "",
+            partition="ice-gpu",
+            start_time=datetime(2026, 12, 1, 5, 56),
+            nodes="vm",
+            tres_alloc="cpu=1,gres/gpu:a100=1",
+        ),
+        _job("30", "PENDING", "Priority", workdir="/another/workflow"),
+    ]
+    cache = {
+        "20@2026-12-01T05:55:00": inflight.parse_wrap(WRAP_SCRIPT),
+        "19@2026-12-01T05:55:00": {**inflight.parse_wrap(WRAP_SCRIPT), "shards": [0, 1]},
+    }
+    (run_dir / "claims" / inflight.JOBS_CACHE).write_text(json.dumps(cache))
+    starts = {m: _window(m) for m in (240, 120, 60, 19)}
+    return clusterstatus.Facts(
+        user="me",
+        now=NOW,
+        queue=Answer(queue),
+        config=Answer({"PrivateData": "none", "AccountingStorageType": "x/slurmdbd"}),
+        nodes=Answer(slurmstate.parse_nodes(SINFO_NODES)),
+        limits=Answer(
+            slurmstate.Limits(
+                (slurmstate.Association("shardwise", "", ("normal",), "normal", None, None),),
+                {"normal": slurmstate.Qos("normal", 500, None, "")},
+                "shardwise",
+            )
+        ),
+        others=Answer([_job("99", "PENDING", "Priority", user="them")]),
+        probe_detail=Answer(slurmcmd.key_values(SHOW_JOB)),
+        probe_starts=starts,
+    )
+
+
+def test_the_view_groups_reasons_and_answers_the_walltime_question(tmp_path):
+    run_dir = _run(tmp_path)
+    status = clusterstatus.build(run_dir, _facts(run_dir))
+    assert [(j.id, j.state, j.shards) for j in status.jobs] == [
+        ("19", "RUNNING", (0, 1)),
+        ("20", "PENDING", (6, 7)),
+    ]
+    assert (status.user_jobs, status.submit_cap) == (3, 500)
+    (group,) = status.pending
+    assert group["reason"] == "ReqNodeNotAvail, Reserved for maintenance"
+    assert group["jobs"] == ["20"] and group["shards"] == 2
+    assert "maintenance reservation" in group["meaning"]
+    probe = status.probe
+    assert probe.job_id == "20"
+    assert [(r.minutes, r.label, r.starts_now) for r in probe.rows] == [
+        (240, "its own request", False),
+        (120, "one shard's share", False),
+        (60, "a quarter of it", False),
+        (19, "longest that starts now", True),
+    ]
+    assert probe.advice.startswith(
+        "a job asking for 19 min or less starts now instead of 2026-12-01 08:19:00"
+    )
+    assert "walltime.max_minutes: 9 (K=2)" in probe.advice
+    assert status.progress.gpus_running == 1
+    assert status.main_process == {
+        "host": "login1",
+        "pid": 4242,
+        "alive": None,
+        "since": inflight.local_time("2026-12-01T05:50:00+00:00"),
+    }
+    assert [n["node"] for n in status.nodes] == ["gpu-bad01", "vm"]
+    assert status.others == {"pending": 1, "running": 0}
+    text = clusterstatus.format_table(status)
+    assert "ice-gpu a100 x1" in text
+    assert "19 min  (longest that starts now)  expected start: now" in text
+    assert "vm           drained    reason: fan broken since 2026-12-01T05:49:51" in text
+
+
+def test_the_json_document_follows_the_documented_schema(tmp_path):
+    run_dir = _run(tmp_path)
+    with claims.held(run_dir, 3):
+        doc = clusterstatus.to_dict(clusterstatus.build(run_dir, _facts(run_dir)))
+    schema = json.loads((REPO / "docs/schemas/cluster-status.schema.json").read_text())
+    jsonschema.validate(json.loads(json.dumps(doc)), schema)
+    assert doc["counts"] == {"running": 1, "pending": 1, "gpus_in_use": 1}
+    assert doc["gpus_in_use"] == [{"partition": "ice-gpu", "type": "a100", "gpus": 1}]
+    done = markers.done_shards(run_dir)  # empty shards are marked done at plan time
+    assert sorted(f["shard"] for f in doc["in_flight"]) == sorted({0, 1, 3, 6, 7} - done)
+
+
+def test_private_jobs_are_said_to_be_hidden_instead_of_guessed(tmp_path):
+    run_dir = _run(tmp_path)
+    facts = replace(_facts(run_dir), config=Answer({"PrivateData": "jobs,usage"}), others=None)
+    status = clusterstatus.build(run_dir, facts)
+    assert status.others is None
+    assert any("hidden (PrivateData=jobs)" in n for n in status.notes)
+
+
+def test_a_shorter_walltime_that_starts_earlier_but_not_now_is_advised():
+    rows = [
+        clusterstatus.ProbeRow(23, "its own request", "2026-12-01T10:44:11", False),
+        clusterstatus.ProbeRow(12, "one shard's share", "2026-12-01T06:34:16", False),
+        clusterstatus.ProbeRow(11, "half of it", "2026-12-01T06:34:16", False),
+    ]
+    advice = clusterstatus._advice(rows, 23, 2, "20")
+    assert advice.startswith(
+        "a job asking for 12 min or less starts at 2026-12-01 06:34:16 instead of "
+        "2026-12-01 10:44:11"
+    )
+    same = [replace(r, start="2026-12-01T10:44:11") for r in rows]
+    assert clusterstatus._advice(same, 23, 2, "20").startswith("no shorter walltime starts")

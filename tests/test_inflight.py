@@ -1,0 +1,206 @@
+"""In-flight shards: live claims and queued jobs of the workflow are left out of a new run."""
+
+import base64
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+
+import pytest
+from e2e import ledger_counts, make_run, minimal_config, slow_shardwise, snakemake_cmd
+from slurm_samples import WRAP_SCRIPT, job
+
+from shardwise import claims, inflight, markers, slurmstate, workflow
+from shardwise.cli import main
+from shardwise.demo import DemoSize, write_corpus
+
+
+def _job(job_id, state="PENDING", **kw):
+    return job(job_id, state, **kw)
+
+
+SUBMITTER = inflight.Submitter(
+    workdir="/work", snakefile="/repo/Snakefile", configfiles=("/work/demo/config.yaml",)
+)
+
+
+def test_the_plugins_wrap_command_gives_snakefile_configfiles_and_shards():
+    assert inflight.parse_wrap(WRAP_SCRIPT) == {
+        "snakefile": "/repo/Snakefile",
+        "configfiles": ["/work/demo/config.yaml"],
+        "shards": [6, 7],
+    }
+    assert inflight.parse_wrap("#!/bin/sh\nsleep 10\n")["shards"] == []
+
+
+def _cache(run_dir, entries):
+    path = run_dir / "claims" / inflight.JOBS_CACHE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(entries))
+
+
+def test_queued_jobs_of_this_workflow_are_matched_by_dir_snakefile_and_configfiles(tmp_path):
+    ours = _job("41")
+    other_dir = _job("42", workdir="/elsewhere")
+    other_config = _job("43")
+    not_plugin = _job("44", comment="")
+    _cache(
+        tmp_path,
+        {
+            "41@2026-12-01T06:00:00": inflight.parse_wrap(WRAP_SCRIPT),
+            "43@2026-12-01T06:00:00": {
+                **inflight.parse_wrap(WRAP_SCRIPT),
+                "configfiles": ["/work/other.yaml"],
+            },
+        },
+    )
+    found = inflight.queued_shards(tmp_path, SUBMITTER, [ours, other_dir, other_config, not_plugin])
+    assert found == {ours: [6, 7]}
+    # entries of jobs no longer queued are dropped from the cache
+    assert list(json.loads((tmp_path / "claims" / inflight.JOBS_CACHE).read_text())) == [
+        "41@2026-12-01T06:00:00",
+        "43@2026-12-01T06:00:00",
+    ]
+
+
+def test_find_reports_queued_and_claimed_shards_but_not_done_ones(tmp_path):
+    _cache(tmp_path, {"41@2026-12-01T06:00:00": inflight.parse_wrap(WRAP_SCRIPT)})
+    queue = slurmstate.Answer([_job("41"), _job("50", state="RUNNING", workdir="/other")])
+    with claims.held(tmp_path, 2):
+        flight = inflight.find(tmp_path, SUBMITTER, done={7}, queue=queue)
+    assert sorted(flight.shards) == [2, 6]
+    assert flight.shards[6] == inflight.Flying(
+        6, "41", "PENDING", "2026-12-01T06:00:00", "SLURM job 41"
+    )
+    assert flight.shards[2].job_id is None and flight.shards[2].state == "running"
+    lines = flight.lines()
+    assert lines[0].startswith("in flight 2 shard(s) held by 2 live job(s) of an earlier")
+    assert any(line.strip().startswith("shards 6") and "job 41" in line for line in lines)
+
+
+def test_stale_claims_are_ignored_and_said_so(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    stale = replace(claims.for_this_process(3), pid=proc.pid)
+    claims.claim_path(tmp_path, 3).parent.mkdir(parents=True)
+    claims.claim_path(tmp_path, 3).write_bytes(stale.to_bytes())
+    flight = inflight.find(tmp_path, None)
+    assert (flight.shards, flight.stale_claims) == ({}, (3,))
+    assert flight.notes == ("1 stale claim(s) ignored (their jobs are gone): shards 3",)
+
+
+def test_without_claims_or_a_cluster_executor_nothing_is_asked(tmp_path, monkeypatch):
+    monkeypatch.setattr(slurmstate, "jobs", lambda **kw: pytest.fail("squeue was called"))
+    assert inflight.find(tmp_path, replace(SUBMITTER, cluster=False)) == inflight.InFlight()
+
+
+def test_squeue_that_does_not_answer_leaves_claims_trusted(tmp_path):
+    claim = replace(claims.for_this_process(1), host="node9", slurm_job_id="77")
+    claims.claim_path(tmp_path, 1).parent.mkdir(parents=True)
+    claims.claim_path(tmp_path, 1).write_bytes(claim.to_bytes())
+    down = slurmstate.Answer(None, "`squeue` did not answer within 30 s", "timeout")
+    flight = inflight.find(tmp_path, SUBMITTER, queue=down)
+    assert list(flight.shards) == [1] and not flight.shards[1].certain
+    assert flight.notes[0].startswith("squeue did not answer")
+
+
+def _incomplete_flag(workdir, path):
+    name = base64.urlsafe_b64encode(str(path).encode()).decode()
+    flag = workdir / ".snakemake" / "incomplete" / name
+    flag.parent.mkdir(parents=True, exist_ok=True)
+    flag.write_text("{}")
+    return flag
+
+
+def test_stale_incomplete_flags_of_finished_shards_are_cleared_others_kept(tmp_path):
+    run_dir = tmp_path / "run"
+    for shard in (0, 1):
+        markers.write_shard_marker(
+            run_dir, shard, total_shards=4, minimum_shard_index=0, tasks=1, files=1, docs=1
+        )
+    done_flag = _incomplete_flag(tmp_path, run_dir / "shards" / "0.done")
+    flying_flag = _incomplete_flag(tmp_path, run_dir / "shards" / "1.done")
+    running_flag = _incomplete_flag(tmp_path, "run/shards/2.done")  # no marker yet
+    other_flag = _incomplete_flag(tmp_path, tmp_path / "elsewhere" / "0.done")
+    flight = inflight.InFlight({1: inflight.Flying(1, "9", "RUNNING", "", "SLURM job 9")})
+    assert inflight.clear_stale_incomplete(run_dir, str(tmp_path), flight) == [0]
+    assert not done_flag.exists()
+    assert flying_flag.exists() and running_flag.exists() and other_flag.exists()
+
+
+def _planned(tmp_path):
+    write_corpus(tmp_path / "corpus", DemoSize(files_per_category=1, docs_per_file=2))
+    return minimal_config(tmp_path, tmp_path / "corpus", sharding={"total_shards": 4})
+
+
+def test_planning_leaves_claimed_shards_out_of_the_targets_and_prints_them(tmp_path):
+    cfg = _planned(tmp_path)
+    workflow.prepare_run(cfg, main_process=True, dryrun=True, out=io.StringIO())
+    submitter = replace(SUBMITTER, workdir=str(tmp_path), cluster=False)
+    with claims.held(tmp_path / "run", 1):
+        out = io.StringIO()
+        info = workflow.prepare_run(
+            cfg, main_process=True, dryrun=True, out=out, submitter=submitter
+        )
+    assert info.in_flight == (1,)
+    assert str(tmp_path / "run" / "shards" / "1.done") not in info.targets()
+    assert len(info.targets()) == 3
+    assert info.when_settled("report.png") == []
+    assert "in flight 1 shard(s) held by 1 live job(s)" in out.getvalue()
+    assert inflight.Submitter.recorded(tmp_path / "run") == submitter
+    again = workflow.prepare_run(cfg, main_process=True, dryrun=True, out=io.StringIO())
+    assert (again.in_flight, again.when_settled("report.png")) == ((), ["report.png"])
+
+
+def test_coverage_json_lists_in_flight_shards(tmp_path, capsys):
+    cfg = _planned(tmp_path)
+    workflow.prepare_run(cfg, main_process=True, dryrun=True, out=io.StringIO())
+    with claims.held(tmp_path / "run", 2):
+        assert main(["coverage", "--run-dir", str(tmp_path / "run"), "--format", "json"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert [f["shard"] for f in doc["in_flight"]] == [2]
+        assert main(["coverage", "--run-dir", str(tmp_path / "run")]) == 0
+        assert "in flight 1 shard(s)" in capsys.readouterr().out
+
+
+def _wait_for(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_local_run_killed_with_sigkill_restarts_without_running_a_shard_twice(
+    tmp_path, demo_models
+):
+    config = make_run(tmp_path, demo_models, total_shards=4)
+    env = slow_shardwise(tmp_path / "bin", tmp_path / "ledger", delay=15)
+    run_dir = tmp_path / "run"
+    cmd = snakemake_cmd(config, "--cores", "2", "--rerun-incomplete")
+    first = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(lambda: len(claims.read_claims(run_dir)) == 2, 120, "two shards in flight")
+    finally:
+        os.kill(first.pid, signal.SIGKILL)  # the main process only: its shard jobs go on
+        first.wait()
+    held = sorted(claims.read_claims(run_dir))
+    subprocess.run(snakemake_cmd(config, "--unlock"), env=env, check=True, capture_output=True)
+    second = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    log = second.stdout + second.stderr
+    assert "in flight 2 shard(s) held by 2 live job(s)" in log, log[-3000:]
+    for shard in held:
+        assert f"shards {shard} " in log
+    _wait_for(lambda: claims.read_claims(run_dir) == {}, 180, "the orphaned shards to end")
+    third = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
+    assert "rule classify" not in third.stdout + third.stderr  # nothing left to label
+    assert ledger_counts(tmp_path / "ledger") == {0: 1, 1: 1, 2: 1, 3: 1}
+    assert main(["verify", "--run-dir", str(run_dir), "--complete"]) == 0
+    assert (run_dir / "report" / "coverage.png").exists()

@@ -1,0 +1,109 @@
+"""Typed SLURM answers: gres and TRES arithmetic, partitions from nodes."""
+
+import pytest
+from slurm_samples import SINFO_NODES
+
+from shardwise import slurmstate
+
+
+@pytest.mark.parametrize(
+    ("gres", "gpus"),
+    [
+        ("gpu:2", 2),
+        ("gpu:a100:4(S:0-1)", 4),
+        ("gpu:a100:2,gpu:h100:2", 4),
+        ("cpu=1,mem=1000M,node=1,billing=1,gres/gpu=2", 2),
+        ("gres:gpu:1", 1),
+        ("(null)", 0),
+        ("", 0),
+        ("shard:4", 0),
+    ],
+)
+def test_gpu_count_reads_gres_and_tres_strings(gres, gpus):
+    assert slurmstate.gpu_count(gres) == gpus
+
+
+def test_gpu_types_split_typed_tres_and_fall_back_to_gpu():
+    assert slurmstate.gpu_types("cpu=4,gres/gpu=2,gres/gpu:a100=2") == {"a100": 2}
+    assert slurmstate.gpu_types("cpu=1,gres/gpu=1") == {"gpu": 1}
+    assert slurmstate.gpu_types("cpu=1") == {}
+
+
+def _nodes():
+    return slurmstate.parse_nodes(SINFO_NODES)
+
+
+def test_sinfo_rows_become_nodes_with_reason_and_partition_flags():
+    bad, _, vm, _ = _nodes()
+    assert vm == slurmstate.Node(
+        name="vm",
+        partition="ice-gpu",
+        default_partition=True,
+        partition_up=True,
+        max_minutes=None,
+        gres="gpu:2",
+        state="drained",
+        features=frozenset({"fakegpu"}),
+        reason="fan broken",
+        reason_time="2026-12-01T05:49:51",
+    )
+    assert (bad.gres, bad.reason, bad.reason_time, bad.gpus) == ("", "", "", 0)
+
+
+def test_reservations_are_parsed_and_maintenance_is_flagged():
+    from slurm_samples import RESERVATION
+
+    (res,) = slurmstate.parse_reservations("No reservations in the system\n" + RESERVATION)
+    assert (res.name, res.maintenance, res.nodes, res.partition) == ("m2", True, "gpu-bad01,vm", "")
+    assert (res.start.isoformat(), res.end.isoformat()) == (
+        "2026-12-01T06:24:59",
+        "2026-12-01T08:24:59",
+    )
+    assert slurmstate.parse_reservations("No reservations in the system") == []
+
+
+def test_partitions_sum_gpus_and_count_only_usable_nodes():
+    parts = slurmstate.partitions(_nodes())
+    assert parts["ice-gpu"] == slurmstate.Partition(
+        name="ice-gpu",
+        default=True,
+        up=True,
+        max_minutes=None,
+        nodes=("gpu-bad01", "vm"),
+        gpus=2,
+        usable_gpus=0,
+        features=frozenset({"fakegpu"}),
+    )
+    assert parts["coe-gpu"].max_minutes == 240
+    assert not parts["coe-gpu"].default
+
+
+@pytest.mark.parametrize(
+    ("state", "usable"),
+    [
+        ("idle", True),
+        ("mixed", True),
+        ("allocated", True),
+        ("down*", False),
+        ("drained", False),
+        ("draining", False),
+        ("idle*", False),
+        ("maint", False),
+    ],
+)
+def test_a_node_is_usable_unless_down_drained_or_not_responding(state, usable):
+    node = _nodes()[2]
+    from dataclasses import replace
+
+    assert replace(node, state=state).usable is usable
+
+
+def test_private_data_and_min_job_age_are_read_from_the_config():
+    cfg = {"PrivateData": "jobs,reservations", "MinJobAge": "300 sec"}
+    assert slurmstate.private_data(cfg) == {"jobs", "reservations"}
+    assert slurmstate.private_data({"PrivateData": "none"}) == frozenset()
+    assert slurmstate.min_job_age_seconds(cfg) == 300
+    assert (
+        slurmstate.accounting_enabled({"AccountingStorageType": "accounting_storage/none"}) is False
+    )
+    assert slurmstate.accounting_enabled({"AccountingStorageType": "accounting_storage/slurmdbd"})

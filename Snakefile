@@ -8,7 +8,7 @@ from snakemake.utils import min_version, validate
 from shardwise.inflight import Submitter
 from shardwise.storage import reject_secret_keys
 from shardwise.submiterrors import show_submit_errors
-from shardwise.workflow import prepare_run
+from shardwise.workflow import is_dry_run, prepare_run
 
 min_version("9.0")
 
@@ -29,7 +29,7 @@ validate(config, "config/schema.yaml")
 RUN = prepare_run(
     config,
     main_process=workflow.is_main_process,
-    dryrun=workflow.dryrun,
+    dryrun=is_dry_run(workflow),
     submitter=Submitter.of(workflow) if workflow.is_main_process else None,
 )
 # sbatch's own message when it refuses a group job (Snakemake drops it otherwise).

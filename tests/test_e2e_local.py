@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -86,3 +87,31 @@ def test_corrupt_file_fails_its_shard_after_the_others_and_is_recorded(tmp_path,
     assert "cannot read parquet file" in record["failed"][0]["error"]
     logs = "".join(p.read_text() for p in (tmp_path / "run" / "logs").rglob("*.log"))
     assert "cc/science/part-0000.parquet" in logs
+
+
+def test_a_dry_run_reports_coverage_while_a_real_run_holds_the_run_dir(tmp_path, demo_models):
+    """The coverage report is a dry run: it must work while the real run is going."""
+    config = make_run(tmp_path, demo_models)
+    run_snakemake(config, "--dry-run")  # plans the run directory
+    holder = subprocess.Popen(  # a second process holds the lock, as a live run does
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; from shardwise.workflow import "
+            "lock_run_dir; lock_run_dir(Path(sys.argv[1])); print('locked', flush=True); "
+            "time.sleep(600)",
+            str(tmp_path / "run"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        dry = run_snakemake(config, "--dry-run", check=False)
+        assert dry.returncode == 0, dry.stdout[-3000:]
+        assert "coverage of run" in dry.stdout
+        real = run_snakemake(config, check=False)
+        assert real.returncode != 0 and "is in use by" in real.stdout
+    finally:
+        holder.kill()
+        holder.wait()

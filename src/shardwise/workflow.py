@@ -447,6 +447,18 @@ def mark_shards_without_work(
     return counts
 
 
+def is_dry_run(workflow: Any) -> bool:
+    """Whether this Snakemake invocation is a dry run, already at parse time.
+
+    ``workflow.dryrun`` is only known once Snakemake has picked its executor, after the
+    Snakefile was parsed; its output settings carry ``--dry-run`` from the start. A dry
+    run (the coverage report) must never take the run directory's lock: it is what an
+    operator runs while the real run is going.
+    """
+    output = getattr(workflow, "output_settings", None)
+    return bool(workflow.dryrun or getattr(output, "dryrun", False))
+
+
 def lock_run_dir(run_dir: Path) -> None:
     """Refuse a second top-level Snakemake process on the same run directory."""
     path = run_dir / LOCK_FILE

@@ -39,11 +39,11 @@ def test_every_subcommand_describes_itself_and_each_option(verb):
         assert action.help, f"shardwise {verb}: {action.option_strings or action.dest} has no help"
 
 
-def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path: Path):
-    cfg = plan_run(tmp_path)
+def bash(command: str) -> subprocess.CompletedProcess[str]:
+    """Run a shell pipeline with this venv's ``shardwise`` first on PATH."""
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
-    proc = subprocess.run(
-        f"shardwise coverage --run-dir {cfg['run_dir']} | head -1",
+    return subprocess.run(
+        command,
         shell=True,
         capture_output=True,
         text=True,
@@ -51,6 +51,11 @@ def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path: Path):
         check=False,
         executable="/bin/bash",
     )
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path: Path):
+    cfg = plan_run(tmp_path)
+    proc = bash(f"shardwise coverage --run-dir {cfg['run_dir']} | head -1")
     assert proc.stdout.startswith("coverage of run run")
     assert proc.stderr == ""
     assert proc.returncode == 0
@@ -59,16 +64,7 @@ def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path: Path):
 def test_a_broken_pipe_on_a_long_output_exits_quietly(tmp_path: Path):
     ids = tmp_path / "ids.txt"
     ids.write_text(" ".join(f"task-{i}" for i in range(60_000)))  # ~300 kB out > a pipe buffer
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
-    proc = subprocess.run(
-        f"set -o pipefail; shardwise shard-of --total-shards 7 $(cat {ids}) | head -1",
-        shell=True,
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-        executable="/bin/bash",
-    )
+    proc = bash(f"set -o pipefail; shardwise shard-of --total-shards 7 $(cat {ids}) | head -1")
     assert proc.stdout.strip().isdigit()
     assert proc.stderr == ""
     assert proc.returncode == 0

@@ -383,6 +383,29 @@ def _no_surrogates(value: str) -> tuple[str, bool]:
     return fixed, fixed != value
 
 
+#: Per role: the count a null value adds to, and what an absent or null value reads as.
+_NULL_COUNTS = {"id": "null_ids", "text": "null_texts", "url": "null_urls"}
+_EMPTY: dict[str, str | None] = {"id": None, "text": "", "url": ""}
+
+
+def _value(
+    record: dict[str, Any], path: str, role: str, missing: Counter[str], counts: Counter[str]
+) -> str | None:
+    """One field of a JSONL record by the policy: absent, null and non-string are counted."""
+    value = _lookup(record, path)
+    if value is _ABSENT:
+        missing[role] += 1
+        return _EMPTY[role]
+    if value is None:
+        counts[_NULL_COUNTS[role]] += 1
+        return _EMPTY[role]
+    if isinstance(value, str):
+        return value
+    if role == "text":
+        counts["non_string_texts"] += 1
+    return str(value)
+
+
 def _read_jsonl(stream: IO[bytes], fields: Fields, where: str) -> Documents:
     ids: list[str | None] = []
     texts: list[str] = []
@@ -416,35 +439,9 @@ def _read_jsonl(stream: IO[bytes], fields: Fields, where: str) -> Documents:
         rows += 1
         if rows <= _SAMPLE_ROWS:
             seen_paths.update(_key_paths(record))
-        doc_id = _lookup(record, fields.id)
-        if doc_id is _ABSENT:
-            missing["id"] += 1
-            doc_id = None
-        elif doc_id is None:
-            counts["null_ids"] += 1
-        else:
-            doc_id = str(doc_id)
-        text = _lookup(record, fields.text)
-        if text is _ABSENT:
-            missing["text"] += 1
-            text = ""
-        elif text is None:
-            counts["null_texts"] += 1
-            text = ""
-        elif not isinstance(text, str):
-            counts["non_string_texts"] += 1
-            text = str(text)
-        url = ""
-        if url_path is not None:
-            url = _lookup(record, url_path)
-            if url is _ABSENT:
-                missing["url"] += 1
-                url = ""
-            elif url is None:
-                counts["null_urls"] += 1
-                url = ""
-            else:
-                url = str(url)
+        doc_id = _value(record, fields.id, "id", missing, counts)
+        text = _value(record, fields.text, "text", missing, counts)
+        url = "" if url_path is None else _value(record, url_path, "url", missing, counts)
         if b"\\u" in raw and _SURROGATE_ESCAPE.search(raw):
             text, bad_text = _no_surrogates(text)
             url, bad_url = _no_surrogates(url)

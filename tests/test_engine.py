@@ -172,7 +172,7 @@ def test_oom_halves_and_retries_without_dropping(specs, cache_root, result, corp
     engine = Engine.load(specs, settings, forward_hook=fake_oom, cache_root=cache_root)
     texts, urls = corpus
     labels = engine.run(engine.prepare(texts, urls))
-    assert labels.stats["oom_retries"] >= 3
+    assert labels.stats["oom_retries"] >= 2
     assert labels.stats["batch_budget"] <= 700  # remembered
     assert labels.stats["docs"] == len(texts)
     for name in ("topic", "format_nourl"):

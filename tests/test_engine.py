@@ -578,3 +578,82 @@ def test_stats_count_truncated_documents_and_name_the_attention_kernel(
     assert result.stats["attention_kernel"] in kernels
     assert result.stats["attention_kernel_unmasked"] in kernels
     assert result.stats["batch_cost"] == 128 and result.stats["pad_efficiency"] > 0.85
+
+
+# -- on a CUDA GPU (skipped without one; bench/gpu-check.sh runs them) -------------------
+
+
+@pytest.fixture(scope="module")
+def cuda_engine(specs, cache_root) -> Engine:
+    settings = InferenceSettings(max_length=MAX_LENGTH, probs=True)  # device and dtype auto
+    return Engine.load(specs, settings, cache_root=cache_root)
+
+
+@pytest.mark.cuda
+def test_cuda_auto_device_dtype_and_probe(cuda_engine: Engine, corpus) -> None:
+    capability = torch.cuda.get_device_capability(cuda_engine.device)
+    assert cuda_engine.device.type == "cuda"
+    assert cuda_engine.dtype is (torch.bfloat16 if capability >= (8, 0) else torch.float16)
+    labels = cuda_engine.run(cuda_engine.prepare(*corpus))
+    stats = labels.stats
+    assert stats["batch_budget"] % MAX_LENGTH == 0 and stats["probe_s"] > 0  # probed
+    assert stats["attention_kernel"] in {"efficient_attention", "cudnn_attention"}
+    assert stats["attention_kernel_unmasked"] != "math"
+    assert np.isfinite(labels.columns["topic_score"].to_numpy()).all()
+
+
+@pytest.mark.cuda
+def test_cuda_huge_margin_equals_the_cuda_fp32_run(specs, cache_root, corpus) -> None:
+    settings = {"max_length": MAX_LENGTH, "batch_tokens": 4096, "device": "cuda"}
+    fp32 = Engine.load(specs, InferenceSettings(dtype="float32", **settings), cache_root=cache_root)
+    half = Engine.load(
+        specs, InferenceSettings(recheck_margin=1e9, **settings), cache_root=cache_root
+    )
+    want = fp32.run(fp32.prepare(*corpus))
+    got = half.run(half.prepare(*corpus))
+    assert got.stats["rechecked_docs"] == dict.fromkeys(NAMES, len(corpus[0]))
+    for name in NAMES:
+        column = f"{name}_label_id"
+        assert got.columns[column].equals(want.columns[column]), name
+
+
+@pytest.mark.cuda
+def test_cuda_run_has_no_per_batch_host_sync(specs, cache_root, corpus) -> None:
+    """The syncs of a run (logits fetched once per classifier) do not grow with the batches."""
+    import warnings
+
+    counts = []
+    for budget in (8192, 512):
+        settings = InferenceSettings(
+            max_length=MAX_LENGTH, batch_tokens=budget, device="cuda", recheck_margin=0.0
+        )
+        engine = Engine.load(specs, settings, cache_root=cache_root)
+        prepared = engine.prepare(*corpus)
+        engine.run(prepared)  # warm-up
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                labels = engine.run(prepared)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        syncs = sum("synchroniz" in str(w.message).lower() for w in caught)
+        counts.append((syncs, labels.stats["batches"]))
+    (few_syncs, few_batches), (many_syncs, many_batches) = counts
+    assert many_batches > few_batches
+    assert many_syncs == few_syncs <= 2 * len(NAMES)
+
+
+@pytest.mark.cuda
+def test_cuda_fp16_overflow_rows_come_back_from_fp32(
+    tmp_path: Path, model_paths, cache_root, corpus
+) -> None:
+    path = _overflowing_copy(model_paths["topic"], tmp_path / "loud", 3e4)
+    spec = [ClassifierSpec("loud", str(path), "url_text")]
+    settings = InferenceSettings(
+        max_length=MAX_LENGTH, device="cuda", dtype="float16", recheck_margin=0.0
+    )
+    engine = Engine.load(spec, settings, cache_root=cache_root)
+    labels = engine.run(engine.prepare(*corpus))
+    assert labels.stats["nonfinite_docs"]["loud"] > 0
+    assert np.isfinite(labels.columns["loud_score"].to_numpy()).all()

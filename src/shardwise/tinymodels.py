@@ -11,7 +11,6 @@ Everything here is deterministic for a given seed so tests can compare runs.
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import random
@@ -84,8 +83,6 @@ def synthetic_corpus(
     sigma: float = 1.0,
     max_words: int = 12000,
     tail_fraction: float = 0.01,
-    topics: int = 0,
-    topic_share: float = 0.7,
 ) -> tuple[list[str], list[str]]:
     """Return ``(texts, urls)`` of ``n`` synthetic web documents with lognormal lengths.
 
@@ -93,12 +90,6 @@ def synthetic_corpus(
     pushed to ``max_words`` so a benchmark also sees documents past the truncation length, as in
     real crawls. Words are pseudo-words with some punctuation, digits and capitals, enough for a
     WordPiece tokenizer to produce realistic sub-word splits. Some urls are empty, some texts too.
-
-    With ``topics > 0`` each document belongs to one of that many topics and draws a
-    ``topic_share`` of its words from the topic's own word ranking (the rest from the common
-    one), so documents differ in content and not only by sampling noise, as real web pages do;
-    a model's output then depends on its input the way a benchmark of precision needs.
-    ``topics=0`` (the default) draws every document from one ranking, as before.
     """
     rng = random.Random(seed)  # reproducible test data, not security
     vocab = [
@@ -106,8 +97,6 @@ def synthetic_corpus(
         for _ in range(3000)
     ]
     weights = [1.0 / (rank + 1) for rank in range(len(vocab))]  # Zipf-like frequencies
-    rankings = [rng.sample(vocab, len(vocab)) for _ in range(topics)]
-    cumulative = list(itertools.accumulate(weights))
     texts: list[str] = []
     urls: list[str] = []
     for index in range(n):
@@ -115,15 +104,7 @@ def synthetic_corpus(
             length = max_words
         else:
             length = min(max_words, max(1, int(median_words * math.exp(rng.gauss(0.0, sigma)))))
-        if rankings:
-            own = rankings[rng.randrange(len(rankings))]
-            topical = rng.choices(own, cum_weights=cumulative, k=length)
-            common = rng.choices(vocab, cum_weights=cumulative, k=length)
-            words = [
-                t if rng.random() < topic_share else c for t, c in zip(topical, common, strict=True)
-            ]
-        else:
-            words = rng.choices(vocab, weights=weights, k=length)
+        words = rng.choices(vocab, weights=weights, k=length)
         for position in range(0, length, 17):
             words[position] = words[position].capitalize()
         for position in range(11, length, 13):

@@ -89,7 +89,7 @@ CUDA_MAX_BATCH_TOKENS = 1 << 19
 _PROBE_MEMORY_FRACTION = 0.6
 #: Default top-two logit margin under which a half-precision label is re-checked in fp32; chosen
 #: by ``bench/precision.py`` (docs/engine.md has the measurement).
-DEFAULT_RECHECK_MARGIN = 0.25
+DEFAULT_RECHECK_MARGIN = 0.01
 #: Environment variables through which a scheduler hands a job its GPUs.
 GPU_ENV_VARS = ("CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS")
 #: Values of those variables that mean "no GPU".

@@ -167,9 +167,13 @@ def report(r: dict) -> None:
     print("margin  agreement  re-run")
     for margin, agree, rerun in r["table"]:
         print(f"{margin:6.2f}  {agree:9.4f}  {rerun:6.4f}")
+
+    def shown(margin: float) -> str:
+        return "any margin > 0 (exact ties)" if 0 < margin < 1e-6 else f"{margin:.4f}"
+
     print(
-        f"smallest margin for >= 99.9% agreement: {r['margin_999']:.4f}; "
-        f"for 100%: {r['margin_100']:.4f}"
+        f"smallest margin for >= 99.9% agreement: {shown(r['margin_999'])}; "
+        f"for 100%: {shown(r['margin_100'])}"
     )
     p50, p99, p999, top = r["margin_error"]
     print(

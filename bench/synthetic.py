@@ -60,7 +60,8 @@ _SYLLABLES = (
 )
 #: Shares of a document's words: topical, format-marking, the rest common.
 _TOPIC_SHARE, _FORMAT_SHARE = 0.5, 0.2
-#: Training: steps, rows per step, tokens per row (documents are cut), learning rate.
+#: Training: steps, rows per step, tokens per row (documents are cut), learning rate at hidden
+#: 256 (scaled by 256 / hidden: narrow models need more, wide ones less).
 TRAIN_STEPS, TRAIN_BATCH, TRAIN_LENGTH, TRAIN_LR = 150, 16, 128, 3e-4
 TRAIN_DOCS = 1000
 
@@ -151,7 +152,7 @@ def trained_models(
     params = {
         "hidden": hidden_size, "layers": layers, "heads": heads, "vocab": vocab_size,
         "steps": steps, "seed": seed, "batch": TRAIN_BATCH, "length": TRAIN_LENGTH,
-        "lr": TRAIN_LR, "docs": TRAIN_DOCS, "version": 1,
+        "lr": TRAIN_LR * 256 / hidden_size, "docs": TRAIN_DOCS, "version": 1,
     }  # fmt: skip
     key = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:12]
     root = _cache_root() / f"h{hidden_size}-l{layers}-{key}"

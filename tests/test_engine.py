@@ -432,15 +432,20 @@ def test_recheck_default_is_on_for_half_precision_only(specs, cache_root, engine
 
 
 def test_tiny_margin_reruns_only_exact_half_precision_ties(
-    specs, cache_root, corpus, bf16_plain
+    specs, cache_root, corpus, bf16_plain, caplog
 ) -> None:
     plain, inference = bf16_plain
-    labels = _half_engine(specs, cache_root, 1e-9).run(
-        _half_engine(specs, cache_root, 0.0).prepare(*corpus)
-    )
+    engine = _half_engine(specs, cache_root, 1e-9)
+    with caplog.at_level("WARNING", logger="shardwise.engine"):
+        labels = engine.run(engine.prepare(*corpus))
+        engine.run(engine.prepare(*corpus))
     ties = {name: int((_margins(inference, name) == 0).sum()) for name in NAMES}
     assert labels.stats["rechecked_docs"] == ties  # only top-two logits equal in bf16
     assert sum(ties.values()) < 0.05 * 4 * len(corpus[0])
+    # an exact tie's fp32 margin dwarfs a 1e-9 margin: one warning per classifier and job
+    warned = sorted(r.getMessage().split("(")[1].split(")")[0] for r in caplog.records)
+    assert warned == sorted(name for name, count in ties.items() if count)
+    assert all("raise inference.recheck_margin" in r.getMessage() for r in caplog.records)
     for name in NAMES:
         untouched = _margins(inference, name) > 0
         for suffix in ("label_id", "score"):

@@ -90,6 +90,9 @@ _PROBE_MEMORY_FRACTION = 0.6
 #: Default top-two logit margin under which a half-precision label is re-checked in fp32; chosen
 #: by ``bench/precision.py`` (docs/engine.md has the measurement).
 DEFAULT_RECHECK_MARGIN = 0.01
+#: Warn once per job when a re-check saw a margin error this many times the margin (at the
+#: default margin the benchmark models' largest errors are 1-3x it).
+_WARN_ERROR_FACTOR = 4
 #: Environment variables through which a scheduler hands a job its GPUs.
 GPU_ENV_VARS = ("CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS")
 #: Values of those variables that mean "no GPU".
@@ -438,6 +441,7 @@ class Engine:
         self.batch_cost: int | None = None
         self.probe_s = 0.0
         self.attention_kernels: dict[str, str] = {}
+        self._warned: set[str] = set()
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -834,12 +838,16 @@ class Engine:
             before = was[ok][rows, top[:, 1]] - was[ok][rows, top[:, 0]]
             after = redo[ok][rows, top[:, 1]] - redo[ok][rows, top[:, 0]]
             info.max_margin_error = float(np.abs(before - after).max())
-        if margin > 0 and info.max_margin_error > margin / 2:
+        too_small = margin > 0 and info.max_margin_error > _WARN_ERROR_FACTOR * margin
+        if too_small and clf.spec.name not in self._warned:  # once per job, not per file
+            self._warned.add(clf.spec.name)
             log.warning(
                 "%s: half and fp32 top-two margins differ by up to %.4f among re-checked "
-                "documents, more than half of recheck_margin %.4f; raise inference.recheck_margin",
+                "documents, more than %dx recheck_margin %.4f: labels with margins above it "
+                "may still depend on the GPU; raise inference.recheck_margin",
                 what,
                 info.max_margin_error,
+                _WARN_ERROR_FACTOR,
                 margin,
             )
         final = first.copy()

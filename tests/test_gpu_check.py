@@ -35,7 +35,7 @@ def test_gpu_check_cpu_smoke_mode_passes_and_reports_every_section(tmp_path: Pat
     summary = json.loads(proc.stdout)
     assert summary["ok"] is True and summary["failures"] == []
     assert summary["environment"]["auto_device"] == "cpu"
-    assert summary["cuda_tests"]["passed"] == 0 and summary["cuda_tests"]["skipped"] > 0
+    assert summary["cuda_tests"].get("passed", 0) == 0 and summary["cuda_tests"]["skipped"] > 0
     bench = summary["benchmark"]
     assert bench["docs"] == 120 and bench["docs_per_s"] > 0 and 0 < bench["mfu"] < 1
     assert bench["pad_efficiency"] > 0.9 and bench["attention_kernel"] != "math"

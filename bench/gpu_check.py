@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import gc
 import json
 import os
 import platform
@@ -76,7 +78,7 @@ SHAPES = {
         "layers": 12,
         "heads": 12,
         "max_length": 8192,
-        "docs": 3000,
+        "docs": 2000,
         "steps": 300,
         "median_words": 300,
     },
@@ -403,7 +405,7 @@ def oom_drill(check: Check, setup: Setup) -> dict[str, Any]:
     hidden = clf.loaded.model.config.hidden_size
     inner = clf.loaded.model.config.intermediate_size
     per_token = engine.dtype.itemsize * (8 * hidden + 3 * inner)
-    rows = min(DEFAULT_MAX_BATCH_DOCS, int(3 * free / (per_token * length)) + 1)
+    rows = min(DEFAULT_MAX_BATCH_DOCS, int(2 * free / (per_token * length)) + 1)
     one = _clear_document(engine, clf.key, length)
     ids = np.tile(one, rows)  # every document identical: every label must be the same
     stream = TokenStream(
@@ -476,27 +478,38 @@ def _count_syncs(engine: Engine, prepared: Prepared) -> tuple[int, int]:
 
 
 def no_sync(check: Check, setup: Setup) -> dict[str, Any]:
-    """The number of syncs of a run must not depend on the number of batches."""
+    """The number of syncs of a run must not depend on the number of batches.
+
+    One engine, its settings and batch policies swapped (loading four engines would cost more
+    than the check): re-check off, and re-check of every document; a big and a small budget.
+    """
+    engine = setup.engine("auto")
+    saved = (engine.settings, engine._policy, engine._recheck_policy)
     out = {}
     texts, urls = setup.texts[:400], setup.urls[:400]
-    for margin in (0.0, 1e9):  # re-check off; re-check of every document
-        counts = {}
-        for budget in (1 << 16, 1 << 13):
-            engine = setup.engine("auto", batch_tokens=budget, recheck_margin=margin)
-            prepared = engine.prepare(texts, urls)
-            engine.run(prepared)  # warm-up: kernel detection, allocator
-            counts[budget] = _count_syncs(engine, prepared)
-        (syncs_a, batches_a), (syncs_b, batches_b) = counts.values()
-        out[f"margin_{margin:g}"] = {
-            "syncs": [syncs_a, syncs_b],
-            "batches": [batches_a, batches_b],
-        }
-        check.expect(batches_b > batches_a, "sync check: the small budget made no more batches")
-        check.expect(
-            syncs_a == syncs_b,
-            f"host syncs grow with batches (margin {margin:g}): {syncs_a} syncs for "
-            f"{batches_a} batches, {syncs_b} for {batches_b}",
-        )
+    prepared = engine.prepare(texts, urls)
+    try:
+        for margin in (0.0, 1e9):
+            engine.settings = dataclasses.replace(saved[0], recheck_margin=margin)
+            counts = []
+            for budget in (1 << 16, 1 << 13):
+                engine._policy = BatchPolicy(budget=budget, batch_cost=engine.batch_cost)
+                engine._recheck_policy = None
+                engine.run(prepared)  # warm-up: allocator, the re-check policy
+                counts.append(_count_syncs(engine, prepared))
+            (syncs_a, batches_a), (syncs_b, batches_b) = counts
+            out[f"margin_{margin:g}"] = {
+                "syncs": [syncs_a, syncs_b],
+                "batches": [batches_a, batches_b],
+            }
+            check.expect(batches_b > batches_a, "sync check: a small budget made no more batches")
+            check.expect(
+                syncs_a == syncs_b,
+                f"host syncs grow with batches (margin {margin:g}): {syncs_a} syncs for "
+                f"{batches_a} batches, {syncs_b} for {batches_b}",
+            )
+    finally:
+        engine.settings, engine._policy, engine._recheck_policy = saved
     return out
 
 
@@ -598,7 +611,9 @@ def main() -> int:
         "--cpu", action="store_true", help="CPU smoke mode: tiny shape, CUDA-only parts skipped"
     )
     parser.add_argument("--docs", type=int, default=None, help="benchmark corpus size")
-    parser.add_argument("--budget-s", type=float, default=450, help="stop starting sections after")
+    parser.add_argument(
+        "--budget-s", type=float, default=400, help="seconds after which no section starts"
+    )
     parser.add_argument("--skip-demo", action="store_true", help="skip the demo workflow")
     parser.add_argument("--skip-tests", action="store_true", help="skip pytest -m cuda")
     args = parser.parse_args()
@@ -616,20 +631,28 @@ def main() -> int:
         check.section("environment", lambda: environment(check))
         if not args.skip_tests:
             check.section("cuda_tests", lambda: cuda_tests(check))
-        log("building models and corpus ...")
-        setup = build(check, root, args.docs)
-        results["auto_dtype"] = setup.engine("auto").dtype_name
-        check.section("benchmark", lambda: benchmark(check, setup, results))
-        check.section("agreement", lambda: agreement(check, setup, results))
-        check.section("probe", lambda: probe(check, setup), cuda_only=True)
-        check.section("no_per_batch_sync", lambda: no_sync(check, setup), cuda_only=True)
-        check.section("overlap", lambda: overlap(check, setup))
-        check.section("oom_drill", lambda: oom_drill(check, setup), cuda_only=True)
-        setup.engines.clear()
-        with contextlib.suppress(Exception):
-            torch.cuda.empty_cache()
-        if not args.skip_demo:
+        if not args.skip_demo:  # first, while the GPU's memory is free for its jobs
             check.section("demo_workflow", lambda: demo(check, root))
+        holder: dict[str, Setup] = {}
+
+        def models() -> dict[str, Any]:
+            holder["setup"] = setup = build(check, root, args.docs)
+            results["auto_dtype"] = setup.engine("auto").dtype_name
+            return {"shape": setup.shape, "models": [s.model for s in setup.specs]}
+
+        check.section("models", models)
+        setup = holder.get("setup")
+        if setup is not None:
+            check.section("benchmark", lambda: benchmark(check, setup, results))
+            check.section("agreement", lambda: agreement(check, setup, results))
+            check.section("probe", lambda: probe(check, setup), cuda_only=True)
+            check.section("no_per_batch_sync", lambda: no_sync(check, setup), cuda_only=True)
+            check.section("overlap", lambda: overlap(check, setup))
+            setup.engines.clear()  # the drill wants the memory
+            gc.collect()
+            with contextlib.suppress(Exception):
+                torch.cuda.empty_cache()
+            check.section("oom_drill", lambda: oom_drill(check, setup), cuda_only=True)
     check.summary["elapsed_s"] = round(time.monotonic() - started, 1)
     print(
         json.dumps(

@@ -10,16 +10,21 @@ import pyarrow as pa
 import pytest
 import torch
 
+from shardwise import config as configmod
 from shardwise.batching import CannotShrinkError
 from shardwise.engine import (
+    DEFAULT_RECHECK_MARGIN,
+    GPU_ENV_VARS,
     ClassifierSpec,
     Engine,
     InferenceSettings,
+    gpus_assigned,
     probe_rows,
     select_device,
     select_dtype,
+    top2_margins,
 )
-from shardwise.errors import ModelError
+from shardwise.errors import DeviceError, ModelError
 from shardwise.tinymodels import (
     build_tiny_gte_classifier,
     build_weborganizer_demo_models,
@@ -172,7 +177,7 @@ def test_oom_halves_and_retries_without_dropping(specs, cache_root, result, corp
     engine = Engine.load(specs, settings, forward_hook=fake_oom, cache_root=cache_root)
     texts, urls = corpus
     labels = engine.run(engine.prepare(texts, urls))
-    assert labels.stats["oom_retries"] >= 3
+    assert labels.stats["oom_retries"] >= 2
     assert labels.stats["batch_budget"] <= 700  # remembered
     assert labels.stats["docs"] == len(texts)
     for name in ("topic", "format_nourl"):
@@ -256,18 +261,71 @@ def test_dtype_selection_by_capability() -> None:
     assert select_dtype("auto", "cuda", (7, 5)) is torch.float16
     assert select_dtype("float32", "cuda", (9, 0)) is torch.float32
     assert select_dtype("bfloat16", "cpu") is torch.bfloat16
+    assert select_dtype("bfloat16", "cuda", (8, 6)) is torch.bfloat16
+    assert select_dtype("float16", "cuda", (7, 0)) is torch.float16
     with pytest.raises(ModelError, match="dtype"):
         select_dtype("int8", "cpu")
 
 
-def test_device_selection() -> None:
+@pytest.mark.parametrize("capability", [(7, 5), (7, 0), (6, 1)])
+def test_explicit_bf16_is_refused_below_compute_capability_8(capability) -> None:
+    major, minor = capability
+    with pytest.raises(
+        ModelError, match=rf"capability {major}\.{minor}: bfloat16 needs 8\.0 .* use dtype auto"
+    ):
+        select_dtype("bfloat16", "cuda", capability)
+
+
+@pytest.fixture
+def no_gpu_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for name in GPU_ENV_VARS:
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def test_device_selection(no_gpu_env) -> None:
     assert select_device("cpu").type == "cpu"
     if not torch.cuda.is_available():
         assert select_device("auto").type == "cpu"
-        with pytest.raises(ModelError, match="CUDA is not available"):
+        with pytest.raises(ModelError, match=r"CUDA is not available here: .*torch\.version\.cuda"):
             select_device("cuda:0")
     with pytest.raises(ModelError, match="expected auto"):
         select_device("tpu")
+
+
+@pytest.mark.parametrize(
+    ("env", "given"),
+    [
+        ({"CUDA_VISIBLE_DEVICES": "0"}, True),
+        ({"CUDA_VISIBLE_DEVICES": "GPU-5c7a1f2e-9d1b-4f3a-8e2c-000000000000"}, True),
+        ({"SLURM_JOB_GPUS": "2,3"}, True),
+        ({"SLURM_STEP_GPUS": "1"}, True),
+        ({"CUDA_VISIBLE_DEVICES": ""}, False),
+        ({"CUDA_VISIBLE_DEVICES": "-1"}, False),
+        ({"CUDA_VISIBLE_DEVICES": "NoDevFiles"}, False),
+        ({}, False),
+    ],
+)
+def test_gpus_assigned_reads_the_scheduler_variables(env, given) -> None:
+    assert bool(gpus_assigned(env)) is given
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a torch that cannot use CUDA")
+@pytest.mark.parametrize("variable", ["CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS"])
+def test_auto_refuses_to_fall_back_to_cpu_when_the_job_was_given_a_gpu(
+    no_gpu_env, variable
+) -> None:
+    no_gpu_env.setenv(variable, "0")
+    with pytest.raises(ModelError) as err:
+        select_device("auto")
+    message = str(err.value)
+    assert f"given GPU(s) ({variable}=0)" in message
+    assert f"torch.version.cuda={torch.version.cuda!r}" in message
+    assert "install a CUDA build of torch" in message or "driver" in message
+    assert "inference.device: cpu" in message  # the way to run on the CPU on purpose
+    with pytest.raises(ModelError, match="given GPU"):
+        Engine.load([ClassifierSpec("a", "x/y", "text")], InferenceSettings())
+    assert select_device("cpu").type == "cpu"  # explicit cpu is still allowed
 
 
 def test_load_errors_name_the_model(tmp_path: Path) -> None:
@@ -329,3 +387,278 @@ def test_budget_probe_halves_until_it_fits() -> None:
 
     with pytest.raises(CannotShrinkError):
         probe_rows(never, 3)
+
+
+# -- the fp32 re-check of half-precision near ties ------------------------------------
+
+NAMES = ("topic", "topic_nourl", "format", "format_nourl")
+
+
+def _half_engine(specs, cache_root, margin: float, dtype: str = "bfloat16", **kw) -> Engine:
+    settings = InferenceSettings(
+        max_length=MAX_LENGTH,
+        batch_tokens=2048,
+        probs=True,
+        dtype=dtype,
+        recheck_margin=margin,
+        **kw,
+    )
+    return Engine.load(specs, settings, cache_root=cache_root)
+
+
+@pytest.fixture(scope="module")
+def bf16_plain(specs, cache_root, corpus):
+    """bf16 without the re-check: its own labels and its logits (to know the margins)."""
+    engine = _half_engine(specs, cache_root, 0.0)
+    prepared = engine.prepare(*corpus)
+    assert not engine._fp32  # no fp32 copies when the re-check is off
+    return engine.run(prepared), engine.infer(prepared)
+
+
+def _margins(inference, name: str) -> np.ndarray:
+    return top2_margins(inference.first_pass[name])
+
+
+def test_recheck_default_is_on_for_half_precision_only(specs, cache_root, engine, result) -> None:
+    assert InferenceSettings().recheck_margin == DEFAULT_RECHECK_MARGIN > 0
+    inference_schema = configmod.schema()["properties"]["inference"]["properties"]
+    assert inference_schema["recheck_margin"]["default"] == DEFAULT_RECHECK_MARGIN
+    half = Engine.load(specs[:1], InferenceSettings(dtype="bfloat16"), cache_root=cache_root)
+    assert half.recheck_margin == DEFAULT_RECHECK_MARGIN
+    assert {k: v.model.dtype for k, v in half._fp32.items()} == {specs[0].model: torch.float32}
+    assert engine.recheck_margin == 0.0 and not engine._fp32  # fp32 engine: nothing to re-check
+    assert result.stats["rechecked_docs"] == dict.fromkeys(NAMES, 0)
+    assert result.stats["recheck_margin"] == 0.0
+
+
+def test_tiny_margin_reruns_only_exact_half_precision_ties(
+    specs, cache_root, corpus, bf16_plain, caplog
+) -> None:
+    plain, inference = bf16_plain
+    engine = _half_engine(specs, cache_root, 1e-9)
+    with caplog.at_level("WARNING", logger="shardwise.engine"):
+        labels = engine.run(engine.prepare(*corpus))
+        engine.run(engine.prepare(*corpus))
+    ties = {name: int((_margins(inference, name) == 0).sum()) for name in NAMES}
+    assert labels.stats["rechecked_docs"] == ties  # only top-two logits equal in bf16
+    assert sum(ties.values()) < 0.05 * 4 * len(corpus[0])
+    # an exact tie's fp32 margin dwarfs a 1e-9 margin: one warning per classifier and job
+    warned = sorted(r.getMessage().split("(")[1].split(")")[0] for r in caplog.records)
+    assert warned == sorted(name for name, count in ties.items() if count)
+    assert all("raise inference.recheck_margin" in r.getMessage() for r in caplog.records)
+    for name in NAMES:
+        untouched = _margins(inference, name) > 0
+        for suffix in ("label_id", "score"):
+            got = labels.columns[f"{name}_{suffix}"].to_numpy()
+            want = plain.columns[f"{name}_{suffix}"].to_numpy()
+            np.testing.assert_array_equal(got[untouched], want[untouched])
+
+
+def test_huge_margin_reruns_everything_and_equals_the_fp32_run(
+    specs, cache_root, corpus, result
+) -> None:
+    engine = _half_engine(specs, cache_root, 1e9)
+    labels = engine.run(engine.prepare(*corpus))
+    n = len(corpus[0])
+    assert labels.stats["rechecked_docs"] == dict.fromkeys(NAMES, n)
+    assert labels.stats["recheck_tokens"] == labels.stats["real_tokens"]
+    assert list(labels.columns) == list(result.columns)
+    for column, values in result.columns.items():
+        assert labels.columns[column].equals(values), column  # bit for bit
+    assert engine.dtype_name == "bfloat16"
+
+
+def test_mixed_batches_keep_input_order(specs, cache_root, corpus, result, bf16_plain) -> None:
+    """Half the documents re-checked: each row gets fp32's answer if re-checked, else bf16's."""
+    plain, inference = bf16_plain
+    margin = float(np.median(np.concatenate([_margins(inference, n) for n in NAMES])))
+    engine = _half_engine(specs, cache_root, margin)
+    mixed = engine.infer(engine.prepare(*corpus))
+    labels = engine.run(engine.prepare(*corpus))
+    changed = {}
+    for name in NAMES:
+        expected = _margins(inference, name) < margin
+        assert 0 < expected.sum() < len(expected)
+        np.testing.assert_array_equal(mixed.rechecked[name], expected)
+        np.testing.assert_array_equal(mixed.first_pass[name], inference.first_pass[name])
+        ids = labels.columns[f"{name}_label_id"].to_numpy()
+        fp32_ids = result.columns[f"{name}_label_id"].to_numpy()
+        half_ids = plain.columns[f"{name}_label_id"].to_numpy()
+        # fp32 rows ran in other batches than the fp32 engine's: equal up to float noise
+        fp32_scores = result.columns[f"{name}_score"].to_numpy()
+        np.testing.assert_array_equal(ids[expected], fp32_ids[expected])
+        np.testing.assert_array_equal(ids[~expected], half_ids[~expected])
+        scores = labels.columns[f"{name}_score"].to_numpy()
+        np.testing.assert_allclose(scores[expected], fp32_scores[expected], rtol=1e-5)
+        np.testing.assert_array_equal(
+            scores[~expected], plain.columns[f"{name}_score"].to_numpy()[~expected]
+        )
+        changed[name] = int((half_ids[expected] != fp32_ids[expected]).sum())
+        assert labels.stats["rechecked_docs"][name] == int(expected.sum())
+        assert 0 <= labels.stats["recheck_max_margin_error"][name] < margin
+    assert labels.stats["recheck_changed"] == changed
+    assert sum(changed.values()) > 0  # the tiny bf16 models do flip some near ties
+    assert labels.stats["recheck_s"] > 0 and labels.stats["recheck_batches"] > 0
+
+
+def _overflowing_copy(source: Path, target: Path, scale: float) -> Path:
+    """A copy of a checkpoint whose classifier head is ``scale`` times larger."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(source, target)
+    weights = load_file(str(target / "model.safetensors"))
+    weights["classifier.weight"] = weights["classifier.weight"] * scale
+    weights["classifier.bias"] = weights["classifier.bias"] * scale
+    save_file(weights, str(target / "model.safetensors"), metadata={"format": "pt"})
+    return target
+
+
+def test_non_finite_half_rows_are_rerun_in_fp32_even_with_the_recheck_off(
+    tmp_path: Path, model_paths, cache_root, corpus
+) -> None:
+    """fp16 overflows (max 65504) where fp32 does not: those rows come back from fp32."""
+    path = _overflowing_copy(model_paths["topic"], tmp_path / "loud", 3e4)
+    spec = [ClassifierSpec("loud", str(path), "url_text")]
+    texts, urls = corpus
+    half = _half_engine(spec, cache_root, 0.0, dtype="float16")
+    labels = half.run(half.prepare(texts, urls))
+    fp32 = Engine.load(
+        spec, InferenceSettings(max_length=MAX_LENGTH, batch_tokens=2048), cache_root=cache_root
+    )
+    reference = fp32.run(fp32.prepare(texts, urls))
+    nonfinite = labels.stats["nonfinite_docs"]["loud"]
+    assert 0 < nonfinite < len(texts)
+    assert labels.stats["rechecked_docs"]["loud"] == nonfinite
+    scores = labels.columns["loud_score"].to_numpy()
+    assert np.isfinite(scores).all()
+    assert np.isfinite(reference.columns["loud_score"].to_numpy()).all()
+    redone = half.infer(half.prepare(texts, urls)).rechecked["loud"]
+    np.testing.assert_array_equal(
+        labels.columns["loud_label_id"].to_numpy()[redone],
+        reference.columns["loud_label_id"].to_numpy()[redone],
+    )
+
+
+def test_non_finite_fp32_logits_fail_naming_the_model_and_row(
+    tmp_path: Path, model_paths, cache_root, corpus
+) -> None:
+    path = _overflowing_copy(model_paths["format"], tmp_path / "broken", float("nan"))
+    spec = [ClassifierSpec("broken", str(path), "text")]
+    engine = Engine.load(spec, InferenceSettings(max_length=MAX_LENGTH), cache_root=cache_root)
+    with pytest.raises(ModelError, match=r"broken.*non-finite logits in float32 \(first at input"):
+        engine.run(engine.prepare(*corpus))
+
+
+def test_a_device_failure_names_the_device_and_host(specs, cache_root, corpus) -> None:
+    def illegal_address(rows: int, padded: int) -> None:
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    engine = Engine.load(
+        specs[:1],
+        InferenceSettings(max_length=MAX_LENGTH),
+        forward_hook=illegal_address,
+        cache_root=cache_root,
+    )
+    with pytest.raises(DeviceError) as err:
+        engine.run(engine.prepare(corpus[0][:4], corpus[1][:4]))
+    host = __import__("socket").gethostname()
+    assert str(err.value).startswith(f"cpu (cpu) on host {host}: RuntimeError: CUDA error")
+    assert isinstance(err.value.__cause__, RuntimeError)
+
+
+def test_stats_count_truncated_documents_and_name_the_attention_kernel(
+    engine: Engine, result, corpus
+) -> None:
+    texts, urls = corpus
+    tokenizer = engine._classifiers[0].loaded.tokenizer
+    whole = [
+        len(tokenizer(f"{u}\n\n{t}")["input_ids"]) > MAX_LENGTH
+        or len(tokenizer(t)["input_ids"]) > MAX_LENGTH
+        for t, u in zip(texts, urls, strict=True)
+    ]
+    assert result.stats["truncated_docs"] == sum(whole) > 0
+    kernels = {"flash_attention", "efficient_attention", "math", "cudnn_attention"}
+    assert result.stats["attention_kernel"] in kernels
+    assert result.stats["attention_kernel_unmasked"] in kernels
+    assert result.stats["batch_cost"] == 128 and result.stats["pad_efficiency"] > 0.85
+
+
+# -- on a CUDA GPU (skipped without one; bench/gpu-check.sh runs them) -------------------
+
+
+@pytest.fixture(scope="module")
+def cuda_engine(specs, cache_root) -> Engine:
+    settings = InferenceSettings(max_length=MAX_LENGTH, probs=True)  # device and dtype auto
+    return Engine.load(specs, settings, cache_root=cache_root)
+
+
+@pytest.mark.cuda
+def test_cuda_auto_device_dtype_and_probe(cuda_engine: Engine, corpus) -> None:
+    capability = torch.cuda.get_device_capability(cuda_engine.device)
+    assert cuda_engine.device.type == "cuda"
+    assert cuda_engine.dtype is (torch.bfloat16 if capability >= (8, 0) else torch.float16)
+    labels = cuda_engine.run(cuda_engine.prepare(*corpus))
+    stats = labels.stats
+    assert stats["batch_budget"] % MAX_LENGTH == 0 and stats["probe_s"] > 0  # probed
+    assert stats["attention_kernel"] in {"efficient_attention", "cudnn_attention"}
+    assert stats["attention_kernel_unmasked"] != "math"
+    assert np.isfinite(labels.columns["topic_score"].to_numpy()).all()
+
+
+@pytest.mark.cuda
+def test_cuda_huge_margin_equals_the_cuda_fp32_run(specs, cache_root, corpus) -> None:
+    settings = {"max_length": MAX_LENGTH, "batch_tokens": 4096, "device": "cuda"}
+    fp32 = Engine.load(specs, InferenceSettings(dtype="float32", **settings), cache_root=cache_root)
+    half = Engine.load(
+        specs, InferenceSettings(recheck_margin=1e9, **settings), cache_root=cache_root
+    )
+    want = fp32.run(fp32.prepare(*corpus))
+    got = half.run(half.prepare(*corpus))
+    assert got.stats["rechecked_docs"] == dict.fromkeys(NAMES, len(corpus[0]))
+    for name in NAMES:
+        column = f"{name}_label_id"
+        assert got.columns[column].equals(want.columns[column]), name
+
+
+@pytest.mark.cuda
+def test_cuda_run_has_no_per_batch_host_sync(specs, cache_root, corpus) -> None:
+    """The syncs of a run (logits fetched once per classifier) do not grow with the batches."""
+    import warnings
+
+    counts = []
+    for budget in (8192, 512):
+        settings = InferenceSettings(
+            max_length=MAX_LENGTH, batch_tokens=budget, device="cuda", recheck_margin=0.0
+        )
+        engine = Engine.load(specs, settings, cache_root=cache_root)
+        prepared = engine.prepare(*corpus)
+        engine.run(prepared)  # warm-up
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                labels = engine.run(prepared)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        syncs = sum("synchroniz" in str(w.message).lower() for w in caught)
+        counts.append((syncs, labels.stats["batches"]))
+    (few_syncs, few_batches), (many_syncs, many_batches) = counts
+    assert many_batches > few_batches
+    assert many_syncs == few_syncs <= 2 * len(NAMES)
+
+
+@pytest.mark.cuda
+def test_cuda_fp16_overflow_rows_come_back_from_fp32(
+    tmp_path: Path, model_paths, cache_root, corpus
+) -> None:
+    path = _overflowing_copy(model_paths["topic"], tmp_path / "loud", 3e4)
+    spec = [ClassifierSpec("loud", str(path), "url_text")]
+    settings = InferenceSettings(
+        max_length=MAX_LENGTH, device="cuda", dtype="float16", recheck_margin=0.0
+    )
+    engine = Engine.load(spec, settings, cache_root=cache_root)
+    labels = engine.run(engine.prepare(*corpus))
+    assert labels.stats["nonfinite_docs"]["loud"] > 0
+    assert np.isfinite(labels.columns["loud_score"].to_numpy()).all()

@@ -45,10 +45,10 @@ from e2e import (
 )
 
 from shardwise import config as configmod
-from shardwise import markers, plan, verify
+from shardwise import coverage, markers, plan, verify
 from shardwise.cli import main
 from shardwise.demo import DemoSize
-from shardwise.errors import ConfigError, InputError, StorageError
+from shardwise.errors import ConfigError, InputError, ShardwiseError, StorageError
 from shardwise.job import FAILURES_DIR, load_engine, run_shard
 from shardwise.reader import Fields, read_documents
 from shardwise.storage import Location
@@ -425,7 +425,56 @@ def test_7_8_9_odd_input_is_labelled_counted_and_named(
     # The long document is truncated at max_length (256 tokens), not split or dropped.
     stats = json.loads((labels / "odd/long/part-0000.jsonl.stats.json").read_text())
     assert stats["docs"] == 2
+    assert stats["truncated_docs"] == 1  # counted, and totalled by coverage
+    cov = coverage.compute(coverage.load_state(run_dir))
+    assert cov.data_quality["truncated_docs"] == 1
     assert stats["tokens"] <= 2 * 256 * len(ALL)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("fault", "recorded"),
+    [
+        (
+            RuntimeError("CUDA error: an illegal memory access was encountered"),
+            "cpu (cpu) on host {host}: RuntimeError: CUDA error: an illegal memory access",
+        ),
+        (ValueError("an unexpected bug"), "ValueError: an unexpected bug"),
+    ],
+    ids=["device-error", "other-exception"],
+)
+def test_device_failure_mid_shard_is_recorded_then_rerun_completes(
+    tmp_path, demo_models, engine_factory, fault, recorded
+):
+    """A CUDA error (or any exception) on the 3rd batch: the failure record names the file
+    being labelled, the host and the device; finished files stay done; a rerun completes."""
+    config = make_run(tmp_path, demo_models, total_shards=1, size=TINY)
+    run_dir = plan_only(config)
+    forwards = []
+
+    def failing_factory(ctx):
+        engine = load_engine(ctx)
+
+        def hook(rows: int, padded: int) -> None:
+            forwards.append(rows)
+            if len(forwards) == 3:
+                raise fault
+
+        engine._forward_hook = hook
+        return engine
+
+    with pytest.raises(type(fault) if isinstance(fault, ValueError) else ShardwiseError):
+        run_shard(run_dir, 0, engine_factory=failing_factory, progress=False)
+    (record,) = failure_records(run_dir)
+    host = os.uname().nodename
+    assert record["hostname"] == host
+    (entry,) = record["failed"]
+    assert entry["file"] in input_files(tmp_path / "corpus")
+    assert entry["error"].startswith(recorded.format(host=host))
+    assert not markers.done_shards(run_dir)
+    run_shard(run_dir, 0, engine_factory=engine_factory, progress=False)
+    assert_verified(run_dir)
+    assert_labelled_exactly_once(tmp_path / "corpus", tmp_path / "labels", ALL)
 
 
 def test_truncated_zstd_is_an_error_not_fewer_rows(tmp_path):

@@ -59,6 +59,15 @@ def _reference(tokenizer, kind: str, texts, urls, max_length: int) -> list[list[
     return tokenizer(strings, truncation=True, max_length=max_length)["input_ids"]
 
 
+def _cut_off(tokenizer, kind: str, texts, urls, max_length: int) -> list[bool]:
+    """Whether each input has more tokens than ``max_length`` (encoded whole, untruncated)."""
+    strings = [format_input(kind, t, u) for t, u in zip(texts, urls, strict=True)]
+    whole = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+    whole.no_truncation()
+    encodings = whole.encode_batch(strings)
+    return [len(e.ids) > max_length for e in encodings]
+
+
 @pytest.mark.parametrize("max_length", [16, 128, 8192])
 def test_shared_equals_per_classifier_tokenization(bert_tokenizer, corpus, max_length) -> None:
     texts, urls = corpus
@@ -77,6 +86,9 @@ def test_shared_equals_per_classifier_tokenization(bert_tokenizer, corpus, max_l
             assert stream.doc(i) == ids, (key.input, i, texts[i][:60], urls[i][:60])
         assert stream.lengths.tolist() == [len(ids) for ids in expected]
         assert stream.pad_id == bert_tokenizer.pad_token_id
+        truncated = _cut_off(bert_tokenizer, key.input, texts, urls, max_length)
+        assert stream.truncated.tolist() == truncated
+        assert max_length == 8192 or any(truncated)  # the flags are not all False by accident
     assert info.splittable  # nothing forced a fallback
 
 
@@ -99,6 +111,8 @@ def test_unknown_pipeline_falls_back_per_document(corpus) -> None:
     assert result.fallback_docs == len(texts)
     expected = _reference(tokenizer, "url_text", texts, urls, 64)
     assert [result.streams[key].doc(i) for i in range(len(texts))] == expected
+    truncated = _cut_off(tokenizer, "url_text", texts, urls, 64)
+    assert result.streams[key].truncated.tolist() == truncated and any(truncated)
 
 
 def test_verification_catches_a_wrong_assumption(corpus) -> None:

@@ -6,11 +6,18 @@ is spent on padding. Sorting a whole file longest-first puts similar lengths tog
 padded-token budget (rows x longest row) keeps each batch about the same memory and time: many
 short documents per batch, few long ones. Results are scattered back to input order.
 
+Where to cut the sorted documents still matters: filling every batch greedily up to the budget
+mixes long and short documents at each batch's head (0.83 of computed tokens were real at 300
+documents per file). :func:`plan_min_padding` cuts instead where the total cost is smallest,
+counting every padded token plus a fixed cost per batch (the per-forward overhead, expressed in
+tokens), exactly, by dynamic programming over the sorted lengths in O(n).
+
 Pure functions and a tiny stateful policy; no torch, so they are unit-testable on their own.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -23,6 +30,7 @@ __all__ = [
     "inverse_permutation",
     "padded_tokens",
     "plan_batches",
+    "plan_min_padding",
     "restore_order",
     "sort_longest_first",
 ]
@@ -107,6 +115,95 @@ def plan_batches(
     return out
 
 
+def _batch_ends(sorted_lengths: Sequence[int], budget: int, max_docs: int) -> list[int]:
+    """``ends[i]``: the furthest end of a batch starting at ``i`` (strictly increasing in ``i``).
+
+    A batch from ``i`` may hold ``budget // sorted_lengths[i]`` rows (at least one, at most
+    ``max_docs``); with lengths sorted longest first that count never falls as ``i`` grows.
+    """
+    n = len(sorted_lengths)
+    return [
+        min(n, i + min(max_docs, max(1, budget // max(1, int(sorted_lengths[i])))))
+        for i in range(n)
+    ]
+
+
+def plan_min_padding(
+    sorted_lengths: Sequence[int],
+    budget: int,
+    batch_cost: int,
+    max_docs: int = DEFAULT_MAX_BATCH_DOCS,
+) -> list[tuple[int, int]]:
+    """Cut longest-first lengths into batches under ``budget`` at the least total cost.
+
+    The cost of a batch ``[i, j)`` is its padded size ``(j - i) * sorted_lengths[i]`` plus
+    ``batch_cost`` (tokens' worth of fixed per-batch work: kernel launches, Python, the mask).
+    Without that term every document would get a batch of its own (zero padding). Every batch
+    respects the budget unless it is a single document longer than the budget (never dropped).
+
+    Exact and O(n): the cost is a Monge array (with lengths sorted longest first,
+    ``w(i, j) + w(i', j') <= w(i, j') + w(i', j)`` for ``i <= i' <= j <= j'``, and the budget
+    only removes a staircase of entries), so a later batch start, once better for some end,
+    stays better for every later end. A deque of candidate starts, each with the first end it
+    wins, then answers each end in amortised O(1); the crossing of two candidates is solved in
+    closed form because both costs are linear in the end.
+    """
+    n = len(sorted_lengths)
+    if n == 0:
+        return []
+    if budget < 1 or batch_cost < 0:
+        raise ValueError(f"budget must be >= 1 and batch_cost >= 0, got {budget}, {batch_cost}")
+    lengths = [int(x) for x in sorted_lengths]
+    ends = _batch_ends(lengths, budget, max_docs)
+    best = [0] * (n + 1)  # best[j]: least cost of documents [0, j)
+    start_of = [0] * (n + 1)  # start of the last batch in that best plan
+    # Candidate start i costs best[i] + (j - i) * lengths[i] + batch_cost for an end j <= ends[i].
+    intercept = [0] * (n + 1)
+
+    def wins_from(old: int, new: int) -> int:
+        """First end at which start ``new`` is at least as cheap as start ``old`` (old < new)."""
+        first = new + 1
+        if first > ends[old]:
+            return first
+        slope_old, slope_new = lengths[old], lengths[new]
+        if slope_old == slope_new:
+            return first if intercept[new] <= intercept[old] else ends[old] + 1
+        # intercept[new] + j * slope_new <= intercept[old] + j * slope_old, slope_new < slope_old
+        crossing = -((intercept[old] - intercept[new]) // (slope_old - slope_new))
+        return min(max(first, crossing), ends[old] + 1)
+
+    candidates: deque[tuple[int, int]] = deque([(0, 1)])  # (start, first end it is best for)
+    intercept[0] = 0
+    for end in range(1, n + 1):
+        while len(candidates) > 1 and candidates[1][1] <= end:
+            candidates.popleft()
+        start = candidates[0][0]
+        best[end] = best[start] + (end - start) * lengths[start] + batch_cost
+        start_of[end] = start
+        if end == n:
+            break
+        intercept[end] = best[end] - end * lengths[end]
+        while candidates:
+            last, last_from = candidates[-1]
+            if wins_from(last, end) <= max(last_from, end + 1):
+                candidates.pop()  # never cheaper again than the new start
+            else:
+                break
+        if not candidates:
+            candidates.append((end, end + 1))
+        else:
+            first = wins_from(candidates[-1][0], end)
+            if first <= n:
+                candidates.append((end, first))
+    cuts: list[tuple[int, int]] = []
+    end = n
+    while end > 0:
+        cuts.append((start_of[end], end))
+        end = start_of[end]
+    cuts.reverse()
+    return cuts
+
+
 class CannotShrinkError(RuntimeError):
     """A single document does not fit in memory: halving cannot help any more."""
 
@@ -125,14 +222,31 @@ class BatchPolicy:
     batch_size: int | None = None
     max_docs: int = DEFAULT_MAX_BATCH_DOCS
     oom_retries: int = 0
+    #: Per-batch cost in tokens for :func:`plan_min_padding`; ``None`` cuts greedily instead.
+    batch_cost: int | None = None
 
     def __post_init__(self) -> None:
         if self.budget is None and self.batch_size is None:
             raise ValueError("BatchPolicy needs a budget or a batch_size")
 
     def cut(self, sorted_lengths: Sequence[int], start: int) -> int:
-        """End of the next batch from ``start`` under the current limits."""
+        """End of the next batch from ``start`` under the current limits (greedy)."""
         return cut_batch(sorted_lengths, start, self.budget, self.batch_size, self.max_docs)
+
+    def plan(self, sorted_lengths: Sequence[int], start: int = 0) -> list[tuple[int, int]]:
+        """Every ``(start, end)`` batch from ``start`` to the end under the current limits.
+
+        Fixed row counts with ``batch_size``; least padding plus per-batch cost with
+        ``batch_cost``; otherwise greedy fill up to the budget. Called again from the failing
+        batch's start after an out-of-memory halving.
+        """
+        rest = sorted_lengths[start:]
+        if self.batch_size is not None or self.batch_cost is None:
+            cuts = plan_batches(rest, self.budget, self.batch_size, self.max_docs)
+        else:
+            assert self.budget is not None  # __post_init__: budget or batch_size
+            cuts = plan_min_padding(rest, self.budget, self.batch_cost, self.max_docs)
+        return [(start + a, start + b) for a, b in cuts]
 
     def on_oom(self, rows: int, padded: int) -> None:
         """Shrink after a batch of ``rows`` rows and ``padded`` padded tokens ran out of memory.

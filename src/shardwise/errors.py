@@ -8,6 +8,7 @@ Callers catch one base; the CLI turns it into one line and exit 1.
     ├── InputError         a source file cannot be listed or read (names the file and the reason)
     ├── StorageError       a read or write on local disk or object storage failed (names the key)
     ├── ModelError         a classifier cannot be loaded or run (names the model)
+    │   └── DeviceError    the device failed mid-run (CUDA error: names the device and host)
     ├── ShardFailedError   a shard finished with failed files (lists them; the shard is retried)
     └── ShardClaimedError  a live job already works on this shard (names it; nothing touched)
 """
@@ -37,6 +38,10 @@ class StorageError(ShardwiseError):
 
 class ModelError(ShardwiseError):
     """A classifier could not be loaded or run."""
+
+
+class DeviceError(ModelError):
+    """The device failed while running the classifiers (e.g. a CUDA error); names GPU and host."""
 
 
 class ShardFailedError(ShardwiseError):

@@ -325,10 +325,13 @@ def run_shard(
         except Interrupted:
             record_failure(run_dir, shard, report.failed, interrupted=True)
             raise
-        except ShardwiseError as e:  # model, storage (e.g. disk full): the whole shard stops
+        except Exception as e:
+            # model, storage (e.g. disk full), the device (a CUDA error, named with GPU and host
+            # by the engine) or a bug: the whole shard stops, and the record names the file
+            error = str(e) if isinstance(e, ShardwiseError) else f"{type(e).__name__}: {e}"
             failed = [
                 *report.failed,
-                {"file": current or "(before the first file)", "error": str(e)},
+                {"file": current or "(before the first file)", "error": error},
             ]
             record_failure(run_dir, shard, failed, interrupted=False)
             raise

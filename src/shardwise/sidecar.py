@@ -111,6 +111,7 @@ def build_stats(
         "tokens_counted": "real (unpadded) tokens of each classifier's input, summed over "
         "classifiers; tokens_per_s divides them by seconds (read to write)",
         "counts": dict(counts),
+        "truncated_docs": int(engine_stats.get("truncated_docs", 0)),
         "models": models or {},
         "device": device,
         "device_name": device_name,

@@ -87,13 +87,15 @@ class TokenStream:
     """Input ids of all documents for one :class:`StreamKey`, flat with offsets.
 
     ``ids[offsets[i]:offsets[i + 1]]`` is document ``i`` including special tokens, already
-    truncated to ``max_length``; ``lengths[i]`` is its length.
+    truncated to ``max_length``; ``lengths[i]`` is its length; ``truncated[i]`` says whether
+    the input had more tokens than fit (a length equal to ``max_length`` alone cannot tell).
     """
 
     ids: np.ndarray  # int32, all documents concatenated
     offsets: np.ndarray  # int64, len n + 1
     lengths: np.ndarray  # int32, len n
     pad_id: int
+    truncated: np.ndarray | None = None  # bool, len n
 
     def doc(self, index: int) -> list[int]:
         """Ids of one document (tests and debugging)."""
@@ -151,10 +153,16 @@ class TokenizerInfo:
 
     def encode_reference(self, strings: list[str], max_length: int) -> list[list[int]]:
         """The tokenizer's own output: specials added, right-truncated to ``max_length``."""
+        return self.encode_reference_truncated(strings, max_length)[0]
+
+    def encode_reference_truncated(
+        self, strings: list[str], max_length: int
+    ) -> tuple[list[list[int]], list[bool]]:
+        """:meth:`encode_reference` plus, per string, whether truncation cut tokens off."""
         with self._reference_lock:
             self.reference.enable_truncation(max_length=max_length)
             encodings = self.reference.encode_batch_fast(strings, add_special_tokens=True)
-        return [e.ids for e in encodings]
+        return [e.ids for e in encodings], [bool(e.overflowing) for e in encodings]
 
 
 def _find_sublist(haystack: list[int], needle: list[int]) -> int:
@@ -210,13 +218,14 @@ def _cut_text(text: str, needed_tokens: int) -> str:
     return text[: match.end()]
 
 
-def _pack(rows: list[list[int]], pad_id: int) -> TokenStream:
+def _pack(rows: list[list[int]], pad_id: int, truncated: Sequence[bool]) -> TokenStream:
     lengths = np.fromiter((len(r) for r in rows), dtype=np.int32, count=len(rows))
     offsets = np.zeros(len(rows) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     total = int(offsets[-1])
     ids = np.fromiter(chain.from_iterable(rows), dtype=np.int32, count=total)
-    return TokenStream(ids=ids, offsets=offsets, lengths=lengths, pad_id=pad_id)
+    flags = np.fromiter(truncated, dtype=bool, count=len(rows))
+    return TokenStream(ids=ids, offsets=offsets, lengths=lengths, pad_id=pad_id, truncated=flags)
 
 
 @dataclass
@@ -282,7 +291,8 @@ class SharedTokenizer:
         out: dict[StreamKey, TokenStream] = {}
         for key in keys:
             strings = [format_input(key.input, t, u) for t, u in zip(texts, urls, strict=True)]
-            out[key] = _pack(info.encode_reference(strings, key.max_length), info.pad_id)
+            rows, truncated = info.encode_reference_truncated(strings, key.max_length)
+            out[key] = _pack(rows, info.pad_id, truncated)
         fallback = len(texts) * sum(1 for key in keys if key.input == "url_text")
         return out, fallback, 0
 
@@ -306,6 +316,13 @@ class SharedTokenizer:
             )
             for i, encoding in zip(short, full, strict=True):
                 text_ids[i] = encoding.ids
+                cut[i] = texts[i]
+        # 1 when the text was cut before encoding and words remain after the cut: the text then
+        # has more tokens than were encoded (enough to count it as truncated, see below)
+        beyond = [
+            1 if len(c) < len(t) and not t[len(c) :].isspace() else 0
+            for c, t in zip(cut, texts, strict=True)
+        ]
         url_ids: list[list[int]] = []
         if any(key.input == "url_text" for key in keys):
             unique = list(dict.fromkeys(urls))
@@ -319,6 +336,9 @@ class SharedTokenizer:
             room = key.max_length - specials
             if key.input == "text":
                 rows = [prefix + ids[:room] + suffix for ids in text_ids]
+                truncated = [
+                    len(ids) + more > room for ids, more in zip(text_ids, beyond, strict=True)
+                ]
             elif key.input == "url_text":
                 rows = []
                 for uid, tid in zip(url_ids, text_ids, strict=True):
@@ -326,9 +346,13 @@ class SharedTokenizer:
                         rows.append(prefix + uid[:room] + suffix)
                     else:
                         rows.append(prefix + uid + tid[: room - len(uid)] + suffix)
+                truncated = [
+                    len(uid) + len(tid) + more > room
+                    for uid, tid, more in zip(url_ids, text_ids, beyond, strict=True)
+                ]
             else:
                 raise ValueError(f"unknown input kind {key.input!r}")
-            out[key] = _pack(rows, info.pad_id)
+            out[key] = _pack(rows, info.pad_id, truncated)
         return out
 
     def _verify(

@@ -38,6 +38,10 @@ def demo(base: Path, *, walltime: dict | None = None, total_shards: int | None =
     subprocess.run(["shardwise", "demo", str(base / "demo")], check=True, capture_output=True,
                    env=env())  # fmt: skip
     config = yaml.safe_load((base / "demo" / "config.yaml").read_text())
+    # The test cluster's GPUs are fake (SLURM still exports CUDA_VISIBLE_DEVICES), and the
+    # venv's torch is the CPU build: `device: auto` would rightly refuse to fall back to
+    # the CPU in a job that was given a GPU, so these runs ask for the CPU on purpose.
+    config["inference"]["device"] = "cpu"
     if walltime:
         config["walltime"] = walltime
     if total_shards:

@@ -272,6 +272,9 @@ def _main_run(slurm_cluster, slurm_qos_cap, tmp_path_factory) -> MainRun:
     subprocess.run(["shardwise", "demo", str(demo)], check=True, capture_output=True, env=_env())
     config = yaml.safe_load((demo / "config.yaml").read_text())
     config["walltime"] = dict(WALLTIME)
+    # the fake GPUs set CUDA_VISIBLE_DEVICES in each job and torch here is the CPU build:
+    # device auto would (rightly) refuse to fall back to the CPU, so ask for it on purpose
+    config["inference"]["device"] = "cpu"
     configfile = base / "config.yaml"
     configfile.write_text(yaml.safe_dump(config, sort_keys=False))
     workdir = base / "work"

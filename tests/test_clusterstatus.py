@@ -8,7 +8,7 @@ from pathlib import Path
 
 import jsonschema
 from e2e import minimal_config
-from slurm_samples import SHOW_JOB, SINFO_NODES, WRAP_SCRIPT, job
+from slurm_samples import RESERVATION, SHOW_JOB, SINFO_NODES, WRAP_SCRIPT, job
 
 from shardwise import claims, clusterstatus, inflight, markers, slurmcmd, slurmstate, workflow
 from shardwise.demo import DemoSize, write_corpus
@@ -211,3 +211,60 @@ def test_a_shorter_walltime_that_starts_earlier_but_not_now_is_advised():
     )
     same = [replace(r, start="2026-12-01T10:44:11") for r in rows]
     assert clusterstatus._advice(same, 23, 2, "20").startswith("no shorter walltime starts")
+
+
+#: The same cluster with a node idle in each of the job's partitions.
+IDLE_NODES = SINFO_NODES + (
+    "gpu01|ice-gpu*|up|infinite|gpu:4|idle|fakegpu|Unknown|none\n"
+    "gpu01|coe-gpu|up|4:00:00|gpu:4|idle|fakegpu|Unknown|none\n"
+)
+
+
+def _behind_own_jobs(run_dir, nodes=IDLE_NODES, reservations=RESERVATION):
+    """sbatch --test-only queues its test behind the run's pending jobs: all say later."""
+    return replace(
+        _facts(run_dir),
+        nodes=Answer(slurmstate.parse_nodes(nodes)),
+        probe_starts={m: Answer(AFTER) for m in (240, 120, 60, 30, 15, 7, 3, 1)},
+        reservations=Answer(slurmstate.parse_reservations(reservations)),
+    )
+
+
+def test_a_visible_window_gives_the_limit_that_ends_before_it_when_test_only_cannot(tmp_path):
+    run_dir = _run(tmp_path)
+    status = clusterstatus.build(run_dir, _behind_own_jobs(run_dir))
+    rows = {r.label: r for r in status.probe.rows}
+    window = rows[clusterstatus.WINDOW_LABEL]
+    # m2 starts 24 min 59 s after NOW: 24 whole minutes, one kept to schedule the job
+    assert (window.minutes, window.starts_now) == (23, True)
+    assert window.source == "reservation m2 from 2026-12-01 06:24"
+    assert rows["its own request"].starts_now is False
+    advice = status.probe.advice
+    assert advice.startswith("a job asking for 23 min or less starts now instead of")
+    assert "behind this run's own pending jobs" in advice
+    assert "walltime.max_minutes: 11 (K=2)" in advice
+    text = clusterstatus.format_table(status)
+    assert "23 min  (ends before the window )  expected start: now  [reservation m2" in text
+    doc = clusterstatus.to_dict(status)
+    schema = json.loads((REPO / "docs/schemas/cluster-status.schema.json").read_text())
+    jsonschema.validate(json.loads(json.dumps(doc)), schema)
+    sources = {r["source"] for r in doc["walltime_probe"]["rows"]}
+    assert sources == {"sbatch --test-only", "reservation m2 from 2026-12-01 06:24"}
+
+
+def test_the_window_row_does_not_claim_now_without_an_idle_node(tmp_path):
+    run_dir = _run(tmp_path)
+    status = clusterstatus.build(run_dir, _behind_own_jobs(run_dir, nodes=SINFO_NODES))
+    window = next(r for r in status.probe.rows if r.label == clusterstatus.WINDOW_LABEL)
+    assert (window.minutes, window.start, window.starts_now) == (23, None, None)
+    assert "no idle node" in window.problem
+    assert status.probe.advice.startswith("no shorter walltime starts earlier")
+
+
+def test_no_window_row_for_another_partitions_or_a_past_window(tmp_path):
+    run_dir = _run(tmp_path)
+    other = RESERVATION.replace("PartitionName=(null)", "PartitionName=cpu")
+    past = RESERVATION.replace("2026-12-01T06:24:59", "2026-12-01T05:30:00")
+    for text in (other, past, ""):
+        status = clusterstatus.build(run_dir, _behind_own_jobs(run_dir, reservations=text))
+        assert clusterstatus.WINDOW_LABEL not in {r.label for r in status.probe.rows}, text

@@ -514,29 +514,20 @@ def _reservations(
             "for maintenance' (shardwise cluster status explains it)",
         )
     longest = request.group_components * max_minutes
-    soon = []
-    for r in facts.reservations.value or []:
-        if not r.maintenance or r.start is None:
-            continue
-        if r.end is not None and r.end < facts.now:
-            continue
-        if r.partition and parts and r.partition not in parts:
-            continue
-        soon.append(r)  # node lists may be ranges (a[1-4]): kept rather than guessed
+    first = slurmstate.next_maintenance(facts.reservations.value or [], facts.now, parts)
     hidden_note = (
         "; others are hidden from you (PrivateData=reservations): maintenance then shows "
         "only as the pending reason 'ReqNodeNotAvail, Reserved for maintenance'"
         if hidden
         else ""
     )
-    if not soon:
+    if first is None:
         return Finding(
             "reservations",
             WARN if hidden else OK,
             "no maintenance reservation visible" + hidden_note,
             "shardwise cluster status explains that reason when it appears" if hidden else "",
         )
-    first = min(soon, key=lambda r: r.start or facts.now)
     start = first.start or facts.now
     gap = max(0, int((start - facts.now) / timedelta(minutes=1)))
     when = f"{start:%Y-%m-%d %H:%M}" + (f" (in {gap} min)" if start > facts.now else " (now)")

@@ -57,13 +57,19 @@ class RunJob:
 
 @dataclass(frozen=True)
 class ProbeRow:
-    """One ``sbatch --test-only`` answer."""
+    """One answer to "when would a job asking for ``minutes`` start?".
+
+    ``source`` says who answered: ``sbatch --test-only`` (SLURM's own plan), or
+    ``reservation`` (the longest limit that ends before the next visible maintenance
+    window, which a job pending behind that window cannot be refused for).
+    """
 
     minutes: int
     label: str
     start: str | None
     starts_now: bool | None
     problem: str | None = None
+    source: str = "sbatch --test-only"
 
 
 @dataclass(frozen=True)
@@ -134,6 +140,7 @@ class Facts:
     others: Answer[list[slurmstate.Job]] | None
     probe_detail: Answer[dict[str, str]] | None
     probe_starts: dict[int, Answer[datetime]]
+    reservations: Answer[list[slurmstate.Reservation]] | None = None
 
 
 # ----------------------------------------------------------------------------- gather
@@ -174,7 +181,9 @@ def gather(run_dir: Path, *, timeout: float = slurmcmd.DEFAULT_TIMEOUT) -> Facts
     )
     detail = None
     starts: dict[int, Answer[datetime]] = {}
+    windows = None
     if pending:
+        windows = slurmstate.reservations(timeout=timeout)
         oldest = pending[0]
         detail = slurmstate.job_detail(oldest.id, timeout=timeout)
         if detail.ok and detail.value:
@@ -209,7 +218,7 @@ def gather(run_dir: Path, *, timeout: float = slurmcmd.DEFAULT_TIMEOUT) -> Facts
             if reply.ok
             else Answer(None, reply.problem, reply.kind)
         )
-    return Facts(user, datetime.now(), queue, cfg, nodes, limits, others, detail, starts)
+    return Facts(user, datetime.now(), queue, cfg, nodes, limits, others, detail, starts, windows)
 
 
 def _stub(user: str, state: str) -> slurmstate.Job:
@@ -457,8 +466,6 @@ def _main_process(submitter: inflight.Submitter | None) -> dict[str, Any]:
 def _probe(
     facts: Facts, mine: dict[str, tuple[slurmstate.Job, tuple[int, ...]]], now: datetime
 ) -> Probe | None:
-    if facts.probe_detail is None or not facts.probe_starts:
-        return None
     pending = sorted(
         (j for j, _ in mine.values() if j.pending),
         key=lambda j: (j.submit_time or datetime.max, _int(j.id)),
@@ -468,6 +475,9 @@ def _probe(
     oldest = pending[0]
     shards = len(mine[oldest.id][1]) or 1
     own = oldest.time_limit_minutes or 0
+    window = _window_row(facts, oldest, own, now)
+    if window is None and (facts.probe_detail is None or not facts.probe_starts):
+        return None
     soon = now + timedelta(minutes=1)
     standard = set(probe_minutes(own, shards))
 
@@ -489,6 +499,9 @@ def _probe(
             )
         else:
             rows.append(ProbeRow(minutes, label, None, None, answer.problem))
+    if window is not None:
+        rows.append(window)
+        rows.sort(key=lambda r: -r.minutes)
     return Probe(
         job_id=oldest.id,
         shards=shards,
@@ -496,6 +509,43 @@ def _probe(
         rows=tuple(rows),
         advice=_advice(rows, own, shards, oldest.id),
     )
+
+
+def _window_row(facts: Facts, job: slurmstate.Job, own: int, now: datetime) -> ProbeRow | None:
+    """The longest limit that ends before the next visible maintenance window.
+
+    ``sbatch --test-only`` places its hypothetical job behind this run's own pending
+    jobs, so while they pend behind a window it can answer "after the window" even for a
+    limit that would end before it. The window itself is a firmer fact: a job ending a
+    minute before it starts is not held back by it. Whether it starts *now* then depends
+    only on free resources: yes when a usable node of its partition is idle or mixed,
+    otherwise unknown. None when no window is visible or none is ahead of a shorter limit.
+    """
+    if facts.reservations is None or not facts.reservations.ok:
+        return None
+    parts = [p for p in job.partition.split(",") if p]
+    window = slurmstate.next_maintenance(facts.reservations.value or [], now, parts)
+    if window is None or window.start is None or window.start <= now:
+        return None
+    minutes = int((window.start - now) / timedelta(minutes=1)) - 1  # a minute to schedule
+    if minutes < 1 or (own and minutes >= own):
+        return None
+    free = facts.nodes.ok and any(
+        n.usable
+        and (not parts or n.partition in parts)
+        and n.state.lower().rstrip("+~#!%$@^-").split("+")[0] in {"idle", "mixed"}
+        for n in facts.nodes.value or []
+    )
+    source = f"reservation {window.name} from {window.start:%Y-%m-%d %H:%M}"
+    if free:
+        return ProbeRow(
+            minutes, WINDOW_LABEL, now.isoformat(timespec="seconds"), True, None, source
+        )
+    problem = "no idle node in its partition now: it starts when one frees, if before the window"
+    return ProbeRow(minutes, WINDOW_LABEL, None, None, problem, source)
+
+
+WINDOW_LABEL = "ends before the window"
 
 
 def _label(minutes: int, own: int, shards: int) -> str:
@@ -525,6 +575,14 @@ def _advice(rows: list[ProbeRow], own: int, shards: int, job_id: str) -> str:
         )
     best = max((r for r in answered if r.start == first), key=lambda r: r.minutes)
     when = "now" if best.starts_now else f"at {first.replace('T', ' ')}"
+    behind = ""
+    if best.label == WINDOW_LABEL and not any(
+        r.starts_now for r in answered if r.source == ProbeRow.source
+    ):
+        behind = (
+            " (sbatch --test-only found no limit that starts now: it places its test behind "
+            "this run's own pending jobs, which wait for the window)"
+        )
     instead = f" instead of {own_row.start.replace('T', ' ')}" if own_row and own_row.start else ""
     share = math.ceil(own / max(shards, 1))  # one shard's walltime in this job
     options = [f"walltime.max_minutes: {max(1, best.minutes // max(shards, 1))} (K={shards})"]
@@ -532,10 +590,10 @@ def _advice(rows: list[ProbeRow], own: int, shards: int, job_id: str) -> str:
     if 1 <= k < shards:
         options.append(f"--group-components classify={k} (shards keep their walltime)")
     return (
-        f"a job asking for {best.minutes} min or less starts {when}{instead} (yours asks for "
-        f"{own} min for {shards} shard(s)): set {' or '.join(options)}; or shorten queued jobs "
-        f"in place with `scontrol update JobId={job_id} TimeLimit={best.minutes}` (decrease "
-        "only; a shard cut short resumes on its retry)"
+        f"a job asking for {best.minutes} min or less starts {when}{instead}{behind} (yours "
+        f"asks for {own} min for {shards} shard(s)): set {' or '.join(options)}; or shorten "
+        f"queued jobs in place with `scontrol update JobId={job_id} "
+        f"TimeLimit={best.minutes}` (decrease only; a shard cut short resumes on its retry)"
     )
 
 
@@ -672,8 +730,8 @@ def format_table(status: Status) -> str:
         lines += [
             "",
             f"would a shorter walltime start now? (oldest pending job {pr.job_id}, "
-            f"{pr.shards} shard(s), submitted {pr.submitted}; sbatch --test-only, nothing "
-            "submitted)",
+            f"{pr.shards} shard(s), submitted {pr.submitted}; sbatch --test-only and the "
+            "visible maintenance windows, nothing submitted)",
         ]
         for r in pr.rows:
             when = (
@@ -681,7 +739,8 @@ def format_table(status: Status) -> str:
                 if r.starts_now
                 else (r.start.replace("T", " ") if r.start else f"? {r.problem}")
             )
-            lines.append(f"  {r.minutes:>6} min  ({r.label:<23})  expected start: {when}")
+            origin = f"  [{r.source}]" if r.source != ProbeRow.source else ""
+            lines.append(f"  {r.minutes:>6} min  ({r.label:<23})  expected start: {when}{origin}")
         lines.append(f"  => {pr.advice}")
     if status.nodes:
         lines += ["", "nodes that cannot run jobs (sinfo -R)"]

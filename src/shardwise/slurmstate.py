@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import getpass
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Generic, TypeVar
@@ -519,6 +519,26 @@ def parse_reservations(text: str) -> list[Reservation]:
             )
         )
     return out
+
+
+def next_maintenance(
+    found: Sequence[Reservation], now: datetime, partitions: Collection[str] = ()
+) -> Reservation | None:
+    """The earliest MAINT reservation not yet over that may cover ``partitions``.
+
+    A reservation naming another partition is left out; node lists (``a[1-4]``, ``ALL``)
+    are kept rather than guessed, so a window on other nodes of the same partition still
+    counts: the warning errs toward caution.
+    """
+    windows = [
+        r
+        for r in found
+        if r.maintenance
+        and r.start is not None
+        and (r.end is None or r.end >= now)
+        and not (r.partition and partitions and r.partition not in partitions)
+    ]
+    return min(windows, key=lambda r: r.start or now, default=None)
 
 
 # ----------------------------------------------------------------------------- test-only

@@ -2,9 +2,9 @@
 
 - a maintenance reservation (flags=maint over all nodes, starting in 20 min): the
   run's jobs, asking for 120 min, pend with "ReqNodeNotAvail, Reserved for
-  maintenance"; status explains it and `sbatch --test-only` finds that a walltime
-  ending before the window starts now; a drained node's reason shows in check and
-  status;
+  maintenance"; status explains it, and `sbatch --test-only` and the visible window
+  find that a walltime ending before the window starts now; a drained node's reason
+  shows in check and status;
 - a QOS cap of 2 with `jobs` 5: check FAILs with the fix; against a full cap the
   refused submission's own message reaches the console and the shard's log;
 - an excluded node that does not exist: check FAILs naming it, the written overlay
@@ -107,6 +107,9 @@ def test_status_explains_maintenance_and_finds_a_walltime_that_starts_now(mainte
     now = [r for r in probe["rows"] if r["starts_now"]]
     assert now, probe
     assert max(r["minutes"] for r in now) < 20  # ends before the window opens
+    # the visible window gives its own row, whatever --test-only says behind the run's jobs
+    (window,) = [r for r in probe["rows"] if r["source"].startswith(f"reservation {RESERVATION}")]
+    assert window["label"] == "ends before the window" and 15 <= window["minutes"] < 20
     assert probe["advice"].startswith("a job asking for")
     assert sorted(f["shard"] for f in doc["in_flight"]) == list(range(8))
     table = sr.shardwise("cluster", "status", "--run-dir", str(run_dir))

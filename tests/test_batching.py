@@ -65,11 +65,11 @@ def test_restore_order_roundtrip() -> None:
 def test_policy_halves_on_oom_and_remembers() -> None:
     policy = BatchPolicy(budget=16384)
     lengths = [1000] * 40
-    end = policy.cut(lengths, 0)
+    (_, end), *_ = policy.plan(lengths, 0)
     assert end == 16
     policy.on_oom(rows=end, padded=16 * 1000)
     assert policy.budget == 8000 and policy.oom_retries == 1
-    assert policy.cut(lengths, 0) == 8  # the same batch, cut again smaller
+    assert policy.plan(lengths, 0)[0] == (0, 8)  # the same batch, cut again smaller
     assert policy.limit == 8000
 
 

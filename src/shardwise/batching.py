@@ -229,10 +229,6 @@ class BatchPolicy:
         if self.budget is None and self.batch_size is None:
             raise ValueError("BatchPolicy needs a budget or a batch_size")
 
-    def cut(self, sorted_lengths: Sequence[int], start: int) -> int:
-        """End of the next batch from ``start`` under the current limits (greedy)."""
-        return cut_batch(sorted_lengths, start, self.budget, self.batch_size, self.max_docs)
-
     def plan(self, sorted_lengths: Sequence[int], start: int = 0) -> list[tuple[int, int]]:
         """Every ``(start, end)`` batch from ``start`` to the end under the current limits.
 

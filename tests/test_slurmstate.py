@@ -107,3 +107,21 @@ def test_private_data_and_min_job_age_are_read_from_the_config():
         slurmstate.accounting_enabled({"AccountingStorageType": "accounting_storage/none"}) is False
     )
     assert slurmstate.accounting_enabled({"AccountingStorageType": "accounting_storage/slurmdbd"})
+
+
+@pytest.mark.parametrize(
+    ("state", "free"),
+    [
+        ("idle", True),
+        ("mixed", True),
+        ("mixed~", True),
+        ("idle+planned", True),
+        ("allocated", False),
+        ("reserved", False),
+        ("completing", False),
+    ],
+)
+def test_idle_or_mixed_nodes_have_free_resources(state, free):
+    from dataclasses import replace
+
+    assert replace(_nodes()[2], state=state).has_free_resources is free

@@ -531,9 +531,7 @@ def _window_row(facts: Facts, job: slurmstate.Job, own: int, now: datetime) -> P
     if minutes < 1 or (own and minutes >= own):
         return None
     free = facts.nodes.ok and any(
-        n.usable
-        and (not parts or n.partition in parts)
-        and n.state.lower().rstrip("+~#!%$@^-").split("+")[0] in {"idle", "mixed"}
+        n.usable and (not parts or n.partition in parts) and n.has_free_resources
         for n in facts.nodes.value or []
     )
     source = f"reservation {window.name} from {window.start:%Y-%m-%d %H:%M}"

@@ -144,6 +144,11 @@ class Node:
         bad = ("down", "drain", "fail", "maint", "no_respond", "not_responding", "inval")
         return not any(b in self.state.lower() for b in bad) and not self.state.endswith("*")
 
+    @property
+    def has_free_resources(self) -> bool:
+        """Idle or mixed (part of it unallocated), whatever the state's flag suffixes."""
+        return self.state.lower().rstrip("+~#!%$@^-").split("+")[0] in {"idle", "mixed"}
+
 
 def gpu_count(gres: str) -> int:
     """Sum of the gpu counts in a gres or TRES string (``gpu:a100:4``, ``gres/gpu=2``)."""

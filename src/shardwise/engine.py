@@ -360,6 +360,11 @@ def top2_margins(logits: np.ndarray) -> np.ndarray:
     return top[:, -1] - top[:, -2]
 
 
+def _effective_margin(settings: InferenceSettings, dtype: torch.dtype) -> float:
+    """The re-check margin in force: 0 when the compute dtype is already fp32 (nothing to check)."""
+    return 0.0 if dtype is torch.float32 else float(settings.recheck_margin)
+
+
 def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
@@ -478,7 +483,7 @@ class Engine:
         device = select_device(settings.device)
         capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
         dtype = select_dtype(settings.dtype, device.type, capability)
-        recheck = settings.recheck_margin > 0 and dtype is not torch.float32
+        recheck = _effective_margin(settings, dtype) > 0
         loaded_by_ref: dict[str, LoadedClassifier] = {}
         fp32: dict[str, LoadedClassifier] = {}
         infos: dict[str, TokenizerInfo] = {}
@@ -529,7 +534,7 @@ class Engine:
     @property
     def recheck_margin(self) -> float:
         """The margin in force: 0 when the compute dtype is already fp32."""
-        return 0.0 if self.dtype is torch.float32 else float(self.settings.recheck_margin)
+        return _effective_margin(self.settings, self.dtype)
 
     # ------------------------------------------------------------------ tokenize
     def prepare(self, texts: Sequence[str], urls: Sequence[str]) -> Prepared:

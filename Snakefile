@@ -5,10 +5,13 @@
 # All logic lives in the `shardwise` package (src/shardwise/).
 from snakemake.utils import min_version, validate
 
-from shardwise.inflight import Submitter
-from shardwise.storage import reject_secret_keys
-from shardwise.submiterrors import show_submit_errors
-from shardwise.workflow import is_dry_run, prepare_run
+from shardwise.snakefile import (
+    Submitter,
+    is_dry_run,
+    prepare_run,
+    reject_secret_keys,
+    show_submit_errors,
+)
 
 min_version("9.0")
 

@@ -43,7 +43,7 @@ from synthetic import (
     trained_models,
 )
 
-from shardwise.engine import Engine, InferenceSettings
+from shardwise.classify.engine import Engine, InferenceSettings
 
 #: name -> (hidden, layers, heads, default docs)
 SHAPES = {

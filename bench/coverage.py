@@ -25,7 +25,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from shardwise import coverage
+from shardwise.ops import coverage
+from shardwise.ops.coverage_format import format_table
 
 FILES = 56_514
 SHARDS = 3_000
@@ -160,7 +161,7 @@ def timed_report(run_dir: Path) -> tuple[float, float, str]:
     """
     t0, c0 = time.perf_counter(), time.process_time()
     state = coverage.load_state(run_dir)
-    table = coverage.format_table(coverage.compute(state, gpus=8))
+    table = format_table(coverage.compute(state, gpus=8))
     return time.perf_counter() - t0, time.process_time() - c0, table
 
 
@@ -194,7 +195,7 @@ def main() -> int:
     print(f"  in-process warm (min3) {warm:.3f} s wall, {warm_cpu:.3f} s CPU")
     print(f"  fresh interpreter, CLI {process:.3f} s (includes imports)")
     if args.report:
-        from shardwise import report
+        from shardwise.ops import report
 
         t0 = time.perf_counter()
         state = coverage.load_state(run_dir)

@@ -29,9 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-from shardwise import sidecar, summaries
-from shardwise.atomic import write_atomic
-from shardwise.labelcounts import pair_key
+from shardwise.run import sidecar, summaries
+from shardwise.run.labelcounts import pair_key
+from shardwise.store.atomic import write_atomic
 
 BUDGET_S = 2.0
 OUT = Path(__file__).resolve().parent / "out" / "domains"
@@ -146,7 +146,7 @@ def main() -> int:
     size = sum(p.stat().st_size for p in (OUT / "run" / "summaries").glob("*.arrow"))
     stats = list((OUT / "output").rglob("*.stats.json"))
     stats_size = sum(p.stat().st_size for p in stats)
-    from shardwise import domains
+    from shardwise.ops import domains
 
     t0 = time.perf_counter()
     d = domains.compute(domains.load(Path(run_dir)))

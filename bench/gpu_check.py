@@ -57,18 +57,12 @@ from synthetic import (
     trained_models,
 )
 
-from shardwise.batching import DEFAULT_MAX_BATCH_DOCS, BatchPolicy
-from shardwise.engine import (
-    ClassifierSpec,
-    Engine,
-    InferenceSettings,
-    Prepared,
-    select_device,
-    select_dtype,
-    top2_margins,
-)
+from shardwise.classify.batching import DEFAULT_MAX_BATCH_DOCS, BatchPolicy
+from shardwise.classify.device import select_device, select_dtype
+from shardwise.classify.engine import ClassifierSpec, Engine, InferenceSettings, Prepared
+from shardwise.classify.recheck import top2_margins
+from shardwise.classify.tokenization import StreamKey, TokenStream
 from shardwise.errors import ModelError
-from shardwise.tokenization import StreamKey, TokenStream
 
 REPO = Path(__file__).resolve().parent.parent
 #: The real WebOrganizer shape and the CPU smoke shape.
@@ -555,7 +549,7 @@ def overlap(check: Check, setup: Setup) -> dict[str, Any]:
 
 def demo(check: Check, root: Path) -> dict[str, Any]:
     """The demo workflow end to end on this device (Snakemake, local executor, then verify)."""
-    from shardwise.demo import DemoSize, write_demo
+    from shardwise.demo.corpus import DemoSize, write_demo
 
     size = None if check.cuda else DemoSize(files_per_category=1, docs_per_file=6)
     config_path = write_demo(root / "demo", size)

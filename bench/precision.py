@@ -36,7 +36,8 @@ import numpy as np
 import torch
 from synthetic import label_profile, labelled_corpus, trained_models
 
-from shardwise.engine import DEFAULT_RECHECK_MARGIN, Engine, InferenceSettings, top2_margins
+from shardwise.classify.engine import Engine, InferenceSettings
+from shardwise.classify.recheck import DEFAULT_RECHECK_MARGIN, top2_margins
 
 MARGINS = (0.0, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.5, 1.0)
 

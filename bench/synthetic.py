@@ -38,9 +38,10 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
-from shardwise.engine import ClassifierSpec, Engine, top2_margins
-from shardwise.models import load_classifier
-from shardwise.tinymodels import (
+from shardwise.classify.engine import ClassifierSpec, Engine
+from shardwise.classify.models import load_classifier
+from shardwise.classify.recheck import top2_margins
+from shardwise.demo.tinymodels import (
     build_tiny_gte_classifier,
     build_wordpiece_tokenizer,
     native_to_new_state_dict,

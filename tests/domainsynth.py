@@ -14,8 +14,8 @@ from importlib import resources
 
 import numpy as np
 
-from shardwise.estimate import Population, Sample
-from shardwise.sharding import shard_for_task
+from shardwise.ops.estimate import Population, Sample
+from shardwise.run.sharding import shard_for_task
 
 
 def weborganizer_labels() -> tuple[list[str], list[str]]:
@@ -173,8 +173,8 @@ def write_run(
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from shardwise import markers, summaries
-    from shardwise.atomic import write_atomic
+    from shardwise.run import markers, summaries
+    from shardwise.store.atomic import write_atomic
 
     run_dir = root / "run"
     run_dir.mkdir(parents=True, exist_ok=True)

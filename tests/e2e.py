@@ -16,9 +16,9 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from shardwise.demo import DemoSize, demo_config, write_corpus
-from shardwise.reader import Fields, read_documents
-from shardwise.storage import Location
+from shardwise.demo.corpus import DemoSize, demo_config, write_corpus
+from shardwise.run.reader import Fields, read_documents
+from shardwise.store.location import Location
 
 REPO = Path(__file__).resolve().parent.parent
 SMALL = DemoSize(files_per_category=2, docs_per_file=12, median_words=60, max_words=600)
@@ -27,8 +27,8 @@ SMALL = DemoSize(files_per_category=2, docs_per_file=12, median_words=60, max_wo
 @pytest.fixture(scope="session")
 def demo_models(tmp_path_factory) -> Path:
     """The four tiny demo classifiers, built once per test session."""
-    from shardwise.demo import CATEGORIES, _records
-    from shardwise.tinymodels import build_weborganizer_demo_models
+    from shardwise.demo.corpus import CATEGORIES, _records
+    from shardwise.demo.tinymodels import build_weborganizer_demo_models
 
     models = tmp_path_factory.mktemp("models")
     sample = [r["text"] for s, c, _ in CATEGORIES for r in _records(s, c, 0, SMALL, 0)]
@@ -59,8 +59,8 @@ def tiny_model_dir(name: str = "topic") -> Path:
     Planning checks every classifier before pinning, so even tests that never load a
     model need one that would load; building the four takes ~0.1 s once torch is in.
     """
-    from shardwise.demo import CATEGORIES, _records
-    from shardwise.tinymodels import build_weborganizer_demo_models
+    from shardwise.demo.corpus import CATEGORIES, _records
+    from shardwise.demo.tinymodels import build_weborganizer_demo_models
 
     root = Path(tempfile.mkdtemp(prefix="shardwise-tiny-models-"))
     atexit.register(shutil.rmtree, root, True)
@@ -146,9 +146,10 @@ def copy_tree(src: Path, dst: Path) -> None:
 #: (running, then killed or restarted around), doing the real work afterwards.
 _SLOW_SHARDWISE = """#!{python}
 import os, sys, time
-from shardwise import cli, job
+from shardwise.cli import classify_shard
+from shardwise.cli.main import main
 
-_real = job.run_shard
+_real = classify_shard.run_shard
 
 
 def _slow(run_dir, shard, **kw):
@@ -158,8 +159,8 @@ def _slow(run_dir, shard, **kw):
     return _real(run_dir, shard, **kw)
 
 
-job.run_shard = _slow
-sys.exit(cli.main())
+classify_shard.run_shard = _slow
+sys.exit(main())
 """
 
 

@@ -13,10 +13,10 @@ from types import SimpleNamespace
 import pyarrow as pa
 from e2e import tiny_model_dir
 
-from shardwise import plan
-from shardwise.demo import DemoSize, demo_config, write_corpus
-from shardwise.job import run_shard
-from shardwise.workflow import prepare_run
+from shardwise.classify.shard_job import run_shard
+from shardwise.demo.corpus import DemoSize, demo_config, write_corpus
+from shardwise.planner.prepare import prepare_run
+from shardwise.run import plan
 
 TINY = DemoSize(files_per_category=1, docs_per_file=5, median_words=8, max_words=30)
 NAMES = ("topic", "topic_nourl", "format", "format_nourl")
@@ -57,7 +57,7 @@ def plan_run(tmp_path: Path, *, total_shards: int = 3, **overrides) -> dict:
     write_corpus(tmp_path / "corpus", TINY)
     cfg = demo_run_config(tmp_path, total_shards)
     cfg.update(overrides)
-    prepare_run(cfg, main_process=True, dryrun=True, report=False)
+    prepare_run(cfg, main_process=True, dryrun=True)
     return cfg
 
 

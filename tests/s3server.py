@@ -347,7 +347,7 @@ class S3Bucket:
 
     def options(self, **overrides: Any) -> Any:
         """``StorageOptions`` pointing at the server, with fast retries for tests."""
-        from shardwise.storage import StorageOptions
+        from shardwise.config import StorageOptions
 
         values: dict[str, Any] = {
             "endpoint_url": self.server.endpoint_url,

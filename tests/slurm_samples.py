@@ -50,10 +50,10 @@ WRAP_SCRIPT = (
 
 
 def job(job_id: str, state: str = "PENDING", **over):
-    """A `slurmstate.Job` as squeue lists one of the plugin's jobs (fields overridable)."""
+    """A `queries.Job` as squeue lists one of the plugin's jobs (fields overridable)."""
     from datetime import datetime
 
-    from shardwise.slurmstate import Job
+    from shardwise.slurm.queries import Job
 
     fields = {
         "id": job_id,

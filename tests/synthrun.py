@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from shardwise.sharding import shard_for_task
+from shardwise.run.sharding import shard_for_task
 
 
 def write_run_json(run_dir: Path, total: int, minimum: int = 0, **extra: Any) -> None:

@@ -2,8 +2,8 @@ import os
 
 import pytest
 
-from shardwise import atomic
-from shardwise.atomic import create_exclusive, write_atomic
+from shardwise.store import atomic
+from shardwise.store.atomic import create_exclusive, write_atomic
 
 
 def test_write_atomic_replaces_and_leaves_no_temp(tmp_path):

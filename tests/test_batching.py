@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from shardwise.batching import (
+from shardwise.classify.batching import (
     BatchPolicy,
     CannotShrinkError,
     cut_batch,

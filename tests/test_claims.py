@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from shardwise import claims
-from shardwise.cli import main
+from shardwise.cli.main import main
 from shardwise.errors import ShardClaimedError
+from shardwise.run import claims
 
 
 def _dead_pid():
@@ -112,7 +112,7 @@ def test_read_claims_ignores_files_that_are_not_claims(tmp_path):
 _RACER = """
 import sys, time
 from pathlib import Path
-from shardwise import claims
+from shardwise.run import claims
 from shardwise.errors import ShardClaimedError
 try:
     with claims.held(Path(sys.argv[1]), 0):

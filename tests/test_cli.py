@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from inproc import plan_run
 
-from shardwise.cli import build_parser
+from shardwise.cli.main import build_parser
 
 
 def subcommands() -> dict[str, argparse.ArgumentParser]:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from shardwise.cli import main
+from shardwise.cli.main import main
 
 
 @pytest.mark.parametrize(

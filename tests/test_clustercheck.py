@@ -9,9 +9,10 @@ import jsonschema
 import pytest
 from slurm_samples import RESERVATION, SINFO_NODES
 
-from shardwise import clustercheck, slurmprofile, slurmstate
-from shardwise.clustercheck import FAIL, OK, WARN
-from shardwise.slurmstate import Answer
+from shardwise.ops import cluster_check
+from shardwise.ops.cluster_check import FAIL, OK, WARN
+from shardwise.slurm import profile, queries
+from shardwise.slurm.queries import Answer
 
 REPO = Path(__file__).resolve().parent.parent
 NOW = datetime(2026, 12, 1, 6, 0)
@@ -30,13 +31,13 @@ def facts(**over):
                 "PrivateData": "none",
             }
         ),
-        nodes=Answer(slurmstate.parse_nodes(HEALTHY_NODES)),
+        nodes=Answer(queries.parse_nodes(HEALTHY_NODES)),
         limits=Answer(
-            slurmstate.Limits(
-                (slurmstate.Association("proj", "", ("normal", "cap2"), "normal", None, None),),
+            queries.Limits(
+                (queries.Association("proj", "", ("normal", "cap2"), "normal", None, None),),
                 {
-                    "normal": slurmstate.Qos("normal", None, None, ""),
-                    "cap2": slurmstate.Qos("cap2", 2, None, ""),
+                    "normal": queries.Qos("normal", None, None, ""),
+                    "cap2": queries.Qos("cap2", 2, None, ""),
                 },
                 "proj",
             )
@@ -46,11 +47,11 @@ def facts(**over):
         sacct_installed=True,
     )
     base.update(over)
-    return clustercheck.Facts(**base)
+    return cluster_check.Facts(**base)
 
 
 def request(**over):
-    profile = {
+    merged = {
         "jobs": 4,
         "group-components": {"classify": 2},
         "default-resources": {"slurm_account": "'proj'", "slurm_partition": "'ice-gpu'"},
@@ -59,8 +60,8 @@ def request(**over):
         "slurm-init-seconds-before-status-checks": 40,
         "slurm-exclude-failed-nodes": "gpu-bad01",
     }
-    profile.update(over)
-    return slurmprofile.view(profile, {}, {})
+    merged.update(over)
+    return profile.view(merged, {}, {})
 
 
 def by_check(found):
@@ -71,8 +72,8 @@ def by_check(found):
 
 
 def test_a_fitting_profile_is_all_ok():
-    found = clustercheck.findings(request(), facts(), max_minutes=60)
-    assert clustercheck.overall(found) == OK, found
+    found = cluster_check.findings(request(), facts(), max_minutes=60)
+    assert cluster_check.overall(found) == OK, found
     checks = [f.check for f in found]
     assert checks == [
         "controller",
@@ -87,9 +88,9 @@ def test_a_fitting_profile_is_all_ok():
 
 
 def test_jobs_above_the_qos_submit_cap_fails_with_the_fix():
-    found = by_check(clustercheck.findings(request(jobs=5, **{"slurm-qos": "cap2"}), facts(), 60))
+    found = by_check(cluster_check.findings(request(jobs=5, **{"slurm-qos": "cap2"}), facts(), 60))
     (jobs,) = found["jobs"]
-    assert jobs == clustercheck.Finding(
+    assert jobs == cluster_check.Finding(
         "jobs",
         FAIL,
         "jobs 5 is above the submit cap 2 (QOS cap2 MaxSubmitJobsPerUser); 0 of your jobs are "
@@ -101,17 +102,17 @@ def test_jobs_above_the_qos_submit_cap_fails_with_the_fix():
 
 
 def test_less_than_ten_percent_headroom_warns_and_association_caps_count():
-    lim = slurmstate.Limits(
-        (slurmstate.Association("proj", "", ("normal",), "normal", 500, None),),
-        {"normal": slurmstate.Qos("normal", None, None, "")},
+    lim = queries.Limits(
+        (queries.Association("proj", "", ("normal",), "normal", 500, None),),
+        {"normal": queries.Qos("normal", None, None, "")},
         "proj",
     )
-    (jobs,) = by_check(clustercheck.findings(request(jobs=460), facts(limits=Answer(lim)), 60))[
+    (jobs,) = by_check(cluster_check.findings(request(jobs=460), facts(limits=Answer(lim)), 60))[
         "jobs"
     ]
     assert (jobs.status, jobs.fix) == (WARN, "jobs: 450")
     assert "association proj MaxSubmitJobs" in jobs.found
-    (jobs,) = by_check(clustercheck.findings(request(jobs=450), facts(limits=Answer(lim)), 60))[
+    (jobs,) = by_check(cluster_check.findings(request(jobs=450), facts(limits=Answer(lim)), 60))[
         "jobs"
     ]
     assert jobs.status == OK
@@ -122,7 +123,7 @@ def test_without_accounting_sacct_would_hang_and_the_cap_is_unknown():
         config=Answer({"MinJobAge": "300 sec", "AccountingStorageType": "accounting_storage/none"}),
         limits=Answer(None, "accounting is off", "failed"),
     )
-    found = by_check(clustercheck.findings(request(**{"slurm-status-command": "sacct"}), off, 60))
+    found = by_check(cluster_check.findings(request(**{"slurm-status-command": "sacct"}), off, 60))
     (status,) = found["status_command"]
     assert status.status == FAIL and "sacct would hang" in status.found
     assert status.fix == "slurm-status-command: squeue"
@@ -131,7 +132,7 @@ def test_without_accounting_sacct_would_hang_and_the_cap_is_unknown():
 
 def test_squeue_needs_min_job_age_over_three_polls_and_180_s():
     short = facts(config=Answer({"MinJobAge": "100 sec", "AccountingStorageType": "x/slurmdbd"}))
-    (status,) = by_check(clustercheck.findings(request(), short, 60))["status_command"]
+    (status,) = by_check(cluster_check.findings(request(), short, 60))["status_command"]
     assert status.status == FAIL
     assert status.found.startswith("slurm-status-command squeue, MinJobAge 100 s < 181 s")
     assert status.fix == "slurm-status-command: sacct"
@@ -140,11 +141,11 @@ def test_squeue_needs_min_job_age_over_three_polls_and_180_s():
 def test_an_unknown_excluded_node_fails_naming_it_and_the_overlay_drops_it():
     req = request(**{"slurm-exclude-failed-nodes": "gpu-bad01,nosuchnode"})
     f = facts()
-    found = clustercheck.findings(req, f, 60)
+    found = cluster_check.findings(req, f, 60)
     (ex,) = by_check(found)["exclude"]
     assert ex.status == FAIL and "nosuchnode" in ex.found and "gpu-bad01" not in ex.found
     assert "Invalid node name specified" in ex.why
-    assert clustercheck.overlay(req, f, found, 60) == {"slurm-exclude-failed-nodes": "gpu-bad01"}
+    assert cluster_check.overlay(req, f, found, 60) == {"slurm-exclude-failed-nodes": "gpu-bad01"}
 
 
 def test_missing_partition_short_maxtime_and_missing_feature_fail_with_fixes():
@@ -154,7 +155,7 @@ def test_missing_partition_short_maxtime_and_missing_feature_fail_with_fixes():
             "set-resources": {"classify": {"gpu": 1, "constraint": "'A100'"}},
         }
     )
-    found = by_check(clustercheck.findings(req, facts(), 60))
+    found = by_check(cluster_check.findings(req, facts(), 60))
     (part,) = found["partition"]
     assert (part.status, part.found) == (
         FAIL,
@@ -164,21 +165,21 @@ def test_missing_partition_short_maxtime_and_missing_feature_fail_with_fixes():
     req = request(
         **{"default-resources": {"slurm_account": "'proj'", "slurm_partition": "'coe-gpu'"}}
     )
-    (part,) = by_check(clustercheck.findings(req, facts(), 180))["partition"]
+    (part,) = by_check(cluster_check.findings(req, facts(), 180))["partition"]
     assert part.status == FAIL
     assert "MaxTime 240 min < K x walltime.max_minutes = 2 x 180 = 360 min" in part.found
     assert part.fix == "walltime.max_minutes: 120, or --group-components classify=1"
     req = request(
         set_resources_unused=None, **{"set-resources": {"classify": {"constraint": "'A100'"}}}
     )
-    (con,) = by_check(clustercheck.findings(req, facts(), 60))["constraint"]
+    (con,) = by_check(cluster_check.findings(req, facts(), 60))["constraint"]
     assert (
         con.status == FAIL
         and con.found == "constraint A100: A100 exist on no node of the partitions"
     )
     assert con.fix.startswith("drop it or use one of: fakegpu")
     req = request(**{"set-resources": {"classify": {"constraint": "'A100|fakegpu'"}}})
-    (con,) = by_check(clustercheck.findings(req, facts(), 60))["constraint"]
+    (con,) = by_check(cluster_check.findings(req, facts(), 60))["constraint"]
     assert con.status == WARN
 
 
@@ -186,20 +187,20 @@ def test_in_a_partition_list_one_bad_partition_only_warns():
     req = request(
         **{"default-resources": {"slurm_account": "'proj'", "slurm_partition": "'ice-gpu,nope'"}}
     )
-    found = by_check(clustercheck.findings(req, facts(), 60))["partition"]
+    found = by_check(cluster_check.findings(req, facts(), 60))["partition"]
     assert [f.status for f in found] == [OK, WARN]
 
 
 def test_an_unset_account_variable_fails_with_the_users_default_account():
     req = request(**{"default-resources": {"slurm_account": "'${SHARDWISE_SLURM_ACCOUNT}'"}})
-    (acc,) = by_check(clustercheck.findings(req, facts(), 60))["account"]
+    (acc,) = by_check(cluster_check.findings(req, facts(), 60))["account"]
     assert (acc.status, acc.found) == (FAIL, "$SHARDWISE_SLURM_ACCOUNT is not set")
     assert acc.fix == "export SHARDWISE_SLURM_ACCOUNT=proj (yours: proj)"
 
 
 def test_a_drained_node_shows_with_its_reason():
-    drained = facts(nodes=Answer(slurmstate.parse_nodes(SINFO_NODES)))
-    found = by_check(clustercheck.findings(request(), drained, 60))
+    drained = facts(nodes=Answer(queries.parse_nodes(SINFO_NODES)))
+    found = by_check(cluster_check.findings(request(), drained, 60))
     nodes = {f.found.split()[1]: f for f in found["node"]}
     assert nodes["vm"].status == WARN
     assert "drained" in nodes["vm"].found and "reason: fan broken" in nodes["vm"].found
@@ -207,8 +208,8 @@ def test_a_drained_node_shows_with_its_reason():
 
 
 def test_a_maintenance_window_shorter_than_the_longest_job_warns_with_the_walltime_fix():
-    res = Answer(slurmstate.parse_reservations(RESERVATION))  # starts 06:24:59, now 06:00
-    (r,) = by_check(clustercheck.findings(request(), facts(reservations=res), 60))["reservations"]
+    res = Answer(queries.parse_reservations(RESERVATION))  # starts 06:24:59, now 06:00
+    (r,) = by_check(cluster_check.findings(request(), facts(reservations=res), 60))["reservations"]
     assert r.status == WARN
     assert r.found == "maintenance m2 from 2026-12-01 06:24 (in 24 min) to 2026-12-01 08:24"
     assert r.fix == "walltime.max_minutes: 12 until the window (or wait for it to pass)"
@@ -224,16 +225,16 @@ def test_hidden_reservations_are_said_to_be_hidden():
             }
         )
     )
-    (r,) = by_check(clustercheck.findings(request(), private, 60))["reservations"]
+    (r,) = by_check(cluster_check.findings(request(), private, 60))["reservations"]
     assert r.status == WARN and "hidden from you (PrivateData=reservations)" in r.found
 
 
 def test_the_json_document_follows_the_documented_schema():
     req = request(jobs=5, **{"slurm-exclude-failed-nodes": "nosuchnode"})
     f = facts()
-    found = clustercheck.findings(req, f, 60)
-    values = clustercheck.overlay(req, f, found, 60)
-    doc = clustercheck.to_dict(
+    found = cluster_check.findings(req, f, 60)
+    values = cluster_check.overlay(req, f, found, 60)
+    doc = cluster_check.to_dict(
         req,
         found,
         profiles=["profiles/slurm"],
@@ -251,10 +252,10 @@ def test_the_json_document_follows_the_documented_schema():
 @pytest.mark.parametrize("bad", ["jobs", "status"])
 def test_the_overlay_header_lists_what_it_fixes_and_what_it_cannot(bad):
     found = [
-        clustercheck.Finding("jobs", FAIL, "jobs 5 above 2", "", "jobs: 1"),
-        clustercheck.Finding("node", WARN, "node vm drained", "", ""),
+        cluster_check.Finding("jobs", FAIL, "jobs 5 above 2", "", "jobs: 1"),
+        cluster_check.Finding("node", WARN, "node vm drained", "", ""),
     ]
-    text = clustercheck.overlay_header(
+    text = cluster_check.overlay_header(
         ["profiles/slurm"], found, {"jobs": 1} if bad == "jobs" else {}
     )
     assert text.startswith("# Site overlay written by `shardwise cluster check --write-profile`.")
@@ -264,5 +265,5 @@ def test_the_overlay_header_lists_what_it_fixes_and_what_it_cannot(bad):
 
 def test_the_status_command_defaults_to_the_plugins_choice():
     req = replace(request(), status_command=None)
-    assert clustercheck.status_command(req, facts()) == "sacct"
-    assert clustercheck.status_command(req, facts(sacct_installed=False)) == "squeue"
+    assert cluster_check.status_command(req, facts()) == "sacct"
+    assert cluster_check.status_command(req, facts(sacct_installed=False)) == "squeue"

@@ -10,9 +10,13 @@ import jsonschema
 from e2e import minimal_config
 from slurm_samples import RESERVATION, SHOW_JOB, SINFO_NODES, WRAP_SCRIPT, job
 
-from shardwise import claims, clusterstatus, inflight, markers, slurmcmd, slurmstate, workflow
-from shardwise.demo import DemoSize, write_corpus
-from shardwise.slurmstate import Answer
+from shardwise.demo.corpus import DemoSize, write_corpus
+from shardwise.ops import cluster_status, walltime_probe
+from shardwise.planner import inflight
+from shardwise.run import claims, markers
+from shardwise.slurm import command, queries
+from shardwise.slurm.queries import Answer
+from shardwise.snakefile import prepare_run
 
 REPO = Path(__file__).resolve().parent.parent
 NOW = datetime(2026, 12, 1, 6, 0)
@@ -21,15 +25,15 @@ AFTER = datetime(2026, 12, 1, 8, 19)
 
 
 def test_probe_limits_are_own_half_quarter_and_one_shards_share():
-    assert clusterstatus.probe_minutes(240, 2) == [240, 120, 60]
-    assert clusterstatus.probe_minutes(240, 8) == [240, 120, 60, 30]
-    assert clusterstatus.probe_minutes(3, 1) == [3, 1]
-    assert clusterstatus.probe_minutes(None, 2) == []
+    assert walltime_probe.probe_minutes(240, 2) == [240, 120, 60]
+    assert walltime_probe.probe_minutes(240, 8) == [240, 120, 60, 30]
+    assert walltime_probe.probe_minutes(3, 1) == [3, 1]
+    assert walltime_probe.probe_minutes(None, 2) == []
 
 
 def test_test_only_repeats_the_pending_jobs_request():
-    detail = slurmcmd.key_values(SHOW_JOB)
-    assert clusterstatus.test_only_options(detail, 30) == [
+    detail = command.key_values(SHOW_JOB)
+    assert walltime_probe.test_only_options(detail, 30) == [
         "-t",
         "30",
         "-p",
@@ -61,14 +65,14 @@ def test_the_longest_limit_that_starts_now_is_found_by_bisection():
         return _window(minutes)
 
     # none of 60, 30 starts now: halve below, then bisect
-    assert clusterstatus.longest_starting_now(ask, [60, 30], NOW) == 19
+    assert walltime_probe.longest_starting_now(ask, [60, 30], NOW) == 19
     assert len(asked) <= 10
     # 15 starts now, 30 does not: bisect between them
     asked.clear()
-    assert clusterstatus.longest_starting_now(ask, [60, 30, 15], NOW) == 19
+    assert walltime_probe.longest_starting_now(ask, [60, 30, 15], NOW) == 19
     assert len(asked) <= 8
-    assert clusterstatus.longest_starting_now(lambda m: Answer(AFTER), [60], NOW) is None
-    assert clusterstatus.longest_starting_now(lambda m: Answer(NOW), [60], NOW) is None
+    assert walltime_probe.longest_starting_now(lambda m: Answer(AFTER), [60], NOW) is None
+    assert walltime_probe.longest_starting_now(lambda m: Answer(NOW), [60], NOW) is None
 
 
 def _run(tmp_path):
@@ -82,9 +86,7 @@ def _run(tmp_path):
         pid=4242,
         started_at="2026-12-01T05:50:00+00:00",
     )
-    workflow.prepare_run(
-        cfg, main_process=True, dryrun=True, out=io.StringIO(), submitter=submitter
-    )
+    prepare_run(cfg, main_process=True, dryrun=True, out=io.StringIO(), submitter=submitter)
     return tmp_path / "run"
 
 
@@ -120,28 +122,28 @@ def _facts(run_dir):
     }
     (run_dir / "claims" / inflight.JOBS_CACHE).write_text(json.dumps(cache))
     starts = {m: _window(m) for m in (240, 120, 60, 19)}
-    return clusterstatus.Facts(
+    return cluster_status.Facts(
         user="me",
         now=NOW,
         queue=Answer(queue),
         config=Answer({"PrivateData": "none", "AccountingStorageType": "x/slurmdbd"}),
-        nodes=Answer(slurmstate.parse_nodes(SINFO_NODES)),
+        nodes=Answer(queries.parse_nodes(SINFO_NODES)),
         limits=Answer(
-            slurmstate.Limits(
-                (slurmstate.Association("shardwise", "", ("normal",), "normal", None, None),),
-                {"normal": slurmstate.Qos("normal", 500, None, "")},
+            queries.Limits(
+                (queries.Association("shardwise", "", ("normal",), "normal", None, None),),
+                {"normal": queries.Qos("normal", 500, None, "")},
                 "shardwise",
             )
         ),
         others=Answer([_job("99", "PENDING", "Priority", user="them")]),
-        probe_detail=Answer(slurmcmd.key_values(SHOW_JOB)),
+        probe_detail=Answer(command.key_values(SHOW_JOB)),
         probe_starts=starts,
     )
 
 
 def test_the_view_groups_reasons_and_answers_the_walltime_question(tmp_path):
     run_dir = _run(tmp_path)
-    status = clusterstatus.build(run_dir, _facts(run_dir))
+    status = cluster_status.build(run_dir, _facts(run_dir))
     assert [(j.id, j.state, j.shards) for j in status.jobs] == [
         ("19", "RUNNING", (0, 1)),
         ("20", "PENDING", (6, 7)),
@@ -172,7 +174,7 @@ def test_the_view_groups_reasons_and_answers_the_walltime_question(tmp_path):
     }
     assert [n["node"] for n in status.nodes] == ["gpu-bad01", "vm"]
     assert status.others == {"pending": 1, "running": 0}
-    text = clusterstatus.format_table(status)
+    text = cluster_status.format_table(status)
     assert "ice-gpu a100 x1" in text
     assert "19 min  (longest that starts now)  expected start: now" in text
     assert "vm           drained    reason: fan broken since 2026-12-01T05:49:51" in text
@@ -181,7 +183,7 @@ def test_the_view_groups_reasons_and_answers_the_walltime_question(tmp_path):
 def test_the_json_document_follows_the_documented_schema(tmp_path):
     run_dir = _run(tmp_path)
     with claims.held(run_dir, 3):
-        doc = clusterstatus.to_dict(clusterstatus.build(run_dir, _facts(run_dir)))
+        doc = cluster_status.to_dict(cluster_status.build(run_dir, _facts(run_dir)))
     schema = json.loads((REPO / "docs/schemas/cluster-status.schema.json").read_text())
     jsonschema.validate(json.loads(json.dumps(doc)), schema)
     assert doc["counts"] == {"running": 1, "pending": 1, "gpus_in_use": 1}
@@ -193,24 +195,24 @@ def test_the_json_document_follows_the_documented_schema(tmp_path):
 def test_private_jobs_are_said_to_be_hidden_instead_of_guessed(tmp_path):
     run_dir = _run(tmp_path)
     facts = replace(_facts(run_dir), config=Answer({"PrivateData": "jobs,usage"}), others=None)
-    status = clusterstatus.build(run_dir, facts)
+    status = cluster_status.build(run_dir, facts)
     assert status.others is None
     assert any("hidden (PrivateData=jobs)" in n for n in status.notes)
 
 
 def test_a_shorter_walltime_that_starts_earlier_but_not_now_is_advised():
     rows = [
-        clusterstatus.ProbeRow(23, "its own request", "2026-12-01T10:44:11", False),
-        clusterstatus.ProbeRow(12, "one shard's share", "2026-12-01T06:34:16", False),
-        clusterstatus.ProbeRow(11, "half of it", "2026-12-01T06:34:16", False),
+        walltime_probe.ProbeRow(23, "its own request", "2026-12-01T10:44:11", False),
+        walltime_probe.ProbeRow(12, "one shard's share", "2026-12-01T06:34:16", False),
+        walltime_probe.ProbeRow(11, "half of it", "2026-12-01T06:34:16", False),
     ]
-    advice = clusterstatus._advice(rows, 23, 2, "20")
+    advice = walltime_probe._advice(rows, 23, 2, "20")
     assert advice.startswith(
         "a job asking for 12 min or less starts at 2026-12-01 06:34:16 instead of "
         "2026-12-01 10:44:11"
     )
     same = [replace(r, start="2026-12-01T10:44:11") for r in rows]
-    assert clusterstatus._advice(same, 23, 2, "20").startswith("no shorter walltime starts")
+    assert walltime_probe._advice(same, 23, 2, "20").startswith("no shorter walltime starts")
 
 
 #: The same cluster with a node idle in each of the job's partitions.
@@ -224,17 +226,17 @@ def _behind_own_jobs(run_dir, nodes=IDLE_NODES, reservations=RESERVATION):
     """sbatch --test-only queues its test behind the run's pending jobs: all say later."""
     return replace(
         _facts(run_dir),
-        nodes=Answer(slurmstate.parse_nodes(nodes)),
+        nodes=Answer(queries.parse_nodes(nodes)),
         probe_starts={m: Answer(AFTER) for m in (240, 120, 60, 30, 15, 7, 3, 1)},
-        reservations=Answer(slurmstate.parse_reservations(reservations)),
+        reservations=Answer(queries.parse_reservations(reservations)),
     )
 
 
 def test_a_visible_window_gives_the_limit_that_ends_before_it_when_test_only_cannot(tmp_path):
     run_dir = _run(tmp_path)
-    status = clusterstatus.build(run_dir, _behind_own_jobs(run_dir))
+    status = cluster_status.build(run_dir, _behind_own_jobs(run_dir))
     rows = {r.label: r for r in status.probe.rows}
-    window = rows[clusterstatus.WINDOW_LABEL]
+    window = rows[walltime_probe.WINDOW_LABEL]
     # m2 starts 24 min 59 s after NOW: 24 whole minutes, one kept to schedule the job
     assert (window.minutes, window.starts_now) == (23, True)
     assert window.source == "reservation m2 from 2026-12-01 06:24"
@@ -243,9 +245,9 @@ def test_a_visible_window_gives_the_limit_that_ends_before_it_when_test_only_can
     assert advice.startswith("a job asking for 23 min or less starts now instead of")
     assert "behind this run's own pending jobs" in advice
     assert "walltime.max_minutes: 11 (K=2)" in advice
-    text = clusterstatus.format_table(status)
+    text = cluster_status.format_table(status)
     assert "23 min  (ends before the window )  expected start: now  [reservation m2" in text
-    doc = clusterstatus.to_dict(status)
+    doc = cluster_status.to_dict(status)
     schema = json.loads((REPO / "docs/schemas/cluster-status.schema.json").read_text())
     jsonschema.validate(json.loads(json.dumps(doc)), schema)
     sources = {r["source"] for r in doc["walltime_probe"]["rows"]}
@@ -254,8 +256,8 @@ def test_a_visible_window_gives_the_limit_that_ends_before_it_when_test_only_can
 
 def test_the_window_row_does_not_claim_now_without_an_idle_node(tmp_path):
     run_dir = _run(tmp_path)
-    status = clusterstatus.build(run_dir, _behind_own_jobs(run_dir, nodes=SINFO_NODES))
-    window = next(r for r in status.probe.rows if r.label == clusterstatus.WINDOW_LABEL)
+    status = cluster_status.build(run_dir, _behind_own_jobs(run_dir, nodes=SINFO_NODES))
+    window = next(r for r in status.probe.rows if r.label == walltime_probe.WINDOW_LABEL)
     assert (window.minutes, window.start, window.starts_now) == (23, None, None)
     assert "no idle node" in window.problem
     assert status.probe.advice.startswith("no shorter walltime starts earlier")
@@ -266,5 +268,5 @@ def test_no_window_row_for_another_partitions_or_a_past_window(tmp_path):
     other = RESERVATION.replace("PartitionName=(null)", "PartitionName=cpu")
     past = RESERVATION.replace("2026-12-01T06:24:59", "2026-12-01T05:30:00")
     for text in (other, past, ""):
-        status = clusterstatus.build(run_dir, _behind_own_jobs(run_dir, reservations=text))
-        assert clusterstatus.WINDOW_LABEL not in {r.label for r in status.probe.rows}, text
+        status = cluster_status.build(run_dir, _behind_own_jobs(run_dir, reservations=text))
+        assert walltime_probe.WINDOW_LABEL not in {r.label for r in status.probe.rows}, text

@@ -50,7 +50,7 @@ def test_bad_config_names_the_key(mutate, match):
 
 
 def test_secret_like_storage_keys_point_to_the_environment():
-    from shardwise.storage import StorageOptions
+    from shardwise.config import StorageOptions
 
     with pytest.raises(ConfigError, match="AWS_ACCESS_KEY_ID"):
         StorageOptions.from_config({"aws_secret": "x"})

@@ -10,11 +10,13 @@ import numpy as np
 import pytest
 from synthrun import make_run, stats_for, write_run_json
 
-from shardwise import coverage
-from shardwise.cli import main
+from shardwise.cli.common import default_gpus
+from shardwise.cli.main import main
 from shardwise.errors import RunMismatchError
-from shardwise.ranges import compress
-from shardwise.sharding import shard_for_task
+from shardwise.ops import coverage
+from shardwise.ops.coverage_format import format_table
+from shardwise.run.ranges import compress
+from shardwise.run.sharding import shard_for_task
 
 JSON_KEYS = {
     "shards_total", "shards_done", "shards_empty", "shards_remaining", "tasks_total",
@@ -198,20 +200,20 @@ def test_cli_missing_run_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 
 def test_default_gpus_from_slurm_profile(tmp_path: Path) -> None:
-    assert coverage.default_gpus(tmp_path) == 1
+    assert default_gpus(tmp_path) == 1
     profile = tmp_path / "profiles" / "slurm"
     profile.mkdir(parents=True)
     (profile / "config.yaml").write_text("executor: slurm\njobs: 64\n")
-    assert coverage.default_gpus(tmp_path) == 64
+    assert default_gpus(tmp_path) == 64
     (profile / "config.yaml").write_text("jobs: [unbalanced\n")
-    assert coverage.default_gpus(tmp_path) == 1
+    assert default_gpus(tmp_path) == 1
 
 
 def test_empty_plan(tmp_path: Path) -> None:
     cov = coverage.compute(coverage.load_state(make_run(tmp_path, [], total=3)))
     assert (cov.shards_done, cov.shards_empty, cov.files_total, cov.tasks_total) == (3, 3, 0, 0)
     assert cov.incomplete_shards == "" and cov.categories == ()
-    assert "left     nothing: every shard is done" in coverage.format_table(cov)
+    assert "left     nothing: every shard is done" in format_table(cov)
 
 
 def test_throughput_comes_from_shard_markers_without_reading_those_files_stats(tmp_path):

@@ -6,8 +6,11 @@ import numpy as np
 import pytest
 from domainsynth import make_corpus, write_run
 
-from shardwise import cli, domains, report, workflow
-from shardwise.estimate import estimate
+from shardwise.cli.main import main
+from shardwise.ops import domains, report
+from shardwise.ops.estimate import estimate
+from shardwise.ops.planning import report_lines
+from shardwise.planner.prepare import RunInfo
 
 
 @pytest.fixture(scope="module")
@@ -16,7 +19,7 @@ def corpus():
 
 
 def run_cli(capsys, *args):
-    code = cli.main(["domains", *map(str, args)])
+    code = main(["domains", *map(str, args)])
     out = capsys.readouterr()
     return code, out.out, out.err
 
@@ -148,13 +151,10 @@ def test_nothing_done_and_never_planned_are_clear_errors(tmp_path, corpus, capsy
 
 
 def test_the_dry_run_printout_gains_one_line_with_the_largest_labels(tmp_path, corpus):
-    import io
-
     run_dir = write_run(tmp_path, corpus, range(corpus.total_shards))
     (tmp_path / "labels").mkdir()
-    out = io.StringIO()
-    workflow.print_coverage(run_dir, out)
-    lines = [line for line in out.getvalue().splitlines() if line.startswith("domains")]
+    report = report_lines(RunInfo(run_dir, (), ""))
+    lines = [line for line in report if line.startswith("domains")]
     topic = corpus.true_shares(classifier="topic")
     first = corpus.topics[int(np.argmax(topic))]
     assert len(lines) == 1
@@ -164,7 +164,7 @@ def test_the_dry_run_printout_gains_one_line_with_the_largest_labels(tmp_path, c
 
 
 def test_the_html_report_includes_the_domain_picture(tmp_path, corpus):
-    from shardwise import coverage
+    from shardwise.ops import coverage
 
     run_dir = write_run(tmp_path, corpus, range(10))
     state = coverage.load_state(run_dir, read_stats=lambda: ())

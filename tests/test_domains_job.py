@@ -9,11 +9,12 @@ import pytest
 from e2e import make_run
 
 from shardwise import config as configmod
-from shardwise import domains, plan, summaries
-from shardwise.job import load_engine, run_shard
-from shardwise.reader import Fields, read_documents
-from shardwise.storage import Location
-from shardwise.workflow import prepare_run
+from shardwise.classify.shard_job import load_engine, run_shard
+from shardwise.ops import domains
+from shardwise.planner.prepare import prepare_run
+from shardwise.run import plan, summaries
+from shardwise.run.reader import Fields, read_documents
+from shardwise.store.location import Location
 
 pytestmark = pytest.mark.slow
 
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.slow
 def test_shard_jobs_write_counts_and_summaries_that_survive_retries(tmp_path, demo_models):
     config = make_run(tmp_path, demo_models, total_shards=2)
     cfg = configmod.load_yaml(config)
-    run_dir = prepare_run(cfg, main_process=True, dryrun=True, report=False).run_dir
+    run_dir = prepare_run(cfg, main_process=True, dryrun=True).run_dir
     engines = {}
 
     def factory(ctx):

@@ -17,8 +17,8 @@ import pytest
 from e2e import SMALL, run_snakemake
 from test_storage_s3_workflow import upload_tree, write_config
 
-from shardwise import cli
-from shardwise.demo import write_corpus
+from shardwise.cli.main import main
+from shardwise.demo.corpus import write_corpus
 
 pytestmark = [pytest.mark.slow, pytest.mark.s3]
 
@@ -36,7 +36,7 @@ def test_domains_of_a_bucket_output_are_exact_and_read_nothing_remote(
     assert stats_gets == []
 
     s3.reset()
-    assert cli.main(["domains", "--run-dir", str(tmp_path / "run"), "--classifier", "topic",
+    assert main(["domains", "--run-dir", str(tmp_path / "run"), "--classifier", "topic",
                      "--format", "json"]) == 0  # fmt: skip
     assert s3.server.log() == []
     doc = json.loads(capsys.readouterr().out)

@@ -12,8 +12,8 @@ import time
 import pytest
 from e2e import assert_labelled_exactly_once, input_files, make_run, run_snakemake, snakemake_cmd
 
-from shardwise import markers
-from shardwise.cli import main
+from shardwise.cli.main import main
+from shardwise.run import markers
 
 pytestmark = pytest.mark.slow
 
@@ -97,7 +97,7 @@ def test_a_dry_run_reports_coverage_while_a_real_run_holds_the_run_dir(tmp_path,
         [
             sys.executable,
             "-c",
-            "import sys, time; from pathlib import Path; from shardwise.workflow import "
+            "import sys, time; from pathlib import Path; from shardwise.planner.prepare import "
             "lock_run_dir; lock_run_dir(Path(sys.argv[1])); print('locked', flush=True); "
             "time.sleep(600)",
             str(tmp_path / "run"),

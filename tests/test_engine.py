@@ -11,26 +11,23 @@ import pytest
 import torch
 
 from shardwise import config as configmod
-from shardwise.batching import CannotShrinkError
-from shardwise.engine import (
-    DEFAULT_RECHECK_MARGIN,
+from shardwise.classify.batching import CannotShrinkError
+from shardwise.classify.device import (
     GPU_ENV_VARS,
-    ClassifierSpec,
-    Engine,
-    InferenceSettings,
     gpus_assigned,
     probe_rows,
     select_device,
     select_dtype,
-    top2_margins,
 )
-from shardwise.errors import DeviceError, ModelError
-from shardwise.tinymodels import (
+from shardwise.classify.engine import ClassifierSpec, Engine, InferenceSettings
+from shardwise.classify.recheck import DEFAULT_RECHECK_MARGIN, top2_margins
+from shardwise.demo.tinymodels import (
     build_tiny_gte_classifier,
     build_weborganizer_demo_models,
     build_wordpiece_tokenizer,
     synthetic_corpus,
 )
+from shardwise.errors import DeviceError, ModelError
 
 MAX_LENGTH = 192
 
@@ -436,7 +433,7 @@ def test_tiny_margin_reruns_only_exact_half_precision_ties(
 ) -> None:
     plain, inference = bf16_plain
     engine = _half_engine(specs, cache_root, 1e-9)
-    with caplog.at_level("WARNING", logger="shardwise.engine"):
+    with caplog.at_level("WARNING", logger="shardwise.classify.engine"):
         labels = engine.run(engine.prepare(*corpus))
         engine.run(engine.prepare(*corpus))
     ties = {name: int((_margins(inference, name) == 0).sum()) for name in NAMES}

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from domainsynth import make_corpus
 
-from shardwise.estimate import Population, Sample, estimate, t975
+from shardwise.ops.estimate import Population, Sample, estimate, t975
 
 CHECKPOINTS = (0.02, 0.10, 0.50)
 

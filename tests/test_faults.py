@@ -45,14 +45,16 @@ from e2e import (
 )
 
 from shardwise import config as configmod
-from shardwise import coverage, markers, plan, verify
-from shardwise.cli import main
-from shardwise.demo import DemoSize
+from shardwise.classify.shard_job import load_engine, run_shard
+from shardwise.cli.main import main
+from shardwise.demo.corpus import DemoSize
 from shardwise.errors import ConfigError, InputError, ShardwiseError, StorageError
-from shardwise.job import FAILURES_DIR, load_engine, run_shard
-from shardwise.reader import Fields, read_documents
-from shardwise.storage import Location
-from shardwise.workflow import prepare_run
+from shardwise.ops import coverage, verify
+from shardwise.planner.prepare import prepare_run
+from shardwise.run import markers, plan
+from shardwise.run.failures import FAILURES_DIR
+from shardwise.run.reader import Fields, read_documents
+from shardwise.store.location import Location
 
 ALL = ("topic", "topic_nourl", "format", "format_nourl")
 BIN = Path(sys.executable).parent
@@ -75,7 +77,7 @@ def plan_only(config: Path) -> Path:
     ``dryrun=True`` skips the run-dir lock: a lock taken here would be held by the
     pytest process for the whole session.
     """
-    info = prepare_run(configmod.load_yaml(config), main_process=True, dryrun=True, report=False)
+    info = prepare_run(configmod.load_yaml(config), main_process=True, dryrun=True)
     return info.run_dir
 
 
@@ -399,7 +401,7 @@ def test_7_8_9_odd_input_is_labelled_counted_and_named(
         (corpus / rel).write_bytes(data)
     run_dir = plan_only(config)
     started = time.time()
-    with caplog.at_level(logging.WARNING, logger="shardwise.job"):
+    with caplog.at_level(logging.WARNING, logger="shardwise.classify.shard_job"):
         label_in_process(run_dir, engine_factory)
     assert time.time() - started < 300
     assert_verified(run_dir)
@@ -708,7 +710,7 @@ def test_paths_that_could_escape_the_output_are_refused_at_plan_time(tmp_path, m
     monkeypatch.setattr(Location, "list_files", lambda self: sorted(listing))
     cfg = minimal_config(tmp_path, corpus)
     with pytest.raises(InputError, match="cannot be used safely in an output path") as err:
-        prepare_run(cfg, main_process=True, dryrun=True, report=False)
+        prepare_run(cfg, main_process=True, dryrun=True)
     assert repr(evil) in str(err.value)
     assert "input.skip_unsafe_names: true" in str(err.value)
     assert not (tmp_path / "labels").exists()
@@ -721,7 +723,7 @@ def test_a_real_file_with_a_control_character_in_its_name_is_refused(tmp_path):
     (corpus / "bad\x1bname.jsonl").write_bytes(jsonl([{"id": "1", "text": "t"}]))
     cfg = minimal_config(tmp_path, corpus)
     with pytest.raises(InputError, match=r"'bad\\x1bname.jsonl': it holds control characters"):
-        prepare_run(cfg, main_process=True, dryrun=True, report=False)
+        prepare_run(cfg, main_process=True, dryrun=True)
 
 
 def test_yaml_is_loaded_safely(tmp_path):
@@ -761,7 +763,7 @@ def test_braces_in_the_run_dir_are_refused_before_planning(tmp_path):
     """Found by the quoting check: Snakemake reads braces in the run dir as wildcards."""
     cfg = minimal_config(tmp_path, run_dir=str(tmp_path / "{shard}"))
     with pytest.raises(ConfigError, match="without braces"):
-        prepare_run(cfg, main_process=True, dryrun=True, report=False)
+        prepare_run(cfg, main_process=True, dryrun=True)
     assert not (tmp_path / "{shard}").exists()
 
 

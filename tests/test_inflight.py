@@ -14,9 +14,12 @@ import pytest
 from e2e import ledger_counts, make_run, minimal_config, slow_shardwise, snakemake_cmd
 from slurm_samples import WRAP_SCRIPT, job
 
-from shardwise import claims, inflight, markers, slurmstate, workflow
-from shardwise.cli import main
-from shardwise.demo import DemoSize, write_corpus
+from shardwise.cli.main import main
+from shardwise.demo.corpus import DemoSize, write_corpus
+from shardwise.planner import inflight
+from shardwise.run import claims, markers
+from shardwise.slurm import queries
+from shardwise.snakefile import prepare_run
 
 
 def _job(job_id, state="PENDING", **kw):
@@ -69,7 +72,7 @@ def test_queued_jobs_of_this_workflow_are_matched_by_dir_snakefile_and_configfil
 
 def test_find_reports_queued_and_claimed_shards_but_not_done_ones(tmp_path):
     _cache(tmp_path, {"41@2026-12-01T06:00:00": inflight.parse_wrap(WRAP_SCRIPT)})
-    queue = slurmstate.Answer([_job("41"), _job("50", state="RUNNING", workdir="/other")])
+    queue = queries.Answer([_job("41"), _job("50", state="RUNNING", workdir="/other")])
     with claims.held(tmp_path, 2):
         flight = inflight.find(tmp_path, SUBMITTER, done={7}, queue=queue)
     assert sorted(flight.shards) == [2, 6]
@@ -94,7 +97,7 @@ def test_stale_claims_are_ignored_and_said_so(tmp_path):
 
 
 def test_without_claims_or_a_cluster_executor_nothing_is_asked(tmp_path, monkeypatch):
-    monkeypatch.setattr(slurmstate, "jobs", lambda **kw: pytest.fail("squeue was called"))
+    monkeypatch.setattr(queries, "jobs", lambda **kw: pytest.fail("squeue was called"))
     assert inflight.find(tmp_path, replace(SUBMITTER, cluster=False)) == inflight.InFlight()
 
 
@@ -102,7 +105,7 @@ def test_squeue_that_does_not_answer_leaves_claims_trusted(tmp_path):
     claim = replace(claims.for_this_process(1), host="node9", slurm_job_id="77")
     claims.claim_path(tmp_path, 1).parent.mkdir(parents=True)
     claims.claim_path(tmp_path, 1).write_bytes(claim.to_bytes())
-    down = slurmstate.Answer(None, "`squeue` did not answer within 30 s", "timeout")
+    down = queries.Answer(None, "`squeue` did not answer within 30 s", "timeout")
     flight = inflight.find(tmp_path, SUBMITTER, queue=down)
     assert list(flight.shards) == [1] and not flight.shards[1].certain
     assert flight.notes[0].startswith("squeue did not answer")
@@ -139,26 +142,24 @@ def _planned(tmp_path):
 
 def test_planning_leaves_claimed_shards_out_of_the_targets_and_prints_them(tmp_path):
     cfg = _planned(tmp_path)
-    workflow.prepare_run(cfg, main_process=True, dryrun=True, out=io.StringIO())
+    prepare_run(cfg, main_process=True, dryrun=True, out=io.StringIO())
     submitter = replace(SUBMITTER, workdir=str(tmp_path), cluster=False)
     with claims.held(tmp_path / "run", 1):
         out = io.StringIO()
-        info = workflow.prepare_run(
-            cfg, main_process=True, dryrun=True, out=out, submitter=submitter
-        )
+        info = prepare_run(cfg, main_process=True, dryrun=True, out=out, submitter=submitter)
     assert info.in_flight == (1,)
     assert str(tmp_path / "run" / "shards" / "1.done") not in info.targets()
     assert len(info.targets()) == 3
     assert info.when_settled("report.png") == []
     assert "in flight 1 shard(s) held by 1 live job(s)" in out.getvalue()
     assert inflight.Submitter.recorded(tmp_path / "run") == submitter
-    again = workflow.prepare_run(cfg, main_process=True, dryrun=True, out=io.StringIO())
+    again = prepare_run(cfg, main_process=True, dryrun=True, out=io.StringIO())
     assert (again.in_flight, again.when_settled("report.png")) == ((), ["report.png"])
 
 
 def test_coverage_json_lists_in_flight_shards(tmp_path, capsys):
     cfg = _planned(tmp_path)
-    workflow.prepare_run(cfg, main_process=True, dryrun=True, out=io.StringIO())
+    prepare_run(cfg, main_process=True, dryrun=True, out=io.StringIO())
     with claims.held(tmp_path / "run", 2):
         assert main(["coverage", "--run-dir", str(tmp_path / "run"), "--format", "json"]) == 0
         doc = json.loads(capsys.readouterr().out)

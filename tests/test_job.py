@@ -5,23 +5,25 @@ import json
 import pytest
 from inproc import demo_run_config, label, plan_run
 
-from shardwise import coverage, job, plan, verify
 from shardwise.errors import ShardFailedError
-from shardwise.workflow import prepare_run
+from shardwise.ops import coverage, verify
+from shardwise.ops.coverage_format import quality_lines
+from shardwise.planner.prepare import prepare_run
+from shardwise.run import failures, journal, markers, plan
 
 
 def test_progress_journal_survives_a_torn_last_line(tmp_path):
-    job._journal(tmp_path, 3, "a.parquet", 10)
-    job._journal(tmp_path, 3, "b.parquet", 5)
+    journal.append(tmp_path, 3, "a.parquet", 10)
+    journal.append(tmp_path, 3, "b.parquet", 5)
     with (tmp_path / "progress" / "3.jsonl").open("a") as fh:
         fh.write('{"file": "c.parq')  # killed mid-append
-    assert job.read_progress(tmp_path, 3) == {"a.parquet": 10, "b.parquet": 5}
-    assert job.read_progress(tmp_path, 4) == {}
+    assert journal.rows_done(tmp_path, 3) == {"a.parquet": 10, "b.parquet": 5}
+    assert journal.rows_done(tmp_path, 4) == {}
 
 
 def test_failure_record_lists_files_and_interruption(tmp_path, monkeypatch):
     monkeypatch.setenv("SLURM_JOB_ID", "4242")
-    path = job.record_failure(
+    path = failures.record_failure(
         tmp_path, 7, [{"file": "x.parquet", "error": "boom"}], interrupted=True
     )
     data = json.loads(path.read_text())
@@ -32,17 +34,18 @@ def test_failure_record_lists_files_and_interruption(tmp_path, monkeypatch):
 
 
 def test_output_markers_snapshot_roundtrip(tmp_path):
-    job.write_output_markers(tmp_path, {"b", "a"})
-    assert (tmp_path / job.OUTPUT_MARKERS).read_text() == "a\nb\n"
+    markers.write_snapshot(tmp_path, {"b", "a"})
+    assert (tmp_path / markers.OUTPUT_MARKERS).read_text() == "a\nb\n"
 
 
 def test_forget_done_drops_files_from_the_journal_and_the_snapshot(tmp_path):
-    job._journal(tmp_path, 3, "a.parquet", 10)
-    job._journal(tmp_path, 3, "b.parquet", 5)
-    job.write_output_markers(tmp_path, {"a.parquet", "b.parquet", "c.parquet"})
-    job.forget_done(tmp_path, 3, {"a.parquet"})
-    assert job.read_progress(tmp_path, 3) == {"b.parquet": 5}
-    assert (tmp_path / job.OUTPUT_MARKERS).read_text() == "b.parquet\nc.parquet\n"
+    journal.append(tmp_path, 3, "a.parquet", 10)
+    journal.append(tmp_path, 3, "b.parquet", 5)
+    markers.write_snapshot(tmp_path, {"a.parquet", "b.parquet", "c.parquet"})
+    journal.forget(tmp_path, 3, {"a.parquet"})
+    markers.forget_in_snapshot(tmp_path, {"a.parquet"})
+    assert journal.rows_done(tmp_path, 3) == {"b.parquet": 5}
+    assert (tmp_path / markers.OUTPUT_MARKERS).read_text() == "b.parquet\nc.parquet\n"
 
 
 # -- issue 10: a field name that no row has is a failed file, never empty labels ------
@@ -51,7 +54,7 @@ def test_forget_done_drops_files_from_the_journal_and_the_snapshot(tmp_path):
 def test_a_text_field_typo_fails_each_file_by_name_and_the_fix_relabels(tmp_path):
     cfg = plan_run(tmp_path, total_shards=1)
     cfg["input"] = {**cfg["input"], "text_field": "body"}
-    prepare_run(cfg, main_process=True, dryrun=True, report=False)
+    prepare_run(cfg, main_process=True, dryrun=True)
     with pytest.raises(ShardFailedError) as info:
         label(tmp_path / "run")
     message = str(info.value)
@@ -61,7 +64,7 @@ def test_a_text_field_typo_fails_each_file_by_name_and_the_fix_relabels(tmp_path
     assert "fields found: id, text, url" in message
     assert not list((tmp_path / "labels").rglob("*.done"))  # nothing vouches for empty text
     cfg["input"]["text_field"] = "text"  # the fix: not pinned, the next run uses it
-    prepare_run(cfg, main_process=True, dryrun=True, report=False)
+    prepare_run(cfg, main_process=True, dryrun=True)
     label(tmp_path / "run")
     assert len(list((tmp_path / "labels").rglob("*.done"))) == len(files)
 
@@ -74,13 +77,13 @@ def test_missing_texts_are_counted_per_file_and_totalled_by_coverage(tmp_path):
     (corpus / "b.jsonl").write_text('{"id": "x", "text": 5, "url": "u"}\n')
     cfg = demo_run_config(tmp_path, 1)
     cfg["input"] = {"uri": str(corpus)}
-    prepare_run(cfg, main_process=True, dryrun=True, report=False)
+    prepare_run(cfg, main_process=True, dryrun=True)
     label(tmp_path / "run")
     stats = json.loads((tmp_path / "labels" / "a.jsonl.stats.json").read_text())
     assert stats["counts"] == {"missing_text": 6}
     cov = coverage.compute(coverage.load_state(tmp_path / "run"))
     assert cov.data_quality == {"missing_text": 6, "non_string_texts": 1}
-    [line] = coverage.quality_lines(cov.data_quality, cov.docs_done)
+    [line] = quality_lines(cov.data_quality, cov.docs_done)
     assert line == (
         "data     6 without text (28.6%): 6 missing the field, 0 null; "
         "1 non-string texts read as strings  ! check input.text_field"

@@ -6,8 +6,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from shardwise import labelcounts, sidecar
+from shardwise.config import resolve_pairs
 from shardwise.errors import ConfigError
+from shardwise.run import labelcounts, sidecar
 
 
 def _columns(name: str, labels: list[str], ids: list[int]) -> dict[str, pa.Array]:
@@ -70,13 +71,13 @@ def test_counts_of_100k_documents_are_vectorised_and_sum_to_the_file():
 
 def test_default_pairs_are_the_weborganizer_pairs_whose_classifiers_exist():
     four = ["topic", "topic_nourl", "format", "format_nourl"]
-    assert labelcounts.resolve_pairs(four, None) == [
+    assert resolve_pairs(four, None) == [
         ("topic", "format"),
         ("topic_nourl", "format_nourl"),
     ]
-    assert labelcounts.resolve_pairs(["topic", "format"], None) == [("topic", "format")]
-    assert labelcounts.resolve_pairs(["quality"], None) == []
-    assert labelcounts.resolve_pairs(four, []) == []
+    assert resolve_pairs(["topic", "format"], None) == [("topic", "format")]
+    assert resolve_pairs(["quality"], None) == []
+    assert resolve_pairs(four, []) == []
 
 
 @pytest.mark.parametrize(
@@ -91,7 +92,7 @@ def test_default_pairs_are_the_weborganizer_pairs_whose_classifiers_exist():
 )  # fmt: skip
 def test_pairs_naming_unknown_classifiers_are_refused(pairs, message):
     with pytest.raises(ConfigError, match=message):
-        labelcounts.resolve_pairs(["topic", "format"], pairs)
+        resolve_pairs(["topic", "format"], pairs)
 
 
 def test_config_validation_refuses_an_unknown_pair_before_anything_runs(tmp_path):

@@ -1,7 +1,7 @@
 import pytest
 
 from shardwise.errors import InputError
-from shardwise.manifest import (
+from shardwise.run.manifest import (
     Selection,
     Task,
     build_tasks,

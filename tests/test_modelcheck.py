@@ -10,8 +10,8 @@ import huggingface_hub.constants
 import pytest
 from e2e import tiny_model_dir
 
+from shardwise.classify.modelcheck import check_classifiers, classifier_problems, identity
 from shardwise.errors import ModelError
-from shardwise.modelcheck import check_classifiers, classifier_problems, identity
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 

@@ -10,13 +10,13 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from shardwise.errors import ModelError
-from shardwise.models import load_classifier, rewrite_new_config, tokenizer_hash
-from shardwise.tinymodels import (
+from shardwise.classify.models import load_classifier, rewrite_new_config, tokenizer_hash
+from shardwise.demo.tinymodels import (
     build_tiny_gte_classifier,
     build_wordpiece_tokenizer,
     synthetic_corpus,
 )
+from shardwise.errors import ModelError
 
 LABELS = ["zeta", "alpha", "mu", "beta", "omega"]
 

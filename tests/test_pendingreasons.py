@@ -2,7 +2,7 @@
 
 import pytest
 
-from shardwise.pendingreasons import explain
+from shardwise.slurm.pending import explain
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,7 @@
 import pyarrow as pa
 
-from shardwise import plan
-from shardwise.sharding import shard_for_task
+from shardwise.run import plan
+from shardwise.run.sharding import shard_for_task
 
 
 def files(n=20):

@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 from inproc import label, plan_run
 
-from shardwise import coverage, markers, plan, quarantine, report, sidecar, verify
-from shardwise.cli import main
+from shardwise.cli.main import main
 from shardwise.errors import ConfigError
-from shardwise.workflow import prepare_run
+from shardwise.ops import coverage, report, verify
+from shardwise.ops.coverage_format import format_json, format_table
+from shardwise.run import markers, plan, quarantine, sidecar
+from shardwise.snakefile import prepare_run
 
 
 def busiest_shard(run_dir: Path) -> tuple[int, list[str]]:
@@ -54,12 +56,12 @@ def test_a_quarantined_file_is_left_out_and_its_shard_finishes(planned, tmp_path
         cov.files_total - 1,
     )
     assert [(e.file, e.reason) for e in cov.quarantined] == [(bad, "truncated upload")]
-    table = coverage.format_table(cov)
+    table = format_table(cov)
     assert (
         f"quarantined 1 file(s) left out of the run, not labelled: {bad} (truncated upload)"
         in table
     )
-    assert json.loads(coverage.format_json(cov))["quarantined"][0]["file"] == bad
+    assert json.loads(format_json(cov))["quarantined"][0]["file"] == bad
 
     assert main(["retry-array", "--run-dir", str(run_dir)]) == 0
     captured = capsys.readouterr()

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from shardwise.ranges import compress, expand, runs
+from shardwise.run.ranges import compress, expand, runs
 
 
 @pytest.mark.parametrize(

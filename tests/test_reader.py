@@ -7,8 +7,8 @@ import pytest
 import zstandard
 
 from shardwise.errors import InputError
-from shardwise.reader import Fields, read_documents
-from shardwise.storage import Location
+from shardwise.run.reader import Fields, read_documents
+from shardwise.store.location import Location
 
 RECORDS = [
     {"id": "d1", "text": "hello", "url": "https://a", "metadata": {"url": "https://m1"}},

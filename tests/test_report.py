@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from synthrun import make_run
 
-from shardwise import coverage, report
-from shardwise.cli import main
-from shardwise.sharding import shard_for_task
+from shardwise.cli.main import main
+from shardwise.ops import coverage, report
+from shardwise.run.sharding import shard_for_task
 
 
 def _png_size(data: bytes) -> tuple[int, int]:

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from synthrun import write_run_json, write_shard_markers
 
-from shardwise.cli import main
-from shardwise.markers import done_shards
-from shardwise.retry import missing_shards, retry_lines
+from shardwise.cli.main import main
+from shardwise.ops.retry_array import missing_shards, retry_lines
+from shardwise.run.markers import done_shards
 
 
 def _missing(total: int, minimum: int, done: set[int]) -> list[int]:

@@ -4,10 +4,10 @@ from dataclasses import replace
 
 import pytest
 
-from shardwise import runmeta
 from shardwise.errors import RunMismatchError
-from shardwise.runmeta import RunMeta, create_or_validate, fingerprint
-from shardwise.storage import Location
+from shardwise.run import runjson
+from shardwise.run.runjson import RunMeta, create_or_validate, fingerprint
+from shardwise.store.location import Location
 
 
 def meta(**kw):
@@ -96,13 +96,13 @@ def test_concurrent_create_one_wins_the_other_validates(tmp_path):
 
 def test_read_missing_run_json_says_what_to_do(tmp_path):
     with pytest.raises(RunMismatchError, match="run.json does not exist"):
-        runmeta.read(Location(str(tmp_path)))
+        runjson.read(Location(str(tmp_path)))
 
 
 def test_corrupt_run_json_is_named(tmp_path):
     (tmp_path / "run.json").write_text("{not json")
     with pytest.raises(RunMismatchError, match="is not a valid shardwise run.json"):
-        runmeta.read(Location(str(tmp_path)))
+        runjson.read(Location(str(tmp_path)))
 
 
 def test_fingerprint_ignores_order():

@@ -1,8 +1,9 @@
 import pytest
 
-from shardwise.cli import main
+from shardwise.cli.main import main
+from shardwise.config import check_shard_params
 from shardwise.errors import ConfigError
-from shardwise.sharding import check_shard_params, shard_for_task, shard_range
+from shardwise.run.sharding import shard_for_task, shard_range
 
 VECTORS = [
     ("0_0", 3, 0, 0),

@@ -5,11 +5,11 @@ from datetime import datetime
 import pytest
 from slurm_samples import SHOW_JOB
 
-from shardwise import slurmcmd
+from shardwise.slurm import command
 
 
 def test_a_missing_command_is_one_line_never_an_exception():
-    reply = slurmcmd.run(["shardwise-no-such-slurm-command", "-h"])
+    reply = command.run(["shardwise-no-such-slurm-command", "-h"])
     assert (reply.ok, reply.kind, reply.returncode) == (False, "missing", None)
     assert reply.problem == (
         "`shardwise-no-such-slurm-command` is not installed or not on PATH "
@@ -18,44 +18,44 @@ def test_a_missing_command_is_one_line_never_an_exception():
 
 
 def test_a_command_that_hangs_is_cut_at_the_timeout():
-    reply = slurmcmd.run(["sleep", "30"], timeout=0.3)
+    reply = command.run(["sleep", "30"], timeout=0.3)
     assert (reply.ok, reply.kind) == (False, "timeout")
     assert reply.problem == "`sleep 30` did not answer within 0.3 s"
 
 
 def test_a_failing_command_reports_its_exit_code_and_message():
-    reply = slurmcmd.run(["sh", "-c", "echo 'sbatch: error: Invalid node name' >&2; exit 1"])
+    reply = command.run(["sh", "-c", "echo 'sbatch: error: Invalid node name' >&2; exit 1"])
     assert (reply.ok, reply.kind, reply.returncode) == (False, "failed", 1)
     assert reply.problem.endswith("exited 1: sbatch: error: Invalid node name")
 
 
 def test_permission_denied_is_reported_as_hidden_data():
-    reply = slurmcmd.run(["sh", "-c", "echo 'Access/permission denied' >&2; exit 1"])
+    reply = command.run(["sh", "-c", "echo 'Access/permission denied' >&2; exit 1"])
     assert reply.kind == "hidden"
 
 
 def test_rows_split_at_most_once_per_field_so_the_last_may_hold_the_separator():
     text = "12|RUNNING|a|b\n\n13|PENDING\n14|PENDING|ReqNodeNotAvail, Reserved|x\n"
-    assert slurmcmd.rows(text, ("id", "state", "rest")) == [
+    assert command.rows(text, ("id", "state", "rest")) == [
         {"id": "12", "state": "RUNNING", "rest": "a|b"},
         {"id": "14", "state": "PENDING", "rest": "ReqNodeNotAvail, Reserved|x"},
     ]
 
 
 def test_key_values_keep_spaces_inside_values():
-    kv = slurmcmd.key_values(SHOW_JOB)
+    kv = command.key_values(SHOW_JOB)
     assert kv["Partition"] == "ice-gpu,coe-gpu"
     assert kv["ExcNodeList"] == "gpu-bad01"
     assert kv["Comment"] == "rule_classify_classify"
     assert kv["TresPerJob"] == "gres:gpu:1"
     assert kv["Power"] == ""
     line = "JobId=5 Reason=ReqNodeNotAvail, Reserved for maintenance Dependency=(null)"
-    assert slurmcmd.key_values(line)["Reason"] == "ReqNodeNotAvail, Reserved for maintenance"
+    assert command.key_values(line)["Reason"] == "ReqNodeNotAvail, Reserved for maintenance"
 
 
 def test_config_values_read_scontrol_show_config():
     text = "Configuration data as of 2026\nMinJobAge               = 300 sec\nPrivateData = none\n"
-    assert slurmcmd.config_values(text) == {"MinJobAge": "300 sec", "PrivateData": "none"}
+    assert command.config_values(text) == {"MinJobAge": "300 sec", "PrivateData": "none"}
 
 
 @pytest.mark.parametrize(
@@ -78,7 +78,7 @@ def test_config_values_read_scontrol_show_config():
     ],
 )
 def test_minutes_reads_every_slurm_duration_form(text, minutes):
-    assert slurmcmd.minutes(text) == minutes
+    assert command.minutes(text) == minutes
 
 
 @pytest.mark.parametrize(
@@ -86,10 +86,10 @@ def test_minutes_reads_every_slurm_duration_form(text, minutes):
     [("5:03", 303), ("1:02:03", 3723), ("2-01:02:03", 176523), ("0:00", 0), ("N/A", None)],
 )
 def test_seconds_reads_squeue_elapsed_times(text, seconds):
-    assert slurmcmd.seconds(text) == seconds
+    assert command.seconds(text) == seconds
 
 
 def test_timestamps_and_counts_treat_slurm_nulls_as_none():
-    assert slurmcmd.timestamp("2026-12-01T06:17:22") == datetime(2026, 12, 1, 6, 17, 22)
-    assert [slurmcmd.timestamp(v) for v in ("Unknown", "N/A", "(null)", "soon")] == [None] * 4
-    assert [slurmcmd.count(v) for v in ("500", "", "UNLIMITED")] == [500, None, None]
+    assert command.timestamp("2026-12-01T06:17:22") == datetime(2026, 12, 1, 6, 17, 22)
+    assert [command.timestamp(v) for v in ("Unknown", "N/A", "(null)", "soon")] == [None] * 4
+    assert [command.count(v) for v in ("500", "", "UNLIMITED")] == [500, None, None]

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from shardwise import slurmprofile
 from shardwise.errors import ConfigError
+from shardwise.slurm import profile
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -21,46 +21,46 @@ def _profile(tmp_path, name, data):
 def test_later_profiles_replace_earlier_ones_per_top_level_key(tmp_path):
     a = _profile(tmp_path, "a", {"jobs": 5, "default-resources": {"x": 1, "y": 2}, "retries": 3})
     b = _profile(tmp_path, "b", {"jobs": 7, "default-resources": {"x": 9}})
-    assert slurmprofile.load([a, b]) == {"jobs": 7, "default-resources": {"x": 9}, "retries": 3}
+    assert profile.load([a, b]) == {"jobs": 7, "default-resources": {"x": 9}, "retries": 3}
 
 
 def test_a_directory_without_config_yaml_is_refused_naming_it(tmp_path):
     with pytest.raises(ConfigError, match="no config.yaml"):
-        slurmprofile.load([tmp_path])
+        profile.load([tmp_path])
 
 
 def test_unset_variables_stay_literal_as_snakemake_leaves_them():
     env = {"SET": "acct"}
-    assert slurmprofile.expand("'${SET}' '${UNSET}'", env) == "'acct' '${UNSET}'"
-    assert slurmprofile.resource_value("'${UNSET}'", env) == "${UNSET}"
-    assert slurmprofile.unset_variables("${UNSET}") == ["UNSET"]
+    assert profile.expand("'${SET}' '${UNSET}'", env) == "'acct' '${UNSET}'"
+    assert profile.resource_value("'${UNSET}'", env) == "${UNSET}"
+    assert profile.unset_variables("${UNSET}") == ["UNSET"]
 
 
 def test_site_values_come_from_env_vars_only_when_set():
     env = {"SHARDWISE_SLURM_PARTITION": "gpu-a,gpu-b", "SHARDWISE_SLURM_QOS": " "}
-    assert slurmprofile.site_resources(env) == {"slurm_partition": "gpu-a,gpu-b"}
-    assert slurmprofile.site_resources({}) == {}
+    assert profile.site_resources(env) == {"slurm_partition": "gpu-a,gpu-b"}
+    assert profile.site_resources({}) == {}
 
 
 def test_set_resources_beat_env_vars_which_beat_default_resources():
-    profile = {
+    merged = {
         "default-resources": {"slurm_partition": "'d'", "constraint": "'dc'", "qos": "'dq'"},
         "set-resources": {"classify": {"slurm_partition": "'s'"}},
     }
     env = {"SHARDWISE_SLURM_PARTITION": "e", "SHARDWISE_SLURM_CONSTRAINT": "ec"}
-    req = slurmprofile.view(profile, {}, env)
+    req = profile.view(merged, {}, env)
     assert (req.partitions, req.partition_source) == (
         ("s",),
         "set-resources classify.slurm_partition",
     )
     assert (req.constraint, req.qos) == ("ec", "dq")
-    req = slurmprofile.view({**profile, "slurm-qos": "plugin"}, {}, env)
+    req = profile.view({**merged, "slurm-qos": "plugin"}, {}, env)
     assert req.qos == "plugin"
 
 
 def test_the_production_profile_names_no_site_and_works_once_the_account_is_set():
-    prod = slurmprofile.load([REPO / "profiles" / "slurm"])
-    req = slurmprofile.view(prod, {}, {"SHARDWISE_SLURM_ACCOUNT": "acct"})
+    prod = profile.load([REPO / "profiles" / "slurm"])
+    req = profile.view(prod, {}, {"SHARDWISE_SLURM_ACCOUNT": "acct"})
     assert (req.partitions, req.exclude, req.constraint, req.qos) == ((), (), None, None)
     assert (req.account, req.gpus, req.group_components, req.status_command) == (
         "acct",
@@ -74,18 +74,17 @@ def test_the_production_profile_names_no_site_and_works_once_the_account_is_set(
 
 
 def test_the_reference_site_overlay_carries_the_reference_site_names():
-    merged = slurmprofile.load([REPO / "profiles" / "slurm", REPO / "profiles/sites/reference"])
-    req = slurmprofile.view(merged, {}, {"SHARDWISE_SLURM_ACCOUNT": "acct"})
+    merged = profile.load([REPO / "profiles" / "slurm", REPO / "profiles/sites/reference"])
+    req = profile.view(merged, {}, {"SHARDWISE_SLURM_ACCOUNT": "acct"})
     assert req.partitions == ("ice-gpu", "coe-gpu", "ice-bw-gpu")
     assert (req.exclude, req.jobs, req.account) == (("gpu-bad01",), 450, "acct")
 
 
 def test_feature_names_of_constraint_expressions():
-    assert slurmprofile.feature_names("A100|H100") == ["A100", "H100"]
-    assert slurmprofile.feature_names("[rack1*2&rack2*4]") == ["rack1", "rack2"]
-    assert slurmprofile.constraint_is_or("A100|H100") and not slurmprofile.constraint_is_or("a&b")
+    assert profile.feature_names("A100|H100") == ["A100", "H100"]
+    assert profile.feature_names("[rack1*2&rack2*4]") == ["rack1", "rack2"]
+    assert profile.constraint_is_or("A100|H100") and not profile.constraint_is_or("a&b")
 
 
-def test_an_overlay_is_written_atomically_with_its_header(tmp_path):
-    path = slurmprofile.write_overlay(tmp_path / "site", {"jobs": 9}, "# why")
-    assert path.read_text() == "# why\n\njobs: 9\n"
+def test_an_overlay_is_the_header_then_the_keys():
+    assert profile.overlay_text({"jobs": 9}, "# why") == "# why\n\njobs: 9\n"

@@ -3,7 +3,7 @@
 import pytest
 from slurm_samples import SINFO_NODES
 
-from shardwise import slurmstate
+from shardwise.slurm import queries
 
 
 @pytest.mark.parametrize(
@@ -20,22 +20,22 @@ from shardwise import slurmstate
     ],
 )
 def test_gpu_count_reads_gres_and_tres_strings(gres, gpus):
-    assert slurmstate.gpu_count(gres) == gpus
+    assert queries.gpu_count(gres) == gpus
 
 
 def test_gpu_types_split_typed_tres_and_fall_back_to_gpu():
-    assert slurmstate.gpu_types("cpu=4,gres/gpu=2,gres/gpu:a100=2") == {"a100": 2}
-    assert slurmstate.gpu_types("cpu=1,gres/gpu=1") == {"gpu": 1}
-    assert slurmstate.gpu_types("cpu=1") == {}
+    assert queries.gpu_types("cpu=4,gres/gpu=2,gres/gpu:a100=2") == {"a100": 2}
+    assert queries.gpu_types("cpu=1,gres/gpu=1") == {"gpu": 1}
+    assert queries.gpu_types("cpu=1") == {}
 
 
 def _nodes():
-    return slurmstate.parse_nodes(SINFO_NODES)
+    return queries.parse_nodes(SINFO_NODES)
 
 
 def test_sinfo_rows_become_nodes_with_reason_and_partition_flags():
     bad, _, vm, _ = _nodes()
-    assert vm == slurmstate.Node(
+    assert vm == queries.Node(
         name="vm",
         partition="ice-gpu",
         default_partition=True,
@@ -53,18 +53,18 @@ def test_sinfo_rows_become_nodes_with_reason_and_partition_flags():
 def test_reservations_are_parsed_and_maintenance_is_flagged():
     from slurm_samples import RESERVATION
 
-    (res,) = slurmstate.parse_reservations("No reservations in the system\n" + RESERVATION)
+    (res,) = queries.parse_reservations("No reservations in the system\n" + RESERVATION)
     assert (res.name, res.maintenance, res.nodes, res.partition) == ("m2", True, "gpu-bad01,vm", "")
     assert (res.start.isoformat(), res.end.isoformat()) == (
         "2026-12-01T06:24:59",
         "2026-12-01T08:24:59",
     )
-    assert slurmstate.parse_reservations("No reservations in the system") == []
+    assert queries.parse_reservations("No reservations in the system") == []
 
 
 def test_partitions_sum_gpus_and_count_only_usable_nodes():
-    parts = slurmstate.partitions(_nodes())
-    assert parts["ice-gpu"] == slurmstate.Partition(
+    parts = queries.partitions(_nodes())
+    assert parts["ice-gpu"] == queries.Partition(
         name="ice-gpu",
         default=True,
         up=True,
@@ -100,13 +100,11 @@ def test_a_node_is_usable_unless_down_drained_or_not_responding(state, usable):
 
 def test_private_data_and_min_job_age_are_read_from_the_config():
     cfg = {"PrivateData": "jobs,reservations", "MinJobAge": "300 sec"}
-    assert slurmstate.private_data(cfg) == {"jobs", "reservations"}
-    assert slurmstate.private_data({"PrivateData": "none"}) == frozenset()
-    assert slurmstate.min_job_age_seconds(cfg) == 300
-    assert (
-        slurmstate.accounting_enabled({"AccountingStorageType": "accounting_storage/none"}) is False
-    )
-    assert slurmstate.accounting_enabled({"AccountingStorageType": "accounting_storage/slurmdbd"})
+    assert queries.private_data(cfg) == {"jobs", "reservations"}
+    assert queries.private_data({"PrivateData": "none"}) == frozenset()
+    assert queries.min_job_age_seconds(cfg) == 300
+    assert queries.accounting_enabled({"AccountingStorageType": "accounting_storage/none"}) is False
+    assert queries.accounting_enabled({"AccountingStorageType": "accounting_storage/slurmdbd"})
 
 
 @pytest.mark.parametrize(

@@ -20,9 +20,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from shardwise.config import StorageOptions, reject_secret_keys
 from shardwise.errors import ConfigError, StorageError
-from shardwise.retrying import RetriesExhaustedError, RetryPolicy, call, is_transient
-from shardwise.storage import Location, StorageOptions, is_remote
+from shardwise.store.backoff import RetriesExhaustedError, RetryPolicy, call, is_transient
+from shardwise.store.location import Location, is_remote
 
 BACKENDS = ["local", pytest.param("s3", marks=pytest.mark.s3)]
 
@@ -264,8 +265,6 @@ def test_secret_looking_config_is_rejected(cfg: dict[str, Any]) -> None:
 
 
 def test_reject_secret_keys_before_schema_validation() -> None:
-    from shardwise.storage import reject_secret_keys
-
     reject_secret_keys(None)
     reject_secret_keys({"endpoint_url": "https://x", "max_attempts": 3})
     with pytest.raises(ConfigError, match=r"storage\.profile_password") as info:
@@ -295,7 +294,7 @@ def test_storage_config_validation() -> None:
         }
     )
     assert opts.max_attempts == 7
-    assert opts.retry_policy().attempts == 7
+    assert RetryPolicy.of(opts).attempts == 7
     assert StorageOptions.from_config(None) == StorageOptions()
     with pytest.raises(ConfigError, match="unknown"):
         StorageOptions.from_config({"endpoint": "x"})
@@ -442,7 +441,7 @@ def test_s3_small_parquet_is_one_get(s3: Any) -> None:
 def test_s3_parquet_projection_gets(s3: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """A big Parquet read costs one GET for the footer and one per needed column
     chunk; the unneeded column is never downloaded, and a known size saves the HEAD."""
-    monkeypatch.setattr("shardwise.storage.SMALL_FILE_BYTES", 0)  # treat it as big
+    monkeypatch.setattr("shardwise.store.location.SMALL_FILE_BYTES", 0)  # treat it as big
     data = _parquet_bytes(row_groups=3, rows=200)
     loc = Location(s3.url("pq"), s3.options())
     loc.write_bytes("p.parquet", data)

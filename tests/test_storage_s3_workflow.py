@@ -30,9 +30,9 @@ import pytest
 import yaml
 from e2e import SMALL, run_snakemake, snakemake_cmd
 
-from shardwise.demo import demo_config, write_corpus
-from shardwise.reader import Fields, read_documents
-from shardwise.storage import Location
+from shardwise.demo.corpus import demo_config, write_corpus
+from shardwise.run.reader import Fields, read_documents
+from shardwise.store.location import Location
 
 pytestmark = [pytest.mark.slow, pytest.mark.s3]
 
@@ -193,7 +193,7 @@ def test_request_counts_for_1000_files(tmp_path: Path, demo_models: Path, s3: An
     fresh = write_config(tmp_path, s3, demo_models, total_shards=2, run_dir="run2")
     s3.reset()
     run_snakemake(fresh)
-    from shardwise import markers
+    from shardwise.run import markers
 
     assert markers.done_shards(tmp_path / "run2") == {0, 1}
     fresh_counts = summary(s3.counts())

@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 
-from shardwise import job, summaries
+from shardwise.run import journal, summaries
 
 
 def _counts(docs: int, nbytes: int, topic: str, fmt: str) -> dict:
@@ -53,8 +53,8 @@ def test_summary_of_a_shard_uses_the_journal_and_reads_stats_only_for_the_rest(t
     fields = summaries.journal_fields(
         {"docs": 3, "seconds": 1.5, "device_name": "H100", "label_counts": _counts(3, 9, "A", "F")}
     )
-    job._journal(tmp_path, 3, "x/1.jsonl", 3, fields)
-    job._journal(tmp_path, 3, "x/2.jsonl", 1)  # an older journal line, without counts
+    journal.append(tmp_path, 3, "x/1.jsonl", 3, fields)
+    journal.append(tmp_path, 3, "x/2.jsonl", 1)  # an older journal line, without counts
 
     def read_stats(rel: str) -> bytes:
         stats_read.append(rel)

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from synthrun import stats_for
 
-from shardwise import throughput
-from shardwise.throughput import (
+from shardwise.ops.text import format_duration
+from shardwise.run import throughput
+from shardwise.run.throughput import (
     eta,
     rate_for_walltime,
     stats_from_json,
@@ -111,8 +112,8 @@ def test_bulk_json_matches_per_file_path() -> None:
 
 
 def test_format_duration() -> None:
-    assert throughput.format_duration(42) == "42s"
-    assert throughput.format_duration(720) == "12m"
-    assert throughput.format_duration(5 * 3600 + 12 * 60) == "5h 12m"
-    assert throughput.format_duration(3 * 86400 + 4 * 3600) == "3d 4h"
-    assert throughput.format_duration(math.inf) == "unknown"
+    assert format_duration(42) == "42s"
+    assert format_duration(720) == "12m"
+    assert format_duration(5 * 3600 + 12 * 60) == "5h 12m"
+    assert format_duration(3 * 86400 + 4 * 3600) == "3d 4h"
+    assert format_duration(math.inf) == "unknown"

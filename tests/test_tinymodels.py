@@ -9,8 +9,8 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from shardwise.models import load_classifier
-from shardwise.tinymodels import (
+from shardwise.classify.models import load_classifier
+from shardwise.demo.tinymodels import (
     build_tiny_gte_classifier,
     build_weborganizer_demo_models,
     build_wordpiece_tokenizer,

@@ -6,9 +6,9 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from shardwise.models import tokenizer_hash
-from shardwise.tinymodels import build_wordpiece_tokenizer, synthetic_corpus
-from shardwise.tokenization import SharedTokenizer, StreamKey, TokenizerInfo, format_input
+from shardwise.classify.models import tokenizer_hash
+from shardwise.classify.tokenization import SharedTokenizer, StreamKey, TokenizerInfo, format_input
+from shardwise.demo.tinymodels import build_wordpiece_tokenizer, synthetic_corpus
 
 EDGE_TEXTS = [
     "",

@@ -18,10 +18,12 @@ import pyarrow.parquet as pq
 import pytest
 from inproc import TINY, demo_run_config, label, plan_run
 
-from shardwise import markers, plan, sidecar, verify
-from shardwise.cli import main
-from shardwise.demo import write_corpus
-from shardwise.workflow import prepare_run
+from shardwise.cli.main import main
+from shardwise.demo.corpus import write_corpus
+from shardwise.ops import verify
+from shardwise.ops.coverage_format import format_table
+from shardwise.planner.prepare import prepare_run
+from shardwise.run import markers, plan, sidecar
 
 
 @pytest.fixture
@@ -311,7 +313,7 @@ def test_input_sharing_the_output_root_is_not_an_orphan(tmp_path):
     write_corpus(tmp_path / "data", TINY)
     cfg = demo_run_config(tmp_path, 2)
     cfg["input"]["uri"] = cfg["output"]["uri"] = str(tmp_path / "data")
-    prepare_run(cfg, main_process=True, dryrun=True, report=False)
+    prepare_run(cfg, main_process=True, dryrun=True)
     label(tmp_path / "run")
     (tmp_path / "data" / "README").write_text("the corpus's own file")
     report = check(tmp_path / "run", complete=True)
@@ -323,7 +325,7 @@ def test_corpus_nested_under_the_output_prefix(tmp_path):
     cfg = demo_run_config(tmp_path, 2)
     cfg["input"]["uri"] = str(tmp_path / "out" / "corpus")
     cfg["output"]["uri"] = str(tmp_path / "out")
-    prepare_run(cfg, main_process=True, dryrun=True, report=False)
+    prepare_run(cfg, main_process=True, dryrun=True)
     label(tmp_path / "run")
     report = check(tmp_path / "run", complete=True)
     assert report.ok and not report.warnings, report.lines()
@@ -356,7 +358,7 @@ def test_sample_finds_content_faults_in_the_files_it_reads(run):
 
 @pytest.mark.s3
 def test_verify_on_s3_lists_the_output_once(tmp_path, s3):
-    from shardwise.storage import Location
+    from shardwise.store.location import Location
 
     corpus = Location(s3.url("corpus"), s3.options())
     for path in write_corpus(tmp_path / "corpus", TINY):
@@ -365,7 +367,7 @@ def test_verify_on_s3_lists_the_output_once(tmp_path, s3):
     cfg["input"]["uri"] = s3.url("corpus")
     cfg["output"]["uri"] = s3.url("labels")
     cfg["storage"] = s3.storage_config()
-    prepare_run(cfg, main_process=True, dryrun=True, report=False)
+    prepare_run(cfg, main_process=True, dryrun=True)
     label(tmp_path / "run")
     s3.reset()
     report = check(tmp_path / "run", complete=True)
@@ -423,7 +425,7 @@ def test_repair_relabels_only_the_broken_file(run, capsys, damage):
 
 
 def test_a_garbled_file_marker_is_found_and_repaired(run, capsys):
-    from shardwise import coverage, retry
+    from shardwise.ops import coverage, retry_array
 
     (run.labels / markers.file_marker_rel(run.rel)).write_bytes(b"\x00garbage")
     report = check(run.run_dir)
@@ -435,19 +437,19 @@ def test_a_garbled_file_marker_is_found_and_repaired(run, capsys):
     assert main(["retry-array", "--run-dir", str(run.run_dir)]) == 0
     assert (
         capsys.readouterr().out.strip()
-        == retry.retry_lines([run.shard], total_shards=3, minimum_shard_index=0)[0]
+        == retry_array.retry_lines([run.shard], total_shards=3, minimum_shard_index=0)[0]
     )
 
 
 def test_a_garbled_shard_marker_is_not_done_for_coverage_and_retry(run, capsys):
-    from shardwise import coverage
+    from shardwise.ops import coverage
 
     markers.shard_marker_path(run.run_dir, run.shard).write_bytes(b"{not json")
     cov = coverage.compute(coverage.load_state(run.run_dir))
     assert cov.shards_done == 2 and cov.unreadable_markers == (
         str(markers.shard_marker_path(run.run_dir, run.shard)),
     )
-    assert "unreadable 1 marker(s) count as not done" in coverage.format_table(cov)
+    assert "unreadable 1 marker(s) count as not done" in format_table(cov)
     assert main(["retry-array", "--run-dir", str(run.run_dir)]) == 0
     captured = capsys.readouterr()
     assert captured.out.strip() == str(run.shard)

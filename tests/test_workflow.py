@@ -8,11 +8,13 @@ import shutil
 import pytest
 from e2e import tiny_model_dir
 
-from shardwise import markers, plan, quarantine, workflow
-from shardwise.demo import DemoSize, write_corpus
+from shardwise.demo.corpus import DemoSize, write_corpus
 from shardwise.errors import InputError, ModelError, RunMismatchError
-from shardwise.sharding import shard_for_task
-from shardwise.storage import Location
+from shardwise.planner import prepare as planner
+from shardwise.run import markers, plan, quarantine
+from shardwise.run.sharding import shard_for_task
+from shardwise.snakefile import prepare_run
+from shardwise.store.location import Location
 
 
 @pytest.fixture
@@ -37,7 +39,7 @@ def config(tmp_path, corpus, **over):
 def prepare(cfg, **kw):
     out = io.StringIO()
     kw.setdefault("dryrun", True)
-    info = workflow.prepare_run(cfg, main_process=True, out=out, **kw)
+    info = prepare_run(cfg, main_process=True, out=out, **kw)
     return info, out.getvalue()
 
 
@@ -45,7 +47,7 @@ def snapshot(path):
     return {
         str(p.relative_to(path)): p.read_bytes()
         for p in sorted(path.rglob("*"))
-        if p.is_file() and p.name != workflow.LOCK_FILE
+        if p.is_file() and p.name != planner.LOCK_FILE
     }
 
 
@@ -70,14 +72,14 @@ def test_cached_plan_is_reused_without_listing_when_relist_is_off(tmp_path, corp
     prepare(cfg)
     before = (tmp_path / "run" / "plan.parquet").stat().st_mtime_ns
 
-    real = workflow.Location.list_files
+    real = planner.Location.list_files
 
     def no_listing(self):
         if self.uri == str(corpus):
             raise AssertionError("the input was listed again")
         return real(self)
 
-    monkeypatch.setattr(workflow.Location, "list_files", no_listing)
+    monkeypatch.setattr(planner.Location, "list_files", no_listing)
     cfg["input"]["relist"] = False
     prepare(cfg, report=False)
     assert (tmp_path / "run" / "plan.parquet").stat().st_mtime_ns == before
@@ -86,9 +88,9 @@ def test_cached_plan_is_reused_without_listing_when_relist_is_off(tmp_path, corp
 def test_cluster_job_parse_reads_run_json_only(tmp_path, corpus, monkeypatch):
     cfg = config(tmp_path, corpus)
     prepare(cfg)
-    monkeypatch.setattr(workflow, "_plan_table", lambda s: pytest.fail("planned in a job"))
+    monkeypatch.setattr(planner, "_plan_table", lambda s: pytest.fail("planned in a job"))
     out = io.StringIO()
-    info = workflow.prepare_run(cfg, main_process=False, out=out)
+    info = prepare_run(cfg, main_process=False, out=out)
     assert info.shards == tuple(range(16)) and out.getvalue() == ""
 
 
@@ -130,9 +132,9 @@ def test_shards_finished_elsewhere_are_marked_from_one_listing(tmp_path, corpus,
     for rel in plan.files_of_shard(table, shard)["file"].to_pylist():
         out.write_bytes(markers.file_marker_rel(rel), markers.file_marker(rel, rel, shard, 3))
     calls = []
-    real = workflow.Location.list_files
+    real = planner.Location.list_files
     monkeypatch.setattr(
-        workflow.Location, "list_files", lambda self: calls.append(self.uri) or real(self)
+        planner.Location, "list_files", lambda self: calls.append(self.uri) or real(self)
     )
     prepare(cfg, report=False)
     assert shard in markers.done_shards(tmp_path / "run")
@@ -146,7 +148,7 @@ def test_second_top_level_process_on_same_run_dir_is_refused(tmp_path, corpus):
     pid = os.fork()
     if pid == 0:  # child: a second top-level process
         try:
-            workflow.lock_run_dir(tmp_path / "run")
+            planner.lock_run_dir(tmp_path / "run")
         except RunMismatchError:
             os._exit(7)
         os._exit(0)

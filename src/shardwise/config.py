@@ -1,5 +1,10 @@
 """Configuration: safe YAML, JSON Schema validation with defaults, typed views.
 
+The bottom floor with ``errors``: every other layer may import it; it imports none.
+Besides the schema's checks it holds the checks of values that other layers take from
+the config: the storage options (no secrets, no credentials in URLs), the two numbers
+of a shard assignment, and the classifier pairs whose joint label counts are kept.
+
 The schema (``config/schema.yaml``) is the single description of every key; the
 Snakefile validates with ``snakemake.utils.validate`` and this module validates the
 same schema for the CLI, fills defaults, and adds the checks a schema cannot state
@@ -9,18 +14,135 @@ same schema for the CLI, fills defaults, and adds the checks a schema cannot sta
 from __future__ import annotations
 
 import copy
-import json
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, fields
 from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
 from shardwise.errors import ConfigError
-from shardwise.sharding import check_shard_params
-from shardwise.storage import StorageOptions, reject_secret_keys
+
+#: Pairs used when the config names none: (topic, format) and the no-URL variants.
+DEFAULT_PAIRS = (("topic", "format"), ("topic_nourl", "format_nourl"))
+
+Pair = tuple[str, str]
+
+_ADDRESSING_STYLES = ("auto", "path", "virtual")
+
+#: Config keys that look like secrets; credentials come from the environment instead.
+SECRET_KEY_WORDS = ("key", "secret", "token", "password")
+
+#: Where credentials go instead of the workflow config (used in error messages).
+CREDENTIALS_HINT = (
+    "credentials are never read from the workflow config or a URL; set "
+    "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN) in the environment, "
+    "use an AWS profile (storage.profile, from ~/.aws/credentials), or an instance role"
+)
+
+
+@dataclass(frozen=True)
+class StorageOptions:
+    """Non-secret storage settings from config (credentials come from the environment).
+
+    ``endpoint_url`` points at R2/MinIO/Ceph; ``addressing_style: path`` is what most
+    self-hosted stores need. ``max_attempts`` bounds tries per request (1 = no retry);
+    ``backoff_base``/``backoff_max`` shape the jittered exponential wait between
+    them. ``conditional_writes: false`` is for stores that reject ``If-None-Match``.
+    """
+
+    endpoint_url: str | None = None
+    region: str | None = None
+    profile: str | None = None
+    anon: bool = False
+    connect_timeout: float = 10.0
+    read_timeout: float = 60.0
+    max_attempts: int = 5
+    backoff_base: float = 0.5
+    backoff_max: float = 20.0
+    addressing_style: str = "auto"
+    conditional_writes: bool = True
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            kind = str(f.type)
+            ok = True
+            if kind == "bool":
+                ok = isinstance(value, bool)
+            elif kind == "int":
+                ok = isinstance(value, int) and not isinstance(value, bool)
+            elif kind == "float":
+                ok = isinstance(value, int | float) and not isinstance(value, bool)
+            elif kind in ("str", "str | None"):
+                ok = isinstance(value, str) or (value is None and kind != "str")
+            if not ok:
+                msg = f"storage.{f.name}: expected {kind}, got {value!r}"
+                raise ConfigError(msg)
+        if self.max_attempts < 1:
+            msg = f"storage.max_attempts: must be >= 1, got {self.max_attempts}"
+            raise ConfigError(msg)
+        for name in ("connect_timeout", "read_timeout", "backoff_base", "backoff_max"):
+            if getattr(self, name) < 0:
+                msg = f"storage.{name}: must be >= 0, got {getattr(self, name)}"
+                raise ConfigError(msg)
+        if self.addressing_style not in _ADDRESSING_STYLES:
+            msg = (
+                f"storage.addressing_style: {self.addressing_style!r} is not one of "
+                f"{list(_ADDRESSING_STYLES)}"
+            )
+            raise ConfigError(msg)
+        if self.endpoint_url is not None:
+            reject_credentials_in_url(self.endpoint_url, "storage.endpoint_url")
+
+    @classmethod
+    def from_config(cls, cfg: dict[str, Any] | None) -> StorageOptions:
+        """Build from the config's ``storage`` mapping, refusing anything secret-looking."""
+        cfg = dict(cfg or {})
+        reject_secret_keys(cfg)
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(cfg) - known)
+        if unknown:
+            msg = f"storage: unknown key(s) {unknown}; known: {sorted(known)}"
+            raise ConfigError(msg)
+        return cls(**cfg)
+
+
+def reject_secret_keys(cfg: Mapping[str, Any] | None, where: str = "storage") -> None:
+    """Refuse a ``storage`` mapping with a secret-looking key, naming the key only.
+
+    Call it before any schema validation: a schema error message echoes the offending
+    mapping, value included, into the terminal and Snakemake's log.
+    """
+    for path in _secret_looking_keys(dict(cfg or {}), where):
+        msg = f"{path}: {CREDENTIALS_HINT}"
+        raise ConfigError(msg)
+
+
+def _secret_looking_keys(value: Any, where: str) -> Iterator[str]:
+    """Dotted paths of mapping keys (at any depth) that name a secret."""
+    if isinstance(value, dict):
+        for key, sub in value.items():
+            path = f"{where}.{key}"
+            if any(word in str(key).lower() for word in SECRET_KEY_WORDS):
+                yield path
+            yield from _secret_looking_keys(sub, path)
+    elif isinstance(value, list):
+        for i, sub in enumerate(value):
+            yield from _secret_looking_keys(sub, f"{where}[{i}]")
+
+
+def reject_credentials_in_url(url: str, where: str) -> None:
+    """Refuse ``scheme://user:pass@host`` URLs: they would end up in run.json and logs."""
+    if "://" not in url:
+        return
+    netloc = urlsplit(url).netloc
+    if "@" in netloc:
+        msg = f"{where}: the URL carries credentials (user:password@); {CREDENTIALS_HINT}"
+        raise ConfigError(msg)
 
 
 @cache
@@ -58,6 +180,13 @@ def _fill_defaults(value: Any, sch: dict[str, Any]) -> None:
             value[key] = copy.deepcopy(sub["default"])
         if key in value:
             _fill_defaults(value[key], sub)
+
+
+def defaults() -> dict[str, Any]:
+    """The schema's defaults (a config with no keys of its own; not a valid run config)."""
+    cfg: dict[str, Any] = {}
+    _fill_defaults(cfg, schema())
+    return cfg
 
 
 def validate(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -158,12 +287,55 @@ class Settings:
 
 def _domain_pairs(cfg: dict[str, Any]) -> list[tuple[str, str]]:
     """The classifier pairs whose joint label counts each file's stats keep."""
-    from shardwise.labelcounts import resolve_pairs
-
     names = [c["name"] for c in cfg["classifiers"]]
     return resolve_pairs(names, cfg.get("domains", {}).get("pairs"))
 
 
-def dumps(data: Any) -> bytes:
-    """Stable JSON bytes for files shardwise writes (sorted keys, trailing newline)."""
-    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
+def check_shard_params(total_shards: object, minimum_shard_index: object) -> tuple[int, int]:
+    """Validate the two numbers that define an assignment; bools and floats are refused."""
+    if isinstance(total_shards, bool) or not isinstance(total_shards, int):
+        msg = f"sharding.total_shards must be an integer > 0, got {total_shards!r}"
+        raise ConfigError(msg)
+    if total_shards <= 0:
+        msg = f"sharding.total_shards must be > 0, got {total_shards!r}"
+        raise ConfigError(msg)
+    if isinstance(minimum_shard_index, bool) or not isinstance(minimum_shard_index, int):
+        msg = f"sharding.minimum_shard_index must be an integer >= 0, got {minimum_shard_index!r}"
+        raise ConfigError(msg)
+    if minimum_shard_index < 0:
+        msg = f"sharding.minimum_shard_index must be >= 0, got {minimum_shard_index!r}"
+        raise ConfigError(msg)
+    return total_shards, minimum_shard_index
+
+
+def resolve_pairs(names: Sequence[str], pairs: Sequence[Sequence[str]] | None) -> list[Pair]:
+    """The pairs to count: the configured ones, or the defaults whose classifiers exist.
+
+    ``pairs`` None means "not configured" (defaults apply); an empty list means none.
+    Refuses a pair naming an unknown classifier, a classifier paired with itself and
+    the same pair twice, naming the pair and what exists.
+    """
+    known = list(names)
+    if pairs is None:
+        return [p for p in DEFAULT_PAIRS if p[0] in known and p[1] in known]
+    out: list[Pair] = []
+    for i, pair in enumerate(pairs):
+        if len(pair) != 2:
+            msg = f"config domains.pairs[{i}]: a pair has two classifier names, got {pair!r}"
+            raise ConfigError(msg)
+        a, b = str(pair[0]), str(pair[1])
+        unknown = [n for n in (a, b) if n not in known]
+        if unknown:
+            msg = (
+                f"config domains.pairs[{i}]: {a},{b} names unknown classifier(s) "
+                f"{', '.join(unknown)}; the classifiers are {', '.join(known)}"
+            )
+            raise ConfigError(msg)
+        if a == b:
+            msg = f"config domains.pairs[{i}]: {a},{b} pairs a classifier with itself"
+            raise ConfigError(msg)
+        if (a, b) in out:
+            msg = f"config domains.pairs[{i}]: {a},{b} is listed twice"
+            raise ConfigError(msg)
+        out.append((a, b))
+    return out

@@ -7,10 +7,12 @@ Callers catch one base; the CLI turns it into one line and exit 1.
     ├── RunMismatchError   run.json disagrees with this run (names each field, old and new)
     ├── InputError         a source file cannot be listed or read (names the file and the reason)
     ├── StorageError       a read or write on local disk or object storage failed (names the key)
+    │   └── RetriesExhaustedError  a transient error outlived the retry bound (store.backoff)
     ├── ModelError         a classifier cannot be loaded or run (names the model)
     │   └── DeviceError    the device failed mid-run (CUDA error: names the device and host)
     ├── ShardFailedError   a shard finished with failed files (lists them; the shard is retried)
-    └── ShardClaimedError  a live job already works on this shard (names it; nothing touched)
+    ├── ShardClaimedError  a live job already works on this shard (names it; nothing touched)
+    └── DomainsError       the domain distribution cannot be computed yet (nothing labelled)
 """
 
 from __future__ import annotations
@@ -50,3 +52,7 @@ class ShardFailedError(ShardwiseError):
 
 class ShardClaimedError(ShardwiseError):
     """Another live job holds this shard's claim; this job stops without touching outputs."""
+
+
+class DomainsError(ShardwiseError):
+    """The domain distribution cannot be computed (nothing done yet, unknown view)."""

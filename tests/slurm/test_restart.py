@@ -29,8 +29,9 @@ import pytest
 import slurmrun as sr
 from e2e import ledger_counts, slow_shardwise
 
-from shardwise import claims, inflight
-from shardwise.cli import main
+from shardwise.cli.main import main
+from shardwise.planner import inflight
+from shardwise.run import claims
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 

@@ -40,7 +40,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from shardwise.walltime import default_rate, minutes_for
+from shardwise.planner.walltime import default_rate, minutes_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
@@ -318,7 +318,7 @@ def test_demo_ends_with_every_shard_done(main_run: MainRun) -> None:
     total = yaml.safe_load(main_run.configfile.read_text())["sharding"]["total_shards"]
     missing = [s for s in range(total) if not (main_run.run_dir / "shards" / f"{s}.done").exists()]
     assert not missing, f"shards not done: {missing}"
-    from shardwise.cli import main as shardwise_main
+    from shardwise.cli.main import main as shardwise_main
 
     assert shardwise_main(["verify", "--run-dir", str(main_run.run_dir)]) == 0
 

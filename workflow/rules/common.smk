@@ -1,8 +1,7 @@
 # Input functions and resource callables: thin wrappers over the package.
 from pathlib import Path
 
-from shardwise.slurmprofile import site_resources
-from shardwise.walltime import runtime_minutes_for
+from shardwise.snakefile import runtime_minutes_for, site_resources
 
 
 def run_dir_of_output(wildcards, output):
@@ -16,7 +15,7 @@ def classify_resource(name):
 
 
 def classify_runtime(wildcards, attempt):
-    """Walltime in minutes for one shard, from measured speed (see walltime.py)."""
+    """Walltime in minutes for one shard, from measured speed (see planner/walltime.py)."""
     return runtime_minutes_for(
         config,
         int(wildcards.shard),
@@ -26,5 +25,5 @@ def classify_runtime(wildcards, attempt):
 
 
 def slurm_site_resources():
-    """Partition, constraint, QOS from $SHARDWISE_SLURM_* when set (see slurmprofile.py)."""
+    """Partition, constraint, QOS from $SHARDWISE_SLURM_* when set (see slurm/profile.py)."""
     return site_resources()

@@ -1,0 +1,737 @@
+"""The classification engine: load classifiers once, ``prepare()`` (CPU) then ``run()`` (device).
+
+Why it is shaped like this (see issues 3 and 13, and docs/ARCHITECTURE.md):
+
+* ``prepare`` only tokenizes (shared across classifiers, :mod:`shardwise.tokenization`) and never
+  touches torch or the device, so the job can prepare file N+1 on a reader thread while ``run``
+  computes file N.
+* ``run`` sorts a whole file by token length (longest first), cuts batches under a padded-token
+  budget at the least padding plus per-batch cost (:func:`shardwise.batching.plan_min_padding`),
+  runs every classifier that shares an id stream on the same collated batch, and scatters results
+  back to input order. Logits stay on the device until a classifier's whole pass is done: one
+  host synchronisation per classifier and pass, never one per batch.
+* The budget on CUDA is probed once per engine (= per job) at the longest length with an
+  attention mask (padded batches carry one, which decides the attention kernel), halved on OOM
+  with the failing batch retried (never dropped), and the working value is kept.
+* dtype: bf16 on compute capability >= 8.0, fp16 below, fp32 on CPU, unless configured; bf16 is
+  refused below 8.0 (no bf16 tensor cores there).
+* Near-tie re-check: half precision changes the argmax of documents whose top two logits are
+  close (measured: 4-5% of documents flip with bf16 on a synthetic checkpoint), so a label would
+  depend on the GPU generation that picked up the shard. After the half-precision pass, documents
+  whose top-two logit margin is below ``recheck_margin`` (and any row with a non-finite logit)
+  are run again in fp32 on the same device, in their own token-budget batches, and their label,
+  label id, score and probabilities come from that pass. The fp32 weights are a second resident
+  copy of each model (loaded from the checkpoint, not upcast from the half copy: upcast half
+  weights are a different model, see docs/engine.md).
+
+This module (with :mod:`shardwise.models` and :mod:`shardwise.tinymodels`) is the only torch
+importer in shardwise.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from shardwise.classify.batching import BatchPolicy, CannotShrinkError
+from shardwise.classify.device import (
+    SdpaRecorder,
+    collate,
+    dtype_name,
+    key_mask,
+    probe_rows,
+    select_device,
+    select_dtype,
+)
+from shardwise.classify.models import LoadedClassifier, load_classifier
+from shardwise.classify.recheck import (
+    DEFAULT_RECHECK_MARGIN,
+    WARN_ERROR_FACTOR,
+    compare,
+    effective_margin,
+    rows_to_recheck,
+)
+from shardwise.classify.tokenization import (
+    INPUT_KINDS,
+    SharedTokenizer,
+    StreamKey,
+    TokenizerInfo,
+    TokenStream,
+)
+from shardwise.errors import DeviceError, ModelError
+from shardwise.run.sidecar import label_columns
+
+__all__ = [
+    "CPU_BATCH_COST",
+    "CPU_BATCH_TOKENS",
+    "ClassifierSpec",
+    "Engine",
+    "Inference",
+    "InferenceSettings",
+    "Labels",
+    "Prepared",
+]
+
+log = logging.getLogger("shardwise.classify.engine")
+
+#: Padded-token budget on CPU: big enough to amortise per-batch overhead, small enough to stay in
+#: cache-friendly territory (measured: sorted 16k-token batches beat sorted fixed-32 batches).
+CPU_BATCH_TOKENS = 16384
+#: Per-batch cost (in tokens) the CPU batch planner weighs against padding; measured with
+#: ``bench/classify.py`` at the tiny and the proxy shape (see docs/engine.md).
+CPU_BATCH_COST = 128
+#: On CUDA the per-batch cost is the budget divided by this: a batch must save that share of a
+#: full batch in padding to be worth a forward of its own (launch overhead, an under-filled GPU).
+CUDA_BATCH_COST_DIVISOR = 64
+#: Upper bound of the CUDA probe: beyond this a bigger batch does not run faster.
+CUDA_MAX_BATCH_TOKENS = 1 << 19
+#: Fraction of free GPU memory the first probe candidate is sized for.
+_PROBE_MEMORY_FRACTION = 0.6
+#: Called before every forward with ``(rows, padded_tokens)``; may raise to simulate faults.
+ForwardHook = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class ClassifierSpec:
+    """One classifier: output column prefix, hub id or local directory, and its input format."""
+
+    name: str
+    model: str  # hub id or local directory
+    input: str  # "url_text" -> "{url}\n\n{text}", "text" -> "{text}"
+
+
+@dataclass(frozen=True)
+class InferenceSettings:
+    """How to run the classifiers; defaults are the production settings."""
+
+    max_length: int = 8192
+    dtype: str = "auto"  # auto|float32|bfloat16|float16
+    batch_size: int | None = None  # fixed rows per batch (overrides the token budget)
+    batch_tokens: int | None = None  # padded-token budget; None -> probe on CUDA, 16384 on CPU
+    device: str = "auto"  # auto|cpu|cuda|cuda:N
+    probs: bool = False  # also write <name>_probs (list<float16>)
+    recheck_margin: float = DEFAULT_RECHECK_MARGIN  # 0: no fp32 re-check of half-precision ties
+
+
+@dataclass
+class Labels:
+    """Output columns (input order) and engine stats for one ``run``.
+
+    ``stats`` (written as ``engine`` in each file's ``.stats.json``):
+
+    * ``docs``; ``tokens`` = ``real_tokens``: real (unpadded) input tokens of the main pass,
+      counted once per classifier that reads them (four classifiers reading a 500-token
+      document count 2,000); ``padded_tokens`` the same with padding; ``pad_efficiency`` their
+      ratio; ``truncated_docs``: documents whose input was cut at ``max_length`` in any stream
+      (counted once per document).
+    * ``infer_s``: seconds ``run`` took (every pass and re-check, no tokenization);
+      ``tokens_per_s`` = ``real_tokens / infer_s``; ``tokenize_s``: the ``prepare`` call's time.
+    * batching: ``batch_budget`` (tokens, or rows when ``batch_mode`` is 1), ``batch_cost``,
+      ``batches``, ``oom_retries`` (cumulative per job), ``probe_s``; ``attention_kernel`` /
+      ``attention_kernel_unmasked``: the scaled-dot-product kernel padded / unpadded batches use.
+    * re-check: ``recheck_margin``; per classifier ``rechecked_docs`` (re-run in fp32),
+      ``recheck_changed`` (finite labels the re-check changed), ``nonfinite_docs`` (rows with a
+      NaN/inf logit, always re-run) and ``recheck_max_margin_error`` (largest difference of the
+      top-two margin between the two passes among re-checked documents: if it nears the margin,
+      the margin is too small); ``recheck_tokens``, ``recheck_batches``, ``recheck_s``.
+    * tokenization: ``tokenize_fallback_docs``, ``tokenize_verified_docs``,
+      ``distinct_tokenizers``.
+    """
+
+    columns: dict[str, pa.Array]
+    stats: dict[str, Any]
+
+
+@dataclass
+class Prepared:
+    """Tokenized documents, ready for :meth:`Engine.run`. Holds no torch objects."""
+
+    docs: int
+    streams: dict[StreamKey, TokenStream]
+    tokenize_s: float
+    fallback_docs: int = 0
+    verified_docs: int = 0
+    truncated_docs: int = 0
+
+
+@dataclass
+class _Classifier:
+    spec: ClassifierSpec
+    loaded: LoadedClassifier
+    key: StreamKey
+    key_mask_4d: bool  # the model accepts a ready 4D additive mask (native GTE does)
+
+
+@dataclass
+class _Pass:
+    """Work counters of one or more batch passes."""
+
+    batches: int = 0
+    real_tokens: int = 0
+    padded_tokens: int = 0
+
+    def add(self, other: _Pass) -> None:
+        self.batches += other.batches
+        self.real_tokens += other.real_tokens
+        self.padded_tokens += other.padded_tokens
+
+
+@dataclass
+class _Recheck:
+    """What the fp32 re-check did for one classifier in one ``run``."""
+
+    rechecked: int = 0
+    changed: int = 0
+    nonfinite: int = 0
+    max_margin_error: float = 0.0
+    work: _Pass = field(default_factory=_Pass)
+
+
+@dataclass
+class Inference:
+    """Logits of one ``run`` (input order) before and after the re-check, plus stats."""
+
+    logits: dict[str, np.ndarray]  # final (after the re-check)
+    first_pass: dict[str, np.ndarray]  # the compute dtype's own logits
+    rechecked: dict[str, np.ndarray]  # bool per document: re-run in fp32
+    stats: dict[str, Any]
+
+
+class Engine:
+    """Loaded classifiers plus the batching state of one job. Build with :meth:`load`."""
+
+    device: torch.device
+    device_name: str
+    dtype: torch.dtype
+    dtype_name: str
+
+    def __init__(
+        self,
+        classifiers: list[_Classifier],
+        settings: InferenceSettings,
+        device: torch.device,
+        dtype: torch.dtype,
+        shared: SharedTokenizer,
+        *,
+        fp32: dict[str, LoadedClassifier] | None = None,
+        forward_hook: ForwardHook | None = None,
+        cache_root: Any = None,
+    ) -> None:
+        self._classifiers = classifiers
+        self.settings = settings
+        self.device = device
+        self.dtype = dtype
+        self.dtype_name = dtype_name(dtype)
+        self.device_name = (
+            torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+        )
+        self._shared = shared
+        self._policy: BatchPolicy | None = None
+        self._recheck_policy: BatchPolicy | None = None
+        self._forward_hook = forward_hook
+        self._cache_root = cache_root
+        self._fp32: dict[str, LoadedClassifier] = dict(fp32 or {})
+        #: Per-batch cost for the batch planner; ``None`` until the first run picks the default.
+        self.batch_cost: int | None = None
+        self.probe_s = 0.0
+        self.attention_kernels: dict[str, str] = {}
+        self._warned: set[str] = set()
+
+    # ------------------------------------------------------------------ loading
+    @classmethod
+    def load(
+        cls,
+        specs: Sequence[ClassifierSpec],
+        settings: InferenceSettings,
+        *,
+        forward_hook: ForwardHook | None = None,
+        cache_root: Any = None,
+    ) -> Engine:
+        """Load every classifier (once per distinct model) on the selected device and dtype.
+
+        With a half-precision dtype and a re-check margin above 0, an fp32 copy of each distinct
+        model is loaded too (same device). ``forward_hook`` is for fault injection in tests (e.g.
+        raising ``torch.OutOfMemoryError`` for large batches); ``cache_root`` overrides where
+        rewritten configs are kept.
+        """
+        if not specs:
+            raise ModelError("no classifiers configured")
+        names = [spec.name for spec in specs]
+        if len(set(names)) != len(names):
+            raise ModelError(f"classifier names must be unique: {names}")
+        for spec in specs:
+            if spec.input not in INPUT_KINDS:
+                raise ModelError(
+                    f"model {spec.model!r} ({spec.name}): input {spec.input!r} "
+                    f"is not one of {list(INPUT_KINDS)}"
+                )
+        if settings.max_length < 8:
+            raise ModelError(f"max_length {settings.max_length} is too small")
+        if not settings.recheck_margin >= 0:  # also refuses NaN
+            raise ModelError(f"recheck_margin {settings.recheck_margin!r}: expected a number >= 0")
+        device = select_device(settings.device)
+        capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
+        dtype = select_dtype(settings.dtype, device.type, capability)
+        recheck = effective_margin(settings.recheck_margin, dtype is not torch.float32) > 0
+        loaded_by_ref: dict[str, LoadedClassifier] = {}
+        fp32: dict[str, LoadedClassifier] = {}
+        infos: dict[str, TokenizerInfo] = {}
+        classifiers: list[_Classifier] = []
+        for spec in specs:
+            loaded = loaded_by_ref.get(spec.model)
+            if loaded is None:
+                loaded = load_classifier(
+                    spec.model, dtype=dtype, device=device, cache_root=cache_root
+                )
+                loaded_by_ref[spec.model] = loaded
+                if recheck:
+                    fp32[spec.model] = load_classifier(
+                        spec.model, dtype=torch.float32, device=device, cache_root=cache_root
+                    )
+            if loaded.tokenizer_hash not in infos:
+                infos[loaded.tokenizer_hash] = TokenizerInfo.from_tokenizer(
+                    loaded.tokenizer, loaded.tokenizer_hash
+                )
+            max_length = settings.max_length
+            if loaded.max_positions:
+                max_length = min(max_length, int(loaded.max_positions))
+            key = StreamKey(loaded.tokenizer_hash, spec.input, max_length)
+            key_mask_4d = getattr(loaded.model.config, "model_type", "") == "gte"
+            classifiers.append(_Classifier(spec, loaded, key, key_mask_4d))
+        shared = SharedTokenizer(list(infos.values()))
+        return cls(
+            classifiers,
+            settings,
+            device,
+            dtype,
+            shared,
+            fp32=fp32,
+            forward_hook=forward_hook,
+            cache_root=cache_root,
+        )
+
+    @property
+    def labels(self) -> dict[str, tuple[str, ...]]:
+        """Label names per classifier (index = label id), from each model's id2label."""
+        return {c.spec.name: c.loaded.labels for c in self._classifiers}
+
+    @property
+    def distinct_tokenizers(self) -> int:
+        """How many different tokenizers (by content hash) the classifiers use."""
+        return len({c.key.tokenizer_hash for c in self._classifiers})
+
+    @property
+    def recheck_margin(self) -> float:
+        """The margin in force: 0 when the compute dtype is already fp32."""
+        return effective_margin(self.settings.recheck_margin, self.dtype is not torch.float32)
+
+    # ------------------------------------------------------------------ tokenize
+    def prepare(self, texts: Sequence[str], urls: Sequence[str]) -> Prepared:
+        """Tokenize ``texts``/``urls`` for every classifier. CPU only; safe on another thread."""
+        if len(texts) != len(urls):
+            raise ModelError(f"prepare: {len(texts)} texts but {len(urls)} urls")
+        keys = [c.key for c in self._classifiers]
+        result = self._shared.encode(texts, urls, keys)
+        truncated = np.zeros(len(texts), dtype=bool)
+        for key in dict.fromkeys(keys):
+            flags = result.streams[key].truncated
+            if flags is not None:
+                truncated |= flags
+        return Prepared(
+            docs=len(texts),
+            streams=result.streams,
+            tokenize_s=result.seconds,
+            fallback_docs=result.fallback_docs,
+            verified_docs=result.verified_docs,
+            truncated_docs=int(truncated.sum()),
+        )
+
+    # ------------------------------------------------------------------ batching state
+    def _make_policy(self) -> BatchPolicy:
+        settings = self.settings
+        if settings.batch_size is not None:
+            policy = BatchPolicy(batch_size=max(1, settings.batch_size))
+        elif settings.batch_tokens is not None:
+            policy = BatchPolicy(budget=max(1, settings.batch_tokens))
+        elif self.device.type != "cuda":
+            policy = BatchPolicy(budget=CPU_BATCH_TOKENS)
+        else:
+            started = time.perf_counter()
+            budget, kernel = self._probe_budget(masked=True)
+            self.probe_s = time.perf_counter() - started
+            self.attention_kernels["masked"] = kernel
+            policy = BatchPolicy(budget=budget)
+        if self.batch_cost is None and policy.budget is not None:
+            self.batch_cost = (
+                max(1024, policy.budget // CUDA_BATCH_COST_DIVISOR)
+                if self.device.type == "cuda"
+                else CPU_BATCH_COST
+            )
+        policy.batch_cost = self.batch_cost
+        self._detect_kernels()
+        return policy
+
+    def _make_recheck_policy(self, main: BatchPolicy) -> BatchPolicy:
+        """fp32 batches: on CUDA half the main limit (activations twice the size of bf16/fp16)."""
+        shrink = 1.0
+        if self.device.type == "cuda":
+            shrink = torch.tensor([], dtype=self.dtype).element_size() / 4
+        if main.batch_size is not None:
+            return BatchPolicy(
+                batch_size=max(1, int(main.batch_size * shrink)), max_docs=main.max_docs
+            )
+        assert main.budget is not None  # BatchPolicy holds a budget or a batch size
+        return BatchPolicy(
+            budget=max(1, int(main.budget * shrink)),
+            max_docs=main.max_docs,
+            batch_cost=main.batch_cost,
+        )
+
+    def _probe_budget(self, *, masked: bool = True) -> tuple[int, str]:
+        """Largest padded-token budget (multiple of the longest length) that fits, by trial.
+
+        With ``masked`` (what the engine uses) the trial batches carry an additive key mask like
+        every padded batch does: a mask rules out the flash kernel, and if attention fell back to
+        the math kernel its (rows, heads, L, L) scores would need far more memory than the flash
+        probe measured. Returns the budget and the attention kernel the trial batch used.
+        """
+        length = max(c.key.max_length for c in self._classifiers)
+        biggest = max(self._classifiers, key=lambda c: c.loaded.num_parameters)
+        config = biggest.loaded.model.config
+        hidden = int(getattr(config, "hidden_size", 768))
+        inner = int(getattr(config, "intermediate_size", 4 * hidden))
+        per_token = torch.tensor([], dtype=self.dtype).element_size() * (8 * hidden + 3 * inner)
+        free, _total = torch.cuda.mem_get_info(self.device)
+        candidate = min(CUDA_MAX_BATCH_TOKENS, int(free * _PROBE_MEMORY_FRACTION / per_token))
+        vocab = int(getattr(config, "vocab_size", 1000))
+        kernels: list[str] = []
+
+        def attempt(rows: int) -> None:
+            ids = torch.randint(5, max(6, vocab), (rows, length), device=self.device)
+            mask = None
+            if masked:
+                real = torch.ones((rows, length), dtype=torch.bool, device=self.device)
+                mask = key_mask(real, self.dtype)
+            recorder = SdpaRecorder()
+            with torch.inference_mode(), recorder:
+                self._forward(biggest.loaded.model, biggest.key_mask_4d, ids, mask)
+            torch.cuda.synchronize(self.device)
+            kernels[:] = recorder.kernels[:1]
+
+        def cleanup() -> None:
+            torch.cuda.empty_cache()
+
+        try:
+            rows = probe_rows(attempt, max(1, candidate // length), cleanup)
+        except CannotShrinkError as exc:
+            raise ModelError(
+                f"model {biggest.spec.model!r}: one document of {length} tokens does not "
+                f"fit in GPU memory ({exc})"
+            ) from None
+        return rows * length, (kernels[0] if kernels else "none")
+
+    def _detect_kernels(self) -> None:
+        """Record the attention kernel of padded and unpadded batches (one-row forwards).
+
+        The kernel choice depends on dtype, head size, device and whether a mask is passed, not
+        on the row count, so one row at the longest length (CUDA) or a short one (CPU) answers.
+        """
+        clf = self._classifiers[0]
+        length = clf.key.max_length if self.device.type == "cuda" else min(64, clf.key.max_length)
+        ids = torch.full((1, length), 5, dtype=torch.long, device=self.device)
+        real = torch.ones((1, length), dtype=torch.bool, device=self.device)
+        for name, mask in (("masked", key_mask(real, self.dtype)), ("unmasked", None)):
+            if name in self.attention_kernels:
+                continue
+            recorder = SdpaRecorder()
+            with torch.inference_mode(), recorder:
+                self._forward(clf.loaded.model, clf.key_mask_4d, ids, mask, hook=False)
+            self.attention_kernels[name] = recorder.kernels[0] if recorder.kernels else "none"
+
+    def _fp32_model(self, clf: _Classifier) -> LoadedClassifier:
+        """The fp32 copy of a classifier (loaded now if the re-check is off and a row is NaN)."""
+        loaded = self._fp32.get(clf.spec.model)
+        if loaded is None:
+            loaded = load_classifier(
+                clf.spec.model,
+                dtype=torch.float32,
+                device=self.device,
+                cache_root=self._cache_root,
+            )
+            self._fp32[clf.spec.model] = loaded
+        return loaded
+
+    # ------------------------------------------------------------------ forward
+    def _forward(
+        self,
+        model: torch.nn.Module,
+        key_mask_4d: bool,
+        ids: torch.Tensor,
+        mask: torch.Tensor | None,
+        *,
+        hook: bool = True,
+    ) -> torch.Tensor:
+        """float32 logits (on the device) for one collated batch.
+
+        ``mask`` is an additive (rows, 1, 1, width) key mask in the model's dtype (see
+        ``device.key_mask``); models other than native GTE get the 2D padding mask instead.
+        ``None`` when the batch has no padding.
+        """
+        if hook and self._forward_hook is not None:
+            self._forward_hook(int(ids.shape[0]), int(ids.numel()))
+        if mask is not None and mask.dim() == 4 and not key_mask_4d:
+            mask = (mask[:, 0, 0, :] == 0).long()
+        out = model(input_ids=ids, attention_mask=mask)
+        return out.logits.float()
+
+    def _pass(
+        self,
+        models: Sequence[tuple[torch.nn.Module, bool]],
+        stream: TokenStream,
+        rows: np.ndarray,
+        lengths: np.ndarray,
+        *,
+        policy: BatchPolicy,
+        dtype: torch.dtype,
+        what: str,
+    ) -> tuple[list[np.ndarray], _Pass]:
+        """Logits of ``models`` for documents ``rows`` (sorted longest first), in that order.
+
+        Batches are queued on the device without waiting; each model's logits come back to the
+        host once, at the end. On out-of-memory the policy halves and the plan is redone from
+        the failing batch, which is retried.
+        """
+        work = _Pass()
+        pieces: list[list[torch.Tensor]] = [[] for _ in models]
+        plan = policy.plan(lengths, 0)
+        index = 0
+        while index < len(plan):
+            start, end = plan[index]
+            width = int(lengths[start])
+            padded = (end - start) * width
+            oom = ""
+            try:
+                ids, mask = collate(stream, rows[start:end], width, dtype, self.device)
+                outputs = [self._forward(m, mask_4d, ids, mask) for m, mask_4d in models]
+            except torch.OutOfMemoryError as exc:
+                oom = str(exc) or "out of memory"
+            if oom:
+                # outside the except block: the traceback (and the activations its frames
+                # hold) is gone, so the cache can really be emptied
+                ids = mask = None
+                outputs = []
+                if self.device.type == "cuda":
+                    torch.cuda.empty_cache()
+                try:
+                    policy.on_oom(end - start, padded)
+                except CannotShrinkError as shrink:
+                    raise ModelError(f"{what}: {shrink} ({oom})") from None
+                plan = policy.plan(lengths, start)
+                index = 0
+                continue
+            for bucket, out in zip(pieces, outputs, strict=True):
+                bucket.append(out)
+            work.batches += 1
+            work.padded_tokens += padded * len(models)
+            work.real_tokens += int(lengths[start:end].sum()) * len(models)
+            index += 1
+        fetched = []
+        for (model, _), bucket in zip(models, pieces, strict=True):
+            if bucket:
+                fetched.append(torch.cat(bucket).cpu().numpy())
+            else:
+                labels = int(getattr(model.config, "num_labels", 1))
+                fetched.append(np.zeros((0, labels), dtype=np.float32))
+        return fetched, work
+
+    def _recheck(
+        self,
+        clf: _Classifier,
+        stream: TokenStream,
+        order: np.ndarray,
+        lengths: np.ndarray,
+        first: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, _Recheck]:
+        """Re-run near ties and non-finite rows of ``first`` (sorted order) in fp32.
+
+        Returns the final logits (sorted order), which rows were re-run, and the counts.
+        """
+        info = _Recheck()
+        margin = self.recheck_margin
+        need, finite = rows_to_recheck(first, margin)
+        info.nonfinite = int((~finite).sum())
+        if not need.any():
+            return first, need, info
+        what = f"model {clf.spec.model!r} ({clf.spec.name})"
+        if self.dtype is torch.float32:  # only non-finite rows get here: nothing more precise
+            bad = order[~finite]
+            raise ModelError(
+                f"{what}: {info.nonfinite} document(s) got non-finite logits in float32 (first "
+                f"at input row {int(bad.min())}); the model or its weights are broken"
+            )
+        if self._recheck_policy is None:
+            assert self._policy is not None  # run() made it
+            self._recheck_policy = self._make_recheck_policy(self._policy)
+        positions = np.flatnonzero(need)
+        fp32 = self._fp32_model(clf)
+        (redo,), info.work = self._pass(
+            [(fp32.model, clf.key_mask_4d)],
+            stream,
+            order[positions],
+            lengths[positions],
+            policy=self._recheck_policy,
+            dtype=torch.float32,
+            what=f"{what}, fp32 re-check",
+        )
+        still = ~np.isfinite(redo).all(axis=1)
+        if still.any():
+            raise ModelError(
+                f"{what}: {int(still.sum())} document(s) got non-finite logits in float32 too "
+                f"(first at input row {int(order[positions][still].min())}); the model or its "
+                "weights are broken"
+            )
+        info.rechecked = len(positions)
+        info.changed, info.max_margin_error = compare(first[positions], redo)
+        too_small = margin > 0 and info.max_margin_error > WARN_ERROR_FACTOR * margin
+        if too_small and clf.spec.name not in self._warned:  # once per job, not per file
+            self._warned.add(clf.spec.name)
+            log.warning(
+                "%s: half and fp32 top-two margins differ by up to %.4f among re-checked "
+                "documents, more than %dx recheck_margin %.4f: labels with margins above it "
+                "may still depend on the GPU; raise inference.recheck_margin",
+                what,
+                info.max_margin_error,
+                WARN_ERROR_FACTOR,
+                margin,
+            )
+        final = first.copy()
+        final[positions] = redo
+        return final, need, info
+
+    # ------------------------------------------------------------------ infer
+    def run(self, prepared: Prepared) -> Labels:
+        """Classify prepared documents; columns are in input order, nothing is dropped.
+
+        A device failure other than out-of-memory (a CUDA error: illegal address, cuBLAS, an
+        Xid-style fault) is raised as :class:`DeviceError` naming the GPU and the host.
+        """
+        inference = self.infer(prepared)
+        columns: dict[str, pa.Array] = {}
+        for clf in self._classifiers:
+            name = clf.spec.name
+            probs = torch.from_numpy(inference.logits[name]).softmax(dim=-1).numpy()
+            columns.update(label_columns(name, probs, clf.loaded.labels, self.settings.probs))
+        return Labels(columns=columns, stats=inference.stats)
+
+    def infer(self, prepared: Prepared) -> Inference:
+        """Logits per classifier in input order, before and after the re-check (benchmarks)."""
+        try:
+            return self._infer(prepared)
+        except RuntimeError as exc:  # OOM is handled inside; anything else is the device failing
+            raise DeviceError(self._device_failure(exc)) from exc
+
+    def _device_failure(self, exc: BaseException) -> str:
+        host = socket.gethostname()
+        text = f"{self.device} ({self.device_name}) on host {host}: {type(exc).__name__}: {exc}"
+        if self.device.type == "cuda":
+            text += (
+                "; CUDA errors like this usually mean a faulty GPU or driver: the shard will be "
+                f"retried, and if it fails on {host} again keep jobs off that node "
+                f"(sbatch --exclude={host}) and tell the cluster's admins"
+            )
+        return text
+
+    def _infer(self, prepared: Prepared) -> Inference:
+        if self._policy is None:
+            self._policy = self._make_policy()  # on CUDA: the one-off budget probe (probe_s)
+        policy = self._policy
+        started = time.perf_counter()
+        n = prepared.docs
+        logits: dict[str, np.ndarray] = {}
+        first_pass: dict[str, np.ndarray] = {}
+        rechecked: dict[str, np.ndarray] = {}
+        checks: dict[str, _Recheck] = {}
+        work = _Pass()
+        recheck_s = 0.0
+        groups: dict[StreamKey, list[_Classifier]] = {}
+        for clf in self._classifiers:
+            groups.setdefault(clf.key, []).append(clf)
+        with torch.inference_mode():
+            for key, group in groups.items():
+                stream = prepared.streams.get(key)
+                if stream is None or len(stream.lengths) != n:
+                    raise ModelError(
+                        f"model {group[0].spec.model!r}: prepared input does not match this engine"
+                    )
+                order = np.argsort(-stream.lengths, kind="stable")
+                lengths = stream.lengths[order]
+                outs, done = self._pass(
+                    [(c.loaded.model, c.key_mask_4d) for c in group],
+                    stream,
+                    order,
+                    lengths,
+                    policy=policy,
+                    dtype=self.dtype,
+                    what=f"model {group[0].spec.model!r}",
+                )
+                work.add(done)
+                for clf, first in zip(group, outs, strict=True):
+                    t0 = time.perf_counter()
+                    final, need, checks[clf.spec.name] = self._recheck(
+                        clf, stream, order, lengths, first
+                    )
+                    recheck_s += time.perf_counter() - t0
+                    for out, values in (
+                        (logits, final),
+                        (first_pass, first),
+                        (rechecked, need),
+                    ):
+                        restored = np.empty_like(values)
+                        restored[order] = values
+                        out[clf.spec.name] = restored
+        infer_s = time.perf_counter() - started
+        retries = policy.oom_retries + (
+            self._recheck_policy.oom_retries if self._recheck_policy else 0
+        )
+        real, padded = work.real_tokens, work.padded_tokens
+        stats: dict[str, Any] = {
+            "docs": n,
+            "tokens": real,
+            "real_tokens": real,
+            "padded_tokens": padded,
+            "pad_efficiency": (real / padded) if padded else 1.0,
+            "truncated_docs": prepared.truncated_docs,
+            "tokenize_s": prepared.tokenize_s,
+            "infer_s": infer_s,
+            "tokens_per_s": real / infer_s if infer_s > 0 else 0.0,
+            "batch_budget": policy.limit,
+            "batch_mode": 1 if policy.batch_size is not None else 0,
+            "batch_cost": policy.batch_cost if policy.batch_size is None else None,
+            "oom_retries": retries,
+            "batches": work.batches,
+            "probe_s": self.probe_s,
+            "attention_kernel": self.attention_kernels.get("masked", "none"),
+            "attention_kernel_unmasked": self.attention_kernels.get("unmasked", "none"),
+            "recheck_margin": self.recheck_margin,
+            "rechecked_docs": {name: c.rechecked for name, c in checks.items()},
+            "recheck_changed": {name: c.changed for name, c in checks.items()},
+            "nonfinite_docs": {name: c.nonfinite for name, c in checks.items()},
+            "recheck_max_margin_error": {
+                name: round(c.max_margin_error, 6) for name, c in checks.items()
+            },
+            "recheck_tokens": sum(c.work.real_tokens for c in checks.values()),
+            "recheck_batches": sum(c.work.batches for c in checks.values()),
+            "recheck_s": recheck_s,
+            "tokenize_fallback_docs": prepared.fallback_docs,
+            "tokenize_verified_docs": prepared.verified_docs,
+            "distinct_tokenizers": self.distinct_tokenizers,
+        }
+        return Inference(logits, first_pass, rechecked, stats)

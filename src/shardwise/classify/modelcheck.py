@@ -1,0 +1,288 @@
+"""Check every classifier before a run pins it, and name what a file was labelled with.
+
+A typo in a model path used to pass the dry run, get pinned in both run.json copies,
+and then fail every shard job on the cluster. So the top-level process checks each
+configured classifier *before* anything is pinned, cheaply and without torch or
+transformers (the dry run must stay fast): a local directory must hold a readable
+``config.json`` of a sequence classifier with its labels (``id2label``), complete
+weights (every safetensors file's header and data length, or a ``.bin``), and
+tokenizer files; a hub id must be in the local Hugging Face cache (and then pass the
+same checks) or be reachable, and offline (``HF_HUB_OFFLINE``) that is said plainly.
+
+:func:`identity` gives what each file's stats record about a model: a content hash of
+its config and weights and, for hub snapshots, the revision (commit) it came from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from shardwise.errors import ModelError
+
+__all__ = ["ModelIssue", "check_classifiers", "classifier_problems", "identity"]
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+#: Tokenizer files a fast tokenizer can be built from (any one set suffices).
+_TOKENIZER_SETS = (
+    ("tokenizer.json",),
+    ("vocab.txt",),
+    ("spiece.model",),
+    ("sentencepiece.bpe.model",),
+    ("vocab.json", "merges.txt"),
+)
+#: Hashing reads whole weight files: in 8 MiB blocks.
+_BLOCK = 8 << 20
+
+
+@dataclass(frozen=True)
+class ModelIssue:
+    """One classifier that cannot be used, and why (the message names the fix)."""
+
+    name: str
+    model: str
+    problem: str
+
+    def line(self) -> str:
+        """The line the refusal prints for this classifier."""
+        return f"classifier {self.name!r} (model {self.model!r}): {self.problem}"
+
+
+def check_classifiers(classifiers: Iterable[Mapping[str, str]]) -> None:
+    """Raise ModelError naming every classifier whose model cannot be used."""
+    issues = [issue for c in classifiers for issue in classifier_problems(c["name"], c["model"])]
+    if issues:
+        lines = [f"{len(issues)} classifier(s) cannot be used; nothing was pinned:"]
+        lines += [f"  {issue.line()}" for issue in issues]
+        lines.append(
+            "Fix classifiers[].model in the config (a model directory or a hub id "
+            "owner/name) and run the dry run again."
+        )
+        raise ModelError("\n".join(lines))
+
+
+def classifier_problems(name: str, model: str) -> list[ModelIssue]:
+    """What is wrong with one classifier's model ([] when it looks loadable)."""
+    path = Path(model).expanduser()
+    if path.exists():
+        return [ModelIssue(name, model, p) for p in directory_problems(path)]
+    if not _HUB_ID.match(model):
+        why = f"no such directory ({path.absolute()}) and not a hub id (owner/name)"
+        return [ModelIssue(name, model, why)]
+    return [
+        ModelIssue(name, model, f"no such directory ({path.absolute()}); as a hub id: {p}")
+        for p in _hub_problems(model)
+    ]
+
+
+def directory_problems(path: Path) -> list[str]:
+    """Problems of a local model directory: config and labels, weights, tokenizer."""
+    if not path.is_dir():
+        return [f"{path} is a file, not a model directory"]
+    problems = _config_problems(path)
+    problems += _weight_problems(path)
+    if not any(all((path / f).is_file() for f in files) for files in _TOKENIZER_SETS):
+        problems.append(
+            f"no tokenizer files in {path} (want tokenizer.json, or vocab.txt, "
+            "a sentencepiece model, or vocab.json + merges.txt)"
+        )
+    elif (path / "tokenizer.json").is_file():
+        problems += _tokenizer_json_problems(path / "tokenizer.json")
+    return problems
+
+
+def _config_problems(path: Path) -> list[str]:
+    config_path = path / "config.json"
+    try:
+        config = json.loads(config_path.read_text("utf-8"))
+    except FileNotFoundError:
+        return [f"no config.json in {path}"]
+    except (OSError, ValueError) as e:
+        return [f"{config_path} is not readable JSON: {e}"]
+    if not isinstance(config, dict):
+        return [f"{config_path} is not a JSON object"]
+    problems = []
+    architectures = config.get("architectures") or []
+    if architectures and not any("ForSequenceClassification" in a for a in architectures):
+        problems.append(
+            f"{config_path}: architectures {architectures} hold no sequence classifier "
+            "(a base model has no classification head: its labels would be random)"
+        )
+    id2label = config.get("id2label")
+    if not isinstance(id2label, dict) or not id2label:
+        problems.append(f"{config_path} has no id2label: the labels would be LABEL_0, LABEL_1, ...")
+        return problems
+    try:
+        keys = sorted(int(k) for k in id2label)
+    except (TypeError, ValueError):
+        return [*problems, f"{config_path}: id2label keys are not integers: {sorted(id2label)}"]
+    if keys != list(range(len(keys))):
+        problems.append(f"{config_path}: id2label keys are not 0..{len(keys) - 1}: {keys}")
+    num_labels = config.get("num_labels")
+    if isinstance(num_labels, int) and num_labels != len(keys):
+        problems.append(f"{config_path}: num_labels {num_labels} but id2label has {len(keys)}")
+    return problems
+
+
+def _weight_problems(path: Path) -> list[str]:
+    files = sorted(path.glob("*.safetensors"))
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            shards = set(json.loads(index.read_text("utf-8"))["weight_map"].values())
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            return [f"{index} is not a readable safetensors index: {e}"]
+        missing = sorted(s for s in shards if not (path / s).is_file())
+        if missing:
+            return [f"weight file(s) {missing} named by {index.name} are missing"]
+    if files:
+        return [p for f in files if (p := _safetensors_problem(f)) is not None]
+    if any(path.glob("pytorch_model*.bin")):
+        return []
+    return [f"no weights in {path} (want model.safetensors or pytorch_model.bin)"]
+
+
+def _safetensors_problem(path: Path) -> str | None:
+    """A truncated or garbled safetensors file, from its header alone (no tensor read)."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as fh:
+            head = fh.read(8)
+            if len(head) < 8:
+                return f"{path} is truncated ({size} bytes)"
+            length = int.from_bytes(head, "little")
+            if length <= 0 or 8 + length > size:
+                return f"{path} is truncated or not safetensors (header of {length} bytes)"
+            header = json.loads(fh.read(length))
+    except (OSError, ValueError) as e:
+        return f"{path} is not a readable safetensors file: {e}"
+    ends = [
+        int(v["data_offsets"][1])
+        for k, v in header.items()
+        if k != "__metadata__" and isinstance(v, dict) and "data_offsets" in v
+    ]
+    need = 8 + length + max(ends, default=0)
+    if need > size:
+        return f"{path} is truncated: its header needs {need:,} bytes, the file has {size:,}"
+    return None
+
+
+def _tokenizer_json_problems(path: Path) -> list[str]:
+    try:
+        from tokenizers import Tokenizer
+
+        Tokenizer.from_file(str(path))
+    except Exception as e:  # noqa: BLE001 - the tokenizers library raises plain Exceptions
+        return [f"{path} is not a loadable tokenizer: {e}"]
+    return []
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def cached_snapshot(model: str) -> Path | None:
+    """The local Hugging Face cache's snapshot of hub id ``model``, or None."""
+    try:
+        from huggingface_hub import snapshot_download
+        from huggingface_hub.errors import LocalEntryNotFoundError
+
+        return Path(snapshot_download(repo_id=model, local_files_only=True))
+    except LocalEntryNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return None
+
+
+def _hub_problems(model: str) -> list[str]:
+    snapshot = cached_snapshot(model)
+    if snapshot is not None:
+        return directory_problems(snapshot)
+    if _offline():
+        return [
+            "not in the local Hugging Face cache "
+            f"({os.environ.get('HF_HOME', '~/.cache/huggingface')}) and HF_HUB_OFFLINE is set, "
+            f"so it cannot be downloaded: run `hf download {model}` where there is network "
+            "(with the same HF_HOME), or use a local model directory"
+        ]
+    try:
+        from huggingface_hub import model_info
+
+        info = model_info(model, timeout=15)
+    except Exception as e:  # noqa: BLE001 - network, auth and not-found errors alike
+        return [
+            f"not in the local Hugging Face cache and the hub does not answer for it "
+            f"({type(e).__name__}: {e}); check the id, your network/token, or download it "
+            "first (`hf download` with the HF_HOME the jobs use)"
+        ]
+    names = {s.rfilename for s in info.siblings or ()}
+    problems = []
+    if "config.json" not in names:
+        problems.append("the hub repository has no config.json")
+    if not any(n.endswith((".safetensors", ".bin")) for n in names):
+        problems.append("the hub repository has no weights (.safetensors or .bin)")
+    if not any(all(f in names for f in files) for files in _TOKENIZER_SETS):
+        problems.append("the hub repository has no tokenizer files")
+    return problems
+
+
+# -- identity -----------------------------------------------------------------
+
+
+def identity(model: str, *, cache_root: Path | None = None) -> dict[str, Any]:
+    """``{model, content_hash, revision}`` of a classifier's model, for the stats.
+
+    ``content_hash`` is sha256 over ``config.json`` and every weight file (name and
+    bytes, in name order): equal hashes mean the same weights, wherever they lie.
+    Hashing reads the weights once; the result is cached under ``cache_root`` keyed
+    by each file's path, size and mtime, so a job pays it once per model version.
+    ``revision`` is the hub commit for a hub snapshot, else None.
+    """
+    path = Path(model).expanduser()
+    revision = None
+    if not path.exists() and _HUB_ID.match(model):
+        snapshot = cached_snapshot(model)
+        if snapshot is None:
+            return {"model": model, "content_hash": None, "revision": None}
+        path, revision = snapshot, snapshot.name
+    files = [path / "config.json"]
+    files += sorted(path.glob("*.safetensors")) + sorted(path.glob("pytorch_model*.bin"))
+    files = [f for f in files if f.is_file()]
+    digest = _content_hash(files, cache_root) if files else None
+    return {"model": model, "content_hash": digest, "revision": revision}
+
+
+def _content_hash(files: list[Path], cache_root: Path | None) -> str:
+    stamp = hashlib.sha256()
+    for f in files:
+        st = f.stat()
+        stamp.update(f"{f.resolve()}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    if cache_root is None:
+        from shardwise.classify.models import default_cache_root  # jobs only: torch is loaded there
+
+        cache_root = default_cache_root()
+    cached = Path(cache_root) / f"identity-{stamp.hexdigest()[:32]}.txt"
+    try:
+        return cached.read_text("ascii").strip()
+    except OSError:
+        pass
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f.name.encode() + b"\0")
+        with f.open("rb") as fh:
+            while block := fh.read(_BLOCK):
+                digest.update(block)
+    value = digest.hexdigest()
+    try:
+        from shardwise.store.atomic import write_atomic
+
+        write_atomic(cached, (value + "\n").encode("ascii"))
+    except OSError:
+        pass  # a read-only cache only costs the hash again next time
+    return value

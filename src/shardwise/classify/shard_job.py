@@ -1,0 +1,364 @@
+"""One logical shard, file by file: the body of the classify rule.
+
+For each file of the shard (from the cached plan) whose ``.done`` marker is absent:
+read only the needed columns, run every classifier, write the sidecar, the stats,
+then the marker. A reader thread reads and tokenizes file N+1 while the device
+runs file N (bounded queue of one). A file that cannot be read is recorded and the
+others still run; the shard then fails (so Snakemake retries it) with every failed
+file listed in ``<run_dir>/failures/<shard>/``. The shard marker is written only
+when every file of the shard has its marker.
+
+SIGTERM (sent by SLURM before a walltime or preemption kill) raises ``Interrupted``
+in the main thread: the current batch is abandoned, nothing partial is marked done,
+the interruption is recorded, and the process exits non-zero.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from tqdm import tqdm
+
+from shardwise.classify.modelcheck import identity
+from shardwise.config import Pair, resolve_pairs
+from shardwise.errors import InputError, ShardFailedError, ShardwiseError, StorageError
+from shardwise.run import (
+    failures,
+    journal,
+    labelcounts,
+    markers,
+    plan,
+    quarantine,
+    sidecar,
+    summaries,
+)
+from shardwise.run.context import JobContext
+from shardwise.run.reader import Documents, read_documents
+
+log = logging.getLogger("shardwise.classify.shard_job")
+
+
+class Interrupted(BaseException):
+    """The job received SIGTERM/SIGINT and stopped without marking partial work.
+
+    A BaseException, like KeyboardInterrupt, so that no ``except Exception`` on the
+    way (model loading, a reader) can swallow it and turn a stop into a failure.
+    """
+
+
+@dataclass(frozen=True)
+class FileTask:
+    """One source file of the shard."""
+
+    rel: str
+    size: int
+    task_id: str
+
+
+@dataclass
+class ShardReport:
+    """What a shard job did (returned for tests and logs)."""
+
+    shard: int
+    files: int
+    skipped: int = 0
+    labelled: int = 0
+    docs: int = 0
+    quarantined: int = 0
+    failed: list[dict[str, str]] = field(default_factory=list)
+
+
+def shard_files(run_dir: Path, shard: int) -> list[FileTask]:
+    """The shard's files from the cached plan, in file order."""
+    rows = plan.files_of_shard(plan.load(run_dir), shard).to_pylist()
+    return [FileTask(r["file"], r["size"], r["task_id"]) for r in rows]
+
+
+def files_done(ctx: JobContext, shard: int, files: list[FileTask]) -> dict[str, int | None]:
+    """Files of the shard that already have a marker, with their row counts if known.
+
+    Local output: each marker is read (cheap, authoritative). Object storage: no
+    request per file; the top-level process's one listing (``output-markers.txt``)
+    plus this shard's own progress journal say which files are done (row counts of
+    files finished elsewhere are unknown). Without that snapshot, markers are probed.
+    """
+    listed = markers.read_snapshot(ctx.run_dir) if ctx.output.remote else None
+    if listed is not None:
+        known: dict[str, int | None] = {f.rel: None for f in files if f.rel in listed}
+        known.update(journal.rows_done(ctx.run_dir, shard))
+        return {f.rel: known[f.rel] for f in files if f.rel in known}
+    done: dict[str, int | None] = {}
+    for f in files:
+        try:
+            data = json.loads(ctx.output.read_bytes(markers.file_marker_rel(f.rel)))
+        except FileNotFoundError:
+            continue
+        except ValueError:
+            continue  # an unreadable marker vouches for nothing: redo the file
+        done[f.rel] = int(data.get("rows", 0))
+    return done
+
+
+@dataclass
+class _Loaded:
+    task: FileTask
+    docs: Documents | None = None
+    prepared: Any = None
+    error: str | None = None
+    fatal: bool = False
+    read_s: float = 0.0
+    tokenize_s: float = 0.0
+
+
+def _prefetch(
+    ctx: JobContext, todo: list[FileTask], prepare: Callable[[list[str], list[str]], Any]
+) -> Iterator[_Loaded]:
+    """Read + tokenize files on a background thread, one file ahead of the consumer."""
+    q: queue.Queue[_Loaded | None] = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def work() -> None:
+        try:
+            for task in todo:
+                if stop.is_set():
+                    return
+                item = _Loaded(task)
+                t0 = time.perf_counter()
+                try:
+                    item.docs = read_documents(ctx.source, task.rel, ctx.fields, ctx.fmt)
+                    item.read_s = time.perf_counter() - t0
+                    t1 = time.perf_counter()
+                    item.prepared = prepare(item.docs.texts, item.docs.urls)
+                    item.tokenize_s = time.perf_counter() - t1
+                except InputError as e:
+                    item.error = str(e)
+                except StorageError as e:
+                    # Retries are exhausted: the store is down, so every later file would
+                    # wait out the same retries. Stop reading; the shard fails now.
+                    item.error, item.fatal = str(e), True
+                except Exception as e:  # noqa: BLE001 - recorded per file; other files go on
+                    item.error = f"{ctx.source.url(task.rel)}: {type(e).__name__}: {e}"
+                while not stop.is_set():
+                    try:
+                        q.put(item, timeout=0.2)
+                        break
+                    except queue.Full:
+                        continue
+                if item.fatal:
+                    return
+        finally:
+            while not stop.is_set():
+                try:
+                    q.put(None, timeout=0.2)
+                    break
+                except queue.Full:
+                    continue
+
+    thread = threading.Thread(target=work, name="shardwise-reader", daemon=True)
+    thread.start()
+    try:
+        while (item := q.get()) is not None:
+            yield item
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+
+
+def run_shard(
+    run_dir: Path,
+    shard: int,
+    *,
+    engine_factory: Callable[[JobContext], Any] | None = None,
+    progress: bool = True,
+) -> ShardReport:
+    """Label every unfinished file of ``shard``, then mark the shard done."""
+    ctx = JobContext.load(run_dir)
+    meta = ctx.meta
+    files = shard_files(run_dir, shard)
+    ctx.source.remember_sizes({f.rel: f.size for f in files})  # no HEAD per file
+    report = ShardReport(shard=shard, files=len(files))
+    done = files_done(ctx, shard, files)
+    report.skipped = len(done)
+    unknown_docs = any(rows is None for rows in done.values())
+    report.docs = sum(rows or 0 for rows in done.values())
+    left_out = quarantine.load(run_dir)
+    report.quarantined = sum(1 for f in files if f.rel in left_out and f.rel not in done)
+    todo = [f for f in files if f.rel not in done and f.rel not in left_out]
+    if todo:
+        bar = _progress(len(todo), shard, enabled=progress)
+        current = ""
+        try:
+            engine = (engine_factory or load_engine)(ctx)
+            models = model_identities(ctx)
+            for item in _prefetch(ctx, todo, engine.prepare):
+                current = item.task.rel
+                if item.error is not None:
+                    report.failed.append({"file": item.task.rel, "error": item.error})
+                    if item.fatal:
+                        break
+                else:
+                    rows, stats = _label_file(ctx, engine, item, shard, models)
+                    journal.append(
+                        run_dir, shard, item.task.rel, rows, summaries.journal_fields(stats)
+                    )
+                    report.docs += rows
+                    report.labelled += 1
+                bar.update(1)
+        except Interrupted:
+            failures.record_failure(run_dir, shard, report.failed, interrupted=True)
+            raise
+        except Exception as e:
+            # model, storage (e.g. disk full), the device (a CUDA error, named with GPU and host
+            # by the engine) or a bug: the whole shard stops, and the record names the file
+            error = str(e) if isinstance(e, ShardwiseError) else f"{type(e).__name__}: {e}"
+            failed = [
+                *report.failed,
+                {"file": current or "(before the first file)", "error": error},
+            ]
+            failures.record_failure(run_dir, shard, failed, interrupted=False)
+            raise
+        finally:
+            bar.close()
+    if report.failed:
+        failures.record_failure(run_dir, shard, report.failed, interrupted=False)
+        names = ", ".join(f["file"] for f in report.failed)
+        details = "\n".join(f"  {f['error']}" for f in report.failed)
+        msg = (
+            f"shard {shard}: {len(report.failed)} of {len(files)} file(s) failed ({names}); "
+            f"every other finished file stays done; the shard will be retried:\n{details}"
+        )
+        raise ShardFailedError(msg)
+    file_stats = summaries.write_for_shard(
+        run_dir, shard, [(f.rel, f.task_id) for f in files if f.rel not in left_out],
+        lambda rel: ctx.output.read_bytes(sidecar.stats_rel(rel)),
+    )  # fmt: skip
+    markers.write_shard_marker(
+        run_dir,
+        shard,
+        total_shards=meta.total_shards,
+        minimum_shard_index=meta.minimum_shard_index,
+        tasks=len({f.task_id for f in files}),
+        files=len(files),
+        docs=None if unknown_docs else report.docs,
+        quarantined=report.quarantined,
+        file_stats=file_stats,
+    )
+    return report
+
+
+def _label_file(
+    ctx: JobContext, engine: Any, item: _Loaded, shard: int, models: dict[str, Any]
+) -> tuple[int, dict[str, Any]]:
+    """Run the engine on one read file and write sidecar, stats, marker (in that order).
+
+    Returns the row count and the stats written.
+    """
+    assert item.docs is not None
+    t0 = time.perf_counter()
+    labels = engine.run(item.prepared)
+    infer_s = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    table = sidecar.build_table(item.docs.ids, labels.columns)
+    rel = item.task.rel
+    ctx.output.write_bytes(sidecar.sidecar_rel(rel), sidecar.to_parquet_bytes(table))
+    write_s = time.perf_counter() - t1
+    timings = {
+        "read": item.read_s,
+        "tokenize": item.tokenize_s,
+        "infer": infer_s,
+        "write": write_s,
+    }
+    stats = sidecar.build_stats(
+        rel=rel,
+        task_id=item.task.task_id,
+        shard=shard,
+        size=item.task.size,
+        docs=len(item.docs),
+        seconds=sum(timings.values()),
+        timings=timings,
+        engine_stats=labels.stats,
+        device=str(getattr(engine, "device", "")),
+        device_name=getattr(engine, "device_name", ""),
+        dtype=getattr(engine, "dtype_name", ""),
+        counts=dict(item.docs.counts),
+        models=models,
+    )
+    stats["label_counts"] = labelcounts.count_labels(
+        labels.columns, labelcounts.text_bytes(item.docs.texts), *_counted(ctx)
+    )
+    ctx.output.write_bytes(sidecar.stats_rel(rel), sidecar.stats_bytes(stats))
+    ctx.output.write_bytes(
+        markers.file_marker_rel(rel),
+        markers.file_marker(rel, item.task.task_id, shard, len(item.docs)),
+    )
+    if item.docs.counts:
+        # Recoverable input problems (reader policy) are labelled, not fatal; say so in
+        # the job log, naming the file, so they are not only visible in the stats.
+        found = ", ".join(f"{k}={v}" for k, v in sorted(item.docs.counts.items()))
+        log.warning(
+            "%s: labelled despite input problems (%s); see counts in its stats",
+            ctx.source.url(rel),
+            found,
+        )
+    return len(item.docs), stats
+
+
+def _counted(ctx: JobContext) -> tuple[list[str], list[Pair]]:
+    """Classifiers and pairs whose label counts go into each file's stats."""
+    names = [name for name, _, _ in ctx.meta.classifiers]
+    pairs = ctx.settings.get("domains", {}).get("pairs")  # absent: older settings.json
+    return names, resolve_pairs(names, pairs)
+
+
+def model_identities(ctx: JobContext) -> dict[str, Any]:
+    """Each classifier's model identity (content hash, hub revision) for the stats."""
+    by_model: dict[str, dict[str, Any]] = {}
+    for _name, model, _kind in ctx.meta.classifiers:
+        if model not in by_model:
+            by_model[model] = identity(model)
+    return {name: by_model[model] for name, model, _kind in ctx.meta.classifiers}
+
+
+def load_engine(ctx: JobContext) -> Any:
+    """The classification engine for this run's classifiers and inference settings."""
+    # torch and transformers load here, in jobs only: `shardwise` commands stay fast
+    from shardwise.classify.engine import ClassifierSpec, Engine, InferenceSettings
+
+    specs = [ClassifierSpec(n, m, i) for n, m, i in ctx.meta.classifiers]
+    return Engine.load(specs, InferenceSettings(**ctx.settings.get("inference", {})))
+
+
+def install_signal_handlers() -> None:
+    """Turn SIGTERM/SIGINT into ``Interrupted`` in the main thread (graceful stop)."""
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        msg = f"received {name}: stopping; finished files stay done, the shard will be retried"
+        raise Interrupted(msg)
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        """Ignore progress."""
+
+    def close(self) -> None:
+        """Nothing to close."""
+
+
+def _progress(total: int, shard: int, *, enabled: bool) -> Any:
+    if not enabled:
+        return _NoBar()
+    return tqdm(total=total, desc=f"shard {shard}", unit="file", mininterval=5)

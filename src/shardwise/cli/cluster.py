@@ -1,0 +1,186 @@
+"""``shardwise cluster check|status``: the command line only (parse, one call, print).
+
+The work is in :mod:`shardwise.ops.cluster_check` and :mod:`shardwise.ops.cluster_status`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from shardwise import config
+from shardwise.cli.common import add_format, add_run_dir, not_a_run_dir, positive_int
+from shardwise.errors import ConfigError
+from shardwise.ops import cluster_check, cluster_status
+from shardwise.slurm import profile
+from shardwise.store.atomic import write_atomic
+
+DEFAULT_PROFILE = "profiles/slurm"
+DEFAULT_CONFIG = "config/config.yaml"
+
+
+def _timeout_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--timeout",
+        type=positive_int,
+        default=20,
+        help="seconds each SLURM command may take (default 20)",
+    )
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``shardwise cluster`` (``check``, ``status``) to ``subparsers``."""
+    parser = subparsers.add_parser(
+        "cluster",
+        help="check the cluster against the profile; live state of a run's SLURM jobs",
+        description="SLURM operations: `check` before a run, `status` during one.",
+    )
+    sub = parser.add_subparsers(dest="cluster_command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser(
+        "check",
+        help="does this cluster fit the profile? one OK/WARN/FAIL row per finding, with fixes",
+        description="Reads the cluster (scontrol, sinfo, sacctmgr, squeue) and the profile "
+        "that would be used, and prints one row per finding: OK / WARN / FAIL, what was found, "
+        "why it matters and the exact fix. Exit 0 when nothing FAILs, 1 otherwise.",
+    )
+    p.add_argument(
+        "--profile",
+        action="append",
+        default=None,
+        metavar="DIR",
+        help=f"Snakemake profile directory, repeatable, merged like snakemake does "
+        f"(default: {DEFAULT_PROFILE})",
+    )
+    p.add_argument(
+        "--configfile",
+        default=None,
+        help=f"the run's config, for walltime.max_minutes and resources (default: "
+        f"{DEFAULT_CONFIG} if present, else the schema defaults)",
+    )
+    p.add_argument(
+        "--write-profile",
+        default=None,
+        metavar="DIR",
+        help="write a site overlay profile to DIR/config.yaml with only the keys that fix "
+        "what failed; use it as the last --profile",
+    )
+    add_format(p)
+    _timeout_option(p)
+    p.set_defaults(func=_check)
+
+    p = sub.add_parser(
+        "status",
+        help="live state of a run's SLURM jobs: counts, GPUs, pending reasons, walltime probe",
+        description="The run's jobs (found by submit directory, Snakefile, config files and "
+        "claims), running and pending counts, GPUs in use, submit slots against the cap, "
+        "pending jobs grouped by reason with what to do, whether a shorter walltime would "
+        "start now (sbatch --test-only; nothing is submitted), progress and the ETA at the "
+        "GPUs running now, in-flight shards and unavailable nodes.",
+    )
+    add_run_dir(p)
+    add_format(p)
+    p.add_argument(
+        "--watch",
+        type=positive_int,
+        default=None,
+        metavar="SECONDS",
+        help="redraw every SECONDS until Ctrl-C (plain text blocks when not a terminal; "
+        "JSON Lines with --format json)",
+    )
+    _timeout_option(p)
+    p.set_defaults(func=_status)
+
+
+def _load_config(path: str | None) -> tuple[dict[str, Any], str | None]:
+    chosen = path or (DEFAULT_CONFIG if Path(DEFAULT_CONFIG).is_file() else None)
+    if chosen is None:
+        return config.defaults(), None
+    return config.validate(config.load_yaml(Path(chosen))), chosen
+
+
+def _write_overlay(directory: Path, text: str) -> Path:
+    """Write ``directory/config.yaml`` (the site overlay profile)."""
+    path = directory / "config.yaml"
+    write_atomic(path, text.encode())
+    return path
+
+
+def _check(args: argparse.Namespace) -> int:
+    profiles = args.profile or [DEFAULT_PROFILE]
+    for p in profiles:
+        if not Path(p).is_dir():
+            msg = f"--profile {p}: no such directory (run from the workflow's directory)"
+            raise ConfigError(msg)
+    cfg, configfile = _load_config(args.configfile)
+    max_minutes = int(cfg["walltime"]["max_minutes"])
+    request = profile.view(profile.load([Path(p) for p in profiles]), cfg)
+    facts = cluster_check.gather(request, timeout=args.timeout)
+    found = cluster_check.findings(request, facts, max_minutes)
+    values = None
+    written = None
+    if args.write_profile:
+        values = cluster_check.overlay(request, facts, found, max_minutes)
+        header = cluster_check.overlay_header(profiles, found, values)
+        text = profile.overlay_text(values, header)
+        written = str(_write_overlay(Path(args.write_profile), text))
+    if args.format == "json":
+        doc = cluster_check.to_dict(
+            request,
+            found,
+            profiles=profiles,
+            configfile=configfile,
+            user=facts.user,
+            overlay_values=values,
+            overlay_path=written,
+        )
+        print(json.dumps(doc, indent=2, default=str))
+    else:
+        where = f"profile {' + '.join(profiles)}, config {configfile or '(schema defaults)'}"
+        header = (
+            f"shardwise cluster check: {where}; K={request.group_components} x "
+            f"walltime.max_minutes={max_minutes} min"
+        )
+        print(cluster_check.format_table(found, header=header))
+        if written:
+            extra = " ".join(f"--profile {p}" for p in profiles)
+            print(
+                f"\nwrote {written} ({len(values or {})} key(s)); use: snakemake {extra} "
+                f"--profile {args.write_profile} ..."
+            )
+    return 1 if cluster_check.overall(found) == cluster_check.FAIL else 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    if not_a_run_dir(args.run_dir, "cluster status"):
+        return 2
+
+    def render() -> str:
+        facts = cluster_status.gather(args.run_dir, timeout=args.timeout)
+        status = cluster_status.build(args.run_dir, facts)
+        if args.format == "json":
+            doc = cluster_status.to_dict(status)
+            return json.dumps(doc, indent=None if args.watch else 2, default=str)
+        return cluster_status.format_table(status)
+
+    if not args.watch:
+        print(render())
+        return 0
+    tty = sys.stdout.isatty()
+    try:
+        while True:
+            text = render()
+            if tty and args.format == "table":
+                sys.stdout.write("\x1b[H\x1b[2J" + text + "\n")
+            elif args.format == "table":
+                sys.stdout.write(text + f"\n--- next in {args.watch:g} s (Ctrl-C stops)\n")
+            else:
+                sys.stdout.write(text + "\n")
+            sys.stdout.flush()
+            time.sleep(args.watch)
+    except KeyboardInterrupt:
+        return 0

@@ -1,0 +1,96 @@
+"""What several verbs share: ``--run-dir``, ``--format`` (one vocabulary), number types.
+
+Every verb that prints a report takes ``--format`` from the same words: ``table`` (for
+people: aligned text, the default), ``json`` (for scripts), and where the verb has
+them ``markdown`` and ``csv``. ``text``, the word ``verify`` and ``quarantine --list``
+used before, is accepted as ``table`` so scripts keep working.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+
+from shardwise.run import runjson
+
+#: The output formats, in the order ``--help`` lists them.
+FORMATS = ("table", "json", "markdown", "csv")
+#: Older spellings still accepted.
+FORMAT_ALIASES = {"text": "table"}
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer > 0 (usage error otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def add_run_dir(parser: argparse.ArgumentParser) -> None:
+    """``--run-dir DIR`` (required): the run directory that holds run.json."""
+    parser.add_argument(
+        "--run-dir",
+        required=True,
+        type=Path,
+        help="the run directory (the one holding run.json, plan.parquet and shards/)",
+    )
+
+
+def add_format(
+    parser: argparse.ArgumentParser, choices: Sequence[str] = ("table", "json"), help: str = ""
+) -> None:
+    """``--format`` with the shared vocabulary, limited to what this verb can print."""
+    unknown = [c for c in choices if c not in FORMATS]
+    if unknown:
+        msg = f"unknown output format(s) {unknown}; the vocabulary is {FORMATS}"
+        raise ValueError(msg)
+
+    def fmt(text: str) -> str:
+        return FORMAT_ALIASES.get(text, text)
+
+    parser.add_argument(
+        "--format",
+        type=fmt,
+        choices=tuple(choices),
+        default="table",
+        help=help or f"output format: {', '.join(choices)} (default table)",
+    )
+
+
+def not_a_run_dir(run_dir: Path, command: str) -> bool:
+    """Say so on stderr (for exit 2) when ``run_dir`` holds no run.json: either it is not
+    a run directory, or the run was never planned; say what to run first."""
+    if runjson.local_path(run_dir).is_file():
+        return False
+    where = "does not exist" if not run_dir.exists() else "has no run.json"
+    print(
+        f"shardwise {command}: {run_dir} {where}: this run was never planned there. "
+        "Run `snakemake -n` (or `shardwise plan --configfile <config>`) first, or pass the "
+        "original run directory (the one holding run.json, plan.parquet and shards/)",
+        file=sys.stderr,
+    )
+    return True
+
+
+def default_gpus(cwd: Path | None = None) -> int:
+    """``jobs`` of ``profiles/slurm/config.yaml`` under ``cwd``, else 1.
+
+    The SLURM profile's ``jobs`` caps concurrent shard jobs, i.e. GPUs in flight, which
+    is what the ETA divides by.
+    """
+    path = (cwd or Path.cwd()) / "profiles" / "slurm" / "config.yaml"
+    try:
+        jobs = yaml.safe_load(path.read_text(encoding="utf-8")).get("jobs")
+    except Exception:  # noqa: BLE001 - unreadable/odd YAML: a default, never fatal
+        return 1
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs <= 0:
+        return 1
+    return jobs

@@ -1,0 +1,57 @@
+"""``shardwise coverage``: what is done and what is left, per category."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+
+from shardwise.cli.common import add_format, add_run_dir, default_gpus, not_a_run_dir, positive_int
+from shardwise.ops import coverage
+from shardwise.ops.coverage_format import FORMATTERS
+from shardwise.planner.inflight import with_in_flight
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``coverage``."""
+    parser = sub.add_parser(
+        "coverage",
+        help="what is done and what is left, per category",
+        description="Report shards/tasks/files/docs done, per-category completion "
+        "with skew flags, throughput per GPU type and an ETA.",
+    )
+    add_run_dir(parser)
+    add_format(
+        parser,
+        tuple(FORMATTERS),
+        "table (terminal), json (schema in docs/coverage.md) or markdown",
+    )
+    parser.add_argument(
+        "--gpus",
+        type=positive_int,
+        default=None,
+        help="GPUs for the ETA (default: `jobs` of profiles/slurm/config.yaml, else 1)",
+    )
+    parser.add_argument(
+        "--category-regex",
+        default=None,
+        help="derive categories from file paths (first group, else whole match)",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the report; exit 2 when the run directory is not one."""
+    if not_a_run_dir(args.run_dir, "coverage"):
+        return 2
+    if args.category_regex is not None:
+        try:
+            re.compile(args.category_regex)
+        except re.error as exc:
+            print(f"shardwise coverage: bad --category-regex: {exc}", file=sys.stderr)
+            return 2
+    gpus = args.gpus if args.gpus is not None else default_gpus()
+    state = coverage.load_state(args.run_dir)
+    cov = coverage.compute(state, category_regex=args.category_regex, gpus=gpus)
+    print(with_in_flight(FORMATTERS[args.format](cov), args.format, args.run_dir))
+    return 0

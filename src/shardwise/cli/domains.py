@@ -1,0 +1,75 @@
+"""``shardwise domains``: the corpus's label distribution so far, with 95% intervals."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from shardwise.cli.common import add_format, add_run_dir, not_a_run_dir, positive_int
+from shardwise.ops import domains
+from shardwise.ops.domainplot import render_png
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``domains``."""
+    parser = sub.add_parser(
+        "domains",
+        help="the corpus's label distribution so far, with 95%% confidence intervals",
+        description="Estimate each label's (or label pair's) share of the corpus's documents "
+        "or text bytes from the shards finished so far, post-stratified by category, with "
+        "95%% confidence intervals that shrink to zero as the last shard lands. Reads one "
+        "summary per finished shard. Method: docs/domains.md.",
+    )
+    add_run_dir(parser)
+    view = parser.add_mutually_exclusive_group()
+    view.add_argument(
+        "--pair",
+        metavar="A,B",
+        help="a pair of classifiers whose joint counts were kept, e.g. topic,format "
+        "(default: the first configured pair)",
+    )
+    view.add_argument("--classifier", metavar="NAME", help="one classifier, e.g. topic")
+    parser.add_argument(
+        "--by",
+        choices=("category",),
+        default=None,
+        help="also estimate each category on its own (the plan's categories)",
+    )
+    parser.add_argument(
+        "--weight",
+        choices=domains.WEIGHTS,
+        default="docs",
+        help="share of documents (default) or of UTF-8 text bytes",
+    )
+    add_format(parser, tuple(domains.FORMATTERS))
+    parser.add_argument(
+        "--top",
+        type=positive_int,
+        default=None,
+        help=f"rows per table in table/markdown (default: all labels; {domains.DEFAULT_TOP} pairs)",
+    )
+    parser.add_argument(
+        "--png",
+        type=Path,
+        default=None,
+        help="also write a picture: the pair's heatmap with marginal bars (a bar chart "
+        "for --classifier)",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the estimate (and write the picture); exit 2 when the run directory is not one."""
+    if not_a_run_dir(args.run_dir, "domains"):
+        return 2
+    data = domains.load(args.run_dir)
+    domains.require_labels(data)
+    d = domains.compute(data, pair=args.pair, classifier=args.classifier, weight=args.weight)
+    by_category = args.by == "category"
+    print(domains.FORMATTERS[args.format](d, by_category=by_category, top=args.top))
+    if args.png is not None:
+        args.png.parent.mkdir(parents=True, exist_ok=True)
+        args.png.write_bytes(render_png(data, d))
+        print(f"wrote {args.png}", file=sys.stderr)
+    return 0

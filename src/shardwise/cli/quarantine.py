@@ -1,0 +1,75 @@
+"""``shardwise quarantine``: leave broken files out of a run, list them, take them back."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+
+from shardwise.cli.common import add_format, add_run_dir, not_a_run_dir
+from shardwise.run import quarantine
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``quarantine``."""
+    parser = sub.add_parser(
+        "quarantine",
+        help="leave broken files out of a run (or list / release them)",
+        description="Record files that are to be left out of this run, without changing "
+        "the assignment of any other task: a quarantined file gets no sidecar, its shard "
+        "can finish, and coverage, verify, retry-array, the report and the dry run list it "
+        "apart from done and failed files. --release takes files back and reopens their "
+        "shards so the next snakemake run labels them.",
+    )
+    add_run_dir(parser)
+    parser.add_argument(
+        "files",
+        nargs="*",
+        metavar="FILE",
+        help="files relative to the input root (as the plan and error messages name them), "
+        "or with the input root in front",
+    )
+    parser.add_argument("--reason", default="", help="why the files are left out (required)")
+    action = parser.add_mutually_exclusive_group()
+    action.add_argument("--list", action="store_true", help="list the quarantined files")
+    action.add_argument("--release", action="store_true", help="take FILEs out of the quarantine")
+    add_format(parser, ("table", "json"), "output of --list: table (default) or json")
+    parser.set_defaults(func=lambda args: run(parser, args))
+
+
+def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """Add, list or release; usage errors exit 2 through ``parser.error``."""
+    if not_a_run_dir(args.run_dir, "quarantine"):
+        return 2
+    if args.list:
+        entries = quarantine.load(args.run_dir)
+        if args.format == "json":
+            shown = sorted(entries.values(), key=lambda e: e.file)
+            print(json.dumps([asdict(e) for e in shown], indent=2))
+        else:
+            for line in quarantine.format_lines(entries):
+                print(line)
+            print(f"{len(entries)} file(s) quarantined in {args.run_dir}", file=sys.stderr)
+        return 0
+    if not args.files:
+        parser.error("name the FILE(s) to quarantine (or use --list)")
+    if args.release:
+        files, reopened = quarantine.release(args.run_dir, args.files)
+        for rel in files:
+            print(f"released {rel}")
+        if reopened:
+            print(
+                f"reopened shard(s) {', '.join(map(str, reopened))}: the next `snakemake` run "
+                "labels the released file(s)"
+            )
+        return 0
+    if not args.reason.strip():
+        parser.error("--reason is required: it is shown wherever the file is listed")
+    for entry in quarantine.add(args.run_dir, args.files, args.reason):
+        print(f"quarantined {entry.file}: {entry.reason}")
+    print(
+        "they get no sidecar; their shards can finish (run `snakemake` again); "
+        f"`shardwise quarantine --run-dir {args.run_dir} --release FILE` takes one back"
+    )
+    return 0

@@ -1,0 +1,60 @@
+"""``shardwise report``: the run's picture (PNG) and a self-contained HTML page."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from shardwise.cli.common import add_run_dir, default_gpus, not_a_run_dir, positive_int
+from shardwise.ops import coverage
+from shardwise.ops.report import write_report
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``report``."""
+    parser = sub.add_parser(
+        "report",
+        help="write an HTML page and a PNG picture of a run's progress",
+        description="Per-category completion, shards done over time and throughput per "
+        "GPU type, as a PNG and a self-contained HTML page embedding it.",
+    )
+    add_run_dir(parser)
+    parser.add_argument("--out", type=Path, default=Path("report.html"), help="HTML to write")
+    parser.add_argument(
+        "--png", type=Path, default=None, help="PNG to write (default: beside --out)"
+    )
+    parser.add_argument(
+        "--gpus",
+        type=positive_int,
+        default=None,
+        help="GPUs for the ETA (default: as `shardwise coverage`)",
+    )
+    parser.add_argument(
+        "--category-regex",
+        default=None,
+        help="derive categories from file paths (first group, else whole match)",
+    )
+    parser.add_argument(
+        "--domains-png",
+        type=Path,
+        default=None,
+        help="also write the domain distribution's picture (shardwise domains --png) here; "
+        "the HTML includes it either way",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Write the files; exit 2 when the run directory is not one."""
+    if not_a_run_dir(args.run_dir, "report"):
+        return 2
+    gpus = args.gpus if args.gpus is not None else default_gpus()
+    state = coverage.load_state(args.run_dir)
+    cov = coverage.compute(state, category_regex=args.category_regex, gpus=gpus)
+    out_html, out_png = write_report(
+        state, cov, args.out, out_png=args.png, domains_png=args.domains_png
+    )
+    print(f"wrote {out_html} and {out_png}")
+    if args.domains_png is not None:
+        print(f"wrote {args.domains_png}")
+    return 0

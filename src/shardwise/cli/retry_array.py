@@ -1,0 +1,82 @@
+"""``shardwise retry-array``: what to resubmit, in NeMo Curator's ``retry_array.py`` format."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from shardwise.cli.common import add_run_dir, not_a_run_dir
+from shardwise.errors import RunMismatchError
+from shardwise.ops.coverage import read_run_json
+from shardwise.ops.retry_array import missing_shards, retry_lines
+from shardwise.run import markers, quarantine, ranges
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``retry-array``."""
+    parser = sub.add_parser(
+        "retry-array",
+        help="print the SLURM array expression of shards not yet done",
+        description=(
+            "Print what to resubmit after a partial run, in NeMo Curator retry_array.py "
+            "format. Prints nothing when every shard is done."
+        ),
+    )
+    add_run_dir(parser)
+    parser.add_argument(
+        "--format",
+        choices=("expression", "fields"),
+        default="expression",
+        help="expression: the range expression; fields: "
+        "ARRAY_EXPRESSION SHARD_INDEX_OFFSET MINIMUM_SHARD_INDEX TOTAL_SHARDS per line",
+    )
+    parser.add_argument(
+        "--max-array-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help="SLURM MaxArraySize: split into windows of N array indices (needs --format fields)",
+    )
+    parser.set_defaults(func=lambda args: run(parser, args))
+
+
+def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """Print the lines; usage errors exit 2 through ``parser.error``."""
+    if args.max_array_size is not None:
+        if args.format != "fields":
+            parser.error("--max-array-size needs --format fields (the offset is a field)")
+        if args.max_array_size <= 0:
+            parser.error(f"--max-array-size must be positive, got {args.max_array_size}")
+    if not_a_run_dir(args.run_dir, "retry-array"):
+        return 2
+    try:
+        meta = read_run_json(args.run_dir)
+    except RunMismatchError as exc:
+        print(f"shardwise retry-array: {exc}", file=sys.stderr)
+        return 2
+    total = int(meta["total_shards"])
+    minimum = int(meta["minimum_shard_index"])
+    done, unreadable = markers.readable_done_shards(args.run_dir)
+    missing = missing_shards(done, total_shards=total, minimum_shard_index=minimum)
+    if unreadable:
+        print(
+            f"note: shard marker(s) {ranges.compress(unreadable)} are unreadable and count as "
+            "not done (`shardwise verify --repair` removes them)",
+            file=sys.stderr,
+        )
+    left_out = quarantine.load(args.run_dir)
+    if left_out:
+        print(
+            f"note: {len(left_out)} quarantined file(s) are left out of this run and need no "
+            "retry (`shardwise quarantine --list`)",
+            file=sys.stderr,
+        )
+    for line in retry_lines(
+        missing,
+        total_shards=total,
+        minimum_shard_index=minimum,
+        max_array_size=args.max_array_size,
+        fmt=args.format,
+    ):
+        print(line)
+    return 0

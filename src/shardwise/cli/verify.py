@@ -1,0 +1,90 @@
+"""``shardwise verify``: an fsck of a run; ``--repair`` removes exactly the broken markers."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from shardwise.cli.common import add_format, add_run_dir
+from shardwise.errors import ShardwiseError
+from shardwise.ops.verify import repair, repair_command, verify_run
+
+EXIT_OK = 0
+EXIT_PROBLEMS = 1
+EXIT_CANNOT_VERIFY = 2
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``verify``."""
+    parser = sub.add_parser(
+        "verify",
+        help="check a run's outputs against its markers and inputs (an fsck)",
+        description="Check every done shard and file marker: sidecar, stats, row counts, "
+        "ids in order, classifier columns; list orphans. Exit 0 when consistent, 1 with "
+        "one line per problem, 2 when the run cannot be verified.",
+    )
+    add_run_dir(parser)
+    parser.add_argument(
+        "--sample",
+        type=float,
+        default=1.0,
+        metavar="FRACTION",
+        help="read the contents of this random fraction of marked files (default 1: all)",
+    )
+    parser.add_argument("--seed", type=int, default=None, help="seed for --sample")
+    parser.add_argument(
+        "--jobs", type=int, default=4, help="files checked in parallel (I/O bound on S3)"
+    )
+    parser.add_argument(
+        "--complete", action="store_true", help="also a problem: any shard not done yet"
+    )
+    parser.add_argument(
+        "--repair",
+        action="store_true",
+        help="remove exactly the markers of the broken files (and their shard markers), "
+        "printing each, so the next snakemake run relabels only those files",
+    )
+    add_format(parser, ("table", "json"), "table: one line per finding (default); json")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Findings on stdout, the summary last; 0 consistent, 1 problems, 2 cannot verify."""
+    try:
+        report = verify_run(
+            args.run_dir,
+            sample=args.sample,
+            seed=args.seed,
+            jobs=args.jobs,
+            complete=args.complete,
+        )
+    except ShardwiseError as e:
+        print(f"shardwise verify: cannot verify {args.run_dir}: {e}", file=sys.stderr)
+        return EXIT_CANNOT_VERIFY
+    if args.format == "json":
+        print(json.dumps(report.to_json(), indent=2, sort_keys=True))
+    else:
+        for line in report.lines():
+            print(line)
+    notes = sys.stderr if args.format == "json" else sys.stdout
+    broken = len(report.broken_files) + len(report.broken_shards)
+    if not broken:
+        return EXIT_OK if report.ok else EXIT_PROBLEMS
+    if not args.repair:
+        print(
+            f"fix: `{repair_command(args.run_dir)}` removes the markers of "
+            f"{len(report.broken_files)} broken file(s) and {len(report.broken_shards)} "
+            "shard(s) above, so the next snakemake run relabels only those files",
+            file=notes,
+        )
+        return EXIT_PROBLEMS
+    for line in repair(args.run_dir, report):
+        print(line, file=notes)
+    left = len(report.problems) - report.repairable
+    print(
+        "repaired: run `snakemake` (with your profile) to relabel them"
+        + (f"; {left} problem(s) above need another fix" if left else ""),
+        file=notes,
+    )
+    return EXIT_OK if left == 0 else EXIT_PROBLEMS

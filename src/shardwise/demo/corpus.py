@@ -1,0 +1,147 @@
+"""The built-in demo: a small Dolma-style corpus and four tiny offline classifiers.
+
+``shardwise demo DIR`` writes ``DIR/corpus/<source>/<category>/part-NNNN.<ext>``
+(Parquet, JSONL, JSONL.gz and JSONL.zst; long-tailed text lengths; URLs),
+``DIR/models/<name>`` for the four default classifier names (random weights, the
+WebOrganizer label sets, a WordPiece tokenizer trained on the corpus) and
+``DIR/config.yaml`` that runs them. The labels are meaningless: the weights are
+random. The demo exists to exercise the real code path end to end, offline.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import math
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import yaml
+
+from shardwise.store.atomic import write_atomic
+
+#: (source, category, topic words) of the demo corpus.
+CATEGORIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("cc", "science", ("atom", "cell", "energy", "galaxy", "experiment", "theory", "data")),
+    ("cc", "sports", ("match", "team", "goal", "season", "coach", "league", "score")),
+    ("cc", "cooking", ("recipe", "oven", "flour", "garlic", "simmer", "butter", "spice")),
+    ("wiki", "history", ("empire", "war", "treaty", "king", "century", "revolution", "archive")),
+    ("wiki", "technology", ("software", "chip", "network", "protocol", "compiler", "server")),
+    ("forum", "games", ("level", "boss", "quest", "patch", "console", "speedrun", "guild")),
+)
+_COMMON_TEXT = (
+    "the of and to in a is that for it as was with be by on not he this are or his "
+    "from at which but have an they you were her she there been one all we their "
+    "has would when if so no will about up out more what said who can its other "
+    "into time some could them "
+)
+COMMON = tuple(_COMMON_TEXT.split())
+#: Extensions cycled through per category, so every reader path runs.
+EXTENSIONS = (".parquet", ".jsonl.gz", ".parquet", ".jsonl.zst", ".jsonl")
+
+CLASSIFIERS = (
+    ("topic", "url_text"),
+    ("topic_nourl", "text"),
+    ("format", "url_text"),
+    ("format_nourl", "text"),
+)
+
+
+@dataclass(frozen=True)
+class DemoSize:
+    """How big a demo to write (tests use smaller ones)."""
+
+    files_per_category: int = 5
+    docs_per_file: int = 40
+    median_words: int = 120
+    max_words: int = 2500
+
+
+def _text(rng: random.Random, topic: tuple[str, ...], size: DemoSize) -> str:
+    n = min(size.max_words, max(3, int(size.median_words * math.exp(rng.gauss(0, 1.0)))))
+    words = [rng.choice(topic) if rng.random() < 0.2 else rng.choice(COMMON) for _ in range(n)]
+    sentences = []
+    for i in range(0, n, 12):
+        chunk = words[i : i + 12]
+        sentences.append(" ".join(chunk).capitalize() + ".")
+    return " ".join(sentences)
+
+
+def _records(source: str, category: str, part: int, size: DemoSize, seed: int) -> list[dict]:
+    rng = random.Random(f"{seed}/{source}/{category}/{part}")
+    topic = next(t for s, c, t in CATEGORIES if (s, c) == (source, category))
+    return [
+        {
+            "id": f"{source}-{category}-{part:04d}-{i:05d}",
+            "text": _text(rng, topic, size),
+            "url": f"https://{source}.example.org/{category}/{part}/{i}",
+        }
+        for i in range(size.docs_per_file)
+    ]
+
+
+def _encode(records: list[dict], ext: str) -> bytes:
+    if ext == ".parquet":
+        buf = io.BytesIO()
+        pq.write_table(pa.Table.from_pylist(records), buf)
+        return buf.getvalue()
+    lines = "".join(json.dumps(r) + "\n" for r in records).encode("utf-8")
+    if ext == ".jsonl.gz":
+        return gzip.compress(lines, mtime=0)
+    if ext == ".jsonl.zst":
+        import zstandard
+
+        return zstandard.ZstdCompressor().compress(lines)
+    return lines
+
+
+def write_corpus(root: Path, size: DemoSize | None = None, seed: int = 0) -> list[Path]:
+    """Write the demo corpus under ``root``; returns the files written."""
+    size = size or DemoSize()
+    written = []
+    for c_index, (source, category, _) in enumerate(CATEGORIES):
+        for part in range(size.files_per_category):
+            ext = EXTENSIONS[(part + c_index) % len(EXTENSIONS)]
+            path = root / source / category / f"part-{part:04d}{ext}"
+            write_atomic(path, _encode(_records(source, category, part, size, seed), ext))
+            written.append(path)
+    return written
+
+
+def demo_config(directory: Path, total_shards: int = 8) -> dict:
+    """A config that runs the demo in ``directory`` (absolute paths)."""
+    directory = directory.absolute()
+    return {
+        "run_dir": str(directory / "run"),
+        "input": {"uri": str(directory / "corpus")},
+        "output": {"uri": str(directory / "labels")},
+        "sharding": {"total_shards": total_shards, "minimum_shard_index": 0},
+        "classifiers": [
+            {"name": name, "model": str(directory / "models" / name), "input": kind}
+            for name, kind in CLASSIFIERS
+        ],
+        "inference": {"max_length": 512, "batch_tokens": 8192, "device": "auto"},
+    }
+
+
+def write_demo(directory: Path, size: DemoSize | None = None, seed: int = 0) -> Path:
+    """Corpus, models and config for the demo; returns the config path."""
+    from shardwise.demo.tinymodels import build_weborganizer_demo_models
+
+    directory = Path(directory)
+    corpus = directory / "corpus"
+    write_corpus(corpus, size, seed)
+    sample = [r["text"] for s, c, _ in CATEGORIES for r in _records(s, c, 0, DemoSize(), seed)]
+    models_dir = directory / "models"
+    if not all((models_dir / name / "config.json").exists() for name, _ in CLASSIFIERS):
+        build_weborganizer_demo_models(models_dir, sample, seed=seed)
+    config_path = directory / "config.yaml"
+    write_atomic(
+        config_path,
+        yaml.safe_dump(demo_config(directory), sort_keys=False).encode("utf-8"),
+    )
+    return config_path

@@ -1,0 +1,684 @@
+"""``shardwise cluster check``: does this cluster fit the profile, and what to change.
+
+:func:`gather` asks SLURM what the checks need (config, nodes and partitions,
+limits, reservations, the user's queue; a few calls, each with a timeout).
+:func:`findings` is pure: the profile's request and those facts in, one
+:class:`Finding` per check out (OK / WARN / FAIL, what was found, why it matters,
+the exact fix). :func:`overlay` builds the site profile that fixes what it can
+(only the top-level keys that differ), for ``--write-profile``.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from shardwise.slurm import command, profile, queries
+from shardwise.slurm.profile import JobRequest
+from shardwise.slurm.queries import Answer
+
+OK, WARN, FAIL = "OK", "WARN", "FAIL"
+_RANK = {OK: 0, WARN: 1, FAIL: 2}
+#: Headroom under the submit cap below which `jobs` is flagged (10%).
+HEADROOM = 0.10
+#: The longest gap between two status polls of the plugin (seconds).
+PLUGIN_MAX_POLL_GAP = 180
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One row of the check."""
+
+    check: str
+    status: str
+    found: str
+    why: str = ""
+    fix: str = ""
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What SLURM said, gathered once."""
+
+    user: str
+    now: datetime
+    config: Answer[dict[str, str]]
+    nodes: Answer[list[queries.Node]]
+    limits: Answer[queries.Limits]
+    reservations: Answer[list[queries.Reservation]]
+    queue: Answer[list[queries.Job]]
+    sacct: Answer[bool] | None = None  # sacct probed (only when it is the status command)
+    sacct_installed: bool = True
+
+
+def status_command(request: JobRequest, facts: Facts) -> str:
+    """The status command the plugin will use (its default: sacct when installed)."""
+    return request.status_command or ("sacct" if facts.sacct_installed else "squeue")
+
+
+def gather(request: JobRequest, *, timeout: float = command.DEFAULT_TIMEOUT) -> Facts:
+    """Ask SLURM everything the checks read; never hangs longer than the timeouts."""
+    user = queries.current_user()
+    cfg = queries.config(timeout=timeout)
+    accounting = cfg.ok and queries.accounting_enabled(cfg.value or {})
+    if cfg.ok and not accounting:
+        limits: Answer[queries.Limits] = Answer(
+            None,
+            "accounting is off (AccountingStorageType=accounting_storage/none): "
+            "sacctmgr has nothing to say",
+            "failed",
+        )
+    else:
+        limits = queries.limits(user, timeout=timeout)
+    facts = Facts(
+        user=user,
+        now=datetime.now(),
+        config=cfg,
+        nodes=queries.nodes(timeout=timeout),
+        limits=limits,
+        reservations=queries.reservations(timeout=timeout),
+        queue=queries.jobs(user, timeout=timeout),
+        sacct_installed=shutil.which("sacct") is not None,
+    )
+    if status_command(request, facts) == "sacct" and facts.sacct_installed and accounting:
+        probe = command.run(
+            ["sacct", "-n", "-X", "-P", "-u", user, "-S", "now-1minutes", "-o", "JobIDRaw"],
+            timeout=min(timeout, 15.0),
+        )
+        facts = replace(facts, sacct=Answer(True) if probe.ok else Answer(None, probe.problem))
+    return facts
+
+
+# ----------------------------------------------------------------------------- findings
+
+
+def findings(request: JobRequest, facts: Facts, max_minutes: int) -> list[Finding]:
+    """Every check's finding, in a stable order."""
+    out: list[Finding] = []
+    if not facts.config.ok:
+        out.append(
+            Finding(
+                "controller",
+                FAIL,
+                facts.config.problem or "no answer",
+                "nothing can be submitted or checked without the SLURM controller",
+                "run this on a login node of the cluster (where sbatch works)",
+            )
+        )
+    else:
+        name = (facts.config.value or {}).get("ClusterName", "?")
+        out.append(Finding("controller", OK, f"cluster {name} answers (user {facts.user})"))
+    out.append(_account(request, facts))
+    out.append(_jobs(request, facts))
+    out.append(_status_command(request, facts))
+    parts, part_findings = _partitions(request, facts, max_minutes)
+    out += part_findings
+    if request.constraint:
+        out.append(_constraint(request, facts, parts))
+    out += _excluded(request, facts)
+    out += _bad_nodes(request, facts, parts)
+    out.append(_reservations(request, facts, parts, max_minutes))
+    return out
+
+
+def overall(found: list[Finding]) -> str:
+    """FAIL if anything fails, else WARN if anything warns, else OK."""
+    return max((f.status for f in found), key=_RANK.__getitem__, default=OK)
+
+
+def _account(request: JobRequest, facts: Facts) -> Finding:
+    accounts = facts.limits.value.accounts if facts.limits.ok and facts.limits.value else ()
+    default = facts.limits.value.default_account if facts.limits.ok and facts.limits.value else ""
+    hint = f"export {profile.ACCOUNT_ENV}={default or '<account>'}" + (
+        f" (yours: {', '.join(accounts)})" if accounts else ""
+    )
+    why = (
+        "without a valid account every sbatch is refused (plugin 2.8.0 guesses one when none "
+        "is set, and --slurm-no-account does nothing)"
+    )
+    if request.account is None:
+        return Finding("account", FAIL, "the profile names no slurm_account", why, hint)
+    unset = profile.unset_variables(request.account)
+    if unset:
+        return Finding("account", FAIL, f"${unset[0]} is not set", why, hint)
+    if not facts.limits.ok:
+        return Finding(
+            "account",
+            WARN,
+            f"account {request.account}: cannot check ({facts.limits.problem})",
+            why,
+            "",
+        )
+    if request.account in accounts:
+        return Finding("account", OK, f"account {request.account} is one of yours")
+    return Finding(
+        "account",
+        FAIL,
+        f"account {request.account} is not one of your associations ({', '.join(accounts)})",
+        why,
+        hint,
+    )
+
+
+def effective_qos(
+    qos: str | None, account: str | None, limits: queries.Limits | None
+) -> str | None:
+    """The QOS jobs run under: the one asked for, else the association's default."""
+    if qos:
+        return qos
+    if limits is None:
+        return None
+    for a in limits.associations:
+        if a.account == account or not account:
+            if a.default_qos:
+                return a.default_qos
+            if len(a.qos) == 1:
+                return a.qos[0]
+            if "normal" in a.qos:
+                return "normal"
+    return None
+
+
+def submit_cap(
+    account: str | None, qos: str | None, limits: queries.Limits | None
+) -> tuple[int | None, str]:
+    """The user's effective submit cap and where it comes from (None: none set or unknown)."""
+    if limits is None:
+        return None, "unknown"
+    caps: list[tuple[int, str]] = []
+    used = effective_qos(qos, account, limits)
+    if used and used in limits.qos and limits.qos[used].max_submit_per_user is not None:
+        caps.append((limits.qos[used].max_submit_per_user, f"QOS {used} MaxSubmitJobsPerUser"))
+    for a in limits.associations:
+        if a.account == account and a.max_submit_jobs is not None:
+            where = f"association {a.account}" + (f"/{a.partition}" if a.partition else "")
+            caps.append((a.max_submit_jobs, f"{where} MaxSubmitJobs"))
+    if not caps:
+        return None, "none set"
+    return min(caps)
+
+
+def _limits(facts: Facts) -> queries.Limits | None:
+    return facts.limits.value if facts.limits.ok else None
+
+
+def _jobs(request: JobRequest, facts: Facts) -> Finding:  # noqa: PLR0911 - one per case
+    why = (
+        "above the cap sbatch is refused (QOSMaxSubmitJobPerUserLimit) and Snakemake fails "
+        "the job at once, burning a retry"
+    )
+    if request.jobs is None:
+        return Finding("jobs", FAIL, "the profile sets no `jobs`", why, "jobs: <under the cap>")
+    cap, source = submit_cap(request.account, request.qos, _limits(facts))
+    mine = len(facts.queue.value or []) if facts.queue.ok else None
+    queued = f"; {mine} of your jobs are queued now" if mine is not None else ""
+    if cap is None:
+        if source == "unknown":
+            return Finding(
+                "jobs",
+                WARN,
+                f"jobs {request.jobs}; the submit cap is unknown ({facts.limits.problem})",
+                why,
+                "ask the admins for MaxSubmitJobsPerUser and keep jobs 10% under it",
+            )
+        return Finding("jobs", OK, f"jobs {request.jobs}; no submit cap is set{queued}")
+    good = max(1, math.floor(cap * (1 - HEADROOM)))
+    if request.jobs > cap:
+        return Finding(
+            "jobs",
+            FAIL,
+            f"jobs {request.jobs} is above the submit cap {cap} ({source}){queued}",
+            why,
+            f"jobs: {good}",
+        )
+    if cap - request.jobs < HEADROOM * cap:
+        return Finding(
+            "jobs",
+            WARN,
+            f"jobs {request.jobs} leaves {cap - request.jobs} of the cap {cap} ({source}) "
+            f"for your other jobs{queued}",
+            "less than 10% headroom: your other jobs and jobs ending between polls hit the cap",
+            f"jobs: {good}",
+        )
+    if mine and mine + request.jobs > cap:
+        return Finding(
+            "jobs",
+            WARN,
+            f"jobs {request.jobs} + your {mine} queued jobs exceed the cap {cap} ({source})",
+            why,
+            f"jobs: {max(1, cap - mine - math.ceil(HEADROOM * cap))} while those run",
+        )
+    return Finding("jobs", OK, f"jobs {request.jobs} under the submit cap {cap} ({source}){queued}")
+
+
+def _status_command(request: JobRequest, facts: Facts) -> Finding:
+    cmd = status_command(request, facts)
+    cfg = facts.config.value or {}
+    age = queries.min_job_age_seconds(cfg) if facts.config.ok else None
+    accounting = facts.config.ok and queries.accounting_enabled(cfg)
+    need = max(3 * request.init_seconds, PLUGIN_MAX_POLL_GAP + 1)
+    squeue_ok = age is not None and age >= 3 * request.init_seconds and age > PLUGIN_MAX_POLL_GAP
+    chosen = "" if request.status_command else " (the plugin's default)"
+    if cmd == "sacct":
+        if facts.config.ok and not accounting:
+            return Finding(
+                "status_command",
+                FAIL,
+                f"slurm-status-command sacct{chosen}, but accounting is off "
+                f"({cfg.get('AccountingStorageType')}): sacct would hang",
+                "every status query fails, no job is ever seen finished, Snakemake waits forever",
+                "slurm-status-command: squeue"
+                + ("" if squeue_ok else f" (and MinJobAge >= {need} s: ask the admins)"),
+            )
+        if facts.sacct is not None and not facts.sacct.ok:
+            return Finding(
+                "status_command",
+                FAIL,
+                f"slurm-status-command sacct{chosen}: {facts.sacct.problem}: sacct would hang",
+                "no job is ever seen finished and Snakemake waits forever",
+                "slurm-status-command: squeue",
+            )
+        return Finding(
+            "status_command",
+            WARN if squeue_ok else OK,
+            f"slurm-status-command sacct{chosen}; accounting answers",
+            "plugin 2.8.0 reads 'CANCELLED by <uid>' from sacct as still running: a job "
+            "cancelled by you or an admin is waited for forever",
+            "slurm-status-command: squeue" if squeue_ok else "",
+        )
+    if age is None:
+        return Finding(
+            "status_command",
+            WARN,
+            "slurm-status-command squeue; MinJobAge unknown",
+            "squeue forgets finished jobs after MinJobAge; too short and they are waited for",
+            "check `scontrol show config | grep MinJobAge`",
+        )
+    if not squeue_ok:
+        fix = (
+            "slurm-status-command: sacct"
+            if accounting
+            else f"ask the admins for MinJobAge >= {need} s"
+        )
+        return Finding(
+            "status_command",
+            FAIL,
+            f"slurm-status-command squeue, MinJobAge {age} s < {need} s (3 x "
+            f"slurm-init-seconds-before-status-checks {request.init_seconds}, and > "
+            f"{PLUGIN_MAX_POLL_GAP} s)",
+            "a job can finish and vanish from squeue between two polls and is then waited "
+            "for forever (or the plugin quietly switches back to sacct)",
+            fix,
+        )
+    return Finding(
+        "status_command",
+        OK,
+        f"slurm-status-command squeue; MinJobAge {age} s >= {need} s",
+    )
+
+
+def _partitions(
+    request: JobRequest, facts: Facts, max_minutes: int
+) -> tuple[dict[str, queries.Partition], list[Finding]]:
+    if not facts.nodes.ok:
+        return {}, [Finding("partitions", WARN, f"cannot list partitions ({facts.nodes.problem})")]
+    parts = queries.partitions(facts.nodes.value or [])
+    names = list(request.partitions)
+    source = request.partition_source
+    if not names:
+        names = [p.name for p in parts.values() if p.default]
+        source = "the cluster's default partition"
+    gpu_parts = sorted((p for p in parts.values() if p.gpus), key=lambda p: -p.usable_gpus)
+    gpu_list = ",".join(p.name for p in gpu_parts) or "(none with GPUs)"
+    limit = request.group_components * max_minutes
+    out: list[Finding] = []
+    rows: list[tuple[str, str, str, str]] = []  # status, found, why, fix
+    for name in names:
+        p = parts.get(name)
+        if p is None:
+            rows.append(
+                (
+                    FAIL,
+                    f"partition {name} ({source}) does not exist",
+                    "sbatch refuses every job ('invalid partition specified')",
+                    f"partitions with GPUs here: {gpu_list}",
+                )
+            )
+            continue
+        problems: list[tuple[str, str, str]] = []
+        if not p.up:
+            problems.append(("not UP", "no job starts in it", "use another partition"))
+        if request.gpus and not p.gpus:
+            problems.append(
+                (
+                    "has no GPUs (gres)",
+                    "a --gpus job never starts there",
+                    f"partitions with GPUs here: {gpu_list}",
+                )
+            )
+        if p.max_minutes is not None and p.max_minutes < limit:
+            fit_max = p.max_minutes // max(request.group_components, 1)
+            fit_k = p.max_minutes // max(max_minutes, 1)
+            problems.append(
+                (
+                    f"MaxTime {p.max_minutes} min < K x walltime.max_minutes = "
+                    f"{request.group_components} x {max_minutes} = {limit} min",
+                    "a group job asking for more pends forever (PartitionTimeLimit)",
+                    f"walltime.max_minutes: {max(fit_max, 1)}"
+                    + (f", or --group-components classify={fit_k}" if fit_k >= 1 else ""),
+                )
+            )
+        if problems:
+            rows.append(
+                (
+                    FAIL,
+                    f"partition {name}: " + "; ".join(x[0] for x in problems),
+                    "; ".join(x[1] for x in problems),
+                    "; ".join(x[2] for x in problems),
+                )
+            )
+        else:
+            max_time = "unlimited" if p.max_minutes is None else f"{p.max_minutes} min"
+            rows.append(
+                (
+                    OK,
+                    f"partition {name}: UP, {p.usable_gpus}/{p.gpus} GPUs usable, MaxTime "
+                    f"{max_time} >= K x walltime.max_minutes = {limit} min",
+                    "",
+                    "",
+                )
+            )
+    if len(names) > 1 and any(r[0] == OK for r in rows):
+        # sbatch -p a,b runs the job wherever it can: one bad partition is a warning
+        rows = [(WARN if s == FAIL else s, f, w, x) for s, f, w, x in rows]
+    for status, found, why, fix in rows:
+        out.append(Finding("partition", status, found, why, fix))
+    if not names:
+        out.append(
+            Finding(
+                "partition",
+                FAIL,
+                "no partition given and the cluster has no default partition",
+                "sbatch refuses jobs without a partition",
+                f"export SHARDWISE_SLURM_PARTITION={gpu_list}",
+            )
+        )
+    usable = sum(parts[n].usable_gpus for n in names if n in parts)
+    if names and request.gpus and not usable and any(n in parts for n in names):
+        out.append(
+            Finding(
+                "gpus",
+                WARN,
+                "no usable GPU in the partitions right now (all GPU nodes down or drained)",
+                "jobs will pend until nodes return",
+                f"see `sinfo -R`; partitions with GPUs: {gpu_list}",
+            )
+        )
+    return {n: parts[n] for n in names if n in parts}, out
+
+
+def _constraint(request: JobRequest, facts: Facts, parts: dict[str, queries.Partition]) -> Finding:
+    constraint = request.constraint or ""
+    wanted = profile.feature_names(constraint)
+    have = frozenset().union(*(p.features for p in parts.values())) if parts else frozenset()
+    if not facts.nodes.ok or not parts:
+        return Finding("constraint", WARN, f"constraint {constraint}: cannot check the features")
+    missing = [f for f in wanted if f not in have]
+    available = ", ".join(sorted(have)) or "(none)"
+    if not missing:
+        return Finding("constraint", OK, f"constraint {constraint}: every feature exists")
+    why = "sbatch refuses a feature no node has ('Invalid feature specification')"
+    if profile.constraint_is_or(constraint) and len(missing) < len(wanted):
+        return Finding(
+            "constraint",
+            WARN,
+            f"constraint {constraint}: {', '.join(missing)} exist on no node of the partitions",
+            "the other alternatives still match",
+            f"features here: {available}",
+        )
+    return Finding(
+        "constraint",
+        FAIL,
+        f"constraint {constraint}: {', '.join(missing)} exist on no node of the partitions",
+        why,
+        f"drop it or use one of: {available} (set-resources classify.constraint or "
+        "$SHARDWISE_SLURM_CONSTRAINT)",
+    )
+
+
+def _excluded(request: JobRequest, facts: Facts) -> list[Finding]:
+    if not request.exclude:
+        return []
+    if not facts.nodes.ok:
+        return [Finding("exclude", WARN, "cannot list nodes to check excluded names")]
+    known = {n.name for n in facts.nodes.value or []}
+    unknown = [n for n in request.exclude if n not in known]
+    if unknown:
+        keep = [n for n in request.exclude if n in known]
+        return [
+            Finding(
+                "exclude",
+                FAIL,
+                f"slurm-exclude-failed-nodes names {', '.join(unknown)}, which this cluster "
+                "does not have",
+                "sbatch refuses every job that excludes an unknown node ('Invalid node name "
+                "specified'): every classify job fails at once",
+                f"slurm-exclude-failed-nodes: '{','.join(keep)}'",
+            )
+        ]
+    return [Finding("exclude", OK, f"excluded nodes exist: {', '.join(request.exclude)}")]
+
+
+def _bad_nodes(
+    request: JobRequest, facts: Facts, parts: dict[str, queries.Partition]
+) -> list[Finding]:
+    if not facts.nodes.ok:
+        return []
+    seen: dict[str, queries.Node] = {}
+    for n in facts.nodes.value or []:
+        if n.partition in parts and not n.usable and n.name not in seen:
+            seen[n.name] = n
+    return [
+        Finding(
+            "node",
+            OK if n.name in request.exclude else WARN,
+            f"node {n.name} is {n.state} ({n.gres or 'no gres'}), reason: "
+            f"{n.reason or 'none given'}"
+            + (f" since {n.reason_time}" if n.reason_time else "")
+            + (" (excluded by the profile)" if n.name in request.exclude else ""),
+            "its GPUs are not available to the run",
+            "nothing to do unless it stays so; the admins own it",
+        )
+        for n in seen.values()
+    ]
+
+
+def _reservations(
+    request: JobRequest,
+    facts: Facts,
+    parts: dict[str, queries.Partition],
+    max_minutes: int,
+) -> Finding:
+    hidden = facts.config.ok and "reservations" in queries.private_data(facts.config.value or {})
+    if not facts.reservations.ok:
+        return Finding(
+            "reservations",
+            WARN,
+            f"cannot list reservations ({facts.reservations.problem})",
+            "maintenance then shows only as the pending reason 'ReqNodeNotAvail, Reserved "
+            "for maintenance' (shardwise cluster status explains it)",
+        )
+    longest = request.group_components * max_minutes
+    first = queries.next_maintenance(facts.reservations.value or [], facts.now, parts)
+    hidden_note = (
+        "; others are hidden from you (PrivateData=reservations): maintenance then shows "
+        "only as the pending reason 'ReqNodeNotAvail, Reserved for maintenance'"
+        if hidden
+        else ""
+    )
+    if first is None:
+        return Finding(
+            "reservations",
+            WARN if hidden else OK,
+            "no maintenance reservation visible" + hidden_note,
+            "shardwise cluster status explains that reason when it appears" if hidden else "",
+        )
+    start = first.start or facts.now
+    gap = max(0, int((start - facts.now) / timedelta(minutes=1)))
+    when = f"{start:%Y-%m-%d %H:%M}" + (f" (in {gap} min)" if start > facts.now else " (now)")
+    found = f"maintenance {first.name} from {when} to {first.end:%Y-%m-%d %H:%M}" + hidden_note
+    if start > facts.now and gap >= longest:
+        return Finding("reservations", OK, found)
+    fit = max(1, gap // max(request.group_components, 1))
+    return Finding(
+        "reservations",
+        WARN,
+        found,
+        f"a job asking for more than {gap} min pends until the window ends ('ReqNodeNotAvail, "
+        f"Reserved for maintenance'); the longest job asks for {longest} min",
+        f"walltime.max_minutes: {fit} until the window (or wait for it to pass)",
+    )
+
+
+# ----------------------------------------------------------------------------- overlay
+
+
+def overlay(
+    request: JobRequest, facts: Facts, found: list[Finding], max_minutes: int
+) -> dict[str, Any]:
+    """The top-level profile keys that fix what the findings can fix (nothing else)."""
+    raw = request.raw
+    out: dict[str, Any] = {}
+    by = {f.check: f for f in found}
+    cap, _ = submit_cap(request.account, request.qos, _limits(facts))
+    if cap is not None and request.jobs is not None and by["jobs"].status != OK:
+        out["jobs"] = max(1, math.floor(cap * (1 - HEADROOM)))
+    status = by["status_command"]
+    if status.status != OK and status.fix.startswith("slurm-status-command: "):
+        out["slurm-status-command"] = status.fix.split(": ", 1)[1].split()[0]
+    ex = by.get("exclude")
+    if ex is not None and ex.status == FAIL:
+        known = {n.name for n in facts.nodes.value or []}
+        out["slurm-exclude-failed-nodes"] = ",".join(n for n in request.exclude if n in known)
+    set_resources = {k: dict(v or {}) for k, v in (raw.get("set-resources") or {}).items()}
+    classify = set_resources.setdefault(profile.RULE, {})
+    changed = False
+    if any(f.check == "partition" and f.status == FAIL for f in found) and facts.nodes.ok:
+        good = _good_partitions(request, facts, max_minutes)
+        if good:
+            classify["slurm_partition"] = profile.quoted(",".join(good))
+            changed = True
+    con = by.get("constraint")
+    if con is not None and con.status == FAIL:
+        classify["constraint"] = profile.quoted("")  # sbatch -C '' = no constraint
+        changed = True
+    if changed:
+        out["set-resources"] = set_resources
+    acc = by["account"]
+    if acc.status == FAIL and facts.limits.ok and facts.limits.value:
+        default = facts.limits.value.default_account
+        if default:
+            defaults = dict(raw.get("default-resources") or {})
+            defaults["slurm_account"] = profile.quoted(default)
+            out["default-resources"] = defaults
+    return out
+
+
+def _good_partitions(request: JobRequest, facts: Facts, max_minutes: int) -> list[str]:
+    parts = queries.partitions(facts.nodes.value or [])
+    limit = request.group_components * max_minutes
+    ok = [
+        p
+        for p in parts.values()
+        if p.up
+        and (p.gpus or not request.gpus)
+        and (p.max_minutes is None or p.max_minutes >= limit)
+    ]
+    return [p.name for p in sorted(ok, key=lambda p: (-p.usable_gpus, p.name))]
+
+
+#: Which overlay key answers which check.
+_OVERLAY_KEYS = {
+    "jobs": "jobs",
+    "status_command": "slurm-status-command",
+    "exclude": "slurm-exclude-failed-nodes",
+    "partition": "set-resources",
+    "constraint": "set-resources",
+    "account": "default-resources",
+}
+
+
+def overlay_header(profiles: list[str], found: list[Finding], values: dict[str, Any]) -> str:
+    """The comment at the top of a written overlay: what it fixes and how to use it."""
+    lines = [
+        "# Site overlay written by `shardwise cluster check --write-profile`.",
+        f"# It changes only what the check found wrong in: {' + '.join(profiles)}.",
+        "# Use it LAST:  snakemake "
+        + " ".join(f"--profile {p}" for p in profiles)
+        + " --profile <this directory> ...",
+        "# Snakemake merges profiles per top-level key: `set-resources` and",
+        "# `default-resources` below replace the earlier mappings whole (repeated in full).",
+        "#",
+        "# Fixes:",
+    ]
+    fixed = [f for f in found if f.status != OK and _OVERLAY_KEYS.get(f.check) in values]
+    lines += [f"#   {f.status} {f.check}: {f.found}" for f in fixed]
+    if not fixed:
+        lines.append("#   nothing: no finding here is fixed by a profile key")
+    rest = [f for f in found if f.status != OK and f not in fixed]
+    if rest:
+        lines += ["#", "# Not fixable here (see `shardwise cluster check`):"]
+        lines += [f"#   {f.status} {f.check}: {f.found}" for f in rest]
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- output
+
+
+def to_dict(
+    request: JobRequest,
+    found: list[Finding],
+    *,
+    profiles: list[str],
+    configfile: str | None,
+    user: str,
+    overlay_values: dict[str, Any] | None,
+    overlay_path: str | None,
+) -> dict[str, Any]:
+    """The JSON document (schema: docs/schemas/cluster-check.schema.json)."""
+    req = asdict(request)
+    req.pop("raw", None)
+    req["partitions"] = list(request.partitions)
+    req["exclude"] = list(request.exclude)
+    return {
+        "format_version": 1,
+        "command": "cluster check",
+        "generated_at": datetime.now().isoformat(timespec="seconds"),
+        "user": user,
+        "profiles": profiles,
+        "configfile": configfile,
+        "status": overall(found),
+        "findings": [asdict(f) for f in found],
+        "request": req,
+        "overlay": overlay_values,
+        "overlay_path": overlay_path,
+    }
+
+
+def format_table(found: list[Finding], *, header: str) -> str:
+    """One row per finding; WARN and FAIL rows add why it matters and the fix."""
+    lines = [header, ""]
+    width = max((len(f.check) for f in found), default=5)
+    for f in found:
+        lines.append(f"{f.status:<4}  {f.check:<{width}}  {f.found}")
+        pad = " " * (width + 8)
+        if f.status != OK and f.why:
+            lines.append(f"{pad}why: {f.why}")
+        if f.status != OK and f.fix:
+            lines.append(f"{pad}fix: {f.fix}")
+    counts = {s: sum(f.status == s for f in found) for s in (OK, WARN, FAIL)}
+    lines += ["", f"{overall(found)}: {counts[OK]} ok, {counts[WARN]} warn, {counts[FAIL]} fail"]
+    return "\n".join(lines)

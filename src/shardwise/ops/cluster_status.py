@@ -1,0 +1,514 @@
+"""``shardwise cluster status``: what SLURM is doing to this run, right now.
+
+The run's jobs are found the way restarts find them (:mod:`shardwise.inflight`):
+the claims of running shards, and the user's queued jobs whose submit directory,
+Snakefile and config files are those of the run's last top-level invocation
+(recorded in ``<run_dir>/claims/workflow.json``), with the shards read from each
+job's ``--target-jobs``. The plugin's job names change with every invocation, so
+they are not used.
+
+:func:`gather` makes the SLURM calls (one ``squeue`` for the user's jobs, one
+``sinfo``, ``sacctmgr`` for the cap, and for the oldest pending job one
+``scontrol show job`` plus a few ``sbatch --test-only``); :func:`build` is pure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shardwise.ops import cluster_check, coverage, walltime_probe
+from shardwise.ops.text import format_duration
+from shardwise.ops.walltime_probe import Probe
+from shardwise.planner import inflight
+from shardwise.run import claims, markers, ranges
+from shardwise.slurm import command, queries
+from shardwise.slurm.pending import explain
+from shardwise.slurm.queries import Answer
+
+
+@dataclass(frozen=True)
+class RunJob:
+    """One SLURM job of the run."""
+
+    id: str
+    state: str
+    reason: str
+    shards: tuple[int, ...]
+    gpus: int
+    gpu_types: dict[str, int]
+    partition: str
+    time_limit_minutes: int | None
+    submitted: str
+    started: str
+    nodes: str
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Shards done over time, and the ETA at the GPUs running now."""
+
+    shards_done: int
+    shards_total: int
+    last_finished: str | None
+    seconds_since_last: float | None
+    finished_last_hour: int
+    gpus_running: int
+    eta_seconds: float | None
+
+
+@dataclass(frozen=True)
+class Status:
+    """Everything the status view shows."""
+
+    run_dir: str
+    generated_at: str
+    user: str
+    main_process: dict[str, Any]
+    jobs: tuple[RunJob, ...]
+    user_jobs: int | None
+    submit_cap: int | None
+    cap_source: str
+    pending: tuple[dict[str, Any], ...]
+    probe: Probe | None
+    progress: Progress
+    in_flight: inflight.InFlight
+    nodes: tuple[dict[str, str], ...]
+    others: dict[str, int] | None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def running(self) -> list[RunJob]:
+        """Jobs holding an allocation."""
+        return [j for j in self.jobs if j.state in {"RUNNING", "COMPLETING", "CONFIGURING"}]
+
+    @property
+    def pending_jobs(self) -> list[RunJob]:
+        """Jobs waiting to start."""
+        return [j for j in self.jobs if j.state == "PENDING"]
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What SLURM said, gathered once for one view."""
+
+    user: str
+    now: datetime
+    queue: Answer[list[queries.Job]]
+    config: Answer[dict[str, str]]
+    nodes: Answer[list[queries.Node]]
+    limits: Answer[queries.Limits]
+    others: Answer[list[queries.Job]] | None
+    probe_detail: Answer[dict[str, str]] | None
+    probe_starts: dict[int, Answer[datetime]]
+    reservations: Answer[list[queries.Reservation]] | None = None
+
+
+# ----------------------------------------------------------------------------- gather
+
+
+def run_jobs(
+    run_dir: Path, queue: list[queries.Job], submitter: inflight.Submitter | None
+) -> dict[str, tuple[queries.Job, tuple[int, ...]]]:
+    """The run's live jobs (job id -> job, shards), from claims and the queue."""
+    by_id = {j.id: j for j in queue}
+    out: dict[str, tuple[queries.Job, tuple[int, ...]]] = {}
+    if submitter is not None:
+        for job, shards in inflight.queued_shards(run_dir, submitter, queue).items():
+            out[job.id] = (job, tuple(shards))
+    for shard, claim in claims.read_claims(run_dir).items():
+        job = by_id.get(claim.slurm_job_id or "")
+        if job is not None and job.id not in out:
+            out[job.id] = (job, (shard,))
+    return out
+
+
+def gather(run_dir: Path, *, timeout: float = command.DEFAULT_TIMEOUT) -> Facts:
+    """Ask SLURM what the view needs (the walltime probe only when a job pends)."""
+    user = queries.current_user()
+    queue = queries.jobs(user, timeout=timeout)
+    cfg = queries.config(timeout=timeout)
+    accounting = cfg.ok and queries.accounting_enabled(cfg.value or {})
+    limits: Answer[queries.Limits] = (
+        queries.limits(user, timeout=timeout)
+        if accounting or not cfg.ok
+        else Answer(None, "accounting is off: the submit cap is unknown", "failed")
+    )
+    nodes = queries.nodes(timeout=timeout)
+    mine = run_jobs(run_dir, queue.value or [], inflight.Submitter.recorded(run_dir))
+    pending = sorted(
+        (j for j, _ in mine.values() if j.pending),
+        key=lambda j: (j.submit_time or datetime.max, _int(j.id)),
+    )
+    detail = None
+    starts: dict[int, Answer[datetime]] = {}
+    windows = None
+    if pending:
+        windows = queries.reservations(timeout=timeout)
+        oldest = pending[0]
+        detail = queries.job_detail(oldest.id, timeout=timeout)
+        if detail.ok and detail.value:
+            shards = len(mine[oldest.id][1]) or 1
+            request = detail.value
+
+            def ask(minutes: int) -> Answer[datetime]:
+                if minutes not in starts:
+                    starts[minutes] = queries.test_only(
+                        walltime_probe.test_only_options(request, minutes), timeout=timeout
+                    )
+                return starts[minutes]
+
+            asked = walltime_probe.probe_minutes(oldest.time_limit_minutes, shards)
+            walltime_probe.longest_starting_now(ask, asked, datetime.now())
+    others = None
+    private = cfg.ok and "jobs" in queries.private_data(cfg.value or {})
+    parts = sorted({p for j, _ in mine.values() for p in j.partition.split(",") if p})
+    if parts and not private:
+        reply = command.run(
+            ["squeue", "-h", "-t", "PD,R", "-p", ",".join(parts), "-o", "%u|%T"],
+            timeout=timeout,
+        )
+        others = (
+            Answer(
+                [
+                    _stub(r["user"], r["state"])
+                    for r in command.rows(reply.stdout, ("user", "state"))
+                    if r["user"] != user
+                ]
+            )
+            if reply.ok
+            else Answer(None, reply.problem, reply.kind)
+        )
+    return Facts(user, datetime.now(), queue, cfg, nodes, limits, others, detail, starts, windows)
+
+
+def _stub(user: str, state: str) -> queries.Job:
+    return queries.Job(
+        "", state, "", user, "", None, None, None, None, "", "", "", "", "", "", "", "", ""
+    )
+
+
+def _int(text: str) -> int:
+    m = re.match(r"\d+", text)
+    return int(m.group(0)) if m else 0
+
+
+# ----------------------------------------------------------------------------- build
+
+
+def build(run_dir: Path, facts: Facts) -> Status:
+    """The status view of ``run_dir`` from ``facts`` (reads only the run directory)."""
+    now = facts.now
+    notes: list[str] = []
+    submitter = inflight.Submitter.recorded(run_dir)
+    queue = facts.queue.value or []
+    if not facts.queue.ok:
+        notes.append(f"squeue did not answer ({facts.queue.problem}): jobs unknown")
+    if submitter is None:
+        notes.append(
+            f"no {inflight.WORKFLOW_JSON} in {run_dir / claims.CLAIMS_DIR}: only running shards "
+            "(claims) are matched; run snakemake once with this version to record the workflow"
+        )
+    mine = run_jobs(run_dir, queue, submitter)
+    jobs = tuple(
+        RunJob(
+            id=j.id,
+            state=j.state,
+            reason=j.reason,
+            shards=shards,
+            gpus=j.gpus,
+            gpu_types=queries.gpu_types(j.tres_alloc or j.tres_per_job),
+            partition=j.partition,
+            time_limit_minutes=j.time_limit_minutes,
+            submitted=j.submit_time.isoformat() if j.submit_time else "",
+            started=j.start_time.isoformat() if j.start_time and j.running else "",
+            nodes=j.nodes,
+        )
+        for j, shards in sorted(mine.values(), key=lambda x: _int(x[0].id))
+    )
+    done = markers.done_shards(run_dir)
+    flight = inflight.find(run_dir, submitter, done=done, queue=facts.queue)
+
+    # pending reasons, most jobs first
+    groups: dict[str, list[RunJob]] = {}
+    for j in jobs:
+        if j.state == "PENDING":
+            groups.setdefault(j.reason or "(none)", []).append(j)
+    pending = tuple(
+        {
+            "reason": reason,
+            "jobs": [j.id for j in js],
+            "shards": sum(len(j.shards) for j in js),
+            **{k: v for k, v in asdict(explain(reason)).items() if k != "reason"},
+        }
+        for reason, js in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    )
+
+    # submit slots
+    limits = facts.limits.value if facts.limits.ok else None
+    accounts = Counter(j.account for j, _ in mine.values())
+    qoses = Counter(j.qos for j, _ in mine.values())
+    account = accounts.most_common(1)[0][0] if accounts else None
+    if account is None and limits is not None:
+        account = limits.default_account or None
+    qos = qoses.most_common(1)[0][0] if qoses else None
+    cap, source = cluster_check.submit_cap(account, qos, limits)
+    if limits is None:
+        source = f"unknown ({facts.limits.problem})"
+
+    # progress
+    state = coverage.load_state(run_dir)
+    gpus_running = sum(j.gpus for j in jobs if j.state in {"RUNNING", "COMPLETING"})
+    cov = coverage.compute(state, gpus=max(gpus_running, 1))
+    finished = state.markers.finished_at[np.isfinite(state.markers.finished_at)]
+    last = float(finished.max()) if finished.size else None
+    hour_ago = now.timestamp() - 3600
+    eta = cov.eta.seconds if cov.eta is not None and gpus_running else None
+    progress = Progress(
+        shards_done=cov.shards_done,
+        shards_total=cov.shards_total,
+        last_finished=datetime.fromtimestamp(last).isoformat(timespec="seconds") if last else None,
+        seconds_since_last=round(now.timestamp() - last, 1) if last else None,
+        finished_last_hour=int((finished >= hour_ago).sum()),
+        gpus_running=gpus_running,
+        eta_seconds=round(eta, 1) if eta is not None else None,
+    )
+
+    # nodes of the run's partitions that cannot run jobs
+    parts = {p for j in jobs for p in j.partition.split(",") if p}
+    bad: dict[str, dict[str, str]] = {}
+    if facts.nodes.ok:
+        for n in facts.nodes.value or []:
+            if (not parts or n.partition in parts) and not n.usable and n.name not in bad:
+                bad[n.name] = {
+                    "node": n.name,
+                    "state": n.state,
+                    "reason": n.reason,
+                    "since": n.reason_time,
+                    "gres": n.gres,
+                }
+    else:
+        notes.append(f"sinfo did not answer ({facts.nodes.problem})")
+
+    others = None
+    if facts.config.ok and "jobs" in queries.private_data(facts.config.value or {}):
+        notes.append(
+            "other users' jobs are hidden (PrivateData=jobs): how many jobs are ahead of "
+            "yours is unknown"
+        )
+    elif facts.others is not None and facts.others.ok:
+        c = Counter(j.state for j in facts.others.value or [])
+        others = {"pending": c.get("PENDING", 0), "running": c.get("RUNNING", 0)}
+
+    main = _main_process(submitter)
+    return Status(
+        run_dir=str(run_dir),
+        generated_at=now.isoformat(timespec="seconds"),
+        user=facts.user,
+        main_process=main,
+        jobs=jobs,
+        user_jobs=len(queue) if facts.queue.ok else None,
+        submit_cap=cap,
+        cap_source=source,
+        pending=pending,
+        probe=_probe(facts, mine, now),
+        progress=progress,
+        in_flight=flight,
+        nodes=tuple(bad.values()),
+        others=others,
+        notes=tuple(notes) + flight.notes,
+    )
+
+
+def _main_process(submitter: inflight.Submitter | None) -> dict[str, Any]:
+    if submitter is None:
+        return {"host": None, "pid": None, "alive": None, "since": None}
+    alive: bool | None = None
+    if submitter.host == claims.hostname() and submitter.pid:
+        alive = claims.process_alive(submitter.pid, None)
+    return {
+        "host": submitter.host,
+        "pid": submitter.pid,
+        "alive": alive,
+        "since": inflight.local_time(submitter.started_at),
+    }
+
+
+def _probe(
+    facts: Facts, mine: dict[str, tuple[queries.Job, tuple[int, ...]]], now: datetime
+) -> Probe | None:
+    """The walltime probe of the oldest pending job of the run, if one pends."""
+    pending = sorted(
+        (j for j, _ in mine.values() if j.pending),
+        key=lambda j: (j.submit_time or datetime.max, _int(j.id)),
+    )
+    if not pending:
+        return None
+    oldest = pending[0]
+    return walltime_probe.probe(
+        oldest,
+        len(mine[oldest.id][1]) or 1,
+        facts.probe_starts if facts.probe_detail is not None else {},
+        reservations=facts.reservations,
+        nodes=facts.nodes,
+        now=now,
+    )
+
+
+# ----------------------------------------------------------------------------- output
+
+
+def to_dict(status: Status) -> dict[str, Any]:
+    """The JSON document (schema: docs/schemas/cluster-status.schema.json)."""
+    return {
+        "format_version": 1,
+        "command": "cluster status",
+        "run_dir": status.run_dir,
+        "generated_at": status.generated_at,
+        "user": status.user,
+        "main_process": status.main_process,
+        "counts": {
+            "running": len(status.running),
+            "pending": len(status.pending_jobs),
+            "gpus_in_use": sum(j.gpus for j in status.running),
+        },
+        "gpus_in_use": _gpu_usage(status),
+        "submit_slots": {
+            "run": len(status.jobs),
+            "user": status.user_jobs,
+            "cap": status.submit_cap,
+            "cap_source": status.cap_source,
+        },
+        "jobs": [{**asdict(j), "shards": list(j.shards)} for j in status.jobs],
+        "pending_reasons": [dict(p) for p in status.pending],
+        "walltime_probe": (
+            None
+            if status.probe is None
+            else {**asdict(status.probe), "rows": [asdict(r) for r in status.probe.rows]}
+        ),
+        "progress": asdict(status.progress),
+        "in_flight": status.in_flight.to_dict(),
+        "unavailable_nodes": [dict(n) for n in status.nodes],
+        "other_users": status.others,
+        "notes": list(status.notes),
+    }
+
+
+def _gpu_usage(status: Status) -> list[dict[str, Any]]:
+    usage: Counter[tuple[str, str]] = Counter()
+    for j in status.running:
+        for kind, n in (j.gpu_types or {"gpu": j.gpus}).items():
+            if n:
+                usage[(j.partition, kind)] += n
+    return [{"partition": p, "type": t, "gpus": n} for (p, t), n in sorted(usage.items())]
+
+
+def _ago(seconds: float | None) -> str:
+    return "never" if seconds is None else f"{format_duration(seconds)} ago"
+
+
+def format_table(status: Status) -> str:
+    """The plain-text view (also what --watch redraws)."""
+    lines = [f"cluster status of {status.run_dir} at {status.generated_at} (user {status.user})"]
+    m = status.main_process
+    if m["pid"]:
+        alive = {True: "running", False: "GONE", None: "on another host: cannot check"}[m["alive"]]
+        extra = (
+            " (run snakemake again: shards that live jobs still hold are not submitted twice)"
+            if m["alive"] is False
+            else ""
+        )
+        lines.append(
+            f"main process  pid {m['pid']} on {m['host']} since {m['since']}: {alive}{extra}"
+        )
+    cap = (
+        f"of cap {status.submit_cap:,} ({status.cap_source})"
+        if status.submit_cap is not None
+        else f"(submit cap: {status.cap_source})"
+    )
+    user_jobs = "?" if status.user_jobs is None else f"{status.user_jobs:,}"
+    lines.append(
+        f"jobs          {len(status.running)} running, {len(status.pending_jobs)} pending "
+        f"(this run); submit slots: run {len(status.jobs)}, you {user_jobs} {cap}"
+    )
+    usage = _gpu_usage(status)
+    gpus = sum(u["gpus"] for u in usage)
+    lines.append(
+        f"GPUs in use   {gpus}"
+        + (
+            ": " + ", ".join(f"{u['partition']} {u['type']} x{u['gpus']}" for u in usage)
+            if usage
+            else ""
+        )
+    )
+    p = status.progress
+    eta = (
+        f"ETA {format_duration(p.eta_seconds)} at the {p.gpus_running} GPU(s) running now"
+        if p.eta_seconds is not None
+        else ("no ETA: no GPU of this run is running" if p.shards_done < p.shards_total else "")
+    )
+    lines.append(
+        f"shards        {p.shards_done:,} / {p.shards_total:,} done; last finished "
+        f"{_ago(p.seconds_since_last)}; {p.finished_last_hour:,} in the last hour; {eta}"
+    )
+    if status.others is not None:
+        lines.append(
+            f"other users   {status.others['pending']:,} pending, {status.others['running']:,} "
+            "running in these partitions"
+        )
+    listed = {s for j in status.jobs for s in j.shards}
+    if set(status.in_flight.shards) - listed:  # shards of local processes or unlisted jobs
+        lines += ["", *status.in_flight.lines(notes=False, planning=False)]
+    if status.jobs:
+        pw = max(len("partition"), *(len(j.partition) for j in status.jobs))
+        lines += [
+            "",
+            f"{'job':<9} {'state':<10} {'shards':<13} GPUs  {'limit':<7} {'partition':<{pw}}  "
+            "started / pending reason",
+        ]
+        for j in status.jobs:
+            tail = j.reason if j.state == "PENDING" else f"{j.started or j.submitted} on {j.nodes}"
+            limit = f"{j.time_limit_minutes}m" if j.time_limit_minutes else "?"
+            lines.append(
+                f"{j.id:<9} {j.state:<10} {ranges.compress(list(j.shards)):<13} {j.gpus:>4}  "
+                f"{limit:<7} {j.partition:<{pw}}  {tail}"
+            )
+    if status.pending:
+        lines += ["", "pending, by reason"]
+        for g in status.pending:
+            lines.append(f"  {len(g['jobs'])} job(s), {g['shards']} shard(s): {g['reason']}")
+            lines.append(f"      {g['meaning']}")
+            lines.append(f"      do: {g['action']}")
+    if status.probe is not None:
+        pr = status.probe
+        lines += [
+            "",
+            f"would a shorter walltime start now? (oldest pending job {pr.job_id}, "
+            f"{pr.shards} shard(s), submitted {pr.submitted}; sbatch --test-only and the "
+            "visible maintenance windows, nothing submitted)",
+        ]
+        for r in pr.rows:
+            when = (
+                "now"
+                if r.starts_now
+                else (r.start.replace("T", " ") if r.start else f"? {r.problem}")
+            )
+            origin = f"  [{r.source}]" if r.source != walltime_probe.ProbeRow.source else ""
+            lines.append(f"  {r.minutes:>6} min  ({r.label:<23})  expected start: {when}{origin}")
+        lines.append(f"  => {pr.advice}")
+    if status.nodes:
+        lines += ["", "nodes that cannot run jobs (sinfo -R)"]
+        for n in status.nodes:
+            since = f" since {n['since']}" if n["since"] else ""
+            lines.append(
+                f"  {n['node']:<12} {n['state']:<10} reason: {n['reason'] or 'none given'}{since}"
+            )
+    if status.notes:
+        lines += ["", *[f"note: {n}" for n in status.notes]]
+    return "\n".join(lines)

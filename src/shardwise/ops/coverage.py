@@ -1,0 +1,562 @@
+"""What is done and what is left, per category: the run's coverage report.
+
+Inputs are the run directory's files (docs/ARCHITECTURE.md): ``run.json``,
+``plan.parquet``, the shard markers ``shards/<shard>.done`` and, when available, the
+per-file ``<rel>.stats.json`` and ``<rel>.done`` under the output root.
+
+Split in two so the arithmetic is testable without a file system:
+
+* :func:`load_state` does all I/O, and as little as possible: one Parquet read, one
+  directory listing of ``shards/`` (never a stat per shard), one small read per *done*
+  shard marker, and one recursive listing of a local output root for the stats.
+* :func:`compute` is pure and vectorised (numpy over the plan's rows); formatting is
+  pure too, in :mod:`shardwise.ops.coverage_format`.
+
+"Done" means what Snakemake means: a shard is done when its marker exists, whether or
+not it had files (``prepare_run`` marks empty shards done). A file is done when its
+shard is done or its own ``<rel>.done`` marker exists; a task when all its files are.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from shardwise.errors import InputError, RunMismatchError
+from shardwise.run import failures, quarantine, ranges, throughput
+from shardwise.run import plan as run_plan
+from shardwise.run.markers import done_shards
+
+__all__ = ["CategoryCoverage", "Coverage", "RunState", "compute", "load_state"]
+
+#: Two-sided 99% normal quantile used by the skew flag.
+SKEW_Z = 2.576
+#: Categories with fewer tasks are never flagged: too noisy to say anything.
+SKEW_MIN_TASKS = 50
+#: Category name for files the ``category_regex`` does not match.
+UNMATCHED = "(unmatched)"
+
+
+# ----------------------------------------------------------------------------- state
+
+
+@dataclass(frozen=True, eq=False)
+class ShardMarkers:
+    """Contents of the done shard markers, as columns (NaN where a field is absent)."""
+
+    shard: np.ndarray  # int64, ascending
+    docs: np.ndarray  # float64
+    files: np.ndarray  # float64
+    finished_at: np.ndarray  # float64, POSIX seconds
+    #: Per-file throughput fields the markers carry (``file_stats``), as stats dicts.
+    file_stats: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True, eq=False)
+class RunState:
+    """Everything :func:`compute` and the report need, read once from disk.
+
+    ``stats`` is None when no stats were available (remote output without a reader);
+    ``output_markers`` is None when the per-file markers were not listed, in which case
+    only whole shards count as done.
+    """
+
+    run_dir: Path
+    name: str
+    total_shards: int
+    minimum_shard_index: int
+    output_uri: str | None
+    plan: pa.Table  # plan.SCHEMA, one row per source file
+    done_shards: np.ndarray  # int64, sorted shard numbers with a marker, within range
+    markers: ShardMarkers
+    failing_shards: np.ndarray  # int64, shards with failure records and no marker
+    stats: throughput.StatsTable | None
+    output_markers: frozenset[str] | None
+    quarantined: dict[str, quarantine.Entry] = field(default_factory=dict)
+    unreadable_markers: tuple[str, ...] = ()  # markers that vouch for nothing (not done)
+
+
+def read_run_json(run_dir: Path) -> dict[str, Any]:
+    """``run.json`` as a dict, with a message that says what to do when it is absent."""
+    path = run_dir / "run.json"
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+        int(meta["total_shards"])
+        int(meta["minimum_shard_index"])
+    except FileNotFoundError:
+        msg = (
+            f"{path} not found: pass the original run directory "
+            "(the one holding run.json, plan.parquet and shards/)"
+        )
+        raise RunMismatchError(msg) from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        msg = f"{path} is not a shardwise run.json: {exc!r}"
+        raise RunMismatchError(msg) from exc
+    return meta
+
+
+def read_plan(run_dir: Path) -> pa.Table:
+    """``plan.parquet`` in one chunk (the vectorised code below indexes it directly)."""
+    try:
+        return run_plan.load(run_dir).combine_chunks()
+    except InputError as exc:
+        raise RunMismatchError(str(exc)) from exc
+
+
+def _read_markers(shards_dir: Path, done: np.ndarray) -> tuple[ShardMarkers, list[int]]:
+    """Read the JSON of each done shard marker (small files), and which are unreadable.
+
+    A marker that is not a JSON object vouches for nothing: its shard is not done.
+    """
+    docs = np.full(done.size, np.nan)
+    files = np.full(done.size, np.nan)
+    finished = np.full(done.size, np.nan)
+    readable = np.ones(done.size, dtype=bool)
+    rows: list[dict[str, Any]] = []
+    for i, shard in enumerate(done.tolist()):
+        try:
+            body = json.loads((shards_dir / f"{shard}.done").read_bytes())
+        except (OSError, ValueError):
+            body = None
+        if not isinstance(body, dict):
+            readable[i] = False
+            continue
+        docs[i] = throughput._number(body.get("docs"))
+        files[i] = throughput._number(body.get("files"))
+        finished[i] = throughput.parse_time(body.get("finished_at"))
+        per_file = body.get("file_stats")
+        if isinstance(per_file, dict):
+            rows += [{**v, "file": k, "shard": shard} for k, v in per_file.items()
+                     if isinstance(v, dict)]  # fmt: skip
+    markers = ShardMarkers(
+        shard=done[readable],
+        docs=docs[readable],
+        files=files[readable],
+        finished_at=finished[readable],
+        file_stats=tuple(rows),
+    )
+    return markers, done[~readable].tolist()
+
+
+def _readable_file_markers(
+    root: Path, names: set[str], plan: pa.Table, done_shards: np.ndarray
+) -> tuple[set[str], list[str]]:
+    """Per-file markers that parse, among those of shards not done (the ones that count).
+
+    A done shard's marker vouches for its files; only the few markers of unfinished
+    shards are read, so a finished 56k-file run costs nothing here.
+    """
+    if not names:
+        return names, []
+    files = plan["file"]
+    candidates = pc.is_in(files, value_set=pa.array(sorted(names), pa.string()))
+    open_shard = ~np.isin(plan["shard"].to_numpy(), done_shards)
+    wanted = files.filter(pa.array(candidates.to_numpy(zero_copy_only=False) & open_shard))
+    bad = []
+    for rel in wanted.to_pylist():
+        try:
+            body = json.loads((root / f"{rel}.done").read_bytes())
+        except (OSError, ValueError):
+            body = None
+        if not isinstance(body, dict):
+            bad.append(rel)
+    return names - set(bad), bad
+
+
+def _walk_output(root: Path) -> tuple[list[str], set[str]]:
+    """One recursive scandir: paths of ``*.stats.json`` and relative paths with ``.done``.
+
+    Hidden names (atomic-write temp files) are skipped.
+    """
+    stats_paths: list[str] = []
+    done: set[str] = set()
+    stack = [(str(root), "")]
+    while stack:
+        directory, prefix = stack.pop()
+        try:
+            with os.scandir(directory) as entries:
+                for entry in entries:
+                    name = entry.name
+                    if name.startswith("."):
+                        continue
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append((entry.path, f"{prefix}{name}/"))
+                    elif name.endswith(".stats.json"):
+                        stats_paths.append(entry.path)
+                    elif name.endswith(".done"):
+                        done.add(f"{prefix}{name[: -len('.done')]}")
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+    return stats_paths, done
+
+
+def _read_files(paths: Iterable[str]) -> Iterator[bytes]:
+    """Raw bytes of each path; a file that vanished since the listing is skipped."""
+    for path in paths:
+        try:
+            with open(path, "rb") as fh:  # noqa: PTH123 - hot loop: Path() costs 2 us a file
+                yield fh.read()
+        except OSError:
+            continue
+
+
+def local_output_root(output_uri: str | None) -> Path | None:
+    """The output root as a local path, or None for remote URLs and absent values."""
+    if not output_uri:
+        return None
+    if "://" in output_uri and not output_uri.startswith("file://"):
+        return None
+    return Path(output_uri.removeprefix("file://"))
+
+
+def load_state(
+    run_dir: Path,
+    *,
+    read_stats: Callable[[], Iterable[dict[str, Any]]] | None = None,
+    output_markers: set[str] | None = None,
+) -> RunState:
+    """Read a run directory (and a local output root) into a :class:`RunState`.
+
+    ``read_stats`` yields the stats dicts; pass it for remote output (the caller owns
+    the storage client) or ``lambda: ()`` to skip stats when only counts are needed
+    (the dry-run printout). When it is None and ``run.json``'s ``output_uri`` is a
+    local path, the output root is listed once and its ``*.stats.json`` read; the same
+    listing supplies the per-file ``.done`` markers unless ``output_markers`` is given.
+    """
+    run_dir = Path(run_dir)
+    meta = read_run_json(run_dir)
+    total = int(meta["total_shards"])
+    minimum = int(meta["minimum_shard_index"])
+    plan = read_plan(run_dir)
+    listed = np.array(sorted(done_shards(run_dir)), dtype=np.int64)
+    done = listed[(listed >= minimum) & (listed < minimum + total)]
+    markers, bad_shards = _read_markers(run_dir / "shards", done)
+    done = markers.shard
+    unreadable = [str(run_dir / "shards" / f"{shard}.done") for shard in bad_shards]
+    failing = failures.failing_shards(run_dir, done)
+
+    output_uri = meta.get("output_uri")
+    output_uri = str(output_uri) if output_uri else None
+    stats: throughput.StatsTable | None = None
+    # Files whose shard marker carries their throughput: their stats are not read.
+    in_markers = {row["file"] for row in markers.file_stats}
+    if read_stats is not None:
+        stats = throughput.stats_table(read_stats())
+    else:
+        root = local_output_root(output_uri)
+        if root is not None:
+            if not root.is_absolute() and not root.exists():
+                # Relative output roots are relative to the Snakemake working directory,
+                # which is usually the run directory's parent.
+                root = run_dir.parent / root
+            paths, done_files = _walk_output(root)
+            if in_markers:
+                cut = len(str(root)) + 1
+                paths = [p for p in paths if p[cut : -len(".stats.json")] not in in_markers]
+            stats = throughput.stats_from_json(_read_files(paths))
+            if output_markers is None:
+                output_markers, bad_files = _readable_file_markers(root, done_files, plan, done)
+                unreadable += [str(root / f"{rel}.done") for rel in bad_files]
+    if markers.file_stats:
+        from_markers = throughput.stats_table(markers.file_stats)
+        stats = from_markers if stats is None else throughput.concat(stats, from_markers)
+    if stats is not None:
+        stats = stats.with_bytes(_plan_values(plan, stats.file, "size"))
+    return RunState(
+        run_dir=run_dir,
+        name=str(meta.get("name") or run_dir.resolve().name),
+        total_shards=total,
+        minimum_shard_index=minimum,
+        output_uri=output_uri,
+        plan=plan,
+        done_shards=done,
+        markers=markers,
+        failing_shards=failing,
+        stats=stats if stats is not None and len(stats) else None,
+        output_markers=frozenset(output_markers) if output_markers is not None else None,
+        quarantined=quarantine.load(run_dir),
+        unreadable_markers=tuple(unreadable),
+    )
+
+
+def _plan_index(plan: pa.Table, files: np.ndarray) -> np.ndarray:
+    """Row of each file in the plan, -1 when the file is not in the plan."""
+    idx = pc.index_in(pa.array(files.tolist(), pa.string()), value_set=plan["file"])
+    return idx.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def _plan_values(plan: pa.Table, files: np.ndarray, column: str) -> np.ndarray:
+    """``plan[column]`` for each file as float64, NaN for files not in the plan."""
+    idx = _plan_index(plan, files)
+    out = np.full(idx.size, np.nan)
+    known = idx >= 0
+    out[known] = plan[column].to_numpy().astype(np.float64)[idx[known]]
+    return out
+
+
+# ----------------------------------------------------------------------------- compute
+
+
+@dataclass(frozen=True)
+class CategoryCoverage:
+    """Completion of one category, in tasks."""
+
+    name: str
+    tasks_total: int
+    tasks_done: int
+    percent: float
+    flagged: bool
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """The coverage report; every count is exact, percentages are 0-100."""
+
+    name: str
+    run_dir: str
+    total_shards: int
+    minimum_shard_index: int
+    shards_total: int
+    shards_done: int  # shards with a marker (empty shards included once marked)
+    shards_empty: int  # shards without files in the plan
+    shards_remaining: int  # shards_total - shards_done
+    shards_failing: int  # not done, with failure records
+    tasks_total: int
+    tasks_done: int
+    files_total: int
+    files_done: int
+    bytes_total: int
+    bytes_done: int
+    docs_done: int
+    tokens_done: int | None  # None without stats
+    categories: tuple[CategoryCoverage, ...]  # least covered first
+    incomplete_shards: str  # range expression
+    skew_flagged: tuple[str, ...]
+    overall_percent: float  # tasks_done / tasks_total
+    throughput: throughput.Throughput | None
+    eta: throughput.Eta | None
+    files_quarantined: int = 0
+    tasks_quarantined: int = 0
+    quarantined: tuple[quarantine.Entry, ...] = ()  # left out on purpose, with reasons
+    data_quality: dict[str, int] = field(default_factory=dict)  # totals over labelled files
+    unreadable_markers: tuple[str, ...] = ()
+
+    @property
+    def shards_percent(self) -> float:
+        """Shards done as a percentage."""
+        return _percent(self.shards_done, self.shards_total)
+
+    @property
+    def files_percent(self) -> float:
+        """Files done as a percentage."""
+        return _percent(self.files_done, self.files_total)
+
+
+def _percent(done: float, total: float) -> float:
+    return 100.0 * done / total if total else 100.0
+
+
+def categorize(files: pa.Array | pa.ChunkedArray, category_regex: str) -> pa.Array:
+    """Category of each file by ``category_regex``: first group, else the whole match."""
+    pattern = re.compile(category_regex)
+    out: list[str] = []
+    for rel in files.to_pylist():
+        match = pattern.search(rel)
+        if match is None:
+            out.append(UNMATCHED)
+        else:
+            out.append(match.group(1) if pattern.groups else match.group(0))
+    return pa.array(out, pa.string())
+
+
+def skew_flags(
+    done: np.ndarray, total: np.ndarray, overall: float, effective_n: np.ndarray | None = None
+) -> np.ndarray:
+    """Which categories deviate from ``overall`` by more than a binomial 99% interval.
+
+    With failures spread at random, each category's completion is a binomial sample of
+    the overall rate, so it lies within ``z * sqrt(p(1-p)/n)`` of ``p`` 99% of the time;
+    a category outside it is failing *systematically* (bad encoding, a broken
+    directory). Categories with fewer than 50 tasks are never flagged.
+
+    ``effective_n`` replaces ``n`` in the interval (default: the task counts). Mid-run,
+    whole shards are done or not, so a category with several tasks in one shard moves in
+    clusters; :func:`effective_tasks` gives the ``n`` that keeps the 99% promise then.
+    """
+    total = np.asarray(total, dtype=np.float64)
+    n = total if effective_n is None else np.asarray(effective_n, dtype=np.float64)
+    frac = np.divide(done, total, out=np.zeros_like(total), where=total > 0)
+    half_width = SKEW_Z * np.sqrt(overall * (1.0 - overall) / np.maximum(n, 1.0))
+    return (total >= SKEW_MIN_TASKS) & (np.abs(frac - overall) > half_width)
+
+
+def effective_tasks(
+    task_category: np.ndarray, task_shard: np.ndarray, n_categories: int
+) -> np.ndarray:
+    """Kish effective sample size per category when shards are the unit of completion.
+
+    ``n_eff = n^2 / sum_s n_s^2`` over the shards ``s`` holding ``n_s`` of the
+    category's tasks: equal to ``n`` when no shard holds two of them (the usual case,
+    and then the flag is exactly the binomial rule), smaller when a large category has
+    several tasks per shard, which would otherwise be flagged by chance on a run that
+    is merely half way.
+    """
+    if task_category.size == 0:
+        return np.zeros(n_categories)
+    shard_span = int(task_shard.max()) + 1
+    keys = task_category.astype(np.int64) * shard_span + task_shard
+    unique_keys, per_shard = np.unique(keys, return_counts=True)
+    squares = np.bincount(
+        unique_keys // shard_span,
+        weights=per_shard.astype(np.float64) ** 2,
+        minlength=n_categories,
+    )
+    counts = np.bincount(task_category, minlength=n_categories).astype(np.float64)
+    return np.divide(counts**2, squares, out=np.zeros(n_categories), where=squares > 0)
+
+
+def compute(state: RunState, *, category_regex: str | None = None, gpus: int = 1) -> Coverage:
+    """Coverage of ``state``: pure, vectorised over the plan rows.
+
+    ``category_regex`` re-derives categories from the file paths (first capture group,
+    else the whole match) instead of the plan's ``category`` column. ``gpus`` only
+    scales the ETA.
+    """
+    plan = state.plan
+    total, minimum = state.total_shards, state.minimum_shard_index
+    n_files = plan.num_rows
+
+    shard = plan["shard"].to_numpy().astype(np.int64)
+    size = plan["size"].to_numpy().astype(np.int64)
+    rel_shard = shard - minimum
+    in_range = (rel_shard >= 0) & (rel_shard < total)
+    shard_done = np.zeros(total, dtype=bool)
+    shard_done[state.done_shards - minimum] = True
+    file_done = np.zeros(n_files, dtype=bool)
+    file_done[in_range] = shard_done[rel_shard[in_range]]
+    if state.output_markers:
+        marked = pc.is_in(
+            plan["file"], value_set=pa.array(sorted(state.output_markers), pa.string())
+        )
+        file_done |= marked.to_numpy(zero_copy_only=False)
+    # Quarantined files are left out of the run: never done, never left to do.
+    file_quarantined = np.zeros(n_files, dtype=bool)
+    if state.quarantined:
+        file_quarantined = pc.is_in(
+            plan["file"], value_set=pa.array(sorted(state.quarantined), pa.string())
+        ).to_numpy(zero_copy_only=False)
+        file_done &= ~file_quarantined
+
+    # Tasks: a task is done when none of its files is left.
+    task_codes = run_plan.dictionary(plan["task_id"])[1]
+    n_tasks = int(task_codes.max()) + 1 if n_files else 0
+    files_left = np.bincount(task_codes, weights=~file_done, minlength=n_tasks)
+    task_done = files_left == 0
+    task_quarantined = np.bincount(task_codes, weights=file_quarantined, minlength=n_tasks) > 0
+
+    # Categories, per task (the category of the task's first file).
+    categories = (
+        plan["category"] if category_regex is None else categorize(plan["file"], category_regex)
+    )
+    cat_names, cat_codes = run_plan.dictionary(categories.fill_null(""))
+    _, first_row = np.unique(task_codes, return_index=True)
+    task_cat = cat_codes[first_row] if n_tasks else np.zeros(0, np.int64)
+    cat_total = np.bincount(task_cat, minlength=len(cat_names))
+    cat_done = np.bincount(task_cat, weights=task_done, minlength=len(cat_names)).astype(int)
+    tasks_done = int(task_done.sum())
+    overall = tasks_done / n_tasks if n_tasks else 1.0
+    task_shard = np.where(in_range, rel_shard, 0)[first_row] if n_tasks else task_cat
+    flags = skew_flags(
+        cat_done, cat_total, overall, effective_tasks(task_cat, task_shard, len(cat_names))
+    )
+    cats = sorted(
+        (
+            CategoryCoverage(
+                name=cat_names[i],
+                tasks_total=int(cat_total[i]),
+                tasks_done=int(cat_done[i]),
+                percent=_percent(int(cat_done[i]), int(cat_total[i])),
+                flagged=bool(flags[i]),
+            )
+            for i in range(len(cat_names))
+        ),
+        key=lambda c: (c.percent, -c.tasks_total, c.name),
+    )
+
+    # Docs: the shard marker is authoritative for a done shard; per-file stats fill in
+    # files done inside unfinished shards and markers without a docs count.
+    stats = state.stats
+    stat_docs = np.zeros(n_files)
+    stat_tokens = np.zeros(n_files)
+    if stats is not None:
+        idx = _plan_index(plan, stats.file)
+        known = idx >= 0
+        stat_docs[idx[known]] = np.nan_to_num(stats.docs[known])
+        stat_tokens[idx[known]] = np.nan_to_num(stats.tokens[known])
+    per_shard_stats = np.bincount(
+        rel_shard[in_range], weights=(stat_docs * file_done)[in_range], minlength=total
+    )
+    marker_docs = np.full(total, np.nan)
+    marker_docs[state.markers.shard - minimum] = state.markers.docs
+    per_shard = np.where(shard_done & np.isfinite(marker_docs), marker_docs, per_shard_stats)
+    docs_done = round(float(per_shard.sum()))
+    tokens_done = round(float((stat_tokens * file_done).sum())) if stats is not None else None
+
+    files_per_shard = np.bincount(rel_shard[in_range], minlength=total)
+    incomplete = np.flatnonzero(~shard_done) + minimum
+
+    quality: dict[str, int] = {}
+    if stats is not None:
+        idx = _plan_index(plan, stats.file)
+        counted = np.zeros(idx.size, dtype=bool)
+        counted[idx >= 0] = file_done[idx[idx >= 0]]
+        quality = throughput.quality_totals(stats, counted)
+
+    rates = throughput.summarize(stats) if stats is not None else None
+    remaining_bytes = int(size[~file_done & ~file_quarantined].sum())
+    estimate = None
+    if rates is not None and rates.overall is not None:
+        estimate = throughput.eta(remaining_bytes, rates, gpus, unit="bytes")
+        if estimate is None:
+            left = int((~file_done & ~file_quarantined).sum())
+            estimate = throughput.eta(left, rates, gpus, unit="files")
+
+    return Coverage(
+        name=state.name,
+        run_dir=str(state.run_dir),
+        total_shards=total,
+        minimum_shard_index=minimum,
+        shards_total=total,
+        shards_done=int(shard_done.sum()),
+        shards_empty=int((files_per_shard == 0).sum()),
+        shards_remaining=int(total - shard_done.sum()),
+        shards_failing=int(state.failing_shards.size),
+        tasks_total=n_tasks,
+        tasks_done=tasks_done,
+        files_total=n_files,
+        files_done=int(file_done.sum()),
+        bytes_total=int(size.sum()),
+        bytes_done=int(size[file_done].sum()),
+        docs_done=docs_done,
+        tokens_done=tokens_done,
+        categories=tuple(cats),
+        incomplete_shards=ranges.compress(incomplete.tolist()),
+        skew_flagged=tuple(c.name for c in cats if c.flagged),
+        overall_percent=100.0 * overall,
+        throughput=rates,
+        eta=estimate,
+        files_quarantined=int(file_quarantined.sum()),
+        tasks_quarantined=int(task_quarantined.sum()),
+        quarantined=tuple(sorted(state.quarantined.values(), key=lambda e: e.file)),
+        data_quality=quality,
+        unreadable_markers=state.unreadable_markers,
+    )

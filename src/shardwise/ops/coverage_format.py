@@ -1,0 +1,264 @@
+"""The coverage report as text: a table for terminals, Markdown, and the JSON document.
+
+Pure functions of a :class:`~shardwise.ops.coverage.Coverage`; nothing here reads a file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from typing import Any
+
+from shardwise.ops.coverage import CategoryCoverage, Coverage
+from shardwise.ops.text import format_duration, human_bytes, human_count
+from shardwise.run import throughput
+
+
+def to_dict(cov: Coverage) -> dict[str, Any]:
+    """The JSON document (schema in docs/coverage.md)."""
+    out: dict[str, Any] = {
+        "format_version": 1,
+        "name": cov.name,
+        "run_dir": cov.run_dir,
+        "total_shards": cov.total_shards,
+        "minimum_shard_index": cov.minimum_shard_index,
+        "shards_total": cov.shards_total,
+        "shards_done": cov.shards_done,
+        "shards_empty": cov.shards_empty,
+        "shards_remaining": cov.shards_remaining,
+        "shards_failing": cov.shards_failing,
+        "tasks_total": cov.tasks_total,
+        "tasks_done": cov.tasks_done,
+        "files_total": cov.files_total,
+        "files_done": cov.files_done,
+        "bytes_total": cov.bytes_total,
+        "bytes_done": cov.bytes_done,
+        "docs_done": cov.docs_done,
+        "tokens_done": cov.tokens_done,
+        "percent_done": round(cov.overall_percent, 3),
+        "incomplete_shards": cov.incomplete_shards,
+        "skew_flagged": list(cov.skew_flagged),
+        "categories": {
+            c.name: {
+                "tasks_total": c.tasks_total,
+                "tasks_done": c.tasks_done,
+                "percent": round(c.percent, 3),
+                "flagged": c.flagged,
+            }
+            for c in cov.categories
+        },
+    }
+    out["files_quarantined"] = cov.files_quarantined
+    out["tasks_quarantined"] = cov.tasks_quarantined
+    out["quarantined"] = [
+        {"file": e.file, "reason": e.reason, "at": e.at, "by": e.by} for e in cov.quarantined
+    ]
+    out["data_quality"] = dict(cov.data_quality)
+    out["unreadable_markers"] = list(cov.unreadable_markers)
+    if cov.throughput is not None and cov.throughput.overall is not None:
+        out["throughput"] = {
+            "overall": _rate_dict(cov.throughput.overall),
+            "devices": {d.device_name: _rate_dict(d) for d in cov.throughput.devices},
+        }
+    if cov.eta is not None:
+        out["eta"] = {
+            "seconds": round(cov.eta.seconds, 1),
+            "gpus": cov.eta.gpus,
+            "remaining": cov.eta.remaining,
+            "unit": cov.eta.unit,
+            "rate_per_gpu": cov.eta.rate_per_gpu,
+        }
+    return out
+
+
+def _rate_dict(rate: throughput.DeviceRate) -> dict[str, Any]:
+    def pct(p: throughput.Percentiles | None) -> dict[str, float] | None:
+        return None if p is None else {"p10": p.p10, "median": p.median, "p90": p.p90}
+
+    return {
+        "files": rate.files,
+        "gpu_seconds": rate.seconds,
+        "docs_per_s": pct(rate.docs_per_s),
+        "tokens_per_s": pct(rate.tokens_per_s),
+        "bytes_per_s": pct(rate.bytes_per_s),
+        "files_per_hour": _finite(rate.files_per_hour),
+        "docs_per_s_total": _finite(rate.docs_per_s_total),
+        "bytes_per_s_total": rate.bytes_per_s_total,
+    }
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def format_json(cov: Coverage) -> str:
+    """The report as indented JSON (stable key order, for diffing and scripts)."""
+    return json.dumps(to_dict(cov), indent=2)
+
+
+def summary_lines(cov: Coverage, *, max_expression: int = 160) -> list[str]:
+    """The headline lines shared by the table, markdown and HTML formats."""
+    lines = [
+        f"shards   {cov.shards_done:,} / {cov.shards_total:,} done ({cov.shards_percent:.1f}%)"
+        f"   {cov.shards_remaining:,} remaining   {cov.shards_empty:,} empty"
+        + (f"   {cov.shards_failing:,} failing" if cov.shards_failing else ""),
+        f"tasks    {cov.tasks_done:,} / {cov.tasks_total:,} ({cov.overall_percent:.1f}%)",
+        f"files    {cov.files_done:,} / {cov.files_total:,} ({cov.files_percent:.1f}%)"
+        f"   {human_bytes(cov.bytes_done)} / {human_bytes(cov.bytes_total)}",
+        f"labelled {human_count(cov.docs_done)} docs"
+        + (f"   {human_count(cov.tokens_done)} tokens" if cov.tokens_done is not None else ""),
+    ]
+    lines += quality_lines(cov.data_quality, cov.docs_done)
+    if cov.quarantined:
+        shown = "; ".join(f"{e.file} ({e.reason})" for e in cov.quarantined[:3])
+        more = f"; ... {len(cov.quarantined) - 3} more" if len(cov.quarantined) > 3 else ""
+        lines.append(
+            f"quarantined {cov.files_quarantined:,} file(s) left out of the run, not labelled: "
+            f"{shown}{more} (`shardwise quarantine --list`)"
+        )
+    if cov.unreadable_markers:
+        lines.append(
+            f"unreadable {len(cov.unreadable_markers):,} marker(s) count as not done "
+            f"(e.g. {cov.unreadable_markers[0]}); `shardwise verify --repair` clears them"
+        )
+    if cov.throughput is not None:
+        for dev in cov.throughput.devices:
+            docs = dev.docs_per_s
+            rate = (
+                f"{docs.median:,.0f} docs/s/GPU (p10 {docs.p10:,.0f}, p90 {docs.p90:,.0f})"
+                if docs
+                else "docs/s unknown"
+            )
+            lines.append(
+                f"rate     {dev.device_name}: {rate}, {dev.files_per_hour:,.1f} files/h/GPU"
+                f"  [{dev.files:,} files]"
+            )
+    if cov.eta is not None and cov.eta.remaining > 0:
+        left = (
+            human_bytes(cov.eta.remaining)
+            if cov.eta.unit == "bytes"
+            else f"{cov.eta.remaining:,.0f} files"
+        )
+        per = (
+            f"{human_bytes(cov.eta.rate_per_gpu)}/s"
+            if cov.eta.unit == "bytes"
+            else f"{cov.eta.rate_per_gpu * 3600:,.1f} files/h"
+        )
+        lines.append(
+            f"ETA      {format_duration(cov.eta.seconds)} on {cov.eta.gpus} GPU"
+            f"{'s' if cov.eta.gpus != 1 else ''} ({left} left at {per} per GPU)"
+        )
+    if cov.skew_flagged:
+        worst = ", ".join(f"{c.name} ({c.percent:.1f}%)" for c in cov.categories if c.flagged)
+        n = len(cov.skew_flagged)
+        lines.append(
+            f"skew     {n} categor{'y' if n == 1 else 'ies'}"
+            f" outside the 99% band of the overall {cov.overall_percent:.1f}%: {worst}"
+        )
+    if cov.incomplete_shards:
+        expr = cov.incomplete_shards
+        if len(expr) > max_expression:
+            cut = expr.rfind(",", 0, max_expression)
+            expr = (
+                expr[: cut if cut > 0 else max_expression]
+                + ",... (`shardwise retry-array` lists all)"
+            )
+        lines.append(f"left     shards {expr}")
+    else:
+        lines.append("left     nothing: every shard is done")
+    return lines
+
+
+#: Share of labelled documents without text above which the data line is flagged.
+NO_TEXT_WARN = 0.05
+
+
+def quality_lines(quality: dict[str, int], docs: int) -> list[str]:
+    """The data-quality line: what the labelled documents lacked, as counts and shares.
+
+    Without it, a run whose text field was missing in 30% of rows would look as clean as
+    any other: those documents were labelled, as empty text.
+    """
+    if not quality:
+        return []
+
+    def share(n: int) -> str:
+        return f" ({100 * n / docs:.1f}%)" if docs else ""
+
+    no_text = quality.get("missing_text", 0) + quality.get("null_texts", 0)
+    parts = []
+    if no_text:
+        parts.append(
+            f"{no_text:,} without text{share(no_text)}: {quality.get('missing_text', 0):,} "
+            f"missing the field, {quality.get('null_texts', 0):,} null"
+        )
+    pairs = (
+        ("non_string_texts", "non-string texts read as strings"),
+        ("missing_id", "missing the id field"),
+        ("null_ids", "null ids"),
+        ("duplicate_ids", "duplicate ids"),
+        ("missing_url", "missing the url field"),
+        ("null_urls", "null urls"),
+        ("invalid_utf8_lines", "JSONL lines with invalid UTF-8 (replaced)"),
+        ("invalid_utf8_values", "Parquet values with invalid UTF-8 (replaced)"),
+        ("utf8_bom_lines", "UTF-8 byte-order marks dropped"),
+        ("truncated_docs", "truncated at max_length"),
+    )
+    parts += [f"{quality[k]:,} {what}" for k, what in pairs if quality.get(k)]
+    line = "data     " + "; ".join(parts)
+    if docs and no_text / docs > NO_TEXT_WARN:
+        line += "  ! check input.text_field"
+    return [line]
+
+
+def _category_rows(cov: Coverage, limit: int) -> tuple[list[CategoryCoverage], str]:
+    """The least-covered ``limit`` categories plus every flagged one; a note on the rest.
+
+    A run can have thousands of categories; the least covered and the flagged ones are
+    the ones a person acts on.
+    """
+    shown = [c for i, c in enumerate(cov.categories) if i < limit or c.flagged]
+    hidden = [c for i, c in enumerate(cov.categories) if i >= limit and not c.flagged]
+    if not hidden:
+        return shown, ""
+    low = min(c.percent for c in hidden)
+    return shown, f"... {len(hidden):,} more categories, all at {low:.1f}% or more"
+
+
+def format_table(cov: Coverage, *, max_categories: int = 40) -> str:
+    """Plain-text report for terminals and the dry-run printout."""
+    lines = [f"coverage of run {cov.name} ({cov.run_dir})", *summary_lines(cov), ""]
+    shown, hidden = _category_rows(cov, max_categories)
+    width = max([len("category"), *(len(c.name) for c in shown)])
+    lines.append(f"{'category':<{width}}  {'done':>10}  {'tasks':>10}  {'%':>6}")
+    for c in shown:
+        flag = "  ! skew" if c.flagged else ""
+        counts = f"{c.tasks_done:>10,}  {c.tasks_total:>10,}  {c.percent:>5.1f}%"
+        lines.append(f"{c.name:<{width}}  {counts}{flag}")
+    if hidden:
+        lines.append(hidden)
+    return "\n".join(lines)
+
+
+def format_markdown(cov: Coverage, *, max_categories: int = 40) -> str:
+    """GitHub-flavoured Markdown, for issues and job summaries."""
+    out = [f"### Coverage of run `{cov.name}`", "", "```", *summary_lines(cov), "```", ""]
+    out += ["| category | done | tasks | % | skew |", "| --- | ---: | ---: | ---: | :---: |"]
+    shown, hidden = _category_rows(cov, max_categories)
+    for c in shown:
+        name = c.name.replace("|", "\\|")
+        out.append(
+            f"| `{name}` | {c.tasks_done:,} | {c.tasks_total:,} | {c.percent:.1f} |"
+            f" {'⚠' if c.flagged else ''} |"
+        )
+    if hidden:
+        out += ["", f"_{hidden}_"]
+    return "\n".join(out)
+
+
+FORMATTERS: dict[str, Callable[[Coverage], str]] = {
+    "table": format_table,
+    "json": format_json,
+    "markdown": format_markdown,
+}

@@ -1,0 +1,655 @@
+"""``shardwise domains``: the corpus's label distribution while the run is going.
+
+Reads the plan, the shard markers (one directory listing), one summary per finished
+shard (``summaries``) and ``quarantine.json`` if present: never a file per source
+file. :func:`load` does that I/O; :func:`compute` selects a view (one classifier, or a
+pair of classifiers) and a weight (documents or text bytes) and hands arrays to the
+pure estimator (``estimate``); the formatters are pure.
+
+Tasks in shards that are done without a summary (finished by another cluster,
+``source: remote``, or by a version without label counts) and tasks whose files lack
+counts count as not labelled: still random tasks (shards are hash-assigned), so the
+estimate stays honest, only less precise; the output says how many.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from shardwise.errors import DomainsError, ShardwiseError
+from shardwise.ops import coverage
+from shardwise.ops.estimate import Estimate, Population, Sample, estimate
+from shardwise.ops.text import human_bytes, human_count
+from shardwise.run import plan as run_plan
+from shardwise.run import quarantine, summaries
+from shardwise.run.labelcounts import pair_key
+from shardwise.run.markers import done_shards
+
+__all__ = [
+    "DomainData",
+    "Domains",
+    "compute",
+    "format_csv",
+    "format_json",
+    "format_markdown",
+    "format_table",
+    "headline",
+    "load",
+]
+
+#: Rows a table shows per view unless ``--top`` says otherwise (csv and json show all).
+DEFAULT_TOP = 30
+WEIGHTS = ("docs", "bytes")
+TIMES = " \u00d7 "  # between the classifiers of a pair, as in "topic x format"
+
+
+# ----------------------------------------------------------------------------- load
+
+
+@dataclass(frozen=True, eq=False)
+class DomainData:
+    """Everything read from the run directory, once."""
+
+    run_dir: Path
+    name: str
+    total_shards: int
+    shards_done: int
+    shards_unsummarized: int  # done, with tasks, without a summary
+    tasks_unsummarized: int  # their tasks (counted as not labelled)
+    categories: list[str]
+    task_ids: list[str]
+    task_category: np.ndarray  # int64
+    task_bytes: np.ndarray  # float64 (plan)
+    in_population: np.ndarray  # bool: not quarantined
+    quarantined_tasks: int
+    summaries: list[summaries.Summary]
+    task_index: list[np.ndarray]  # per summary: its task -> global task index (-1: unknown)
+    incomplete_tasks: int  # tasks of summarized shards with a file lacking counts
+
+    def views(self) -> list[str]:
+        """Views present in the summaries, classifiers first, in first-seen order."""
+        seen: dict[str, None] = {}
+        for s in self.summaries:
+            for v in s.views:
+                seen.setdefault(v, None)
+        return sorted(seen, key=lambda v: ("," in v, list(seen).index(v)))
+
+    def pairs(self) -> list[str]:
+        """The pair views (``a,b``)."""
+        return [v for v in self.views() if "," in v]
+
+
+def load(run_dir: Path) -> DomainData:
+    """Read plan, markers, summaries and quarantine of ``run_dir``."""
+    run_dir = Path(run_dir)
+    meta = coverage.read_run_json(run_dir)
+    total = int(meta["total_shards"])
+    minimum = int(meta["minimum_shard_index"])
+    plan = coverage.read_plan(run_dir)
+    task_names, task_codes = run_plan.dictionary(plan["task_id"])
+    n_tasks = len(task_names)
+    _, first_row = np.unique(task_codes, return_index=True)
+    cat_names, cat_codes = run_plan.dictionary(plan["category"].fill_null(""))
+    size = plan["size"].to_numpy().astype(np.float64)
+    task_bytes = np.bincount(task_codes, weights=size, minlength=n_tasks)
+    task_category = cat_codes[first_row] if n_tasks else np.zeros(0, np.int64)
+    shard = plan["shard"].to_numpy().astype(np.int64)
+    task_shard = shard[first_row] if n_tasks else np.zeros(0, np.int64)
+
+    quarantined = set(quarantine.load(run_dir))
+    in_population = np.ones(n_tasks, bool)
+    if quarantined:
+        hit = pc.is_in(plan["file"], value_set=pa.array(sorted(quarantined), pa.string()))
+        bad = np.unique(task_codes[hit.to_numpy(zero_copy_only=False)])
+        in_population[bad] = False
+
+    done = {s for s in done_shards(run_dir) if minimum <= s < minimum + total}
+    have = summaries.summarized_shards(run_dir) & done
+    got, _ = summaries.read_many(run_dir, sorted(have))  # unreadable: as if absent
+    read_ok = {s.shard for s in got}
+    without = np.array(sorted(done - read_ok), np.int64)
+    tasks_without = int(np.isin(task_shard, without).sum()) if without.size else 0
+    shards_without = int(np.unique(task_shard[np.isin(task_shard, without)]).size)
+    index = {t: i for i, t in enumerate(task_names)}
+    task_index = [np.array([index.get(t, -1) for t in s.task_ids], np.int64) for s in got]
+    return DomainData(
+        run_dir=run_dir,
+        name=str(meta.get("name") or run_dir.resolve().name),
+        total_shards=total,
+        shards_done=len(done),
+        shards_unsummarized=shards_without,
+        tasks_unsummarized=tasks_without,
+        categories=cat_names,
+        task_ids=task_names,
+        task_category=task_category.astype(np.int64),
+        task_bytes=task_bytes,
+        in_population=in_population,
+        quarantined_tasks=int((~in_population).sum()),
+        summaries=got,
+        task_index=task_index,
+        incomplete_tasks=sum(len(s.incomplete_tasks) for s in got),
+    )
+
+
+# ----------------------------------------------------------------------------- compute
+
+
+@dataclass(frozen=True, eq=False)
+class Domains:
+    """One view's estimate, with what it was computed from."""
+
+    data: DomainData
+    view: str  # classifier name, or "a,b"
+    axes: tuple[str, ...]  # (classifier,) or (a, b)
+    labels: tuple[list[str], ...]  # label names per axis (global order)
+    weight: str  # docs | bytes
+    est: Estimate
+    cell_labels: list[tuple[str, ...]]  # per cell, its label per axis
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def percent_done(self) -> float:
+        """Labelled tasks as a percentage of the population."""
+        return 100.0 * self.est.fraction_labelled
+
+
+def require_labels(data: DomainData) -> None:
+    """Refuse (DomainsError) a run with no finished shard, or none with label counts."""
+    if data.shards_done == 0:
+        msg = (
+            f"no shard of {data.run_dir} is done yet (0 of {data.total_shards:,}); "
+            "run this again when shards finish"
+        )
+        raise DomainsError(msg)
+    if not data.summaries:
+        msg = (
+            f"none of the {data.shards_done:,} finished shards of {data.run_dir} has a "
+            f"readable summary ({data.run_dir / summaries.SUMMARIES_DIR}/<shard>.arrow): "
+            "they were finished by another cluster or by a version without label counts; "
+            "shards finished from now on will have one"
+        )
+        raise DomainsError(msg)
+
+
+def _choose_view(data: DomainData, pair: str | None, classifier: str | None) -> str:
+    views = data.views()
+    if not views:
+        msg = (
+            f"{data.run_dir}: none of the {data.shards_done:,} finished shards has label "
+            "counts yet (summaries/ is empty); they appear as shards finish with this "
+            "version of shardwise"
+        )
+        raise DomainsError(msg)
+    if pair is not None:
+        a, _, b = pair.partition(",")
+        if not a or not b or "," in b:
+            msg = f"--pair {pair!r}: give two classifier names, e.g. --pair topic,format"
+            raise DomainsError(msg)
+        key = pair_key((a.strip(), b.strip()))
+        if key in views:
+            return key
+        singles = [v for v in views if "," not in v]
+        unknown = [n for n in (a, b) if n.strip() not in singles]
+        if unknown:
+            msg = (
+                f"--pair {pair}: unknown classifier(s) {', '.join(unknown)}; "
+                f"the classifiers are {', '.join(singles)}"
+            )
+        else:
+            msg = (
+                f"--pair {pair}: this pair's joint counts were not kept (config domains.pairs); "
+                f"pairs available: {', '.join(data.pairs()) or 'none'}"
+            )
+        raise DomainsError(msg)
+    if classifier is not None:
+        if classifier in views and "," not in classifier:
+            return classifier
+        singles = ", ".join(v for v in views if "," not in v)
+        msg = f"--classifier {classifier}: unknown classifier; the classifiers are {singles}"
+        raise DomainsError(msg)
+    return (data.pairs() or views)[0]
+
+
+def _sample(data: DomainData, view: str, weight: str) -> tuple[Sample, tuple[list[str], ...], str]:
+    """Gather the view's rows from every summary into one sparse sample.
+
+    Per summary only small lookups (its tasks, its label lists); the rows of all
+    summaries are then selected and mapped in a few vectorised passes.
+    """
+    axes = tuple(view.split(","))
+    labels: tuple[dict[str, int], ...] = tuple({} for _ in axes)
+    remaps: dict[tuple[int, tuple[str, ...]], np.ndarray] = {}
+    n_tasks = len(data.task_ids)
+    labelled = np.zeros(n_tasks, bool)
+    totals = np.zeros(n_tasks)
+    tables: list[pa.Table] = []
+    tmaps: list[np.ndarray] = []
+    label_maps: list[list[np.ndarray]] = [[] for _ in axes]
+    missing_view = 0
+    for s, tmap in zip(data.summaries, data.task_index, strict=True):
+        if view not in s.views:
+            missing_view += 1
+            continue
+        known = tmap >= 0
+        labelled[tmap[known]] = True
+        total = s.task_docs if weight == "docs" else s.task_bytes
+        totals[tmap[known]] = total[known]
+        tables.append(s.view_cells(view))
+        tmaps.append(tmap)
+        for axis, name in enumerate(axes):
+            names = tuple(s.labels.get(name, ()))
+            key = (axis, names)
+            if key not in remaps:  # usually one label list for the whole run
+                remaps[key] = np.array(
+                    [labels[axis].setdefault(n, len(labels[axis])) for n in names], np.int64
+                )
+            label_maps[axis].append(remaps[key])
+    widths = [max(len(d), 1) for d in labels]
+    task, cell, value = _rows_of_view(tables, tmaps, label_maps, widths, weight)
+    widths = [max(len(d), 1) for d in labels]
+    note = ""
+    if missing_view:
+        note = (
+            f"{missing_view:,} finished shard(s) have no {view} counts (written before "
+            "this pair was configured): their tasks count as not labelled"
+        )
+    n_cells = int(np.prod(widths))
+    # Quarantined tasks leave the population: drop them and renumber.
+    keep_task = data.in_population
+    new_index = np.cumsum(keep_task) - 1
+    row_keep = keep_task[task] & (value > 0)
+    if not row_keep.all():
+        task, cell, value = task[row_keep], cell[row_keep], value[row_keep]
+    sample = Sample(
+        labelled=labelled[keep_task],
+        task_total=totals[keep_task],
+        cell_task=task if keep_task.all() else new_index[task],
+        cell=cell,
+        value=value,
+        n_cells=n_cells,
+    )
+    return sample, tuple(list(d) for d in labels), note
+
+
+def _offsets(parts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenation of ``parts`` and where each part starts in it."""
+    starts = np.cumsum([0, *(p.size for p in parts)])[:-1].astype(np.int64)
+    flat = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    return flat, starts
+
+
+def _rows_of_view(
+    tables: list[pa.Table],
+    tmaps: list[np.ndarray],
+    label_maps: list[list[np.ndarray]],
+    widths: list[int],
+    weight: str,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(global task, cell, value) of every row of one view's slices, vectorised."""
+    if not tables:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
+    sizes = np.array([t.num_rows for t in tables], np.int64)
+    part = np.repeat(np.arange(len(tables)), sizes)
+    big = pa.concat_tables(tables)
+    tmap, tstart = _offsets(tmaps)
+    task = tmap[tstart[part] + big.column("task").to_numpy()]
+    cell = np.zeros(task.size, np.int64)
+    for axis, col in enumerate(("a", "b")[: len(label_maps)]):
+        local = big.column(col).to_numpy()
+        first = label_maps[axis][0]
+        if all(m is first for m in label_maps[axis]) and (first == np.arange(first.size)).all():
+            cell = cell * widths[axis] + local  # every shard saw the same labels: no remap
+        else:
+            lmap, lstart = _offsets(label_maps[axis])
+            cell = cell * widths[axis] + lmap[lstart[part] + local]
+    value = big.column("docs" if weight == "docs" else "bytes").to_numpy().astype(np.float64)
+    keep = task >= 0
+    if keep.all():  # tasks missing from the plan: only after a re-plan
+        return task, cell, value
+    return task[keep], cell[keep], value[keep]
+
+
+def compute(
+    data: DomainData,
+    *,
+    pair: str | None = None,
+    classifier: str | None = None,
+    weight: str = "docs",
+) -> Domains:
+    """Estimate one view (default: the first pair, else the first classifier)."""
+    if weight not in WEIGHTS:
+        msg = f"weight must be one of {', '.join(WEIGHTS)}, got {weight!r}"
+        raise DomainsError(msg)
+    view = _choose_view(data, pair, classifier)
+    sample, labels, note = _sample(data, view, weight)
+    keep = data.in_population
+    pop = Population(data.categories, data.task_category[keep], data.task_bytes[keep])
+    est = estimate(pop, sample)
+    widths = [max(len(x), 1) for x in labels]
+    cell_labels: list[tuple[str, ...]] = []
+    for c in range(sample.n_cells):
+        parts: list[str] = []
+        rest = c
+        for axis in reversed(range(len(labels))):
+            i = rest % widths[axis]
+            rest //= widths[axis]
+            parts.append(labels[axis][i] if i < len(labels[axis]) else "")
+        cell_labels.append(tuple(reversed(parts)))
+    notes = [*est.warnings]
+    if note:
+        notes.append(note)
+    if data.tasks_unsummarized:
+        notes.append(
+            f"{data.tasks_unsummarized:,} task(s) in {data.shards_unsummarized:,} finished "
+            "shard(s) without a summary (finished elsewhere or before label counts existed)"
+            " count as not labelled"
+        )
+    if data.incomplete_tasks:
+        notes.append(
+            f"{data.incomplete_tasks:,} task(s) of finished shards have a file without "
+            "label counts: counted as not labelled"
+        )
+    if data.quarantined_tasks:
+        notes.append(
+            f"{data.quarantined_tasks:,} task(s) with quarantined files are left out of "
+            "the corpus (quarantine.json)"
+        )
+    return Domains(
+        data=data,
+        view=view,
+        axes=tuple(view.split(",")),
+        labels=labels,
+        weight=weight,
+        est=est,
+        cell_labels=cell_labels,
+        notes=notes,
+    )
+
+
+# ----------------------------------------------------------------------------- format
+
+
+def _unit(weight: str) -> str:
+    return "docs" if weight == "docs" else "text bytes"
+
+
+def _amount(x: float, weight: str) -> str:
+    if not math.isfinite(x):
+        return "?"
+    return human_count(x) if weight == "docs" else human_bytes(x)
+
+
+def status_line(d: Domains) -> str:
+    """``estimated from N of M tasks (p% done), 95% CI +-x`` or ``exact``."""
+    e = d.est
+    if e.exact:
+        return f"exact: all {e.tasks_total:,} tasks labelled"
+    return (
+        f"estimated from {e.tasks_labelled:,} of {e.tasks_total:,} tasks "
+        f"({d.percent_done:.1f}% done), 95% CI ±{100 * e.half_width:.1f} points at most"
+    )
+
+
+def summary_lines(d: Domains) -> list[str]:
+    """The header lines shared by table and markdown."""
+    e = d.est
+    axes = TIMES.join(d.axes)
+    total = (
+        f"{_amount(e.corpus_total, d.weight)} {_unit(d.weight)}"
+        if e.exact
+        else f"{_amount(e.corpus_total, d.weight)} {_unit(d.weight)} (95% CI "
+        f"{_amount(e.corpus_low, d.weight)} - {_amount(e.corpus_high, d.weight)})"
+    )
+    lines = [
+        f"{axes}: share of {_unit(d.weight)}, {status_line(d)}",
+        f"shards   {d.data.shards_done:,} / {d.data.total_shards:,} done",
+        f"corpus   {total}",
+    ]
+    unseen = int((~(np.nan_to_num(e.share) > 0)).sum())
+    if unseen and not e.exact and e.tasks_labelled:
+        lines.append(
+            f"unseen   {unseen:,} of the {e.share.size:,} {TIMES.join(d.axes)} cells are in no "
+            f"labelled task: each is below {_pct(e.unseen_upper)} (95%)"
+        )
+    lines += [f"note     {n}" for n in d.notes]
+    return lines
+
+
+def _order(d: Domains, share: np.ndarray) -> np.ndarray:
+    s = np.nan_to_num(share, nan=-1.0)
+    return np.lexsort((np.arange(s.size), -s))
+
+
+def _pct(x: float) -> str:
+    return "   ?" if not math.isfinite(x) else f"{100 * x:.2f}%"
+
+
+def _rows(
+    d: Domains, share: np.ndarray, low: np.ndarray, high: np.ndarray, total: np.ndarray
+) -> list[list[str]]:
+    out = []
+    for c in _order(d, share).tolist():
+        if not share[c] > 0:
+            continue
+        out.append(
+            [
+                *d.cell_labels[c],
+                _pct(share[c]),
+                f"{_pct(low[c])} - {_pct(high[c])}",
+                _amount(float(total[c]), d.weight),
+            ]
+        )
+    return out
+
+
+def _sections(d: Domains, by_category: bool) -> list[tuple[str, list[list[str]]]]:
+    e = d.est
+    if not by_category:
+        return [("", _rows(d, e.share, e.low, e.high, e.total))]
+    b = e.by_category
+    out = []
+    weight = np.nan_to_num(b.estimated_total, nan=-1.0)
+    for h in np.argsort(-weight, kind="stable").tolist():
+        name = d.data.categories[h]
+        if b.tasks_labelled[h] == 0:
+            out.append((f"{name}: no labelled task yet ({b.tasks_total[h]:,} tasks)", []))
+            continue
+        head = (
+            f"{name}: {b.tasks_labelled[h]:,} of {b.tasks_total[h]:,} tasks, "
+            f"~{_amount(float(b.estimated_total[h]), d.weight)} {_unit(d.weight)}"
+        )
+        out.append((head, _rows(d, b.share[h], b.low[h], b.high[h], b.total[h])))
+    return out
+
+
+def _header(d: Domains) -> list[str]:
+    return [*d.axes, "share", "95% CI", f"est. {_unit(d.weight)}"]
+
+
+def format_table(d: Domains, *, by_category: bool = False, top: int | None = None) -> str:
+    """Aligned plain text, sorted by share (the ``top`` rows of each section)."""
+    limit = top if top is not None else (DEFAULT_TOP if len(d.axes) > 1 else None)
+    lines = [*summary_lines(d), ""]
+    for title, rows in _sections(d, by_category):
+        if title:
+            lines.append(title)
+        shown = rows if limit is None else rows[:limit]
+        table = [_header(d), *shown]
+        widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+        n_text = len(d.axes)
+        for r in table:
+            cells = [
+                r[i].ljust(widths[i]) if i < n_text else r[i].rjust(widths[i])
+                for i in range(len(r))
+            ]
+            lines.append("  ".join(cells).rstrip())
+        if len(rows) > len(shown):
+            lines.append(f"... {len(rows) - len(shown):,} more (--top N, or --format csv)")
+        lines.append("")
+    return "\n".join(lines).rstrip()
+
+
+def format_markdown(d: Domains, *, by_category: bool = False, top: int | None = None) -> str:
+    """GitHub-flavoured Markdown tables."""
+    limit = top if top is not None else (DEFAULT_TOP if len(d.axes) > 1 else None)
+    out = [f"### Domains of run `{d.data.name}`", "", "```", *summary_lines(d), "```", ""]
+    head = _header(d)
+    for title, rows in _sections(d, by_category):
+        if title:
+            out += [f"**{title}**", ""]
+        if not rows:
+            continue
+        shown = rows if limit is None else rows[:limit]
+        out.append("| " + " | ".join(head) + " |")
+        out.append("| " + " | ".join(["---"] * len(d.axes) + ["---:"] * 3) + " |")
+        out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in shown]
+        if len(rows) > len(shown):
+            out.append(f"\n_{len(rows) - len(shown):,} more rows_")
+        out.append("")
+    return "\n".join(out).rstrip()
+
+
+def _num(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
+
+
+def _cell_dicts(
+    d: Domains, share: np.ndarray, low: np.ndarray, high: np.ndarray, total: np.ndarray
+) -> list[dict[str, Any]]:
+    out = []
+    for c in _order(d, share).tolist():
+        if not share[c] > 0:
+            continue
+        out.append(
+            {
+                "labels": dict(zip(d.axes, d.cell_labels[c], strict=True)),
+                "share": _num(share[c]),
+                "low": _num(low[c]),
+                "high": _num(high[c]),
+                "total": _num(total[c]),
+            }
+        )
+    return out
+
+
+def to_dict(d: Domains, *, by_category: bool = False) -> dict[str, Any]:
+    """The JSON document (format_version 1; schema in docs/domains.md)."""
+    e = d.est
+    out: dict[str, Any] = {
+        "format_version": 1,
+        "run": d.data.name,
+        "run_dir": str(d.data.run_dir),
+        "view": d.view,
+        "axes": list(d.axes),
+        "weight": d.weight,
+        "exact": e.exact,
+        "tasks_total": e.tasks_total,
+        "tasks_labelled": e.tasks_labelled,
+        "percent_done": round(d.percent_done, 3),
+        "shards_total": d.data.total_shards,
+        "shards_done": d.data.shards_done,
+        "corpus_total": {
+            "estimate": _num(e.corpus_total),
+            "low": _num(e.corpus_low),
+            "high": _num(e.corpus_high),
+        },
+        "uncovered_categories": e.uncovered,
+        "uncovered_weight": e.uncovered_weight,
+        "quarantined_tasks": d.data.quarantined_tasks,
+        "unseen_cells": int((~(np.nan_to_num(e.share) > 0)).sum()),
+        "unseen_upper": e.unseen_upper,
+        "notes": d.notes,
+        "cells": _cell_dicts(d, e.share, e.low, e.high, e.total),
+    }
+    if by_category:
+        b = e.by_category
+        out["categories"] = {
+            name: {
+                "tasks_total": int(b.tasks_total[h]),
+                "tasks_labelled": int(b.tasks_labelled[h]),
+                "estimated_total": _num(float(b.estimated_total[h])),
+                "cells": _cell_dicts(d, b.share[h], b.low[h], b.high[h], b.total[h])
+                if b.tasks_labelled[h]
+                else [],
+            }
+            for h, name in enumerate(d.data.categories)
+        }
+    return out
+
+
+def format_json(d: Domains, *, by_category: bool = False, top: int | None = None) -> str:
+    """Indented JSON (every cell; ``top`` is ignored)."""
+    del top
+    return json.dumps(to_dict(d, by_category=by_category), indent=2)
+
+
+def format_csv(d: Domains, *, by_category: bool = False, top: int | None = None) -> str:
+    """One row per (category,) cell: labels, share, low, high, total (every cell)."""
+    del top
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(
+        [*(["category"] if by_category else []), *d.axes, "share", "low", "high", "total"]
+    )
+    doc = to_dict(d, by_category=by_category)
+    groups = (
+        [(name, c["cells"]) for name, c in doc["categories"].items()]
+        if by_category
+        else [(None, doc["cells"])]
+    )
+    for name, cells in groups:
+        for cell in cells:
+            writer.writerow(
+                [*([name] if by_category else []), *cell["labels"].values(),
+                 *(("" if cell[k] is None else repr(cell[k])) for k in
+                   ("share", "low", "high", "total"))]
+            )  # fmt: skip
+    return buf.getvalue().rstrip("\n")
+
+
+FORMATTERS: dict[str, Callable[..., str]] = {
+    "table": format_table,
+    "json": format_json,
+    "csv": format_csv,
+    "markdown": format_markdown,
+}
+
+
+# ----------------------------------------------------------------------------- headline
+
+
+def headline(run_dir: Path, top: int = 3) -> str | None:
+    """One line for the dry-run printout: the largest labels of two classifiers so far.
+
+    The first pair's two classifiers (topic and format by default), else the first two
+    classifiers; None when no shard has a summary yet.
+    """
+    try:
+        data = load(run_dir)
+    except (ShardwiseError, OSError):
+        return None
+    views = data.views()
+    if not views:
+        return None
+    pairs = data.pairs()
+    names = pairs[0].split(",") if pairs else [v for v in views if "," not in v][:2]
+    parts = []
+    done = ""
+    for name in names:
+        d = compute(data, classifier=name)
+        order = _order(d, d.est.share)[:top]
+        labels = ", ".join(f"{d.cell_labels[c][0]} {100 * d.est.share[c]:.1f}%" for c in order)
+        parts.append(f"{name}: {labels}")
+        done = "exact" if d.est.exact else f"estimated, {d.percent_done:.1f}% of tasks labelled"
+    return f"domains  {'  ·  '.join(parts)}  ({done}; shardwise domains)"

@@ -1,0 +1,40 @@
+"""Numbers, sizes and durations for people: one set of formatters for every view."""
+
+from __future__ import annotations
+
+import math
+
+
+def human_bytes(n: float) -> str:
+    """Decimal units, as storage quotas are quoted: ``1.21 TB``."""
+    for unit in ("B", "kB", "MB", "GB", "TB", "PB"):
+        if abs(n) < 1000 or unit == "PB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1000
+    return f"{n:.2f} PB"  # pragma: no cover
+
+
+def human_count(n: float) -> str:
+    """``12,345`` below a million, ``12.3 M`` / ``4.56 B`` above."""
+    if n < 1e6:
+        return f"{n:,.0f}"
+    if n < 1e9:
+        return f"{n / 1e6:.2f} M"
+    return f"{n / 1e9:.2f} B"
+
+
+def format_duration(seconds: float) -> str:
+    """Short human duration: ``45s``, ``12m``, ``5h 12m``, ``3d 4h``."""
+    if not math.isfinite(seconds):
+        return "unknown"
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s}s"
+    minutes = s // 60
+    if minutes < 60:
+        return f"{minutes}m"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours}h {minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d {hours}h"

@@ -1,0 +1,649 @@
+"""``shardwise verify``: an fsck for a run, from the outside, trusting no marker.
+
+Markers are the workflow's only proof of work (``markers``), so this module checks
+that what they vouch for is really there, without assuming the code that wrote
+them was right:
+
+* every shard marked done: it belongs to this run's assignment, and each file the
+  plan gives it has a ``.done`` marker;
+* every file marker: its sidecar and stats exist; the marker, the stats and the
+  sidecar agree with the plan (file, task, shard) and with the *input* (row count,
+  and the ids in order, read again through ``reader.read_documents``); every
+  classifier's ``_label``/``_label_id``/``_score`` columns are present and non-null;
+  the stats file parses;
+* orphans, from one listing of the output: sidecars or stats without a marker,
+  outputs of files that are not in the plan, anything else under the output prefix
+  that belongs to no task, and temp files left by interrupted atomic writes.
+
+Severity. A *problem* is a contradiction (a marker that vouches for something
+missing or wrong, an output that belongs to no task) and makes the exit status 1.
+A *warning* is a state a retry clears by itself: a sidecar without a marker in a
+shard that is not done yet (the retry rewrites it), a temp file of an interrupted
+write. ``--complete`` adds "every shard is done" to the problems; ``--sample F``
+reads the contents of a random fraction ``F`` of the marked files (the existence
+checks, which cost nothing beyond the one listing, always cover every file).
+
+The run directory tells everything: run.json (input/output URIs, classifiers),
+settings.json (reader fields, storage options), plan.parquet (the files). Every
+read goes through ``storage.Location``, so an S3 run is verified the same way.
+The command line (``shardwise verify``, exit 0 consistent, 1 problems found, 2 the run
+cannot be verified at all) is :mod:`shardwise.cli.verify`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import re
+from collections import defaultdict
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from shardwise.errors import ConfigError, InputError, ShardwiseError
+from shardwise.ops.coverage_format import quality_lines
+from shardwise.run import journal, markers, plan, quarantine, runjson, sidecar
+from shardwise.run.context import JobContext
+from shardwise.run.reader import QUALITY_COUNTS, Fields, read_documents
+from shardwise.run.sharding import shard_for_task, shard_range
+from shardwise.store.location import Location
+
+#: Columns every classifier contributes to a sidecar (``_probs`` is optional).
+CLASSIFIER_COLUMNS = ("_label", "_label_id", "_score")
+#: The temp-file name ``atomic`` writes beside a target before the rename.
+_TEMP_NAME = re.compile(r"^\..+\.tmp-\d+-[0-9a-f]+$")
+#: Output kinds by suffix; longest first so ``x.labels.parquet`` is not read as ``x``.
+_KINDS = (
+    ("sidecar", sidecar.SIDECAR_SUFFIX),
+    ("stats", sidecar.STATS_SUFFIX),
+    ("marker", markers.FILE_MARKER_SUFFIX),
+)
+
+
+@dataclass(frozen=True, order=True)
+class Finding:
+    """One problem or warning: where (a URL or path) and what is wrong."""
+
+    where: str
+    what: str
+
+    def line(self, level: str) -> str:
+        """The one-line form printed by the CLI."""
+        return f"{level}: {self.where}: {self.what}"
+
+
+@dataclass
+class VerifyReport:
+    """What ``verify_run`` found; ``ok`` is the exit decision."""
+
+    run_dir: str
+    sample: float = 1.0
+    shards_total: int = 0
+    shards_done: int = 0
+    files_planned: int = 0
+    files_marked: int = 0
+    files_checked: int = 0
+    rows_checked: int = 0
+    orphans: int = 0
+    files_quarantined: int = 0
+    problems: list[Finding] = field(default_factory=list)
+    warnings: list[Finding] = field(default_factory=list)
+    quarantined: list[Finding] = field(default_factory=list)
+    data_quality: dict[str, int] = field(default_factory=dict)  # over the checked files
+    #: What ``--repair`` would reset: files whose marker vouches for something broken,
+    #: and shards whose marker does (their files relabel only where needed).
+    broken_files: set[str] = field(default_factory=set)
+    broken_shards: set[int] = field(default_factory=set)
+    repairable: int = 0  # problems that removing those markers resolves
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing contradicts the markers."""
+        return not self.problems
+
+    def problem(
+        self, where: str, what: str, *, file: str | None = None, shard: int | None = None
+    ) -> None:
+        """Record a contradiction; ``file``/``shard`` name the marker that ``--repair``
+        removes so the next run redoes exactly that."""
+        self.problems.append(Finding(where, what))
+        if file is not None:
+            self.broken_files.add(file)
+        if shard is not None:
+            self.broken_shards.add(shard)
+        if file is not None or shard is not None:
+            self.repairable += 1
+
+    def warn(self, where: str, what: str) -> None:
+        """Record a state that a retry clears by itself."""
+        self.warnings.append(Finding(where, what))
+
+    def summary(self) -> str:
+        """The last line the CLI prints."""
+        verdict = "OK" if self.ok else "FAILED"
+        sampled = f" (sample {self.sample:g})" if self.sample < 1 else ""
+        return (
+            f"verify {verdict}: {len(self.problems)} problem(s), {len(self.warnings)} "
+            f"warning(s) in {self.run_dir}; shards done {self.shards_done}/{self.shards_total}, "
+            f"files marked {self.files_marked}/{self.files_planned}, quarantined "
+            f"{self.files_quarantined}, contents checked {self.files_checked}{sampled} "
+            f"({self.rows_checked} rows), orphans {self.orphans}"
+        )
+
+    def lines(self) -> list[str]:
+        """Every finding as one line (problems first), the data totals, then the summary."""
+        out = [f.line("problem") for f in self.problems]
+        out += [f.line("warning") for f in self.warnings]
+        out += [f.line("quarantined") for f in self.quarantined]
+        out += [
+            line.replace("data     ", f"data: over the {self.files_checked} checked file(s): ", 1)
+            for line in quality_lines(self.data_quality, self.rows_checked)
+        ]
+        out.append(self.summary())
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """A machine-readable form (``--format json``)."""
+        data = asdict(self)
+        data["broken_files"] = sorted(self.broken_files)
+        data["broken_shards"] = sorted(self.broken_shards)
+        data["ok"] = self.ok
+        return data
+
+
+@dataclass
+class _FileCheck:
+    """The result of reading one marked file's marker, stats, sidecar and input."""
+
+    rel: str
+    problems: list[Finding] = field(default_factory=list)
+    rows: int = 0
+    marker_rows: int | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def verify_run(
+    run_dir: Path,
+    *,
+    sample: float = 1.0,
+    seed: int | None = None,
+    jobs: int = 4,
+    complete: bool = False,
+) -> VerifyReport:
+    """Check a run's markers against its outputs and inputs; see the module docstring.
+
+    Raises ShardwiseError only when the run cannot be verified at all (no run.json,
+    settings.json or plan; the output cannot be listed).
+    """
+    if not 0 < sample <= 1:
+        msg = f"--sample must be in (0, 1], got {sample}"
+        raise ConfigError(msg)
+    if jobs < 1:
+        msg = f"--jobs must be >= 1, got {jobs}"
+        raise ConfigError(msg)
+    run_dir = Path(run_dir)
+    ctx = JobContext.load(run_dir)
+    meta = ctx.meta
+    table = plan.load(run_dir)
+    rows = table.to_pydict()
+    planned: dict[str, tuple[str, int]] = {
+        f: (t, s) for f, t, s in zip(rows["file"], rows["task_id"], rows["shard"], strict=True)
+    }
+    ctx.source.remember_sizes(dict(zip(rows["file"], rows["size"], strict=True)))
+    report = VerifyReport(run_dir=str(run_dir), sample=sample, files_planned=len(planned))
+    in_run = shard_range(meta.total_shards, meta.minimum_shard_index)
+    report.shards_total = len(in_run)
+    _check_plan(report, run_dir, meta, planned)
+    left_out = quarantine.load(run_dir)
+    report.files_quarantined = len(left_out)
+    report.quarantined = [
+        Finding(ctx.source.url(rel), entry.reason) for rel, entry in sorted(left_out.items())
+    ]
+
+    listing = dict(ctx.output.list_files())  # the one listing of the output
+    outputs = _index_outputs(report, ctx, listing, planned)
+    _check_mirror(report, ctx.output, meta, listing)
+
+    files_by_shard: dict[int, list[str]] = defaultdict(list)
+    for rel, (_task, shard) in planned.items():
+        files_by_shard[shard].append(rel)
+    done = markers.done_shards(run_dir)
+    job_shards = _check_shards(
+        report,
+        run_dir,
+        meta=meta,
+        done=done,
+        files_by_shard=files_by_shard,
+        outputs=outputs,
+        output=ctx.output,
+        left_out=set(left_out),
+    )
+    report.shards_done = len(done & set(in_run))
+    if complete:
+        for shard in sorted(set(in_run) - done):
+            left = sum(
+                1
+                for rel in files_by_shard.get(shard, ())
+                if "marker" not in outputs[rel] and rel not in left_out
+            )
+            report.problem(
+                str(markers.shard_marker_path(run_dir, shard)),
+                f"shard {shard} is not done ({left} of "
+                f"{len(files_by_shard.get(shard, ()))} file(s) without a marker)",
+            )
+
+    marked = sorted(rel for rel, kinds in outputs.items() if "marker" in kinds)
+    report.files_marked = len(marked)
+    for rel, kinds in sorted(outputs.items()):
+        _check_presence(report, ctx.output, rel, kinds, planned[rel][1] in done)
+        if rel in left_out and "marker" in kinds:
+            report.warn(
+                ctx.output.url(markers.file_marker_rel(rel)),
+                "quarantined, yet labelled (`shardwise quarantine --release` if it is fine)",
+            )
+
+    chosen = _choose(marked, sample, seed)
+    names = [name for name, _model, _input in meta.classifiers]
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        checks = list(
+            pool.map(lambda rel: _check_file(ctx, rel, planned[rel], names, outputs[rel]), chosen)
+        )
+    marker_rows: dict[str, int | None] = {}
+    for check in checks:
+        report.problems.extend(check.problems)
+        if check.problems:
+            report.broken_files.add(check.rel)
+            report.repairable += len(check.problems)
+        report.files_checked += 1
+        report.rows_checked += check.rows
+        marker_rows[check.rel] = check.marker_rows
+        for key, value in check.counts.items():
+            report.data_quality[key] = report.data_quality.get(key, 0) + value
+    _check_shard_docs(report, run_dir, job_shards, files_by_shard, marker_rows)
+    return report
+
+
+# -- run level ---------------------------------------------------------------
+
+
+def _check_plan(
+    report: VerifyReport,
+    run_dir: Path,
+    meta: runjson.RunMeta,
+    planned: dict[str, tuple[str, int]],
+) -> None:
+    """The cached plan must be the one run.json pins: same tasks, same shard rule."""
+    where = str(run_dir / plan.PLAN_PARQUET)
+    tasks = {task for task, _shard in planned.values()}
+    if runjson.fingerprint(tasks) != meta.fingerprint:
+        report.problem(where, "its task set does not match run.json's fingerprint")
+    moved = {
+        task
+        for task, shard in planned.values()
+        if shard != shard_for_task(task, meta.total_shards, meta.minimum_shard_index)
+    }
+    if moved:
+        example = sorted(moved)[0]
+        report.problem(where, f"{len(moved)} task(s) in the wrong shard (e.g. {example!r})")
+
+
+def _check_mirror(
+    report: VerifyReport, output: Location, meta: runjson.RunMeta, listing: dict[str, int]
+) -> None:
+    """The output root's run.json (the mirror) must pin the same run as the run dir's."""
+    where = output.url(runjson.RUN_JSON)
+    if runjson.RUN_JSON not in listing:
+        report.warn(where, "missing (the output root does not say which run wrote it)")
+        return
+    try:
+        other = runjson.RunMeta.from_json(output.read_bytes(runjson.RUN_JSON), where)
+    except (ShardwiseError, OSError) as e:
+        report.problem(where, f"unreadable: {e}")
+        return
+    for name, theirs, ours in runjson.differences(other, meta):
+        report.problem(where, f"pins {name}={theirs!r}, the run directory {ours!r}")
+
+
+def _output_kind(rel: str) -> tuple[str, str] | None:
+    """("sidecar"|"stats"|"marker", source rel) for a shardwise output name, else None."""
+    for kind, suffix in _KINDS:
+        if rel.endswith(suffix) and len(rel) > len(suffix):
+            return kind, rel[: -len(suffix)]
+    return None
+
+
+def _index_outputs(
+    report: VerifyReport,
+    ctx: JobContext,
+    listing: dict[str, int],
+    planned: dict[str, tuple[str, int]],
+) -> dict[str, dict[str, int]]:
+    """Planned file -> {kind: size} of its outputs; everything else is an orphan."""
+    outputs: dict[str, dict[str, int]] = {rel: {} for rel in planned}
+    corpus = ctx.output.inner_prefix(ctx.source)
+    for rel, size in sorted(listing.items()):
+        if rel == runjson.RUN_JSON:
+            continue
+        where = ctx.output.url(rel)
+        if _TEMP_NAME.match(rel.rsplit("/", 1)[-1]):
+            report.orphans += 1
+            report.warn(where, "temp file of an interrupted write (safe to delete)")
+            continue
+        kind = _output_kind(rel)
+        if kind is not None and kind[1] in planned:
+            outputs[kind[1]][kind[0]] = size
+            continue
+        if kind is None and corpus is not None and rel.startswith(corpus):
+            continue  # the corpus itself, when it lives under the output prefix
+        report.orphans += 1
+        if kind is not None:
+            report.problem(where, f"orphan {kind[0]}: {kind[1]!r} is not a file of this run")
+        else:
+            report.problem(where, "orphan: not an output of any file of this run")
+    return outputs
+
+
+# -- shards ------------------------------------------------------------------
+
+
+def _check_shards(
+    report: VerifyReport,
+    run_dir: Path,
+    *,
+    meta: runjson.RunMeta,
+    done: set[int],
+    files_by_shard: dict[int, list[str]],
+    outputs: dict[str, dict[str, int]],
+    output: Location,
+    left_out: set[str],
+) -> dict[int, int]:
+    """Each shard marker fits the assignment and its files are marked (or quarantined);
+    returns the docs each job-written marker claims."""
+    in_run = shard_range(meta.total_shards, meta.minimum_shard_index)
+    job_docs: dict[int, int] = {}
+    shards_dir = run_dir / markers.SHARDS_DIR
+    if shards_dir.is_dir():
+        for path in sorted(shards_dir.iterdir()):
+            if _TEMP_NAME.match(path.name):
+                report.warn(str(path), "temp file of an interrupted write (safe to delete)")
+    for shard in sorted(done):
+        where = str(markers.shard_marker_path(run_dir, shard))
+        if shard not in in_run:
+            report.problem(
+                where,
+                f"marks shard {shard}, outside this run's shards {in_run.start}..{in_run.stop - 1}",
+            )
+            continue
+        try:
+            data = markers.read_shard_marker(run_dir, shard)
+        except (OSError, ValueError) as e:
+            report.problem(where, f"unreadable shard marker: {e}", shard=shard)
+            continue
+        if not isinstance(data, dict):
+            report.problem(where, "shard marker is not a JSON object", shard=shard)
+            continue
+        for key, want in (
+            ("shard", shard),
+            ("total_shards", meta.total_shards),
+            ("minimum_shard_index", meta.minimum_shard_index),
+        ):
+            if data.get(key) != want:
+                report.problem(
+                    where, f"{key} is {data.get(key)!r}, run.json says {want!r}", shard=shard
+                )
+        files = files_by_shard.get(shard, [])
+        source = data.get("source", "job")
+        if source == "empty" and files:
+            report.problem(
+                where, f"marked empty, but the plan gives it {len(files)} file(s)", shard=shard
+            )
+        if isinstance(data.get("files"), int) and data["files"] != len(files):
+            report.problem(
+                where, f"says {data['files']} file(s), the plan has {len(files)}", shard=shard
+            )
+        for rel in files:
+            if "marker" not in outputs[rel] and rel not in left_out:
+                report.problem(
+                    output.url(markers.file_marker_rel(rel)),
+                    f"missing, but shard {shard} is marked done",
+                    shard=shard,
+                )
+        if source == "job" and isinstance(data.get("docs"), int):
+            job_docs[shard] = data["docs"]
+    return job_docs
+
+
+def _check_shard_docs(
+    report: VerifyReport,
+    run_dir: Path,
+    job_docs: dict[int, int],
+    files_by_shard: dict[int, list[str]],
+    marker_rows: dict[str, int | None],
+) -> None:
+    """A job's shard marker counts the rows of its files' markers (when all were read)."""
+    for shard, docs in sorted(job_docs.items()):
+        rows = [marker_rows.get(rel) for rel in files_by_shard.get(shard, [])]
+        if any(r is None for r in rows):
+            continue  # not every marker was read (sampling, or already reported)
+        total = sum(r for r in rows if r is not None)
+        if total != docs:
+            report.problem(
+                str(markers.shard_marker_path(run_dir, shard)),
+                f"says {docs} docs, its files' markers add up to {total}",
+                shard=shard,
+            )
+
+
+# -- files -------------------------------------------------------------------
+
+
+def _check_presence(
+    report: VerifyReport, output: Location, rel: str, kinds: dict[str, int], shard_done: bool
+) -> None:
+    """From the listing alone: a marker needs its sidecar and stats; partial outputs."""
+    if "marker" in kinds:
+        for kind in ("sidecar", "stats"):
+            if kind not in kinds:
+                report.problem(
+                    output.url(markers.file_marker_rel(rel)), f"marker without its {kind}", file=rel
+                )
+        if kinds.get("sidecar") == 0:
+            report.problem(
+                output.url(sidecar.sidecar_rel(rel)), "empty sidecar (0 bytes)", file=rel
+            )
+        return
+    for kind in ("sidecar", "stats"):
+        if kind not in kinds:
+            continue
+        report.orphans += 1
+        where = output.url(rel + dict(_KINDS)[kind])
+        if shard_done:
+            report.problem(where, f"orphan {kind}: no marker, yet its shard is marked done")
+        else:
+            report.warn(where, f"{kind} without a marker (unfinished; rewritten on retry)")
+
+
+def _choose(marked: list[str], sample: float, seed: int | None) -> list[str]:
+    """Every marked file, or a random ``sample`` fraction of them (at least one)."""
+    if sample >= 1 or not marked:
+        return marked
+    k = max(1, math.ceil(sample * len(marked)))
+    return sorted(random.Random(seed).sample(marked, k))
+
+
+def _ids_only(fields: Fields) -> Fields:
+    """Reader fields that fetch only the id (text and url point at it too).
+
+    Parquet projection then skips the text column, by far the largest; the row
+    count and ids, all that is compared, are the same as the job's read.
+    """
+    return Fields(id=fields.id, text=fields.id, url=None)
+
+
+def _check_file(
+    ctx: JobContext,
+    rel: str,
+    plan_row: tuple[str, int],
+    classifiers: Iterable[str],
+    kinds: dict[str, int],
+) -> _FileCheck:
+    """Read one marked file's marker, stats, sidecar and input ids, and compare them."""
+    check = _FileCheck(rel)
+    out = ctx.output
+    task_id, shard = plan_row
+
+    def problem(sub: str, what: str) -> None:
+        check.problems.append(Finding(out.url(sub), what))
+
+    try:
+        docs = read_documents(ctx.source, rel, _ids_only(ctx.fields), ctx.fmt)
+    except InputError as e:
+        check.problems.append(Finding(ctx.source.url(rel), f"input unreadable: {e}"))
+        docs = None
+    n = len(docs) if docs is not None else None
+
+    marker_rel = markers.file_marker_rel(rel)
+    try:
+        marker = json.loads(out.read_bytes(marker_rel))
+        if not isinstance(marker, dict):
+            raise ValueError("not a JSON object")
+    except FileNotFoundError:
+        problem(marker_rel, "vanished while verifying")
+        marker = None
+    except (ValueError, ShardwiseError, OSError) as e:
+        problem(marker_rel, f"unreadable marker: {e}")
+        marker = None
+    if marker is not None:
+        for key, want in (("file", rel), ("task_id", task_id), ("shard", shard)):
+            if marker.get(key) != want:
+                problem(marker_rel, f"{key} is {marker.get(key)!r}, the plan says {want!r}")
+        if isinstance(marker.get("rows"), int):
+            check.marker_rows = marker["rows"]
+            if n is not None and marker["rows"] != n:
+                problem(marker_rel, f"says {marker['rows']} rows, the input has {n}")
+        else:
+            problem(marker_rel, f"rows is {marker.get('rows')!r}, not a count")
+
+    if "stats" in kinds:
+        stats_rel = sidecar.stats_rel(rel)
+        try:
+            stats = sidecar.parse_stats(out.read_bytes(stats_rel), out.url(stats_rel))
+            if not isinstance(stats, dict):
+                raise InputError("stats file is not a JSON object")
+        except (ShardwiseError, OSError) as e:
+            problem(stats_rel, f"unreadable stats: {e}")
+        else:
+            if stats.get("file") != rel:
+                problem(stats_rel, f"file is {stats.get('file')!r}, expected {rel!r}")
+            if n is not None and stats.get("docs") != n:
+                problem(stats_rel, f"docs is {stats.get('docs')!r}, the input has {n}")
+            check.counts = _quality_counts(stats)
+
+    if "sidecar" in kinds:
+        side_rel = sidecar.sidecar_rel(rel)
+        try:
+            table = sidecar.read_sidecar(out.read_bytes(side_rel))
+        except (pa.ArrowException, OSError, ShardwiseError) as e:
+            problem(side_rel, f"unreadable sidecar: {type(e).__name__}: {e}")
+        else:
+            for what in _sidecar_problems(table, classifiers, docs.ids if docs else None):
+                problem(side_rel, what)
+            if docs is not None:
+                check.rows = len(docs)
+    return check
+
+
+def _quality_counts(stats: dict[str, Any]) -> dict[str, int]:
+    """The data-quality counts of one file's stats (what coverage adds up too)."""
+    counts = stats.get("counts") if isinstance(stats.get("counts"), dict) else {}
+    found = {k: counts[k] for k in QUALITY_COUNTS if isinstance(counts.get(k), int)}
+    if isinstance(stats.get("truncated_docs"), int):
+        found["truncated_docs"] = stats["truncated_docs"]
+    return {k: v for k, v in found.items() if v}
+
+
+def _sidecar_problems(
+    table: pa.Table, classifiers: Iterable[str], ids: list[str | None] | None
+) -> list[str]:
+    """What is wrong with a sidecar: rows and ids against the input, label columns."""
+    found: list[str] = []
+    if ids is not None and table.num_rows != len(ids):
+        found.append(f"has {table.num_rows} rows, the input has {len(ids)}")
+    if "id" not in table.column_names:
+        found.append("no id column")
+    elif ids is not None and table.num_rows == len(ids):
+        got = table["id"].to_pylist()
+        if got != ids:
+            first = next(i for i, (a, b) in enumerate(zip(got, ids, strict=True)) if a != b)
+            wrong = sum(1 for a, b in zip(got, ids, strict=True) if a != b)
+            found.append(
+                f"ids differ from the input's at {wrong} row(s); first at row {first}: "
+                f"{got[first]!r} != {ids[first]!r}"
+            )
+    for name in classifiers:
+        for suffix in CLASSIFIER_COLUMNS:
+            column = name + suffix
+            if column not in table.column_names:
+                found.append(f"no {column} column")
+                continue
+            col = table[column]
+            if col.null_count:
+                found.append(f"{column} has {col.null_count} null(s)")
+            if suffix == "_label" and not pa.types.is_string(col.type):
+                found.append(f"{column} is {col.type}, not string")
+            elif suffix == "_label_id" and not pa.types.is_integer(col.type):
+                found.append(f"{column} is {col.type}, not an integer")
+            elif suffix == "_score":
+                if not pa.types.is_floating(col.type):
+                    found.append(f"{column} is {col.type}, not a float")
+                elif (nans := pc.sum(pc.is_nan(col)).as_py() or 0) > 0:
+                    found.append(f"{column} has {nans} NaN(s)")
+        probs = name + "_probs"
+        if probs in table.column_names and table[probs].null_count:
+            found.append(f"{probs} has {table[probs].null_count} null(s)")
+    return found
+
+
+# -- repair ------------------------------------------------------------------
+
+
+def repair(run_dir: Path, report: VerifyReport) -> list[str]:
+    """Remove exactly the markers that vouch for broken work; return what was removed.
+
+    Each broken file's ``.done`` marker goes (its sidecar and stats stay until the
+    relabel overwrites them), and so does the marker of every shard that holds a broken
+    file or is broken itself, so the next ``snakemake`` run reruns just those shards and
+    the jobs, which skip every file with a marker, relabel only the broken files. The
+    shard's progress journal and the marker snapshot forget the files too.
+    """
+    run_dir = Path(run_dir)
+    ctx = JobContext.load(run_dir)
+    rows = plan.load(run_dir).to_pydict()
+    shard_of = dict(zip(rows["file"], rows["shard"], strict=True))
+    removed: list[str] = []
+    by_shard: dict[int, set[str]] = defaultdict(set)
+    for rel in sorted(report.broken_files):
+        ctx.output.remove(markers.file_marker_rel(rel))
+        removed.append(f"removed {ctx.output.url(markers.file_marker_rel(rel))} (relabel {rel})")
+        if rel in shard_of:
+            by_shard[shard_of[rel]].add(rel)
+    for shard, files in sorted(by_shard.items()):
+        journal.forget(run_dir, shard, files)
+        markers.forget_in_snapshot(run_dir, files)
+    for shard in sorted(report.broken_shards | set(by_shard)):
+        path = markers.shard_marker_path(run_dir, shard)
+        if path.exists():
+            path.unlink()
+            removed.append(f"removed {path} (shard {shard} runs again)")
+    return removed
+
+
+def repair_command(run_dir: Path) -> str:
+    """The command that repairs a run (printed when verify finds broken markers)."""
+    return f"shardwise verify --run-dir {run_dir} --repair"

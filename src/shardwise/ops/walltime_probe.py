@@ -1,0 +1,276 @@
+"""Would a shorter walltime start now? The walltime probe of ``shardwise cluster status``.
+
+For the oldest pending job of a run: ask ``sbatch --test-only`` (nothing is submitted)
+when a job with the same request but a shorter time limit would start, bisecting to the
+longest limit that starts now, and add what the visible maintenance windows imply.
+:func:`probe` turns the answers into rows and one line of advice; it is pure.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from shardwise.slurm import command, queries
+from shardwise.slurm.queries import Answer
+
+
+@dataclass(frozen=True)
+class ProbeRow:
+    """One answer to "when would a job asking for ``minutes`` start?".
+
+    ``source`` says who answered: ``sbatch --test-only`` (SLURM's own plan), or
+    ``reservation`` (the longest limit that ends before the next visible maintenance
+    window, which a job pending behind that window cannot be refused for).
+    """
+
+    minutes: int
+    label: str
+    start: str | None
+    starts_now: bool | None
+    problem: str | None = None
+    source: str = "sbatch --test-only"
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Would a shorter walltime start now? For the oldest pending job."""
+
+    job_id: str
+    shards: int
+    submitted: str
+    rows: tuple[ProbeRow, ...]
+    advice: str
+
+
+def probe_minutes(own: int | None, shards: int) -> list[int]:
+    """Time limits to ask about: the job's own, half, a quarter, one shard's share."""
+    if not own:
+        return []
+    candidates = {own, own // 2, own // 4, math.ceil(own / max(shards, 1))}
+    return sorted((m for m in candidates if m >= 1), reverse=True)
+
+
+def longest_starting_now(
+    ask: Callable[[int], Answer[datetime]], asked: list[int], now: datetime
+) -> int | None:
+    """The longest time limit SLURM would start now, between the limits already ``asked``.
+
+    When the job's own limit does not start now: bisect between the longest asked limit
+    that starts now and the next longer one that does not (or halve below the shortest
+    asked one until one starts now). At most ~2 log2(limit) more ``sbatch --test-only``
+    calls, to within 5%; never a submission. None when nothing starts now or SLURM
+    does not answer.
+    """
+
+    def starts_now(minutes: int) -> bool | None:
+        answer = ask(minutes)
+        if not answer.ok or answer.value is None:
+            return None
+        return answer.value <= now + timedelta(minutes=1)
+
+    verdicts = {m: starts_now(m) for m in asked}
+    if not verdicts or None in verdicts.values() or all(verdicts.values()):
+        return None
+    good = [m for m, v in verdicts.items() if v]
+    if good:
+        low = max(good)
+        high = min(m for m, v in verdicts.items() if not v and m > low)
+    else:
+        high, probe, low = min(verdicts), min(verdicts) // 2, 0
+        while probe >= 1:  # halve until something starts now
+            verdict = starts_now(probe)
+            if verdict is None:
+                return None
+            if verdict:
+                low = probe
+                break
+            high, probe = probe, probe // 2
+        if low == 0:
+            return None
+    while high - low > max(1, low // 20):
+        mid = (low + high) // 2
+        verdict = starts_now(mid)
+        if verdict is None:
+            break
+        low, high = (mid, high) if verdict else (low, mid)
+    return low
+
+
+def test_only_options(detail: dict[str, str], minutes: int) -> list[str]:
+    """``sbatch --test-only`` options that repeat a pending job's request at ``minutes``."""
+    opts = ["-t", str(minutes)]
+    null = command.is_null
+
+    def add(flag: str, key: str) -> None:
+        value = detail.get(key)
+        if not null(value):
+            opts.extend([flag, str(value)])
+
+    add("-p", "Partition")
+    add("-A", "Account")
+    add("--qos", "QOS")
+    add("-C", "Features")
+    add("--exclude", "ExcNodeList")
+    add("--reservation", "Reservation")
+    cpus = detail.get("CPUs/Task")
+    if cpus and cpus.isdigit():
+        opts.append(f"--cpus-per-task={cpus}")
+    mem_node, mem_cpu = detail.get("MinMemoryNode"), detail.get("MinMemoryCPU")
+    if mem_node and not null(mem_node):
+        opts.append(f"--mem={mem_node}")
+    elif mem_cpu and not null(mem_cpu):
+        opts.append(f"--mem-per-cpu={mem_cpu}")
+    per_job = detail.get("TresPerJob", "")
+    per_node = detail.get("TresPerNode", "")
+    m = re.search(r"gpu(?::([^:,=]+))?[:=](\d+)", per_job or "")
+    if m:
+        opts.append(f"--gpus={m.group(1) + ':' if m.group(1) else ''}{m.group(2)}")
+    elif re.search(r"gpu", per_node or ""):
+        opts.append("--gres=" + per_node.replace("gres:", "").replace("gres/", ""))
+    return opts
+
+
+def probe(
+    oldest: queries.Job,
+    shards: int,
+    starts: dict[int, Answer[datetime]],
+    *,
+    reservations: Answer[list[queries.Reservation]] | None,
+    nodes: Answer[list[queries.Node]],
+    now: datetime,
+) -> Probe | None:
+    """Would a shorter walltime start ``oldest`` (a pending job of ``shards`` shards) now?
+
+    ``starts`` are ``sbatch --test-only``'s answers by time limit (bisection steps
+    included); the visible maintenance windows add a row of their own. None when there
+    is nothing to show.
+    """
+    own = oldest.time_limit_minutes or 0
+    window = _window_row(reservations, nodes, oldest, own, now)
+    if window is None and not starts:
+        return None
+    soon = now + timedelta(minutes=1)
+    standard = set(probe_minutes(own, shards))
+
+    def starts_now(answer: Answer[datetime]) -> bool:
+        return answer.ok and answer.value is not None and answer.value <= soon
+
+    found = [m for m, a in starts.items() if m not in standard and starts_now(a)]
+    shown = standard | ({max(found)} if found else set())
+    rows = []
+    for minutes, answer in sorted(starts.items(), reverse=True):
+        if minutes not in shown:
+            continue  # a bisection step
+        label = _label(minutes, own, shards)
+        if answer.ok and answer.value is not None:
+            rows.append(
+                ProbeRow(
+                    minutes, label, answer.value.isoformat(timespec="seconds"), answer.value <= soon
+                )
+            )
+        else:
+            rows.append(ProbeRow(minutes, label, None, None, answer.problem))
+    if window is not None:
+        rows.append(window)
+        rows.sort(key=lambda r: -r.minutes)
+    return Probe(
+        job_id=oldest.id,
+        shards=shards,
+        submitted=oldest.submit_time.isoformat() if oldest.submit_time else "",
+        rows=tuple(rows),
+        advice=_advice(rows, own, shards, oldest.id),
+    )
+
+
+def _window_row(
+    reservations: Answer[list[queries.Reservation]] | None,
+    nodes: Answer[list[queries.Node]],
+    job: queries.Job,
+    own: int,
+    now: datetime,
+) -> ProbeRow | None:
+    """The longest limit that ends before the next visible maintenance window.
+
+    ``sbatch --test-only`` places its hypothetical job behind this run's own pending
+    jobs, so while they pend behind a window it can answer "after the window" even for a
+    limit that would end before it. The window itself is a firmer fact: a job ending a
+    minute before it starts is not held back by it. Whether it starts *now* then depends
+    only on free resources: yes when a usable node of its partition is idle or mixed,
+    otherwise unknown. None when no window is visible or none is ahead of a shorter limit.
+    """
+    if reservations is None or not reservations.ok:
+        return None
+    parts = [p for p in job.partition.split(",") if p]
+    window = queries.next_maintenance(reservations.value or [], now, parts)
+    if window is None or window.start is None or window.start <= now:
+        return None
+    minutes = int((window.start - now) / timedelta(minutes=1)) - 1  # a minute to schedule
+    if minutes < 1 or (own and minutes >= own):
+        return None
+    free = nodes.ok and any(
+        n.usable and (not parts or n.partition in parts) and n.has_free_resources
+        for n in nodes.value or []
+    )
+    source = f"reservation {window.name} from {window.start:%Y-%m-%d %H:%M}"
+    if free:
+        return ProbeRow(
+            minutes, WINDOW_LABEL, now.isoformat(timespec="seconds"), True, None, source
+        )
+    problem = "no idle node in its partition now: it starts when one frees, if before the window"
+    return ProbeRow(minutes, WINDOW_LABEL, None, None, problem, source)
+
+
+WINDOW_LABEL = "ends before the window"
+
+
+def _label(minutes: int, own: int, shards: int) -> str:
+    if minutes == own:
+        return "its own request"
+    if shards > 1 and minutes == math.ceil(own / shards):
+        return "one shard's share"
+    if own and minutes == own // 2:
+        return "half of it"
+    if own and minutes == own // 4:
+        return "a quarter of it"
+    return "longest that starts now"
+
+
+def _advice(rows: list[ProbeRow], own: int, shards: int, job_id: str) -> str:
+    answered = [r for r in rows if r.start is not None]
+    if not answered:
+        return "sbatch --test-only gave no answer; see the problems above"
+    own_row = next((r for r in answered if r.minutes == own), None)
+    if own_row is not None and own_row.starts_now:
+        return "its own request would start now: the job waits for the next scheduling pass"
+    first = min(r.start for r in answered if r.start)
+    if own_row is not None and own_row.start == first:
+        return (
+            "no shorter walltime starts earlier: the wait is not about time (see the pending "
+            "reason)"
+        )
+    best = max((r for r in answered if r.start == first), key=lambda r: r.minutes)
+    when = "now" if best.starts_now else f"at {first.replace('T', ' ')}"
+    behind = ""
+    if best.label == WINDOW_LABEL and not any(
+        r.starts_now for r in answered if r.source == ProbeRow.source
+    ):
+        behind = (
+            " (sbatch --test-only found no limit that starts now: it places its test behind "
+            "this run's own pending jobs, which wait for the window)"
+        )
+    instead = f" instead of {own_row.start.replace('T', ' ')}" if own_row and own_row.start else ""
+    share = math.ceil(own / max(shards, 1))  # one shard's walltime in this job
+    options = [f"walltime.max_minutes: {max(1, best.minutes // max(shards, 1))} (K={shards})"]
+    k = best.minutes // max(share, 1)
+    if 1 <= k < shards:
+        options.append(f"--group-components classify={k} (shards keep their walltime)")
+    return (
+        f"a job asking for {best.minutes} min or less starts {when}{instead}{behind} (yours "
+        f"asks for {own} min for {shards} shard(s)): set {' or '.join(options)}; or shorten "
+        f"queued jobs in place with `scontrol update JobId={job_id} "
+        f"TimeLimit={best.minutes}` (decrease only; a shard cut short resumes on its retry)"
+    )

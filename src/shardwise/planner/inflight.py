@@ -1,0 +1,413 @@
+"""Shards that live jobs are already working on: left out of a new invocation's targets.
+
+A Snakemake main process that dies without Ctrl-C (``kill -9``, a lost login node, a
+reaped process, a launcher job's walltime) leaves its SLURM jobs running and pending.
+The SLURM plugin names jobs with a new uuid per invocation, so the next invocation
+would submit their shards again. At plan time this module finds them:
+
+1. **Claims** (:mod:`shardwise.claims`): a running shard job holds
+   ``<run_dir>/claims/<shard>.json``; a claim whose holder is alive means in flight.
+2. **The queue**: the user's jobs that ``squeue`` lists with the submit working
+   directory (``%Z``) of this workflow and a plugin comment (``rule_...``). A group
+   job's comment does not name its shards, so each candidate's batch script
+   (``scontrol write batch_script``: the plugin's ``--wrap`` command) is read once
+   and its ``--target-jobs classify:shard=N`` taken, if its ``--snakefile`` and
+   ``--configfiles`` are this workflow's. What was read is cached per job in
+   ``<run_dir>/claims/jobs.json``, so a restart reads each job's script once.
+
+Cost: with no claims and no cluster executor nothing is called; otherwise one
+``squeue`` call, plus one ``squeue -s`` when a claim names a job step, plus one
+``scontrol`` call per new candidate job. Nothing here runs inside cluster jobs.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import shlex
+import shutil
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from shardwise.run import claims, markers, ranges
+from shardwise.slurm import queries
+from shardwise.store.atomic import write_atomic
+
+#: The workflow that plans this run: lets `cluster status` and `coverage` find its jobs.
+WORKFLOW_JSON = "workflow.json"
+#: Per-job cache of the shards a queued job carries (from its batch script).
+JOBS_CACHE = "jobs.json"
+#: The rule whose jobs carry shards.
+RULE = "classify"
+#: Seconds the plan-time squeue may take before the run goes on without it.
+SQUEUE_TIMEOUT = 30.0
+
+
+@dataclass(frozen=True)
+class Submitter:
+    """What identifies jobs of this workflow in the queue."""
+
+    workdir: str
+    snakefile: str
+    configfiles: tuple[str, ...] = ()
+    cluster: bool = False  # a cluster executor may be in use: ask squeue
+    host: str = ""
+    pid: int = 0
+    started_at: str = ""
+
+    @classmethod
+    def of(cls, workflow: Any) -> Submitter:
+        """From Snakemake's ``workflow`` object at parse time (top-level process).
+
+        The executor is not known yet at parse time; ``--jobs`` (``resources.nodes``)
+        is, and any cluster executor needs it.
+        """
+        resources = getattr(workflow, "resource_settings", None)
+        settings = getattr(workflow, "config_settings", None)
+        return cls(
+            workdir=str(Path.cwd()),
+            snakefile=str(Path(str(workflow.main_snakefile)).resolve()),
+            configfiles=tuple(
+                str(Path(p).resolve()) for p in (getattr(settings, "configfiles", None) or ())
+            ),
+            cluster=getattr(resources, "nodes", None) is not None,
+            host=claims.hostname(),
+            pid=os.getpid(),
+            started_at=markers.now(),
+        )
+
+    @classmethod
+    def recorded(cls, run_dir: Path) -> Submitter | None:
+        """The last top-level invocation's record (``claims/workflow.json``), if any."""
+        try:
+            body = json.loads((run_dir / claims.CLAIMS_DIR / WORKFLOW_JSON).read_text("utf-8"))
+            return cls(
+                workdir=str(body["workdir"]),
+                snakefile=str(body["snakefile"]),
+                configfiles=tuple(str(p) for p in body.get("configfiles", ())),
+                cluster=bool(body.get("cluster", False)),
+                host=str(body.get("host", "")),
+                pid=int(body.get("pid", 0)),
+                started_at=str(body.get("started_at", "")),
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def record(self, run_dir: Path) -> None:
+        """Write ``claims/workflow.json`` (the main process, once per invocation)."""
+        body = {**asdict(self), "configfiles": list(self.configfiles)}
+        write_atomic(
+            run_dir / claims.CLAIMS_DIR / WORKFLOW_JSON,
+            (json.dumps(body, indent=2) + "\n").encode(),
+        )
+
+
+@dataclass(frozen=True)
+class Flying:
+    """One in-flight shard."""
+
+    shard: int
+    job_id: str | None  # SLURM job id; None for a local process
+    state: str  # RUNNING, PENDING, ... or "running" for a local process
+    since: str  # ISO time: claim start, job start, or job submission
+    holder: str  # "SLURM job 12 on node3", "process 42 on laptop"
+    certain: bool = True  # False: the holder could not be checked (counted as live)
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """The shards live jobs hold, and notes on what could not be checked."""
+
+    shards: dict[int, Flying] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    stale_claims: tuple[int, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.shards)
+
+    def jobs(self) -> dict[str, list[Flying]]:
+        """In-flight shards by holder (SLURM job id, or ``pid@host``)."""
+        out: dict[str, list[Flying]] = {}
+        for f in sorted(self.shards.values(), key=lambda f: f.shard):
+            out.setdefault(f.job_id or f.holder, []).append(f)
+        return out
+
+    def lines(self, *, notes: bool = True, planning: bool = True) -> list[str]:
+        """The "in flight" block of the coverage printout (empty when nothing flies).
+
+        ``planning``: printed by a new invocation, which leaves these shards out.
+        """
+        out: list[str] = []
+        if self.shards:
+            groups = self.jobs()
+            head = f"in flight {len(self.shards):,} shard(s) held by {len(groups):,} live job(s)"
+            out.append(
+                head + " of an earlier invocation: left out of this run; run snakemake again "
+                "after they end to pick up whatever they leave"
+                if planning
+                else head
+            )
+            for flying in groups.values():
+                first = flying[0]
+                shards = ranges.compress([f.shard for f in flying])
+                what = f"job {first.job_id}" if first.job_id else first.holder
+                check = "" if first.certain else "  (cannot be checked from here)"
+                out.append(
+                    f"  shards {shards:<12} {what:<22} {first.state:<10} since {first.since}{check}"
+                )
+        if notes:
+            out += [f"note     {n}" for n in self.notes]
+        return out
+
+    def to_dict(self) -> list[dict[str, Any]]:
+        """JSON form: one object per in-flight shard."""
+        return [asdict(f) for f in sorted(self.shards.values(), key=lambda f: f.shard)]
+
+
+# ----------------------------------------------------------------------------- finding
+
+
+def local_time(iso: str) -> str:
+    """An ISO time with an offset (claims are UTC) as local time, as SLURM prints times."""
+    try:
+        when = datetime.fromisoformat(iso)
+    except ValueError:
+        return iso
+    if when.tzinfo is not None:
+        when = when.astimezone().replace(tzinfo=None)
+    return when.isoformat(timespec="seconds")
+
+
+def find(
+    run_dir: Path,
+    submitter: Submitter | None,
+    *,
+    done: Iterable[int] = (),
+    queue: queries.Answer[list[queries.Job]] | None = None,
+) -> InFlight:
+    """Shards held by live claims or queued by an earlier invocation of this workflow.
+
+    ``queue``: the user's jobs when the caller already asked squeue (cluster status);
+    otherwise squeue is asked only when there are SLURM claims or a cluster executor.
+    """
+    done = set(done)
+    held = {s: c for s, c in claims.read_claims(run_dir).items() if s not in done}
+    wants_queue = any(c.slurm_job_id for c in held.values()) or (
+        submitter is not None and submitter.cluster
+    )
+    notes: list[str] = []
+    if queue is None and wants_queue and shutil.which("squeue") is not None:
+        queue = queries.jobs(timeout=SQUEUE_TIMEOUT)
+    live_jobs: dict[str, str] | None = None
+    if queue is not None:
+        if queue.ok:
+            live_jobs = {j.id: j.state for j in queue.value or ()}
+        else:
+            notes.append(f"squeue did not answer ({queue.problem}); claims are trusted as live")
+    steps: set[str] | None = None
+    if live_jobs and any(c.step and c.slurm_job_id in live_jobs for c in held.values()):
+        found = queries.steps(timeout=SQUEUE_TIMEOUT)
+        steps = found.value if found.ok else None
+
+    flying: dict[int, Flying] = {}
+    stale: list[int] = []
+    for shard, claim in sorted(held.items()):
+        verdict = claims.judge(claim, live_jobs=live_jobs, live_steps=steps)
+        if verdict.alive is False:
+            stale.append(shard)
+            continue
+        state = (live_jobs or {}).get(claim.slurm_job_id or "", "running")
+        flying[shard] = Flying(
+            shard,
+            claim.slurm_job_id,
+            state,
+            local_time(claim.started_at),
+            claim.holder(),
+            certain=verdict.alive is True,
+        )
+    if queue is not None and queue.ok and submitter is not None:
+        for job, shards in queued_shards(run_dir, submitter, queue.value or []).items():
+            since = job.start_time if job.running and job.start_time else job.submit_time
+            for shard in shards:
+                if shard in done or shard in flying:
+                    continue
+                flying[shard] = Flying(
+                    shard,
+                    job.id,
+                    job.state,
+                    since.isoformat() if since else "",
+                    f"SLURM job {job.id}" + (f" on {job.nodes}" if job.nodes else ""),
+                )
+    if stale:
+        notes.append(
+            f"{len(stale)} stale claim(s) ignored (their jobs are gone): shards "
+            f"{ranges.compress(stale)}"
+        )
+    return InFlight(flying, tuple(notes), tuple(stale))
+
+
+def candidate(job: queries.Job, submitter: Submitter) -> bool:
+    """A live job submitted by the SLURM plugin from this workflow's directory."""
+    return (
+        job.state in queries.LIVE_STATES
+        and job.comment.startswith("rule_")
+        and _same_path(job.workdir, submitter.workdir)
+    )
+
+
+def queued_shards(
+    run_dir: Path, submitter: Submitter, jobs: list[queries.Job]
+) -> dict[queries.Job, list[int]]:
+    """Shards of each live job of this workflow, from its batch script (cached)."""
+    picked = [j for j in jobs if candidate(j, submitter)]
+    if not picked:
+        return {}
+    cache_path = run_dir / claims.CLAIMS_DIR / JOBS_CACHE
+    try:
+        cache: dict[str, Any] = json.loads(cache_path.read_text("utf-8"))
+    except (OSError, ValueError):
+        cache = {}
+
+    def key(job: queries.Job) -> str:
+        return f"{job.id}@{job.submit_time.isoformat() if job.submit_time else ''}"
+
+    missing = [j for j in picked if key(j) not in cache]
+    if missing:
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            scripts = list(pool.map(lambda j: queries.batch_script(j.id), missing))
+        for job, script in zip(missing, scripts, strict=True):
+            if script.ok:
+                cache[key(job)] = parse_wrap(script.value or "")
+    kept = {key(j): cache[key(j)] for j in picked if key(j) in cache}
+    if kept != cache:
+        with contextlib.suppress(OSError):  # a cache: the next invocation reads them again
+            write_atomic(cache_path, (json.dumps(kept, indent=1) + "\n").encode())
+    out: dict[queries.Job, list[int]] = {}
+    for job in picked:
+        entry = kept.get(key(job))
+        if entry and _same_workflow(entry, submitter):
+            out[job] = [int(s) for s in entry.get("shards", [])]
+    return out
+
+
+def parse_wrap(script: str) -> dict[str, Any]:
+    """``--snakefile``, ``--configfiles`` and the shards of ``--target-jobs`` in a script."""
+    for line in script.splitlines():
+        if "--target-jobs" not in line:
+            continue
+        try:
+            args = shlex.split(line)
+        except ValueError:
+            continue
+        values: dict[str, list[str]] = {}
+        current: str | None = None
+        for arg in args:
+            if arg.startswith("--"):
+                current = arg
+                values.setdefault(arg, [])
+            elif current is not None:
+                values[current].append(arg)
+        shards = []
+        for target in values.get("--target-jobs", []):
+            rule, _, wildcards = target.partition(":")
+            if rule != RULE:
+                continue
+            for item in wildcards.split(","):
+                name, _, value = item.partition("=")
+                if name == "shard" and value.isdigit():
+                    shards.append(int(value))
+        return {
+            "snakefile": (values.get("--snakefile") or [""])[0],
+            "configfiles": values.get("--configfiles", []),
+            "shards": sorted(shards),
+        }
+    return {"snakefile": "", "configfiles": [], "shards": []}
+
+
+def _same_workflow(entry: dict[str, Any], submitter: Submitter) -> bool:
+    if not entry.get("shards"):
+        return False
+    if entry.get("snakefile") and not _same_path(entry["snakefile"], submitter.snakefile):
+        return False
+    theirs = {_resolved(p, submitter.workdir) for p in entry.get("configfiles", [])}
+    ours = {_resolved(p, submitter.workdir) for p in submitter.configfiles}
+    return theirs == ours
+
+
+def _resolved(path: str, workdir: str) -> str:
+    p = Path(path)
+    return str((p if p.is_absolute() else Path(workdir) / p).resolve())
+
+
+def _same_path(a: str, b: str) -> bool:
+    if not a or not b:
+        return False
+    return a == b or Path(a).resolve() == Path(b).resolve()
+
+
+def with_in_flight(text: str, fmt: str, run_dir: Path) -> str:
+    """A coverage report (``fmt``: table, json, markdown) plus the run's in-flight shards.
+
+    Uses the workflow recorded by the last top-level invocation; asks squeue only when
+    that invocation used a cluster executor or a claim names a SLURM job.
+    """
+    flight = find(run_dir, Submitter.recorded(run_dir), done=markers.done_shards(run_dir))
+    if fmt == "json":
+        doc = json.loads(text)
+        doc["in_flight"] = flight.to_dict()
+        return json.dumps(doc, indent=2)
+    lines = flight.lines()
+    if not lines:
+        return text
+    if fmt == "markdown":
+        return text + "\n\n```\n" + "\n".join(lines) + "\n```"
+    return text + "\n\n" + "\n".join(lines)
+
+
+#: Snakemake's flags of outputs whose job started and never finished (file backend).
+SNAKEMAKE_INCOMPLETE = Path(".snakemake") / "incomplete"
+
+
+def clear_stale_incomplete(run_dir: Path, workdir: str, flight: InFlight) -> list[int]:
+    """Drop Snakemake's "incomplete" flag of shards whose marker a job wrote after all.
+
+    A Snakemake killed with SIGKILL leaves a flag under ``.snakemake/incomplete/`` for
+    every job it had started. Under the SLURM executor the job's own Snakemake clears
+    it when the job ends; under the local executor the orphaned shard process finishes
+    with no Snakemake to do so, and the next invocation would rerun the shard
+    (``--rerun-incomplete``) or refuse to start. The shard marker is written last and
+    atomically, so a marker that exists proves the flag stale; flags of shards still in
+    flight are kept. Only Snakemake's file backend (the default) is handled: one listing
+    of the flags, each name decoded (url-safe base64 of the output path, split into
+    ``@``-prefixed parts when long).
+    """
+    root = Path(workdir) / SNAKEMAKE_INCOMPLETE
+    try:
+        names = [p for p in root.rglob("*") if p.is_file() and not p.name.startswith("@")]
+    except OSError:
+        return []
+    shards_dir = (run_dir / markers.SHARDS_DIR).resolve()
+    cleared = []
+    for flag in names:
+        parts = [p.removeprefix("@") for p in flag.relative_to(root).parts]
+        try:
+            text = base64.urlsafe_b64decode("".join(parts).encode()).decode()
+        except (ValueError, UnicodeDecodeError):
+            continue
+        path = Path(text) if Path(text).is_absolute() else Path(workdir) / text
+        stem = path.name.removesuffix(".done")
+        if path.parent.resolve() != shards_dir or not stem.isdigit() or path.name == stem:
+            continue
+        shard = int(stem)
+        if shard in flight.shards or not path.exists():
+            continue
+        with contextlib.suppress(OSError):
+            flag.unlink()
+            cleared.append(shard)
+    return sorted(cleared)

@@ -1,0 +1,482 @@
+"""What the Snakefile calls at parse time: plan or read the run, nothing else.
+
+The top-level Snakemake process (a dry run or a real run from the command line)
+lists the input once, validates or creates run.json (locally and at the output
+root), caches the plan, records the job settings, marks shards that need no job
+(empty ones, and ones whose every file is already marked done in the output,
+e.g. by another cluster) and prints the coverage report.
+
+A Snakemake process inside a cluster job re-parses the Snakefile too; there this
+module only reads run.json from the run directory: no listing, no printing.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import pyarrow as pa
+
+from shardwise.classify.modelcheck import check_classifiers
+from shardwise.config import Settings
+from shardwise.errors import InputError, RunMismatchError
+from shardwise.planner import inflight
+from shardwise.run import context, failures, journal, markers, plan, quarantine, runjson
+from shardwise.run.manifest import Selection, build_tasks, select_files
+from shardwise.run.sharding import shard_range
+from shardwise.store.location import Location
+
+LOCK_FILE = ".shardwise.lock"
+_held_locks: list[IO[str]] = []  # keeps run-dir locks open for the life of the process
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What the Snakefile needs to declare its targets."""
+
+    run_dir: Path
+    shards: tuple[int, ...]
+    output_uri: str
+    in_flight: tuple[int, ...] = ()  # held by live jobs of an earlier invocation
+    #: What planning has to tell the operator, in order: re-pin changes, then notes on
+    #: the listing (top-level process only; the caller prints them).
+    messages: tuple[str, ...] = ()
+    #: The "in flight" block of the planning report (see ``inflight.InFlight.lines``).
+    in_flight_lines: tuple[str, ...] = ()
+
+    def targets(self) -> list[str]:
+        """The shard markers, the run's Snakemake targets (in-flight shards left out)."""
+        skip = set(self.in_flight)
+        return [
+            str(markers.shard_marker_path(self.run_dir, s)) for s in self.shards if s not in skip
+        ]
+
+    def when_settled(self, *paths: str) -> list[str]:
+        """``paths`` unless shards are in flight (then the run is not whole yet)."""
+        return [] if self.in_flight else list(paths)
+
+
+def prepare_run(
+    config: dict[str, Any],
+    *,
+    main_process: bool,
+    dryrun: bool = False,
+    repin: bool = False,
+    submitter: inflight.Submitter | None = None,
+) -> RunInfo:
+    """Plan (top-level process) or read (cluster job) the run described by ``config``.
+
+    ``repin`` (``shardwise plan --repin``) replaces a pinned run.json whose settings
+    differ, but only while no file of the run is labelled. ``submitter`` (from the
+    Snakefile) lets planning leave out shards that live jobs of an earlier invocation
+    hold (see inflight.py). Nothing is printed: what the operator should read comes
+    back in ``RunInfo.messages`` and ``RunInfo.in_flight_lines``.
+    """
+    settings = Settings.from_config(config)
+    run_dir = settings.run_dir
+    if not main_process:
+        meta = runjson.read(Location(str(run_dir)))
+        return RunInfo(
+            run_dir,
+            tuple(shard_range(meta.total_shards, meta.minimum_shard_index)),
+            meta.output_uri,
+        )
+    said: list[str] = []
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if not dryrun or repin:
+        lock_run_dir(run_dir)
+    check_classifiers(settings.classifiers)  # before anything is pinned
+    quarantined = quarantine.load(run_dir)
+    planned = _plan_table(settings, set(quarantined), fresh=repin)
+    meta = runjson.RunMeta.new(
+        total_shards=settings.total_shards,
+        minimum_shard_index=settings.minimum_shard_index,
+        files_per_task=settings.input.files_per_task,
+        input_uri=settings.input.uri,
+        output_uri=settings.output_uri,
+        task_count=planned.task_count,
+        fingerprint=planned.fingerprint,
+        classifiers=[(c["name"], c["model"], c["input"]) for c in settings.classifiers],
+    )
+    _pin(settings, meta, planned.table, repin=repin, say=said.append)
+    if planned.fresh:
+        plan.save(run_dir, planned.table, plan.summarize(planned.table, settings.total_shards))
+    context.write_settings(run_dir, settings.job_settings())
+    output = Location(settings.output_uri, settings.storage)
+    mark_shards_without_work(run_dir, planned.table, meta, output, set(quarantined))
+    flight = inflight.find(run_dir, submitter, done=markers.done_shards(run_dir))
+    if submitter is not None:
+        submitter.record(run_dir)
+        inflight.clear_stale_incomplete(run_dir, submitter.workdir, flight)
+    return RunInfo(
+        run_dir,
+        tuple(shard_range(meta.total_shards, meta.minimum_shard_index)),
+        settings.output_uri,
+        tuple(sorted(flight.shards)),
+        messages=(*said, *(f"note: {note}" for note in planned.notes)),
+        in_flight_lines=tuple(flight.lines()),
+    )
+
+
+@dataclass(frozen=True)
+class _Planned:
+    """The plan of this run and what the planner has to say about the listing."""
+
+    table: pa.Table
+    task_count: int
+    fingerprint: str
+    fresh: bool  # built now (save it once run.json agrees), not the cached one
+    notes: list[str]
+
+
+def _plan_table(settings: Settings, quarantined: set[str], *, fresh: bool = False) -> _Planned:
+    """The cached plan when listing is off or the listed task set matches it, else a new
+    one (not yet saved: run.json is checked first). ``fresh`` always builds a new one.
+
+    When the only files gone from the input are quarantined ones, the cached plan is
+    kept: a quarantined file may be deleted without changing the pinned assignment.
+    """
+    run_dir = settings.run_dir
+    cached = None if fresh else plan.load_summary(run_dir)
+    if cached is not None and not settings.input.relist:
+        return _Planned(plan.load(run_dir), cached.tasks, cached.fingerprint, False, [])
+    source = Location(settings.input.uri, settings.storage)
+    output = Location(settings.output_uri, settings.storage)
+    listing = source.list_files()
+    if not listing:
+        raise InputError(_empty_input_message(source))
+    selection = select_files(
+        listing,
+        glob=settings.input.glob,
+        fmt=settings.input.format,
+        output_prefix=source.inner_prefix(output),
+        skip_unsafe=settings.input.skip_unsafe_names,
+    )
+    notes = _selection_notes(selection, output)
+    if not selection.files:
+        msg = (
+            f"no input files under {settings.input.uri} match glob {settings.input.glob!r} "
+            f"and format {settings.input.format!r} (.parquet, .jsonl, .jsonl.gz, .jsonl.zst); "
+            f"{len(listing):,} file(s) listed" + "".join(f"; {n}" for n in notes)
+        )
+        raise InputError(msg)
+    tasks = build_tasks([rel for rel, _ in selection.files], settings.input.files_per_task)
+    fingerprint = runjson.fingerprint(t.task_id for t in tasks)
+    if cached is not None:
+        if cached.fingerprint == fingerprint:
+            return _Planned(plan.load(run_dir), cached.tasks, fingerprint, False, notes)
+        gone = _only_quarantined_gone(run_dir, selection.files, quarantined)
+        if gone:
+            notes.append(
+                f"{gone} quarantined file(s) are no longer in the input; "
+                "the pinned plan is kept (`shardwise quarantine --list`)"
+            )
+            return _Planned(plan.load(run_dir), cached.tasks, cached.fingerprint, False, notes)
+    table = plan.build(
+        selection.files,
+        files_per_task=settings.input.files_per_task,
+        total_shards=settings.total_shards,
+        minimum_shard_index=settings.minimum_shard_index,
+        category_regex=settings.input.category_regex,
+        tasks=tasks,
+    )
+    return _Planned(table, len(tasks), fingerprint, True, notes)
+
+
+def _only_quarantined_gone(
+    run_dir: Path, files: list[tuple[str, int]], quarantined: set[str]
+) -> int:
+    """How many planned files are gone, when every one of them is quarantined and nothing
+    was added; else 0 (the input set really changed)."""
+    if not quarantined:
+        return 0
+    planned = set(plan.load(run_dir)["file"].to_pylist())
+    listed = {rel for rel, _ in files}
+    gone = planned - listed
+    if listed <= planned and gone and gone <= quarantined:
+        return len(gone)
+    return 0
+
+
+def _empty_input_message(source: Location) -> str:
+    """Why a listing came back empty, in the terms of the config (input.uri)."""
+    if source.remote:
+        return (
+            f"nothing under input.uri {source.uri}: check the bucket and prefix, and that "
+            "the credentials may list it"
+        )
+    root = Path(source.root)
+    if not root.exists():
+        return (
+            f"input.uri {source.uri}: the folder {root} does not exist "
+            f"(relative paths are relative to the working directory, {Path.cwd()})"
+        )
+    if not root.is_dir():
+        return f"input.uri {source.uri}: {root} is a file, not a folder"
+    return f"input.uri {source.uri}: the folder {root} holds no files"
+
+
+def _selection_notes(selection: Selection, output: Location, limit: int = 5) -> list[str]:
+    """What the listing held that is not an input, one line per reason (never silent)."""
+    notes = []
+    if selection.hidden:
+        notes.append(
+            f"skipped {len(selection.hidden):,} hidden file(s) (names starting with '.' or "
+            f"'_', e.g. {selection.hidden[0]!r})"
+        )
+    if selection.outputs:
+        notes.append(
+            f"skipped {len(selection.outputs):,} shardwise output(s) under the output root "
+            f"{output.uri} (e.g. {selection.outputs[0]!r})"
+        )
+    if selection.unsafe:
+        shown = "; ".join(f"{rel!r}: {why}" for rel, why in selection.unsafe[:limit])
+        more = (
+            f"; ... and {len(selection.unsafe) - limit} more"
+            if len(selection.unsafe) > limit
+            else ""
+        )
+        notes.append(
+            f"skipped {len(selection.unsafe):,} file(s) whose names cannot be used safely "
+            f"(input.skip_unsafe_names: true): {shown}{more}"
+        )
+    return notes
+
+
+#: Fields of run.json that never change, not even by --repin.
+_NEVER_REPINNED = ("format_version",)
+
+
+def _pin(
+    settings: Settings,
+    meta: runjson.RunMeta,
+    table: pa.Table,
+    *,
+    repin: bool = False,
+    say: Callable[[str], None],
+) -> None:
+    """Validate run.json in the run dir and at the output root; create where absent.
+
+    Both are checked before either is created, so a refused run writes nothing. With
+    ``repin`` and nothing labelled, copies that differ are replaced instead.
+    """
+    run_dir = settings.run_dir
+
+    def task_change() -> tuple[int, int]:
+        if plan.load_summary(run_dir) is None:
+            return (meta.task_count, 0)
+        old = plan.task_ids(plan.load(run_dir))
+        new = plan.task_ids(table)
+        return len(new - old), len(old - new)
+
+    local = Location(str(run_dir))
+    output = Location(settings.output_uri, settings.storage)
+    absent: list[Location] = []
+    changed: list[tuple[Location, runjson.RunMeta]] = []
+    for loc in (local, output):
+        try:
+            existing = runjson.RunMeta.from_json(
+                loc.read_bytes(runjson.RUN_JSON), loc.url(runjson.RUN_JSON)
+            )
+        except FileNotFoundError:
+            absent.append(loc)
+            continue
+        if not repin:
+            runjson.check_same(
+                existing,
+                meta,
+                loc.url(runjson.RUN_JSON),
+                task_change,
+                lambda diffs, old=existing: _refusal_hints(settings, old, diffs),
+            )
+        elif runjson.differences(existing, meta):
+            changed.append((loc, existing))
+    if changed:
+        _repin(settings, meta, changed, say)
+    elif repin:
+        say("run.json already pins these settings: nothing to re-pin")
+    for loc in reversed(absent):  # output first: it is shared with other clusters
+        runjson.create_or_validate(loc, meta, task_change)
+
+
+def _outputs_of(settings: Settings, pinned: list[runjson.RunMeta]) -> list[Location]:
+    """The output roots a run has written (or would write) to: config's and pinned ones."""
+    uris = dict.fromkeys([settings.output_uri, *(m.output_uri for m in pinned)])
+    return [Location(uri, settings.storage) for uri in uris]
+
+
+def _labelled(outputs: list[Location]) -> list[str]:
+    """Per-file markers under any of ``outputs`` (one listing each): what is labelled."""
+    found: list[str] = []
+    for loc in outputs:
+        found += [loc.url(rel) for rel in sorted(loc.list_suffix(markers.FILE_MARKER_SUFFIX))]
+    return found
+
+
+def _refusal_hints(
+    settings: Settings, pinned: runjson.RunMeta, diffs: list[tuple[str, Any, Any]]
+) -> list[str]:
+    """How to go on from a refused run: quarantine, or re-pin while nothing is labelled."""
+    lines = []
+    names = {name for name, _, _ in diffs}
+    if "fingerprint" in names:
+        lines.append(
+            "A file that cannot be read or repaired can be left out of this run without "
+            "changing the assignment: put it back (any content) and run `shardwise "
+            f"quarantine --run-dir {settings.run_dir} FILE --reason TEXT`; once "
+            "quarantined it may be removed from the input."
+        )
+    if names & set(_NEVER_REPINNED):
+        return lines
+    labelled = _labelled(_outputs_of(settings, [pinned]))
+    if labelled:
+        lines.append(
+            f"{len(labelled):,} file(s) of this run are already labelled (e.g. {labelled[0]}), "
+            "so its pinned settings stay."
+        )
+    else:
+        lines.append(
+            "Nothing of this run is labelled yet (no per-file .done marker in its output): "
+            "`shardwise plan --repin --configfile <this config>` re-pins it with these "
+            "settings."
+        )
+    return lines
+
+
+def _repin(
+    settings: Settings,
+    meta: runjson.RunMeta,
+    changed: list[tuple[Location, runjson.RunMeta]],
+    say: Callable[[str], None],
+) -> None:
+    """Replace the run.json copies that differ, if no file of the run is labelled yet.
+
+    The run directory's per-shard state (shard markers, progress journals, the marker
+    snapshot) belongs to the old assignment and is removed; failure records are kept
+    under ``failures-before-repin-<time>/``.
+    """
+    labelled = _labelled(_outputs_of(settings, [old for _, old in changed]))
+    if labelled:
+        msg = (
+            f"cannot re-pin: {len(labelled):,} file(s) of this run are already labelled "
+            f"(e.g. {labelled[0]}); labels made under the pinned settings would mix with new "
+            "ones. Use a new run_dir and output.uri for the new settings."
+        )
+        raise RunMismatchError(msg)
+    for loc, old in changed:
+        diffs = runjson.differences(old, meta)
+        frozen = [name for name, _, _ in diffs if name in _NEVER_REPINNED]
+        if frozen:
+            msg = f"cannot re-pin {loc.url(runjson.RUN_JSON)}: {frozen} never change"
+            raise RunMismatchError(msg)
+        say(f"re-pinning {loc.url(runjson.RUN_JSON)} (nothing is labelled yet):")
+        for line in runjson.change_lines(diffs):
+            say(line)
+    _reset_run_state(settings.run_dir)
+    for loc, _old in changed:
+        loc.write_bytes(runjson.RUN_JSON, meta.to_json())
+
+
+def _reset_run_state(run_dir: Path) -> None:
+    """Forget the per-shard state of a re-pinned run (shard numbers may now differ)."""
+    for name in (markers.SHARDS_DIR, journal.PROGRESS_DIR):
+        shutil.rmtree(run_dir / name, ignore_errors=True)
+    (run_dir / markers.OUTPUT_MARKERS).unlink(missing_ok=True)
+    failures.set_aside(run_dir)
+
+
+def mark_shards_without_work(
+    run_dir: Path,
+    table: pa.Table,
+    meta: runjson.RunMeta,
+    output: Location,
+    quarantined: set[str] | None = None,
+) -> dict[str, int]:
+    """Mark empty shards, and shards whose every file has an output marker or is
+    quarantined, as done.
+
+    The output is listed once (not probed per file), and only when some shard with
+    work is still open: a finished run costs nothing here.
+    """
+    quarantined = quarantined or set()
+    done = markers.done_shards(run_dir)
+    counts = {"empty": 0, "remote": 0}
+    common = {
+        "total_shards": meta.total_shards,
+        "minimum_shard_index": meta.minimum_shard_index,
+    }
+    for shard in plan.empty_shards(table, meta.total_shards, meta.minimum_shard_index):
+        if shard not in done:
+            markers.write_shard_marker(
+                run_dir, shard, tasks=0, files=0, docs=0, source="empty", **common
+            )
+            counts["empty"] += 1
+    open_shards = plan.nonempty_shards(table) - done
+    if not open_shards:
+        return counts
+    marked = {markers.source_of_marker(m) for m in output.list_suffix(markers.FILE_MARKER_SUFFIX)}
+    if output.remote:  # jobs read this instead of probing each file's marker
+        markers.write_snapshot(run_dir, marked)
+    settled = marked | quarantined
+    if not settled:
+        return counts
+    rows = table.to_pydict()
+    per_shard: dict[int, list[int]] = {}
+    for i, shard in enumerate(rows["shard"]):
+        if shard in open_shards:
+            per_shard.setdefault(shard, []).append(i)
+    for shard, idx in per_shard.items():
+        if all(rows["file"][i] in settled for i in idx):
+            left_out = sum(1 for i in idx if rows["file"][i] in quarantined)
+            markers.write_shard_marker(
+                run_dir,
+                shard,
+                tasks=len({rows["task_id"][i] for i in idx}),
+                files=len(idx),
+                docs=None,
+                source="remote",
+                quarantined=left_out,
+                **common,
+            )
+            counts["remote"] += 1
+    return counts
+
+
+def is_dry_run(workflow: Any) -> bool:
+    """Whether this Snakemake invocation is a dry run, already at parse time.
+
+    ``workflow.dryrun`` is only known once Snakemake has picked its executor, after the
+    Snakefile was parsed; its output settings carry ``--dry-run`` from the start. A dry
+    run (the coverage report) must never take the run directory's lock: it is what an
+    operator runs while the real run is going.
+    """
+    output = getattr(workflow, "output_settings", None)
+    return bool(workflow.dryrun or getattr(output, "dryrun", False))
+
+
+def lock_run_dir(run_dir: Path) -> None:
+    """Refuse a second top-level Snakemake process on the same run directory."""
+    path = run_dir / LOCK_FILE
+    fh = path.open("a+")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError as e:
+        fh.seek(0)
+        holder = fh.read().strip() or "another process"
+        fh.close()
+        msg = (
+            f"{run_dir} is in use by {holder}; two runs on one run directory would race. "
+            "Wait for it to finish (or stop it), then run again."
+        )
+        raise RunMismatchError(msg) from e
+    fh.seek(0)
+    fh.truncate()
+    fh.write(f"pid {os.getpid()} on {os.uname().nodename} since {time.ctime()}\n")
+    fh.flush()
+    _held_locks.append(fh)

@@ -1,0 +1,310 @@
+"""Shard claims: which live job is working on a shard right now.
+
+A shard job creates ``<run_dir>/claims/<shard>.json`` when it starts (atomically:
+create-if-absent, so of two racing jobs exactly one wins) and removes it when it
+ends, whatever the outcome (success, failure, SIGTERM). A job killed with SIGKILL
+(``kill -9``, the walltime's final kill, a lost node) leaves its claim behind; such a
+claim is *stale* and is ignored once its holder is known to be gone:
+
+- a claim with a SLURM job id is live while ``squeue`` lists that job (and, when the
+  claim names a job step, that step);
+- a claim without one (local executor) is live while its process runs on this host
+  and is the same process (pid plus the process's start time and the boot id, so a
+  reused pid is not mistaken for the holder);
+- a claim from another host without a SLURM job id cannot be checked from here: it
+  counts as live, and the message says how to remove it.
+
+The judgement is a pure function (:func:`judge`) over what ``squeue`` said, so plan
+time makes at most two ``squeue`` calls for all claims together.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from shardwise.errors import ShardClaimedError
+from shardwise.run import markers
+from shardwise.store.atomic import create_exclusive
+
+CLAIMS_DIR = "claims"
+#: SLURM's pseudo step ids (batch, extern, interactive): not an srun step of ours.
+_PSEUDO_STEP = 4294967290
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Who holds a shard: the JSON body of ``claims/<shard>.json``."""
+
+    shard: int
+    host: str
+    pid: int
+    started_at: str
+    token: str
+    slurm_job_id: str | None = None
+    slurm_step_id: str | None = None
+    process: str | None = None  # "<boot id>:<start ticks>" on Linux, to survive pid reuse
+
+    def to_bytes(self) -> bytes:
+        """The file content."""
+        return (json.dumps(asdict(self), indent=2, sort_keys=True) + "\n").encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Claim:
+        """Parse a claim file; ValueError when it is not one."""
+        try:
+            body: Any = json.loads(data)
+            return cls(
+                shard=int(body["shard"]),
+                host=str(body["host"]),
+                pid=int(body["pid"]),
+                started_at=str(body["started_at"]),
+                token=str(body["token"]),
+                slurm_job_id=_opt(body.get("slurm_job_id")),
+                slurm_step_id=_opt(body.get("slurm_step_id")),
+                process=_opt(body.get("process")),
+            )
+        except (KeyError, TypeError, ValueError, json.JSONDecodeError) as e:
+            msg = f"not a shard claim: {e}"
+            raise ValueError(msg) from e
+
+    @property
+    def step(self) -> str | None:
+        """``<job>.<step>`` when the claim was made inside a real srun step."""
+        step = self.slurm_step_id or ""
+        if self.slurm_job_id and step.isdigit() and int(step) < _PSEUDO_STEP:
+            return f"{self.slurm_job_id}.{step}"
+        return None
+
+    def holder(self) -> str:
+        """``SLURM job 123 on node7`` / ``pid 42 on laptop``, for messages."""
+        if self.slurm_job_id:
+            return f"SLURM job {self.slurm_job_id} on {self.host}"
+        return f"process {self.pid} on {self.host}"
+
+
+def _opt(value: Any) -> str | None:
+    return None if value is None or value == "" else str(value)
+
+
+def claim_path(run_dir: Path, shard: int) -> Path:
+    """``<run_dir>/claims/<shard>.json``."""
+    return run_dir / CLAIMS_DIR / f"{shard}.json"
+
+
+def hostname() -> str:
+    """This machine's name as claims record it."""
+    return os.uname().nodename
+
+
+def process_identity(pid: int) -> str | None:
+    """``<boot id>:<start time in clock ticks>`` of a running process (Linux), else None."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return f"{boot}:{fields[19]}" if len(fields) > 19 else None
+
+
+def for_this_process(shard: int) -> Claim:
+    """The claim this process would make (SLURM ids from the environment, if any)."""
+    pid = os.getpid()
+    return Claim(
+        shard=shard,
+        host=hostname(),
+        pid=pid,
+        started_at=markers.now(),
+        token=secrets.token_hex(8),
+        slurm_job_id=_opt(os.environ.get("SLURM_JOB_ID")),
+        slurm_step_id=_opt(os.environ.get("SLURM_STEP_ID")),
+        process=process_identity(pid),
+    )
+
+
+def read_claim(path: Path) -> Claim | None:
+    """The claim at ``path``; None when it vanished or is unreadable."""
+    try:
+        return Claim.from_bytes(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+
+
+def read_claims(run_dir: Path) -> dict[int, Claim]:
+    """Every claim in the run directory (one listing; nothing when there is no claims/)."""
+    out: dict[int, Claim] = {}
+    try:
+        with os.scandir(run_dir / CLAIMS_DIR) as entries:
+            names = [e.name for e in entries]
+    except (FileNotFoundError, NotADirectoryError):
+        return out
+    for name in names:
+        stem, dot, ext = name.partition(".")
+        if dot and ext == "json" and stem.isascii() and stem.isdigit():
+            claim = read_claim(run_dir / CLAIMS_DIR / name)
+            if claim is not None:
+                out[claim.shard] = claim
+    return out
+
+
+# ----------------------------------------------------------------------------- liveness
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether a claim's holder is alive; ``None`` when it cannot be told from here."""
+
+    alive: bool | None
+    why: str
+
+
+def process_alive(pid: int, identity: str | None) -> bool:
+    """Whether ``pid`` runs on this host and is the process ``identity`` describes."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # exists, owned by someone else
+    if identity is None:
+        return True
+    now = process_identity(pid)
+    return now is None or now == identity
+
+
+def judge(  # noqa: PLR0911 - one return per case of the docstring's table
+    claim: Claim,
+    *,
+    live_jobs: dict[str, str] | None,
+    live_steps: set[str] | None = None,
+    here: str | None = None,
+) -> Verdict:
+    """Is ``claim``'s holder alive? Pure, given what squeue said.
+
+    ``live_jobs``: job id -> state of the jobs squeue lists as not finished (None when
+    squeue could not be asked); ``live_steps``: ``<job>.<step>`` ids squeue lists
+    (None when not asked).
+    """
+    here = here or hostname()
+    same_host = claim.host == here
+    if claim.slurm_job_id:
+        if live_jobs is None:
+            if same_host:
+                alive = process_alive(claim.pid, claim.process)
+                return Verdict(alive, "process " + ("runs" if alive else "is gone"))
+            return Verdict(None, f"squeue could not be asked about job {claim.slurm_job_id}")
+        state = live_jobs.get(claim.slurm_job_id)
+        if state is None:
+            return Verdict(False, f"job {claim.slurm_job_id} has ended")
+        if claim.step and live_steps is not None and claim.step not in live_steps:
+            return Verdict(
+                False, f"job {claim.slurm_job_id} is {state} but step {claim.step} ended"
+            )
+        if same_host and not process_alive(claim.pid, claim.process):
+            return Verdict(False, f"job {claim.slurm_job_id} is {state} but its process is gone")
+        return Verdict(True, f"job {claim.slurm_job_id} is {state}")
+    if same_host:
+        alive = process_alive(claim.pid, claim.process)
+        return Verdict(alive, f"process {claim.pid} " + ("runs" if alive else "is gone"))
+    return Verdict(None, f"process {claim.pid} runs on another host ({claim.host})")
+
+
+def judge_now(claim: Claim) -> Verdict:
+    """Judge one claim, asking squeue about its job only (the conflict path of a job)."""
+    from shardwise.slurm import queries
+
+    if not claim.slurm_job_id:
+        return judge(claim, live_jobs=None)
+    states = queries.job_states([claim.slurm_job_id], timeout=30)
+    if not states.ok:
+        return judge(claim, live_jobs=None)
+    live = {j: s for j, s in (states.value or {}).items() if s in queries.LIVE_STATES}
+    steps: set[str] | None = None
+    if claim.step and claim.slurm_job_id in live:
+        found = queries.steps(timeout=30)
+        steps = found.value if found.ok else None
+    return judge(claim, live_jobs=live, live_steps=steps)
+
+
+# ----------------------------------------------------------------------------- holding
+
+
+def acquire(run_dir: Path, shard: int, *, tries: int = 3) -> Claim:
+    """Claim ``shard`` for this process, taking over a stale claim; refuse a live one."""
+    path = claim_path(run_dir, shard)
+    mine = for_this_process(shard)
+    for _ in range(tries):
+        if create_exclusive(path, mine.to_bytes()):
+            return mine
+        other = read_claim(path)
+        if other is None:
+            continue  # released (or unreadable) between our create and our read
+        if other.slurm_job_id and other.slurm_job_id == mine.slurm_job_id:
+            alive = process_alive(other.pid, other.process) and other.host == mine.host
+            verdict = Verdict(alive, "same SLURM job, " + ("process runs" if alive else "gone"))
+        else:
+            verdict = judge_now(other)
+        if verdict.alive is not False:
+            raise ShardClaimedError(_refusal(path, other, verdict))
+        _remove_if_same(path, other)
+    msg = f"{path}: could not claim shard {shard} after {tries} tries (other jobs race for it)"
+    raise ShardClaimedError(msg)
+
+
+def _refusal(path: Path, other: Claim, verdict: Verdict) -> str:
+    certain = verdict.alive is True
+    tail = (
+        "it is still working on it"
+        if certain
+        else f"it cannot be checked from here ({verdict.why}); if that process is gone, "
+        f"delete {path} and run again"
+    )
+    return (
+        f"shard {other.shard} is claimed by {other.holder()} since {other.started_at} "
+        f"({path}); {tail}. This job stopped without touching any output."
+    )
+
+
+def _remove_if_same(path: Path, stale: Claim) -> None:
+    """Remove ``path`` if it still holds ``stale`` (never a claim made since we read it).
+
+    The claim is renamed aside first (atomic); if what was renamed is not the stale
+    claim (another job took it over and claimed it in between), it is put back.
+    """
+    aside = path.with_name(f".{path.name}.stale-{secrets.token_hex(4)}")
+    try:
+        path.rename(aside)
+    except FileNotFoundError:
+        return
+    moved = read_claim(aside)
+    if moved is not None and moved.token != stale.token:
+        with contextlib.suppress(FileExistsError, OSError):
+            os.link(aside, path)
+    with contextlib.suppress(OSError):
+        aside.unlink()
+
+
+def release(run_dir: Path, claim: Claim) -> None:
+    """Remove our claim (only ours: a claim taken over by another job stays)."""
+    path = claim_path(run_dir, claim.shard)
+    current = read_claim(path)
+    if current is not None and current.token == claim.token:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+@contextlib.contextmanager
+def held(run_dir: Path, shard: int) -> Iterator[Claim]:
+    """Hold the shard's claim for the body of the ``with`` (released on any exit)."""
+    claim = acquire(run_dir, shard)
+    try:
+        yield claim
+    finally:
+        release(run_dir, claim)

@@ -1,0 +1,86 @@
+"""The progress journal: ``<run_dir>/progress/<shard>.jsonl``, one line per finished file.
+
+A shard job appends a line after a file's marker is written: ``{file, rows,
+label_counts, stats: {...}}``. A retry skips the files it lists (on object stores it
+trusts the journal instead of asking for each marker), and the shard's summary is
+built from it without reading anything back from the output. A line torn by a killed
+attempt is ignored; the last line for a file wins.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from shardwise.store.atomic import write_atomic
+
+PROGRESS_DIR = "progress"
+
+
+def journal_path(run_dir: Path, shard: int) -> Path:
+    """``<run_dir>/progress/<shard>.jsonl``."""
+    return Path(run_dir) / PROGRESS_DIR / f"{shard}.jsonl"
+
+
+def append(
+    run_dir: Path, shard: int, rel: str, rows: int, extra: dict[str, Any] | None = None
+) -> None:
+    """Append a finished file to the shard's journal (after its marker).
+
+    ``extra`` (its label counts and throughput fields) lets the shard's summary be built
+    without reading anything back from the output (see ``summaries``).
+    """
+    path = journal_path(run_dir, shard)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(json.dumps({**(extra or {}), "file": rel, "rows": rows}) + "\n")
+
+
+def entries(run_dir: Path, shard: int) -> dict[str, dict[str, Any]]:
+    """Files of the shard's journal with what each line recorded (last wins)."""
+    out: dict[str, dict[str, Any]] = {}
+    try:
+        lines = journal_path(run_dir, shard).read_text("utf-8").splitlines()
+    except FileNotFoundError:
+        return out
+    for line in lines:
+        entry = _parse(line)
+        if entry is not None:
+            out[str(entry["file"])] = entry
+    return out
+
+
+def rows_done(run_dir: Path, shard: int) -> dict[str, int]:
+    """Files this shard's earlier attempts finished (file -> rows)."""
+    out: dict[str, int] = {}
+    for rel, entry in entries(run_dir, shard).items():
+        try:
+            out[rel] = int(entry["rows"])
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out
+
+
+def forget(run_dir: Path, shard: int, files: set[str]) -> None:
+    """Drop ``files`` from the shard's journal (after a repair removed their markers)."""
+    path = journal_path(run_dir, shard)
+    if not path.exists():
+        return
+    kept = [
+        line
+        for line in path.read_text("utf-8").splitlines()
+        if (entry := _parse(line)) is None or str(entry["file"]) not in files
+    ]
+    write_atomic(path, "".join(f"{line}\n" for line in kept).encode("utf-8"))
+
+
+def _parse(line: str) -> dict[str, Any] | None:
+    """One journal line, or None for a torn or foreign one."""
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(entry, dict) or "file" not in entry:
+        return None
+    return entry

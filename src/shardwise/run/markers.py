@@ -1,0 +1,158 @@
+"""``.done`` markers: the only proof that work is complete, so always written last.
+
+Per source file, ``<output>/<rel>.done`` vouches that the sidecar and stats beside
+it are whole; per logical shard, ``<run_dir>/shards/<shard>.done`` (the Snakemake
+target) vouches that every file of the shard has its marker. For object-store
+outputs the planner also keeps ``<run_dir>/output-markers.txt``, the file markers
+its one listing found, so jobs need not ask for each marker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from shardwise.store.atomic import json_bytes, write_atomic
+
+FILE_MARKER_SUFFIX = ".done"
+SHARDS_DIR = "shards"
+#: Files with an output marker at plan time (object-store outputs only).
+OUTPUT_MARKERS = "output-markers.txt"
+
+
+def file_marker_rel(rel: str) -> str:
+    """Relative path (under the output root) of the marker of source file ``rel``."""
+    return rel + FILE_MARKER_SUFFIX
+
+
+def source_of_marker(marker_rel: str) -> str:
+    """The source file a marker vouches for."""
+    return marker_rel.removesuffix(FILE_MARKER_SUFFIX)
+
+
+def file_marker(rel: str, task_id: str, shard: int, rows: int) -> bytes:
+    """Content of a file marker."""
+    return json_bytes(
+        {
+            "file": rel,
+            "task_id": task_id,
+            "shard": shard,
+            "rows": rows,
+            "finished_at": now(),
+        }
+    )
+
+
+def shard_marker_path(run_dir: Path, shard: int) -> Path:
+    """The Snakemake target of ``shard``."""
+    return run_dir / SHARDS_DIR / f"{shard}.done"
+
+
+def write_shard_marker(
+    run_dir: Path,
+    shard: int,
+    *,
+    total_shards: int,
+    minimum_shard_index: int,
+    tasks: int,
+    files: int,
+    docs: int | None,
+    source: str = "job",
+    quarantined: int = 0,
+    file_stats: dict[str, dict[str, Any]] | None = None,
+) -> None:
+    """Mark ``shard`` done (atomically). ``source`` says who decided: job, empty, remote.
+
+    ``docs`` is None when the shard was finished elsewhere and its count is unknown here;
+    ``quarantined`` counts the shard's files left out of the run (recorded when > 0).
+    ``file_stats`` (file -> docs, tokens, seconds, bytes, device_name, finished_at, and
+    the data-quality counts) lets the coverage report take throughput and data quality
+    from the marker instead of each file's stats.
+    """
+    data: dict[str, Any] = {
+        "shard": shard,
+        "total_shards": total_shards,
+        "minimum_shard_index": minimum_shard_index,
+        "tasks": tasks,
+        "files": files,
+        "docs": docs,
+        "source": source,
+        "finished_at": now(),
+    }
+    if quarantined:
+        data["quarantined"] = quarantined
+    if file_stats:
+        data["file_stats"] = file_stats
+    write_atomic(shard_marker_path(run_dir, shard), json_bytes(data))
+
+
+def done_shards(run_dir: Path) -> set[int]:
+    """Shards with a ``<shard>.done`` marker, from one directory listing.
+
+    Only names are read (no stat, no open): on Lustre or NFS a stat per shard of a
+    10,000-shard run costs seconds. Names that are not ``<int>.done`` (temp files of an
+    atomic write, editor droppings) are ignored. A missing directory means nothing done.
+    """
+    done: set[int] = set()
+    try:
+        with os.scandir(run_dir / SHARDS_DIR) as entries:
+            for entry in entries:
+                stem, dot, ext = entry.name.partition(".")
+                if dot and ext == "done" and stem.isascii() and stem.isdigit():
+                    done.add(int(stem))
+    except FileNotFoundError:
+        pass
+    return done
+
+
+def readable_done_shards(run_dir: Path) -> tuple[set[int], list[int]]:
+    """(shards whose marker is a JSON object, shards whose marker is not).
+
+    A garbled marker vouches for nothing; views that decide what is left count its
+    shard as not done (``shardwise verify --repair`` removes it for Snakemake).
+    """
+    good: set[int] = set()
+    bad: list[int] = []
+    for shard in sorted(done_shards(run_dir)):
+        try:
+            body = read_shard_marker(run_dir, shard)
+        except (OSError, ValueError):
+            body = None
+        if isinstance(body, dict):
+            good.add(shard)
+        else:
+            bad.append(shard)
+    return good, bad
+
+
+def read_shard_marker(run_dir: Path, shard: int) -> dict[str, Any]:
+    """Parse a shard marker."""
+    return json.loads(shard_marker_path(run_dir, shard).read_text("utf-8"))
+
+
+def write_snapshot(run_dir: Path, marked: set[str]) -> None:
+    """Record which files had an output marker at plan time (for jobs on object stores)."""
+    write_atomic(Path(run_dir) / OUTPUT_MARKERS, "".join(f"{r}\n" for r in sorted(marked)).encode())
+
+
+def read_snapshot(run_dir: Path) -> set[str] | None:
+    """The plan-time snapshot of the output's file markers; None when there is none."""
+    try:
+        return set((Path(run_dir) / OUTPUT_MARKERS).read_text("utf-8").splitlines())
+    except FileNotFoundError:
+        return None
+
+
+def forget_in_snapshot(run_dir: Path, files: set[str]) -> None:
+    """Drop ``files`` from the snapshot (after a repair removed their markers)."""
+    listed = read_snapshot(run_dir)
+    if listed is not None:
+        write_snapshot(run_dir, listed - files)
+
+
+def now() -> str:
+    """UTC timestamp used in every marker."""
+    return datetime.now(UTC).isoformat(timespec="seconds")

@@ -1,0 +1,157 @@
+"""The cached plan: every source file with its size, task, shard and category.
+
+Built once per run by the top-level Snakemake process from one listing of the
+input, stored as ``<run_dir>/plan.parquet`` (+ ``plan.json`` summary), and read by
+every later parse and every shard job, so nobody lists 56k objects twice and no
+source file is ever a Snakemake input (Snakemake stats every input each round).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from shardwise.errors import InputError
+from shardwise.run.manifest import Task, build_tasks, category_of
+from shardwise.run.runjson import fingerprint
+from shardwise.run.sharding import shard_for_task, shard_range
+from shardwise.store.atomic import json_bytes, write_atomic
+
+PLAN_PARQUET = "plan.parquet"
+PLAN_JSON = "plan.json"
+
+SCHEMA = pa.schema(
+    [
+        ("file", pa.string()),
+        ("size", pa.int64()),
+        ("task_id", pa.string()),
+        ("shard", pa.int64()),
+        ("category", pa.string()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class PlanSummary:
+    """What plan.json records (and the dry-run prints)."""
+
+    fingerprint: str
+    tasks: int
+    files: int
+    bytes: int
+    shards_total: int
+    shards_empty: int
+    built_at: str
+
+
+def build(
+    files: list[tuple[str, int]],
+    *,
+    files_per_task: int,
+    total_shards: int,
+    minimum_shard_index: int,
+    category_regex: str,
+    tasks: list[Task] | None = None,
+) -> pa.Table:
+    """One row per file, sorted by file; each task's files share its id and shard.
+
+    ``tasks`` may pass the grouping already made from ``files`` (to avoid redoing it).
+    """
+    sizes = dict(files)
+    rows: dict[str, list] = {name: [] for name in SCHEMA.names}
+    if tasks is None:
+        tasks = build_tasks(list(sizes), files_per_task)
+    for task in tasks:
+        shard = shard_for_task(task.task_id, total_shards, minimum_shard_index)
+        category = category_of(task.files[0], category_regex)
+        for rel in task.files:
+            rows["file"].append(rel)
+            rows["size"].append(sizes[rel])
+            rows["task_id"].append(task.task_id)
+            rows["shard"].append(shard)
+            rows["category"].append(category)
+    return pa.Table.from_pydict(rows, schema=SCHEMA)
+
+
+def summarize(table: pa.Table, total_shards: int) -> PlanSummary:
+    """Counts for plan.json; ``shards_empty`` are shards no task hashed to."""
+    task_ids = pc.unique(table["task_id"]).to_pylist()
+    used = len(pc.unique(table["shard"])) if table.num_rows else 0
+    return PlanSummary(
+        fingerprint=fingerprint(task_ids),
+        tasks=len(task_ids),
+        files=table.num_rows,
+        bytes=int(pc.sum(table["size"]).as_py() or 0),
+        shards_total=total_shards,
+        shards_empty=total_shards - used,
+        built_at=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
+
+
+def save(run_dir: Path, table: pa.Table, summary: PlanSummary) -> None:
+    """Write plan.parquet then plan.json, each atomically (plan.json marks it complete)."""
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd")
+    write_atomic(run_dir / PLAN_PARQUET, buf.getvalue())
+    write_atomic(run_dir / PLAN_JSON, json_bytes(vars(summary)))
+
+
+def load_summary(run_dir: Path) -> PlanSummary | None:
+    """plan.json, or None when no complete plan is cached."""
+    try:
+        data = json.loads((run_dir / PLAN_JSON).read_text("utf-8"))
+        return PlanSummary(**data)
+    except FileNotFoundError:
+        return None
+    except (ValueError, TypeError) as e:
+        msg = f"{run_dir / PLAN_JSON} is corrupt ({e}); delete it and plan.parquet to re-plan"
+        raise InputError(msg) from e
+
+
+def load(run_dir: Path) -> pa.Table:
+    """The cached plan table; a clear error when the run was never planned."""
+    path = run_dir / PLAN_PARQUET
+    try:
+        return pq.read_table(path, schema=SCHEMA)
+    except FileNotFoundError as e:
+        msg = f"{path} does not exist: run `snakemake` (or a dry run) to plan this run first"
+        raise InputError(msg) from e
+
+
+def task_ids(table: pa.Table) -> set[str]:
+    """The distinct task ids of a plan."""
+    return set(pc.unique(table["task_id"]).to_pylist())
+
+
+def files_of_shard(table: pa.Table, shard: int) -> pa.Table:
+    """The plan rows of one shard, in file order."""
+    return table.filter(pc.equal(table["shard"], shard))
+
+
+def nonempty_shards(table: pa.Table) -> set[int]:
+    """Shards that hold at least one task."""
+    return set(pc.unique(table["shard"]).to_pylist())
+
+
+def empty_shards(table: pa.Table, total_shards: int, minimum_shard_index: int) -> list[int]:
+    """Shards no task hashed to: they complete at once."""
+    used = nonempty_shards(table)
+    return [s for s in shard_range(total_shards, minimum_shard_index) if s not in used]
+
+
+def dictionary(column: pa.ChunkedArray | pa.Array) -> tuple[list[str], np.ndarray]:
+    """Distinct values of a string column (a plan's ``task_id``, ``category``) and each
+    row's index into them, as int64 codes (same value, same code)."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    encoded = pc.dictionary_encode(column)
+    names = [str(v) for v in encoded.dictionary.to_pylist()]
+    return names, encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)

@@ -1,0 +1,203 @@
+"""Files left out of a run on purpose: ``<run_dir>/quarantine.json``.
+
+In a corpus of 56k files some are simply broken (a truncated upload nobody can
+re-fetch). Before this, the choices were a shard that fails forever, or relabelling
+everything in a new run, because removing the file changes the pinned input set.
+A quarantine records the file as *left out of this run* instead: the assignment of
+every task stays as pinned (the file stays in the plan and the fingerprint), the
+file gets no sidecar, its shard can finish, and every view (coverage, verify,
+retry-array, the report, the dry run) lists it apart from done and failed files, with
+its reason. A quarantined file may then even be deleted from the input.
+
+Format (``format_version`` 1)::
+
+    {"format_version": 1,
+     "files": {"<rel>": {"reason": "...", "at": "<iso time>", "by": "user@host"}}}
+
+Releasing a file reopens its shard (the shard marker is removed) so that the next
+``snakemake`` run labels it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import fcntl
+import getpass
+import json
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from shardwise.errors import ConfigError, InputError, ShardwiseError
+from shardwise.run import markers, plan, runjson
+from shardwise.run.context import JobContext
+from shardwise.store.atomic import json_bytes, write_atomic
+from shardwise.store.location import Location
+
+QUARANTINE_JSON = "quarantine.json"
+FORMAT_VERSION = 1
+_LOCK = ".quarantine.lock"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One quarantined file: why, when, by whom."""
+
+    file: str
+    reason: str
+    at: str
+    by: str
+
+
+def load(run_dir: Path) -> dict[str, Entry]:
+    """The run's quarantined files (``{}`` when there is no quarantine file)."""
+    path = Path(run_dir) / QUARANTINE_JSON
+    try:
+        data = json.loads(path.read_text("utf-8"))
+        files = data["files"]
+        return {
+            rel: Entry(rel, str(e.get("reason", "")), str(e.get("at", "")), str(e.get("by", "")))
+            for rel, e in files.items()
+        }
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        msg = (
+            f"{path} is not a readable quarantine file ({type(e).__name__}: {e}); "
+            "fix or remove it (it lists the files left out of this run)"
+        )
+        raise InputError(msg) from e
+
+
+def _save(run_dir: Path, entries: dict[str, Entry]) -> None:
+    body = {
+        "format_version": FORMAT_VERSION,
+        "files": {rel: {k: v for k, v in asdict(e).items() if k != "file"} for rel, e in
+                  sorted(entries.items())},
+    }  # fmt: skip
+    write_atomic(Path(run_dir) / QUARANTINE_JSON, json_bytes(body))
+
+
+@contextlib.contextmanager
+def _locked(run_dir: Path) -> Iterator[None]:
+    """One quarantine edit at a time (read, change, write)."""
+    with (Path(run_dir) / _LOCK).open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
+def _who() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    return f"{user}@{os.uname().nodename}"
+
+
+def resolve(names: Iterable[str], planned: Iterable[str], input_uri: str) -> list[str]:
+    """Plan paths of ``names``: as the plan writes them, or prefixed by the input root.
+
+    Unknown names are an error listing each one with the closest planned file.
+    """
+    known = set(planned)
+    roots = [input_uri.rstrip("/") + "/"]
+    if "://" not in input_uri:
+        roots.append(str(Path(input_uri).absolute()).rstrip("/") + "/")
+    out: list[str] = []
+    unknown: list[str] = []
+    for name in names:
+        rel = _relative(name, roots)
+        if rel in known:
+            out.append(rel)
+        else:
+            unknown.append(name)
+    if unknown:
+        lines = [f"{len(unknown)} file(s) are not in this run's plan:"]
+        for name in unknown:
+            close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.5)
+            lines.append(f"  {name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        lines.append(f"Name files relative to the input root {input_uri}, as the plan does.")
+        raise ConfigError("\n".join(lines))
+    return list(dict.fromkeys(out))
+
+
+def _relative(name: str, roots: list[str]) -> str:
+    """``name`` without the input root in front (as a URL, a path or an absolute path)."""
+    spellings = [name] if "://" in name else [name, str(Path(name).absolute())]
+    for root in roots:
+        for text in spellings:
+            if text.startswith(root):
+                return text[len(root) :]
+    return name
+
+
+def add(run_dir: Path, names: Iterable[str], reason: str) -> list[Entry]:
+    """Quarantine ``names``; refuses files that are already labelled (they have a marker)."""
+    if not reason.strip():
+        msg = "give a --reason: it is shown wherever the file is listed"
+        raise ConfigError(msg)
+    run_dir = Path(run_dir)
+    meta = runjson.read(Location(str(run_dir)))
+    files = resolve(names, plan.load(run_dir)["file"].to_pylist(), meta.input_uri)
+    output = _output(run_dir, meta)
+    labelled = [rel for rel in files if output.exists(markers.file_marker_rel(rel))]
+    if labelled:
+        msg = (
+            f"{len(labelled)} file(s) are already labelled: {', '.join(labelled)}; "
+            "there is nothing to leave out (if a labelled file's outputs are broken, "
+            f"`shardwise verify --run-dir {run_dir} --repair` relabels it)"
+        )
+        raise ConfigError(msg)
+    with _locked(run_dir):
+        entries = load(run_dir)
+        added = [Entry(rel, reason.strip(), markers.now(), _who()) for rel in files]
+        entries.update({e.file: e for e in added})
+        _save(run_dir, entries)
+    return added
+
+
+def release(run_dir: Path, names: Iterable[str]) -> tuple[list[str], list[int]]:
+    """Take ``names`` out of the quarantine and reopen their shards.
+
+    Returns the released files and the shards whose marker was removed (the next
+    ``snakemake`` run labels the released files there).
+    """
+    run_dir = Path(run_dir)
+    meta = runjson.read(Location(str(run_dir)))
+    table = plan.load(run_dir)
+    with _locked(run_dir):
+        entries = load(run_dir)
+        files = resolve(names, entries, meta.input_uri) if entries else []
+        if not files:
+            msg = f"none of {list(names)} is quarantined in {run_dir} (`--list` shows what is)"
+            raise ConfigError(msg)
+        for rel in files:
+            del entries[rel]
+        _save(run_dir, entries)
+    rows = table.to_pydict()
+    shards = sorted({s for f, s in zip(rows["file"], rows["shard"], strict=True) if f in files})
+    reopened = []
+    for shard in shards:
+        path = markers.shard_marker_path(run_dir, shard)
+        if path.exists():
+            path.unlink()
+            reopened.append(shard)
+    return files, reopened
+
+
+def _output(run_dir: Path, meta: runjson.RunMeta) -> Location:
+    try:
+        return JobContext.load(run_dir).output
+    except ShardwiseError:
+        return Location(meta.output_uri)
+
+
+def format_lines(entries: dict[str, Entry], *, limit: int | None = None) -> list[str]:
+    """One line per quarantined file: name, reason, when and by whom."""
+    shown = sorted(entries.values(), key=lambda e: e.file)
+    lines = [f"{e.file}: {e.reason} ({e.at}, {e.by})" for e in shown[:limit]]
+    if limit is not None and len(shown) > limit:
+        lines.append(f"... and {len(shown) - limit} more (`shardwise quarantine --list`)")
+    return lines

@@ -1,0 +1,462 @@
+"""Read one source file's documents: id, text and url, nothing else.
+
+Parquet is read with column projection (only the top-level columns that hold the
+fields), JSONL (.jsonl, .jsonl.gz, .jsonl.zst) is streamed line by line. Field names
+may be dotted paths into nested objects or Parquet structs (``metadata.url``).
+
+A configured field that is in *no* row of a non-empty file is an operator mistake (a
+typo in ``input.text_field``), not bad data: labelling every document as empty text
+would be a wrong result that looks right. Such a file fails with an error that names
+the field, the file, the fields that do exist and the closest match. Presence is
+decided the same way for both formats: from the schema for Parquet (nested struct
+paths included), from the rows read for JSONL. The url is only read (and required)
+when a classifier uses it (``Fields.url`` is None otherwise).
+
+Policy for imperfect data (counted in ``Documents.counts`` and in the file's stats):
+a field present in some rows but absent from others -> labelled, ``missing_<field>``
+(``missing_id``, ``missing_text``, ``missing_url``); null text -> labelled as empty text
+(``null_texts``); null id / url -> ``null_ids`` / ``null_urls``; non-string text (an
+int64 column, a JSON number) -> ``str(value)``, ``non_string_texts``; invalid UTF-8 ->
+replaced with U+FFFD (raw bytes in a JSONL line, ``\\ud800``-style escapes of lone
+surrogates, invalid bytes in a Parquet string or binary column); a UTF-8 byte-order
+mark at the start of a JSONL line -> dropped, ``utf8_bom_lines``; duplicate ids are
+kept (the sidecar is row-aligned, not keyed; null ids are not duplicates). A file that
+cannot be parsed at all (corrupt Parquet, truncated gzip or zstd, a line that is not
+JSON) raises InputError naming the file and, for JSONL, the line.
+"""
+
+from __future__ import annotations
+
+import difflib
+import gzip
+import io
+import json
+import re
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from shardwise.errors import InputError
+from shardwise.run.manifest import file_format
+from shardwise.store.location import Location
+
+#: Data-quality counts a file's stats hold under ``counts`` (views add them up).
+QUALITY_COUNTS = (
+    "missing_text",
+    "null_texts",
+    "non_string_texts",
+    "missing_id",
+    "null_ids",
+    "duplicate_ids",
+    "missing_url",
+    "null_urls",
+    "invalid_utf8_lines",
+    "invalid_utf8_values",
+    "utf8_bom_lines",
+)
+#: The config key behind each field, for messages that say what to fix.
+CONFIG_KEYS = {"id": "input.id_field", "text": "input.text_field", "url": "input.url_field"}
+#: JSONL rows whose key paths are collected to list the fields a file does have.
+_SAMPLE_ROWS = 200
+#: How deep nested objects are listed in that message (``a.b.c``).
+_LIST_DEPTH = 3
+_BOM = b"\xef\xbb\xbf"
+
+
+@dataclass(frozen=True)
+class Fields:
+    """Where the values live in a record (dotted paths allowed).
+
+    ``url`` is None when no classifier reads the url: it is then neither read nor
+    required.
+    """
+
+    id: str = "id"
+    text: str = "text"
+    url: str | None = "url"
+
+    def wanted(self) -> dict[str, str]:
+        """Role (id, text, url) -> path, for the fields that are read."""
+        out = {"id": self.id, "text": self.text}
+        if self.url is not None:
+            out["url"] = self.url
+        return out
+
+
+@dataclass
+class Documents:
+    """One file's documents in input order."""
+
+    ids: list[str | None]
+    texts: list[str]
+    urls: list[str]
+    counts: Counter[str] = field(default_factory=Counter)
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+
+def read_documents(loc: Location, rel: str, fields: Fields, fmt: str = "auto") -> Documents:
+    """Read ``rel`` under ``loc``; raise InputError naming the file on any failure."""
+    kind = file_format(rel) if fmt == "auto" else fmt
+    where = loc.url(rel)
+    try:
+        with loc.open(rel) as fh:
+            if kind == "parquet":
+                docs = _read_parquet(fh, fields, where)
+            elif kind == "jsonl":
+                docs = _read_jsonl(_decompressed(fh, rel), fields, where)
+            else:
+                msg = f"{where}: unsupported file type (want .parquet or .jsonl[.gz|.zst])"
+                raise InputError(msg)
+    except InputError:
+        raise
+    except FileNotFoundError as e:
+        msg = f"{where}: file not found (was it removed after planning?)"
+        raise InputError(msg) from e
+    except (OSError, EOFError, ValueError, pa.ArrowException) as e:
+        msg = f"{where}: cannot read {kind} file: {type(e).__name__}: {e}"
+        raise InputError(msg) from e
+    present = [i for i in docs.ids if i is not None]
+    dupes = len(present) - len(set(present))
+    if dupes:
+        docs.counts["duplicate_ids"] = dupes
+    return docs
+
+
+def absent_field_error(
+    where: str, role: str, path: str, rows: int, available: Iterable[str]
+) -> InputError:
+    """The error for a configured field that no row of a file has (names the fix)."""
+    found = sorted(set(available))
+    close = difflib.get_close_matches(path, found, n=1, cutoff=0.6)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    listed = ", ".join(found[:40]) + (f", ... ({len(found)} in all)" if len(found) > 40 else "")
+    msg = (
+        f"{where}: {CONFIG_KEYS[role]} {path!r} is in none of its {rows:,} row(s); "
+        f"fields found: {listed or '(none)'}.{hint} Fix {CONFIG_KEYS[role]} in the config "
+        "and run again (field names are not pinned; nothing of this file was written)."
+    )
+    return InputError(msg)
+
+
+# -- Parquet ------------------------------------------------------------------
+
+
+def schema_paths(schema: pa.Schema) -> set[str]:
+    """Every dotted field path of an Arrow schema, through nested structs."""
+    out: set[str] = set()
+
+    def walk(prefix: str, typ: pa.DataType) -> None:
+        if pa.types.is_struct(typ):
+            for i in range(typ.num_fields):
+                child = typ.field(i)
+                name = f"{prefix}.{child.name}"
+                out.add(name)
+                walk(name, child.type)
+
+    for f in schema:
+        out.add(f.name)
+        walk(f.name, f.type)
+    return out
+
+
+def _read_parquet(fh: IO[bytes], fields: Fields, where: str) -> Documents:
+    pf = pq.ParquetFile(fh)
+    schema = pf.schema_arrow
+    paths = schema_paths(schema)
+    rows = pf.metadata.num_rows
+    wanted = fields.wanted()
+    if rows:
+        for role, path in wanted.items():
+            if path not in paths:
+                raise absent_field_error(where, role, path, rows, paths)
+    columns: list[str] = []
+    for path in wanted.values():
+        top = path if path in schema.names else path.split(".", 1)[0]
+        if top in schema.names and top not in columns:
+            columns.append(top)
+    table = pf.read(columns=columns)
+    n = table.num_rows
+    counts: Counter[str] = Counter()
+    ids_raw, missing_ids = _column(table, fields.id)
+    ids = _strings(ids_raw, n=n, keep_null=True, counts=counts, role="id", where=where)
+    texts_raw, missing_texts = _column(table, fields.text)
+    texts = _strings(texts_raw, n=n, counts=counts, role="text", where=where)
+    counts["missing_id"] = missing_ids
+    counts["null_ids"] = ids.count(None) - missing_ids
+    counts["missing_text"] = missing_texts
+    counts["null_texts"] = (texts_raw.null_count if texts_raw is not None else 0) - missing_texts
+    urls = [""] * n
+    if fields.url is not None:
+        urls_raw, missing_urls = _column(table, fields.url)
+        urls = _strings(urls_raw, n=n, counts=counts, role="url", where=where)
+        counts["missing_url"] = missing_urls
+        counts["null_urls"] = (urls_raw.null_count if urls_raw is not None else 0) - missing_urls
+    return Documents(ids, texts, urls, +counts)
+
+
+def _column(table: pa.Table, path: str) -> tuple[pa.ChunkedArray | None, int]:
+    """The column at a dotted path, and in how many rows it is absent.
+
+    A row whose parent struct is null does not have the nested field at all (as a JSON
+    line without the key); a null leaf is a null value (as ``"text": null``).
+    """
+    if path in table.column_names:
+        return table[path], 0
+    top, *rest = path.split(".")
+    if top not in table.column_names:
+        return None, 0
+    col = table[top]
+    absent = None
+    for part in rest:
+        if not pa.types.is_struct(col.type) or col.type.get_field_index(part) < 0:
+            return None, 0
+        here = pc.is_null(col)
+        absent = here if absent is None else pc.or_(absent, here)
+        col = pc.struct_field(col, part)
+    missing = int(pc.sum(absent).as_py() or 0) if absent is not None else 0
+    return col, missing
+
+
+def _strings(
+    col: pa.ChunkedArray | None,
+    n: int = 0,
+    *,
+    keep_null: bool = False,
+    counts: Counter[str] | None = None,
+    role: str = "",
+    where: str = "",
+) -> list:
+    """A column as Python strings; invalid UTF-8 is replaced (and counted), not fatal.
+
+    Parquet writers do not all validate UTF-8, and binary columns are common for text:
+    one bad byte must not fail a whole file (the policy is "replace and count"). For the
+    text (``role="text"``) a non-string, non-binary column (int64, say) is cast to
+    strings and its non-null values counted as ``non_string_texts``.
+    """
+    if col is None:
+        return [None] * n if keep_null else [""] * n
+    if pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
+        values = _decode_replacing(col.to_pylist(), counts)
+    else:
+        if not pa.types.is_string(col.type) and not pa.types.is_large_string(col.type):
+            try:
+                cast = pc.cast(col, pa.string())
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+                msg = f"{where}: {CONFIG_KEYS.get(role, 'field')} is of type {col.type}, not text"
+                raise InputError(msg) from e
+            if role == "text" and counts is not None:
+                counts["non_string_texts"] += len(col) - col.null_count
+            col = cast
+        try:
+            values = col.to_pylist()
+        except UnicodeDecodeError:  # a "string" column holding invalid bytes
+            binary = pa.large_binary() if pa.types.is_large_string(col.type) else pa.binary()
+            raw = pa.chunked_array([c.view(binary) for c in col.chunks], binary)
+            values = _decode_replacing(raw.to_pylist(), counts)
+    return values if keep_null else ["" if v is None else v for v in values]
+
+
+def _decode_replacing(values: list[bytes | None], counts: Counter[str] | None) -> list:
+    out: list[str | None] = []
+    bad = 0
+    for v in values:
+        if v is None:
+            out.append(None)
+            continue
+        try:
+            out.append(v.decode("utf-8"))
+        except UnicodeDecodeError:
+            out.append(v.decode("utf-8", errors="replace"))
+            bad += 1
+    if bad and counts is not None:
+        counts["invalid_utf8_values"] += bad
+    return out
+
+
+# -- JSONL --------------------------------------------------------------------
+
+
+def _decompressed(fh: IO[bytes], rel: str) -> IO[bytes]:
+    if rel.endswith(".gz"):
+        return gzip.GzipFile(fileobj=fh)
+    if rel.endswith(".zst"):
+        return _ZstdFrames(fh)  # type: ignore[return-value]
+    return fh
+
+
+class _ZstdFrames(io.RawIOBase):
+    """Concatenated zstd frames as one stream; EOFError when the last frame is cut short.
+
+    zstandard's ``stream_reader`` returns a clean EOF on a truncated frame, so a cut
+    ``.jsonl.zst`` would be labelled with silently fewer rows (and ``verify``, which
+    reads the same way, could not tell). gzip raises EOFError there; so does this.
+    """
+
+    def __init__(self, fh: IO[bytes], chunk_size: int = 1 << 20) -> None:
+        import zstandard
+
+        self._fh = fh
+        self._chunk_size = chunk_size
+        self._dctx = zstandard.ZstdDecompressor()
+        self._frame: Any = None  # the decompressobj of the current frame
+        self._pending = b""  # input left over after a frame ended
+        self._out = b""
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def _fill(self) -> bool:
+        """Decompress until some output is ready; False at a clean end of input."""
+        while self._pos >= len(self._out):
+            if self._pending:
+                data, self._pending = self._pending, b""
+            else:
+                data = self._fh.read(self._chunk_size)
+                if not data:
+                    if self._frame is not None and not self._frame.eof:
+                        msg = "zstd stream ended in the middle of a frame (truncated file)"
+                        raise EOFError(msg)
+                    return False
+            if self._frame is None or self._frame.eof:
+                self._frame = self._dctx.decompressobj()
+            self._out, self._pos = self._frame.decompress(data), 0
+            if self._frame.eof:
+                self._pending = self._frame.unused_data
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if not self._fill():
+            return 0
+        n = min(len(buffer), len(self._out) - self._pos)
+        buffer[:n] = self._out[self._pos : self._pos + n]
+        self._pos += n
+        return n
+
+
+def _lines(stream: IO[bytes]) -> Iterator[bytes]:
+    yield from io.BufferedReader(stream, buffer_size=1 << 20)  # type: ignore[arg-type]
+
+
+_ABSENT = object()
+
+
+def _lookup(record: dict[str, Any], path: str) -> Any:
+    """The value at a dotted path, or ``_ABSENT`` when a key on the way is missing.
+
+    A literal key holding dots wins over the nested path (``{"a.b": 1}``).
+    """
+    if path in record:
+        return record[path]
+    value: Any = record
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return _ABSENT
+        value = value[part]
+    return value
+
+
+def _key_paths(record: dict[str, Any], prefix: str = "", depth: int = _LIST_DEPTH) -> Iterator[str]:
+    """The dotted key paths of a JSON object, down to ``depth`` levels (for messages)."""
+    for key, value in record.items():
+        path = f"{prefix}{key}"
+        yield path
+        if depth > 1 and isinstance(value, dict):
+            yield from _key_paths(value, f"{path}.", depth - 1)
+
+
+#: A ``\\uD800``-``\\uDFFF`` escape: JSON may spell a lone surrogate, UTF-8 cannot hold one.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _no_surrogates(value: str) -> tuple[str, bool]:
+    """Replace lone surrogates (which would fail the tokenizer and Arrow) with U+FFFD."""
+    fixed = _SURROGATE.sub("\ufffd", value)
+    return fixed, fixed != value
+
+
+#: Per role: the count a null value adds to, and what an absent or null value reads as.
+_NULL_COUNTS = {"id": "null_ids", "text": "null_texts", "url": "null_urls"}
+_EMPTY: dict[str, str | None] = {"id": None, "text": "", "url": ""}
+
+
+def _value(
+    record: dict[str, Any], path: str, role: str, missing: Counter[str], counts: Counter[str]
+) -> str | None:
+    """One field of a JSONL record by the policy: absent, null and non-string are counted."""
+    value = _lookup(record, path)
+    if value is _ABSENT:
+        missing[role] += 1
+        return _EMPTY[role]
+    if value is None:
+        counts[_NULL_COUNTS[role]] += 1
+        return _EMPTY[role]
+    if isinstance(value, str):
+        return value
+    if role == "text":
+        counts["non_string_texts"] += 1
+    return str(value)
+
+
+def _read_jsonl(stream: IO[bytes], fields: Fields, where: str) -> Documents:
+    ids: list[str | None] = []
+    texts: list[str] = []
+    urls: list[str] = []
+    counts: Counter[str] = Counter()
+    missing: Counter[str] = Counter()
+    seen_paths: set[str] = set()
+    url_path = fields.url
+    rows = 0
+    for lineno, line_bytes in enumerate(_lines(stream), start=1):
+        raw = line_bytes
+        if raw.startswith(_BOM):  # Windows tools write one; json.loads refuses it
+            raw = raw[len(_BOM) :]
+            counts["utf8_bom_lines"] += 1
+        if not raw.strip():
+            continue
+        bad_unicode = False
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            line = raw.decode("utf-8", errors="replace")
+            bad_unicode = True
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            msg = f"{where}: line {lineno} is not valid JSON: {e}"
+            raise InputError(msg) from e
+        if not isinstance(record, dict):
+            msg = f"{where}: line {lineno} is a JSON {type(record).__name__}, not an object"
+            raise InputError(msg)
+        rows += 1
+        if rows <= _SAMPLE_ROWS:
+            seen_paths.update(_key_paths(record))
+        doc_id = _value(record, fields.id, "id", missing, counts)
+        text = _value(record, fields.text, "text", missing, counts)
+        url = "" if url_path is None else _value(record, url_path, "url", missing, counts)
+        if b"\\u" in raw and _SURROGATE_ESCAPE.search(raw):
+            text, bad_text = _no_surrogates(text)
+            url, bad_url = _no_surrogates(url)
+            bad_id = False
+            if doc_id is not None:
+                doc_id, bad_id = _no_surrogates(doc_id)
+            bad_unicode = bad_unicode or bad_text or bad_url or bad_id
+        if bad_unicode:
+            counts["invalid_utf8_lines"] += 1
+        ids.append(doc_id)
+        texts.append(text)
+        urls.append(url)
+    for role, path in fields.wanted().items():
+        if rows and missing[role] == rows:
+            raise absent_field_error(where, role, path, rows, seen_paths)
+        if missing[role]:
+            counts[f"missing_{role}"] = missing[role]
+    return Documents(ids, texts, urls, counts)

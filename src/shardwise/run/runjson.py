@@ -1,0 +1,167 @@
+"""run.json: the pinned contract of a logical run, created once and validated always.
+
+It pins what decides where work goes and what it means: the shard assignment
+(``total_shards``, ``minimum_shard_index``, ``files_per_task``), the input (root,
+task count, fingerprint of the sorted task ids), the output root, and the
+classifiers. A later run with any of these different is refused before a job is
+submitted; the message names each field with the old and new value.
+
+Create-or-validate, as in NeMo Curator: read and compare; if absent, create it
+without ever replacing (hard link locally, ``If-None-Match: *`` on object stores);
+a writer that lost the race re-reads and compares. The one exception is an explicit
+``shardwise plan --repin`` while no file of the run is labelled (``workflow``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, fields
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from shardwise.errors import RunMismatchError, StorageError
+from shardwise.store.atomic import json_bytes
+from shardwise.store.location import Location
+
+FORMAT_VERSION = 1
+RUN_JSON = "run.json"
+#: Fields recorded for information only; they may differ between runs.
+INFO_FIELDS = ("created_at", "shardwise_version")
+
+
+def fingerprint(task_ids: Iterable[str]) -> str:
+    """sha256 over the sorted task ids, newline-joined: equal iff the task set is equal."""
+    h = hashlib.sha256()
+    for tid in sorted(task_ids):
+        h.update(tid.encode("utf-8"))
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class RunMeta:
+    """The content of run.json."""
+
+    format_version: int
+    total_shards: int
+    minimum_shard_index: int
+    files_per_task: int
+    input_uri: str
+    output_uri: str
+    task_count: int
+    fingerprint: str
+    classifiers: tuple[tuple[str, str, str], ...]  # (name, model, input)
+    created_at: str = ""
+    shardwise_version: str = ""
+
+    @classmethod
+    def new(cls, **kw: Any) -> RunMeta:
+        """A fresh RunMeta stamped with the time and package version."""
+        from shardwise import __version__
+
+        kw.setdefault("format_version", FORMAT_VERSION)
+        kw.setdefault("created_at", datetime.now(UTC).isoformat(timespec="seconds"))
+        kw.setdefault("shardwise_version", __version__)
+        kw["classifiers"] = tuple(tuple(c) for c in kw["classifiers"])
+        return cls(**kw)
+
+    def to_json(self) -> bytes:
+        """Stable JSON bytes; classifiers as objects for people reading the file."""
+        data = asdict(self)
+        data["classifiers"] = [{"name": n, "model": m, "input": i} for n, m, i in self.classifiers]
+        return json_bytes(data)
+
+    @classmethod
+    def from_json(cls, raw: bytes, where: str) -> RunMeta:
+        """Parse run.json bytes; ``where`` names the file in errors."""
+        try:
+            data = json.loads(raw)
+            data["classifiers"] = tuple(
+                (c["name"], c["model"], c["input"]) for c in data["classifiers"]
+            )
+            known = {f.name for f in fields(cls)}
+            return cls(**{k: v for k, v in data.items() if k in known})
+        except (ValueError, KeyError, TypeError) as e:
+            msg = f"{where} is not a valid shardwise run.json: {e}"
+            raise RunMismatchError(msg) from e
+
+
+def differences(old: RunMeta, new: RunMeta) -> list[tuple[str, Any, Any]]:
+    """Pinned fields whose values differ, as (field, old, new)."""
+    return [
+        (f.name, getattr(old, f.name), getattr(new, f.name))
+        for f in fields(RunMeta)
+        if f.name not in INFO_FIELDS and getattr(old, f.name) != getattr(new, f.name)
+    ]
+
+
+def change_lines(diffs: list[tuple[str, Any, Any]]) -> list[str]:
+    """One line per differing pinned field: ``  name: old -> new``."""
+    return [f"  {name}: {a!r} -> {b!r}" for name, a, b in diffs]
+
+
+def check_same(
+    old: RunMeta,
+    new: RunMeta,
+    where: str,
+    task_change: Callable[[], tuple[int, int]] | None = None,
+    hints: Callable[[list[tuple[str, Any, Any]]], list[str]] | None = None,
+) -> None:
+    """Raise RunMismatchError naming every differing field (and tasks added/removed).
+
+    ``hints`` may add lines that say how to go on (quarantine a removed file, re-pin a
+    run nothing of which is labelled yet); it is only called when there is a mismatch.
+    """
+    diffs = differences(old, new)
+    if not diffs:
+        return
+    lines = [f"{where} pins a different run; this run would change:", *change_lines(diffs)]
+    if task_change is not None and any(n == "fingerprint" for n, _, _ in diffs):
+        added, removed = task_change()
+        lines.append(f"  input set changed: {added} task(s) added, {removed} removed")
+    lines.append(
+        "A run directory holds one logical run: use a new run_dir (and output) for a new "
+        "assignment, or restore the original settings and input."
+    )
+    if hints is not None:
+        lines += hints(diffs)
+    raise RunMismatchError("\n".join(lines))
+
+
+def create_or_validate(
+    loc: Location,
+    meta: RunMeta,
+    task_change: Callable[[], tuple[int, int]] | None = None,
+) -> RunMeta:
+    """Return the pinned RunMeta at ``loc``/run.json, creating it from ``meta`` if absent."""
+    where = loc.url(RUN_JSON)
+    for _ in range(2):
+        try:
+            existing = RunMeta.from_json(loc.read_bytes(RUN_JSON), where)
+        except FileNotFoundError:
+            if loc.create_if_absent(RUN_JSON, meta.to_json()):
+                return meta
+            continue  # another writer won the race: read theirs and compare
+        check_same(existing, meta, where, task_change)
+        return existing
+    msg = f"{where} vanished while being created; check the storage and retry"
+    raise StorageError(msg)
+
+
+def local_path(run_dir: Path) -> Path:
+    """``<run_dir>/run.json``."""
+    return Path(run_dir) / RUN_JSON
+
+
+def read(loc: Location) -> RunMeta:
+    """The pinned RunMeta (for jobs and reports); a clear error if there is none."""
+    where = loc.url(RUN_JSON)
+    try:
+        raw = loc.read_bytes(RUN_JSON)
+    except FileNotFoundError as e:
+        msg = f"{where} does not exist: is this the run directory of a started run?"
+        raise RunMismatchError(msg) from e
+    return RunMeta.from_json(raw, where)

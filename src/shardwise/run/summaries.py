@@ -1,0 +1,323 @@
+"""Per-shard summaries: one small local file per finished shard, so that reading the
+corpus's domain distribution never reads one object per source file.
+
+``<run_dir>/summaries/<shard>.arrow`` (Arrow IPC file) is written by the shard job just
+before the shard's ``.done`` marker, from the label counts of *every* file of the shard,
+including files finished by earlier attempts: the shard's progress journal
+(``<run_dir>/progress/<shard>.jsonl``) carries each labelled file's counts, so no object
+is read back from an object store; only a file finished outside this run directory
+(another cluster) costs one read of its ``.stats.json``.
+
+Layout: one row per non-zero (task, view, cell):
+
+==========  =======  ==================================================================
+column      type     meaning
+==========  =======  ==================================================================
+``task``    int32    index into the metadata's ``tasks``
+``view``    int16    index into ``views``: classifiers first, then pairs (``a,b``);
+                     rows are sorted by view (``view_rows``: each view's slice)
+``a``       int16    label index into ``labels[<classifier>]`` (the pair's first)
+``b``       int16    the pair's second label index; -1 for a single classifier
+``docs``    int64    documents of the task in that cell
+``bytes``   int64    UTF-8 text bytes of those documents
+==========  =======  ==================================================================
+
+The schema metadata ``shardwise`` is JSON: ``format_version``, ``shard``,
+``written_at``, ``labels`` (classifier -> label names), ``pairs``, ``views``, ``tasks``
+(``[{task_id, docs, text_bytes, files}]``, tasks whose every file has counts) and
+``incomplete_tasks`` (task ids with a file without counts: not labelled, for the
+estimate). Each file's throughput fields go into the shard marker instead
+(``file_stats``), which the coverage report reads anyway.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from shardwise.run.labelcounts import add_counts, pair_key
+from shardwise.store.atomic import write_atomic
+
+SUMMARIES_DIR = "summaries"
+SUFFIX = ".arrow"
+FORMAT_VERSION = 1
+META_KEY = b"shardwise"
+#: Per-file fields the shard marker keeps for the coverage report: throughput, and the
+#: data-quality counts (``counts``, ``truncated_docs``) it adds up.
+FILE_FIELDS = (
+    "docs",
+    "tokens",
+    "seconds",
+    "bytes",
+    "device_name",
+    "finished_at",
+    "counts",
+    "truncated_docs",
+)
+
+SCHEMA = pa.schema(
+    [
+        ("task", pa.int32()),
+        ("view", pa.int16()),
+        ("a", pa.int16()),
+        ("b", pa.int16()),
+        ("docs", pa.int64()),
+        ("bytes", pa.int64()),
+    ]
+)
+
+log = logging.getLogger("shardwise.run.summaries")
+
+
+def summary_path(run_dir: Path, shard: int) -> Path:
+    """Where the summary of ``shard`` lives."""
+    return Path(run_dir) / SUMMARIES_DIR / f"{shard}{SUFFIX}"
+
+
+def summarized_shards(run_dir: Path) -> set[int]:
+    """Shards with a summary, from one directory listing (names only)."""
+    found: set[int] = set()
+    try:
+        with os.scandir(Path(run_dir) / SUMMARIES_DIR) as entries:
+            for entry in entries:
+                stem = entry.name.removesuffix(SUFFIX)
+                if entry.name.endswith(SUFFIX) and stem.isascii() and stem.isdigit():
+                    found.add(int(stem))
+    except FileNotFoundError:
+        pass
+    return found
+
+
+# ----------------------------------------------------------------------------- build
+
+
+def build(
+    shard: int,
+    tasks: Sequence[tuple[str, Sequence[str]]],
+    counts: Mapping[str, Mapping[str, Any]],
+) -> bytes:
+    """The summary of ``shard`` as Arrow IPC bytes (pure).
+
+    ``tasks`` are (task id, its files); ``counts`` maps a file to its ``label_counts``
+    (a file without one makes its task incomplete).
+    """
+    seen: dict[str, set[str]] = {}
+    pairs: list[tuple[str, str]] = []
+    complete: list[tuple[str, dict[str, Any], int]] = []
+    incomplete: list[str] = []
+    for task_id, files in tasks:
+        if not files or any(f not in counts for f in files):
+            incomplete.append(task_id)
+            continue
+        total = add_counts(None, counts[files[0]])
+        for f in files[1:]:
+            total = add_counts(total, counts[f])
+        complete.append((task_id, total, len(files)))
+        for name, cells in total.get("classifiers", {}).items():
+            seen.setdefault(name, set()).update(cells)
+        for key, table in total.get("pairs", {}).items():
+            a, _, b = key.partition(",")
+            if (a, b) not in pairs:
+                pairs.append((a, b))
+            seen.setdefault(a, set()).update(table)
+            seen.setdefault(b, set()).update(lb for row in table.values() for lb in row)
+    # Sorted label lists: the same counts give the same file, whatever their dict order.
+    labels = {name: {label: i for i, label in enumerate(sorted(v))} for name, v in seen.items()}
+    names = sorted(labels)
+    views = [*names, *(pair_key(p) for p in pairs)]
+    view_of = {v: i for i, v in enumerate(views)}
+    cols: dict[str, list[int]] = {name: [] for name in SCHEMA.names}
+
+    def row(task: int, view: int, a: int, b: int, cell: Sequence[int]) -> None:
+        cols["task"].append(task)
+        cols["view"].append(view)
+        cols["a"].append(a)
+        cols["b"].append(b)
+        cols["docs"].append(int(cell[0]))
+        cols["bytes"].append(int(cell[1]))
+
+    for t, (_, total, _) in enumerate(complete):
+        for name, cells in total.get("classifiers", {}).items():
+            index = labels[name]
+            for label, cell in cells.items():
+                row(t, view_of[name], index[label], -1, cell)
+        for key, table in total.get("pairs", {}).items():
+            a, _, b = key.partition(",")
+            ia, ib = labels[a], labels[b]
+            for la, cols_b in table.items():
+                for lb, cell in cols_b.items():
+                    row(t, view_of[key], ia[la], ib[lb], cell)
+    meta = {
+        "format_version": FORMAT_VERSION,
+        "shard": shard,
+        "written_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "labels": {name: list(labels[name]) for name in names},
+        "pairs": [list(p) for p in pairs],
+        "views": views,
+        "tasks": [
+            {
+                "task_id": task_id,
+                "docs": int(total.get("docs", 0)),
+                "text_bytes": int(total.get("text_bytes", 0)),
+                "files": n_files,
+            }
+            for task_id, total, n_files in complete
+        ],
+        "incomplete_tasks": incomplete,
+    }
+    # Sorted by view, so that a reader takes one view as one slice of each file.
+    table = pa.table(
+        {name: pa.array(cols[name], SCHEMA.field(name).type) for name in SCHEMA.names},
+        schema=SCHEMA,
+    ).sort_by([("view", "ascending"), ("task", "ascending"), ("a", "ascending"),
+               ("b", "ascending")])  # fmt: skip
+    bounds = np.searchsorted(table.column("view").to_numpy(), np.arange(len(views) + 1))
+    meta["view_rows"] = [[int(bounds[i]), int(bounds[i + 1])] for i in range(len(views))]
+    table = table.replace_schema_metadata({META_KEY: json.dumps(meta).encode()})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+# ----------------------------------------------------------------------------- read
+
+
+@dataclass(frozen=True, eq=False)
+class Summary:
+    """One shard's summary, as read back."""
+
+    shard: int
+    labels: dict[str, list[str]]
+    pairs: list[tuple[str, str]]
+    views: list[str]
+    task_ids: list[str]
+    task_docs: np.ndarray  # int64
+    task_bytes: np.ndarray  # int64 (UTF-8 text bytes)
+    incomplete_tasks: list[str]
+    cells: pa.Table
+    view_rows: list[tuple[int, int]]  # per view, its [start, stop) rows in ``cells``
+
+    def view_cells(self, view: str) -> pa.Table:
+        """The rows of one view (a zero-copy slice)."""
+        start, stop = self.view_rows[self.views.index(view)]
+        return self.cells.slice(start, stop - start)
+
+
+def parse(data: bytes | pa.Buffer | pa.NativeFile, where: str = "summary") -> Summary:
+    """Read a summary (bytes or an open file); ValueError naming ``where`` if not one."""
+    try:
+        reader = pa.ipc.open_file(pa.BufferReader(data) if isinstance(data, bytes) else data)
+        table = reader.read_all()
+        meta = json.loads((table.schema.metadata or {})[META_KEY])
+        tasks = meta["tasks"]
+        return Summary(
+            shard=int(meta["shard"]),
+            labels={k: list(v) for k, v in meta["labels"].items()},
+            pairs=[(str(a), str(b)) for a, b in meta["pairs"]],
+            views=list(meta["views"]),
+            task_ids=[str(t["task_id"]) for t in tasks],
+            task_docs=np.array([int(t["docs"]) for t in tasks], np.int64),
+            task_bytes=np.array([int(t["text_bytes"]) for t in tasks], np.int64),
+            incomplete_tasks=[str(t) for t in meta.get("incomplete_tasks", [])],
+            cells=table,
+            view_rows=[(int(a), int(b)) for a, b in meta["view_rows"]],
+        )
+    except (pa.ArrowInvalid, OSError, KeyError, TypeError, ValueError) as e:
+        msg = f"{where} is not a shardwise summary: {e}"
+        raise ValueError(msg) from e
+
+
+def read(run_dir: Path, shard: int) -> Summary:
+    """Read the summary of ``shard`` (memory-mapped: only the columns used are paged in)."""
+    path = os.path.join(run_dir, SUMMARIES_DIR, f"{shard}{SUFFIX}")  # noqa: PTH118 - hot loop
+    return parse(pa.memory_map(path), path)
+
+
+def read_many(run_dir: Path, shards: Iterable[int]) -> tuple[list[Summary], list[int]]:
+    """The summaries of ``shards`` that exist and parse; and the shards whose don't."""
+    got: list[Summary] = []
+    missing: list[int] = []
+    for shard in shards:
+        try:
+            got.append(read(run_dir, shard))
+        except (OSError, ValueError):
+            missing.append(shard)
+    return got, missing
+
+
+# ----------------------------------------------------------------------------- write
+
+
+def journal_entries(run_dir: Path, shard: int) -> dict[str, dict[str, Any]]:
+    """Files of the shard's progress journal with what each line recorded (last wins)."""
+    path = Path(run_dir) / "progress" / f"{shard}.jsonl"
+    out: dict[str, dict[str, Any]] = {}
+    try:
+        lines = path.read_text("utf-8").splitlines()
+    except FileNotFoundError:
+        return out
+    for line in lines:
+        try:
+            entry = json.loads(line)
+            out[str(entry["file"])] = entry
+        except (ValueError, KeyError, TypeError):
+            continue  # a torn last line from a killed attempt
+    return out
+
+
+def write_for_shard(
+    run_dir: Path,
+    shard: int,
+    files: Sequence[tuple[str, str]],
+    read_stats: Callable[[str], bytes],
+) -> dict[str, dict[str, Any]]:
+    """Write ``summaries/<shard>.arrow`` for a shard whose files are all done.
+
+    ``files`` are (file, task id) pairs of the shard; ``read_stats(rel)`` returns a
+    file's ``.stats.json`` bytes, used only for files the journal does not cover.
+    Returns each file's throughput fields (:data:`FILE_FIELDS`, for the shard marker).
+    Never raises: the labels are done whatever happens here; a shard without a summary
+    counts as unlabelled in ``shardwise domains``, which says so.
+    """
+    rows: dict[str, dict[str, Any]] = {}
+    try:
+        journal = journal_entries(run_dir, shard)
+        counts: dict[str, Mapping[str, Any]] = {}
+        for rel, _ in files:
+            entry = journal.get(rel)
+            if entry is None or "label_counts" not in entry:
+                try:
+                    entry = json.loads(read_stats(rel))
+                except (OSError, ValueError) as e:
+                    log.warning("shard %s: no label counts for %s (%s)", shard, rel, e)
+                    continue
+            if isinstance(entry.get("label_counts"), dict):
+                counts[rel] = entry["label_counts"]
+            fields = entry.get("stats", entry)
+            if isinstance(fields, dict):
+                rows[rel] = {k: fields.get(k) for k in FILE_FIELDS}
+        by_task: dict[str, list[str]] = {}
+        for rel, task_id in files:
+            by_task.setdefault(task_id, []).append(rel)
+        write_atomic(summary_path(run_dir, shard), build(shard, list(by_task.items()), counts))
+    except Exception as e:  # noqa: BLE001 - bookkeeping must never fail a finished shard
+        log.warning("shard %s: summary not written (%s: %s)", shard, type(e).__name__, e)
+    return rows
+
+
+def journal_fields(stats: Mapping[str, Any]) -> dict[str, Any]:
+    """What a progress-journal line keeps of a file's stats: counts and throughput."""
+    out: dict[str, Any] = {"stats": {k: stats.get(k) for k in FILE_FIELDS}}
+    if "label_counts" in stats:
+        out["label_counts"] = stats["label_counts"]
+    return out

@@ -1,0 +1,202 @@
+"""The SLURM profile as the plugin will see it: merged, expanded, and what it asks for.
+
+Snakemake merges several ``--profile`` directories per *top-level key*: a later
+profile that sets ``default-resources`` or ``set-resources`` replaces the whole
+mapping of an earlier one. :func:`load` does the same, expands ``$VARS`` as
+Snakemake does (an unset variable stays literally ``${NAME}``), and :func:`view`
+answers what one classify job will ask ``sbatch`` for.
+
+Site values that only one cluster has (partition, constraint, QOS) can also come
+from environment variables with safe empty defaults: the classify rule adds them
+as resources only when set (:func:`site_resources`), so a profile's
+``default-resources`` still applies when they are unset and ``set-resources``
+(an overlay) still wins when they are set. Excluded nodes and ``jobs`` come from a
+profile: the site overlay that ``shardwise cluster check --write-profile`` writes.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from shardwise.errors import ConfigError
+
+#: Environment variables for site values, and the classify resource each becomes.
+SITE_ENV = {
+    "SHARDWISE_SLURM_PARTITION": "slurm_partition",
+    "SHARDWISE_SLURM_CONSTRAINT": "constraint",
+    "SHARDWISE_SLURM_QOS": "qos",
+}
+ACCOUNT_ENV = "SHARDWISE_SLURM_ACCOUNT"
+RULE = "classify"
+#: The plugin's defaults (2.8.0) for the options the checks read.
+PLUGIN_INIT_SECONDS = 40
+_UNSET_VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
+
+
+def site_resources(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Classify resources from ``SHARDWISE_SLURM_*`` variables that are set and non-empty."""
+    env = os.environ if environ is None else environ
+    return {res: env[var].strip() for var, res in SITE_ENV.items() if env.get(var, "").strip()}
+
+
+def profile_file(directory: Path) -> Path:
+    """The YAML Snakemake reads from a profile directory (``config.v8+.yaml`` first)."""
+    for name in ("config.v8+.yaml", "config.yaml"):
+        if (directory / name).is_file():
+            return directory / name
+    msg = f"{directory}: no config.yaml (a Snakemake profile is a directory holding config.yaml)"
+    raise ConfigError(msg)
+
+
+def load(directories: list[Path]) -> dict[str, Any]:
+    """Merge profiles like Snakemake: later ones replace earlier ones per top-level key."""
+    merged: dict[str, Any] = {}
+    for directory in directories:
+        path = profile_file(Path(directory))
+        try:
+            data = yaml.safe_load(path.read_text("utf-8")) or {}
+        except (OSError, yaml.YAMLError) as e:
+            msg = f"{path}: cannot read the profile: {e}"
+            raise ConfigError(msg) from e
+        if not isinstance(data, dict):
+            msg = f"{path}: a profile must be a mapping of snakemake options, got {type(data)}"
+            raise ConfigError(msg)
+        merged.update(data)
+    return merged
+
+
+def expand(value: Any, environ: Mapping[str, str] | None = None) -> str:
+    """``os.path.expandvars`` as Snakemake applies it (unset variables stay as written)."""
+    env = os.environ if environ is None else environ
+    text = str(value)
+
+    def sub(m: re.Match[str]) -> str:
+        return env.get(m.group(1), m.group(0))
+
+    return _UNSET_VAR.sub(sub, text)
+
+
+def resource_value(raw: Any, environ: Mapping[str, str] | None = None) -> Any:
+    """A profile resource as Snakemake evaluates it: ``"'a,b'"`` -> ``a,b``; ``4`` -> 4."""
+    if raw is None or isinstance(raw, bool | int | float):
+        return raw
+    text = expand(raw, environ)
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def unset_variables(text: str) -> list[str]:
+    """Names of ``${VAR}`` left in an expanded value (the variable was not set)."""
+    return _UNSET_VAR.findall(text)
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """What one classify SLURM job asks for, and where each value came from."""
+
+    jobs: int | None
+    group_components: int
+    partitions: tuple[str, ...]  # empty: the cluster's default partition
+    partition_source: str
+    account: str | None
+    constraint: str | None
+    qos: str | None
+    exclude: tuple[str, ...]
+    gpus: int
+    cpus: int | None
+    mem_mb: int | None
+    status_command: str | None  # None: the plugin picks (sacct when installed)
+    init_seconds: int
+    raw: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+def view(
+    profile: dict[str, Any],
+    config: dict[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> JobRequest:
+    """What the classify rule's jobs ask for under ``profile`` (merged) and ``config``."""
+    env = os.environ if environ is None else environ
+    defaults = profile.get("default-resources") or {}
+    rule_set = (profile.get("set-resources") or {}).get(RULE) or {}
+    site = site_resources(env)
+    classify_cfg = ((config or {}).get("resources") or {}).get(RULE) or {}
+
+    def pick(name: str) -> tuple[Any, str]:
+        if name in rule_set:
+            return resource_value(rule_set[name], env), f"set-resources {RULE}.{name}"
+        if name in site:
+            var = next(v for v, r in SITE_ENV.items() if r == name)
+            return site[name], f"${var}"
+        if name in defaults:
+            return resource_value(defaults[name], env), f"default-resources {name}"
+        return None, ""
+
+    partition, source = pick("slurm_partition")
+    partitions = tuple(p.strip() for p in str(partition or "").split(",") if p.strip())
+    account, _ = pick("slurm_account")
+    constraint, _ = pick("constraint")
+    qos, _ = pick("qos")
+    if profile.get("slurm-qos"):
+        qos = expand(profile["slurm-qos"], env)
+    # the rule itself sets these from config: only set-resources overrides them
+    gpus = resource_value(rule_set["gpu"], env) if "gpu" in rule_set else None
+    cpus = resource_value(rule_set["cpus_per_task"], env) if "cpus_per_task" in rule_set else None
+    mem = resource_value(rule_set["mem_mb"], env) if "mem_mb" in rule_set else None
+    exclude = expand(profile.get("slurm-exclude-failed-nodes") or "", env)
+    k = (profile.get("group-components") or {}).get(RULE, 1)
+    status = profile.get("slurm-status-command")
+    init = profile.get("slurm-init-seconds-before-status-checks", PLUGIN_INIT_SECONDS)
+    jobs = profile.get("jobs")
+    return JobRequest(
+        jobs=int(jobs) if isinstance(jobs, int | str) and str(jobs).isdigit() else None,
+        group_components=int(k),
+        partitions=partitions,
+        partition_source=source or "the cluster's default partition",
+        account=None if account in (None, "") else str(account),
+        constraint=None if constraint in (None, "") else str(constraint),
+        qos=None if qos in (None, "") else str(qos),
+        exclude=tuple(n.strip() for n in exclude.split(",") if n.strip()),
+        gpus=int(gpus if gpus is not None else classify_cfg.get("gpu", 0) or 0),
+        cpus=int(cpus) if cpus is not None else classify_cfg.get("cpus_per_task"),
+        mem_mb=int(mem) if mem is not None else classify_cfg.get("mem_mb"),
+        status_command=str(status) if status else None,
+        init_seconds=int(init),
+        raw=profile,
+    )
+
+
+def feature_names(constraint: str) -> list[str]:
+    """Feature names in a constraint expression (``A100|H100``, ``[a&b]*2``, ``gpu:2``)."""
+    names = []
+    for raw in re.split(r"[|&,\[\]()]+", constraint):
+        token = re.sub(r"\*\d+$", "", raw.strip())
+        if token:
+            names.append(token)
+    return names
+
+
+def constraint_is_or(constraint: str) -> bool:
+    """True when any one of the features suffices (``A100|H100``)."""
+    return "|" in constraint and "&" not in constraint
+
+
+def overlay_text(values: dict[str, Any], header: str) -> str:
+    """A profile ``config.yaml`` holding ``values`` (top-level keys) under ``header``."""
+    body = yaml.safe_dump(values, sort_keys=False, default_flow_style=False)
+    return header.rstrip() + "\n\n" + body
+
+
+def quoted(value: str) -> str:
+    """A string resource as a profile must spell it (Snakemake evaluates resources)."""
+    return repr(str(value))

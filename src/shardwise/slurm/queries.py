@@ -1,0 +1,566 @@
+"""What the SLURM cluster says, as typed values: one function per question.
+
+Each function makes one SLURM call through :mod:`shardwise.slurmcmd` and returns an
+:class:`Answer`: the value, or None and the one-line problem (command missing, timed
+out, refused, hidden by ``PrivateData``). Nothing here decides what is good or bad;
+that is :mod:`shardwise.clustercheck` and :mod:`shardwise.clusterstatus`.
+"""
+
+from __future__ import annotations
+
+import getpass
+import re
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Generic, TypeVar
+
+from shardwise.slurm import command
+
+T = TypeVar("T")
+
+#: Job states squeue lists by default: the job still holds (or waits for) resources.
+LIVE_STATES = frozenset(
+    {
+        "PENDING",
+        "RUNNING",
+        "CONFIGURING",
+        "COMPLETING",
+        "SUSPENDED",
+        "REQUEUED",
+        "REQUEUE_FED",
+        "REQUEUE_HOLD",
+        "RESIZING",
+        "SIGNALING",
+        "STAGE_OUT",
+        "STOPPED",
+        "SPECIAL_EXIT",
+        "RESV_DEL_HOLD",
+    }
+)
+
+_JOB_FIELDS = (
+    ("id", "JobID"),
+    ("state", "State"),
+    ("name", "Name"),
+    ("user", "UserName"),
+    ("partition", "Partition"),
+    ("time_limit", "TimeLimit"),
+    ("time_used", "TimeUsed"),
+    ("submit_time", "SubmitTime"),
+    ("start_time", "StartTime"),
+    ("nodes", "NodeList"),
+    ("tres_alloc", "tres-alloc"),
+    ("tres_per_job", "tres-per-job"),
+    ("tres_per_node", "tres-per-node"),
+    ("qos", "QOS"),
+    ("account", "Account"),
+    ("workdir", "WorkDir"),
+    ("reason", "Reason"),
+    ("comment", "Comment"),  # free text: last
+)
+
+
+@dataclass(frozen=True)
+class Answer(Generic[T]):
+    """A value from SLURM, or why there is none (``problem``, one line)."""
+
+    value: T | None
+    problem: str | None = None
+    kind: str = "ok"
+
+    @property
+    def ok(self) -> bool:
+        """True when SLURM answered."""
+        return self.problem is None
+
+
+def _failed(reply: command.Reply) -> Answer:
+    return Answer(None, reply.problem, reply.kind)
+
+
+def current_user() -> str:
+    """The login name SLURM knows this user by."""
+    return getpass.getuser()
+
+
+# ----------------------------------------------------------------------------- config
+
+
+def config(timeout: float = command.DEFAULT_TIMEOUT) -> Answer[dict[str, str]]:
+    """``scontrol show config`` as a dict (MinJobAge, PrivateData, AccountingStorageType...)."""
+    reply = command.run(["scontrol", "show", "config"], timeout=timeout)
+    if not reply.ok:
+        return _failed(reply)
+    return Answer(command.config_values(reply.stdout))
+
+
+def min_job_age_seconds(cfg: dict[str, str]) -> int | None:
+    """``MinJobAge = 300 sec`` -> 300."""
+    m = re.match(r"\s*(\d+)", cfg.get("MinJobAge", ""))
+    return int(m.group(1)) if m else None
+
+
+def accounting_enabled(cfg: dict[str, str]) -> bool:
+    """False when the controller stores no accounting (``accounting_storage/none``)."""
+    kind = cfg.get("AccountingStorageType", "")
+    return bool(kind) and not kind.endswith("/none")
+
+
+def private_data(cfg: dict[str, str]) -> frozenset[str]:
+    """``PrivateData`` flags (``jobs``, ``reservations``, ...), lower case."""
+    raw = cfg.get("PrivateData", "")
+    if command.is_null(raw) or raw.strip().lower() == "none":
+        return frozenset()
+    return frozenset(p.strip().lower() for p in raw.split(",") if p.strip())
+
+
+# ----------------------------------------------------------------------------- nodes
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node as one partition sees it (sinfo -N prints a row per node and partition)."""
+
+    name: str
+    partition: str
+    default_partition: bool
+    partition_up: bool
+    max_minutes: int | None
+    gres: str
+    state: str
+    features: frozenset[str]
+    reason: str
+    reason_time: str
+
+    @property
+    def gpus(self) -> int:
+        """GPUs in the node's gres (``gpu:2``, ``gpu:a100:4(S:0-1)``)."""
+        return gpu_count(self.gres)
+
+    @property
+    def usable(self) -> bool:
+        """Not down, drained, failing or in maintenance: jobs can start on it."""
+        bad = ("down", "drain", "fail", "maint", "no_respond", "not_responding", "inval")
+        return not any(b in self.state.lower() for b in bad) and not self.state.endswith("*")
+
+    @property
+    def has_free_resources(self) -> bool:
+        """Idle or mixed (part of it unallocated), whatever the state's flag suffixes."""
+        return self.state.lower().rstrip("+~#!%$@^-").split("+")[0] in {"idle", "mixed"}
+
+
+def gpu_count(gres: str) -> int:
+    """Sum of the gpu counts in a gres or TRES string (``gpu:a100:4``, ``gres/gpu=2``)."""
+    total = 0
+    for raw in re.split(r",(?![^(]*\))", gres or ""):
+        part = re.sub(r"\(.*?\)", "", raw.strip())
+        m = re.match(r"^(?:gres[:/])?gpu(?::[^:=]+)?[:=](\d+)$", part)
+        if m:
+            total += int(m.group(1))
+    return total
+
+
+def gpu_types(tres: str) -> dict[str, int]:
+    """GPU counts by type in a TRES string: ``gres/gpu:a100=2`` -> {a100: 2}; untyped -> {gpu}."""
+    found: dict[str, int] = {}
+    typed = False
+    for part in (tres or "").split(","):
+        m = re.match(r"^gres/gpu(?::([^=]+))?=(\d+)$", part.strip())
+        if m and m.group(1):
+            found[m.group(1)] = found.get(m.group(1), 0) + int(m.group(2))
+            typed = True
+    if not typed:
+        n = gpu_count(tres)
+        if n:
+            found["gpu"] = n
+    return found
+
+
+def nodes(timeout: float = command.DEFAULT_TIMEOUT) -> Answer[list[Node]]:
+    """Every node of every partition visible to this user, with state and drain reason."""
+    reply = command.run(["sinfo", "-h", "-N", "-o", "%N|%P|%a|%l|%G|%T|%f|%H|%E"], timeout=timeout)
+    if not reply.ok:
+        return _failed(reply)
+    return Answer(parse_nodes(reply.stdout))
+
+
+_NODE_FIELDS = ("node", "partition", "avail", "timelimit", "gres", "state", "features", "rtime")
+
+
+def parse_nodes(text: str) -> list[Node]:
+    """``sinfo -h -N -o '%N|%P|%a|%l|%G|%T|%f|%H|%E'`` as nodes."""
+    out = []
+    for r in command.rows(text, (*_NODE_FIELDS, "reason")):
+        part = r["partition"]
+        feats = "" if command.is_null(r["features"]) else r["features"]
+        out.append(
+            Node(
+                name=r["node"],
+                partition=part.rstrip("*"),
+                default_partition=part.endswith("*"),
+                partition_up=r["avail"].lower() == "up",
+                max_minutes=command.minutes(r["timelimit"]),
+                gres="" if command.is_null(r["gres"]) else r["gres"],
+                state=r["state"],
+                features=frozenset(f for f in feats.split(",") if f),
+                reason="" if _no_reason(r["reason"]) else r["reason"],
+                reason_time="" if command.is_null(r["rtime"]) else r["rtime"],
+            )
+        )
+    return out
+
+
+def _no_reason(text: str) -> bool:
+    return command.is_null(text) or text.strip().lower() == "none"
+
+
+@dataclass(frozen=True)
+class Partition:
+    """A partition summarised from its nodes."""
+
+    name: str
+    default: bool
+    up: bool
+    max_minutes: int | None
+    nodes: tuple[str, ...]
+    gpus: int
+    usable_gpus: int
+    features: frozenset[str]
+
+
+def partitions(all_nodes: Sequence[Node]) -> dict[str, Partition]:
+    """Partitions by name, from :func:`nodes` (no extra call)."""
+    by: dict[str, list[Node]] = {}
+    for n in all_nodes:
+        by.setdefault(n.partition, []).append(n)
+    return {
+        name: Partition(
+            name=name,
+            default=any(n.default_partition for n in ns),
+            up=all(n.partition_up for n in ns),
+            max_minutes=ns[0].max_minutes,
+            nodes=tuple(sorted({n.name for n in ns})),
+            gpus=sum(n.gpus for n in ns),
+            usable_gpus=sum(n.gpus for n in ns if n.usable),
+            features=frozenset().union(*(n.features for n in ns)),
+        )
+        for name, ns in by.items()
+    }
+
+
+# ----------------------------------------------------------------------------- jobs
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job as ``squeue`` lists it."""
+
+    id: str
+    state: str
+    name: str
+    user: str
+    partition: str
+    time_limit_minutes: int | None
+    elapsed_seconds: int | None
+    submit_time: datetime | None
+    start_time: datetime | None
+    nodes: str
+    tres_alloc: str
+    tres_per_job: str
+    tres_per_node: str
+    qos: str
+    account: str
+    workdir: str
+    reason: str
+    comment: str
+
+    @property
+    def pending(self) -> bool:
+        """Waiting to start."""
+        return self.state == "PENDING"
+
+    @property
+    def running(self) -> bool:
+        """Holding its allocation."""
+        return self.state in {"RUNNING", "CONFIGURING", "COMPLETING", "SIGNALING"}
+
+    @property
+    def gpus(self) -> int:
+        """GPUs allocated (running) or requested (pending)."""
+        return (
+            gpu_count(self.tres_alloc)
+            or gpu_count(self.tres_per_job)
+            or gpu_count(self.tres_per_node)
+        )
+
+
+def jobs(user: str | None = None, timeout: float = command.DEFAULT_TIMEOUT) -> Answer[list[Job]]:
+    """The user's jobs that squeue still lists (pending, running, completing, ...)."""
+    fmt = ",".join(f"{opt}:|" for _, opt in _JOB_FIELDS)
+    reply = command.run(["squeue", "-h", "-u", user or current_user(), "-O", fmt], timeout=timeout)
+    if not reply.ok:
+        return _failed(reply)
+    keys = [k for k, _ in _JOB_FIELDS]
+    out = []
+    for r in command.rows(reply.stdout, keys):
+        comment = r["comment"].removesuffix("|").strip()
+        out.append(
+            Job(
+                id=r["id"],
+                state=r["state"],
+                name=r["name"],
+                user=r["user"],
+                partition=r["partition"],
+                time_limit_minutes=command.minutes(r["time_limit"]),
+                elapsed_seconds=command.seconds(r["time_used"]),
+                submit_time=command.timestamp(r["submit_time"]),
+                start_time=command.timestamp(r["start_time"]),
+                nodes="" if command.is_null(r["nodes"]) else r["nodes"],
+                tres_alloc=r["tres_alloc"],
+                tres_per_job="" if command.is_null(r["tres_per_job"]) else r["tres_per_job"],
+                tres_per_node="" if command.is_null(r["tres_per_node"]) else r["tres_per_node"],
+                qos=r["qos"],
+                account=r["account"],
+                workdir=r["workdir"],
+                reason="" if command.is_null(r["reason"]) else r["reason"],
+                comment="" if command.is_null(comment) else comment,
+            )
+        )
+    return Answer(out)
+
+
+def job_states(
+    job_ids: Sequence[str], timeout: float = command.DEFAULT_TIMEOUT
+) -> Answer[dict[str, str]]:
+    """State of each listed job that squeue still knows (finished ones within MinJobAge).
+
+    A job id squeue no longer knows is absent from the result: it ended long ago.
+    """
+    if not job_ids:
+        return Answer({})
+    reply = command.run(
+        ["squeue", "-h", "--states=all", "-j", ",".join(job_ids), "-o", "%i|%T"],
+        timeout=timeout,
+    )
+    if not reply.ok:
+        if "Invalid job id" in (reply.stderr or ""):
+            return Answer({})  # every id is unknown: all of them ended long ago
+        return _failed(reply)
+    return Answer({r["id"]: r["state"] for r in command.rows(reply.stdout, ("id", "state"))})
+
+
+def steps(user: str | None = None, timeout: float = command.DEFAULT_TIMEOUT) -> Answer[set[str]]:
+    """Ids (``<job>.<step>``) of the user's running job steps."""
+    reply = command.run(
+        ["squeue", "-h", "-s", "-u", user or current_user(), "-o", "%i"], timeout=timeout
+    )
+    if not reply.ok:
+        return _failed(reply)
+    return Answer({line.strip() for line in reply.stdout.splitlines() if line.strip()})
+
+
+def job_detail(job_id: str, timeout: float = command.DEFAULT_TIMEOUT) -> Answer[dict[str, str]]:
+    """``scontrol show job -o`` of one job (its full request: features, excluded nodes...)."""
+    reply = command.run(["scontrol", "show", "job", "-o", job_id], timeout=timeout)
+    if not reply.ok:
+        return _failed(reply)
+    line = reply.stdout.strip().splitlines()[0] if reply.stdout.strip() else ""
+    return Answer(command.key_values(line))
+
+
+def batch_script(job_id: str, timeout: float = command.DEFAULT_TIMEOUT) -> Answer[str]:
+    """The batch script of a live job (for ``--wrap`` jobs: the wrapped command)."""
+    reply = command.run(["scontrol", "write", "batch_script", job_id, "-"], timeout=timeout)
+    if not reply.ok:
+        return _failed(reply)
+    return Answer(reply.stdout)
+
+
+# ----------------------------------------------------------------------------- limits
+
+
+@dataclass(frozen=True)
+class Qos:
+    """A QOS's per-user limits (None: not set)."""
+
+    name: str
+    max_submit_per_user: int | None
+    max_jobs_per_user: int | None
+    max_tres_per_user: str
+
+
+@dataclass(frozen=True)
+class Association:
+    """One of the user's associations (account, partition, QOS list, caps)."""
+
+    account: str
+    partition: str
+    qos: tuple[str, ...]
+    default_qos: str
+    max_submit_jobs: int | None
+    max_jobs: int | None
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What sacctmgr says about the user: associations, QOS limits, default account."""
+
+    associations: tuple[Association, ...]
+    qos: dict[str, Qos] = field(default_factory=dict)
+    default_account: str = ""
+
+    @property
+    def accounts(self) -> tuple[str, ...]:
+        """Accounts the user may submit to."""
+        return tuple(sorted({a.account for a in self.associations if a.account}))
+
+
+def limits(user: str | None = None, timeout: float = command.DEFAULT_TIMEOUT) -> Answer[Limits]:
+    """Associations and QOS limits of ``user`` (needs slurmdbd; else the problem says so)."""
+    user = user or current_user()
+    assoc = command.run(
+        [
+            "sacctmgr",
+            "-nP",
+            "show",
+            "assoc",
+            f"user={user}",
+            "format=account,partition,qos,defaultqos,maxsubmitjobs,maxjobs",
+        ],
+        timeout=timeout,
+    )
+    if not assoc.ok:
+        return _failed(assoc)
+    qos = command.run(
+        [
+            "sacctmgr",
+            "-nP",
+            "show",
+            "qos",
+            "format=name,maxsubmitjobsperuser,maxjobsperuser,maxtrespu",
+        ],
+        timeout=timeout,
+    )
+    if not qos.ok:
+        return _failed(qos)
+    who = command.run(
+        ["sacctmgr", "-nP", "show", "user", user, "format=defaultaccount"], timeout=timeout
+    )
+    names = ("account", "partition", "qos", "defqos", "maxsubmit", "maxjobs")
+    associations = tuple(
+        Association(
+            account=r["account"],
+            partition=r["partition"],
+            qos=tuple(q for q in r["qos"].split(",") if q),
+            default_qos=r["defqos"],
+            max_submit_jobs=command.count(r["maxsubmit"]),
+            max_jobs=command.count(r["maxjobs"]),
+        )
+        for r in command.rows(assoc.stdout, names)
+    )
+    qos_map = {
+        r["name"]: Qos(
+            r["name"],
+            command.count(r["maxsubmit"]),
+            command.count(r["maxjobs"]),
+            r["maxtres"],
+        )
+        for r in command.rows(qos.stdout, ("name", "maxsubmit", "maxjobs", "maxtres"))
+    }
+    default = who.stdout.strip().splitlines()[0].strip() if who.ok and who.stdout.strip() else ""
+    return Answer(Limits(associations, qos_map, default))
+
+
+# ----------------------------------------------------------------------------- reservations
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A reservation this user can see."""
+
+    name: str
+    start: datetime | None
+    end: datetime | None
+    nodes: str
+    flags: tuple[str, ...]
+    partition: str
+    users: str
+    accounts: str
+
+    @property
+    def maintenance(self) -> bool:
+        """Flagged MAINT: no job may run on its nodes during the window."""
+        return "MAINT" in self.flags
+
+
+def reservations(timeout: float = command.DEFAULT_TIMEOUT) -> Answer[list[Reservation]]:
+    """Reservations visible to this user (PrivateData=reservations hides the others)."""
+    reply = command.run(["scontrol", "show", "reservation", "-o"], timeout=timeout)
+    if not reply.ok:
+        if "No reservations" in reply.stdout + reply.stderr:
+            return Answer([])
+        return _failed(reply)
+    return Answer(parse_reservations(reply.stdout))
+
+
+def parse_reservations(text: str) -> list[Reservation]:
+    """``scontrol show reservation -o`` as reservations ("No reservations..." -> [])."""
+    out = []
+    for line in text.splitlines():
+        if not line.startswith("ReservationName="):
+            continue
+        kv = command.key_values(line)
+        out.append(
+            Reservation(
+                name=kv.get("ReservationName", ""),
+                start=command.timestamp(kv.get("StartTime")),
+                end=command.timestamp(kv.get("EndTime")),
+                nodes=kv.get("Nodes", ""),
+                flags=tuple(f for f in kv.get("Flags", "").split(",") if f),
+                partition="" if command.is_null(kv.get("PartitionName")) else kv["PartitionName"],
+                users="" if command.is_null(kv.get("Users")) else kv["Users"],
+                accounts="" if command.is_null(kv.get("Accounts")) else kv["Accounts"],
+            )
+        )
+    return out
+
+
+def next_maintenance(
+    found: Sequence[Reservation], now: datetime, partitions: Collection[str] = ()
+) -> Reservation | None:
+    """The earliest MAINT reservation not yet over that may cover ``partitions``.
+
+    A reservation naming another partition is left out; node lists (``a[1-4]``, ``ALL``)
+    are kept rather than guessed, so a window on other nodes of the same partition still
+    counts: the warning errs toward caution.
+    """
+    windows = [
+        r
+        for r in found
+        if r.maintenance
+        and r.start is not None
+        and (r.end is None or r.end >= now)
+        and not (r.partition and partitions and r.partition not in partitions)
+    ]
+    return min(windows, key=lambda r: r.start or now, default=None)
+
+
+# ----------------------------------------------------------------------------- test-only
+
+_START = re.compile(r"to start at (\S+)")
+
+
+def test_only(options: Sequence[str], timeout: float = command.DEFAULT_TIMEOUT) -> Answer[datetime]:
+    """When SLURM expects a job with these sbatch ``options`` to start (submits nothing)."""
+    reply = command.run(["sbatch", "--test-only", *options, "--wrap", "true"], timeout=timeout)
+    if not reply.ok:
+        return _failed(reply)
+    m = _START.search(reply.stderr + reply.stdout)
+    if not m:
+        text = " ".join((reply.stderr + reply.stdout).split())
+        return Answer(None, f"sbatch --test-only gave no start time: {text}", "failed")
+    when = command.timestamp(m.group(1))
+    if when is None:
+        return Answer(None, f"sbatch --test-only: unreadable start time {m.group(1)!r}", "failed")
+    return Answer(when)

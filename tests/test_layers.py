@@ -1,0 +1,113 @@
+"""The package is a house with floors: each layer imports only the layers below it.
+
+cli, snakefile -> ops -> planner -> classify, demo -> run -> slurm, store -> config -> errors.
+Two rooms on one floor (``slurm`` and ``store``; ``classify`` and ``demo``; ``cli`` and
+``snakefile``) do not import each other, and no set of modules imports itself in a
+circle, function-local imports included (they are where circles used to hide).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "shardwise"
+
+#: Floor of each top-level module or folder of the package (higher imports lower).
+FLOORS = {
+    "__init__": 0,
+    "errors": 0,
+    "config": 1,
+    "store": 2,
+    "slurm": 2,
+    "run": 3,
+    "classify": 4,
+    "demo": 4,
+    "planner": 5,
+    "ops": 6,
+    "cli": 7,
+    "snakefile": 7,
+}
+
+
+def module_name(path: Path) -> str:
+    """``shardwise.run.plan`` for ``src/shardwise/run/plan.py``."""
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def room(module: str) -> str:
+    """The top-level module or folder a module lives in (``run`` for ``shardwise.run.plan``)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def resolve(name: str) -> str | None:
+    """The shardwise module an import names (a module, or the module that defines a name)."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def imports_of(module: str) -> set[str]:
+    """Every shardwise module ``module`` imports, at module level or inside functions."""
+    tree = ast.parse(MODULES[module].read_text("utf-8"))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [f"{node.module}.{a.name}" for a in node.names]
+        else:
+            continue
+        for name in names:
+            if name.split(".")[0] == "shardwise":
+                target = resolve(name)
+                if target is not None and target != module:
+                    found.add(target)
+    return found
+
+
+GRAPH = {m: imports_of(m) for m in MODULES}
+
+
+def test_every_module_lives_on_a_known_floor():
+    assert {room(m) for m in MODULES} <= set(FLOORS), "a new folder needs a floor in FLOORS"
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_a_module_imports_only_the_floors_below_its_own(module):
+    mine = room(module)
+    upward = sorted(
+        target
+        for target in GRAPH[module]
+        if room(target) != mine and target != "shardwise" and FLOORS[room(target)] >= FLOORS[mine]
+    )
+    assert upward == [], f"{module} imports {upward}: same floor or above ({mine})"
+
+
+def test_no_modules_import_each_other_in_a_circle():
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    circles: list[list[str]] = []
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(GRAPH[node]):
+            if state.get(nxt) == 1:
+                circles.append([*path[path.index(nxt) :], nxt])
+            elif nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[node] = 2
+
+    for module in sorted(GRAPH):
+        if module not in state:
+            visit(module, [module])
+    assert circles == []

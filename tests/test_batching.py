@@ -11,25 +11,16 @@ from shardwise.classify.batching import (
     BatchPolicy,
     CannotShrinkError,
     cut_batch,
-    inverse_permutation,
     padded_tokens,
     plan_batches,
     plan_min_padding,
-    restore_order,
-    sort_longest_first,
 )
-
-
-def test_sort_longest_first_is_stable() -> None:
-    lengths = [3, 9, 3, 1, 9, 5]
-    order = sort_longest_first(lengths)
-    assert order == [1, 4, 5, 0, 2, 3]
 
 
 def test_batches_respect_budget_and_cover_everything() -> None:
     rng = random.Random(0)
     lengths = [max(2, int(rng.lognormvariate(5, 1))) for _ in range(500)] + [8192] * 3
-    sorted_lengths = [lengths[i] for i in sort_longest_first(lengths)]
+    sorted_lengths = sorted(lengths, reverse=True)
     batches = plan_batches(sorted_lengths, budget=16384)
     assert batches[0][0] == 0 and batches[-1][1] == len(lengths)
     assert all(a[1] == b[0] for a, b in itertools.pairwise(batches))
@@ -51,15 +42,6 @@ def test_fixed_batch_size_and_cap() -> None:
     assert cut_batch([1] * 100, 0, budget=10**6, max_docs=7) == 7
     with pytest.raises(ValueError, match="budget"):
         cut_batch([1], 0, budget=None)
-
-
-def test_restore_order_roundtrip() -> None:
-    values = list("abcdefg")
-    order = sort_longest_first([2, 7, 1, 7, 3, 0, 5])
-    in_sorted = [values[i] for i in order]
-    assert restore_order(order, in_sorted) == values
-    inverse = inverse_permutation(order)
-    assert [order[inverse[i]] for i in range(len(order))] == list(range(len(order)))
 
 
 def test_policy_halves_on_oom_and_remembers() -> None:
@@ -119,7 +101,7 @@ def test_min_padding_plan_is_optimal_on_random_cases() -> None:
 def test_min_padding_beats_greedy_and_keeps_the_budget() -> None:
     rng = random.Random(0)
     lengths = [min(2048, max(3, int(rng.lognormvariate(5.5, 1)))) for _ in range(600)]
-    sorted_lengths = [lengths[i] for i in sort_longest_first(lengths)]
+    sorted_lengths = sorted(lengths, reverse=True)
     real = sum(lengths)
     greedy = plan_batches(sorted_lengths, budget=16384)
     planned = plan_min_padding(sorted_lengths, 16384, batch_cost=128)

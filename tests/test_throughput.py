@@ -10,14 +10,12 @@ import pytest
 from synthrun import stats_for
 
 from shardwise.ops.text import format_duration
-from shardwise.run import throughput
 from shardwise.run.throughput import (
     eta,
     rate_for_walltime,
     stats_from_json,
     stats_table,
     summarize,
-    walltime_advice,
 )
 
 
@@ -74,17 +72,6 @@ def test_no_usable_stats() -> None:
 def test_rate_for_walltime_is_slow_side_p10() -> None:
     rows = [stats_for(f"f{i}", 0, size=1000 * (i + 1), seconds=1.0) for i in range(101)]
     assert rate_for_walltime(rows) == pytest.approx(11_000.0)
-
-
-def test_walltime_advice() -> None:
-    advice = walltime_advice([1e9, 4e9, 2e9], 1.5, 1e6, overhead_s=350, round_to_s=900)
-    # 4e9 B / 1e6 B/s = 4000 s; x1.5 = 6000 s; +350 = 6350 s -> rounded up to 7200 s.
-    assert advice.work_seconds == pytest.approx(4000.0)
-    assert advice.seconds == 7200
-    assert advice.slurm == "02:00:00"
-    assert throughput.slurm_time(90061) == "1-01:01:01"
-    with pytest.raises(ValueError, match="rate"):
-        walltime_advice([1], 1.5, 0)
 
 
 def test_duplicates_keep_latest() -> None:

@@ -32,7 +32,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from tokenizers import Tokenizer
@@ -46,7 +46,6 @@ __all__ = [
     "format_input",
 ]
 
-InputKind = Literal["url_text", "text"]
 INPUT_KINDS: tuple[str, ...] = ("url_text", "text")
 
 #: Characters after which a text may be cut without changing earlier tokens: plain ASCII

@@ -62,15 +62,6 @@ def unsafe_reason(rel: str) -> str | None:
     return None
 
 
-def check_relative(rel: str) -> str:
-    """Refuse paths that are absolute, contain ``.``/``..`` parts, schemes or control bytes."""
-    reason = unsafe_reason(rel)
-    if reason is not None:
-        msg = f"refusing input path {rel!r}: {reason} (it could escape the output prefix)"
-        raise InputError(msg)
-    return rel
-
-
 @cache
 def _glob_regex(pattern: str) -> re.Pattern[str]:
     """Translate a path glob where ``**/`` spans folders and ``*`` stays within one."""

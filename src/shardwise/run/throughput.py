@@ -1,4 +1,4 @@
-"""Per-file stats -> rates per GPU, ETA, and SLURM walltime advice.
+"""Per-file stats -> rates per GPU, ETA, and the rate a SLURM walltime is sized on.
 
 Every labelled file leaves a ``<rel>.stats.json`` (see docs/ARCHITECTURE.md). Rates are
 per *file* and per *GPU type* (``device_name``) because one run often mixes node types
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -31,7 +31,6 @@ __all__ = [
     "Percentiles",
     "StatsTable",
     "Throughput",
-    "Walltime",
     "concat",
     "eta",
     "parse_time",
@@ -39,7 +38,6 @@ __all__ = [
     "stats_from_json",
     "stats_table",
     "summarize",
-    "walltime_advice",
 ]
 
 #: ``device_name`` used when a stats file has none (CPU runs, old stats).
@@ -423,52 +421,3 @@ def rate_for_walltime(stats: Iterable[dict[str, Any]] | StatsTable) -> float | N
     t = _timed(stats)
     rates = Percentiles.of(_ratio(t.bytes, t.seconds))
     return rates.p10 if rates and rates.p10 > 0 else None
-
-
-@dataclass(frozen=True)
-class Walltime:
-    """A suggested ``--time`` for one shard's job."""
-
-    seconds: int
-    slurm: str  # "D-HH:MM:SS" or "HH:MM:SS"
-    largest_shard: float  # in the unit of the sizes given
-    work_seconds: float  # largest shard / slow rate, before the safety factor
-
-
-def walltime_advice(
-    shard_sizes: Sequence[float] | np.ndarray,
-    k: float,
-    rate: float,
-    *,
-    overhead_s: float = 300.0,
-    round_to_s: int = 900,
-) -> Walltime:
-    """Walltime = ``k`` x largest shard / slow-side rate + start-up, rounded up.
-
-    ``shard_sizes`` and ``rate`` share a unit (bytes and bytes/s from
-    :func:`rate_for_walltime`, or files and files/s). ``k`` is the safety factor (1.5
-    is a sane default) on top of the p10 rate. The largest shard decides because every
-    array task gets the same ``--time``. ``overhead_s`` covers container start and model
-    loading; the result is rounded up to ``round_to_s`` so schedulers can backfill.
-    """
-    if not rate > 0:
-        raise ValueError(f"rate must be positive, got {rate}")
-    if not k > 0:
-        raise ValueError(f"k must be positive, got {k}")
-    sizes = np.asarray(shard_sizes, dtype=np.float64)
-    largest = float(sizes.max()) if sizes.size else 0.0
-    work = largest / rate
-    total = k * work + overhead_s
-    seconds = int(math.ceil(total / round_to_s) * round_to_s)
-    return Walltime(
-        seconds=seconds, slurm=slurm_time(seconds), largest_shard=largest, work_seconds=work
-    )
-
-
-def slurm_time(seconds: int) -> str:
-    """SLURM ``--time`` syntax: ``HH:MM:SS``, or ``D-HH:MM:SS`` from one day on."""
-    days, rest = divmod(int(seconds), 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    clock = f"{hours:02d}:{minutes:02d}:{secs:02d}"
-    return f"{days}-{clock}" if days else clock

@@ -179,30 +179,6 @@ _TABLE: tuple[tuple[str, str, str, bool], ...] = (
 
 _COMPILED = tuple((re.compile(p), m, a, n) for p, m, a, n in _TABLE)
 
-#: The reasons the table explains by name (for the docs and the closing note).
-COVERED = (
-    "Resources",
-    "Priority",
-    "ReqNodeNotAvail, Reserved for maintenance",
-    "ReqNodeNotAvail (UnavailableNodes: down, drained, excluded or reserved nodes)",
-    "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority partitions",
-    "QOSMaxSubmitJobPerUserLimit, AssocMaxSubmitJobLimit, AssocGrpSubmitJobsLimit",
-    "QOSMaxGRESPerUser, QOSGrpGRES, AssocGrpGRES (and the per-account/per-job GRES forms)",
-    "AssocMaxJobsLimit, QOSMaxJobsPerUserLimit, AssocGrpJobsLimit, QOSGrpJobsLimit",
-    "PartitionTimeLimit, QOSMaxWallDurationPerJobLimit, AssocMaxWallDurationPerJobLimit",
-    "BadConstraints",
-    "JobHeldUser",
-    "JobHeldAdmin",
-    "Dependency, DependencyNeverSatisfied",
-    "BeginTime",
-    "Reservation",
-    "PartitionDown, PartitionInactive, PartitionNodeLimit, PartitionConfig",
-    "NodeDown",
-    "InvalidAccount, InvalidQOS, QOSJobLimit",
-    "any other Assoc*/QOS*Limit (generic sentence)",
-    "launch failed requeued held",
-)
-
 
 def explain(reason: str) -> Explanation:
     """The explanation of one pending reason (verbatim when unknown)."""

@@ -3,7 +3,7 @@
 A ``Location`` is a root plus a filesystem. Everything else in shardwise speaks in
 paths relative to a root (``cc/science/part-7.jsonl.gz``), so a corpus can move
 between a mount and a bucket without re-sharding, and a relative path can never
-escape its root (see ``manifest.check_relative``).
+escape its root (the planner refuses such names: ``run.manifest.unsafe_reason``).
 
 Local roots use plain ``os`` calls (atomic temp+rename, create-by-link). Remote
 roots go through fsspec; for S3 (and R2, MinIO, Ceph) shardwise talks to s3fs's

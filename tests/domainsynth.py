@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 import numpy as np
+from synthrun import write_run_json
 
 from shardwise.ops.estimate import Population, Sample
 from shardwise.run.sharding import shard_for_task
@@ -177,11 +178,7 @@ def write_run(
     from shardwise.store.atomic import write_atomic
 
     run_dir = root / "run"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "run.json").write_text(json.dumps({
-        "format_version": 1, "name": "synthetic", "total_shards": corpus.total_shards,
-        "minimum_shard_index": 0, "output_uri": str(root / "labels"),
-    }))  # fmt: skip
+    write_run_json(run_dir, corpus.total_shards, output_uri=str(root / "labels"))
     order = np.argsort(corpus.task_ids)
     pq.write_table(
         pa.table({

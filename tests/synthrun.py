@@ -14,14 +14,25 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from shardwise.run.runjson import RunMeta
 from shardwise.run.sharding import shard_for_task
 
 
 def write_run_json(run_dir: Path, total: int, minimum: int = 0, **extra: Any) -> None:
-    """A minimal run.json (the fields coverage and retry read)."""
+    """A run.json as the planner writes it (``extra`` overrides fields, e.g. output_uri)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    meta = {"format_version": 1, "total_shards": total, "minimum_shard_index": minimum, **extra}
-    (run_dir / "run.json").write_text(json.dumps(meta))
+    fields: dict[str, Any] = {
+        "total_shards": total,
+        "minimum_shard_index": minimum,
+        "files_per_task": 1,
+        "input_uri": str(run_dir / "input"),
+        "output_uri": str(run_dir / "output"),
+        "task_count": 0,
+        "fingerprint": "",
+        "classifiers": [("topic", "models/topic", "url_text")],
+        **extra,
+    }
+    (run_dir / "run.json").write_bytes(RunMeta.new(**fields).to_json())
 
 
 def write_shard_markers(
@@ -88,15 +99,15 @@ def make_run(
     docs: Mapping[str, int] | None = None,
     seconds: Mapping[str, float] | None = None,
     finished_at: Callable[[int], str] | None = None,
-    name: str | None = None,
+    name: str = "run",
 ) -> Path:
-    """A run dir ``root/run`` with output ``root/output``; returns the run dir.
+    """A run dir ``root/<name>`` with output ``root/output``; returns the run dir.
 
     Each file of ``done_files`` gets its stats and ``.done`` marker; a shard whose
     every file is done gets its shard marker (empty shards are marked done too, as
     ``prepare_run`` does).
     """
-    run_dir, output = root / "run", root / "output"
+    run_dir, output = root / name, root / "output"
     sizes = sizes or {}
     docs = docs or {}
     seconds = seconds or {}
@@ -114,10 +125,7 @@ def make_run(
         ),
         _mkdir(run_dir) / "plan.parquet",
     )
-    extra: dict[str, Any] = {"output_uri": str(output)}
-    if name:
-        extra["name"] = name
-    write_run_json(run_dir, total, minimum, **extra)
+    write_run_json(run_dir, total, minimum, output_uri=str(output))
     done = set(done_files)
     for rel in done:
         target = _mkdir((output / rel).parent) / Path(rel).name

@@ -95,7 +95,7 @@ def test_concurrent_create_one_wins_the_other_validates(tmp_path):
 
 
 def test_read_missing_run_json_says_what_to_do(tmp_path):
-    with pytest.raises(RunMismatchError, match="run.json does not exist"):
+    with pytest.raises(RunMismatchError, match="run.json not found: pass the original run dir"):
         runjson.read(Location(str(tmp_path)))
 
 

@@ -15,7 +15,6 @@ the interruption is recorded, and the process exits non-zero.
 
 from __future__ import annotations
 
-import json
 import logging
 import queue
 import signal
@@ -100,7 +99,7 @@ def files_done(ctx: JobContext, shard: int, files: list[FileTask]) -> dict[str, 
     done: dict[str, int | None] = {}
     for f in files:
         try:
-            data = json.loads(ctx.output.read_bytes(markers.file_marker_rel(f.rel)))
+            data = markers.read_file_marker(ctx.output, f.rel)
         except FileNotFoundError:
             continue
         except ValueError:

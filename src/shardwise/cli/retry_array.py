@@ -7,9 +7,8 @@ import sys
 
 from shardwise.cli.common import add_run_dir, not_a_run_dir
 from shardwise.errors import RunMismatchError
-from shardwise.ops.coverage import read_run_json
 from shardwise.ops.retry_array import missing_shards, retry_lines
-from shardwise.run import markers, quarantine, ranges
+from shardwise.run import markers, quarantine, ranges, runjson
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -50,17 +49,16 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if not_a_run_dir(args.run_dir, "retry-array"):
         return 2
     try:
-        meta = read_run_json(args.run_dir)
+        meta = runjson.read_run_dir(args.run_dir)
     except RunMismatchError as exc:
         print(f"shardwise retry-array: {exc}", file=sys.stderr)
         return 2
-    total = int(meta["total_shards"])
-    minimum = int(meta["minimum_shard_index"])
-    done, unreadable = markers.readable_done_shards(args.run_dir)
-    missing = missing_shards(done, total_shards=total, minimum_shard_index=minimum)
-    if unreadable:
+    total, minimum = meta.total_shards, meta.minimum_shard_index
+    done = markers.read_done(args.run_dir)
+    missing = missing_shards(done.shards, total_shards=total, minimum_shard_index=minimum)
+    if done.unreadable:
         print(
-            f"note: shard marker(s) {ranges.compress(unreadable)} are unreadable and count as "
+            f"note: shard marker(s) {ranges.compress(done.unreadable)} are unreadable and count as "
             "not done (`shardwise verify --repair` removes them)",
             file=sys.stderr,
         )

@@ -19,7 +19,6 @@ shard is done or its own ``<rel>.done`` marker exists; a task when all its files
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -32,9 +31,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shardwise.errors import InputError, RunMismatchError
-from shardwise.run import failures, quarantine, ranges, throughput
+from shardwise.run import (
+    context,
+    failures,
+    markers,
+    quarantine,
+    ranges,
+    runjson,
+    sidecar,
+    throughput,
+)
 from shardwise.run import plan as run_plan
-from shardwise.run.markers import done_shards
+from shardwise.run.sharding import shard_range
+from shardwise.store.location import Location
 
 __all__ = ["CategoryCoverage", "Coverage", "RunState", "compute", "load_state"]
 
@@ -74,7 +83,6 @@ class RunState:
     name: str
     total_shards: int
     minimum_shard_index: int
-    output_uri: str | None
     plan: pa.Table  # plan.SCHEMA, one row per source file
     done_shards: np.ndarray  # int64, sorted shard numbers with a marker, within range
     markers: ShardMarkers
@@ -85,25 +93,6 @@ class RunState:
     unreadable_markers: tuple[str, ...] = ()  # markers that vouch for nothing (not done)
 
 
-def read_run_json(run_dir: Path) -> dict[str, Any]:
-    """``run.json`` as a dict, with a message that says what to do when it is absent."""
-    path = run_dir / "run.json"
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-        int(meta["total_shards"])
-        int(meta["minimum_shard_index"])
-    except FileNotFoundError:
-        msg = (
-            f"{path} not found: pass the original run directory "
-            "(the one holding run.json, plan.parquet and shards/)"
-        )
-        raise RunMismatchError(msg) from None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        msg = f"{path} is not a shardwise run.json: {exc!r}"
-        raise RunMismatchError(msg) from exc
-    return meta
-
-
 def read_plan(run_dir: Path) -> pa.Table:
     """``plan.parquet`` in one chunk (the vectorised code below indexes it directly)."""
     try:
@@ -112,43 +101,28 @@ def read_plan(run_dir: Path) -> pa.Table:
         raise RunMismatchError(str(exc)) from exc
 
 
-def _read_markers(shards_dir: Path, done: np.ndarray) -> tuple[ShardMarkers, list[int]]:
-    """Read the JSON of each done shard marker (small files), and which are unreadable.
-
-    A marker that is not a JSON object vouches for nothing: its shard is not done.
-    """
-    docs = np.full(done.size, np.nan)
-    files = np.full(done.size, np.nan)
-    finished = np.full(done.size, np.nan)
-    readable = np.ones(done.size, dtype=bool)
+def _marker_columns(bodies: dict[int, dict[str, Any]]) -> ShardMarkers:
+    """The done shard markers as columns (NaN where a field is absent), shards ascending."""
+    shards = sorted(bodies)
     rows: list[dict[str, Any]] = []
-    for i, shard in enumerate(done.tolist()):
-        try:
-            body = json.loads((shards_dir / f"{shard}.done").read_bytes())
-        except (OSError, ValueError):
-            body = None
-        if not isinstance(body, dict):
-            readable[i] = False
-            continue
-        docs[i] = throughput._number(body.get("docs"))
-        files[i] = throughput._number(body.get("files"))
-        finished[i] = throughput.parse_time(body.get("finished_at"))
-        per_file = body.get("file_stats")
+    for shard in shards:
+        per_file = bodies[shard].get("file_stats")
         if isinstance(per_file, dict):
             rows += [{**v, "file": k, "shard": shard} for k, v in per_file.items()
                      if isinstance(v, dict)]  # fmt: skip
-    markers = ShardMarkers(
-        shard=done[readable],
-        docs=docs[readable],
-        files=files[readable],
-        finished_at=finished[readable],
+    return ShardMarkers(
+        shard=np.array(shards, dtype=np.int64),
+        docs=np.array([throughput.number(bodies[s].get("docs")) for s in shards], np.float64),
+        files=np.array([throughput.number(bodies[s].get("files")) for s in shards], np.float64),
+        finished_at=np.array(
+            [throughput.parse_time(bodies[s].get("finished_at")) for s in shards], np.float64
+        ),
         file_stats=tuple(rows),
     )
-    return markers, done[~readable].tolist()
 
 
 def _readable_file_markers(
-    root: Path, names: set[str], plan: pa.Table, done_shards: np.ndarray
+    output: Location, names: set[str], plan: pa.Table, done_shards: np.ndarray
 ) -> tuple[set[str], list[str]]:
     """Per-file markers that parse, among those of shards not done (the ones that count).
 
@@ -164,16 +138,14 @@ def _readable_file_markers(
     bad = []
     for rel in wanted.to_pylist():
         try:
-            body = json.loads((root / f"{rel}.done").read_bytes())
+            markers.read_file_marker(output, rel)
         except (OSError, ValueError):
-            body = None
-        if not isinstance(body, dict):
             bad.append(rel)
     return names - set(bad), bad
 
 
 def _walk_output(root: Path) -> tuple[list[str], set[str]]:
-    """One recursive scandir: paths of ``*.stats.json`` and relative paths with ``.done``.
+    """One recursive scandir: paths of the stats files and the files with a marker.
 
     Hidden names (atomic-write temp files) are skipped.
     """
@@ -190,10 +162,10 @@ def _walk_output(root: Path) -> tuple[list[str], set[str]]:
                         continue
                     if entry.is_dir(follow_symlinks=False):
                         stack.append((entry.path, f"{prefix}{name}/"))
-                    elif name.endswith(".stats.json"):
+                    elif name.endswith(sidecar.STATS_SUFFIX):
                         stats_paths.append(entry.path)
-                    elif name.endswith(".done"):
-                        done.add(f"{prefix}{name[: -len('.done')]}")
+                    elif name.endswith(markers.FILE_MARKER_SUFFIX):
+                        done.add(markers.source_of_marker(f"{prefix}{name}"))
         except (FileNotFoundError, NotADirectoryError):
             continue
     return stats_paths, done
@@ -209,15 +181,6 @@ def _read_files(paths: Iterable[str]) -> Iterator[bytes]:
             continue
 
 
-def local_output_root(output_uri: str | None) -> Path | None:
-    """The output root as a local path, or None for remote URLs and absent values."""
-    if not output_uri:
-        return None
-    if "://" in output_uri and not output_uri.startswith("file://"):
-        return None
-    return Path(output_uri.removeprefix("file://"))
-
-
 def load_state(
     run_dir: Path,
     *,
@@ -228,58 +191,49 @@ def load_state(
 
     ``read_stats`` yields the stats dicts; pass it for remote output (the caller owns
     the storage client) or ``lambda: ()`` to skip stats when only counts are needed
-    (the dry-run printout). When it is None and ``run.json``'s ``output_uri`` is a
-    local path, the output root is listed once and its ``*.stats.json`` read; the same
-    listing supplies the per-file ``.done`` markers unless ``output_markers`` is given.
+    (the dry-run printout). When it is None and the output root is local, it is listed
+    once and its stats files read; the same listing supplies the per-file markers
+    unless ``output_markers`` is given.
     """
     run_dir = Path(run_dir)
-    meta = read_run_json(run_dir)
-    total = int(meta["total_shards"])
-    minimum = int(meta["minimum_shard_index"])
+    meta = runjson.read_run_dir(run_dir)
+    total, minimum = meta.total_shards, meta.minimum_shard_index
     plan = read_plan(run_dir)
-    listed = np.array(sorted(done_shards(run_dir)), dtype=np.int64)
-    done = listed[(listed >= minimum) & (listed < minimum + total)]
-    markers, bad_shards = _read_markers(run_dir / "shards", done)
-    done = markers.shard
-    unreadable = [str(run_dir / "shards" / f"{shard}.done") for shard in bad_shards]
+    done_markers = markers.read_done(run_dir, shard_range(total, minimum))
+    shard_markers = _marker_columns(done_markers.bodies)
+    done = shard_markers.shard
+    unreadable = [str(markers.shard_marker_path(run_dir, s)) for s in done_markers.unreadable]
     failing = failures.failing_shards(run_dir, done)
 
-    output_uri = meta.get("output_uri")
-    output_uri = str(output_uri) if output_uri else None
+    output = context.output_location(run_dir, meta)
     stats: throughput.StatsTable | None = None
     # Files whose shard marker carries their throughput: their stats are not read.
-    in_markers = {row["file"] for row in markers.file_stats}
+    in_markers = {row["file"] for row in shard_markers.file_stats}
     if read_stats is not None:
         stats = throughput.stats_table(read_stats())
-    else:
-        root = local_output_root(output_uri)
-        if root is not None:
-            if not root.is_absolute() and not root.exists():
-                # Relative output roots are relative to the Snakemake working directory,
-                # which is usually the run directory's parent.
-                root = run_dir.parent / root
-            paths, done_files = _walk_output(root)
-            if in_markers:
-                cut = len(str(root)) + 1
-                paths = [p for p in paths if p[cut : -len(".stats.json")] not in in_markers]
-            stats = throughput.stats_from_json(_read_files(paths))
-            if output_markers is None:
-                output_markers, bad_files = _readable_file_markers(root, done_files, plan, done)
-                unreadable += [str(root / f"{rel}.done") for rel in bad_files]
-    if markers.file_stats:
-        from_markers = throughput.stats_table(markers.file_stats)
+    elif not output.remote:
+        root = Path(output.root)
+        paths, done_files = _walk_output(root)
+        if in_markers:
+            cut = len(str(root)) + 1
+            paths = [p for p in paths if p[cut : -len(sidecar.STATS_SUFFIX)] not in in_markers]
+        stats = throughput.stats_from_json(_read_files(paths))
+        if output_markers is None:
+            output_markers, bad_files = _readable_file_markers(output, done_files, plan, done)
+            unreadable += [output.url(markers.file_marker_rel(rel)) for rel in bad_files]
+    if shard_markers.file_stats:
+        from_markers = throughput.stats_table(shard_markers.file_stats)
         stats = from_markers if stats is None else throughput.concat(stats, from_markers)
     if stats is not None:
         stats = stats.with_bytes(_plan_values(plan, stats.file, "size"))
     return RunState(
         run_dir=run_dir,
-        name=str(meta.get("name") or run_dir.resolve().name),
+        name=run_dir.resolve().name,
         total_shards=total,
         minimum_shard_index=minimum,
-        output_uri=output_uri,
         plan=plan,
         done_shards=done,
-        markers=markers,
+        markers=shard_markers,
         failing_shards=failing,
         stats=stats if stats is not None and len(stats) else None,
         output_markers=frozenset(output_markers) if output_markers is not None else None,
@@ -456,25 +410,20 @@ def compute(state: RunState, *, category_regex: str | None = None, gpus: int = 1
         ).to_numpy(zero_copy_only=False)
         file_done &= ~file_quarantined
 
-    # Tasks: a task is done when none of its files is left.
-    task_codes = run_plan.dictionary(plan["task_id"])[1]
-    n_tasks = int(task_codes.max()) + 1 if n_files else 0
+    # Tasks: a task is done when none of its files is left. Categories are per task.
+    tasks = run_plan.task_index(
+        plan, None if category_regex is None else categorize(plan["file"], category_regex)
+    )
+    task_codes, n_tasks, cat_names = tasks.file_task, len(tasks), tasks.categories
     files_left = np.bincount(task_codes, weights=~file_done, minlength=n_tasks)
     task_done = files_left == 0
     task_quarantined = np.bincount(task_codes, weights=file_quarantined, minlength=n_tasks) > 0
-
-    # Categories, per task (the category of the task's first file).
-    categories = (
-        plan["category"] if category_regex is None else categorize(plan["file"], category_regex)
-    )
-    cat_names, cat_codes = run_plan.dictionary(categories.fill_null(""))
-    _, first_row = np.unique(task_codes, return_index=True)
-    task_cat = cat_codes[first_row] if n_tasks else np.zeros(0, np.int64)
+    task_cat = tasks.task_category
     cat_total = np.bincount(task_cat, minlength=len(cat_names))
     cat_done = np.bincount(task_cat, weights=task_done, minlength=len(cat_names)).astype(int)
     tasks_done = int(task_done.sum())
     overall = tasks_done / n_tasks if n_tasks else 1.0
-    task_shard = np.where(in_range, rel_shard, 0)[first_row] if n_tasks else task_cat
+    task_shard = np.where(in_range, rel_shard, 0)[tasks.first_row]
     flags = skew_flags(
         cat_done, cat_total, overall, effective_tasks(task_cat, task_shard, len(cat_names))
     )

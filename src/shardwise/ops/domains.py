@@ -31,10 +31,10 @@ from shardwise.errors import DomainsError, ShardwiseError
 from shardwise.ops import coverage
 from shardwise.ops.estimate import Estimate, Population, Sample, estimate
 from shardwise.ops.text import human_bytes, human_count
+from shardwise.run import markers, quarantine, runjson, summaries
 from shardwise.run import plan as run_plan
-from shardwise.run import quarantine, summaries
 from shardwise.run.labelcounts import pair_key
-from shardwise.run.markers import done_shards
+from shardwise.run.sharding import shard_range
 
 __all__ = [
     "DomainData",
@@ -93,19 +93,11 @@ class DomainData:
 def load(run_dir: Path) -> DomainData:
     """Read plan, markers, summaries and quarantine of ``run_dir``."""
     run_dir = Path(run_dir)
-    meta = coverage.read_run_json(run_dir)
-    total = int(meta["total_shards"])
-    minimum = int(meta["minimum_shard_index"])
+    meta = runjson.read_run_dir(run_dir)
     plan = coverage.read_plan(run_dir)
-    task_names, task_codes = run_plan.dictionary(plan["task_id"])
-    n_tasks = len(task_names)
-    _, first_row = np.unique(task_codes, return_index=True)
-    cat_names, cat_codes = run_plan.dictionary(plan["category"].fill_null(""))
-    size = plan["size"].to_numpy().astype(np.float64)
-    task_bytes = np.bincount(task_codes, weights=size, minlength=n_tasks)
-    task_category = cat_codes[first_row] if n_tasks else np.zeros(0, np.int64)
-    shard = plan["shard"].to_numpy().astype(np.int64)
-    task_shard = shard[first_row] if n_tasks else np.zeros(0, np.int64)
+    tasks = run_plan.task_index(plan)
+    task_names, task_codes, n_tasks = tasks.task_ids, tasks.file_task, len(tasks)
+    task_shard = tasks.task_shard
 
     quarantined = set(quarantine.load(run_dir))
     in_population = np.ones(n_tasks, bool)
@@ -114,7 +106,8 @@ def load(run_dir: Path) -> DomainData:
         bad = np.unique(task_codes[hit.to_numpy(zero_copy_only=False)])
         in_population[bad] = False
 
-    done = {s for s in done_shards(run_dir) if minimum <= s < minimum + total}
+    within = shard_range(meta.total_shards, meta.minimum_shard_index)
+    done = markers.read_done(run_dir, within).shards
     have = summaries.summarized_shards(run_dir) & done
     got, _ = summaries.read_many(run_dir, sorted(have))  # unreadable: as if absent
     read_ok = {s.shard for s in got}
@@ -125,15 +118,15 @@ def load(run_dir: Path) -> DomainData:
     task_index = [np.array([index.get(t, -1) for t in s.task_ids], np.int64) for s in got]
     return DomainData(
         run_dir=run_dir,
-        name=str(meta.get("name") or run_dir.resolve().name),
-        total_shards=total,
+        name=run_dir.resolve().name,
+        total_shards=meta.total_shards,
         shards_done=len(done),
         shards_unsummarized=shards_without,
         tasks_unsummarized=tasks_without,
-        categories=cat_names,
+        categories=tasks.categories,
         task_ids=task_names,
-        task_category=task_category.astype(np.int64),
-        task_bytes=task_bytes,
+        task_category=tasks.task_category,
+        task_bytes=tasks.task_bytes,
         in_population=in_population,
         quarantined_tasks=int((~in_population).sum()),
         summaries=got,

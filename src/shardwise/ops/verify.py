@@ -32,10 +32,8 @@ cannot be verified at all) is :mod:`shardwise.cli.verify`.
 
 from __future__ import annotations
 
-import json
 import math
 import random
-import re
 from collections import defaultdict
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -52,12 +50,11 @@ from shardwise.run import journal, markers, plan, quarantine, runjson, sidecar
 from shardwise.run.context import JobContext
 from shardwise.run.reader import QUALITY_COUNTS, Fields, read_documents
 from shardwise.run.sharding import shard_for_task, shard_range
+from shardwise.store.atomic import is_temp_name
 from shardwise.store.location import Location
 
 #: Columns every classifier contributes to a sidecar (``_probs`` is optional).
 CLASSIFIER_COLUMNS = ("_label", "_label_id", "_score")
-#: The temp-file name ``atomic`` writes beside a target before the rename.
-_TEMP_NAME = re.compile(r"^\..+\.tmp-\d+-[0-9a-f]+$")
 #: Output kinds by suffix; longest first so ``x.labels.parquet`` is not read as ``x``.
 _KINDS = (
     ("sidecar", sidecar.SIDECAR_SUFFIX),
@@ -331,7 +328,7 @@ def _index_outputs(
         if rel == runjson.RUN_JSON:
             continue
         where = ctx.output.url(rel)
-        if _TEMP_NAME.match(rel.rsplit("/", 1)[-1]):
+        if is_temp_name(rel.rsplit("/", 1)[-1]):
             report.orphans += 1
             report.warn(where, "temp file of an interrupted write (safe to delete)")
             continue
@@ -370,7 +367,7 @@ def _check_shards(
     shards_dir = run_dir / markers.SHARDS_DIR
     if shards_dir.is_dir():
         for path in sorted(shards_dir.iterdir()):
-            if _TEMP_NAME.match(path.name):
+            if is_temp_name(path.name):
                 report.warn(str(path), "temp file of an interrupted write (safe to delete)")
     for shard in sorted(done):
         where = str(markers.shard_marker_path(run_dir, shard))
@@ -510,9 +507,7 @@ def _check_file(
 
     marker_rel = markers.file_marker_rel(rel)
     try:
-        marker = json.loads(out.read_bytes(marker_rel))
-        if not isinstance(marker, dict):
-            raise ValueError("not a JSON object")
+        marker = markers.read_file_marker(out, rel)
     except FileNotFoundError:
         problem(marker_rel, "vanished while verifying")
         marker = None

@@ -401,10 +401,9 @@ def clear_stale_incomplete(run_dir: Path, workdir: str, flight: InFlight) -> lis
         except (ValueError, UnicodeDecodeError):
             continue
         path = Path(text) if Path(text).is_absolute() else Path(workdir) / text
-        stem = path.name.removesuffix(".done")
-        if path.parent.resolve() != shards_dir or not stem.isdigit() or path.name == stem:
+        shard = markers.shard_of_marker(path.name)
+        if shard is None or path.parent.resolve() != shards_dir:
             continue
-        shard = int(stem)
         if shard in flight.shards or not path.exists():
             continue
         with contextlib.suppress(OSError):

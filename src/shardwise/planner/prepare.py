@@ -107,8 +107,10 @@ def prepare_run(
     _pin(settings, meta, planned.table, repin=repin, say=said.append)
     if planned.fresh:
         plan.save(run_dir, planned.table, plan.summarize(planned.table, settings.total_shards))
-    context.write_settings(run_dir, settings.job_settings())
+    source = Location(settings.input.uri, settings.storage)
     output = Location(settings.output_uri, settings.storage)
+    roots = {"input": context.resolved_uri(source), "output": context.resolved_uri(output)}
+    context.write_settings(run_dir, {**settings.job_settings(), "roots": roots})
     mark_shards_without_work(run_dir, planned.table, meta, output, set(quarantined))
     flight = inflight.find(run_dir, submitter, done=markers.done_shards(run_dir))
     if submitter is not None:

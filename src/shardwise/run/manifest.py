@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from functools import cache
 
 from shardwise.errors import InputError
+from shardwise.run.markers import FILE_MARKER_SUFFIX
+from shardwise.run.sidecar import SIDECAR_SUFFIX, STATS_SUFFIX
 
 #: File types shardwise reads, longest suffix first.
 SUFFIXES: dict[str, str] = {
@@ -24,7 +26,7 @@ SUFFIXES: dict[str, str] = {
 }
 
 #: Outputs shardwise writes; skipped as inputs when they lie under the output root.
-OUTPUT_SUFFIXES = (".labels.parquet", ".stats.json", ".done")
+OUTPUT_SUFFIXES = (SIDECAR_SUFFIX, STATS_SUFFIX, FILE_MARKER_SUFFIX)
 
 #: Why a relative path cannot be used safely as part of an output path, first match wins.
 _UNSAFE: tuple[tuple[re.Pattern[str], str], ...] = (

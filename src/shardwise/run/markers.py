@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from shardwise.store.atomic import json_bytes, write_atomic
+from shardwise.store.location import Location
 
 FILE_MARKER_SUFFIX = ".done"
 SHARDS_DIR = "shards"
@@ -48,7 +50,7 @@ def file_marker(rel: str, task_id: str, shard: int, rows: int) -> bytes:
 
 def shard_marker_path(run_dir: Path, shard: int) -> Path:
     """The Snakemake target of ``shard``."""
-    return run_dir / SHARDS_DIR / f"{shard}.done"
+    return Path(run_dir) / SHARDS_DIR / f"{shard}{FILE_MARKER_SUFFIX}"
 
 
 def write_shard_marker(
@@ -98,39 +100,78 @@ def done_shards(run_dir: Path) -> set[int]:
     """
     done: set[int] = set()
     try:
-        with os.scandir(run_dir / SHARDS_DIR) as entries:
+        with os.scandir(Path(run_dir) / SHARDS_DIR) as entries:
             for entry in entries:
-                stem, dot, ext = entry.name.partition(".")
-                if dot and ext == "done" and stem.isascii() and stem.isdigit():
-                    done.add(int(stem))
+                shard = shard_of_marker(entry.name)
+                if shard is not None:
+                    done.add(shard)
     except FileNotFoundError:
         pass
     return done
 
 
-def readable_done_shards(run_dir: Path) -> tuple[set[int], list[int]]:
-    """(shards whose marker is a JSON object, shards whose marker is not).
+def shard_of_marker(name: str) -> int | None:
+    """The shard a marker file name (``<shard>.done``) is for; None for any other name."""
+    stem, dot, ext = name.partition(".")
+    if dot and f".{ext}" == FILE_MARKER_SUFFIX and stem.isascii() and stem.isdigit():
+        return int(stem)
+    return None
 
-    A garbled marker vouches for nothing; views that decide what is left count its
-    shard as not done (``shardwise verify --repair`` removes it for Snakemake).
+
+@dataclass(frozen=True)
+class DoneShards:
+    """The run's done shards, in the one meaning every view uses.
+
+    A shard is done when its marker exists and is a JSON object. A garbled marker
+    vouches for nothing: its shard is not done (``shardwise verify --repair`` removes
+    it so that Snakemake, which only sees that the file exists, reruns the shard).
     """
-    good: set[int] = set()
+
+    bodies: dict[int, dict[str, Any]]  # shard -> its marker, for every done shard
+    unreadable: tuple[int, ...] = ()  # shards whose marker is not a JSON object
+
+    @property
+    def shards(self) -> set[int]:
+        """The done shards."""
+        return set(self.bodies)
+
+
+def read_done(run_dir: Path, within: range | None = None) -> DoneShards:
+    """Read every shard marker (``within`` the run's shard range, when given)."""
+    bodies: dict[int, dict[str, Any]] = {}
     bad: list[int] = []
     for shard in sorted(done_shards(run_dir)):
+        if within is not None and shard not in within:
+            continue
         try:
             body = read_shard_marker(run_dir, shard)
         except (OSError, ValueError):
             body = None
         if isinstance(body, dict):
-            good.add(shard)
+            bodies[shard] = body
         else:
             bad.append(shard)
-    return good, bad
+    return DoneShards(bodies, tuple(bad))
 
 
 def read_shard_marker(run_dir: Path, shard: int) -> dict[str, Any]:
     """Parse a shard marker."""
     return json.loads(shard_marker_path(run_dir, shard).read_text("utf-8"))
+
+
+def parse_file_marker(data: bytes) -> dict[str, Any]:
+    """A file marker's content; ValueError when it is not a JSON object (it vouches for
+    nothing: the file is labelled again)."""
+    body = json.loads(data)
+    if not isinstance(body, dict):
+        msg = "not a JSON object"
+        raise ValueError(msg)
+    return body
+
+
+def read_file_marker(output: Location, rel: str) -> dict[str, Any]:
+    """The marker of source file ``rel``; FileNotFoundError, or ValueError if unreadable."""
+    return parse_file_marker(output.read_bytes(file_marker_rel(rel)))
 
 
 def write_snapshot(run_dir: Path, marked: set[str]) -> None:

@@ -155,3 +155,41 @@ def dictionary(column: pa.ChunkedArray | pa.Array) -> tuple[list[str], np.ndarra
     encoded = pc.dictionary_encode(column)
     names = [str(v) for v in encoded.dictionary.to_pylist()]
     return names, encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+@dataclass(frozen=True, eq=False)
+class TaskIndex:
+    """A plan's tasks as arrays, for the views that count per task (coverage, domains).
+
+    A task's category is its first file's; ``file_task`` maps each plan row to its task.
+    """
+
+    task_ids: list[str]
+    file_task: np.ndarray  # int64, per plan row
+    first_row: np.ndarray  # int64, per task: its first plan row
+    categories: list[str]
+    task_category: np.ndarray  # int64, per task: index into ``categories``
+    task_shard: np.ndarray  # int64, per task
+    task_bytes: np.ndarray  # float64, per task: input bytes of its files
+
+    def __len__(self) -> int:
+        return len(self.task_ids)
+
+
+def task_index(table: pa.Table, categories: pa.Array | pa.ChunkedArray | None = None) -> TaskIndex:
+    """Index ``table``'s tasks; ``categories`` (one per row) replaces its category column."""
+    task_ids, file_task = dictionary(table["task_id"])
+    _, first_row = np.unique(file_task, return_index=True)
+    column = table["category"] if categories is None else categories
+    names, codes = dictionary(column.fill_null(""))
+    size = table["size"].to_numpy().astype(np.float64)
+    shard = table["shard"].to_numpy().astype(np.int64)
+    return TaskIndex(
+        task_ids=task_ids,
+        file_task=file_task,
+        first_row=first_row.astype(np.int64),
+        categories=names,
+        task_category=codes[first_row],
+        task_shard=shard[first_row],
+        task_bytes=np.bincount(file_task, weights=size, minlength=len(task_ids)),
+    )

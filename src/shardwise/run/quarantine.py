@@ -30,11 +30,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from shardwise.errors import ConfigError, InputError, ShardwiseError
-from shardwise.run import markers, plan, runjson
-from shardwise.run.context import JobContext
+from shardwise.errors import ConfigError, InputError
+from shardwise.run import context, markers, plan, runjson
 from shardwise.store.atomic import json_bytes, write_atomic
-from shardwise.store.location import Location
 
 QUARANTINE_JSON = "quarantine.json"
 FORMAT_VERSION = 1
@@ -139,9 +137,9 @@ def add(run_dir: Path, names: Iterable[str], reason: str) -> list[Entry]:
         msg = "give a --reason: it is shown wherever the file is listed"
         raise ConfigError(msg)
     run_dir = Path(run_dir)
-    meta = runjson.read(Location(str(run_dir)))
+    meta = runjson.read_run_dir(run_dir)
     files = resolve(names, plan.load(run_dir)["file"].to_pylist(), meta.input_uri)
-    output = _output(run_dir, meta)
+    output = context.output_location(run_dir, meta)
     labelled = [rel for rel in files if output.exists(markers.file_marker_rel(rel))]
     if labelled:
         msg = (
@@ -165,7 +163,7 @@ def release(run_dir: Path, names: Iterable[str]) -> tuple[list[str], list[int]]:
     ``snakemake`` run labels the released files there).
     """
     run_dir = Path(run_dir)
-    meta = runjson.read(Location(str(run_dir)))
+    meta = runjson.read_run_dir(run_dir)
     table = plan.load(run_dir)
     with _locked(run_dir):
         entries = load(run_dir)
@@ -185,13 +183,6 @@ def release(run_dir: Path, names: Iterable[str]) -> tuple[list[str], list[int]]:
             path.unlink()
             reopened.append(shard)
     return files, reopened
-
-
-def _output(run_dir: Path, meta: runjson.RunMeta) -> Location:
-    try:
-        return JobContext.load(run_dir).output
-    except ShardwiseError:
-        return Location(meta.output_uri)
 
 
 def format_lines(entries: dict[str, Entry], *, limit: int | None = None) -> list[str]:

@@ -162,6 +162,14 @@ def read(loc: Location) -> RunMeta:
     try:
         raw = loc.read_bytes(RUN_JSON)
     except FileNotFoundError as e:
-        msg = f"{where} does not exist: is this the run directory of a started run?"
+        msg = (
+            f"{where} not found: pass the original run directory (the one holding "
+            "run.json, plan.parquet and shards/), or plan the run first (`snakemake -n`)"
+        )
         raise RunMismatchError(msg) from e
     return RunMeta.from_json(raw, where)
+
+
+def read_run_dir(run_dir: Path) -> RunMeta:
+    """The run directory's run.json (the copy every view and job reads)."""
+    return read(Location(str(run_dir)))

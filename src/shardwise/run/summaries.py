@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from shardwise.run import journal
 from shardwise.run.labelcounts import add_counts, pair_key
 from shardwise.store.atomic import write_atomic
 
@@ -258,23 +259,6 @@ def read_many(run_dir: Path, shards: Iterable[int]) -> tuple[list[Summary], list
 # ----------------------------------------------------------------------------- write
 
 
-def journal_entries(run_dir: Path, shard: int) -> dict[str, dict[str, Any]]:
-    """Files of the shard's progress journal with what each line recorded (last wins)."""
-    path = Path(run_dir) / "progress" / f"{shard}.jsonl"
-    out: dict[str, dict[str, Any]] = {}
-    try:
-        lines = path.read_text("utf-8").splitlines()
-    except FileNotFoundError:
-        return out
-    for line in lines:
-        try:
-            entry = json.loads(line)
-            out[str(entry["file"])] = entry
-        except (ValueError, KeyError, TypeError):
-            continue  # a torn last line from a killed attempt
-    return out
-
-
 def write_for_shard(
     run_dir: Path,
     shard: int,
@@ -291,10 +275,10 @@ def write_for_shard(
     """
     rows: dict[str, dict[str, Any]] = {}
     try:
-        journal = journal_entries(run_dir, shard)
+        journal_lines = journal.entries(run_dir, shard)
         counts: dict[str, Mapping[str, Any]] = {}
         for rel, _ in files:
-            entry = journal.get(rel)
+            entry = journal_lines.get(rel)
             if entry is None or "label_counts" not in entry:
                 try:
                     entry = json.loads(read_stats(rel))

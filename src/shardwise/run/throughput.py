@@ -107,7 +107,7 @@ QUALITY = (*QUALITY_COUNTS, "truncated_docs")
 
 def _quality_row(row: dict[str, Any]) -> list[float]:
     counts = row.get("counts") if isinstance(row.get("counts"), dict) else {}
-    return [_number(counts.get(k)) for k in QUALITY_COUNTS] + [_number(row.get("truncated_docs"))]
+    return [number(counts.get(k)) for k in QUALITY_COUNTS] + [number(row.get("truncated_docs"))]
 
 
 def concat(*tables: StatsTable) -> StatsTable:
@@ -116,7 +116,7 @@ def concat(*tables: StatsTable) -> StatsTable:
     return _latest_per_file(StatsTable(**columns))
 
 
-def _number(value: Any) -> float:
+def number(value: Any) -> float:
     """A finite float, or NaN for anything else (bools, strings, None)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return math.nan
@@ -142,10 +142,10 @@ def stats_table(stats: Iterable[dict[str, Any]] | StatsTable) -> StatsTable:
         device_name=np.array(
             [str(row.get("device_name") or UNKNOWN_DEVICE) for row in rows], dtype=object
         ),
-        docs=np.array([_number(row.get("docs")) for row in rows], dtype=np.float64),
-        tokens=np.array([_number(row.get("tokens")) for row in rows], dtype=np.float64),
-        seconds=np.array([_number(row.get("seconds")) for row in rows], dtype=np.float64),
-        bytes=np.array([_number(row.get("bytes")) for row in rows], dtype=np.float64),
+        docs=np.array([number(row.get("docs")) for row in rows], dtype=np.float64),
+        tokens=np.array([number(row.get("tokens")) for row in rows], dtype=np.float64),
+        seconds=np.array([number(row.get("seconds")) for row in rows], dtype=np.float64),
+        bytes=np.array([number(row.get("bytes")) for row in rows], dtype=np.float64),
         finished_at=np.array([parse_time(row.get("finished_at")) for row in rows], np.float64),
         quality=np.array([_quality_row(row) for row in rows], np.float64).reshape(
             len(rows), len(QUALITY)

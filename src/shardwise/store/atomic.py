@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,15 @@ def _fsync_dir(directory: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+#: The name of a temp file beside its target (left behind only by a killed writer).
+_TEMP_NAME = re.compile(r"^\..+\.tmp-\d+-[0-9a-f]+$")
+
+
+def is_temp_name(name: str) -> bool:
+    """True for the name of a temp file an interrupted atomic write left behind."""
+    return _TEMP_NAME.match(name) is not None
 
 
 def _write_temp(target: Path, data: bytes) -> Path:

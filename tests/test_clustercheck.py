@@ -47,7 +47,7 @@ def facts(**over):
         sacct_installed=True,
     )
     base.update(over)
-    return cluster_check.Facts(**base)
+    return cluster_check.CheckFacts(**base)
 
 
 def request(**over):
@@ -90,7 +90,7 @@ def test_a_fitting_profile_is_all_ok():
 def test_jobs_above_the_qos_submit_cap_fails_with_the_fix():
     found = by_check(cluster_check.findings(request(jobs=5, **{"slurm-qos": "cap2"}), facts(), 60))
     (jobs,) = found["jobs"]
-    assert jobs == cluster_check.Finding(
+    assert jobs == cluster_check.CheckResult(
         "jobs",
         FAIL,
         "jobs 5 is above the submit cap 2 (QOS cap2 MaxSubmitJobsPerUser); 0 of your jobs are "
@@ -252,8 +252,8 @@ def test_the_json_document_follows_the_documented_schema():
 @pytest.mark.parametrize("bad", ["jobs", "status"])
 def test_the_overlay_header_lists_what_it_fixes_and_what_it_cannot(bad):
     found = [
-        cluster_check.Finding("jobs", FAIL, "jobs 5 above 2", "", "jobs: 1"),
-        cluster_check.Finding("node", WARN, "node vm drained", "", ""),
+        cluster_check.CheckResult("jobs", FAIL, "jobs 5 above 2", "", "jobs: 1"),
+        cluster_check.CheckResult("node", WARN, "node vm drained", "", ""),
     ]
     text = cluster_check.overlay_header(
         ["profiles/slurm"], found, {"jobs": 1} if bad == "jobs" else {}

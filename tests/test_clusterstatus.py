@@ -122,7 +122,7 @@ def _facts(run_dir):
     }
     (run_dir / "claims" / inflight.JOBS_CACHE).write_text(json.dumps(cache))
     starts = {m: _window(m) for m in (240, 120, 60, 19)}
-    return cluster_status.Facts(
+    return cluster_status.StatusFacts(
         user="me",
         now=NOW,
         queue=Answer(queue),

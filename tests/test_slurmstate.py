@@ -3,7 +3,7 @@
 import pytest
 from slurm_samples import SINFO_NODES
 
-from shardwise.slurm import queries
+from shardwise.slurm import command, queries
 
 
 @pytest.mark.parametrize(
@@ -123,3 +123,28 @@ def test_idle_or_mixed_nodes_have_free_resources(state, free):
     from dataclasses import replace
 
     assert replace(_nodes()[2], state=state).has_free_resources is free
+
+
+def test_other_users_jobs_of_a_partition_are_read_from_one_squeue_call(monkeypatch):
+    calls = []
+
+    def run(argv, *, timeout):
+        calls.append(list(argv))
+        return command.Reply(tuple(argv), "12|PENDING|ann|gpu\n13|RUNNING|bob|gpu,cpu\n")
+
+    monkeypatch.setattr(queries.command, "run", run)
+    found = queries.partition_jobs(["gpu", "cpu"])
+    assert calls == [["squeue", "-h", "-t", "PD,R", "-p", "gpu,cpu", "-o", "%i|%T|%u|%P"]]
+    assert [(j.id, j.state, j.user, j.partition) for j in found.value] == [
+        ("12", "PENDING", "ann", "gpu"),
+        ("13", "RUNNING", "bob", "gpu,cpu"),
+    ]
+
+
+def test_a_refused_squeue_is_an_answer_with_the_problem(monkeypatch):
+    def run(argv, *, timeout):
+        return command.Reply(tuple(argv), returncode=1, problem="`squeue` exited 1", kind="failed")
+
+    monkeypatch.setattr(queries.command, "run", run)
+    assert queries.partition_jobs(["gpu"]) == queries.Answer(None, "`squeue` exited 1", "failed")
+    assert queries.sacct_answers("me") == queries.Answer(None, "`squeue` exited 1", "failed")

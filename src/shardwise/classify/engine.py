@@ -2,11 +2,11 @@
 
 Why it is shaped like this (see issues 3 and 13, and docs/ARCHITECTURE.md):
 
-* ``prepare`` only tokenizes (shared across classifiers, :mod:`shardwise.tokenization`) and never
+* ``prepare`` only tokenizes (shared across classifiers, ``classify.tokenization``) and never
   touches torch or the device, so the job can prepare file N+1 on a reader thread while ``run``
   computes file N.
 * ``run`` sorts a whole file by token length (longest first), cuts batches under a padded-token
-  budget at the least padding plus per-batch cost (:func:`shardwise.batching.plan_min_padding`),
+  budget at the least padding plus per-batch cost (``classify.batching.plan_min_padding``),
   runs every classifier that shares an id stream on the same collated batch, and scatters results
   back to input order. Logits stay on the device until a classifier's whole pass is done: one
   host synchronisation per classifier and pass, never one per batch.
@@ -24,8 +24,8 @@ Why it is shaped like this (see issues 3 and 13, and docs/ARCHITECTURE.md):
   copy of each model (loaded from the checkpoint, not upcast from the half copy: upcast half
   weights are a different model, see docs/engine.md).
 
-This module (with :mod:`shardwise.models` and :mod:`shardwise.tinymodels`) is the only torch
-importer in shardwise.
+This module (with ``classify.models``, ``classify.device`` and ``demo.tinymodels``) is the only
+torch importer in shardwise.
 """
 
 from __future__ import annotations

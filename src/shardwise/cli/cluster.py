@@ -119,7 +119,7 @@ def _check(args: argparse.Namespace) -> int:
     cfg, configfile = _load_config(args.configfile)
     max_minutes = int(cfg["walltime"]["max_minutes"])
     request = profile.view(profile.load([Path(p) for p in profiles]), cfg)
-    facts = cluster_check.gather(request, timeout=args.timeout)
+    facts = cluster_check.check_facts(request, timeout=args.timeout)
     found = cluster_check.findings(request, facts, max_minutes)
     values = None
     written = None
@@ -160,7 +160,7 @@ def _status(args: argparse.Namespace) -> int:
         return 2
 
     def render() -> str:
-        facts = cluster_status.gather(args.run_dir, timeout=args.timeout)
+        facts = cluster_status.status_facts(args.run_dir, timeout=args.timeout)
         status = cluster_status.build(args.run_dir, facts)
         if args.format == "json":
             doc = cluster_status.to_dict(status)

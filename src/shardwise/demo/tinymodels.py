@@ -4,7 +4,7 @@ The demo, the end-to-end tests and the benchmark must never reach the Hugging Fa
 should exercise exactly the code path the real checkpoints take: a BERT-uncased WordPiece
 tokenizer, a GTE encoder with a sequence-classification head, labels from ``id2label`` and (with
 ``new_format=True``) a checkpoint laid out like Alibaba's custom "new" code, which the loader in
-:mod:`shardwise.models` must rewrite before transformers can load it natively.
+:mod:`shardwise.classify.models` must rewrite before transformers can load it natively.
 
 Everything here is deterministic for a given seed so tests can compare runs.
 """

@@ -1,9 +1,9 @@
 """``shardwise cluster check``: does this cluster fit the profile, and what to change.
 
-:func:`gather` asks SLURM what the checks need (config, nodes and partitions,
+:func:`check_facts` asks SLURM what the checks need (config, nodes and partitions,
 limits, reservations, the user's queue; a few calls, each with a timeout).
 :func:`findings` is pure: the profile's request and those facts in, one
-:class:`Finding` per check out (OK / WARN / FAIL, what was found, why it matters,
+:class:`CheckResult` per check out (OK / WARN / FAIL, what was found, why it matters,
 the exact fix). :func:`overlay` builds the site profile that fixes what it can
 (only the top-level keys that differ), for ``--write-profile``.
 """
@@ -29,7 +29,7 @@ PLUGIN_MAX_POLL_GAP = 180
 
 
 @dataclass(frozen=True)
-class Finding:
+class CheckResult:
     """One row of the check."""
 
     check: str
@@ -40,7 +40,7 @@ class Finding:
 
 
 @dataclass(frozen=True)
-class Facts:
+class CheckFacts:
     """What SLURM said, gathered once."""
 
     user: str
@@ -54,12 +54,12 @@ class Facts:
     sacct_installed: bool = True
 
 
-def status_command(request: JobRequest, facts: Facts) -> str:
+def status_command(request: JobRequest, facts: CheckFacts) -> str:
     """The status command the plugin will use (its default: sacct when installed)."""
     return request.status_command or ("sacct" if facts.sacct_installed else "squeue")
 
 
-def gather(request: JobRequest, *, timeout: float = command.DEFAULT_TIMEOUT) -> Facts:
+def check_facts(request: JobRequest, *, timeout: float = command.DEFAULT_TIMEOUT) -> CheckFacts:
     """Ask SLURM everything the checks read; never hangs longer than the timeouts."""
     user = queries.current_user()
     cfg = queries.config(timeout=timeout)
@@ -73,7 +73,7 @@ def gather(request: JobRequest, *, timeout: float = command.DEFAULT_TIMEOUT) -> 
         )
     else:
         limits = queries.limits(user, timeout=timeout)
-    facts = Facts(
+    facts = CheckFacts(
         user=user,
         now=datetime.now(),
         config=cfg,
@@ -84,23 +84,19 @@ def gather(request: JobRequest, *, timeout: float = command.DEFAULT_TIMEOUT) -> 
         sacct_installed=shutil.which("sacct") is not None,
     )
     if status_command(request, facts) == "sacct" and facts.sacct_installed and accounting:
-        probe = command.run(
-            ["sacct", "-n", "-X", "-P", "-u", user, "-S", "now-1minutes", "-o", "JobIDRaw"],
-            timeout=min(timeout, 15.0),
-        )
-        facts = replace(facts, sacct=Answer(True) if probe.ok else Answer(None, probe.problem))
+        facts = replace(facts, sacct=queries.sacct_answers(user, timeout=min(timeout, 15.0)))
     return facts
 
 
 # ----------------------------------------------------------------------------- findings
 
 
-def findings(request: JobRequest, facts: Facts, max_minutes: int) -> list[Finding]:
+def findings(request: JobRequest, facts: CheckFacts, max_minutes: int) -> list[CheckResult]:
     """Every check's finding, in a stable order."""
-    out: list[Finding] = []
+    out: list[CheckResult] = []
     if not facts.config.ok:
         out.append(
-            Finding(
+            CheckResult(
                 "controller",
                 FAIL,
                 facts.config.problem or "no answer",
@@ -110,7 +106,7 @@ def findings(request: JobRequest, facts: Facts, max_minutes: int) -> list[Findin
         )
     else:
         name = (facts.config.value or {}).get("ClusterName", "?")
-        out.append(Finding("controller", OK, f"cluster {name} answers (user {facts.user})"))
+        out.append(CheckResult("controller", OK, f"cluster {name} answers (user {facts.user})"))
     out.append(_account(request, facts))
     out.append(_jobs(request, facts))
     out.append(_status_command(request, facts))
@@ -124,12 +120,12 @@ def findings(request: JobRequest, facts: Facts, max_minutes: int) -> list[Findin
     return out
 
 
-def overall(found: list[Finding]) -> str:
+def overall(found: list[CheckResult]) -> str:
     """FAIL if anything fails, else WARN if anything warns, else OK."""
     return max((f.status for f in found), key=_RANK.__getitem__, default=OK)
 
 
-def _account(request: JobRequest, facts: Facts) -> Finding:
+def _account(request: JobRequest, facts: CheckFacts) -> CheckResult:
     accounts = facts.limits.value.accounts if facts.limits.ok and facts.limits.value else ()
     default = facts.limits.value.default_account if facts.limits.ok and facts.limits.value else ""
     hint = f"export {profile.ACCOUNT_ENV}={default or '<account>'}" + (
@@ -140,12 +136,12 @@ def _account(request: JobRequest, facts: Facts) -> Finding:
         "is set, and --slurm-no-account does nothing)"
     )
     if request.account is None:
-        return Finding("account", FAIL, "the profile names no slurm_account", why, hint)
+        return CheckResult("account", FAIL, "the profile names no slurm_account", why, hint)
     unset = profile.unset_variables(request.account)
     if unset:
-        return Finding("account", FAIL, f"${unset[0]} is not set", why, hint)
+        return CheckResult("account", FAIL, f"${unset[0]} is not set", why, hint)
     if not facts.limits.ok:
-        return Finding(
+        return CheckResult(
             "account",
             WARN,
             f"account {request.account}: cannot check ({facts.limits.problem})",
@@ -153,8 +149,8 @@ def _account(request: JobRequest, facts: Facts) -> Finding:
             "",
         )
     if request.account in accounts:
-        return Finding("account", OK, f"account {request.account} is one of yours")
-    return Finding(
+        return CheckResult("account", OK, f"account {request.account} is one of yours")
+    return CheckResult(
         "account",
         FAIL,
         f"account {request.account} is not one of your associations ({', '.join(accounts)})",
@@ -201,33 +197,33 @@ def submit_cap(
     return min(caps)
 
 
-def _limits(facts: Facts) -> queries.Limits | None:
+def _limits(facts: CheckFacts) -> queries.Limits | None:
     return facts.limits.value if facts.limits.ok else None
 
 
-def _jobs(request: JobRequest, facts: Facts) -> Finding:  # noqa: PLR0911 - one per case
+def _jobs(request: JobRequest, facts: CheckFacts) -> CheckResult:  # noqa: PLR0911 - one per case
     why = (
         "above the cap sbatch is refused (QOSMaxSubmitJobPerUserLimit) and Snakemake fails "
         "the job at once, burning a retry"
     )
     if request.jobs is None:
-        return Finding("jobs", FAIL, "the profile sets no `jobs`", why, "jobs: <under the cap>")
+        return CheckResult("jobs", FAIL, "the profile sets no `jobs`", why, "jobs: <under the cap>")
     cap, source = submit_cap(request.account, request.qos, _limits(facts))
     mine = len(facts.queue.value or []) if facts.queue.ok else None
     queued = f"; {mine} of your jobs are queued now" if mine is not None else ""
     if cap is None:
         if source == "unknown":
-            return Finding(
+            return CheckResult(
                 "jobs",
                 WARN,
                 f"jobs {request.jobs}; the submit cap is unknown ({facts.limits.problem})",
                 why,
                 "ask the admins for MaxSubmitJobsPerUser and keep jobs 10% under it",
             )
-        return Finding("jobs", OK, f"jobs {request.jobs}; no submit cap is set{queued}")
+        return CheckResult("jobs", OK, f"jobs {request.jobs}; no submit cap is set{queued}")
     good = max(1, math.floor(cap * (1 - HEADROOM)))
     if request.jobs > cap:
-        return Finding(
+        return CheckResult(
             "jobs",
             FAIL,
             f"jobs {request.jobs} is above the submit cap {cap} ({source}){queued}",
@@ -235,7 +231,7 @@ def _jobs(request: JobRequest, facts: Facts) -> Finding:  # noqa: PLR0911 - one 
             f"jobs: {good}",
         )
     if cap - request.jobs < HEADROOM * cap:
-        return Finding(
+        return CheckResult(
             "jobs",
             WARN,
             f"jobs {request.jobs} leaves {cap - request.jobs} of the cap {cap} ({source}) "
@@ -244,17 +240,19 @@ def _jobs(request: JobRequest, facts: Facts) -> Finding:  # noqa: PLR0911 - one 
             f"jobs: {good}",
         )
     if mine and mine + request.jobs > cap:
-        return Finding(
+        return CheckResult(
             "jobs",
             WARN,
             f"jobs {request.jobs} + your {mine} queued jobs exceed the cap {cap} ({source})",
             why,
             f"jobs: {max(1, cap - mine - math.ceil(HEADROOM * cap))} while those run",
         )
-    return Finding("jobs", OK, f"jobs {request.jobs} under the submit cap {cap} ({source}){queued}")
+    return CheckResult(
+        "jobs", OK, f"jobs {request.jobs} under the submit cap {cap} ({source}){queued}"
+    )
 
 
-def _status_command(request: JobRequest, facts: Facts) -> Finding:
+def _status_command(request: JobRequest, facts: CheckFacts) -> CheckResult:
     cmd = status_command(request, facts)
     cfg = facts.config.value or {}
     age = queries.min_job_age_seconds(cfg) if facts.config.ok else None
@@ -264,7 +262,7 @@ def _status_command(request: JobRequest, facts: Facts) -> Finding:
     chosen = "" if request.status_command else " (the plugin's default)"
     if cmd == "sacct":
         if facts.config.ok and not accounting:
-            return Finding(
+            return CheckResult(
                 "status_command",
                 FAIL,
                 f"slurm-status-command sacct{chosen}, but accounting is off "
@@ -274,14 +272,14 @@ def _status_command(request: JobRequest, facts: Facts) -> Finding:
                 + ("" if squeue_ok else f" (and MinJobAge >= {need} s: ask the admins)"),
             )
         if facts.sacct is not None and not facts.sacct.ok:
-            return Finding(
+            return CheckResult(
                 "status_command",
                 FAIL,
                 f"slurm-status-command sacct{chosen}: {facts.sacct.problem}: sacct would hang",
                 "no job is ever seen finished and Snakemake waits forever",
                 "slurm-status-command: squeue",
             )
-        return Finding(
+        return CheckResult(
             "status_command",
             WARN if squeue_ok else OK,
             f"slurm-status-command sacct{chosen}; accounting answers",
@@ -290,7 +288,7 @@ def _status_command(request: JobRequest, facts: Facts) -> Finding:
             "slurm-status-command: squeue" if squeue_ok else "",
         )
     if age is None:
-        return Finding(
+        return CheckResult(
             "status_command",
             WARN,
             "slurm-status-command squeue; MinJobAge unknown",
@@ -303,7 +301,7 @@ def _status_command(request: JobRequest, facts: Facts) -> Finding:
             if accounting
             else f"ask the admins for MinJobAge >= {need} s"
         )
-        return Finding(
+        return CheckResult(
             "status_command",
             FAIL,
             f"slurm-status-command squeue, MinJobAge {age} s < {need} s (3 x "
@@ -313,7 +311,7 @@ def _status_command(request: JobRequest, facts: Facts) -> Finding:
             "for forever (or the plugin quietly switches back to sacct)",
             fix,
         )
-    return Finding(
+    return CheckResult(
         "status_command",
         OK,
         f"slurm-status-command squeue; MinJobAge {age} s >= {need} s",
@@ -321,10 +319,12 @@ def _status_command(request: JobRequest, facts: Facts) -> Finding:
 
 
 def _partitions(
-    request: JobRequest, facts: Facts, max_minutes: int
-) -> tuple[dict[str, queries.Partition], list[Finding]]:
+    request: JobRequest, facts: CheckFacts, max_minutes: int
+) -> tuple[dict[str, queries.Partition], list[CheckResult]]:
     if not facts.nodes.ok:
-        return {}, [Finding("partitions", WARN, f"cannot list partitions ({facts.nodes.problem})")]
+        return {}, [
+            CheckResult("partitions", WARN, f"cannot list partitions ({facts.nodes.problem})")
+        ]
     parts = queries.partitions(facts.nodes.value or [])
     names = list(request.partitions)
     source = request.partition_source
@@ -334,7 +334,7 @@ def _partitions(
     gpu_parts = sorted((p for p in parts.values() if p.gpus), key=lambda p: -p.usable_gpus)
     gpu_list = ",".join(p.name for p in gpu_parts) or "(none with GPUs)"
     limit = request.group_components * max_minutes
-    out: list[Finding] = []
+    out: list[CheckResult] = []
     rows: list[tuple[str, str, str, str]] = []  # status, found, why, fix
     for name in names:
         p = parts.get(name)
@@ -395,10 +395,10 @@ def _partitions(
         # sbatch -p a,b runs the job wherever it can: one bad partition is a warning
         rows = [(WARN if s == FAIL else s, f, w, x) for s, f, w, x in rows]
     for status, found, why, fix in rows:
-        out.append(Finding("partition", status, found, why, fix))
+        out.append(CheckResult("partition", status, found, why, fix))
     if not names:
         out.append(
-            Finding(
+            CheckResult(
                 "partition",
                 FAIL,
                 "no partition given and the cluster has no default partition",
@@ -409,7 +409,7 @@ def _partitions(
     usable = sum(parts[n].usable_gpus for n in names if n in parts)
     if names and request.gpus and not usable and any(n in parts for n in names):
         out.append(
-            Finding(
+            CheckResult(
                 "gpus",
                 WARN,
                 "no usable GPU in the partitions right now (all GPU nodes down or drained)",
@@ -420,26 +420,30 @@ def _partitions(
     return {n: parts[n] for n in names if n in parts}, out
 
 
-def _constraint(request: JobRequest, facts: Facts, parts: dict[str, queries.Partition]) -> Finding:
+def _constraint(
+    request: JobRequest, facts: CheckFacts, parts: dict[str, queries.Partition]
+) -> CheckResult:
     constraint = request.constraint or ""
     wanted = profile.feature_names(constraint)
     have = frozenset().union(*(p.features for p in parts.values())) if parts else frozenset()
     if not facts.nodes.ok or not parts:
-        return Finding("constraint", WARN, f"constraint {constraint}: cannot check the features")
+        return CheckResult(
+            "constraint", WARN, f"constraint {constraint}: cannot check the features"
+        )
     missing = [f for f in wanted if f not in have]
     available = ", ".join(sorted(have)) or "(none)"
     if not missing:
-        return Finding("constraint", OK, f"constraint {constraint}: every feature exists")
+        return CheckResult("constraint", OK, f"constraint {constraint}: every feature exists")
     why = "sbatch refuses a feature no node has ('Invalid feature specification')"
     if profile.constraint_is_or(constraint) and len(missing) < len(wanted):
-        return Finding(
+        return CheckResult(
             "constraint",
             WARN,
             f"constraint {constraint}: {', '.join(missing)} exist on no node of the partitions",
             "the other alternatives still match",
             f"features here: {available}",
         )
-    return Finding(
+    return CheckResult(
         "constraint",
         FAIL,
         f"constraint {constraint}: {', '.join(missing)} exist on no node of the partitions",
@@ -449,17 +453,17 @@ def _constraint(request: JobRequest, facts: Facts, parts: dict[str, queries.Part
     )
 
 
-def _excluded(request: JobRequest, facts: Facts) -> list[Finding]:
+def _excluded(request: JobRequest, facts: CheckFacts) -> list[CheckResult]:
     if not request.exclude:
         return []
     if not facts.nodes.ok:
-        return [Finding("exclude", WARN, "cannot list nodes to check excluded names")]
+        return [CheckResult("exclude", WARN, "cannot list nodes to check excluded names")]
     known = {n.name for n in facts.nodes.value or []}
     unknown = [n for n in request.exclude if n not in known]
     if unknown:
         keep = [n for n in request.exclude if n in known]
         return [
-            Finding(
+            CheckResult(
                 "exclude",
                 FAIL,
                 f"slurm-exclude-failed-nodes names {', '.join(unknown)}, which this cluster "
@@ -469,12 +473,12 @@ def _excluded(request: JobRequest, facts: Facts) -> list[Finding]:
                 f"slurm-exclude-failed-nodes: '{','.join(keep)}'",
             )
         ]
-    return [Finding("exclude", OK, f"excluded nodes exist: {', '.join(request.exclude)}")]
+    return [CheckResult("exclude", OK, f"excluded nodes exist: {', '.join(request.exclude)}")]
 
 
 def _bad_nodes(
-    request: JobRequest, facts: Facts, parts: dict[str, queries.Partition]
-) -> list[Finding]:
+    request: JobRequest, facts: CheckFacts, parts: dict[str, queries.Partition]
+) -> list[CheckResult]:
     if not facts.nodes.ok:
         return []
     seen: dict[str, queries.Node] = {}
@@ -482,7 +486,7 @@ def _bad_nodes(
         if n.partition in parts and not n.usable and n.name not in seen:
             seen[n.name] = n
     return [
-        Finding(
+        CheckResult(
             "node",
             OK if n.name in request.exclude else WARN,
             f"node {n.name} is {n.state} ({n.gres or 'no gres'}), reason: "
@@ -498,13 +502,13 @@ def _bad_nodes(
 
 def _reservations(
     request: JobRequest,
-    facts: Facts,
+    facts: CheckFacts,
     parts: dict[str, queries.Partition],
     max_minutes: int,
-) -> Finding:
+) -> CheckResult:
     hidden = facts.config.ok and "reservations" in queries.private_data(facts.config.value or {})
     if not facts.reservations.ok:
-        return Finding(
+        return CheckResult(
             "reservations",
             WARN,
             f"cannot list reservations ({facts.reservations.problem})",
@@ -520,7 +524,7 @@ def _reservations(
         else ""
     )
     if first is None:
-        return Finding(
+        return CheckResult(
             "reservations",
             WARN if hidden else OK,
             "no maintenance reservation visible" + hidden_note,
@@ -531,9 +535,9 @@ def _reservations(
     when = f"{start:%Y-%m-%d %H:%M}" + (f" (in {gap} min)" if start > facts.now else " (now)")
     found = f"maintenance {first.name} from {when} to {first.end:%Y-%m-%d %H:%M}" + hidden_note
     if start > facts.now and gap >= longest:
-        return Finding("reservations", OK, found)
+        return CheckResult("reservations", OK, found)
     fit = max(1, gap // max(request.group_components, 1))
-    return Finding(
+    return CheckResult(
         "reservations",
         WARN,
         found,
@@ -547,7 +551,7 @@ def _reservations(
 
 
 def overlay(
-    request: JobRequest, facts: Facts, found: list[Finding], max_minutes: int
+    request: JobRequest, facts: CheckFacts, found: list[CheckResult], max_minutes: int
 ) -> dict[str, Any]:
     """The top-level profile keys that fix what the findings can fix (nothing else)."""
     raw = request.raw
@@ -587,7 +591,7 @@ def overlay(
     return out
 
 
-def _good_partitions(request: JobRequest, facts: Facts, max_minutes: int) -> list[str]:
+def _good_partitions(request: JobRequest, facts: CheckFacts, max_minutes: int) -> list[str]:
     parts = queries.partitions(facts.nodes.value or [])
     limit = request.group_components * max_minutes
     ok = [
@@ -611,7 +615,7 @@ _OVERLAY_KEYS = {
 }
 
 
-def overlay_header(profiles: list[str], found: list[Finding], values: dict[str, Any]) -> str:
+def overlay_header(profiles: list[str], found: list[CheckResult], values: dict[str, Any]) -> str:
     """The comment at the top of a written overlay: what it fixes and how to use it."""
     lines = [
         "# Site overlay written by `shardwise cluster check --write-profile`.",
@@ -640,7 +644,7 @@ def overlay_header(profiles: list[str], found: list[Finding], values: dict[str, 
 
 def to_dict(
     request: JobRequest,
-    found: list[Finding],
+    found: list[CheckResult],
     *,
     profiles: list[str],
     configfile: str | None,
@@ -668,7 +672,7 @@ def to_dict(
     }
 
 
-def format_table(found: list[Finding], *, header: str) -> str:
+def format_table(found: list[CheckResult], *, header: str) -> str:
     """One row per finding; WARN and FAIL rows add why it matters and the fix."""
     lines = [header, ""]
     width = max((len(f.check) for f in found), default=5)

@@ -1,13 +1,13 @@
 """``shardwise cluster status``: what SLURM is doing to this run, right now.
 
-The run's jobs are found the way restarts find them (:mod:`shardwise.inflight`):
+The run's jobs are found the way restarts find them (:mod:`shardwise.planner.inflight`):
 the claims of running shards, and the user's queued jobs whose submit directory,
 Snakefile and config files are those of the run's last top-level invocation
 (recorded in ``<run_dir>/claims/workflow.json``), with the shards read from each
 job's ``--target-jobs``. The plugin's job names change with every invocation, so
 they are not used.
 
-:func:`gather` makes the SLURM calls (one ``squeue`` for the user's jobs, one
+:func:`status_facts` makes the SLURM calls (one ``squeue`` for the user's jobs, one
 ``sinfo``, ``sacctmgr`` for the cap, and for the oldest pending job one
 ``scontrol show job`` plus a few ``sbatch --test-only``); :func:`build` is pure.
 """
@@ -95,7 +95,7 @@ class Status:
 
 
 @dataclass(frozen=True)
-class Facts:
+class StatusFacts:
     """What SLURM said, gathered once for one view."""
 
     user: str
@@ -129,7 +129,7 @@ def run_jobs(
     return out
 
 
-def gather(run_dir: Path, *, timeout: float = command.DEFAULT_TIMEOUT) -> Facts:
+def status_facts(run_dir: Path, *, timeout: float = command.DEFAULT_TIMEOUT) -> StatusFacts:
     """Ask SLURM what the view needs (the walltime probe only when a job pends)."""
     user = queries.current_user()
     queue = queries.jobs(user, timeout=timeout)
@@ -170,27 +170,14 @@ def gather(run_dir: Path, *, timeout: float = command.DEFAULT_TIMEOUT) -> Facts:
     private = cfg.ok and "jobs" in queries.private_data(cfg.value or {})
     parts = sorted({p for j, _ in mine.values() for p in j.partition.split(",") if p})
     if parts and not private:
-        reply = command.run(
-            ["squeue", "-h", "-t", "PD,R", "-p", ",".join(parts), "-o", "%u|%T"],
-            timeout=timeout,
-        )
+        found = queries.partition_jobs(parts, timeout=timeout)
         others = (
-            Answer(
-                [
-                    _stub(r["user"], r["state"])
-                    for r in command.rows(reply.stdout, ("user", "state"))
-                    if r["user"] != user
-                ]
-            )
-            if reply.ok
-            else Answer(None, reply.problem, reply.kind)
+            Answer([j for j in found.value or [] if j.user != user])
+            if found.ok
+            else Answer(None, found.problem, found.kind)
         )
-    return Facts(user, datetime.now(), queue, cfg, nodes, limits, others, detail, starts, windows)
-
-
-def _stub(user: str, state: str) -> queries.Job:
-    return queries.Job(
-        "", state, "", user, "", None, None, None, None, "", "", "", "", "", "", "", "", ""
+    return StatusFacts(
+        user, datetime.now(), queue, cfg, nodes, limits, others, detail, starts, windows
     )
 
 
@@ -202,7 +189,7 @@ def _int(text: str) -> int:
 # ----------------------------------------------------------------------------- build
 
 
-def build(run_dir: Path, facts: Facts) -> Status:
+def build(run_dir: Path, facts: StatusFacts) -> Status:
     """The status view of ``run_dir`` from ``facts`` (reads only the run directory)."""
     now = facts.now
     notes: list[str] = []
@@ -341,7 +328,7 @@ def _main_process(submitter: inflight.Submitter | None) -> dict[str, Any]:
 
 
 def _probe(
-    facts: Facts, mine: dict[str, tuple[queries.Job, tuple[int, ...]]], now: datetime
+    facts: StatusFacts, mine: dict[str, tuple[queries.Job, tuple[int, ...]]], now: datetime
 ) -> Probe | None:
     """The walltime probe of the oldest pending job of the run, if one pends."""
     pending = sorted(

@@ -24,8 +24,8 @@ reads the contents of a random fraction ``F`` of the marked files (the existence
 checks, which cost nothing beyond the one listing, always cover every file).
 
 The run directory tells everything: run.json (input/output URIs, classifiers),
-settings.json (reader fields, storage options), plan.parquet (the files). Every
-read goes through ``storage.Location``, so an S3 run is verified the same way.
+settings.json (reader fields, storage options, roots), plan.parquet (the files). Every
+read goes through ``store.location.Location``, so an S3 run is verified the same way.
 The command line (``shardwise verify``, exit 0 consistent, 1 problems found, 2 the run
 cannot be verified at all) is :mod:`shardwise.cli.verify`.
 """

@@ -5,7 +5,7 @@ reaped process, a launcher job's walltime) leaves its SLURM jobs running and pen
 The SLURM plugin names jobs with a new uuid per invocation, so the next invocation
 would submit their shards again. At plan time this module finds them:
 
-1. **Claims** (:mod:`shardwise.claims`): a running shard job holds
+1. **Claims** (:mod:`shardwise.run.claims`): a running shard job holds
    ``<run_dir>/claims/<shard>.json``; a claim whose holder is alive means in flight.
 2. **The queue**: the user's jobs that ``squeue`` lists with the submit working
    directory (``%Z``) of this workflow and a plugin comment (``rule_...``). A group

@@ -28,7 +28,7 @@ RATE_SAMPLE = 400
 
 
 @dataclass(frozen=True)
-class Estimate:
+class Runtime:
     """A runtime and why."""
 
     shard: int
@@ -86,13 +86,13 @@ def _context(run_dir: str, output_uri: str, storage: Any) -> tuple[dict[int, int
     return sizes, measured_rate(Location(output_uri, storage))
 
 
-def estimate(settings: Settings, shard: int, attempt: int = 1) -> Estimate:
+def estimate(settings: Settings, shard: int, attempt: int = 1) -> Runtime:
     """The runtime estimate of one shard under ``settings``."""
     sizes, rate = _context(str(settings.run_dir), settings.output_uri, settings.storage)
     measured = rate is not None and rate > 0
     use = rate if measured else default_rate(settings.walltime)
     size = sizes.get(shard, 0)
-    return Estimate(shard, size, use, measured, minutes_for(size, use, settings.walltime, attempt))
+    return Runtime(shard, size, use, measured, minutes_for(size, use, settings.walltime, attempt))
 
 
 @cache

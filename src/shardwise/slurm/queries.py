@@ -1,9 +1,9 @@
 """What the SLURM cluster says, as typed values: one function per question.
 
-Each function makes one SLURM call through :mod:`shardwise.slurmcmd` and returns an
+Each function makes one SLURM call through :mod:`shardwise.slurm.command` and returns an
 :class:`Answer`: the value, or None and the one-line problem (command missing, timed
 out, refused, hidden by ``PrivateData``). Nothing here decides what is good or bad;
-that is :mod:`shardwise.clustercheck` and :mod:`shardwise.clusterstatus`.
+that is :mod:`shardwise.ops.cluster_check` and :mod:`shardwise.ops.cluster_status`.
 """
 
 from __future__ import annotations
@@ -328,6 +328,46 @@ def jobs(user: str | None = None, timeout: float = command.DEFAULT_TIMEOUT) -> A
             )
         )
     return Answer(out)
+
+
+def partition_jobs(
+    partitions: Sequence[str], timeout: float = command.DEFAULT_TIMEOUT
+) -> Answer[list[Job]]:
+    """Every user's pending and running jobs in ``partitions`` (id, state, user, partition).
+
+    Under ``PrivateData=jobs`` an ordinary user sees only their own: callers check first.
+    """
+    reply = command.run(
+        ["squeue", "-h", "-t", "PD,R", "-p", ",".join(partitions), "-o", "%i|%T|%u|%P"],
+        timeout=timeout,
+    )
+    if not reply.ok:
+        return _failed(reply)
+    rows = command.rows(reply.stdout, ("id", "state", "user", "partition"))
+    return Answer([_partial_job(**r) for r in rows])
+
+
+def _partial_job(id: str, state: str, user: str, partition: str) -> Job:
+    """A job as another user's queue shows it: no request, no times."""
+    blank = dict.fromkeys(
+        ("name", "nodes", "tres_alloc", "tres_per_job", "tres_per_node", "qos", "account",
+         "workdir", "reason", "comment"),
+        "",
+    )  # fmt: skip
+    times = dict.fromkeys(
+        ("time_limit_minutes", "elapsed_seconds", "submit_time", "start_time"), None
+    )
+    return Job(id=id, state=state, user=user, partition=partition, **blank, **times)
+
+
+def sacct_answers(user: str | None = None, timeout: float = 15.0) -> Answer[bool]:
+    """Whether ``sacct`` answers for this user now (the plugin's status command needs it)."""
+    reply = command.run(
+        ["sacct", "-n", "-X", "-P", "-u", user or current_user(), "-S", "now-1minutes",
+         "-o", "JobIDRaw"],
+        timeout=timeout,
+    )  # fmt: skip
+    return Answer(True) if reply.ok else Answer(None, reply.problem, reply.kind)
 
 
 def job_states(

@@ -8,7 +8,7 @@ caller gets a ``RetriesExhaustedError`` (a ``StorageError``) that names the obje
 key and the last error, which is what a person needs to act on.
 
 Exactly one layer retries. botocore's and s3fs's own retry loops are switched off
-where ``storage.py`` builds the filesystem, so a request is tried at most
+where ``store/location.py`` builds the filesystem, so a request is tried at most
 ``attempts`` times (and a test can count them at the server) instead of
 botocore x s3fs x ours.
 

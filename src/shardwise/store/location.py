@@ -16,7 +16,7 @@ client directly where that saves requests:
 * ``create_if_absent`` is a conditional PUT (``If-None-Match: *``), atomic on S3, R2
   and MinIO; ``exists`` is one HEAD, ``remove`` one DELETE, ``read_bytes`` one GET.
 
-Every remote request is retried by ``shardwise.retrying`` (bounded exponential
+Every remote request is retried by ``shardwise.store.backoff`` (bounded exponential
 backoff with jitter) and by nothing else: botocore's and s3fs's own retry loops are
 switched off here, so a bound in config is the real bound, and a test can count the
 attempts at the server.
@@ -438,7 +438,7 @@ def _warn_no_conditional_writes(loc: Location) -> None:
 
 
 def _s3_filesystem_class() -> type:
-    """s3fs's filesystem with its own retry loop off: ``shardwise.retrying`` owns retries."""
+    """s3fs's filesystem with its own retry loop off: ``shardwise.store.backoff`` owns retries."""
     global _S3FS_CLASS  # noqa: PLW0603 - built once, import of s3fs is lazy
     if _S3FS_CLASS is None:
         from s3fs import S3FileSystem
@@ -469,7 +469,7 @@ def _remote_filesystem(uri: str, options: StorageOptions) -> tuple[Any, str]:
     config_kwargs: dict[str, Any] = {
         "connect_timeout": options.connect_timeout,
         "read_timeout": options.read_timeout,
-        # One try per botocore call: retrying.py retries, with jitter and a bound.
+        # One try per botocore call: store/backoff.py retries, with jitter and a bound.
         "retries": {"total_max_attempts": 1, "mode": "standard"},
     }
     if options.addressing_style != "auto":

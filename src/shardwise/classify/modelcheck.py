@@ -15,6 +15,7 @@ its config and weights and, for hub snapshots, the revision (commit) it came fro
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -24,7 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tokenizers import Tokenizer
+
 from shardwise.errors import ModelError
+from shardwise.store.atomic import write_atomic
 
 __all__ = ["ModelIssue", "check_classifiers", "classifier_problems", "identity"]
 
@@ -175,8 +179,6 @@ def _safetensors_problem(path: Path) -> str | None:
 
 def _tokenizer_json_problems(path: Path) -> list[str]:
     try:
-        from tokenizers import Tokenizer
-
         Tokenizer.from_file(str(path))
     except Exception as e:  # noqa: BLE001 - the tokenizers library raises plain Exceptions
         return [f"{path} is not a loadable tokenizer: {e}"]
@@ -190,8 +192,8 @@ def _offline() -> bool:
 def cached_snapshot(model: str) -> Path | None:
     """The local Hugging Face cache's snapshot of hub id ``model``, or None."""
     try:
-        from huggingface_hub import snapshot_download
-        from huggingface_hub.errors import LocalEntryNotFoundError
+        from huggingface_hub import snapshot_download  # noqa: PLC0415 - ~0.07 s
+        from huggingface_hub.errors import LocalEntryNotFoundError  # noqa: PLC0415 - with hf_api
 
         return Path(snapshot_download(repo_id=model, local_files_only=True))
     except LocalEntryNotFoundError:
@@ -212,7 +214,7 @@ def _hub_problems(model: str) -> list[str]:
             "(with the same HF_HOME), or use a local model directory"
         ]
     try:
-        from huggingface_hub import model_info
+        from huggingface_hub import model_info  # noqa: PLC0415 - ~0.07 s, hub ids only
 
         info = model_info(model, timeout=15)
     except Exception as e:  # noqa: BLE001 - network, auth and not-found errors alike
@@ -264,7 +266,8 @@ def _content_hash(files: list[Path], cache_root: Path | None) -> str:
         st = f.stat()
         stamp.update(f"{f.resolve()}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     if cache_root is None:
-        from shardwise.classify.models import default_cache_root  # jobs only: torch is loaded there
+        # torch loads with it: only jobs ask for the cache root, never the dry run
+        from shardwise.classify.models import default_cache_root  # noqa: PLC0415
 
         cache_root = default_cache_root()
     cached = Path(cache_root) / f"identity-{stamp.hexdigest()[:32]}.txt"
@@ -279,10 +282,6 @@ def _content_hash(files: list[Path], cache_root: Path | None) -> str:
             while block := fh.read(_BLOCK):
                 digest.update(block)
     value = digest.hexdigest()
-    try:
-        from shardwise.store.atomic import write_atomic
-
+    with contextlib.suppress(OSError):  # a read-only cache only costs the hash again next time
         write_atomic(cached, (value + "\n").encode("ascii"))
-    except OSError:
-        pass  # a read-only cache only costs the hash again next time
     return value

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from huggingface_hub import snapshot_download
 from transformers import (
     AutoModelForSequenceClassification,
     AutoTokenizer,
@@ -112,8 +113,6 @@ def resolve_model_dir(model: str) -> Path:
     if not _HUB_ID.match(model):
         raise ModelError(f"model {model!r}: no such directory and not a hub id (owner/name)")
     try:
-        from huggingface_hub import snapshot_download
-
         snapshot = snapshot_download(repo_id=model, allow_patterns=_HUB_PATTERNS)
         if not any(Path(snapshot).glob("*.safetensors")):  # old repos ship only .bin weights
             snapshot = snapshot_download(repo_id=model, allow_patterns=[*_HUB_PATTERNS, "*.bin"])

@@ -331,7 +331,7 @@ def model_identities(ctx: JobContext) -> dict[str, Any]:
 def load_engine(ctx: JobContext) -> Any:
     """The classification engine for this run's classifiers and inference settings."""
     # torch and transformers load here, in jobs only: `shardwise` commands stay fast
-    from shardwise.classify.engine import ClassifierSpec, Engine, InferenceSettings
+    from shardwise.classify.engine import ClassifierSpec, Engine, InferenceSettings  # noqa: PLC0415 - torch: jobs only
 
     specs = [ClassifierSpec(n, m, i) for n, m, i in ctx.meta.classifiers]
     return Engine.load(specs, InferenceSettings(**ctx.settings.get("inference", {})))

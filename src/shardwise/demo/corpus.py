@@ -21,6 +21,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
+import zstandard
 
 from shardwise.store.atomic import write_atomic
 
@@ -93,8 +94,6 @@ def _encode(records: list[dict], ext: str) -> bytes:
     if ext == ".jsonl.gz":
         return gzip.compress(lines, mtime=0)
     if ext == ".jsonl.zst":
-        import zstandard
-
         return zstandard.ZstdCompressor().compress(lines)
     return lines
 
@@ -130,7 +129,8 @@ def demo_config(directory: Path, total_shards: int = 8) -> dict:
 
 def write_demo(directory: Path, size: DemoSize | None = None, seed: int = 0) -> Path:
     """Corpus, models and config for the demo; returns the config path."""
-    from shardwise.demo.tinymodels import build_weborganizer_demo_models
+    # torch and transformers load here: `shardwise demo` alone pays for them
+    from shardwise.demo.tinymodels import build_weborganizer_demo_models  # noqa: PLC0415
 
     directory = Path(directory)
     corpus = directory / "corpus"

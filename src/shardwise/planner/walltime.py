@@ -19,8 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from shardwise.config import Settings
+from shardwise.errors import InputError
 from shardwise.run import plan
 from shardwise.run.sidecar import STATS_SUFFIX, parse_stats
+from shardwise.run.throughput import rate_for_walltime
 from shardwise.store.location import Location
 
 #: Stats files sampled to estimate the rate (enough for a stable p10, cheap to read).
@@ -61,8 +63,6 @@ def default_rate(walltime: dict[str, Any]) -> float:
 
 def measured_rate(output: Location, sample: int = RATE_SAMPLE, seed: int = 0) -> float | None:
     """p10 of input bytes per second over a sample of the run's stats files."""
-    from shardwise.run.throughput import rate_for_walltime
-
     names = sorted(output.list_suffix(STATS_SUFFIX))
     if not names:
         return None
@@ -71,8 +71,8 @@ def measured_rate(output: Location, sample: int = RATE_SAMPLE, seed: int = 0) ->
     for rel in names[:sample]:
         try:
             stats.append(parse_stats(output.read_bytes(rel), output.url(rel)))
-        except (FileNotFoundError, ValueError):
-            continue
+        except (FileNotFoundError, ValueError, InputError):
+            continue  # one unreadable stats file must not stop the planning
     return rate_for_walltime(stats)
 
 

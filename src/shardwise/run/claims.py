@@ -31,6 +31,7 @@ from typing import Any
 
 from shardwise.errors import ShardClaimedError
 from shardwise.run import markers
+from shardwise.slurm import queries
 from shardwise.store.atomic import create_exclusive
 
 CLAIMS_DIR = "claims"
@@ -218,8 +219,6 @@ def judge(  # noqa: PLR0911 - one return per case of the docstring's table
 
 def judge_now(claim: Claim) -> Verdict:
     """Judge one claim, asking squeue about its job only (the conflict path of a job)."""
-    from shardwise.slurm import queries
-
     if not claim.slurm_job_id:
         return judge(claim, live_jobs=None)
     states = queries.job_states([claim.slurm_job_id], timeout=30)

@@ -40,6 +40,7 @@ from typing import IO, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import zstandard
 
 from shardwise.errors import InputError
 from shardwise.run.manifest import file_format
@@ -300,8 +301,6 @@ class _ZstdFrames(io.RawIOBase):
     """
 
     def __init__(self, fh: IO[bytes], chunk_size: int = 1 << 20) -> None:
-        import zstandard
-
         self._fh = fh
         self._chunk_size = chunk_size
         self._dctx = zstandard.ZstdDecompressor()

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from shardwise import __version__
 from shardwise.errors import RunMismatchError, StorageError
 from shardwise.store.atomic import json_bytes
 from shardwise.store.location import Location
@@ -60,8 +61,6 @@ class RunMeta:
     @classmethod
     def new(cls, **kw: Any) -> RunMeta:
         """A fresh RunMeta stamped with the time and package version."""
-        from shardwise import __version__
-
         kw.setdefault("format_version", FORMAT_VERSION)
         kw.setdefault("created_at", datetime.now(UTC).isoformat(timespec="seconds"))
         kw.setdefault("shardwise_version", __version__)

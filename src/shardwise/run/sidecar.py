@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shardwise.errors import InputError
+from shardwise.run.labelcounts import compact_json
 from shardwise.store.atomic import json_bytes
 
 SIDECAR_SUFFIX = ".labels.parquet"
@@ -160,8 +161,6 @@ def stats_bytes(stats: dict[str, Any]) -> bytes:
     counts = stats.get("label_counts")
     if counts is None:
         return json_bytes(stats)
-    from shardwise.run.labelcounts import compact_json
-
     head = json_bytes({k: v for k, v in stats.items() if k != "label_counts"}).decode("utf-8")
     body = head.rstrip().removesuffix("}").rstrip()
     sep = "," if body != "{" else ""

@@ -31,8 +31,8 @@ def show_submit_errors(*, main_process: bool) -> bool:
     if not main_process:
         return False
     try:
-        from snakemake.jobs import GroupJob
-        from snakemake.logging import logger
+        from snakemake.jobs import GroupJob  # noqa: PLC0415 - ~0.1 s; Snakemake's own process only
+        from snakemake.logging import logger  # noqa: PLC0415 - with GroupJob
     except ImportError:  # pragma: no cover - shardwise always runs with Snakemake
         return False
     original = GroupJob.log_error

@@ -1,0 +1,74 @@
+"""A shard's SLURM runtime: its input bytes at the measured (or configured) speed, clamped."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from inproc import label, plan_run
+
+from shardwise.config import Settings, validate
+from shardwise.planner import walltime
+from shardwise.run import plan
+from shardwise.store.location import Location
+
+WALLTIME = {"default_mb_per_minute": 50, "safety_factor": 2, "min_minutes": 10, "max_minutes": 240}
+
+
+@pytest.mark.parametrize(
+    ("size", "attempt", "minutes"),
+    [
+        (0, 1, 10),  # clamped up to min_minutes
+        (1_000_000_000, 1, 40),  # 1 GB at 50 MB/min = 20 min, x2 safety
+        (1_000_000_000, 2, 80),  # a retry after a walltime kill asks for twice as long
+        (10_000_000_000, 1, 240),  # clamped down to max_minutes
+    ],
+)
+def test_minutes_are_size_over_rate_times_safety_times_attempt_clamped(size, attempt, minutes):
+    rate = walltime.default_rate(WALLTIME)
+    assert rate == pytest.approx(50e6 / 60)
+    assert walltime.minutes_for(size, rate, WALLTIME, attempt) == minutes
+
+
+def test_the_measured_rate_is_the_slow_end_of_the_stats(tmp_path):
+    output = Location(str(tmp_path))
+    assert walltime.measured_rate(output) is None  # nothing labelled yet
+    for i, seconds in enumerate([1.0, 2.0, 4.0, 8.0, 16.0]):
+        body = {"file": f"f{i}", "bytes": 8_000_000, "seconds": seconds}
+        (tmp_path / f"f{i}.stats.json").write_text(json.dumps(body))
+    (tmp_path / "broken.stats.json").write_text("{not json")  # skipped, not fatal
+    rate = walltime.measured_rate(output)
+    assert 0.5e6 < rate < 1e6  # p10 of 0.5, 1, 2, 4, 8 MB/s: near the slowest file
+
+
+def test_a_planned_shard_is_estimated_from_its_files_and_explained(tmp_path):
+    cfg = plan_run(tmp_path, total_shards=3)
+    settings = Settings.from_config(cfg)
+    table = plan.load(settings.run_dir)
+    shard = int(table["shard"][0].as_py())
+    size = sum(s for s, h in zip(table["size"].to_pylist(), table["shard"].to_pylist(), strict=True)
+               if h == shard)  # fmt: skip
+    runtime = walltime.estimate(settings, shard)
+    assert (runtime.shard, runtime.bytes, runtime.measured) == (shard, size, False)
+    assert runtime.minutes == settings.walltime["min_minutes"]  # kilobytes: the floor
+    assert runtime.explain().startswith(f"shard {shard}: ") and "configured default" in (
+        runtime.explain()
+    )
+
+
+def test_the_rule_runtime_is_fixed_when_configured_and_the_ceiling_inside_a_job(tmp_path):
+    cfg = validate(plan_run(tmp_path, total_shards=3))  # defaults filled, as Snakemake does
+    label(tmp_path / "run")
+    fixed = {**cfg, "resources": {"classify": {**cfg["resources"]["classify"], "runtime": 30}}}
+    assert walltime.runtime_minutes_for(fixed, 0, 2, main_process=True) == 60
+    free = {**cfg, "resources": {"classify": {**cfg["resources"]["classify"], "runtime": None}}}
+    settings = Settings.from_config(free)
+    # a cluster job never estimates (no listing, no stats): it asks for the ceiling
+    assert (
+        walltime.runtime_minutes_for(free, 0, 1, main_process=False)
+        == (settings.walltime["max_minutes"])
+    )
+    assert (
+        walltime.runtime_minutes_for(free, 0, 1, main_process=True)
+        >= (settings.walltime["min_minutes"])
+    )

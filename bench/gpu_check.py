@@ -177,7 +177,7 @@ def environment(check: Check) -> dict[str, Any]:
 
 def cuda_tests(check: Check) -> dict[str, Any]:
     """``pytest -m cuda``: every CUDA-marked test (CPU mode: the engine's, all skip)."""
-    target = "tests" if check.cuda else "tests/test_engine.py"
+    target = "tests" if check.cuda else "tests/classify/test_engine.py"
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", target],
         cwd=REPO,

@@ -8,7 +8,7 @@ import yaml
 from shardwise.errors import ConfigError
 from shardwise.slurm import profile
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _profile(tmp_path, name, data):

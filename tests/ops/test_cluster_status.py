@@ -18,7 +18,7 @@ from shardwise.slurm import command, queries
 from shardwise.slurm.queries import Answer
 from shardwise.snakefile import prepare_run
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 12, 1, 6, 0)
 WINDOW = datetime(2026, 12, 1, 6, 19)  # a maintenance window 19 minutes away
 AFTER = datetime(2026, 12, 1, 8, 19)

@@ -14,7 +14,7 @@ from shardwise.ops.cluster_check import FAIL, OK, WARN
 from shardwise.slurm import profile, queries
 from shardwise.slurm.queries import Answer
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 12, 1, 6, 0)
 HEALTHY_NODES = SINFO_NODES.replace("drained", "idle").replace("fan broken", "none")
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from shardwise.classify.shard_job import Interrupted, install_signal_handlers, run_shard
+from shardwise.cli.common import add_run_dir
 from shardwise.run.claims import held
 
 #: Exit status of a shard stopped by SIGTERM/SIGINT (128 + 15): it will be retried.
@@ -21,7 +21,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Label every unfinished, non-quarantined file of one shard, then mark "
         "the shard done. What the classify rule runs; exits 143 on SIGTERM.",
     )
-    p.add_argument("--run-dir", required=True, help="the run directory")
+    add_run_dir(p)
     p.add_argument("--shard", type=int, required=True, help="the logical shard to label")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
@@ -31,8 +31,8 @@ def run(args: argparse.Namespace) -> int:
     """Hold the shard's claim while labelling it; 143 when stopped by a signal."""
     install_signal_handlers()
     try:
-        with held(Path(args.run_dir), args.shard):  # a live job on this shard: refuse, exit 1
-            report = run_shard(Path(args.run_dir), args.shard, progress=not args.no_progress)
+        with held(args.run_dir, args.shard):  # a live job on this shard: refuse, exit 1
+            report = run_shard(args.run_dir, args.shard, progress=not args.no_progress)
     except Interrupted as e:
         print(f"shardwise: {e}", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -9,6 +9,7 @@ used before, is accepted as ``table`` so scripts keep working.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -62,6 +63,31 @@ def add_format(
         choices=tuple(choices),
         default="table",
         help=help or f"output format: {', '.join(choices)} (default table)",
+    )
+
+
+def regex(text: str) -> str:
+    """An argparse type: a regular expression that compiles (usage error otherwise)."""
+    try:
+        re.compile(text)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(f"not a regular expression: {exc}") from None
+    return text
+
+
+def add_coverage_options(parser: argparse.ArgumentParser) -> None:
+    """``--gpus`` and ``--category-regex``: how coverage and the report count and project."""
+    parser.add_argument(
+        "--gpus",
+        type=positive_int,
+        default=None,
+        help="GPUs for the ETA (default: `jobs` of profiles/slurm/config.yaml, else 1)",
+    )
+    parser.add_argument(
+        "--category-regex",
+        type=regex,
+        default=None,
+        help="derive categories from file paths (first group, else whole match)",
     )
 
 

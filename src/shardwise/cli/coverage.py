@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import re
-import sys
 
-from shardwise.cli.common import add_format, add_run_dir, default_gpus, not_a_run_dir, positive_int
+from shardwise.cli.common import (
+    add_coverage_options,
+    add_format,
+    add_run_dir,
+    default_gpus,
+    not_a_run_dir,
+)
 from shardwise.ops import coverage
 from shardwise.ops.coverage_format import FORMATTERS
 from shardwise.planner.inflight import with_in_flight
@@ -26,17 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         tuple(FORMATTERS),
         "table (terminal), json (schema in docs/coverage.md) or markdown",
     )
-    parser.add_argument(
-        "--gpus",
-        type=positive_int,
-        default=None,
-        help="GPUs for the ETA (default: `jobs` of profiles/slurm/config.yaml, else 1)",
-    )
-    parser.add_argument(
-        "--category-regex",
-        default=None,
-        help="derive categories from file paths (first group, else whole match)",
-    )
+    add_coverage_options(parser)
     parser.set_defaults(func=run)
 
 
@@ -44,12 +38,6 @@ def run(args: argparse.Namespace) -> int:
     """Print the report; exit 2 when the run directory is not one."""
     if not_a_run_dir(args.run_dir, "coverage"):
         return 2
-    if args.category_regex is not None:
-        try:
-            re.compile(args.category_regex)
-        except re.error as exc:
-            print(f"shardwise coverage: bad --category-regex: {exc}", file=sys.stderr)
-            return 2
     gpus = args.gpus if args.gpus is not None else default_gpus()
     state = coverage.load_state(args.run_dir)
     cov = coverage.compute(state, category_regex=args.category_regex, gpus=gpus)

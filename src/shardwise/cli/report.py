@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from shardwise.cli.common import add_run_dir, default_gpus, not_a_run_dir, positive_int
+from shardwise.cli.common import add_coverage_options, add_run_dir, default_gpus, not_a_run_dir
 from shardwise.ops import coverage
 from shardwise.ops.report import write_report
 
@@ -23,17 +23,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--png", type=Path, default=None, help="PNG to write (default: beside --out)"
     )
-    parser.add_argument(
-        "--gpus",
-        type=positive_int,
-        default=None,
-        help="GPUs for the ETA (default: as `shardwise coverage`)",
-    )
-    parser.add_argument(
-        "--category-regex",
-        default=None,
-        help="derive categories from file paths (first group, else whole match)",
-    )
+    add_coverage_options(parser)
     parser.add_argument(
         "--domains-png",
         type=Path,

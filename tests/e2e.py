@@ -10,12 +10,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from shardwise.classify.gate import AFTER_ENV, GATE_ENV, OPEN
 from shardwise.demo.corpus import DemoSize, demo_config, write_corpus
 from shardwise.run.reader import Fields, read_documents
 from shardwise.store.location import Location
@@ -141,47 +144,80 @@ def copy_tree(src: Path, dst: Path) -> None:
     shutil.copytree(src, dst, dirs_exist_ok=True)
 
 
-#: A `shardwise` that waits inside the shard's claim before labelling, and logs each
-#: shard run to a ledger: a shard job that stays in flight long enough to be seen
-#: (running, then killed or restarted around), doing the real work afterwards.
-_SLOW_SHARDWISE = """#!{python}
-import os, sys, time
-from shardwise.cli import classify_shard
+#: A `shardwise` that logs each shard job to a ledger before running the real CLI: which
+#: shard ran how often, whatever kills and restarts a test puts around it.
+_LEDGER_SHARDWISE = """#!{python}
+import os, sys
 from shardwise.cli.main import main
 
-_real = classify_shard.run_shard
-
-
-def _slow(run_dir, shard, **kw):
+if "classify-shard" in sys.argv:
+    shard = sys.argv[sys.argv.index("--shard") + 1]
     with open(os.environ["SHARDWISE_TEST_LEDGER"], "a") as fh:
         fh.write(f"{{shard}} {{os.environ.get('SLURM_JOB_ID', '-')}} {{os.getpid()}}\\n")
-    time.sleep(float(os.environ.get("SHARDWISE_TEST_SHARD_DELAY", "0")))
-    return _real(run_dir, shard, **kw)
-
-
-classify_shard.run_shard = _slow
 sys.exit(main())
 """
 
 
-def slow_shardwise(directory: Path, ledger: Path, delay: float) -> dict[str, str]:
-    """Environment whose `shardwise` sleeps ``delay`` s in each shard and logs it to ``ledger``.
+@dataclass(frozen=True)
+class Gate:
+    """The test side of ``shardwise.classify.gate``: shard jobs stop at one point and wait.
 
-    The rule runs `shardwise classify-shard`; this puts a wrapper first on PATH (jobs
-    inherit the environment, SLURM ones through --export=ALL) that runs the real CLI
-    after the claim is taken, so a shard job is in flight for at least ``delay`` s.
+    ``env()`` is what the jobs need; :meth:`wait` returns once the given number of shard
+    jobs stand at the gate (the event a racing test synchronises on); :meth:`open` lets
+    them go on. The timeouts are generous deadlines for failure, never triggers.
     """
+
+    directory: Path
+    after_files: int = 0
+
+    def env(self) -> dict[str, str]:
+        return {GATE_ENV: str(self.directory), AFTER_ENV: str(self.after_files)}
+
+    def waiting(self) -> set[int]:
+        return {int(p.name.split(".")[0]) for p in self.directory.glob("*.waiting")}
+
+    def wait(self, jobs: int, *, timeout: float = 600, alive=None) -> set[int]:
+        """The shards waiting once ``jobs`` of them are; fails after ``timeout`` s, or
+        when ``alive()`` says the process under test ended first."""
+        deadline = time.monotonic() + timeout
+        while len(found := self.waiting()) < jobs:
+            if alive is not None and not alive():
+                raise AssertionError(f"the run ended with {len(found)} of {jobs} job(s) gated")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{len(found)} of {jobs} job(s) at the gate after {timeout} s")
+            time.sleep(0.05)
+        return found
+
+    def open(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        (self.directory / OPEN).touch()
+
+
+def wait_until(predicate, what: str, timeout: float = 300) -> None:
+    """Wait for an event the code under test produces; ``timeout`` only bounds a failure."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def gated_shardwise(directory: Path, ledger: Path, gate: Gate | None = None) -> dict[str, str]:
+    """Environment whose `shardwise` logs each shard job to ``ledger`` (and whose jobs stop
+    at ``gate``). The rule runs `shardwise classify-shard`; the wrapper comes first on
+    PATH (jobs inherit the environment, SLURM ones through --export=ALL)."""
     directory, ledger = directory.resolve(), ledger.resolve()
     directory.mkdir(parents=True, exist_ok=True)
     exe = directory / "shardwise"
-    exe.write_text(_SLOW_SHARDWISE.format(python=sys.executable))
+    exe.write_text(_LEDGER_SHARDWISE.format(python=sys.executable))
     exe.chmod(0o755)
     ledger.touch()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_"))}
     env["PATH"] = f"{directory}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
     env["SHARDWISE_TEST_LEDGER"] = str(ledger)
-    env["SHARDWISE_TEST_SHARD_DELAY"] = str(delay)
     env["PYTHONUNBUFFERED"] = "1"
+    if gate is not None:
+        env.update(gate.env())
     return env
 
 

@@ -7,10 +7,16 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
-from e2e import assert_labelled_exactly_once, input_files, make_run, run_snakemake, snakemake_cmd
+from e2e import (
+    Gate,
+    assert_labelled_exactly_once,
+    input_files,
+    make_run,
+    run_snakemake,
+    snakemake_cmd,
+)
 
 from shardwise.cli.main import main
 from shardwise.run import markers
@@ -40,20 +46,19 @@ def test_run_labels_every_file_then_second_run_does_nothing(tmp_path, demo_model
     assert cov["tasks_done"] == cov["tasks_total"] == len(input_files(tmp_path / "corpus"))
 
 
+@pytest.mark.race
 def test_killed_run_restarts_and_labels_each_row_exactly_once(tmp_path, demo_models):
     config = make_run(tmp_path, demo_models, total_shards=12)
     labels = tmp_path / "labels"
-    env = dict(os.environ)
+    gate = Gate(tmp_path / "gate", after_files=1)  # the first job stops after one file
     proc = subprocess.Popen(
         snakemake_cmd(config, "--cores", "1"),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
-        env=env,
+        env={**os.environ, **gate.env()},
     )
-    deadline = time.time() + 300
-    while time.time() < deadline and not list(labels.rglob("*.done")):
-        time.sleep(0.2)
+    gate.wait(1, alive=lambda: proc.poll() is None)
     os.killpg(proc.pid, signal.SIGKILL)  # the whole run dies at once, mid-way
     proc.wait()
     done_before = {p: p.stat().st_mtime_ns for p in labels.rglob("*.done")}

@@ -36,12 +36,14 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from e2e import (
+    Gate,
     assert_labelled_exactly_once,
     input_files,
     make_run,
     minimal_config,
     run_snakemake,
     snakemake_cmd,
+    wait_until,
 )
 
 from shardwise import config as configmod
@@ -51,7 +53,7 @@ from shardwise.demo.corpus import DemoSize
 from shardwise.errors import ConfigError, InputError, ShardwiseError, StorageError
 from shardwise.ops import coverage, verify
 from shardwise.planner.prepare import prepare_run
-from shardwise.run import markers, plan
+from shardwise.run import claims, markers, plan
 from shardwise.run.failures import FAILURES_DIR
 from shardwise.run.reader import Fields, read_documents
 from shardwise.store.location import Location
@@ -167,6 +169,7 @@ def label_in_process(run_dir: Path, engine_factory: Callable) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.race
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "sigterm"])
 def test_1_2_worker_killed_mid_file_then_rerun_skips_finished_files(tmp_path, demo_models, sig):
     config = make_run(tmp_path, demo_models, total_shards=1, size=KILLABLE)
@@ -174,22 +177,19 @@ def test_1_2_worker_killed_mid_file_then_rerun_skips_finished_files(tmp_path, de
     labels = tmp_path / "labels"
     total = len(input_files(tmp_path / "corpus"))
     log = tmp_path / "worker.log"
+    gate = Gate(tmp_path / "gate", after_files=1)  # the job stops after its first file
     with log.open("w") as err:
         proc = subprocess.Popen(
-            classify_cmd(run_dir, 0), stdout=subprocess.DEVNULL, stderr=err, env=env()
+            classify_cmd(run_dir, 0), stdout=subprocess.DEVNULL, stderr=err, env=env(**gate.env())
         )
-        deadline = time.time() + 300
-        while time.time() < deadline and proc.poll() is None:
-            if any(labels.rglob("*.done")):
-                break
-            time.sleep(0.01)
+        gate.wait(1, alive=lambda: proc.poll() is None)
         sent = time.time()
         proc.send_signal(sig)
         rc = proc.wait(timeout=120)
     stopped_in = time.time() - sent
     before = outputs_state(labels)
     done = [p for p in before if p.name.endswith(".done")]
-    assert 1 <= len(done) < total, f"the signal did not land mid-shard ({len(done)}/{total})"
+    assert len(done) == 1 < total, f"the signal did not land mid-shard ({len(done)}/{total})"
     assert not markers.done_shards(run_dir)
     if sig == signal.SIGKILL:
         assert rc == -signal.SIGKILL
@@ -230,22 +230,22 @@ def test_1_2_worker_killed_mid_file_then_rerun_skips_finished_files(tmp_path, de
 
 
 @pytest.mark.slow
+@pytest.mark.race
 def test_3_snakemake_killed_then_rerun_incomplete(tmp_path, demo_models):
     config = make_run(tmp_path, demo_models, total_shards=3)
     labels = tmp_path / "labels"
+    gate = Gate(tmp_path / "gate", after_files=1)  # the running job stops after one file
     proc = subprocess.Popen(
         snakemake_cmd(config, "--cores", "1"),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
-        env=env(),
+        env=env(**gate.env()),
     )
     try:
-        deadline = time.time() + 300
-        while time.time() < deadline and proc.poll() is None and not any(labels.rglob("*.done")):
-            time.sleep(0.05)
+        gate.wait(1, alive=lambda: proc.poll() is None)
         # Only Snakemake dies (as under the OOM killer); its running job is orphaned
-        # and may still finish its shard while the restarted run works.
+        # and finishes its shard once the gate opens, after the restarted run planned.
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         before = {p: m for p, m in outputs_state(labels).items() if p.name.endswith(".done")}
@@ -257,6 +257,9 @@ def test_3_snakemake_killed_then_rerun_incomplete(tmp_path, demo_models):
             run_snakemake(config, "--unlock")
             again = run_snakemake(config, "--rerun-incomplete", check=False)
         assert again.returncode == 0, again.stdout[-4000:]
+        assert "in flight 1 shard(s)" in again.stdout, again.stdout[-4000:]
+        gate.open()
+        wait_until(lambda: not claims.read_claims(tmp_path / "run"), "the orphan to finish")
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)  # any orphan of the killed run
@@ -530,21 +533,17 @@ def finished(tmp_path_factory, demo_models) -> SimpleNamespace:
         "AWS_SESSION_TOKEN": "sw-fault-token-" + "t0k3n" * 4,
     }
     run_env = env(**secrets)
+    gate = Gate(base / "gate")
     a = subprocess.Popen(
         snakemake_cmd(config, "--cores", "1"),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env=run_env,
+        env={**run_env, **gate.env()},
     )
-    # B starts once A holds the run-dir lock: A's jobs (each loading the models) are
-    # then all still ahead of it, a wide margin over B's refusal at parse time.
-    lock = base / "run" / ".shardwise.lock"
-    deadline = time.time() + 300
-    while time.time() < deadline and a.poll() is None:
-        if lock.exists() and lock.read_text().startswith("pid"):
-            break
-        time.sleep(0.05)
+    # B starts once A's first shard job stands at the gate: A holds the run-dir lock and
+    # cannot finish before B has been refused, however slowly either starts.
+    gate.wait(1, alive=lambda: a.poll() is None)
     elsewhere = base / "elsewhere"
     elsewhere.mkdir()
     other = snakemake_cmd(config, "--cores", "1")
@@ -558,6 +557,7 @@ def finished(tmp_path_factory, demo_models) -> SimpleNamespace:
     }
     second = {name: (p.communicate(timeout=300)[0], p.returncode) for name, p in b_procs.items()}
     a_running_during_b = a.poll() is None
+    gate.open()
     a_out = a.communicate(timeout=600)[0]
     assert a.returncode == 0, a_out[-4000:]
     return SimpleNamespace(
@@ -574,8 +574,9 @@ def finished(tmp_path_factory, demo_models) -> SimpleNamespace:
 
 
 @pytest.mark.slow
+@pytest.mark.race
 def test_12_second_snakemake_on_the_same_run_dir_refuses(finished):
-    assert finished.a_running_during_b, "run A finished before B started: make KILLABLE bigger"
+    assert finished.a_running_during_b, "run A ended before B was refused"
     for name, (out, rc) in finished.second.items():
         assert rc != 0, f"{name}: {out[-2000:]}"
         # Our lock (taken at parse time) refuses before Snakemake's own lock is tried;

@@ -11,7 +11,14 @@ import time
 from dataclasses import replace
 
 import pytest
-from e2e import ledger_counts, make_run, minimal_config, slow_shardwise, snakemake_cmd
+from e2e import (
+    Gate,
+    gated_shardwise,
+    ledger_counts,
+    make_run,
+    minimal_config,
+    snakemake_cmd,
+)
 from slurm_samples import WRAP_SCRIPT, job
 
 from shardwise.cli.main import main
@@ -177,20 +184,23 @@ def _wait_for(predicate, timeout, what):
 
 
 @pytest.mark.slow
+@pytest.mark.race
 def test_local_run_killed_with_sigkill_restarts_without_running_a_shard_twice(
     tmp_path, demo_models
 ):
     config = make_run(tmp_path, demo_models, total_shards=4)
-    env = slow_shardwise(tmp_path / "bin", tmp_path / "ledger", delay=15)
+    gate = Gate(tmp_path / "gate")
+    gated = gated_shardwise(tmp_path / "bin", tmp_path / "ledger", gate)  # the first run's jobs
+    env = gated_shardwise(tmp_path / "bin", tmp_path / "ledger")  # later runs' jobs go on
     run_dir = tmp_path / "run"
     cmd = snakemake_cmd(config, "--cores", "2", "--rerun-incomplete")
-    first = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = subprocess.Popen(cmd, env=gated, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait_for(lambda: len(claims.read_claims(run_dir)) == 2, 120, "two shards in flight")
+        held = sorted(gate.wait(2, alive=lambda: first.poll() is None))  # two jobs in flight
     finally:
         os.kill(first.pid, signal.SIGKILL)  # the main process only: its shard jobs go on
         first.wait()
-    held = sorted(claims.read_claims(run_dir))
+    assert sorted(claims.read_claims(run_dir)) == held
     subprocess.run(snakemake_cmd(config, "--unlock"), env=env, check=True, capture_output=True)
     second = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
@@ -198,7 +208,8 @@ def test_local_run_killed_with_sigkill_restarts_without_running_a_shard_twice(
     assert "in flight 2 shard(s) held by 2 live job(s)" in log, log[-3000:]
     for shard in held:
         assert f"shards {shard} " in log
-    _wait_for(lambda: claims.read_claims(run_dir) == {}, 180, "the orphaned shards to end")
+    gate.open()  # the orphaned jobs finish their shards now
+    _wait_for(lambda: claims.read_claims(run_dir) == {}, 300, "the orphaned shards to end")
     third = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
     assert "rule classify" not in third.stdout + third.stderr  # nothing left to label

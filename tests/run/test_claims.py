@@ -114,10 +114,12 @@ import sys, time
 from pathlib import Path
 from shardwise.run import claims
 from shardwise.errors import ShardClaimedError
+run_dir = Path(sys.argv[1])
 try:
-    with claims.held(Path(sys.argv[1]), 0):
+    with claims.held(run_dir, 0):
         print("won", flush=True)
-        time.sleep(2)
+        while not (run_dir / "release").exists():  # held until every racer has answered
+            time.sleep(0.02)
 except ShardClaimedError:
     print("refused", flush=True)
 """
@@ -130,7 +132,10 @@ def test_of_racing_jobs_on_one_shard_exactly_one_wins(tmp_path):
         )
         for _ in range(4)
     ]
-    results = sorted(p.communicate(timeout=60)[0].strip() for p in procs)
+    results = sorted(p.stdout.readline().strip() for p in procs)  # the winner still holds it
+    (tmp_path / "release").touch()
+    for p in procs:
+        p.communicate(timeout=60)
     assert results == ["refused", "refused", "refused", "won"]
     assert claims.read_claims(tmp_path) == {}
 

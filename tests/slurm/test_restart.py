@@ -1,13 +1,14 @@
 """A Snakemake main process killed with SIGKILL and restarted at once never duplicates a shard.
 
 The demo (8 shards, K=2: 4 SLURM jobs) runs with `--jobs 3` on the 2 (fake) GPUs
-of the test cluster, each shard job held in flight for a while (tests/e2e.py's
-slow `shardwise`: it sleeps inside the shard's claim, then labels for real):
+of the test cluster, each shard job holding its claim at a test gate
+(``shardwise.classify.gate``) until the test opens it, then labelling for real:
 
-1. the first invocation submits 3 jobs: 2 RUNNING, 1 PENDING; it is killed with
-   SIGKILL (its jobs keep running, as after a lost login node);
-2. a second invocation, started at once (after `--unlock`), reports the 6 shards
-   of those jobs as in flight, submits only the 4th job, and ends with it;
+1. the first invocation submits 3 jobs: 2 RUNNING (each at the gate), 1 PENDING; it is
+   killed with SIGKILL (its jobs keep running, as after a lost login node);
+2. a second invocation (after `--unlock`) reports the 6 shards of those jobs as in
+   flight and submits only the 4th job; once that job stands at the gate too, the gate
+   opens and the second invocation ends with it;
 3. a third invocation after every job ended has nothing to label and completes
    the run (report); `shardwise verify --complete` passes.
 
@@ -27,7 +28,7 @@ from dataclasses import replace
 
 import pytest
 import slurmrun as sr
-from e2e import ledger_counts, slow_shardwise
+from e2e import Gate, gated_shardwise, ledger_counts
 
 from shardwise.cli.main import main
 from shardwise.planner import inflight
@@ -36,7 +37,6 @@ from shardwise.run import claims
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
 SHARDS = 8
-DELAY = 1  # seconds each shard job waits inside its claim before labelling
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,8 @@ def test_sigkilled_run_restarted_at_once_submits_no_shard_twice(cluster, tmp_pat
     workdir = tmp_path / "work"
     workdir.mkdir()
     run_dir = tmp_path / "demo" / "run"
-    env = slow_shardwise(tmp_path / "bin", tmp_path / "ledger", DELAY)
+    gate = Gate(tmp_path / "gate")
+    env = gated_shardwise(tmp_path / "bin", tmp_path / "ledger", gate)
     cmd = sr.snakemake(workdir, configfile, sr.PROFILE, sr.PROFILE_CI,
                        extra=("--jobs", "3", "--group-components", "classify=2"))  # fmt: skip
     first_log = tmp_path / "first.log"
@@ -60,7 +61,9 @@ def test_sigkilled_run_restarted_at_once_submits_no_shard_twice(cluster, tmp_pat
         def two_running_one_pending():
             states = [j["state"] for j in sr.squeue_of(workdir)]
             held = claims.read_claims(run_dir)
-            return states.count("RUNNING") == 2 and states.count("PENDING") == 1 and len(held) == 2
+            at_gate = len(gate.waiting())
+            running, pending = states.count("RUNNING"), states.count("PENDING")
+            return running == 2 and pending == 1 and len(held) == 2 and at_gate == 2
 
         sr.wait_for(two_running_one_pending, 240, f"2 running + 1 pending jobs ({first_log})")
     finally:
@@ -70,14 +73,15 @@ def test_sigkilled_run_restarted_at_once_submits_no_shard_twice(cluster, tmp_pat
     try:
         unlock = subprocess.run([*cmd, "--unlock"], env=env, capture_output=True, check=False)
         assert unlock.returncode == 0, unlock.stderr
-        second = subprocess.run(
-            cmd, env=env, capture_output=True, text=True, timeout=420, check=False
-        )
-        log = second.stdout + second.stderr
-        assert second.returncode == 0, log[-4000:]
-        # 6 shards, fewer if a running job finished its first shard before this parse
+        second_log = tmp_path / "second.log"
+        second = subprocess.Popen(cmd, env=env, stdout=second_log.open("w"),
+                                  stderr=subprocess.STDOUT)  # fmt: skip
+        gate.wait(3, alive=lambda: second.poll() is None)  # the 4th job's shard is at the gate
+        gate.open()
+        assert second.wait(timeout=420) == 0, second_log.read_text()[-4000:]
+        log = second_log.read_text()
         flying = re.search(r"in flight (\d) shard\(s\) held by 3 live job\(s\) of an earlier", log)
-        assert flying and int(flying.group(1)) in {4, 5, 6}, log[-4000:]
+        assert flying and int(flying.group(1)) == 6, log[-4000:]
         for job_id in before:
             assert f"job {job_id} " in log
         assert log.count("has been submitted with SLURM jobid") == 1

@@ -13,7 +13,8 @@ tests below check one property of it each; then a second run must submit nothing
 - the cap: QOS cap3 (MaxSubmitJobsPerUser=3) and `jobs` = 3: no sbatch refused,
   and squeue (sampled every 0.5 s) never shows more than 3 of our jobs queued or
   running;
-- one running job is scancel-ed: it is retried (attempt 2, twice the walltime)
+- one running job is scancel-ed (while its shard stands at the test gate): it is retried
+  (attempt 2, twice the walltime)
   and the run still ends complete;
 - a rerun with everything done submits nothing.
 
@@ -39,6 +40,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from e2e import Gate
 
 from shardwise.planner.walltime import default_rate, minutes_for
 
@@ -50,7 +52,6 @@ PROFILE_CI = REPO / "tests" / "slurm" / "profile-ci"
 K = 2  # shards per SLURM job
 CAP = 3  # QOS MaxSubmitJobsPerUser, and Snakemake's --jobs
 RUN_TIMEOUT = 480  # seconds; the run takes ~3 min on 2 cores
-CANCEL_AFTER = 3  # seconds a job has run before the observer scancels it
 #: Walltime settings that make the computed runtimes differ per shard (the demo's
 #: shards are ~15-115 kB: 3 to 24 minutes each) instead of all hitting min_minutes.
 WALLTIME = {
@@ -156,9 +157,12 @@ def _submitted(job: dict[str, str]) -> tuple[list[int], int]:
 
 @dataclass
 class Observer:
-    """Samples squeue every 0.5 s; scancels the first job that ran CANCEL_AFTER s."""
+    """Samples squeue every 0.5 s; scancels the first job whose shard stands at the gate
+    (every shard job waits there until the gate opens: the cancel lands on a running
+    job however fast the cluster is), then opens the gate."""
 
     log_path: Path
+    gate: Gate
     samples: list[Counter] = field(default_factory=list)
     cancelled: str | None = None
     cancel_error: str = ""
@@ -174,21 +178,28 @@ class Observer:
         while not self._stop.is_set():
             rows = self._ours()
             self.samples.append(Counter(state for _, _, state, _ in rows))
-            if self.cancelled is None:
-                for job_id, _, state, elapsed in rows:
-                    if state == "RUNNING" and elapsed >= CANCEL_AFTER:
-                        proc = subprocess.run(
-                            ["scancel", job_id], capture_output=True, text=True, check=False
-                        )
-                        if proc.returncode == 0:
-                            self.cancelled = job_id
-                        else:
-                            self.cancel_error += proc.stderr
-                        break
+            if self.cancelled is None and (waiting := self._first_at_gate()):
+                proc = subprocess.run(
+                    ["scancel", waiting], capture_output=True, text=True, check=False
+                )
+                if proc.returncode == 0:
+                    self.cancelled = waiting
+                else:
+                    self.cancel_error += proc.stderr
+                self.gate.open()
             self._stop.wait(0.5)
+
+    def _first_at_gate(self) -> str | None:
+        """The SLURM job id of the first shard job that stands at the gate."""
+        for path in sorted(self.gate.directory.glob("*.waiting")):
+            _pid, _, job_id = path.read_text().strip().partition(" ")
+            if job_id and job_id != "-":
+                return job_id
+        return None
 
     def stop(self) -> None:
         self._stop.set()
+        self.gate.open()  # never leave a job waiting
 
     @property
     def max_active(self) -> int:
@@ -199,9 +210,13 @@ class Observer:
         return max((sum(c.values()) for c in self.samples), default=0)
 
 
-def _run_snakemake(cmd: list[str], log_path: Path, timeout: float) -> int:
+def _run_snakemake(
+    cmd: list[str], log_path: Path, timeout: float, extra_env: dict[str, str] | None = None
+) -> int:
     with log_path.open("w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=_env())
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env={**_env(), **(extra_env or {})}
+        )
         try:
             return proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -284,12 +299,14 @@ def _main_run(slurm_cluster, slurm_qos_cap, tmp_path_factory) -> MainRun:
 
     log_path = base / "snakemake.log"
     log_path.touch()
-    observer = Observer(log_path)
+    observer = Observer(log_path, Gate(base / "gate"))
     thread = threading.Thread(target=observer.loop, daemon=True)
     thread.start()
     t0 = time.monotonic()
     try:
-        rc = _run_snakemake(_snakemake_cmd(workdir, configfile, qos), log_path, RUN_TIMEOUT)
+        rc = _run_snakemake(
+            _snakemake_cmd(workdir, configfile, qos), log_path, RUN_TIMEOUT, observer.gate.env()
+        )
     finally:
         observer.stop()
         thread.join(timeout=10)

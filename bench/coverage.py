@@ -6,13 +6,12 @@ per done file (plus a few done files inside unfinished shards), then times
 load_state + compute + format_table in-process, cold and warm, and the whole CLI in a
 fresh interpreter. Prints the figures; exits 1 if the warm in-process time is over 2 s.
 
-    python bench/coverage.py [--rebuild] [--report]
+    python bench/coverage.py [--rebuild] [--report] [--files 56514 --shards 3000]
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import shutil
 import subprocess
@@ -27,6 +26,8 @@ import pyarrow.parquet as pq
 
 from shardwise.ops import coverage
 from shardwise.ops.coverage_format import format_table
+from shardwise.run.runjson import RunMeta, fingerprint
+from shardwise.run.sharding import shard_for_task
 
 FILES = 56_514
 SHARDS = 3_000
@@ -41,12 +42,7 @@ TOPICS = [
 DEVICES = [("NVIDIA H100 80GB HBM3", 2600.0), ("NVIDIA A100-SXM4-80GB", 1500.0)]
 
 
-def shard_of(task_id: str) -> int:
-    """Same rule as shardwise.sharding (sha256, first 16 hex digits)."""
-    return int(hashlib.sha256(task_id.encode()).hexdigest()[:16], 16) % SHARDS
-
-
-def build(root: Path) -> None:
+def build(root: Path, n_files: int = FILES, n_shards: int = SHARDS) -> None:
     """Write run.json, plan.parquet, markers and output files under ``root``."""
     rng = np.random.default_rng(7)
     if root.exists():
@@ -57,11 +53,11 @@ def build(root: Path) -> None:
     files = sorted(
         f"{source}/{TOPICS[i % len(TOPICS)]}/part-{i:06d}.jsonl.zst"
         for i, source in zip(
-            range(FILES), rng.choice(["cc", "cc", "cc", "wiki", "books"], FILES), strict=True
+            range(n_files), rng.choice(["cc", "cc", "cc", "wiki", "books"], n_files), strict=True
         )
     )
-    sizes = rng.lognormal(mean=np.log(40e6), sigma=0.5, size=FILES).astype(np.int64)
-    shards = np.array([shard_of(f) for f in files], dtype=np.int64)
+    sizes = rng.lognormal(mean=np.log(40e6), sigma=0.5, size=n_files).astype(np.int64)
+    shards = np.array([shard_for_task(f, n_shards) for f in files], dtype=np.int64)
     categories = ["/".join(f.split("/")[:2]) for f in files]
     pq.write_table(
         pa.table(
@@ -76,16 +72,18 @@ def build(root: Path) -> None:
         run_dir / "plan.parquet",
     )
     (run_dir / "plan.json").write_text(
-        json.dumps({"fingerprint": "bench", "tasks": FILES, "files": FILES,
-                    "bytes": int(sizes.sum()), "shards_total": SHARDS,
-                    "shards_empty": int(SHARDS - np.unique(shards).size),
+        json.dumps({"fingerprint": "bench", "tasks": n_files, "files": n_files,
+                    "bytes": int(sizes.sum()), "shards_total": n_shards,
+                    "shards_empty": int(n_shards - np.unique(shards).size),
                     "built_at": "2026-01-01T00:00:00Z"})
     )  # fmt: skip
-    (run_dir / "run.json").write_text(
-        json.dumps({"format_version": 1, "name": "bench-56k", "total_shards": SHARDS,
-                    "minimum_shard_index": 0, "output_uri": str(output)})
+    meta = RunMeta.new(
+        total_shards=n_shards, minimum_shard_index=0, files_per_task=1,
+        input_uri=str(root / "corpus"), output_uri=str(output), task_count=n_files,
+        fingerprint=fingerprint(files), classifiers=[("topic", "models/topic", "url_text")],
     )  # fmt: skip
-    done_shards = set(rng.choice(SHARDS, SHARDS // 2, replace=False).tolist())
+    (run_dir / "run.json").write_bytes(meta.to_json())
+    done_shards = set(rng.choice(n_shards, n_shards // 2, replace=False).tolist())
     start = datetime(2026, 1, 1, tzinfo=UTC)
     by_shard: dict[int, list[int]] = {}
     for i, s in enumerate(shards.tolist()):
@@ -105,13 +103,13 @@ def build(root: Path) -> None:
             )
             docs_total += docs
         (run_dir / "shards" / f"{shard}.done").write_text(
-            json.dumps({"shard": shard, "total_shards": SHARDS, "minimum_shard_index": 0,
+            json.dumps({"shard": shard, "total_shards": n_shards, "minimum_shard_index": 0,
                         "tasks": len(members), "files": len(members), "docs": docs_total,
                         "finished_at": finished.isoformat().replace("+00:00", "Z")})
         )  # fmt: skip
     # A few files done inside shards still running.
-    running = sorted(set(range(SHARDS)) - done_shards)
-    for shard in rng.choice(running, 200, replace=False).tolist():
+    running = sorted(set(range(n_shards)) - done_shards)
+    for shard in rng.choice(running, min(200, len(running) // 4), replace=False).tolist():
         members = by_shard.get(shard, [])
         for i in rng.choice(members, min(3, len(members)), replace=False).tolist():
             _write_file_outputs(
@@ -124,7 +122,7 @@ def build(root: Path) -> None:
                 start + timedelta(days=1),
                 int(sizes[i]),
             )
-    (root / "BUILT").write_text("ok\n")
+    (root / "BUILT").write_text(f"{n_files} {n_shards}\n")
 
 
 def _write_file_outputs(
@@ -169,28 +167,30 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rebuild", action="store_true")
     parser.add_argument("--report", action="store_true", help="also time `report` (PNG+HTML)")
+    parser.add_argument("--files", type=int, default=FILES, help="source files in the run")
+    parser.add_argument("--shards", type=int, default=SHARDS, help="logical shards")
+    parser.add_argument("--dir", type=Path, default=OUT, help="where the run is built")
     args = parser.parse_args()
-    if args.rebuild or not (OUT / "BUILT").exists():
+    out = args.dir.absolute()
+    built = out / "BUILT"
+    if args.rebuild or not built.exists() or built.read_text() != f"{args.files} {args.shards}\n":
         t0 = time.perf_counter()
-        build(OUT)
-        print(f"built synthetic run in {time.perf_counter() - t0:.1f} s: {OUT}")
-    run_dir = OUT / "run"
+        build(out, args.files, args.shards)
+        print(f"built synthetic run in {time.perf_counter() - t0:.1f} s: {out}")
+    run_dir = out / "run"
     cold, cold_cpu, table = timed_report(run_dir)
     runs = [timed_report(run_dir) for _ in range(3)]
     warm, warm_cpu = min(r[0] for r in runs), min(r[1] for r in runs)
     t0 = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-c",
-         "import sys; from shardwise import coverage; import argparse; "
-         "p = argparse.ArgumentParser(); s = p.add_subparsers(); coverage.add_cli(s); "
-         "a = p.parse_args(sys.argv[1:]); raise SystemExit(a.func(a))",
-         "coverage", "--run-dir", str(run_dir), "--gpus", "8"],
+        [sys.executable, "-m", "shardwise.cli", "coverage", "--run-dir", str(run_dir),
+         "--gpus", "8"],
         check=True, stdout=subprocess.DEVNULL,
     )  # fmt: skip
     process = time.perf_counter() - t0
     print(table)
     print()
-    print(f"coverage table, {FILES:,} files / {SHARDS:,} shards, half done:")
+    print(f"coverage table, {args.files:,} files / {args.shards:,} shards, half done:")
     print(f"  in-process first call  {cold:.3f} s wall, {cold_cpu:.3f} s CPU")
     print(f"  in-process warm (min3) {warm:.3f} s wall, {warm_cpu:.3f} s CPU")
     print(f"  fresh interpreter, CLI {process:.3f} s (includes imports)")
@@ -200,8 +200,8 @@ def main() -> int:
         t0 = time.perf_counter()
         state = coverage.load_state(run_dir)
         now = float(np.nanmax(state.markers.finished_at)) + 120  # "now" = just after the last shard
-        report.write_report(state, coverage.compute(state, gpus=8), OUT / "report.html", now=now)
-        print(f"  report (HTML+PNG)      {time.perf_counter() - t0:.3f} s -> {OUT / 'report.png'}")
+        report.write_report(state, coverage.compute(state, gpus=8), out / "report.html", now=now)
+        print(f"  report (HTML+PNG)      {time.perf_counter() - t0:.3f} s -> {out / 'report.png'}")
     return 0 if warm < BUDGET_S else 1
 
 

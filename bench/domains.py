@@ -13,7 +13,7 @@ Then times, as fresh CLI calls (a new interpreter each, imports included):
 json`, and `shardwise coverage` on the same run (whose stats now carry label counts).
 Prints the figures; exits 1 if the default `shardwise domains` call is over 2 s.
 
-    python bench/domains.py [--rebuild]
+    python bench/domains.py [--rebuild] [--files 56514 --shards 3000]
 """
 
 from __future__ import annotations
@@ -66,10 +66,10 @@ def _counts(rng, mean: np.ndarray, docs: int, cell_len: np.ndarray) -> dict:
     return {"pair": pair, "topic": topic, "format": fmt, "docs": docs, "bytes": int(b.sum())}
 
 
-def build(root: Path) -> dict[str, float]:
+def build(root: Path, n_files: int, n_shards: int) -> dict[str, float]:
     """The coverage bench's run, plus label counts in stats and one summary per shard."""
     covbench = _coverage_bench()
-    covbench.build(root)
+    covbench.build(root, n_files, n_shards)
     run_dir, output = root / "run", root / "output"
     import pyarrow.parquet as pq
 
@@ -111,8 +111,8 @@ def build(root: Path) -> dict[str, float]:
         marker = run_dir / "shards" / f"{shard}.done"  # as the job writes it: with file_stats
         body = json.loads(marker.read_text())
         marker.write_text(json.dumps({**body, "file_stats": file_stats}))
-    (root / "BUILT").write_text("ok\n")
-    return {"nonzero_pair_cells_per_file": float(np.mean(nonzero))}
+    (root / "BUILT").write_text(f"{n_files} {n_shards}\n")
+    return {"nonzero_pair_cells_per_file": float(np.mean(nonzero)) if nonzero else 0.0}
 
 
 def fresh_cli(*args: str) -> tuple[float, float]:
@@ -135,16 +135,21 @@ def fresh_cli(*args: str) -> tuple[float, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rebuild", action="store_true")
+    parser.add_argument("--files", type=int, default=56_514, help="source files in the run")
+    parser.add_argument("--shards", type=int, default=3_000, help="logical shards")
+    parser.add_argument("--dir", type=Path, default=OUT, help="where the run is built")
     args = parser.parse_args()
-    if args.rebuild or not (OUT / "BUILT").exists():
+    out = args.dir.absolute()
+    built = out / "BUILT"
+    if args.rebuild or not built.exists() or built.read_text() != f"{args.files} {args.shards}\n":
         t0 = time.perf_counter()
-        info = build(OUT)
-        print(f"built synthetic run in {time.perf_counter() - t0:.1f} s: {OUT} "
+        info = build(out, args.files, args.shards)
+        print(f"built synthetic run in {time.perf_counter() - t0:.1f} s: {out} "
               f"({info['nonzero_pair_cells_per_file']:.0f} non-zero topic x format cells "
               "per file)")  # fmt: skip
-    run_dir = str(OUT / "run")
-    size = sum(p.stat().st_size for p in (OUT / "run" / "summaries").glob("*.arrow"))
-    stats = list((OUT / "output").rglob("*.stats.json"))
+    run_dir = str(out / "run")
+    size = sum(p.stat().st_size for p in (out / "run" / "summaries").glob("*.arrow"))
+    stats = list((out / "output").rglob("*.stats.json"))
     stats_size = sum(p.stat().st_size for p in stats)
     from shardwise.ops import domains
 
@@ -171,9 +176,9 @@ def main() -> int:
         ),
         "shardwise --version (start-up only)": fresh_cli("--version"),
     }
-    n_summaries = len(list((OUT / "run" / "summaries").glob("*.arrow")))
+    n_summaries = len(list((out / "run" / "summaries").glob("*.arrow")))
     print(
-        f"56,514 files / 3,000 shards, half done: {n_summaries:,} summaries "
+        f"{args.files:,} files / {args.shards:,} shards, half done: {n_summaries:,} summaries "
         f"({size / 1e6:.1f} MB), {len(stats):,} stats files ({stats_size / 1e6:.1f} MB)"
     )
     print(f"  in-process load + compute (topic x format)  {in_process:.3f} s")

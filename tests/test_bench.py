@@ -1,0 +1,93 @@
+"""Every benchmark under bench/ runs in CI at a tiny size, so none can rot unnoticed.
+
+Each smoke run asserts that the script finished and printed its figures, never what
+they are: the figures belong to a full run on a quiet machine (the README names the
+command behind each). ``bench/gpu-check.sh`` has its own smoke run (test_gpu_check.py).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+BENCH = REPO / "bench"
+NUMBER = r"\d+(?:\.\d+)?"
+
+pytestmark = pytest.mark.slow
+
+
+def bench(tmp_path: Path, script: str, *args: str, timeout: float = 600) -> str:
+    """Run ``bench/<script> ARGS`` from bench/ (as its docstring says); its stdout."""
+    env = dict(
+        os.environ,
+        PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        SHARDWISE_BENCH_CACHE=str(tmp_path / "cache"),
+        SHARDWISE_MODEL_CACHE=str(tmp_path / "models"),
+        MPLBACKEND="Agg",
+    )
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=BENCH,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_bench_dryrun_prints_the_scaling_table_with_the_bare_snakefile_beside(tmp_path):
+    out = bench(tmp_path, "dryrun.py", "--files", "40,80", "--shards", "4", "--dir",
+                str(tmp_path / "dryrun"))  # fmt: skip
+    assert "bare Snakefile, same targets" in out
+    rows = re.findall(rf"^\s+(\d+) / (\d+)\s+{NUMBER} s / +\d+ MB .* {NUMBER} s / +\d+ MB$", out,
+                      re.MULTILINE)  # fmt: skip
+    assert rows == [("40", "4"), ("80", "4")], out
+    assert re.search(rf"first dry run, 80 / 4 vs 40 / 4: {NUMBER}x", out), out
+    assert re.search(rf"shardwise's own share at 40 / 4: -?{NUMBER} s of {NUMBER} s", out), out
+
+
+def test_bench_coverage_prints_in_process_and_cli_times(tmp_path):
+    out = bench(tmp_path, "coverage.py", "--files", "200", "--shards", "20", "--report",
+                "--dir", str(tmp_path / "coverage"))  # fmt: skip
+    assert "coverage table, 200 files / 20 shards, half done:" in out
+    for what in ("in-process first call", "in-process warm (min3)"):
+        assert re.search(rf"{re.escape(what)}\s+{NUMBER} s wall, {NUMBER} s CPU", out), out
+    assert re.search(rf"fresh interpreter, CLI {NUMBER} s", out), out
+    assert re.search(rf"report \(HTML\+PNG\)\s+{NUMBER} s", out), out
+    assert (tmp_path / "coverage" / "report.png").stat().st_size > 0
+
+
+def test_bench_domains_prints_each_fresh_cli_time(tmp_path):
+    out = bench(tmp_path, "domains.py", "--files", "200", "--shards", "20",
+                "--dir", str(tmp_path / "domains"))  # fmt: skip
+    assert re.search(r"200 files / 20 shards, half done: \d+ summaries", out), out
+    assert re.search(rf"in-process load \+ compute \(topic x format\)\s+{NUMBER} s", out), out
+    assert len(re.findall(rf"fresh CLI: .* {NUMBER} s wall, {NUMBER} s CPU", out)) == 6, out
+
+
+def test_bench_classify_prints_rates_ratios_padding_and_mfu(tmp_path):
+    out = bench(tmp_path, "classify.py", "--shapes", "tiny", "--docs", "30", "--max-length",
+                "64", "--threads", "1")  # fmt: skip
+    for engine in ("(a) fixed 32", "(b) sorted, fixed 32", "(c) shardwise engine"):
+        assert re.search(rf"{re.escape(engine)}.* {NUMBER} docs/s .* {NUMBER} tokens/s", out), out
+    assert re.search(rf"c/a = {NUMBER}", out) and re.search(rf"c/b = {NUMBER}", out), out
+    assert re.search(r"padded tokens: \(b\) \d+ .*\(c\) \d+", out), out
+    assert re.search(rf"MFU \(c, inference time {NUMBER} s\): {NUMBER}", out), out
+
+
+def test_bench_precision_prints_agreement_cost_and_the_margin_table(tmp_path):
+    out = bench(tmp_path, "precision.py", "--docs", "24", "--hidden-size", "32", "--layers",
+                "1", "--heads", "2", "--max-length", "64", "--threads", "1")  # fmt: skip
+    assert re.search(rf"argmax agreement over \d+ labels .* without re-check {NUMBER}", out), out
+    assert re.search(rf"\(half\+re-check\)/half = {NUMBER}, \(half\+re-check\)/fp32 = {NUMBER}",
+                     out), out  # fmt: skip
+    assert len(re.findall(rf"^\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}$", out, re.MULTILINE)) >= 5, out

@@ -52,9 +52,9 @@ def demo_run_config(tmp_path: Path, total_shards: int) -> dict:
     return cfg
 
 
-def plan_run(tmp_path: Path, *, total_shards: int = 3, **overrides) -> dict:
+def plan_run(tmp_path: Path, *, total_shards: int = 3, size: DemoSize = TINY, **overrides) -> dict:
     """A planned (not yet labelled) in-process run; returns its config."""
-    write_corpus(tmp_path / "corpus", TINY)
+    write_corpus(tmp_path / "corpus", size)
     cfg = demo_run_config(tmp_path, total_shards)
     cfg.update(overrides)
     prepare_run(cfg, main_process=True, dryrun=True)

@@ -11,7 +11,6 @@ random. The demo exists to exercise the real code path end to end, offline.
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import math
 import random
@@ -87,9 +86,9 @@ def _records(source: str, category: str, part: int, size: DemoSize, seed: int) -
 
 def _encode(records: list[dict], ext: str) -> bytes:
     if ext == ".parquet":
-        buf = io.BytesIO()
-        pq.write_table(pa.Table.from_pylist(records), buf)
-        return buf.getvalue()
+        sink = pa.BufferOutputStream()
+        pq.write_table(pa.Table.from_pylist(records), sink)
+        return sink.getvalue().to_pybytes()
     lines = "".join(json.dumps(r) + "\n" for r in records).encode("utf-8")
     if ext == ".jsonl.gz":
         return gzip.compress(lines, mtime=0)

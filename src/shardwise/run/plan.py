@@ -8,7 +8,6 @@ source file is ever a Snakemake input (Snakemake stats every input each round).
 
 from __future__ import annotations
 
-import io
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -98,9 +97,9 @@ def summarize(table: pa.Table, total_shards: int) -> PlanSummary:
 
 def save(run_dir: Path, table: pa.Table, summary: PlanSummary) -> None:
     """Write plan.parquet then plan.json, each atomically (plan.json marks it complete)."""
-    buf = io.BytesIO()
-    pq.write_table(table, buf, compression="zstd")
-    write_atomic(run_dir / PLAN_PARQUET, buf.getvalue())
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    write_atomic(run_dir / PLAN_PARQUET, sink.getvalue().to_pybytes())
     write_atomic(run_dir / PLAN_JSON, json_bytes(vars(summary)))
 
 

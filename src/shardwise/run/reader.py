@@ -27,6 +27,7 @@ JSON) raises InputError naming the file and, for JSONL, the line.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import gzip
 import io
@@ -107,14 +108,15 @@ def read_documents(loc: Location, rel: str, fields: Fields, fmt: str = "auto") -
     kind = file_format(rel) if fmt == "auto" else fmt
     where = loc.url(rel)
     try:
-        with loc.open(rel) as fh:
-            if kind == "parquet":
-                docs = _read_parquet(fh, fields, where)
-            elif kind == "jsonl":
+        if kind == "parquet":
+            with _parquet_source(loc, rel) as source:
+                docs = _read_parquet(source, fields, where)
+        elif kind == "jsonl":
+            with loc.open(rel) as fh:
                 docs = _read_jsonl(_decompressed(fh, rel), fields, where)
-            else:
-                msg = f"{where}: unsupported file type (want .parquet or .jsonl[.gz|.zst])"
-                raise InputError(msg)
+        else:
+            msg = f"{where}: unsupported file type (want .parquet or .jsonl[.gz|.zst])"
+            raise InputError(msg)
     except InputError:
         raise
     except FileNotFoundError as e:
@@ -167,8 +169,29 @@ def schema_paths(schema: pa.Schema) -> set[str]:
     return out
 
 
-def _read_parquet(fh: IO[bytes], fields: Fields, where: str) -> Documents:
-    pf = pq.ParquetFile(fh)
+@contextlib.contextmanager
+def _parquet_source(loc: Location, rel: str) -> Iterator[pa.NativeFile]:
+    """``rel`` as a file Arrow reads without calling back into Python where it can.
+
+    Arrow reads a Python file object through the GIL, from its own threads too; one of
+    those still holding the file at interpreter exit aborted the process after a result
+    had been printed ("terminate called without an active exception", exit 134). A local
+    file is opened by Arrow itself, a small remote one is a buffer; only a large remote
+    one stays a Python file, read on the calling thread alone (``use_threads`` off).
+    """
+    if not loc.remote:
+        with pa.OSFile(loc.path(rel), "rb") as native:
+            yield native
+        return
+    with loc.open(rel) as fh:
+        if isinstance(fh, io.BytesIO):
+            yield pa.BufferReader(fh.getvalue())
+        else:
+            yield pa.PythonFile(fh, mode="r")
+
+
+def _read_parquet(source: pa.NativeFile, fields: Fields, where: str) -> Documents:
+    pf = pq.ParquetFile(source)
     schema = pf.schema_arrow
     paths = schema_paths(schema)
     rows = pf.metadata.num_rows
@@ -182,7 +205,8 @@ def _read_parquet(fh: IO[bytes], fields: Fields, where: str) -> Documents:
         top = path if path in schema.names else path.split(".", 1)[0]
         if top in schema.names and top not in columns:
             columns.append(top)
-    table = pf.read(columns=columns)
+    # Arrow's threads never touch a Python file (see _parquet_source)
+    table = pf.read(columns=columns, use_threads=not isinstance(source, pa.PythonFile))
     n = table.num_rows
     counts: Counter[str] = Counter()
     ids_raw, missing_ids = _column(table, fields.id)

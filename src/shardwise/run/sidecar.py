@@ -9,7 +9,6 @@ The ``.done`` marker (see ``markers``) is written after both.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import platform
@@ -79,14 +78,14 @@ def label_columns(
 
 def to_parquet_bytes(table: pa.Table) -> bytes:
     """Serialise a sidecar (zstd; small row groups are pointless for label columns)."""
-    buf = io.BytesIO()
-    pq.write_table(table, buf, compression="zstd")
-    return buf.getvalue()
+    sink = pa.BufferOutputStream()  # Arrow's own buffer: no Python file for its threads
+    pq.write_table(table, sink, compression="zstd")
+    return sink.getvalue().to_pybytes()
 
 
 def read_sidecar(data: bytes) -> pa.Table:
     """Parse sidecar bytes."""
-    return pq.read_table(io.BytesIO(data))
+    return pq.read_table(pa.BufferReader(data))  # no Python file for Arrow's threads
 
 
 def versions() -> dict[str, str]:

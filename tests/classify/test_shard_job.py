@@ -54,7 +54,7 @@ def test_forget_done_drops_files_from_the_journal_and_the_snapshot(tmp_path):
 def test_a_text_field_typo_fails_each_file_by_name_and_the_fix_relabels(tmp_path):
     cfg = plan_run(tmp_path, total_shards=1)
     cfg["input"] = {**cfg["input"], "text_field": "body"}
-    prepare_run(cfg, main_process=True, dryrun=True)
+    prepare_run(cfg, main_process=True, dryrun=True, repin=True)  # nothing labelled yet
     with pytest.raises(ShardFailedError) as info:
         label(tmp_path / "run")
     message = str(info.value)
@@ -63,8 +63,8 @@ def test_a_text_field_typo_fails_each_file_by_name_and_the_fix_relabels(tmp_path
     assert message.count("input.text_field 'body' is in none of its") == len(files)
     assert "fields found: id, text, url" in message
     assert not list((tmp_path / "labels").rglob("*.done"))  # nothing vouches for empty text
-    cfg["input"]["text_field"] = "text"  # the fix: not pinned, the next run uses it
-    prepare_run(cfg, main_process=True, dryrun=True)
+    cfg["input"]["text_field"] = "text"  # the fix: pinned, but re-pinned while nothing is labelled
+    prepare_run(cfg, main_process=True, dryrun=True, repin=True)
     label(tmp_path / "run")
     assert len(list((tmp_path / "labels").rglob("*.done"))) == len(files)
 

@@ -24,4 +24,4 @@ rule report:
     shell:
         "shardwise report --run-dir {params.run_dir:q}"
         " --out {output.html:q} --png {output.png:q}"
-        " --domains-png {output.domains:q} 2> {log:q}"
+        " --domains-png {output.domains:q} --require-complete 2> {log:q}"

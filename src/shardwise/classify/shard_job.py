@@ -30,6 +30,7 @@ from tqdm import tqdm
 
 from shardwise.classify import gate
 from shardwise.classify.modelcheck import identity
+from shardwise.classify.tokenization import labelling
 from shardwise.config import Pair, resolve_pairs
 from shardwise.errors import InputError, ShardFailedError, ShardwiseError, StorageError
 from shardwise.run import (
@@ -295,6 +296,11 @@ def _label_file(
         counts=dict(item.docs.counts),
         models=models,
     )
+    stats["labelling"] = _labelling(ctx)
+    stats["precision"] = {
+        "dtype": getattr(engine, "dtype_name", ""),
+        "recheck_margin": labels.stats.get("recheck_margin"),
+    }
     stats["label_counts"] = labelcounts.count_labels(
         labels.columns, labelcounts.text_bytes(item.docs.texts), *_counted(ctx)
     )
@@ -313,6 +319,17 @@ def _label_file(
             found,
         )
     return len(item.docs), stats
+
+
+def _labelling(ctx: JobContext) -> dict[str, Any]:
+    """What this job labels with besides the models (the same shape run.json pins)."""
+    return labelling(
+        ctx.fields.id,
+        ctx.fields.text,
+        ctx.settings["input"].get("url_field"),
+        ctx.settings["inference"]["max_length"],
+        (kind for _name, _model, kind in ctx.meta.classifiers),
+    )
 
 
 def _counted(ctx: JobContext) -> tuple[list[str], list[Pair]]:

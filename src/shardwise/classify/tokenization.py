@@ -29,7 +29,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any
@@ -39,14 +39,19 @@ from tokenizers import Tokenizer
 
 __all__ = [
     "INPUT_KINDS",
+    "TEMPLATES",
     "SharedTokenizer",
     "StreamKey",
     "TokenStream",
     "TokenizerInfo",
     "format_input",
+    "labelling",
 ]
 
 INPUT_KINDS: tuple[str, ...] = ("url_text", "text")
+#: What each input kind feeds its classifier, as ``format_input`` builds it (pinned in
+#: run.json: a different template is a different labelling).
+TEMPLATES = {"url_text": "{url}\n\n{text}", "text": "{text}"}
 
 #: Characters after which a text may be cut without changing earlier tokens: plain ASCII
 #: whitespace only (str.isspace() also matches control separators that BertNormalizer deletes).
@@ -61,6 +66,22 @@ _SPLITTABLE_NORMALIZERS = {None, "BertNormalizer", "Lowercase", "NFD", "NFC", "S
 _SPLITTABLE_PRE_TOKENIZERS = {"BertPreTokenizer", "Whitespace", "WhitespaceSplit"}
 _SPLITTABLE_MODELS = {"WordPiece"}
 _SPLITTABLE_POST = {None, "TemplateProcessing", "BertProcessing"}
+
+
+def labelling(
+    id_field: str, text_field: str, url_field: str | None, max_length: int, kinds: Iterable[str]
+) -> dict[str, Any]:
+    """Everything besides the models that decides a label, as run.json pins it and each
+    file's stats record it: the reader's fields (the url only when an input uses it),
+    the truncation length, and each input kind's template."""
+    used = sorted(set(kinds))
+    return {
+        "id_field": id_field,
+        "text_field": text_field,
+        "url_field": url_field if "url_text" in used else None,
+        "max_length": int(max_length),
+        "templates": {kind: TEMPLATES[kind] for kind in used},
+    }
 
 
 def format_input(kind: str, text: str, url: str) -> str:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from shardwise.cli.common import add_coverage_options, add_run_dir, default_gpus, not_a_run_dir
 from shardwise.ops import coverage
+from shardwise.ops.coverage_format import summary_lines
 from shardwise.ops.report import write_report
 
 
@@ -31,6 +33,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="also write the domain distribution's picture (shardwise domains --png) here; "
         "the HTML includes it either way",
     )
+    parser.add_argument(
+        "--require-complete",
+        action="store_true",
+        help="exit 1 (after writing) when a planned task is neither labelled nor quarantined: "
+        "the workflow's last step, so a run never ends in exit 0 with work left",
+    )
     parser.set_defaults(func=run)
 
 
@@ -47,4 +55,14 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {out_html} and {out_png}")
     if args.domains_png is not None:
         print(f"wrote {args.domains_png}")
+    if args.require_complete and (cov.tasks_left or cov.shards_remaining):
+        print(
+            f"shardwise report: the run is not complete although Snakemake found every shard "
+            f"target: {cov.tasks_left:,} planned task(s) are neither labelled nor quarantined, "
+            f"{cov.shards_remaining:,} shard(s) not done ({', '.join(summary_lines(cov)[-1:])}). "
+            f"Run snakemake again (planning removes shard markers that do not match the plan); "
+            f"`shardwise verify --run-dir {args.run_dir}` names what is missing",
+            file=sys.stderr,
+        )
+        return 1
     return 0

@@ -91,11 +91,14 @@ class RunState:
     output_markers: frozenset[str] | None
     quarantined: dict[str, quarantine.Entry] = field(default_factory=dict)
     unreadable_markers: tuple[str, ...] = ()  # markers that vouch for nothing (not done)
+    stale_markers: tuple[str, ...] = ()  # shard markers of another assignment (not done)
 
 
-def read_plan(run_dir: Path) -> pa.Table:
-    """``plan.parquet`` in one chunk (the vectorised code below indexes it directly)."""
+def read_plan(run_dir: Path, meta: runjson.RunMeta) -> pa.Table:
+    """``plan.parquet`` in one chunk (the vectorised code below indexes it directly), if it
+    is the plan of the assignment run.json pins (else the error says how to rebuild it)."""
     try:
+        run_plan.check_matches(run_dir, meta)
         return run_plan.load(run_dir).combine_chunks()
     except InputError as exc:
         raise RunMismatchError(str(exc)) from exc
@@ -198,11 +201,14 @@ def load_state(
     run_dir = Path(run_dir)
     meta = runjson.read_run_dir(run_dir)
     total, minimum = meta.total_shards, meta.minimum_shard_index
-    plan = read_plan(run_dir)
-    done_markers = markers.read_done(run_dir, shard_range(total, minimum))
+    plan = read_plan(run_dir, meta)
+    done_markers = markers.read_done(
+        run_dir, shard_range(total, minimum), files=run_plan.files_per_shard(plan)
+    )
     shard_markers = _marker_columns(done_markers.bodies)
     done = shard_markers.shard
     unreadable = [str(markers.shard_marker_path(run_dir, s)) for s in done_markers.unreadable]
+    stale = [str(markers.shard_marker_path(run_dir, s)) for s in done_markers.stale]
     failing = failures.failing_shards(run_dir, done)
 
     output = context.output_location(run_dir, meta)
@@ -239,6 +245,7 @@ def load_state(
         output_markers=frozenset(output_markers) if output_markers is not None else None,
         quarantined=quarantine.load(run_dir),
         unreadable_markers=tuple(unreadable),
+        stale_markers=tuple(stale),
     )
 
 
@@ -303,6 +310,12 @@ class Coverage:
     quarantined: tuple[quarantine.Entry, ...] = ()  # left out on purpose, with reasons
     data_quality: dict[str, int] = field(default_factory=dict)  # totals over labelled files
     unreadable_markers: tuple[str, ...] = ()
+    stale_markers: tuple[str, ...] = ()
+
+    @property
+    def tasks_left(self) -> int:
+        """Planned tasks neither labelled nor quarantined (0 when the run is complete)."""
+        return self.tasks_total - self.tasks_done - self.tasks_quarantined
 
     @property
     def shards_percent(self) -> float:
@@ -508,4 +521,5 @@ def compute(state: RunState, *, category_regex: str | None = None, gpus: int = 1
         quarantined=tuple(sorted(state.quarantined.values(), key=lambda e: e.file)),
         data_quality=quality,
         unreadable_markers=state.unreadable_markers,
+        stale_markers=state.stale_markers,
     )

@@ -56,6 +56,8 @@ def to_dict(cov: Coverage) -> dict[str, Any]:
     ]
     out["data_quality"] = dict(cov.data_quality)
     out["unreadable_markers"] = list(cov.unreadable_markers)
+    out["stale_markers"] = list(cov.stale_markers)
+    out["tasks_left"] = cov.tasks_left
     if cov.throughput is not None and cov.throughput.overall is not None:
         out["throughput"] = {
             "overall": _rate_dict(cov.throughput.overall),
@@ -117,6 +119,12 @@ def summary_lines(cov: Coverage, *, max_expression: int = 160) -> list[str]:
             f"quarantined {cov.files_quarantined:,} file(s) left out of the run, not labelled: "
             f"{shown}{more} (`shardwise quarantine --list`)"
         )
+    if cov.stale_markers:
+        lines.append(
+            f"stale    {len(cov.stale_markers):,} shard marker(s) do not match the plan "
+            f"(another assignment, e.g. {cov.stale_markers[0]}) and count as not done; "
+            "`snakemake -n` removes them"
+        )
     if cov.unreadable_markers:
         lines.append(
             f"unreadable {len(cov.unreadable_markers):,} marker(s) count as not done "
@@ -165,6 +173,11 @@ def summary_lines(cov: Coverage, *, max_expression: int = 160) -> list[str]:
                 + ",... (`shardwise retry-array` lists all)"
             )
         lines.append(f"left     shards {expr}")
+    elif cov.tasks_left > 0:
+        lines.append(
+            f"left     {cov.tasks_left:,} planned task(s) are not labelled although every "
+            "shard is marked done: `shardwise verify --run-dir <run_dir>` names them"
+        )
     else:
         lines.append("left     nothing: every shard is done")
     return lines

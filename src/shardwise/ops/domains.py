@@ -94,7 +94,7 @@ def load(run_dir: Path) -> DomainData:
     """Read plan, markers, summaries and quarantine of ``run_dir``."""
     run_dir = Path(run_dir)
     meta = runjson.read_run_dir(run_dir)
-    plan = coverage.read_plan(run_dir)
+    plan = coverage.read_plan(run_dir, meta)
     tasks = run_plan.task_index(plan)
     task_names, task_codes, n_tasks = tasks.task_ids, tasks.file_task, len(tasks)
     task_shard = tasks.task_shard
@@ -107,7 +107,7 @@ def load(run_dir: Path) -> DomainData:
         in_population[bad] = False
 
     within = shard_range(meta.total_shards, meta.minimum_shard_index)
-    done = markers.read_done(run_dir, within).shards
+    done = markers.read_done(run_dir, within, files=run_plan.files_per_shard(plan)).shards
     have = summaries.summarized_shards(run_dir) & done
     got, _ = summaries.read_many(run_dir, sorted(have))  # unreadable: as if absent
     read_ok = {s.shard for s in got}

@@ -277,6 +277,15 @@ def _check_plan(
 ) -> None:
     """The cached plan must be the one run.json pins: same tasks, same shard rule."""
     where = str(run_dir / plan.PLAN_PARQUET)
+    summary = plan.load_summary(run_dir)
+    mismatch = summary.mismatch(meta) if summary is not None else []
+    if mismatch:
+        report.problem(
+            str(run_dir / plan.PLAN_JSON),
+            f"built for another assignment than run.json pins ({'; '.join(mismatch)}): "
+            "run `snakemake -n` (or `shardwise plan --configfile <config>`) to rebuild the "
+            "plan; --repair cannot (it needs the config's input settings)",
+        )
     tasks = {task for task, _shard in planned.values()}
     if runjson.fingerprint(tasks) != meta.fingerprint:
         report.problem(where, "its task set does not match run.json's fingerprint")
@@ -538,6 +547,8 @@ def _check_file(
                 problem(stats_rel, f"file is {stats.get('file')!r}, expected {rel!r}")
             if n is not None and stats.get("docs") != n:
                 problem(stats_rel, f"docs is {stats.get('docs')!r}, the input has {n}")
+            for what in _labelling_problems(stats.get("labelling"), ctx.meta.labelling):
+                problem(stats_rel, what)
             check.counts = _quality_counts(stats)
 
     if "sidecar" in kinds:
@@ -552,6 +563,21 @@ def _check_file(
             if docs is not None:
                 check.rows = len(docs)
     return check
+
+
+def _labelling_problems(used: Any, pinned: dict[str, Any] | None) -> list[str]:
+    """How a file's labelling (its stats) differs from the one run.json pins.
+
+    Files labelled before stats recorded it, and runs that pin none, are not compared.
+    """
+    if not isinstance(used, dict) or pinned is None:
+        return []
+    return [
+        f"labelled with {key}={used.get(key)!r}, run.json pins {pinned.get(key)!r} "
+        "(another set-up wrote into this output)"
+        for key in sorted({*used, *pinned})
+        if used.get(key) != pinned.get(key)
+    ]
 
 
 def _quality_counts(stats: dict[str, Any]) -> dict[str, int]:
@@ -616,26 +642,33 @@ def repair(run_dir: Path, report: VerifyReport) -> list[str]:
     file or is broken itself, so the next ``snakemake`` run reruns just those shards and
     the jobs, which skip every file with a marker, relabel only the broken files. The
     shard's progress journal and the marker snapshot forget the files too.
+
+    The shard markers go first, then what the jobs on object stores trust instead of the
+    file markers (journal, snapshot), then the file markers: a repair interrupted
+    anywhere leaves at worst shards that run again while a broken file still has its
+    marker, which the next ``verify`` finds and ``--repair`` finishes; never a shard
+    marked done over a file without a marker.
     """
     run_dir = Path(run_dir)
     ctx = JobContext.load(run_dir)
     rows = plan.load(run_dir).to_pydict()
     shard_of = dict(zip(rows["file"], rows["shard"], strict=True))
-    removed: list[str] = []
     by_shard: dict[int, set[str]] = defaultdict(set)
+    for rel in sorted(report.broken_files):
+        if rel in shard_of:
+            by_shard[shard_of[rel]].add(rel)
+    removed = [
+        f"removed {markers.shard_marker_path(run_dir, shard)} (shard {shard} runs again)"
+        for shard in markers.remove_shard_markers(
+            run_dir, sorted(report.broken_shards | set(by_shard))
+        )
+    ]
+    for shard, files in sorted(by_shard.items()):  # before the markers: jobs on object
+        journal.forget(run_dir, shard, files)  # stores trust these two instead of them
+        markers.forget_in_snapshot(run_dir, files)
     for rel in sorted(report.broken_files):
         ctx.output.remove(markers.file_marker_rel(rel))
         removed.append(f"removed {ctx.output.url(markers.file_marker_rel(rel))} (relabel {rel})")
-        if rel in shard_of:
-            by_shard[shard_of[rel]].add(rel)
-    for shard, files in sorted(by_shard.items()):
-        journal.forget(run_dir, shard, files)
-        markers.forget_in_snapshot(run_dir, files)
-    for shard in sorted(report.broken_shards | set(by_shard)):
-        path = markers.shard_marker_path(run_dir, shard)
-        if path.exists():
-            path.unlink()
-            removed.append(f"removed {path} (shard {shard} runs again)")
     return removed
 
 

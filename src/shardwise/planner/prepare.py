@@ -24,16 +24,18 @@ from typing import IO, Any
 import pyarrow as pa
 
 from shardwise.classify.modelcheck import check_classifiers
+from shardwise.classify.tokenization import labelling
 from shardwise.config import Settings
 from shardwise.errors import InputError, RunMismatchError
 from shardwise.planner import inflight
-from shardwise.run import context, failures, journal, markers, plan, quarantine, runjson
+from shardwise.run import context, failures, journal, markers, plan, quarantine, ranges, runjson
 from shardwise.run.manifest import Selection, build_tasks, select_files
 from shardwise.run.sharding import shard_range
 from shardwise.store.location import Location
 
 LOCK_FILE = ".shardwise.lock"
-_held_locks: list[IO[str]] = []  # keeps run-dir locks open for the life of the process
+#: Run-dir locks this process holds, for its whole life (by pid: a fork holds none).
+_held_locks: dict[Path, tuple[int, IO[str]]] = {}
 
 
 @dataclass(frozen=True)
@@ -103,14 +105,33 @@ def prepare_run(
         task_count=planned.task_count,
         fingerprint=planned.fingerprint,
         classifiers=[(c["name"], c["model"], c["input"]) for c in settings.classifiers],
+        labelling=labelling(
+            settings.input.id_field,
+            settings.input.text_field,
+            settings.input.url_field,
+            settings.inference["max_length"],
+            (c["input"] for c in settings.classifiers),
+        ),
     )
     _pin(settings, meta, planned.table, repin=repin, say=said.append)
     if planned.fresh:
-        plan.save(run_dir, planned.table, plan.summarize(planned.table, settings.total_shards))
+        summary = plan.summarize(
+            planned.table,
+            settings.total_shards,
+            settings.minimum_shard_index,
+            settings.input.files_per_task,
+        )
+        plan.save(run_dir, planned.table, summary)
     source = Location(settings.input.uri, settings.storage)
     output = Location(settings.output_uri, settings.storage)
     roots = {"input": context.resolved_uri(source), "output": context.resolved_uri(output)}
     context.write_settings(run_dir, {**settings.job_settings(), "roots": roots})
+    stale = remove_stale_markers(run_dir, planned.table, meta)
+    if stale:
+        said.append(
+            f"note: removed {len(stale):,} shard marker(s) that do not match the plan "
+            f"(shards {ranges.compress(stale)}; left by another assignment): they run again"
+        )
     mark_shards_without_work(run_dir, planned.table, meta, output, set(quarantined))
     flight = inflight.find(run_dir, submitter, done=markers.done_shards(run_dir))
     if submitter is not None:
@@ -146,8 +167,16 @@ def _plan_table(settings: Settings, quarantined: set[str], *, fresh: bool = Fals
     """
     run_dir = settings.run_dir
     cached = None if fresh else plan.load_summary(run_dir)
+    notes: list[str] = []
+    if cached is not None and _built_for_another(cached, settings):
+        notes.append(
+            f"the cached plan was built for total_shards {cached.shards_total} (minimum "
+            f"{cached.minimum_shard_index}, files_per_task {cached.files_per_task}), not these "
+            "settings (an interrupted re-pin?): it is built again"
+        )
+        cached = None
     if cached is not None and not settings.input.relist:
-        return _Planned(plan.load(run_dir), cached.tasks, cached.fingerprint, False, [])
+        return _Planned(plan.load(run_dir), cached.tasks, cached.fingerprint, False, notes)
     source = Location(settings.input.uri, settings.storage)
     output = Location(settings.output_uri, settings.storage)
     listing = source.list_files()
@@ -160,7 +189,7 @@ def _plan_table(settings: Settings, quarantined: set[str], *, fresh: bool = Fals
         output_prefix=source.inner_prefix(output),
         skip_unsafe=settings.input.skip_unsafe_names,
     )
-    notes = _selection_notes(selection, output)
+    notes += _selection_notes(selection, output)
     if not selection.files:
         msg = (
             f"no input files under {settings.input.uri} match glob {settings.input.glob!r} "
@@ -189,6 +218,13 @@ def _plan_table(settings: Settings, quarantined: set[str], *, fresh: bool = Fals
         tasks=tasks,
     )
     return _Planned(table, len(tasks), fingerprint, True, notes)
+
+
+def _built_for_another(cached: plan.PlanSummary, settings: Settings) -> bool:
+    """Whether a cached plan was built for another assignment than ``settings`` ask for."""
+    asked = (settings.total_shards, settings.minimum_shard_index, settings.input.files_per_task)
+    built = (cached.shards_total, cached.minimum_shard_index, cached.files_per_task)
+    return any(b is not None and b != a for b, a in zip(built, asked, strict=True))
 
 
 def _only_quarantined_gone(
@@ -334,6 +370,11 @@ def _refusal_hints(
             f"quarantine --run-dir {settings.run_dir} FILE --reason TEXT`; once "
             "quarantined it may be removed from the input."
         )
+    if any(name.startswith("labelling.") for name in names):
+        lines.append(
+            "These settings change what a label means: one output holds labels of one "
+            "set-up. Use a new output.uri (and run_dir) for a different set-up."
+        )
     if names & set(_NEVER_REPINNED):
         return lines
     labelled = _labelled(_outputs_of(settings, [pinned]))
@@ -391,6 +432,14 @@ def _reset_run_state(run_dir: Path) -> None:
         shutil.rmtree(run_dir / name, ignore_errors=True)
     (run_dir / markers.OUTPUT_MARKERS).unlink(missing_ok=True)
     failures.set_aside(run_dir)
+
+
+def remove_stale_markers(run_dir: Path, table: pa.Table, meta: runjson.RunMeta) -> list[int]:
+    """Remove shard markers that disagree with the plan (another assignment, other files):
+    Snakemake would count them done. The shards removed."""
+    within = shard_range(meta.total_shards, meta.minimum_shard_index)
+    done = markers.read_done(run_dir, within, files=plan.files_per_shard(table))
+    return markers.remove_shard_markers(run_dir, done.stale)
 
 
 def mark_shards_without_work(
@@ -463,8 +512,11 @@ def is_dry_run(workflow: Any) -> bool:
 
 
 def lock_run_dir(run_dir: Path) -> None:
-    """Refuse a second top-level Snakemake process on the same run directory."""
-    path = run_dir / LOCK_FILE
+    """Refuse a second top-level Snakemake process on the same run directory (this process
+    may plan it again: it holds the lock already)."""
+    path = (run_dir / LOCK_FILE).resolve()
+    if _held_locks.get(path, (None,))[0] == os.getpid():
+        return
     fh = path.open("a+")
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -481,4 +533,4 @@ def lock_run_dir(run_dir: Path) -> None:
     fh.truncate()
     fh.write(f"pid {os.getpid()} on {os.uname().nodename} since {time.ctime()}\n")
     fh.flush()
-    _held_locks.append(fh)
+    _held_locks[path] = (os.getpid(), fh)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -122,13 +123,17 @@ def shard_of_marker(name: str) -> int | None:
 class DoneShards:
     """The run's done shards, in the one meaning every view uses.
 
-    A shard is done when its marker exists and is a JSON object. A garbled marker
-    vouches for nothing: its shard is not done (``shardwise verify --repair`` removes
-    it so that Snakemake, which only sees that the file exists, reruns the shard).
+    A shard is done when its marker exists, is a JSON object and, when the plan is given,
+    agrees with it: the assignment (``total_shards``, ``minimum_shard_index``) and the
+    number of files. A garbled marker vouches for nothing, and a marker left by another
+    assignment (a re-pin interrupted before the run-directory state was reset) vouches
+    for other files: neither shard is done. Snakemake only sees that the file exists, so
+    the planner removes stale markers and ``shardwise verify --repair`` garbled ones.
     """
 
     bodies: dict[int, dict[str, Any]]  # shard -> its marker, for every done shard
     unreadable: tuple[int, ...] = ()  # shards whose marker is not a JSON object
+    stale: tuple[int, ...] = ()  # shards whose marker disagrees with the plan
 
     @property
     def shards(self) -> set[int]:
@@ -136,10 +141,20 @@ class DoneShards:
         return set(self.bodies)
 
 
-def read_done(run_dir: Path, within: range | None = None) -> DoneShards:
-    """Read every shard marker (``within`` the run's shard range, when given)."""
+def read_done(
+    run_dir: Path,
+    within: range | None = None,
+    *,
+    files: Mapping[int, int] | None = None,
+) -> DoneShards:
+    """Read every shard marker (``within`` the run's shard range, when given).
+
+    ``files`` (shard -> planned files; absent shards have none) and ``within`` (the
+    pinned range) let markers that disagree with the plan count as stale.
+    """
     bodies: dict[int, dict[str, Any]] = {}
     bad: list[int] = []
+    stale: list[int] = []
     for shard in sorted(done_shards(run_dir)):
         if within is not None and shard not in within:
             continue
@@ -147,11 +162,34 @@ def read_done(run_dir: Path, within: range | None = None) -> DoneShards:
             body = read_shard_marker(run_dir, shard)
         except (OSError, ValueError):
             body = None
-        if isinstance(body, dict):
-            bodies[shard] = body
-        else:
+        if not isinstance(body, dict):
             bad.append(shard)
-    return DoneShards(bodies, tuple(bad))
+        elif _disagrees(body, within, files.get(shard, 0) if files is not None else None):
+            stale.append(shard)
+        else:
+            bodies[shard] = body
+    return DoneShards(bodies, tuple(bad), tuple(stale))
+
+
+def _disagrees(body: dict[str, Any], within: range | None, planned: int | None) -> bool:
+    """A marker of another assignment, or one counting other files than the plan's."""
+    if within is not None and (
+        body.get("total_shards", len(within)) != len(within)
+        or body.get("minimum_shard_index", within.start) != within.start
+    ):
+        return True
+    return planned is not None and isinstance(body.get("files"), int) and body["files"] != planned
+
+
+def remove_shard_markers(run_dir: Path, shards: Iterable[int]) -> list[int]:
+    """Remove the markers of ``shards`` (those present); the ones removed."""
+    removed = []
+    for shard in shards:
+        path = shard_marker_path(run_dir, shard)
+        if path.exists():
+            path.unlink()
+            removed.append(shard)
+    return removed
 
 
 def read_shard_marker(run_dir: Path, shard: int) -> dict[str, Any]:

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from shardwise.errors import InputError
 from shardwise.run.manifest import Task, build_tasks, category_of
-from shardwise.run.runjson import fingerprint
+from shardwise.run.runjson import RunMeta, fingerprint
 from shardwise.run.sharding import shard_for_task, shard_range
 from shardwise.store.atomic import json_bytes, write_atomic
 
@@ -40,7 +40,13 @@ SCHEMA = pa.schema(
 
 @dataclass(frozen=True)
 class PlanSummary:
-    """What plan.json records (and the dry-run prints)."""
+    """What plan.json records (and the dry-run prints).
+
+    It records the assignment the plan was built for, so that a plan and a run.json that
+    disagree (a re-pin interrupted between the two writes) are told apart before any
+    shard is counted or labelled by the wrong one. Plans written before this field
+    existed carry None there and are checked on ``shards_total`` and the fingerprint.
+    """
 
     fingerprint: str
     tasks: int
@@ -49,6 +55,19 @@ class PlanSummary:
     shards_total: int
     shards_empty: int
     built_at: str
+    minimum_shard_index: int | None = None
+    files_per_task: int | None = None
+
+    def mismatch(self, meta: RunMeta) -> list[str]:
+        """How this plan differs from the assignment ``meta`` (run.json) pins: one line each."""
+        pinned = (
+            ("total_shards", self.shards_total, meta.total_shards),
+            ("minimum_shard_index", self.minimum_shard_index, meta.minimum_shard_index),
+            ("files_per_task", self.files_per_task, meta.files_per_task),
+            ("fingerprint", self.fingerprint, meta.fingerprint),
+        )
+        return [f"{name} {ours!r} != {theirs!r}" for name, ours, theirs in pinned
+                if ours is not None and ours != theirs]  # fmt: skip
 
 
 def build(
@@ -80,8 +99,11 @@ def build(
     return pa.Table.from_pydict(rows, schema=SCHEMA)
 
 
-def summarize(table: pa.Table, total_shards: int) -> PlanSummary:
-    """Counts for plan.json; ``shards_empty`` are shards no task hashed to."""
+def summarize(
+    table: pa.Table, total_shards: int, minimum_shard_index: int = 0, files_per_task: int = 1
+) -> PlanSummary:
+    """Counts for plan.json (and the assignment it was built for); ``shards_empty`` are
+    shards no task hashed to."""
     task_ids = pc.unique(table["task_id"]).to_pylist()
     used = len(pc.unique(table["shard"])) if table.num_rows else 0
     return PlanSummary(
@@ -92,6 +114,8 @@ def summarize(table: pa.Table, total_shards: int) -> PlanSummary:
         shards_total=total_shards,
         shards_empty=total_shards - used,
         built_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        minimum_shard_index=minimum_shard_index,
+        files_per_task=files_per_task,
     )
 
 
@@ -113,6 +137,19 @@ def load_summary(run_dir: Path) -> PlanSummary | None:
     except (ValueError, TypeError) as e:
         msg = f"{run_dir / PLAN_JSON} is corrupt ({e}); delete it and plan.parquet to re-plan"
         raise InputError(msg) from e
+
+
+def check_matches(run_dir: Path, meta: RunMeta) -> None:
+    """Refuse a cached plan built for another assignment than run.json pins, with the fix."""
+    summary = load_summary(run_dir)
+    problems = summary.mismatch(meta) if summary is not None else []
+    if problems:
+        msg = (
+            f"{Path(run_dir) / PLAN_JSON} was built for another assignment than run.json pins "
+            f"({'; '.join(problems)}), e.g. after an interrupted `shardwise plan --repin`: "
+            "run `snakemake -n` (or `shardwise plan --configfile <config>`) to rebuild it"
+        )
+        raise InputError(msg)
 
 
 def load(run_dir: Path) -> pa.Table:
@@ -138,6 +175,12 @@ def files_of_shard(table: pa.Table, shard: int) -> pa.Table:
 def nonempty_shards(table: pa.Table) -> set[int]:
     """Shards that hold at least one task."""
     return set(pc.unique(table["shard"]).to_pylist())
+
+
+def files_per_shard(table: pa.Table) -> dict[int, int]:
+    """How many files the plan gives each shard that has any."""
+    shards, counts = np.unique(table["shard"].to_numpy(), return_counts=True)
+    return {int(s): int(c) for s, c in zip(shards, counts, strict=True)}
 
 
 def empty_shards(table: pa.Table, total_shards: int, minimum_shard_index: int) -> list[int]:

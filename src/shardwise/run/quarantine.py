@@ -160,7 +160,9 @@ def release(run_dir: Path, names: Iterable[str]) -> tuple[list[str], list[int]]:
     """Take ``names`` out of the quarantine and reopen their shards.
 
     Returns the released files and the shards whose marker was removed (the next
-    ``snakemake`` run labels the released files there).
+    ``snakemake`` run labels the released files there). The shard markers go first: a
+    release interrupted after them leaves the files quarantined in open shards (run it
+    again), never released files in a shard still marked done.
     """
     run_dir = Path(run_dir)
     meta = runjson.read_run_dir(run_dir)
@@ -171,17 +173,12 @@ def release(run_dir: Path, names: Iterable[str]) -> tuple[list[str], list[int]]:
         if not files:
             msg = f"none of {list(names)} is quarantined in {run_dir} (`--list` shows what is)"
             raise ConfigError(msg)
+        rows = table.to_pydict()
+        shards = sorted({s for f, s in zip(rows["file"], rows["shard"], strict=True) if f in files})
+        reopened = markers.remove_shard_markers(run_dir, shards)
         for rel in files:
             del entries[rel]
         _save(run_dir, entries)
-    rows = table.to_pydict()
-    shards = sorted({s for f, s in zip(rows["file"], rows["shard"], strict=True) if f in files})
-    reopened = []
-    for shard in shards:
-        path = markers.shard_marker_path(run_dir, shard)
-        if path.exists():
-            path.unlink()
-            reopened.append(shard)
     return files, reopened
 
 

@@ -55,6 +55,9 @@ class RunMeta:
     task_count: int
     fingerprint: str
     classifiers: tuple[tuple[str, str, str], ...]  # (name, model, input)
+    #: What else decides a label: the reader's fields, max_length, each input kind's
+    #: template. None in a run.json written before it was pinned (then not compared).
+    labelling: dict[str, Any] | None = None
     created_at: str = ""
     shardwise_version: str = ""
 
@@ -89,12 +92,21 @@ class RunMeta:
 
 
 def differences(old: RunMeta, new: RunMeta) -> list[tuple[str, Any, Any]]:
-    """Pinned fields whose values differ, as (field, old, new)."""
-    return [
-        (f.name, getattr(old, f.name), getattr(new, f.name))
-        for f in fields(RunMeta)
-        if f.name not in INFO_FIELDS and getattr(old, f.name) != getattr(new, f.name)
-    ]
+    """Pinned fields whose values differ, as (field, old, new); each labelling setting on
+    its own (``labelling.text_field``), and none when ``old`` pinned no labelling."""
+    out: list[tuple[str, Any, Any]] = []
+    for f in fields(RunMeta):
+        a, b = getattr(old, f.name), getattr(new, f.name)
+        if f.name in INFO_FIELDS or a == b:
+            continue
+        if f.name == "labelling":
+            if a is None or b is None:
+                continue  # a run.json from before labelling was pinned
+            out += [(f"labelling.{k}", a.get(k), b.get(k)) for k in sorted({*a, *b})
+                    if a.get(k) != b.get(k)]  # fmt: skip
+            continue
+        out.append((f.name, a, b))
+    return out
 
 
 def change_lines(diffs: list[tuple[str, Any, Any]]) -> list[str]:

@@ -707,8 +707,8 @@ def test_paths_that_could_escape_the_output_are_refused_at_plan_time(tmp_path, m
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     (corpus / "ok.jsonl").write_bytes(jsonl([{"id": "1", "text": "t"}]))
-    listing = [("ok.jsonl", 10), (evil, 10)]
-    monkeypatch.setattr(Location, "list_files", lambda self: sorted(listing))
+    listing = [("ok.jsonl", 10, "1"), (evil, 10, "1")]
+    monkeypatch.setattr(Location, "list_entries", lambda self: sorted(listing))
     cfg = minimal_config(tmp_path, corpus)
     with pytest.raises(InputError, match="cannot be used safely in an output path") as err:
         prepare_run(cfg, main_process=True, dryrun=True)

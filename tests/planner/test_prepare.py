@@ -72,14 +72,14 @@ def test_cached_plan_is_reused_without_listing_when_relist_is_off(tmp_path, corp
     prepare(cfg)
     before = (tmp_path / "run" / "plan.parquet").stat().st_mtime_ns
 
-    real = planner.Location.list_files
+    real = planner.Location.list_entries
 
     def no_listing(self):
         if self.uri == str(corpus):
             raise AssertionError("the input was listed again")
         return real(self)
 
-    monkeypatch.setattr(planner.Location, "list_files", no_listing)
+    monkeypatch.setattr(planner.Location, "list_entries", no_listing)
     cfg["input"]["relist"] = False
     prepare(cfg, report=False)
     assert (tmp_path / "run" / "plan.parquet").stat().st_mtime_ns == before
@@ -132,9 +132,9 @@ def test_shards_finished_elsewhere_are_marked_from_one_listing(tmp_path, corpus,
     for rel in plan.files_of_shard(table, shard)["file"].to_pylist():
         out.write_bytes(markers.file_marker_rel(rel), markers.file_marker(rel, rel, shard, 3))
     calls = []
-    real = planner.Location.list_files
+    real = planner.Location.list_entries
     monkeypatch.setattr(
-        planner.Location, "list_files", lambda self: calls.append(self.uri) or real(self)
+        planner.Location, "list_entries", lambda self: calls.append(self.uri) or real(self)
     )
     prepare(cfg, report=False)
     assert shard in markers.done_shards(tmp_path / "run")

@@ -64,6 +64,7 @@ class FileTask:
     rel: str
     size: int
     task_id: str
+    identity: str | None = None  # the source's identity when it was planned
 
 
 @dataclass
@@ -82,7 +83,7 @@ class ShardReport:
 def shard_files(run_dir: Path, shard: int) -> list[FileTask]:
     """The shard's files from the cached plan, in file order."""
     rows = plan.files_of_shard(plan.load(run_dir), shard).to_pylist()
-    return [FileTask(r["file"], r["size"], r["task_id"]) for r in rows]
+    return [FileTask(r["file"], r["size"], r["task_id"], r["identity"]) for r in rows]
 
 
 def files_done(ctx: JobContext, shard: int, files: list[FileTask]) -> dict[str, int | None]:
@@ -296,6 +297,7 @@ def _label_file(
         counts=dict(item.docs.counts),
         models=models,
     )
+    stats["source_identity"] = item.task.identity
     stats["labelling"] = _labelling(ctx)
     stats["precision"] = {
         "dtype": getattr(engine, "dtype_name", ""),
@@ -307,7 +309,7 @@ def _label_file(
     ctx.output.write_bytes(sidecar.stats_rel(rel), sidecar.stats_bytes(stats))
     ctx.output.write_bytes(
         markers.file_marker_rel(rel),
-        markers.file_marker(rel, item.task.task_id, shard, len(item.docs)),
+        markers.file_marker(rel, item.task.task_id, shard, len(item.docs), item.task.identity),
     )
     if item.docs.counts:
         # Recoverable input problems (reader policy) are labelled, not fatal; say so in

@@ -8,7 +8,7 @@ import sys
 
 from shardwise.cli.common import add_format, add_run_dir
 from shardwise.errors import ShardwiseError
-from shardwise.ops.verify import repair, repair_command, verify_run
+from shardwise.ops.verify import accept_changed, repair, repair_command, verify_run
 
 EXIT_OK = 0
 EXIT_PROBLEMS = 1
@@ -45,6 +45,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="remove exactly the markers of the broken files (and their shard markers), "
         "printing each, so the next snakemake run relabels only those files",
     )
+    parser.add_argument(
+        "--accept-changed",
+        action="store_true",
+        help="keep the labels of input files changed in place since they were labelled (on "
+        "purpose): the plan takes their new identity; --repair relabels them instead",
+    )
     add_format(parser, ("table", "json"), "table: one line per finding (default); json")
     parser.set_defaults(func=run)
 
@@ -59,6 +65,17 @@ def run(args: argparse.Namespace) -> int:
             jobs=args.jobs,
             complete=args.complete,
         )
+        notes = sys.stderr if args.format == "json" else sys.stdout
+        if args.accept_changed and report.changed:
+            for line in accept_changed(args.run_dir, report):
+                print(line, file=notes)
+            report = verify_run(
+                args.run_dir,
+                sample=args.sample,
+                seed=args.seed,
+                jobs=args.jobs,
+                complete=args.complete,
+            )
     except ShardwiseError as e:
         print(f"shardwise verify: cannot verify {args.run_dir}: {e}", file=sys.stderr)
         return EXIT_CANNOT_VERIFY
@@ -67,7 +84,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         for line in report.lines():
             print(line)
-    notes = sys.stderr if args.format == "json" else sys.stdout
     broken = len(report.broken_files) + len(report.broken_shards)
     if not broken:
         return EXIT_OK if report.ok else EXIT_PROBLEMS

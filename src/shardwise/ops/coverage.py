@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 
 from shardwise.errors import InputError, RunMismatchError
 from shardwise.run import (
+    changes,
     context,
     failures,
     markers,
@@ -92,6 +93,8 @@ class RunState:
     quarantined: dict[str, quarantine.Entry] = field(default_factory=dict)
     unreadable_markers: tuple[str, ...] = ()  # markers that vouch for nothing (not done)
     stale_markers: tuple[str, ...] = ()  # shard markers of another assignment (not done)
+    #: Labelled input files changed in place (as the last dry run found): file -> identities.
+    changed: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 def read_plan(run_dir: Path, meta: runjson.RunMeta) -> pa.Table:
@@ -246,6 +249,7 @@ def load_state(
         quarantined=quarantine.load(run_dir),
         unreadable_markers=tuple(unreadable),
         stale_markers=tuple(stale),
+        changed=changes.load(run_dir)[0],
     )
 
 
@@ -311,6 +315,7 @@ class Coverage:
     data_quality: dict[str, int] = field(default_factory=dict)  # totals over labelled files
     unreadable_markers: tuple[str, ...] = ()
     stale_markers: tuple[str, ...] = ()
+    changed: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     @property
     def tasks_left(self) -> int:
@@ -522,4 +527,5 @@ def compute(state: RunState, *, category_regex: str | None = None, gpus: int = 1
         data_quality=quality,
         unreadable_markers=state.unreadable_markers,
         stale_markers=state.stale_markers,
+        changed=dict(state.changed),
     )

@@ -8,11 +8,12 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from shardwise.ops.coverage import CategoryCoverage, Coverage
 from shardwise.ops.text import format_duration, human_bytes, human_count
-from shardwise.run import throughput
+from shardwise.run import changes, throughput
 
 
 def to_dict(cov: Coverage) -> dict[str, Any]:
@@ -57,6 +58,7 @@ def to_dict(cov: Coverage) -> dict[str, Any]:
     out["data_quality"] = dict(cov.data_quality)
     out["unreadable_markers"] = list(cov.unreadable_markers)
     out["stale_markers"] = list(cov.stale_markers)
+    out["changed_files"] = {rel: {"planned": a, "now": b} for rel, (a, b) in cov.changed.items()}
     out["tasks_left"] = cov.tasks_left
     if cov.throughput is not None and cov.throughput.overall is not None:
         out["throughput"] = {
@@ -119,6 +121,7 @@ def summary_lines(cov: Coverage, *, max_expression: int = 160) -> list[str]:
             f"quarantined {cov.files_quarantined:,} file(s) left out of the run, not labelled: "
             f"{shown}{more} (`shardwise quarantine --list`)"
         )
+    lines += changes.lines(cov.changed, Path(cov.run_dir))
     if cov.stale_markers:
         lines.append(
             f"stale    {len(cov.stale_markers):,} shard marker(s) do not match the plan "

@@ -46,7 +46,7 @@ import pyarrow.compute as pc
 
 from shardwise.errors import ConfigError, InputError, ShardwiseError
 from shardwise.ops.coverage_format import quality_lines
-from shardwise.run import journal, markers, plan, quarantine, runjson, sidecar
+from shardwise.run import changes, journal, markers, plan, quarantine, runjson, sidecar
 from shardwise.run.context import JobContext
 from shardwise.run.reader import QUALITY_COUNTS, Fields, read_documents
 from shardwise.run.sharding import shard_for_task, shard_range
@@ -98,6 +98,8 @@ class VerifyReport:
     broken_files: set[str] = field(default_factory=set)
     broken_shards: set[int] = field(default_factory=set)
     repairable: int = 0  # problems that removing those markers resolves
+    #: Input files changed in place since planned: file -> (planned, now) identity.
+    changed: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -237,6 +239,7 @@ def verify_run(
 
     marked = sorted(rel for rel, kinds in outputs.items() if "marker" in kinds)
     report.files_marked = len(marked)
+    _check_identities(report, ctx, table, set(marked))
     for rel, kinds in sorted(outputs.items()):
         _check_presence(report, ctx.output, rel, kinds, planned[rel][1] in done)
         if rel in left_out and "marker" in kinds:
@@ -297,6 +300,26 @@ def _check_plan(
     if moved:
         example = sorted(moved)[0]
         report.problem(where, f"{len(moved)} task(s) in the wrong shard (e.g. {example!r})")
+
+
+def _check_identities(
+    report: VerifyReport, ctx: JobContext, table: pa.Table, marked: set[str]
+) -> None:
+    """Input files changed in place since planned (one listing of the input): labelled
+    ones are problems (their labels describe content that no longer exists)."""
+    now = {rel: plan.identity(size, v) for rel, size, v in ctx.source.list_entries()}
+    report.changed = plan.changed_files(table, now)
+    for rel, (planned, current) in sorted(report.changed.items()):
+        if rel in marked:
+            report.problem(
+                ctx.source.url(rel),
+                f"changed in place since it was labelled (size:version {planned} -> "
+                f"{current}): its labels describe content that no longer exists; --repair "
+                "relabels it, --accept-changed keeps its labels",
+                file=rel,
+            )
+        else:
+            report.warn(ctx.source.url(rel), "changed since planned; it is labelled as it is now")
 
 
 def _check_mirror(
@@ -669,7 +692,29 @@ def repair(run_dir: Path, report: VerifyReport) -> list[str]:
     for rel in sorted(report.broken_files):
         ctx.output.remove(markers.file_marker_rel(rel))
         removed.append(f"removed {ctx.output.url(markers.file_marker_rel(rel))} (relabel {rel})")
+    _take_identities(run_dir, report.changed)  # relabelled as they are now
     return removed
+
+
+def accept_changed(run_dir: Path, report: VerifyReport) -> list[str]:
+    """Keep the labels of input files changed in place, on purpose: the plan takes their
+    new identity, so no view reports them again. Returns one line per file."""
+    _take_identities(Path(run_dir), report.changed)
+    return [
+        f"accepted {rel}: its labels stay (made from {a}, the file is now {b})"
+        for rel, (a, b) in sorted(report.changed.items())
+    ]
+
+
+def _take_identities(run_dir: Path, changed: dict[str, tuple[str, str]]) -> None:
+    """The plan records these files as they are now; changed.json forgets them."""
+    if not changed:
+        return
+    table = plan.with_identities(plan.load(run_dir), {rel: b for rel, (_a, b) in changed.items()})
+    summary = plan.load_summary(run_dir)
+    if summary is not None:
+        plan.save(run_dir, table, summary)
+    changes.forget(run_dir, set(changed))
 
 
 def repair_command(run_dir: Path) -> str:

@@ -28,7 +28,17 @@ from shardwise.classify.tokenization import labelling
 from shardwise.config import Settings
 from shardwise.errors import InputError, RunMismatchError
 from shardwise.planner import inflight
-from shardwise.run import context, failures, journal, markers, plan, quarantine, ranges, runjson
+from shardwise.run import (
+    changes,
+    context,
+    failures,
+    journal,
+    markers,
+    plan,
+    quarantine,
+    ranges,
+    runjson,
+)
 from shardwise.run.manifest import Selection, build_tasks, select_files
 from shardwise.run.sharding import shard_range
 from shardwise.store.location import Location
@@ -126,6 +136,9 @@ def prepare_run(
     output = Location(settings.output_uri, settings.storage)
     roots = {"input": context.resolved_uri(source), "output": context.resolved_uri(output)}
     context.write_settings(run_dir, {**settings.job_settings(), "roots": roots})
+    if planned.changed is not None:
+        changes.record(run_dir, planned.changed)
+        said += changes.lines(planned.changed, run_dir)
     stale = remove_stale_markers(run_dir, planned.table, meta)
     if stale:
         said.append(
@@ -156,6 +169,9 @@ class _Planned:
     fingerprint: str
     fresh: bool  # built now (save it once run.json agrees), not the cached one
     notes: list[str]
+    #: Labelled files changed in place since planned: file -> (planned, now) identity;
+    #: None when the input was not listed (``relist: false``): nothing was compared.
+    changed: dict[str, tuple[str, str]] | None = None
 
 
 def _plan_table(settings: Settings, quarantined: set[str], *, fresh: bool = False) -> _Planned:
@@ -179,11 +195,11 @@ def _plan_table(settings: Settings, quarantined: set[str], *, fresh: bool = Fals
         return _Planned(plan.load(run_dir), cached.tasks, cached.fingerprint, False, notes)
     source = Location(settings.input.uri, settings.storage)
     output = Location(settings.output_uri, settings.storage)
-    listing = source.list_files()
-    if not listing:
+    entries = source.list_entries()
+    if not entries:
         raise InputError(_empty_input_message(source))
     selection = select_files(
-        listing,
+        [(rel, size) for rel, size, _version in entries],
         glob=settings.input.glob,
         fmt=settings.input.format,
         output_prefix=source.inner_prefix(output),
@@ -194,21 +210,30 @@ def _plan_table(settings: Settings, quarantined: set[str], *, fresh: bool = Fals
         msg = (
             f"no input files under {settings.input.uri} match glob {settings.input.glob!r} "
             f"and format {settings.input.format!r} (.parquet, .jsonl, .jsonl.gz, .jsonl.zst); "
-            f"{len(listing):,} file(s) listed" + "".join(f"; {n}" for n in notes)
+            f"{len(entries):,} file(s) listed" + "".join(f"; {n}" for n in notes)
         )
         raise InputError(msg)
+    versions = {rel: version for rel, _size, version in entries}
+    now = {rel: plan.identity(size, versions[rel]) for rel, size in selection.files}
     tasks = build_tasks([rel for rel, _ in selection.files], settings.input.files_per_task)
     fingerprint = runjson.fingerprint(t.task_id for t in tasks)
     if cached is not None:
+        old = plan.load(run_dir)
+        labelled, unlabelled = _changed_in_place(old, now, output)
+        kept = {rel: planned for rel, (planned, _now) in labelled.items()}  # still flagged
         if cached.fingerprint == fingerprint:
-            return _Planned(plan.load(run_dir), cached.tasks, fingerprint, False, notes)
+            table = plan.with_identities(old, {**_unknown(old, now), **unlabelled})
+            fresh = table is not old  # new identities to save
+            return _Planned(table, cached.tasks, fingerprint, fresh, notes, labelled)
         gone = _only_quarantined_gone(run_dir, selection.files, quarantined)
         if gone:
             notes.append(
                 f"{gone} quarantined file(s) are no longer in the input; "
                 "the pinned plan is kept (`shardwise quarantine --list`)"
             )
-            return _Planned(plan.load(run_dir), cached.tasks, cached.fingerprint, False, notes)
+            return _Planned(old, cached.tasks, cached.fingerprint, False, notes, labelled)
+    else:
+        kept, labelled = {}, {}
     table = plan.build(
         selection.files,
         files_per_task=settings.input.files_per_task,
@@ -216,8 +241,32 @@ def _plan_table(settings: Settings, quarantined: set[str], *, fresh: bool = Fals
         minimum_shard_index=settings.minimum_shard_index,
         category_regex=settings.input.category_regex,
         tasks=tasks,
+        versions=versions,
     )
-    return _Planned(table, len(tasks), fingerprint, True, notes)
+    return _Planned(plan.with_identities(table, kept), len(tasks), fingerprint, True, notes,
+                    labelled)  # fmt: skip
+
+
+def _unknown(table: pa.Table, now: dict[str, str]) -> dict[str, str]:
+    """Identities for files planned before identities were recorded."""
+    files, ids = table["file"].to_pylist(), table["identity"].to_pylist()
+    return {
+        rel: now[rel] for rel, known in zip(files, ids, strict=True) if known is None and rel in now
+    }
+
+
+def _changed_in_place(
+    table: pa.Table, now: dict[str, str], output: Location
+) -> tuple[dict[str, tuple[str, str]], dict[str, str]]:
+    """Files whose identity changed since planned: (labelled ones: file -> (planned, now);
+    unlabelled ones: file -> now, whose new identity the plan simply takes). The output's
+    markers are listed only when something changed."""
+    changed = plan.changed_files(table, now)
+    if not changed:
+        return {}, {}
+    marked = {markers.source_of_marker(m) for m in output.list_suffix(markers.FILE_MARKER_SUFFIX)}
+    labelled = {rel: c for rel, c in changed.items() if rel in marked}
+    return labelled, {rel: b for rel, (_a, b) in changed.items() if rel not in marked}
 
 
 def _built_for_another(cached: plan.PlanSummary, settings: Settings) -> bool:

@@ -36,17 +36,20 @@ def source_of_marker(marker_rel: str) -> str:
     return marker_rel.removesuffix(FILE_MARKER_SUFFIX)
 
 
-def file_marker(rel: str, task_id: str, shard: int, rows: int) -> bytes:
-    """Content of a file marker."""
-    return json_bytes(
-        {
-            "file": rel,
-            "task_id": task_id,
-            "shard": shard,
-            "rows": rows,
-            "finished_at": now(),
-        }
-    )
+def file_marker(
+    rel: str, task_id: str, shard: int, rows: int, identity: str | None = None
+) -> bytes:
+    """Content of a file marker (``identity``: the source's, as planned; see plan.identity)."""
+    body: dict[str, Any] = {
+        "file": rel,
+        "task_id": task_id,
+        "shard": shard,
+        "rows": rows,
+        "finished_at": now(),
+    }
+    if identity is not None:
+        body["source_identity"] = identity
+    return json_bytes(body)
 
 
 def shard_marker_path(run_dir: Path, shard: int) -> Path:

@@ -9,6 +9,7 @@ source file is ever a Snakemake input (Snakemake stats every input each round).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,6 +35,9 @@ SCHEMA = pa.schema(
         ("task_id", pa.string()),
         ("shard", pa.int64()),
         ("category", pa.string()),
+        # what identified the file's content when it was planned: "<size>:<version>"
+        # (version: mtime in ns locally, the ETag on S3); null in plans from before
+        ("identity", pa.string()),
     ]
 )
 
@@ -78,10 +82,12 @@ def build(
     minimum_shard_index: int,
     category_regex: str,
     tasks: list[Task] | None = None,
+    versions: Mapping[str, str] | None = None,
 ) -> pa.Table:
     """One row per file, sorted by file; each task's files share its id and shard.
 
-    ``tasks`` may pass the grouping already made from ``files`` (to avoid redoing it).
+    ``tasks`` may pass the grouping already made from ``files`` (to avoid redoing it);
+    ``versions`` (file -> what the listing said of its content) make each file's identity.
     """
     sizes = dict(files)
     rows: dict[str, list] = {name: [] for name in SCHEMA.names}
@@ -96,7 +102,15 @@ def build(
             rows["task_id"].append(task.task_id)
             rows["shard"].append(shard)
             rows["category"].append(category)
+            rows["identity"].append(
+                identity(sizes[rel], versions[rel]) if versions is not None else None
+            )
     return pa.Table.from_pydict(rows, schema=SCHEMA)
+
+
+def identity(size: int, version: str) -> str:
+    """What identifies a file's content at no cost: its size and its listing's version."""
+    return f"{size}:{version}"
 
 
 def summarize(
@@ -156,10 +170,34 @@ def load(run_dir: Path) -> pa.Table:
     """The cached plan table; a clear error when the run was never planned."""
     path = run_dir / PLAN_PARQUET
     try:
-        return pq.read_table(path, schema=SCHEMA)
+        table = pq.read_table(path)
     except FileNotFoundError as e:
         msg = f"{path} does not exist: run `snakemake` (or a dry run) to plan this run first"
         raise InputError(msg) from e
+    if "identity" not in table.column_names:  # planned before identities were recorded
+        table = table.append_column("identity", pa.nulls(table.num_rows, pa.string()))
+    return table.select(SCHEMA.names).cast(SCHEMA)
+
+
+def with_identities(table: pa.Table, identities: Mapping[str, str]) -> pa.Table:
+    """The plan with the identity of the files in ``identities`` replaced by theirs."""
+    if not identities:
+        return table
+    files = table["file"].to_pylist()
+    current = table["identity"].to_pylist()
+    new = [identities.get(f, old) for f, old in zip(files, current, strict=True)]
+    column = SCHEMA.names.index("identity")
+    return table.set_column(column, "identity", pa.array(new, pa.string()))
+
+
+def changed_files(table: pa.Table, now: Mapping[str, str]) -> dict[str, tuple[str, str]]:
+    """Files whose identity in ``now`` (a new listing) differs from the planned one:
+    file -> (planned, now). Files planned without an identity are not compared."""
+    out = {}
+    for rel, planned in zip(table["file"].to_pylist(), table["identity"].to_pylist(), strict=True):
+        if planned is not None and rel in now and now[rel] != planned:
+            out[rel] = (planned, now[rel])
+    return out
 
 
 def task_ids(table: pa.Table) -> set[str]:

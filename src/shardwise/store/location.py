@@ -141,6 +141,16 @@ class Location:
     # -- listing --------------------------------------------------------------
     def list_files(self) -> list[tuple[str, int]]:
         """Every file below the root as (relative path, size), sorted; one listing."""
+        return [(rel, size) for rel, size, _version in self.list_entries()]
+
+    def list_entries(self) -> list[tuple[str, int, str]]:
+        """Every file below the root as (relative path, size, version), sorted; one listing.
+
+        ``version`` is what the listing says about a file's content besides its size,
+        at no extra request: the modification time (ns) locally, the ETag on S3,
+        whatever of the two another fsspec store lists ("" when none). A file changed
+        in place gets another (size, version).
+        """
         try:
             if self.is_s3:
                 out = list(self._list_s3())
@@ -158,7 +168,7 @@ class Location:
         out.sort()
         return out
 
-    def _list_s3(self) -> Iterator[tuple[str, int]]:
+    def _list_s3(self) -> Iterator[tuple[str, int, str]]:
         """One paginated ListObjectsV2 under the prefix; each page retried on its own."""
         prefix = f"{self.prefix}/" if self.prefix else ""
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
@@ -168,13 +178,14 @@ class Location:
                 key = obj["Key"]
                 if key.endswith("/"):
                     continue  # a "folder" placeholder some tools create
-                yield key[len(prefix) :], int(obj.get("Size") or 0)
+                etag = str(obj.get("ETag") or "").strip('"')
+                yield key[len(prefix) :], int(obj.get("Size") or 0), etag
             token = page.get("NextContinuationToken")
             if not page.get("IsTruncated") or not token:
                 return
             kwargs["ContinuationToken"] = token
 
-    def _list_fsspec(self) -> Iterator[tuple[str, int]]:
+    def _list_fsspec(self) -> Iterator[tuple[str, int, str]]:
         """Any other fsspec backend: its recursive ``find``."""
         try:
             found = self._retry("", lambda: self.fs.find(self.root, detail=True))
@@ -184,7 +195,8 @@ class Location:
         for key, info in found.items():
             if info.get("type") == "directory" or not key.startswith(prefix):
                 continue
-            yield key[len(prefix) :], int(info.get("size") or 0)
+            version = info.get("ETag") or info.get("etag") or info.get("mtime") or ""
+            yield key[len(prefix) :], int(info.get("size") or 0), str(version).strip('"')
 
     def list_suffix(self, suffix: str) -> set[str]:
         """Relative paths of files ending in ``suffix`` (one listing, no per-file probes)."""
@@ -385,7 +397,7 @@ class _RetryingFetcher:
         )
 
 
-def _walk_local(root: Path) -> Iterator[tuple[str, int]]:
+def _walk_local(root: Path) -> Iterator[tuple[str, int, str]]:
     """Recursive scandir: one stat per entry that scandir already returns."""
     stack = [(root, "")]
     while stack:
@@ -396,7 +408,8 @@ def _walk_local(root: Path) -> Iterator[tuple[str, int]]:
                 if entry.is_dir(follow_symlinks=True):
                     stack.append((Path(entry.path), rel + "/"))
                 elif entry.is_file(follow_symlinks=True):
-                    yield rel, entry.stat().st_size
+                    stat = entry.stat()
+                    yield rel, stat.st_size, str(stat.st_mtime_ns)
 
 
 def _http_status(exc: BaseException) -> int | None:

@@ -1,0 +1,79 @@
+"""Input files changed in place after they were labelled: ``<run_dir>/changed.json``.
+
+A source file rewritten under the same name (more rows, new text under the same ids)
+keeps its labels' markers, so nothing would run again and the labels would describe
+content that no longer exists. The plan records each file's identity when it is
+planned (size and modification time locally, size and ETag on S3: both come with the
+listing the planner makes anyway); every dry run that lists the input compares, and
+writes the labelled files whose identity changed here, for ``shardwise coverage`` to
+show without listing the input itself. ``shardwise verify`` finds them too and offers
+the two ways on: relabel them (``--repair``) or keep the labels on purpose
+(``--accept-changed``). Nothing is ever relabelled silently.
+
+Format (``format_version`` 1)::
+
+    {"format_version": 1, "checked_at": "<iso time>",
+     "files": {"<rel>": {"planned": "<size>:<version>", "now": "<size>:<version>"}}}
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+from shardwise.errors import InputError
+from shardwise.run import markers
+from shardwise.store.atomic import json_bytes, write_atomic
+
+CHANGED_JSON = "changed.json"
+FORMAT_VERSION = 1
+
+
+def record(run_dir: Path, changed: Mapping[str, tuple[str, str]]) -> None:
+    """Write the labelled files changed in place (remove the file when there are none)."""
+    path = Path(run_dir) / CHANGED_JSON
+    if not changed:
+        path.unlink(missing_ok=True)
+        return
+    body = {
+        "format_version": FORMAT_VERSION,
+        "checked_at": markers.now(),
+        "files": {rel: {"planned": a, "now": b} for rel, (a, b) in sorted(changed.items())},
+    }
+    write_atomic(path, json_bytes(body))
+
+
+def load(run_dir: Path) -> tuple[dict[str, tuple[str, str]], str]:
+    """(file -> (planned, now), when it was checked); nothing recorded: ({}, "")."""
+    path = Path(run_dir) / CHANGED_JSON
+    try:
+        body = json.loads(path.read_text("utf-8"))
+        files = {rel: (str(e["planned"]), str(e["now"])) for rel, e in body["files"].items()}
+        return files, str(body.get("checked_at", ""))
+    except FileNotFoundError:
+        return {}, ""
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        msg = f"{path} is unreadable ({e}); delete it: the next dry run writes it again"
+        raise InputError(msg) from e
+
+
+def forget(run_dir: Path, files: set[str]) -> None:
+    """Drop ``files`` from the record (relabelled, or their labels accepted)."""
+    changed, _checked = load(run_dir)
+    if any(rel in changed for rel in files):
+        record(run_dir, {rel: c for rel, c in changed.items() if rel not in files})
+
+
+def lines(changed: Mapping[str, tuple[str, str]], run_dir: Path, limit: int = 3) -> list[str]:
+    """The operator's line: which files, and the two ways on."""
+    if not changed:
+        return []
+    shown = "; ".join(f"{rel} ({a} -> {b})" for rel, (a, b) in sorted(changed.items())[:limit])
+    more = f"; ... {len(changed) - limit} more" if len(changed) > limit else ""
+    return [
+        f"changed  {len(changed):,} labelled input file(s) changed in place since they were "
+        f"labelled (size:version): {shown}{more}. Relabel them: `shardwise verify --run-dir "
+        f"{run_dir} --repair`; keep their labels: `shardwise verify --run-dir {run_dir} "
+        "--accept-changed`"
+    ]

@@ -9,7 +9,9 @@ from shardwise.snakefile import (
     Submitter,
     is_dry_run,
     prepare_run,
+    print_failures,
     reject_secret_keys,
+    show_failed_jobs,
     show_submit_errors,
 )
 
@@ -34,10 +36,19 @@ RUN = prepare_run(
     main_process=workflow.is_main_process,
     dryrun=is_dry_run(workflow),
     submitter=Submitter.of(workflow) if workflow.is_main_process else None,
+    exit_on_refusal=True,  # one line and exit 1, not Snakemake's frames of package code
 )
 # sbatch's own message when it refuses a group job (Snakemake drops it otherwise).
 show_submit_errors(main_process=workflow.is_main_process)
+# A failed shard's own reason on the console (once per reason); a shared one stops the run.
+FAILURES = show_failed_jobs(
+    workflow, config, RUN, main_process=workflow.is_main_process
+)
 RUN_DIR = str(RUN.run_dir)
+
+
+onerror:
+    print_failures(FAILURES)
 
 
 # Several shards grouped into one SLURM job still ask for one GPU (see README).

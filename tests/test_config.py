@@ -40,6 +40,13 @@ def test_defaults_are_filled_in():
         (lambda c: c["classifiers"].append(dict(c["classifiers"][0])), "names must be unique"),
         (lambda c: c.update(storage={"secret_access_key": "x"}), "storage"),
         (lambda c: c.pop("run_dir"), "'run_dir' is a required property"),
+        # a margin of 5 logits would re-run nearly every document in fp32, silently
+        (
+            lambda c: c.update(inference={"recheck_margin": 5}),
+            "config inference.recheck_margin: 5 is greater than the maximum of 1",
+        ),
+        (lambda c: c.update(failures={"stop_after": -1}), "config failures.stop_after"),
+        (lambda c: c["input"].update(sample_files=-1), "config input.sample_files"),
     ],
 )
 def test_bad_config_names_the_key(mutate, match):

@@ -92,6 +92,13 @@ def test_corrupt_file_fails_its_shard_after_the_others_and_is_recorded(tmp_path,
     assert "cannot read parquet file" in record["failed"][0]["error"]
     logs = "".join(p.read_text() for p in (tmp_path / "run" / "logs").rglob("*.log"))
     assert "cc/science/part-0000.parquet" in logs
+    assert "shardwise quarantine --run-dir" in logs
+    # the console names the file and the way out; one bad file never stops a run
+    shard = record["shard"]
+    assert f"message: shard {shard} failed: 1 of " in proc.stdout
+    assert "part-0000.parquet: cannot read parquet file" in proc.stdout
+    assert "`shardwise quarantine --run-dir" in proc.stdout
+    assert "stopping the run" not in proc.stdout
 
 
 def test_a_dry_run_reports_coverage_while_a_real_run_holds_the_run_dir(tmp_path, demo_models):

@@ -234,6 +234,7 @@ class InputSettings:
     category_regex: str
     relist: bool
     skip_unsafe_names: bool
+    sample_files: int = 3
 
 
 @dataclass(frozen=True)
@@ -251,6 +252,8 @@ class Settings:
     resources: dict[str, Any]
     walltime: dict[str, Any]
     domain_pairs: tuple[tuple[str, str], ...] = ()
+    #: Shards failed for one shared reason, before any succeeded, that stop a run (0: never).
+    stop_after: int = 2
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any]) -> Settings:
@@ -268,6 +271,7 @@ class Settings:
             resources=dict(cfg["resources"]),
             walltime=dict(cfg["walltime"]),
             domain_pairs=tuple(_domain_pairs(cfg)),
+            stop_after=cfg["failures"]["stop_after"],
         )
 
     def job_settings(self) -> dict[str, Any]:

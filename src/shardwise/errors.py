@@ -6,6 +6,7 @@ Callers catch one base; the CLI turns it into one line and exit 1.
     ├── ConfigError        a config key, type or value is wrong (names the key and the value)
     ├── RunMismatchError   run.json disagrees with this run (names each field, old and new)
     ├── InputError         a source file cannot be listed or read (names the file and the reason)
+    │   └── FieldMissingError  a configured field is in no row of a file (a config mistake)
     ├── StorageError       a read or write on local disk or object storage failed (names the key)
     │   └── RetriesExhaustedError  a transient error outlived the retry bound (store.backoff)
     ├── ModelError         a classifier cannot be loaded or run (names the model)
@@ -32,6 +33,24 @@ class RunMismatchError(ShardwiseError):
 
 class InputError(ShardwiseError):
     """A source file or the input listing is unusable."""
+
+
+class FieldMissingError(InputError):
+    """A configured field (``input.text_field``, ...) is in no row of a file.
+
+    Usually a typo every file shares, so it carries what a caller needs to say it once
+    for many files: the config key, the configured path, the fields the file does have
+    and ``advice`` (the message without the file's name).
+    """
+
+    def __init__(
+        self, message: str, *, config_key: str, path: str, found: tuple[str, ...], advice: str
+    ) -> None:
+        super().__init__(message)
+        self.config_key = config_key
+        self.path = path
+        self.found = found
+        self.advice = advice
 
 
 class StorageError(ShardwiseError):

@@ -9,9 +9,13 @@ functions and resource callables are the other names here. This module (with
 from __future__ import annotations
 
 import sys
+import time
 from typing import IO, Any
 
-from shardwise.config import reject_secret_keys
+from shardwise.config import Settings, reject_secret_keys
+from shardwise.errors import ShardwiseError
+from shardwise.ops import failed_jobs
+from shardwise.ops.failed_jobs import FailureLog
 from shardwise.ops.planning import report_lines
 from shardwise.planner import prepare
 from shardwise.planner.inflight import Submitter
@@ -21,12 +25,14 @@ from shardwise.slurm.profile import site_resources
 from shardwise.slurm.submiterrors import show_submit_errors
 
 __all__ = [
+    "FailureLog",
     "RunInfo",
     "Submitter",
     "is_dry_run",
     "prepare_run",
     "reject_secret_keys",
     "runtime_minutes_for",
+    "show_failed_jobs",
     "show_submit_errors",
     "site_resources",
 ]
@@ -41,17 +47,50 @@ def prepare_run(
     out: IO[str] | None = None,
     repin: bool = False,
     submitter: Submitter | None = None,
+    exit_on_refusal: bool = False,
 ) -> RunInfo:
     """Plan (top-level process) or read (cluster job) the run, and print what planning found.
 
     The top-level process prints the planning report (notes, coverage, in-flight shards)
     to ``out`` (stderr by default) unless ``report`` is off; a cluster job prints nothing.
+    With ``exit_on_refusal`` (the Snakefile), a refusal (a ShardwiseError: it names the
+    file, field or value and the fix) is its message and exit status 1, as from
+    ``shardwise`` itself: Snakemake would print it with frames of the package's own code
+    (and of botocore, for a storage error), which say nothing to an operator. Any other
+    exception keeps its traceback: that is a bug.
     """
-    info = prepare.prepare_run(
-        config, main_process=main_process, dryrun=dryrun, repin=repin, submitter=submitter
-    )
+    try:
+        info = prepare.prepare_run(
+            config, main_process=main_process, dryrun=dryrun, repin=repin, submitter=submitter
+        )
+    except ShardwiseError as e:
+        if not exit_on_refusal:
+            raise
+        sys.stderr.write(f"shardwise: {e}\n")
+        sys.stderr.flush()
+        raise SystemExit(1) from None
     if main_process and report:
         stream = out or sys.stderr
         stream.write("".join(f"{line}\n" for line in report_lines(info)))
         stream.flush()
     return info
+
+
+def show_failed_jobs(
+    workflow: Any, config: dict[str, Any], run: RunInfo, *, main_process: bool
+) -> FailureLog | None:
+    """Put a failed shard's reason on the console and stop early on a shared one (see
+    ``ops/failed_jobs.py``); top-level process only. The log, for :func:`print_failures`."""
+    if not main_process:
+        return None
+    stop_after = Settings.from_config(config).stop_after
+    return failed_jobs.install(workflow, run.run_dir, stop_after=stop_after, now=time.time)
+
+
+def print_failures(book: FailureLog | None, out: IO[str] | None = None) -> None:
+    """The run's failed shards, one line per reason with its count (the ``onerror`` hook)."""
+    if book is None:
+        return
+    stream = out or sys.stderr
+    stream.write("".join(f"shardwise: {line}\n" for line in book.summary()))
+    stream.flush()

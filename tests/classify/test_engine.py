@@ -152,6 +152,10 @@ def test_stats(engine: Engine, result, corpus) -> None:
     assert stats["docs"] == len(corpus[0])
     assert 0.5 < stats["pad_efficiency"] <= 1.0
     assert stats["padded_tokens"] >= stats["real_tokens"] == stats["tokens"] > 0
+    # one rate per meaning: the engine's is per second of inference (the stats' own
+    # tokens_per_s is per second of the file's whole time)
+    assert stats["infer_tokens_per_s"] == stats["real_tokens"] / stats["infer_s"]
+    assert "tokens_per_s" not in stats
     assert stats["batch_budget"] == 2048 and stats["oom_retries"] == 0
     assert stats["tokenize_fallback_docs"] == 0 and stats["distinct_tokenizers"] == 1
     assert engine.device_name == "cpu" and engine.dtype_name == "float32"

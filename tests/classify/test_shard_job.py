@@ -21,18 +21,6 @@ def test_progress_journal_survives_a_torn_last_line(tmp_path):
     assert journal.rows_done(tmp_path, 4) == {}
 
 
-def test_failure_record_lists_files_and_interruption(tmp_path, monkeypatch):
-    monkeypatch.setenv("SLURM_JOB_ID", "4242")
-    path = failures.record_failure(
-        tmp_path, 7, [{"file": "x.parquet", "error": "boom"}], interrupted=True
-    )
-    data = json.loads(path.read_text())
-    assert path.parent == tmp_path / "failures" / "7"
-    assert data["failed"] == [{"file": "x.parquet", "error": "boom"}]
-    assert data["interrupted"] is True
-    assert data["slurm_job_id"] == "4242"
-
-
 def test_output_markers_snapshot_roundtrip(tmp_path):
     markers.write_snapshot(tmp_path, {"b", "a"})
     assert (tmp_path / markers.OUTPUT_MARKERS).read_text() == "a\nb\n"
@@ -53,7 +41,9 @@ def test_forget_done_drops_files_from_the_journal_and_the_snapshot(tmp_path):
 
 def test_a_text_field_typo_fails_each_file_by_name_and_the_fix_relabels(tmp_path):
     cfg = plan_run(tmp_path, total_shards=1)
-    cfg["input"] = {**cfg["input"], "text_field": "body"}
+    # no sample at planning (it would refuse the typo: planner/test_fieldcheck.py): the job's
+    # own check, as for files that differ from the sample
+    cfg["input"] = {**cfg["input"], "text_field": "body", "sample_files": 0}
     prepare_run(cfg, main_process=True, dryrun=True, repin=True)  # nothing labelled yet
     with pytest.raises(ShardFailedError) as info:
         label(tmp_path / "run")
@@ -63,6 +53,9 @@ def test_a_text_field_typo_fails_each_file_by_name_and_the_fix_relabels(tmp_path
     assert message.count("input.text_field 'body' is in none of its") == len(files)
     assert "fields found: id, text, url" in message
     assert not list((tmp_path / "labels").rglob("*.done"))  # nothing vouches for empty text
+    record = failures.latest(tmp_path / "run", 0)
+    assert (record.kind, record.shared) == ("config", True)  # every file: the run stops early
+    assert record.reason.startswith("input.text_field 'body' is in no row of any file;")
     cfg["input"]["text_field"] = "text"  # the fix: pinned, but re-pinned while nothing is labelled
     prepare_run(cfg, main_process=True, dryrun=True, repin=True)
     label(tmp_path / "run")

@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 from synthrun import make_run, stats_for, write_run_json
 
-from shardwise.cli.common import default_gpus
 from shardwise.cli.main import main
 from shardwise.errors import RunMismatchError
 from shardwise.ops import coverage
-from shardwise.ops.coverage_format import format_table
+from shardwise.ops.coverage_format import format_table, quality_lines
+from shardwise.planner import inflight
+from shardwise.run import failures
 from shardwise.run.ranges import compress
 from shardwise.run.sharding import shard_for_task
 
@@ -199,14 +200,20 @@ def test_cli_missing_run_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert "original run directory" in capsys.readouterr().err
 
 
-def test_default_gpus_from_slurm_profile(tmp_path: Path) -> None:
-    assert default_gpus(tmp_path) == 1
-    profile = tmp_path / "profiles" / "slurm"
-    profile.mkdir(parents=True)
-    (profile / "config.yaml").write_text("executor: slurm\njobs: 64\n")
-    assert default_gpus(tmp_path) == 64
-    (profile / "config.yaml").write_text("jobs: [unbalanced\n")
-    assert default_gpus(tmp_path) == 1
+def test_eta_divides_by_what_the_last_invocation_could_run_at_once(tmp_path: Path) -> None:
+    run_dir, _, _ = _small_run(tmp_path)
+    state = coverage.load_state(run_dir)
+    assert state.parallel == (1, "GPU")  # never run by snakemake
+    inflight.Submitter("w", "s", cluster=True, parallel=450).record(run_dir)
+    cov = coverage.compute(coverage.load_state(run_dir))
+    assert (cov.eta.gpus, cov.eta.per) == (450, "GPU")
+    inflight.Submitter("w", "s", cluster=False, parallel=2).record(run_dir)
+    cov = coverage.compute(coverage.load_state(run_dir))
+    assert (cov.eta.gpus, cov.eta.per) == (2, "local job")
+    assert any(line.startswith("ETA") and " on 2 local jobs (" in line for line in
+               format_table(cov).splitlines())  # fmt: skip
+    cov = coverage.compute(coverage.load_state(run_dir), gpus=8)  # --gpus
+    assert (cov.eta.gpus, cov.eta.per) == (8, "GPU")
 
 
 def test_empty_plan(tmp_path: Path) -> None:
@@ -235,3 +242,40 @@ def test_throughput_comes_from_shard_markers_without_reading_those_files_stats(t
     devices = {d.device_name: d.files for d in cov.throughput.devices}
     assert devices == {"B200": len(mine), "NVIDIA H100 80GB HBM3": len(files) - len(mine)}
     assert cov.tokens_done == 500 * len(mine) + 1000 * (len(files) - len(mine))
+
+
+def test_failing_shards_say_why_and_name_their_files_interrupted_ones_are_not_failing(
+    tmp_path: Path,
+) -> None:
+    run_dir, files, done = _small_run(tmp_path)
+    open_shards = sorted({shard_for_task(f, 8) for f in files if f not in done})
+    bad, stopped, shared = open_shards[0], open_shards[1], open_shards[2:]
+    failed = [{"file": "src/cat0/part-0001.jsonl", "error": "/c/src/cat0/part-0001.jsonl: bad\nx"}]
+    hint = "`shardwise quarantine`"
+    failures.record_failure(
+        run_dir, bad, failed, cause=failures.Cause("input", f"1 of 1 file(s) failed: bad {hint}")
+    )
+    failures.record_failure(run_dir, stopped, [], cause=failures.INTERRUPTED)
+    typo = failures.Cause("config", "input.text_field 'body' is in no row of any file; ...", True)
+    for shard in shared:
+        failures.record_failure(run_dir, shard, [{"file": "f", "error": "e"}], cause=typo)
+    cov = coverage.compute(coverage.load_state(run_dir))
+    assert (cov.shards_failing, cov.shards_interrupted) == (1 + len(shared), 1)
+    assert cov.failing_files == (
+        ("src/cat0/part-0001.jsonl", bad, "/c/src/cat0/part-0001.jsonl: bad"),
+    )
+    lines = format_table(cov).splitlines()
+    assert f"   {1 + len(shared)} failing   1 interrupted" in lines[1]
+    assert f"failing  {len(shared)} shard(s) (shards {compress(shared)}): {typo.reason}" in lines
+    assert (
+        f"files    1 failing: src/cat0/part-0001.jsonl (shard {bad}). Fix a file and run again, "
+        f"or leave it out: `shardwise quarantine --run-dir {run_dir} FILE --reason TEXT`"
+    ) in lines
+    assert any(line.startswith("interrupted 1 shard(s) were stopped by a signal") for line in lines)
+
+
+def test_empty_texts_are_in_the_without_text_share() -> None:
+    assert quality_lines({"missing_text": 1, "null_texts": 2, "empty_texts": 3}, 10) == [
+        "data     6 without text (60.0%): 1 missing the field, 2 null, 3 empty or whitespace "
+        "only  ! check input.text_field"
+    ]

@@ -1,16 +1,19 @@
 """``shardwise domains`` on synthetic run directories (summaries written directly)."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 from domainsynth import make_corpus, write_run
+from inproc import plan_run
 
 from shardwise.cli.main import main
 from shardwise.ops import domains, report
 from shardwise.ops.estimate import estimate
 from shardwise.ops.planning import report_lines
 from shardwise.planner.prepare import RunInfo
+from shardwise.run import markers
 
 
 @pytest.fixture(scope="module")
@@ -140,9 +143,10 @@ def test_nothing_done_and_never_planned_are_clear_errors(tmp_path, corpus, capsy
     code, _, err = run_cli(capsys, "--run-dir", run_dir)
     assert (code, err.strip()) == (
         1,
-        f"shardwise: none of the 2 finished shards of {run_dir} has a readable summary "
-        f"({run_dir / 'summaries'}/<shard>.arrow): they were finished by another cluster "
-        "or by a version without label counts; shards finished from now on will have one",
+        f"shardwise: none of the 2 finished shard(s) with files of {run_dir} has a readable "
+        f"summary ({run_dir / 'summaries'}/<shard>.arrow): a shard marked done because its "
+        "files were labelled elsewhere (another cluster, `source: remote`) or by a version "
+        "without label counts has none; shards this run finishes will have one",
     )
     code, _, err = run_cli(capsys, "--run-dir", tmp_path / "elsewhere")
     assert code == 2
@@ -175,3 +179,25 @@ def test_the_html_report_includes_the_domain_picture(tmp_path, corpus):
     assert "<h2>Domain distribution</h2>" in page
     assert f"topic{domains.TIMES}format: share of docs, estimated from" in page
     assert (tmp_path / "r" / "d.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_only_empty_shards_done_says_nothing_is_labelled_yet(tmp_path, capsys):
+    cfg = plan_run(tmp_path, total_shards=64)  # more shards than files: some are empty
+    run_dir = Path(cfg["run_dir"])
+    assert markers.done_shards(run_dir)  # marked done at planning
+    code, _, err = run_cli(capsys, "--run-dir", run_dir)
+    assert code == 1
+    assert err.startswith(f"shardwise: no file of {run_dir} is labelled yet: the ")
+    assert "marked done have no files (empty shards are marked done at planning)" in err
+
+
+def test_part_way_an_unbounded_interval_says_why_instead_of_a_question_mark(tmp_path):
+    corpus = make_corpus(seed=21, tasks=600, total_shards=60, categories=40)
+    run_dir = write_run(tmp_path, corpus, [0])  # one shard: most categories not reached yet
+    d = domains.compute(domains.load(run_dir))
+    assert d.est.uncovered, "precondition: a category with no labelled task"
+    [line] = [ln for ln in domains.summary_lines(d) if ln.startswith("corpus")]
+    n = len(d.est.uncovered)
+    assert "(95% CI at least " in line
+    assert f"no upper bound while {n} categor" in line and "no labelled task)" in line
+    assert "?" not in domains.format_table(d)

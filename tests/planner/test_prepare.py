@@ -8,6 +8,7 @@ import shutil
 import pytest
 from e2e import tiny_model_dir
 
+from shardwise.cli.main import main
 from shardwise.demo.corpus import DemoSize, write_corpus
 from shardwise.errors import InputError, ModelError, RunMismatchError
 from shardwise.planner import prepare as planner
@@ -274,3 +275,65 @@ def test_unsafe_names_refuse_planning_unless_skipped_explicitly(tmp_path, corpus
 def test_a_missing_input_folder_says_it_does_not_exist(tmp_path):
     with pytest.raises(InputError, match=r"the folder .*/nowhere does not exist"):
         prepare(config(tmp_path, tmp_path / "nowhere"))
+
+
+# -- a damaged or disagreeing run.json has a way forward ------------------------------
+
+
+def test_a_truncated_copy_names_the_intact_one_and_verify_repair_restores_it(tmp_path, corpus):
+    cfg = config(tmp_path, corpus)
+    prepare(cfg)
+    run_dir, labels = tmp_path / "run", tmp_path / "labels"
+    good = (run_dir / "run.json").read_bytes()
+    for damaged, intact in ((run_dir, labels), (labels, run_dir)):
+        (damaged / "run.json").write_bytes(good[: len(good) // 2])  # a truncated copy
+        with pytest.raises(RunMismatchError) as info:
+            prepare(cfg)
+        message = str(info.value)
+        assert message.startswith(f"{damaged}/run.json is damaged: not a valid shardwise run.json")
+        assert f"The copy at {intact}/run.json is intact" in message
+        assert f"`shardwise verify --run-dir {run_dir} --repair`" in message
+        assert main(["verify", "--run-dir", str(run_dir), "--repair"]) == 0
+        assert (damaged / "run.json").read_bytes() == good
+        prepare(cfg)
+
+
+def test_a_view_of_a_damaged_run_dir_copy_names_the_restore_command(tmp_path, corpus, capsys):
+    prepare(config(tmp_path, corpus))
+    (tmp_path / "run" / "run.json").write_text("{")
+    assert main(["coverage", "--run-dir", str(tmp_path / "run")]) == 1
+    err = capsys.readouterr().err
+    assert "is damaged" in err and "--repair` restores it from the output root's copy" in err
+
+
+def test_both_copies_damaged_says_what_is_left_to_do(tmp_path, corpus):
+    cfg = config(tmp_path, corpus)
+    prepare(cfg)
+    for root in (tmp_path / "run", tmp_path / "labels"):
+        (root / "run.json").write_text("{")
+    with pytest.raises(RunMismatchError, match="No intact copy is left: if nothing of the run"):
+        prepare(cfg)
+
+
+def test_copies_that_disagree_say_so_and_not_that_the_config_changed(tmp_path, corpus):
+    cfg = config(tmp_path, corpus)
+    prepare(cfg)
+    run_dir = tmp_path / "run"
+    repinned = {**cfg, "sharding": {"total_shards": 8}}
+    # an interrupted re-pin: the run directory's copy is new, the output root's still old
+    new_meta = json.loads((run_dir / "run.json").read_text())
+    new_meta["total_shards"] = 8
+    (run_dir / "run.json").write_text(json.dumps(new_meta))
+    with pytest.raises(RunMismatchError) as info:
+        prepare(repinned)
+    message = str(info.value)
+    assert message.startswith("the two run.json copies disagree (run directory -> output root")
+    assert "  total_shards: 8 -> 16" in message
+    assert "restore the original settings" not in message
+    assert "run it again to finish it" in message
+    prepare(repinned, repin=True)  # finishing the re-pin (nothing labelled) makes them one
+    assert json.loads((tmp_path / "labels" / "run.json").read_text())["total_shards"] == 8
+    # or: verify --repair takes the output root's copy
+    (run_dir / "run.json").write_text(json.dumps({**new_meta, "total_shards": 4}))
+    assert main(["verify", "--run-dir", str(run_dir), "--repair"]) in (0, 1)
+    assert json.loads((run_dir / "run.json").read_text())["total_shards"] == 8

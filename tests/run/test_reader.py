@@ -39,6 +39,16 @@ def test_every_format_reads_ids_texts_urls_in_order(tmp_path, name):
     assert docs.texts == ["hello", "", ""]
     assert docs.urls == ["https://a", "", "https://c"]
     assert docs.counts["null_texts"] == 1
+    assert docs.counts["empty_texts"] == 1  # "" says as little as null
+
+
+@pytest.mark.parametrize("name", ["f.parquet", "f.jsonl"])
+def test_empty_and_whitespace_only_texts_are_counted_like_null_ones(tmp_path, name):
+    texts = ["a doc", "", " ", "\n\t ", None, "\u3000"]  # U+3000: an ideographic space
+    rel = write(tmp_path, name, [{"id": str(i), "text": t} for i, t in enumerate(texts)])
+    docs = read_documents(Location(str(tmp_path)), rel, Fields(url=None))
+    assert docs.texts == ["a doc", "", " ", "\n\t ", "", "\u3000"]  # labelled as they are
+    assert (docs.counts["empty_texts"], docs.counts["null_texts"]) == (4, 1)
 
 
 @pytest.mark.parametrize("name", ["f.parquet", "f.jsonl.gz"])

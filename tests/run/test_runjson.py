@@ -101,7 +101,7 @@ def test_read_missing_run_json_says_what_to_do(tmp_path):
 
 def test_corrupt_run_json_is_named(tmp_path):
     (tmp_path / "run.json").write_text("{not json")
-    with pytest.raises(RunMismatchError, match="is not a valid shardwise run.json"):
+    with pytest.raises(RunMismatchError, match="is damaged: not a valid shardwise run.json"):
         runjson.read(Location(str(tmp_path)))
 
 

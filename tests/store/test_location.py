@@ -612,3 +612,23 @@ def test_s3_no_secret_in_options_or_repr(s3: Any) -> None:
     loc.write_bytes("x", b"1")
     for text in (repr(loc), repr(loc.options), loc.uri, loc.url("x"), loc.path("x")):
         assert s3.server.secret not in text
+
+
+@pytest.mark.s3
+def test_no_credentials_at_all_is_one_line_naming_the_url_and_where_they_go(
+    s3: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    # options no other test uses: fsspec would hand back a cached client that has keys
+    loc = Location(s3.url("corpus"), s3.options(read_timeout=9.75))
+    for attempt in (loc.list_files, lambda: loc.read_bytes("a.jsonl")):
+        with pytest.raises(StorageError) as info:
+            attempt()
+        message = str(info.value)
+        assert "\n" not in message
+        assert message.startswith(s3.url("corpus"))
+        assert "no S3 credentials found" in message
+        assert "AWS_ACCESS_KEY_ID" in message and "storage.profile" in message
+        cause = info.value.__cause__  # no botocore chain for a traceback to print
+        assert cause is None or isinstance(cause, StorageError)

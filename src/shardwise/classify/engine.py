@@ -133,7 +133,9 @@ class Labels:
       ratio; ``truncated_docs``: documents whose input was cut at ``max_length`` in any stream
       (counted once per document).
     * ``infer_s``: seconds ``run`` took (every pass and re-check, no tokenization);
-      ``tokens_per_s`` = ``real_tokens / infer_s``; ``tokenize_s``: the ``prepare`` call's time.
+      ``infer_tokens_per_s`` = ``real_tokens / infer_s`` (tokens per second of inference,
+      not of the file's whole time: that is the stats' ``tokens_per_s``); ``tokenize_s``:
+      the ``prepare`` call's time.
     * batching: ``batch_budget`` (tokens, or rows when ``batch_mode`` is 1), ``batch_cost``,
       ``batches``, ``oom_retries`` (cumulative per job), ``probe_s``; ``attention_kernel`` /
       ``attention_kernel_unmasked``: the scaled-dot-product kernel padded / unpadded batches use.
@@ -711,7 +713,7 @@ class Engine:
             "truncated_docs": prepared.truncated_docs,
             "tokenize_s": prepared.tokenize_s,
             "infer_s": infer_s,
-            "tokens_per_s": real / infer_s if infer_s > 0 else 0.0,
+            "infer_tokens_per_s": real / infer_s if infer_s > 0 else 0.0,
             "batch_budget": policy.limit,
             "batch_mode": 1 if policy.batch_size is not None else 0,
             "batch_cost": policy.batch_cost if policy.batch_size is None else None,

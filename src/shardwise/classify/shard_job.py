@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import queue
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -78,6 +79,16 @@ class ShardReport:
     docs: int = 0
     quarantined: int = 0
     failed: list[dict[str, str]] = field(default_factory=list)
+    #: The exception behind each entry of ``failed`` (for the failure's cause).
+    errors: list[BaseException] = field(default_factory=list, repr=False)
+
+
+def quarantine_hint(run_dir: Path) -> str:
+    """How to leave out a file that cannot be fixed (said with every file failure)."""
+    return (
+        "A file that cannot be fixed can be left out: "
+        f"`shardwise quarantine --run-dir {run_dir} FILE --reason TEXT`."
+    )
 
 
 def shard_files(run_dir: Path, shard: int) -> list[FileTask]:
@@ -117,6 +128,7 @@ class _Loaded:
     docs: Documents | None = None
     prepared: Any = None
     error: str | None = None
+    exc: BaseException | None = None
     fatal: bool = False
     read_s: float = 0.0
     tokenize_s: float = 0.0
@@ -143,13 +155,14 @@ def _prefetch(
                     item.prepared = prepare(item.docs.texts, item.docs.urls)
                     item.tokenize_s = time.perf_counter() - t1
                 except InputError as e:
-                    item.error = str(e)
+                    item.error, item.exc = str(e), e
                 except StorageError as e:
                     # Retries are exhausted: the store is down, so every later file would
                     # wait out the same retries. Stop reading; the shard fails now.
-                    item.error, item.fatal = str(e), True
+                    item.error, item.exc, item.fatal = str(e), e, True
                 except Exception as e:  # noqa: BLE001 - recorded per file; other files go on
                     item.error = f"{ctx.source.url(task.rel)}: {type(e).__name__}: {e}"
+                    item.exc = e
                 while not stop.is_set():
                     try:
                         q.put(item, timeout=0.2)
@@ -207,6 +220,7 @@ def run_shard(
                 current = item.task.rel
                 if item.error is not None:
                     report.failed.append({"file": item.task.rel, "error": item.error})
+                    report.errors.append(item.exc or InputError(item.error))
                     if item.fatal:
                         break
                 else:
@@ -219,7 +233,7 @@ def run_shard(
                     gate.pause(shard, report.labelled)
                 bar.update(1)
         except Interrupted:
-            failures.record_failure(run_dir, shard, report.failed, interrupted=True)
+            failures.record_failure(run_dir, shard, report.failed, cause=failures.INTERRUPTED)
             raise
         except Exception as e:
             # model, storage (e.g. disk full), the device (a CUDA error, named with GPU and host
@@ -229,17 +243,21 @@ def run_shard(
                 *report.failed,
                 {"file": current or "(before the first file)", "error": error},
             ]
-            failures.record_failure(run_dir, shard, failed, interrupted=False)
+            cause = failures.cause_of(e, ctx.source.url(current) if current else "")
+            failures.record_failure(run_dir, shard, failed, cause=cause)
             raise
         finally:
             bar.close()
     if report.failed:
-        failures.record_failure(run_dir, shard, report.failed, interrupted=False)
+        hint = quarantine_hint(run_dir)
+        cause = failures.cause_of_files(report.errors, len(todo), report.labelled, hint)
+        failures.record_failure(run_dir, shard, report.failed, cause=cause)
         names = ", ".join(f["file"] for f in report.failed)
         details = "\n".join(f"  {f['error']}" for f in report.failed)
+        fix = "" if cause.shared else f"\n{hint}"
         msg = (
             f"shard {shard}: {len(report.failed)} of {len(files)} file(s) failed ({names}); "
-            f"every other finished file stays done; the shard will be retried:\n{details}"
+            f"every other finished file stays done; the shard will be retried:\n{details}{fix}"
         )
         raise ShardFailedError(msg)
     file_stats = summaries.write_for_shard(
@@ -379,7 +397,41 @@ class _NoBar:
         """Nothing to close."""
 
 
+class _LogLines:
+    """Progress as plain lines, for a log file: a bar's carriage returns are noise there.
+
+    One line when a file is done, at most every ``interval`` seconds, and one at the end.
+    """
+
+    def __init__(self, total: int, shard: int, interval: float = 60.0) -> None:
+        self.total, self.shard, self.interval = total, shard, interval
+        self.done = 0
+        self.started = self.said = time.monotonic()
+
+    def update(self, n: int) -> None:
+        """Count ``n`` more files; say so when the interval has passed."""
+        self.done += n
+        if time.monotonic() - self.said >= self.interval:
+            self._say()
+
+    def close(self) -> None:
+        """The last line: how far the shard got."""
+        self._say()
+
+    def _say(self) -> None:
+        self.said = time.monotonic()
+        elapsed = self.said - self.started
+        print(
+            f"shard {self.shard}: {self.done}/{self.total} file(s) in {elapsed:.0f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
 def _progress(total: int, shard: int, *, enabled: bool) -> Any:
+    """A bar on a terminal, plain lines in a log file (the classify rule's ``2> log``)."""
     if not enabled:
         return _NoBar()
+    if not sys.stderr.isatty():
+        return _LogLines(total, shard)
     return tqdm(total=total, desc=f"shard {shard}", unit="file", mininterval=5)

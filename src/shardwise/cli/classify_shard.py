@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from shardwise.classify.shard_job import Interrupted, install_signal_handlers, run_shard
@@ -30,6 +31,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Hold the shard's claim while labelling it; 143 when stopped by a signal."""
     install_signal_handlers()
+    if not sys.stderr.isatty():  # a log file: no model-loading bars (read at import)
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:
         with held(args.run_dir, args.shard):  # a live job on this shard: refuse, exit 1
             report = run_shard(args.run_dir, args.shard, progress=not args.no_progress)

@@ -14,8 +14,6 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import yaml
-
 from shardwise.run import runjson
 
 #: The output formats, in the order ``--help`` lists them.
@@ -81,7 +79,8 @@ def add_coverage_options(parser: argparse.ArgumentParser) -> None:
         "--gpus",
         type=positive_int,
         default=None,
-        help="GPUs for the ETA (default: `jobs` of profiles/slurm/config.yaml, else 1)",
+        help="GPUs for the ETA (default: what the run's last snakemake could run at once: "
+        "--jobs on SLURM, --cores locally; 1 before any)",
     )
     parser.add_argument(
         "--category-regex",
@@ -104,19 +103,3 @@ def not_a_run_dir(run_dir: Path, command: str) -> bool:
         file=sys.stderr,
     )
     return True
-
-
-def default_gpus(cwd: Path | None = None) -> int:
-    """``jobs`` of ``profiles/slurm/config.yaml`` under ``cwd``, else 1.
-
-    The SLURM profile's ``jobs`` caps concurrent shard jobs, i.e. GPUs in flight, which
-    is what the ETA divides by.
-    """
-    path = (cwd or Path.cwd()) / "profiles" / "slurm" / "config.yaml"
-    try:
-        jobs = yaml.safe_load(path.read_text(encoding="utf-8")).get("jobs")
-    except Exception:  # noqa: BLE001 - unreadable/odd YAML: a default, never fatal
-        return 1
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs <= 0:
-        return 1
-    return jobs

@@ -8,7 +8,6 @@ from shardwise.cli.common import (
     add_coverage_options,
     add_format,
     add_run_dir,
-    default_gpus,
     not_a_run_dir,
 )
 from shardwise.ops import coverage
@@ -38,8 +37,7 @@ def run(args: argparse.Namespace) -> int:
     """Print the report; exit 2 when the run directory is not one."""
     if not_a_run_dir(args.run_dir, "coverage"):
         return 2
-    gpus = args.gpus if args.gpus is not None else default_gpus()
     state = coverage.load_state(args.run_dir)
-    cov = coverage.compute(state, category_regex=args.category_regex, gpus=gpus)
+    cov = coverage.compute(state, category_regex=args.category_regex, gpus=args.gpus)
     print(with_in_flight(FORMATTERS[args.format](cov), args.format, args.run_dir))
     return 0

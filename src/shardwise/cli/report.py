@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from shardwise.cli.common import add_coverage_options, add_run_dir, default_gpus, not_a_run_dir
+from shardwise.cli.common import add_coverage_options, add_run_dir, not_a_run_dir
 from shardwise.ops import coverage
 from shardwise.ops.coverage_format import summary_lines
 from shardwise.ops.report import write_report
@@ -46,9 +46,8 @@ def run(args: argparse.Namespace) -> int:
     """Write the files; exit 2 when the run directory is not one."""
     if not_a_run_dir(args.run_dir, "report"):
         return 2
-    gpus = args.gpus if args.gpus is not None else default_gpus()
     state = coverage.load_state(args.run_dir)
-    cov = coverage.compute(state, category_regex=args.category_regex, gpus=gpus)
+    cov = coverage.compute(state, category_regex=args.category_regex, gpus=args.gpus)
     out_html, out_png = write_report(
         state, cov, args.out, out_png=args.png, domains_png=args.domains_png
     )

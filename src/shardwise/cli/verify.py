@@ -8,7 +8,13 @@ import sys
 
 from shardwise.cli.common import add_format, add_run_dir
 from shardwise.errors import ShardwiseError
-from shardwise.ops.verify import accept_changed, repair, repair_command, verify_run
+from shardwise.ops.verify import (
+    accept_changed,
+    repair,
+    repair_command,
+    restore_run_json,
+    verify_run,
+)
 
 EXIT_OK = 0
 EXIT_PROBLEMS = 1
@@ -43,7 +49,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--repair",
         action="store_true",
         help="remove exactly the markers of the broken files (and their shard markers), "
-        "printing each, so the next snakemake run relabels only those files",
+        "printing each, so the next snakemake run relabels only those files; first, make the "
+        "two run.json copies one again (a damaged or missing one from the intact one, the "
+        "output root's when they disagree)",
     )
     parser.add_argument(
         "--accept-changed",
@@ -58,6 +66,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Findings on stdout, the summary last; 0 consistent, 1 problems, 2 cannot verify."""
     try:
+        if args.repair:  # first: every check below reads run.json
+            for line in restore_run_json(args.run_dir):
+                print(line, file=sys.stderr if args.format == "json" else sys.stdout)
         report = verify_run(
             args.run_dir,
             sample=args.sample,

@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shardwise.errors import InputError, RunMismatchError
+from shardwise.planner import inflight
 from shardwise.run import (
     changes,
     context,
@@ -95,6 +96,10 @@ class RunState:
     stale_markers: tuple[str, ...] = ()  # shard markers of another assignment (not done)
     #: Labelled input files changed in place (as the last dry run found): file -> identities.
     changed: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: The newest failure record of each failing shard (what stopped it last).
+    last_failures: dict[int, failures.FailureRecord] = field(default_factory=dict)
+    #: What the last invocation ran in parallel: (count, "GPU" or "local job").
+    parallel: tuple[int, str] = (1, "GPU")
 
 
 def read_plan(run_dir: Path, meta: runjson.RunMeta) -> pa.Table:
@@ -213,6 +218,7 @@ def load_state(
     unreadable = [str(markers.shard_marker_path(run_dir, s)) for s in done_markers.unreadable]
     stale = [str(markers.shard_marker_path(run_dir, s)) for s in done_markers.stale]
     failing = failures.failing_shards(run_dir, done)
+    last = {int(s): r for s in failing if (r := failures.latest(run_dir, int(s))) is not None}
 
     output = context.output_location(run_dir, meta)
     stats: throughput.StatsTable | None = None
@@ -244,6 +250,8 @@ def load_state(
         done_shards=done,
         markers=shard_markers,
         failing_shards=failing,
+        last_failures=last,
+        parallel=recorded_parallel(run_dir),
         stats=stats if stats is not None and len(stats) else None,
         output_markers=frozenset(output_markers) if output_markers is not None else None,
         quarantined=quarantine.load(run_dir),
@@ -294,7 +302,7 @@ class Coverage:
     shards_done: int  # shards with a marker (empty shards included once marked)
     shards_empty: int  # shards without files in the plan
     shards_remaining: int  # shards_total - shards_done
-    shards_failing: int  # not done, with failure records
+    shards_failing: int  # not done, whose newest failure record is a failure
     tasks_total: int
     tasks_done: int
     files_total: int
@@ -316,6 +324,12 @@ class Coverage:
     unreadable_markers: tuple[str, ...] = ()
     stale_markers: tuple[str, ...] = ()
     changed: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: Not done, last stopped by a signal (walltime, preemption, Ctrl-C): they run again.
+    shards_interrupted: int = 0
+    #: Why the failing shards failed: (reason, shards), most shards first.
+    failing_reasons: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    #: The files that failed in them: (file, shard, error), in file order.
+    failing_files: tuple[tuple[str, int, str], ...] = ()
 
     @property
     def tasks_left(self) -> int:
@@ -331,6 +345,42 @@ class Coverage:
     def files_percent(self) -> float:
         """Files done as a percentage."""
         return _percent(self.files_done, self.files_total)
+
+
+def recorded_parallel(run_dir: Path) -> tuple[int, str]:
+    """How many jobs the run's last top-level invocation could run at once, and of what:
+    ``--jobs`` GPUs on a cluster, ``--cores`` local jobs; (1, "GPU") before any."""
+    submitter = inflight.Submitter.recorded(run_dir)
+    if submitter is None:
+        return (1, "GPU")
+    return (max(1, submitter.parallel), "GPU" if submitter.cluster else "local job")
+
+
+def reasons_of(
+    records: dict[int, failures.FailureRecord], *, interrupted: bool
+) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """Failing shards grouped by the reason of their newest record, most shards first."""
+    by_reason: dict[str, list[int]] = {}
+    for shard, record in sorted(records.items()):
+        if record.interrupted == interrupted:
+            by_reason.setdefault(record.reason, []).append(shard)
+    ordered = sorted(by_reason.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))
+    return tuple((reason, tuple(shards)) for reason, shards in ordered)
+
+
+def failing_files(records: dict[int, failures.FailureRecord]) -> tuple[tuple[str, int, str], ...]:
+    """The files named by failing (not interrupted) shards' newest records, in file order.
+
+    A shard stopped for a reason every file shares (``shared``: a config error, a model
+    that cannot load) names no file of its own: the reason is the whole story.
+    """
+    out = [
+        (f.get("file", "?"), shard, failures.first_line(f.get("error", "")))
+        for shard, record in records.items()
+        if not record.interrupted and not record.shared
+        for f in record.failed
+    ]
+    return tuple(sorted(out))
 
 
 def _percent(done: float, total: float) -> float:
@@ -396,13 +446,18 @@ def effective_tasks(
     return np.divide(counts**2, squares, out=np.zeros(n_categories), where=squares > 0)
 
 
-def compute(state: RunState, *, category_regex: str | None = None, gpus: int = 1) -> Coverage:
+def compute(
+    state: RunState, *, category_regex: str | None = None, gpus: int | None = None
+) -> Coverage:
     """Coverage of ``state``: pure, vectorised over the plan rows.
 
     ``category_regex`` re-derives categories from the file paths (first capture group,
     else the whole match) instead of the plan's ``category`` column. ``gpus`` only
-    scales the ETA.
+    scales the ETA; None takes the parallelism the run's last invocation had.
     """
+    per = "GPU"
+    if gpus is None:
+        gpus, per = state.parallel
     plan = state.plan
     total, minimum = state.total_shards, state.minimum_shard_index
     n_files = plan.num_rows
@@ -492,11 +547,12 @@ def compute(state: RunState, *, category_regex: str | None = None, gpus: int = 1
     remaining_bytes = int(size[~file_done & ~file_quarantined].sum())
     estimate = None
     if rates is not None and rates.overall is not None:
-        estimate = throughput.eta(remaining_bytes, rates, gpus, unit="bytes")
+        estimate = throughput.eta(remaining_bytes, rates, gpus, unit="bytes", per=per)
         if estimate is None:
             left = int((~file_done & ~file_quarantined).sum())
-            estimate = throughput.eta(left, rates, gpus, unit="files")
+            estimate = throughput.eta(left, rates, gpus, unit="files", per=per)
 
+    interrupted = sum(1 for r in state.last_failures.values() if r.interrupted)
     return Coverage(
         name=state.name,
         run_dir=str(state.run_dir),
@@ -506,7 +562,10 @@ def compute(state: RunState, *, category_regex: str | None = None, gpus: int = 1
         shards_done=int(shard_done.sum()),
         shards_empty=int((files_per_shard == 0).sum()),
         shards_remaining=int(total - shard_done.sum()),
-        shards_failing=int(state.failing_shards.size),
+        shards_failing=int(state.failing_shards.size) - interrupted,
+        shards_interrupted=interrupted,
+        failing_reasons=reasons_of(state.last_failures, interrupted=False),
+        failing_files=failing_files(state.last_failures),
         tasks_total=n_tasks,
         tasks_done=tasks_done,
         files_total=n_files,

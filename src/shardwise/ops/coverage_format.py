@@ -13,7 +13,7 @@ from typing import Any
 
 from shardwise.ops.coverage import CategoryCoverage, Coverage
 from shardwise.ops.text import format_duration, human_bytes, human_count
-from shardwise.run import changes, throughput
+from shardwise.run import changes, ranges, throughput
 
 
 def to_dict(cov: Coverage) -> dict[str, Any]:
@@ -29,6 +29,7 @@ def to_dict(cov: Coverage) -> dict[str, Any]:
         "shards_empty": cov.shards_empty,
         "shards_remaining": cov.shards_remaining,
         "shards_failing": cov.shards_failing,
+        "shards_interrupted": cov.shards_interrupted,
         "tasks_total": cov.tasks_total,
         "tasks_done": cov.tasks_done,
         "files_total": cov.files_total,
@@ -60,6 +61,12 @@ def to_dict(cov: Coverage) -> dict[str, Any]:
     out["stale_markers"] = list(cov.stale_markers)
     out["changed_files"] = {rel: {"planned": a, "now": b} for rel, (a, b) in cov.changed.items()}
     out["tasks_left"] = cov.tasks_left
+    out["failing_reasons"] = [
+        {"reason": reason, "shards": list(shards)} for reason, shards in cov.failing_reasons
+    ]
+    out["failing_files"] = [
+        {"file": rel, "shard": shard, "error": error} for rel, shard, error in cov.failing_files
+    ]
     if cov.throughput is not None and cov.throughput.overall is not None:
         out["throughput"] = {
             "overall": _rate_dict(cov.throughput.overall),
@@ -69,6 +76,7 @@ def to_dict(cov: Coverage) -> dict[str, Any]:
         out["eta"] = {
             "seconds": round(cov.eta.seconds, 1),
             "gpus": cov.eta.gpus,
+            "per": cov.eta.per,
             "remaining": cov.eta.remaining,
             "unit": cov.eta.unit,
             "rate_per_gpu": cov.eta.rate_per_gpu,
@@ -106,7 +114,8 @@ def summary_lines(cov: Coverage, *, max_expression: int = 160) -> list[str]:
     lines = [
         f"shards   {cov.shards_done:,} / {cov.shards_total:,} done ({cov.shards_percent:.1f}%)"
         f"   {cov.shards_remaining:,} remaining   {cov.shards_empty:,} empty"
-        + (f"   {cov.shards_failing:,} failing" if cov.shards_failing else ""),
+        + (f"   {cov.shards_failing:,} failing" if cov.shards_failing else "")
+        + (f"   {cov.shards_interrupted:,} interrupted" if cov.shards_interrupted else ""),
         f"tasks    {cov.tasks_done:,} / {cov.tasks_total:,} ({cov.overall_percent:.1f}%)",
         f"files    {cov.files_done:,} / {cov.files_total:,} ({cov.files_percent:.1f}%)"
         f"   {human_bytes(cov.bytes_done)} / {human_bytes(cov.bytes_total)}",
@@ -114,6 +123,7 @@ def summary_lines(cov: Coverage, *, max_expression: int = 160) -> list[str]:
         + (f"   {human_count(cov.tokens_done)} tokens" if cov.tokens_done is not None else ""),
     ]
     lines += quality_lines(cov.data_quality, cov.docs_done)
+    lines += failing_lines(cov)
     if cov.quarantined:
         shown = "; ".join(f"{e.file} ({e.reason})" for e in cov.quarantined[:3])
         more = f"; ... {len(cov.quarantined) - 3} more" if len(cov.quarantined) > 3 else ""
@@ -156,9 +166,10 @@ def summary_lines(cov: Coverage, *, max_expression: int = 160) -> list[str]:
             if cov.eta.unit == "bytes"
             else f"{cov.eta.rate_per_gpu * 3600:,.1f} files/h"
         )
+        unit = cov.eta.per
         lines.append(
-            f"ETA      {format_duration(cov.eta.seconds)} on {cov.eta.gpus} GPU"
-            f"{'s' if cov.eta.gpus != 1 else ''} ({left} left at {per} per GPU)"
+            f"ETA      {format_duration(cov.eta.seconds)} on {cov.eta.gpus} {unit}"
+            f"{'s' if cov.eta.gpus != 1 else ''} ({left} left at {per} per {unit})"
         )
     if cov.skew_flagged:
         worst = ", ".join(f"{c.name} ({c.percent:.1f}%)" for c in cov.categories if c.flagged)
@@ -186,6 +197,36 @@ def summary_lines(cov: Coverage, *, max_expression: int = 160) -> list[str]:
     return lines
 
 
+def failing_lines(cov: Coverage, shown: int = 3) -> list[str]:
+    """Why shards fail (a reason per line, with its shards) and which files, with the way
+    to leave out a file that cannot be fixed; interrupted shards are not failing."""
+    lines = []
+    for reason, shards in cov.failing_reasons[:shown]:
+        lines.append(
+            f"failing  {len(shards):,} shard(s) (shards {ranges.compress(list(shards))}): {reason}"
+        )
+    if len(cov.failing_reasons) > shown:
+        lines.append(
+            f"failing  ... {len(cov.failing_reasons) - shown} more reason(s) (--format json)"
+        )
+    if cov.failing_files:
+        named = "; ".join(f"{rel} (shard {shard})" for rel, shard, _e in cov.failing_files[:shown])
+        more = (
+            f"; ... {len(cov.failing_files) - shown} more" if len(cov.failing_files) > shown else ""
+        )
+        lines.append(
+            f"files    {len(cov.failing_files):,} failing: {named}{more}. Fix a file and run "
+            f"again, or leave it out: `shardwise quarantine --run-dir {cov.run_dir} FILE "
+            "--reason TEXT`"
+        )
+    if cov.shards_interrupted:
+        lines.append(
+            f"interrupted {cov.shards_interrupted:,} shard(s) were stopped by a signal "
+            "(walltime, preemption, Ctrl-C): finished files stay done, they run again"
+        )
+    return lines
+
+
 #: Share of labelled documents without text above which the data line is flagged.
 NO_TEXT_WARN = 0.05
 
@@ -202,13 +243,14 @@ def quality_lines(quality: dict[str, int], docs: int) -> list[str]:
     def share(n: int) -> str:
         return f" ({100 * n / docs:.1f}%)" if docs else ""
 
-    no_text = quality.get("missing_text", 0) + quality.get("null_texts", 0)
+    kinds = (("missing_text", "missing the field"), ("null_texts", "null"),
+             ("empty_texts", "empty or whitespace only"))  # fmt: skip
+    no_text = sum(quality.get(key, 0) for key, _what in kinds)
     parts = []
     if no_text:
-        parts.append(
-            f"{no_text:,} without text{share(no_text)}: {quality.get('missing_text', 0):,} "
-            f"missing the field, {quality.get('null_texts', 0):,} null"
-        )
+        said = [f"{quality.get(key, 0):,} {what}" for key, what in kinds[:2]]
+        said += [f"{quality[key]:,} {what}" for key, what in kinds[2:] if quality.get(key)]
+        parts.append(f"{no_text:,} without text{share(no_text)}: " + ", ".join(said))
     pairs = (
         ("non_string_texts", "non-string texts read as strings"),
         ("missing_id", "missing the id field"),

@@ -165,12 +165,20 @@ def require_labels(data: DomainData) -> None:
             "run this again when shards finish"
         )
         raise DomainsError(msg)
+    if not data.summaries and not data.shards_unsummarized:
+        msg = (
+            f"no file of {data.run_dir} is labelled yet: the {data.shards_done:,} shard(s) "
+            "marked done have no files (empty shards are marked done at planning); run this "
+            "again when shards finish"
+        )
+        raise DomainsError(msg)
     if not data.summaries:
         msg = (
-            f"none of the {data.shards_done:,} finished shards of {data.run_dir} has a "
-            f"readable summary ({data.run_dir / summaries.SUMMARIES_DIR}/<shard>.arrow): "
-            "they were finished by another cluster or by a version without label counts; "
-            "shards finished from now on will have one"
+            f"none of the {data.shards_unsummarized:,} finished shard(s) with files of "
+            f"{data.run_dir} has a readable summary ({data.run_dir / summaries.SUMMARIES_DIR}"
+            "/<shard>.arrow): a shard marked done because its files were labelled elsewhere "
+            "(another cluster, `source: remote`) or by a version without label counts has "
+            "none; shards this run finishes will have one"
         )
         raise DomainsError(msg)
 
@@ -378,8 +386,6 @@ def _unit(weight: str) -> str:
 
 
 def _amount(x: float, weight: str) -> str:
-    if not math.isfinite(x):
-        return "?"
     return human_count(x) if weight == "docs" else human_bytes(x)
 
 
@@ -398,12 +404,15 @@ def summary_lines(d: Domains) -> list[str]:
     """The header lines shared by table and markdown."""
     e = d.est
     axes = TIMES.join(d.axes)
-    total = (
-        f"{_amount(e.corpus_total, d.weight)} {_unit(d.weight)}"
-        if e.exact
-        else f"{_amount(e.corpus_total, d.weight)} {_unit(d.weight)} (95% CI "
-        f"{_amount(e.corpus_low, d.weight)} - {_amount(e.corpus_high, d.weight)})"
-    )
+    total = f"{_amount(e.corpus_total, d.weight)} {_unit(d.weight)}"
+    if not e.exact and math.isfinite(e.corpus_high):
+        total += f" (95% CI {_amount(e.corpus_low, d.weight)} - {_amount(e.corpus_high, d.weight)})"
+    elif not e.exact:
+        n = len(e.uncovered)
+        total += (
+            f" (95% CI at least {_amount(e.corpus_low, d.weight)}; no upper bound while "
+            f"{n:,} categor{'y has' if n == 1 else 'ies have'} no labelled task)"
+        )
     lines = [
         f"{axes}: share of {_unit(d.weight)}, {status_line(d)}",
         f"shards   {d.data.shards_done:,} / {d.data.total_shards:,} done",
@@ -425,7 +434,7 @@ def _order(d: Domains, share: np.ndarray) -> np.ndarray:
 
 
 def _pct(x: float) -> str:
-    return "   ?" if not math.isfinite(x) else f"{100 * x:.2f}%"
+    return "    n/a" if not math.isfinite(x) else f"{100 * x:.2f}%"
 
 
 def _rows(

@@ -46,7 +46,16 @@ import pyarrow.compute as pc
 
 from shardwise.errors import ConfigError, InputError, ShardwiseError
 from shardwise.ops.coverage_format import quality_lines
-from shardwise.run import changes, journal, markers, plan, quarantine, runjson, sidecar
+from shardwise.run import (
+    changes,
+    context,
+    journal,
+    markers,
+    plan,
+    quarantine,
+    runjson,
+    sidecar,
+)
 from shardwise.run.context import JobContext
 from shardwise.run.reader import QUALITY_COUNTS, Fields, read_documents
 from shardwise.run.sharding import shard_for_task, shard_range
@@ -715,6 +724,19 @@ def _take_identities(run_dir: Path, changed: dict[str, tuple[str, str]]) -> None
     if summary is not None:
         plan.save(run_dir, table, summary)
     changes.forget(run_dir, set(changed))
+
+
+def restore_run_json(run_dir: Path) -> list[str]:
+    """Make the run directory's and the output root's run.json one again (``--repair``):
+    a damaged or missing copy from the intact one; the output root's when they disagree.
+
+    The output root comes from ``settings.json`` (the planner resolved it there), so a
+    run directory whose own run.json is damaged still finds the other copy.
+    """
+    output = context.recorded_output(Path(run_dir))
+    if output is None:
+        return []  # never planned by this version: nothing says where the other copy is
+    return runjson.restore(Location(str(run_dir)), output)
 
 
 def repair_command(run_dir: Path) -> str:

@@ -57,6 +57,9 @@ class Submitter:
     snakefile: str
     configfiles: tuple[str, ...] = ()
     cluster: bool = False  # a cluster executor may be in use: ask squeue
+    #: Jobs this invocation may run at once: ``--jobs`` on a cluster (one GPU each),
+    #: ``--cores`` locally. What the coverage ETA divides by.
+    parallel: int = 1
     host: str = ""
     pid: int = 0
     started_at: str = ""
@@ -70,13 +73,17 @@ class Submitter:
         """
         resources = getattr(workflow, "resource_settings", None)
         settings = getattr(workflow, "config_settings", None)
+        nodes = getattr(resources, "nodes", None)
+        cores = getattr(resources, "cores", None)
+        parallel = nodes if nodes is not None else cores
         return cls(
             workdir=str(Path.cwd()),
             snakefile=str(Path(str(workflow.main_snakefile)).resolve()),
             configfiles=tuple(
                 str(Path(p).resolve()) for p in (getattr(settings, "configfiles", None) or ())
             ),
-            cluster=getattr(resources, "nodes", None) is not None,
+            cluster=nodes is not None,
+            parallel=parallel if isinstance(parallel, int) and parallel > 0 else 1,
             host=claims.hostname(),
             pid=os.getpid(),
             started_at=markers.now(),
@@ -92,6 +99,7 @@ class Submitter:
                 snakefile=str(body["snakefile"]),
                 configfiles=tuple(str(p) for p in body.get("configfiles", ())),
                 cluster=bool(body.get("cluster", False)),
+                parallel=int(body.get("parallel", 1)),
                 host=str(body.get("host", "")),
                 pid=int(body.get("pid", 0)),
                 started_at=str(body.get("started_at", "")),

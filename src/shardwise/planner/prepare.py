@@ -27,7 +27,7 @@ from shardwise.classify.modelcheck import check_classifiers
 from shardwise.classify.tokenization import labelling
 from shardwise.config import Settings
 from shardwise.errors import InputError, RunMismatchError
-from shardwise.planner import inflight
+from shardwise.planner import fieldcheck, inflight
 from shardwise.run import (
     changes,
     context,
@@ -106,6 +106,7 @@ def prepare_run(
     check_classifiers(settings.classifiers)  # before anything is pinned
     quarantined = quarantine.load(run_dir)
     planned = _plan_table(settings, set(quarantined), fresh=repin)
+    sampled = _check_sample(settings, planned.table, set(quarantined))  # before pinning
     meta = runjson.RunMeta.new(
         total_shards=settings.total_shards,
         minimum_shard_index=settings.minimum_shard_index,
@@ -155,9 +156,28 @@ def prepare_run(
         tuple(shard_range(meta.total_shards, meta.minimum_shard_index)),
         settings.output_uri,
         tuple(sorted(flight.shards)),
-        messages=(*said, *(f"note: {note}" for note in planned.notes)),
+        messages=(*said, *(f"note: {note}" for note in (*planned.notes, *sampled))),
         in_flight_lines=tuple(flight.lines()),
     )
+
+
+def _check_sample(settings: Settings, table: pa.Table, quarantined: set[str]) -> tuple[str, ...]:
+    """Read a few files per format (see fieldcheck.py); ConfigError for a field none has."""
+    if not settings.input.sample_files:
+        return ()
+    files = [
+        (rel, size)
+        for rel, size in zip(table["file"].to_pylist(), table["size"].to_pylist(), strict=True)
+        if rel not in quarantined
+    ]
+    fields = context.fields_for(
+        vars(settings.input),
+        tuple((c["name"], c["model"], c["input"]) for c in settings.classifiers),
+    )
+    source = Location(settings.input.uri, settings.storage)
+    return fieldcheck.check_sample(
+        source, files, fields, settings.input.format, settings.input.sample_files
+    ).notes
 
 
 @dataclass(frozen=True)
@@ -364,26 +384,25 @@ def _pin(
 
     local = Location(str(run_dir))
     output = Location(settings.output_uri, settings.storage)
+    copies = [runjson.read_copy(local), runjson.read_copy(output)]
+    runjson.check_copies(*copies, run_dir, repin=repin)  # damaged, or an interrupted re-pin
     absent: list[Location] = []
     changed: list[tuple[Location, runjson.RunMeta]] = []
-    for loc in (local, output):
-        try:
-            existing = runjson.RunMeta.from_json(
-                loc.read_bytes(runjson.RUN_JSON), loc.url(runjson.RUN_JSON)
-            )
-        except FileNotFoundError:
-            absent.append(loc)
+    for copy in copies:
+        existing = copy.meta
+        if existing is None:
+            absent.append(copy.loc)
             continue
         if not repin:
             runjson.check_same(
                 existing,
                 meta,
-                loc.url(runjson.RUN_JSON),
+                copy.where,
                 task_change,
                 lambda diffs, old=existing: _refusal_hints(settings, old, diffs),
             )
         elif runjson.differences(existing, meta):
-            changed.append((loc, existing))
+            changed.append((copy.loc, existing))
     if changed:
         _repin(settings, meta, changed, say)
     elif repin:
@@ -399,11 +418,13 @@ def _outputs_of(settings: Settings, pinned: list[runjson.RunMeta]) -> list[Locat
 
 
 def _labelled(outputs: list[Location]) -> list[str]:
-    """Per-file markers under any of ``outputs`` (one listing each): what is labelled."""
-    found: list[str] = []
+    """Per-file markers under any of ``outputs`` (one listing each): what is labelled, one
+    marker per source file (a file labelled once and copied to a new root counts once)."""
+    found: dict[str, str] = {}
     for loc in outputs:
-        found += [loc.url(rel) for rel in sorted(loc.list_suffix(markers.FILE_MARKER_SUFFIX))]
-    return found
+        for rel in sorted(loc.list_suffix(markers.FILE_MARKER_SUFFIX)):
+            found.setdefault(rel, loc.url(rel))
+    return list(found.values())
 
 
 def _refusal_hints(

@@ -79,6 +79,16 @@ def roots(meta: runjson.RunMeta, settings: dict[str, Any] | None) -> tuple[Locat
     )
 
 
+def recorded_output(run_dir: Path) -> Location | None:
+    """The output root ``settings.json`` records, without run.json (which may be damaged);
+    None before the first plan of this version."""
+    settings = read_settings(run_dir) or {}
+    root = (settings.get("roots") or {}).get("output")
+    if not root:
+        return None
+    return Location(root, StorageOptions.from_config(settings.get("storage")))
+
+
 def output_location(run_dir: Path, meta: runjson.RunMeta) -> Location:
     """The output root of the run in ``run_dir`` (see :func:`roots`)."""
     return roots(meta, read_settings(run_dir))[1]

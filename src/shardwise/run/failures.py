@@ -1,29 +1,110 @@
 """Failure records: ``<run_dir>/failures/<shard>/<utc time>-<pid>.json``, one per failed attempt.
 
 A shard job that fails (files it could not read, a model or device error, SIGTERM)
-writes ``{shard, failed: [{file, error}], interrupted, slurm_job_id, attempt,
-hostname, at}`` before it exits, so a person sees which file stopped it and why
-without opening the job log. Records are kept; a shard with records and no marker is
-"failing" in the views.
+writes ``{shard, failed: [{file, error}], interrupted, kind, reason, shared,
+slurm_job_id, attempt, hostname, at}`` before it exits, so a person sees which file
+stopped it and why without opening the job log. ``reason`` is one line: what the
+console shows when the job fails (see ``ops/failed_jobs.py``). ``shared`` says that
+the cause is the same for every shard and no retry can fix it (a field no file has, a
+model that cannot load, no CUDA): the run stops early on it. Records are kept; a
+shard with records and no marker is "failing" in the views, or "interrupted" when its
+latest attempt was stopped by a signal.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from shardwise.errors import (
+    ConfigError,
+    DeviceError,
+    FieldMissingError,
+    ModelError,
+    ShardwiseError,
+    StorageError,
+)
 from shardwise.run import markers
+from shardwise.run.reader import field_advice
 from shardwise.store.atomic import json_bytes, write_atomic
 
 FAILURES_DIR = "failures"
 
 
+@dataclass(frozen=True)
+class Cause:
+    """Why a shard job failed, as the console and the early stop need it."""
+
+    kind: str  # config | model | device | storage | input | interrupted | error
+    reason: str  # one line
+    shared: bool = False  # the same for every shard and no retry fixes it
+
+
+def first_line(text: str) -> str:
+    """The first non-empty line of an error message."""
+    return next((line.strip() for line in text.splitlines() if line.strip()), text.strip())
+
+
+def cause_of(exc: BaseException, where: str = "") -> Cause:
+    """The cause of a whole-shard failure (raised before or between files).
+
+    A model that cannot be loaded or a device that is not there (``ModelError``) and a
+    config error are shared; a device that fails mid-run (``DeviceError``: one GPU, one
+    node), storage and everything else may be fixed by a retry elsewhere.
+    """
+    text = first_line(
+        str(exc) if isinstance(exc, ShardwiseError) else f"{type(exc).__name__}: {exc}"
+    )
+    text = f"{where}: {text}" if where and not text.startswith(where) else text
+    if isinstance(exc, DeviceError):
+        return Cause("device", text)
+    if isinstance(exc, ModelError):
+        return Cause("model", text, shared=True)
+    if isinstance(exc, ConfigError):
+        return Cause("config", text, shared=True)
+    if isinstance(exc, StorageError):
+        return Cause("storage", text)
+    if isinstance(exc, ShardwiseError):
+        return Cause("input", text)
+    return Cause("error", text)
+
+
+def cause_of_files(errors: Sequence[BaseException], files: int, labelled: int, hint: str) -> Cause:
+    """The cause of a shard whose files failed one by one (``errors``, one per file).
+
+    When no file was labelled and every one failed for the same absent field, it is a
+    config mistake the shard shares with the rest of the corpus: said once, without the
+    file names (so that every shard says the same words). Otherwise the files are the
+    cause: how many, the first error, and ``hint`` (how to leave such a file out).
+    """
+    fields = {(e.config_key, e.path) for e in errors if isinstance(e, FieldMissingError)}
+    if errors and not labelled and len(fields) == 1 and len(errors) == files:
+        first = errors[0]
+        assert isinstance(first, FieldMissingError)
+        advice = field_advice(first.config_key, first.path, first.found, "nothing was written")
+        text = f"{first.config_key} {first.path!r} is in no row of any file; {advice}"
+        return Cause("config", text, shared=True)
+    more = f" (and {len(errors) - 1:,} more)" if len(errors) > 1 else ""
+    text = f"{len(errors):,} of {files:,} file(s) failed: {first_line(str(errors[0]))}{more}"
+    if any(isinstance(e, StorageError) for e in errors):  # the store, not the files
+        return Cause("storage", text)
+    return Cause("input", f"{text} {hint}".strip())
+
+
+INTERRUPTED = Cause("interrupted", "interrupted (SIGTERM or SIGINT: walltime, preemption or "
+                    "Ctrl-C); finished files stay done, the shard runs again")  # fmt: skip
+
+
 def record_failure(
-    run_dir: Path, shard: int, failed: list[dict[str, str]], *, interrupted: bool
+    run_dir: Path, shard: int, failed: list[dict[str, str]], *, cause: Cause
 ) -> Path:
     """Write a failure record for this attempt under ``<run_dir>/failures/<shard>/``."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
@@ -34,7 +115,10 @@ def record_failure(
             {
                 "shard": shard,
                 "failed": failed,
-                "interrupted": interrupted,
+                "interrupted": cause.kind == "interrupted",
+                "kind": cause.kind,
+                "reason": cause.reason,
+                "shared": cause.shared,
                 "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
                 "attempt": os.environ.get("SHARDWISE_ATTEMPT"),
                 "hostname": os.uname().nodename,
@@ -43,6 +127,62 @@ def record_failure(
         ),
     )
     return path
+
+
+@dataclass(frozen=True)
+class FailureRecord:
+    """One failed attempt of a shard, as read back."""
+
+    shard: int
+    failed: tuple[dict[str, str], ...]
+    kind: str
+    reason: str
+    shared: bool
+    at: str
+    path: Path
+
+    @property
+    def interrupted(self) -> bool:
+        """Stopped by a signal, not failed: the shard simply runs again."""
+        return self.kind == "interrupted"
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], path: Path) -> FailureRecord:
+        """A record; one written before ``kind`` and ``reason`` existed gets them derived."""
+        failed = tuple(data.get("failed") or ())
+        interrupted = bool(data.get("interrupted"))
+        kind = data.get("kind") or ("interrupted" if interrupted else "error")
+        reason = data.get("reason") or (
+            INTERRUPTED.reason
+            if interrupted
+            else first_line(failed[0].get("error", ""))
+            if failed
+            else "no reason recorded"
+        )
+        return cls(
+            shard=int(data.get("shard", -1)),
+            failed=failed,
+            kind=kind,
+            reason=reason,
+            shared=bool(data.get("shared")),
+            at=str(data.get("at") or ""),
+            path=path,
+        )
+
+
+def latest(run_dir: Path, shard: int) -> FailureRecord | None:
+    """The shard's newest readable failure record (names sort by time), or None."""
+    folder = Path(run_dir) / FAILURES_DIR / str(shard)
+    try:
+        names = sorted((p for p in folder.iterdir() if p.suffix == ".json"), reverse=True)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    for path in names:
+        try:
+            return FailureRecord.from_json(json.loads(path.read_bytes()), path)
+        except (OSError, ValueError, TypeError, AttributeError):
+            continue  # half-written by a killed job, or foreign: the next older one
+    return None
 
 
 def failing_shards(run_dir: Path, done: np.ndarray) -> np.ndarray:

@@ -15,7 +15,8 @@ when a classifier uses it (``Fields.url`` is None otherwise).
 Policy for imperfect data (counted in ``Documents.counts`` and in the file's stats):
 a field present in some rows but absent from others -> labelled, ``missing_<field>``
 (``missing_id``, ``missing_text``, ``missing_url``); null text -> labelled as empty text
-(``null_texts``); null id / url -> ``null_ids`` / ``null_urls``; non-string text (an
+(``null_texts``); an empty or whitespace-only text -> labelled as it is
+(``empty_texts``); null id / url -> ``null_ids`` / ``null_urls``; non-string text (an
 int64 column, a JSON number) -> ``str(value)``, ``non_string_texts``; invalid UTF-8 ->
 replaced with U+FFFD (raw bytes in a JSONL line, ``\\ud800``-style escapes of lone
 surrogates, invalid bytes in a Parquet string or binary column); a UTF-8 byte-order
@@ -43,7 +44,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import zstandard
 
-from shardwise.errors import InputError
+from shardwise.errors import FieldMissingError, InputError
 from shardwise.run.manifest import file_format
 from shardwise.store.location import Location
 
@@ -51,6 +52,7 @@ from shardwise.store.location import Location
 QUALITY_COUNTS = (
     "missing_text",
     "null_texts",
+    "empty_texts",
     "non_string_texts",
     "missing_id",
     "null_ids",
@@ -129,23 +131,66 @@ def read_documents(loc: Location, rel: str, fields: Fields, fmt: str = "auto") -
     dupes = len(present) - len(set(present))
     if dupes:
         docs.counts["duplicate_ids"] = dupes
+    # "" and whitespace-only texts say as little as a null one: counted the same way
+    blank = sum(1 for t in docs.texts if not t or t.isspace())
+    empty = blank - docs.counts.get("missing_text", 0) - docs.counts.get("null_texts", 0)
+    if empty > 0:
+        docs.counts["empty_texts"] = empty
     return docs
 
 
 def absent_field_error(
     where: str, role: str, path: str, rows: int, available: Iterable[str]
-) -> InputError:
+) -> FieldMissingError:
     """The error for a configured field that no row of a file has (names the fix)."""
-    found = sorted(set(available))
+    found = tuple(sorted(set(available)))
+    advice = field_advice(CONFIG_KEYS[role], path, found)
+    msg = f"{where}: {CONFIG_KEYS[role]} {path!r} is in none of its {rows:,} row(s); {advice}"
+    return FieldMissingError(
+        msg, config_key=CONFIG_KEYS[role], path=path, found=found, advice=advice
+    )
+
+
+def field_advice(
+    config_key: str, path: str, found: Iterable[str], kept: str = "nothing of this file was written"
+) -> str:
+    """What to do about a field no row has: the fields found, the closest one, the fix,
+    and ``kept``: what the failure left as it was."""
+    found = sorted(set(found))
     close = difflib.get_close_matches(path, found, n=1, cutoff=0.6)
     hint = f" Did you mean {close[0]!r}?" if close else ""
     listed = ", ".join(found[:40]) + (f", ... ({len(found)} in all)" if len(found) > 40 else "")
-    msg = (
-        f"{where}: {CONFIG_KEYS[role]} {path!r} is in none of its {rows:,} row(s); "
-        f"fields found: {listed or '(none)'}.{hint} Fix {CONFIG_KEYS[role]} in the config "
-        "and run again (field names are not pinned; nothing of this file was written)."
+    return (
+        f"fields found: {listed or '(none)'}.{hint} Fix {config_key} in the config and run "
+        f"again ({kept})."
     )
-    return InputError(msg)
+
+
+def check_fields(
+    loc: Location, rel: str, fields: Fields, fmt: str = "auto", *, rows: int = 100
+) -> None:
+    """Check that every configured field is in ``rel``, reading as little as possible.
+
+    The planner's sample: a Parquet file's schema (its footer: one or two small range
+    reads on object storage), a JSONL file's first ``rows`` rows. The rule and the
+    message are the job's own (:func:`absent_field_error`); raises FieldMissingError,
+    or InputError when the file cannot be read at all.
+    """
+    kind = file_format(rel) if fmt == "auto" else fmt
+    where = loc.url(rel)
+    try:
+        if kind == "parquet":
+            with _parquet_source(loc, rel) as source:
+                pf = pq.ParquetFile(source)
+                _check_schema(pf.schema_arrow, pf.metadata.num_rows, fields, where)
+        elif kind == "jsonl":
+            with loc.open(rel, block_size=1 << 18) as fh:
+                _read_jsonl(_decompressed(fh, rel), fields, where, limit=rows)
+    except InputError:
+        raise
+    except (OSError, EOFError, ValueError, pa.ArrowException) as e:
+        msg = f"{where}: cannot read {kind} file: {type(e).__name__}: {e}"
+        raise InputError(msg) from e
 
 
 # -- Parquet ------------------------------------------------------------------
@@ -193,13 +238,8 @@ def _parquet_source(loc: Location, rel: str) -> Iterator[pa.NativeFile]:
 def _read_parquet(source: pa.NativeFile, fields: Fields, where: str) -> Documents:
     pf = pq.ParquetFile(source)
     schema = pf.schema_arrow
-    paths = schema_paths(schema)
-    rows = pf.metadata.num_rows
     wanted = fields.wanted()
-    if rows:
-        for role, path in wanted.items():
-            if path not in paths:
-                raise absent_field_error(where, role, path, rows, paths)
+    _check_schema(schema, pf.metadata.num_rows, fields, where)
     columns: list[str] = []
     for path in wanted.values():
         top = path if path in schema.names else path.split(".", 1)[0]
@@ -224,6 +264,16 @@ def _read_parquet(source: pa.NativeFile, fields: Fields, where: str) -> Document
         counts["missing_url"] = missing_urls
         counts["null_urls"] = (urls_raw.null_count if urls_raw is not None else 0) - missing_urls
     return Documents(ids, texts, urls, +counts)
+
+
+def _check_schema(schema: pa.Schema, rows: int, fields: Fields, where: str) -> None:
+    """Every configured field is a path of a non-empty file's schema, or FieldMissingError."""
+    if not rows:
+        return
+    paths = schema_paths(schema)
+    for role, path in fields.wanted().items():
+        if path not in paths:
+            raise absent_field_error(where, role, path, rows, paths)
 
 
 def _column(table: pa.Table, path: str) -> tuple[pa.ChunkedArray | None, int]:
@@ -429,7 +479,10 @@ def _value(
     return str(value)
 
 
-def _read_jsonl(stream: IO[bytes], fields: Fields, where: str) -> Documents:
+def _read_jsonl(
+    stream: IO[bytes], fields: Fields, where: str, limit: int | None = None
+) -> Documents:
+    """The documents of a JSONL stream; only the first ``limit`` rows when given (a sample)."""
     ids: list[str | None] = []
     texts: list[str] = []
     urls: list[str] = []
@@ -445,6 +498,8 @@ def _read_jsonl(stream: IO[bytes], fields: Fields, where: str) -> Documents:
             counts["utf8_bom_lines"] += 1
         if not raw.strip():
             continue
+        if limit is not None and rows >= limit:
+            break
         bad_unicode = False
         try:
             line = raw.decode("utf-8")

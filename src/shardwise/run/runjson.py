@@ -33,6 +33,10 @@ RUN_JSON = "run.json"
 INFO_FIELDS = ("created_at", "shardwise_version")
 
 
+class DamagedError(RunMismatchError):
+    """A run.json that cannot be parsed (truncated, overwritten)."""
+
+
 def fingerprint(task_ids: Iterable[str]) -> str:
     """sha256 over the sorted task ids, newline-joined: equal iff the task set is equal."""
     h = hashlib.sha256()
@@ -87,8 +91,8 @@ class RunMeta:
             known = {f.name for f in fields(cls)}
             return cls(**{k: v for k, v in data.items() if k in known})
         except (ValueError, KeyError, TypeError) as e:
-            msg = f"{where} is not a valid shardwise run.json: {e}"
-            raise RunMismatchError(msg) from e
+            msg = f"{where} is damaged: not a valid shardwise run.json ({e})"
+            raise DamagedError(msg) from e
 
 
 def differences(old: RunMeta, new: RunMeta) -> list[tuple[str, Any, Any]]:
@@ -182,5 +186,105 @@ def read(loc: Location) -> RunMeta:
 
 
 def read_run_dir(run_dir: Path) -> RunMeta:
-    """The run directory's run.json (the copy every view and job reads)."""
-    return read(Location(str(run_dir)))
+    """The run directory's run.json (the copy every view and job reads); a damaged one is
+    refused with the command that restores it."""
+    loc = Location(str(run_dir))
+    try:
+        return read(loc)
+    except DamagedError as e:
+        msg = f"{e}. {RESTORE_HINT.format(run_dir=run_dir)}"
+        raise RunMismatchError(msg) from None
+
+
+#: How to restore a damaged run.json from the other copy (verify's ``--repair``).
+RESTORE_HINT = (
+    "`shardwise verify --run-dir {run_dir} --repair` restores it from the output root's "
+    "copy when that one is intact"
+)
+
+
+@dataclass(frozen=True)
+class Copy:
+    """One run.json copy as found: pinned, absent (``meta`` and ``damage`` None) or damaged."""
+
+    loc: Location
+    meta: RunMeta | None = None
+    damage: str | None = None
+
+    @property
+    def where(self) -> str:
+        return self.loc.url(RUN_JSON)
+
+
+def read_copy(loc: Location) -> Copy:
+    """The run.json at ``loc``, whatever state it is in (storage errors still raise)."""
+    try:
+        raw = loc.read_bytes(RUN_JSON)
+    except FileNotFoundError:
+        return Copy(loc)
+    try:
+        return Copy(loc, RunMeta.from_json(raw, loc.url(RUN_JSON)))
+    except DamagedError as e:
+        return Copy(loc, damage=str(e))
+
+
+def check_copies(local: Copy, output: Copy, run_dir: Path, *, repin: bool = False) -> None:
+    """Refuse, with the way forward, a damaged copy or two copies that disagree.
+
+    The output root's copy vouches for the labels there (other clusters and ``verify``
+    read it); the run directory's is the one jobs read. Disagreeing copies are what an
+    interrupted re-pin leaves (``repin`` then finishes it: not refused here).
+    """
+    for bad, other in ((local, output), (output, local)):
+        if bad.damage is None:
+            continue
+        if other.meta is not None:
+            fix = (
+                f"The copy at {other.where} is intact: `shardwise verify --run-dir {run_dir} "
+                "--repair` restores this one from it."
+            )
+        else:
+            fix = (
+                "No intact copy is left: if nothing of the run is labelled, delete it and plan "
+                "again; otherwise restore it from a backup (it pins the assignment the labels "
+                "were made under)."
+            )
+        raise DamagedError(f"{bad.damage}. {fix}")
+    if repin or local.meta is None or output.meta is None:
+        return
+    diffs = differences(local.meta, output.meta)
+    if not diffs:
+        return
+    lines = [
+        f"the two run.json copies disagree (run directory -> output root: {local.where} -> "
+        f"{output.where}):",
+        *change_lines(diffs),
+        "An interrupted `shardwise plan --repin` leaves them so: run it again to finish it "
+        "(possible while nothing is labelled). Otherwise the output root's copy vouches for "
+        f"the labels there: `shardwise verify --run-dir {run_dir} --repair` restores the run "
+        "directory's copy from it; then run with the settings it pins.",
+    ]
+    raise RunMismatchError("\n".join(lines))
+
+
+def restore(local: Location, output: Location) -> list[str]:
+    """Make the two copies one again (``verify --repair``); what was restored, a line each.
+
+    A damaged or absent copy is written from the intact one; two intact copies that
+    disagree take the output root's (it vouches for the labels). Both damaged: nothing
+    to restore from (DamagedError).
+    """
+    ours, theirs = read_copy(local), read_copy(output)
+    if ours.meta is None and theirs.meta is None:
+        if ours.damage or theirs.damage:
+            check_copies(ours, theirs, Path(local.root))  # says what is left to do
+        return []
+    if theirs.meta is not None and (ours.meta is None or differences(ours.meta, theirs.meta)):
+        local.write_bytes(RUN_JSON, output.read_bytes(RUN_JSON))
+        how = "was damaged" if ours.damage else "was missing" if ours.meta is None else "disagreed"
+        return [f"restored {ours.where} from {theirs.where} (it {how})"]
+    if ours.meta is not None and theirs.meta is None:
+        output.write_bytes(RUN_JSON, local.read_bytes(RUN_JSON))
+        how = "was damaged" if theirs.damage else "was missing"
+        return [f"restored {theirs.where} from {ours.where} (it {how})"]
+    return []

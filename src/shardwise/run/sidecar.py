@@ -119,8 +119,10 @@ def build_stats(
 
     ``tokens`` (and so ``tokens_per_s``) counts real, unpadded tokens of every
     classifier's input, summed over the classifiers (four classifiers: each document's
-    tokens four times), per second of the file's whole time (read to write); the
-    engine's own ``engine.tokens_per_s`` divides the same count by inference time only.
+    tokens four times). Two rates, one meaning each: ``tokens_per_s`` is tokens per
+    second of the file's whole time (read to write: what the walltime and the ETA use);
+    ``engine.infer_tokens_per_s`` is the same tokens per second of inference alone (the
+    device's speed, several times higher).
     """
     tokens = int(engine_stats.get("tokens", 0))
     return {
@@ -136,7 +138,8 @@ def build_stats(
         "timings": {k: round(v, 4) for k, v in timings.items()},
         "engine": engine_stats,
         "tokens_counted": "real (unpadded) tokens of each classifier's input, summed over "
-        "classifiers; tokens_per_s divides them by seconds (read to write)",
+        "classifiers; tokens_per_s: per second of the file's whole time (read to write); "
+        "engine.infer_tokens_per_s: per second of inference alone",
         "counts": dict(counts),
         "truncated_docs": int(engine_stats.get("truncated_docs", 0)),
         "models": models or {},

@@ -380,6 +380,8 @@ class Eta:
     unit: Literal["files", "bytes"]
     gpus: int
     rate_per_gpu: float  # units per second per GPU
+    #: What runs in parallel: "GPU" (cluster jobs, one GPU each) or "local job".
+    per: str = "GPU"
 
 
 def eta(
@@ -388,6 +390,7 @@ def eta(
     gpus: int,
     *,
     unit: Literal["files", "bytes"] = "files",
+    per: str = "GPU",
 ) -> Eta | None:
     """ETA = remaining / (aggregate rate per GPU x gpus); None without a usable rate.
 
@@ -409,6 +412,7 @@ def eta(
         unit=unit,
         gpus=gpus,
         rate_per_gpu=float(rate),
+        per=per,
     )
 
 

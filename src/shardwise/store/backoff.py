@@ -138,6 +138,26 @@ def error_chain(exc: BaseException, *, through_retries: bool = False) -> Iterato
             cur = cur.__cause__ or cur.__context__
 
 
+#: botocore's errors for "no credentials anywhere in its chain" (matched by name: the
+#: store layer never imports botocore).
+_NO_CREDENTIALS = {"NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError"}
+
+
+def no_credentials(exc: BaseException) -> bool:
+    """Whether botocore found no (or incomplete) credentials behind ``exc``."""
+    return any(type(err).__name__ in _NO_CREDENTIALS for err in error_chain(exc))
+
+
+def no_credentials_message(key: str) -> str:
+    """One line naming the URL and where credentials go (a traceback says neither)."""
+    return (
+        f"{key}: no S3 credentials found. Put them in the environment "
+        "(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY) or in ~/.aws/credentials (a named "
+        "profile: storage.profile in the config); storage.anon: true reads a public "
+        "bucket without any. Credentials never go in the config or the URL."
+    )
+
+
 def describe(exc: BaseException) -> str:
     """``Type: message`` plus the S3 error code and HTTP status hidden in its causes.
 
@@ -242,6 +262,8 @@ def call(
         try:
             return fn()
         except Exception as exc:
+            if no_credentials(exc):
+                raise StorageError(no_credentials_message(key)) from None
             if not transient(exc):
                 raise
             delay = next(delays, None)

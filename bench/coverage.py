@@ -22,10 +22,10 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from shardwise.ops import coverage
 from shardwise.ops.coverage_format import format_table
+from shardwise.run import plan
 from shardwise.run.runjson import RunMeta, fingerprint
 from shardwise.run.sharding import shard_for_task
 
@@ -59,24 +59,17 @@ def build(root: Path, n_files: int = FILES, n_shards: int = SHARDS) -> None:
     sizes = rng.lognormal(mean=np.log(40e6), sigma=0.5, size=n_files).astype(np.int64)
     shards = np.array([shard_for_task(f, n_shards) for f in files], dtype=np.int64)
     categories = ["/".join(f.split("/")[:2]) for f in files]
-    pq.write_table(
-        pa.table(
-            {
-                "file": files,
-                "size": sizes,
-                "task_id": files,
-                "shard": shards,
-                "category": categories,
-            }
-        ),
-        run_dir / "plan.parquet",
-    )
-    (run_dir / "plan.json").write_text(
-        json.dumps({"fingerprint": "bench", "tasks": n_files, "files": n_files,
-                    "bytes": int(sizes.sum()), "shards_total": n_shards,
-                    "shards_empty": int(n_shards - np.unique(shards).size),
-                    "built_at": "2026-01-01T00:00:00Z"})
-    )  # fmt: skip
+    table = pa.table(
+        {
+            "file": files,
+            "size": pa.array(sizes, pa.int64()),
+            "task_id": files,
+            "shard": shards,
+            "category": categories,
+            "identity": pa.nulls(n_files, pa.string()),
+        }
+    ).cast(plan.SCHEMA)
+    plan.save(run_dir, table, plan.summarize(table, n_shards, 0, 1))  # the planner's writer
     meta = RunMeta.new(
         total_shards=n_shards, minimum_shard_index=0, files_per_task=1,
         input_uri=str(root / "corpus"), output_uri=str(output), task_count=n_files,

@@ -36,8 +36,9 @@ import numpy as np
 import torch
 from synthetic import label_profile, labelled_corpus, trained_models
 
+from shardwise.classify.calibration import margin_errors
 from shardwise.classify.engine import Engine, InferenceSettings
-from shardwise.classify.recheck import DEFAULT_RECHECK_MARGIN, top2_margins
+from shardwise.classify.recheck import AUTO, DEFAULT_RECHECK_MARGIN, top2_margins
 
 MARGINS = (0.0, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.5, 1.0)
 
@@ -67,18 +68,36 @@ def smallest_margin(first: dict, reference: dict, target: float) -> float:
     return float(np.nextafter(bad[allowed], np.inf))
 
 
-def margin_errors(first: dict, reference: dict) -> np.ndarray:
-    """|half margin - fp32 margin| of the half pass's top two labels, every label."""
+def all_margin_errors(first: dict, reference: dict) -> np.ndarray:
+    """|half margin - fp32 margin| of the half pass's top two labels, every finite label."""
     out = []
     for name, half in first.items():
         ok = np.isfinite(half).all(axis=1)
-        top = np.argsort(half[ok], axis=1)[:, -2:]
-        rows = np.arange(len(top))
-        before = half[ok][rows, top[:, 1]] - half[ok][rows, top[:, 0]]
-        ref = reference[name][ok]
-        after = ref[rows, top[:, 1]] - ref[rows, top[:, 0]]
-        out.append(np.abs(before - after))
+        out.append(margin_errors(half[ok], reference[name][ok]))
     return np.concatenate(out)
+
+
+def run_files(engine: Engine, texts: list[str], urls: list[str], per_file: int) -> dict:
+    """The corpus through ``engine`` as files of ``per_file`` documents (as one job would):
+    logits and first-pass logits concatenated, the engine's timers and counts summed."""
+    parts = [engine.infer(engine.prepare(texts[i : i + per_file], urls[i : i + per_file]))
+             for i in range(0, len(texts), per_file)]  # fmt: skip
+    names = list(parts[0].logits)
+    stats = {
+        key: sum(p.stats[key] for p in parts)
+        for key in ("infer_s", "recheck_s", "calibration_s", "recheck_tokens", "real_tokens")
+    }
+    for key in ("rechecked_docs", "recheck_changed", "nonfinite_docs"):
+        stats[key] = {n: sum(p.stats[key][n] for p in parts) for n in names}
+    stats["recheck_max_margin_error"] = {
+        n: max(p.stats["recheck_max_margin_error"][n] for p in parts) for n in names
+    }
+    stats["calibration"] = parts[-1].stats["calibration"]
+    return {
+        "logits": {n: np.concatenate([p.logits[n] for p in parts]) for n in names},
+        "first_pass": {n: np.concatenate([p.first_pass[n] for p in parts]) for n in names},
+        "stats": stats,
+    }
 
 
 def measure(args: argparse.Namespace, root: Path) -> dict:
@@ -97,48 +116,59 @@ def measure(args: argparse.Namespace, root: Path) -> dict:
         device=args.device,
     )
     common = {"max_length": args.max_length, "device": args.device}
-    fp32 = Engine.load(specs, InferenceSettings(dtype="float32", **common), cache_root=root / "c")
+    cache = root / "c"
+    fp32 = Engine.load(specs, InferenceSettings(dtype="float32", **common), cache_root=cache)
+    plain = Engine.load(
+        specs, InferenceSettings(dtype=args.dtype, recheck_margin=0.0, **common), cache_root=cache
+    )
     half = Engine.load(
         specs,
         InferenceSettings(dtype=args.dtype, recheck_margin=args.margin, **common),
-        cache_root=root / "c",
+        cache_root=cache,
     )
-    for engine in (fp32, half):  # warm-up (and the CUDA budget probe)
-        engine.run(engine.prepare(texts[:16], urls[:16]))
-    reference = fp32.infer(fp32.prepare(texts, urls))
-    checked = half.infer(half.prepare(texts, urls))
-    names = list(reference.logits)
-    ref_ids = np.concatenate([reference.logits[n].argmax(axis=1) for n in names])
-    first_ids = np.concatenate([checked.first_pass[n].argmax(axis=1) for n in names])
-    final_ids = np.concatenate([checked.logits[n].argmax(axis=1) for n in names])
-    stats = checked.stats
-    plain_s = stats["infer_s"] - stats["recheck_s"]
+    for engine in (fp32, plain):  # warm-up (and the CUDA budget probe); not `half`: its
+        engine.run(engine.prepare(texts[:16], urls[:16]))  # calibration starts with the job
+    reference = run_files(fp32, texts, urls, args.file_docs)
+    alone = run_files(plain, texts, urls, args.file_docs)
+    checked = run_files(half, texts, urls, args.file_docs)
+    names = list(reference["logits"])
+    ref_ids = np.concatenate([reference["logits"][n].argmax(axis=1) for n in names])
+    first_ids = np.concatenate([checked["first_pass"][n].argmax(axis=1) for n in names])
+    final_ids = np.concatenate([checked["logits"][n].argmax(axis=1) for n in names])
+    stats = checked["stats"]
+    half_s = alone["stats"]["infer_s"]
     return {
         "docs": args.docs,
         "labels": len(ref_ids),
         "dtype": half.dtype_name,
         "device": half.device_name,
         "margin": half.recheck_margin,
-        "profile": label_profile(reference.logits, corpus),
+        "calibration": stats["calibration"],
+        "profile": label_profile(reference["logits"], corpus),
         "agreement_plain": float((first_ids == ref_ids).mean()),
         "agreement_recheck": float((final_ids == ref_ids).mean()),
+        "agreement_by_classifier": {
+            n: float((checked["logits"][n].argmax(1) == reference["logits"][n].argmax(1)).mean())
+            for n in names
+        },
         "rechecked": int(sum(stats["rechecked_docs"].values())),
         "fraction_rerun": float(sum(stats["rechecked_docs"].values()) / len(ref_ids)),
         "token_share": stats["recheck_tokens"] / max(1, stats["real_tokens"]),
         "changed": stats["recheck_changed"],
         "max_margin_error": stats["recheck_max_margin_error"],
         "nonfinite": stats["nonfinite_docs"],
-        "fp32_s": reference.stats["infer_s"],
-        "half_s": plain_s,
+        "fp32_s": reference["stats"]["infer_s"],
+        "half_s": half_s,
         "half_recheck_s": stats["infer_s"],
-        "ratio_vs_half": stats["infer_s"] / plain_s if plain_s > 0 else float("nan"),
-        "ratio_vs_fp32": stats["infer_s"] / reference.stats["infer_s"],
-        "table": margin_table(checked.first_pass, reference.logits),
-        "margin_999": smallest_margin(checked.first_pass, reference.logits, 0.999),
+        "calibration_s": stats["calibration_s"],
+        "ratio_vs_half": stats["infer_s"] / half_s if half_s > 0 else float("nan"),
+        "ratio_vs_fp32": stats["infer_s"] / reference["stats"]["infer_s"],
+        "table": margin_table(checked["first_pass"], reference["logits"]),
+        "margin_999": smallest_margin(checked["first_pass"], reference["logits"], 0.999),
         "margin_error": np.percentile(
-            margin_errors(checked.first_pass, reference.logits), [50, 99, 99.9, 100]
+            all_margin_errors(checked["first_pass"], reference["logits"]), [50, 99, 99.9, 100]
         ).tolist(),
-        "margin_100": smallest_margin(checked.first_pass, reference.logits, 1.0),
+        "margin_100": smallest_margin(checked["first_pass"], reference["logits"], 1.0),
     }
 
 
@@ -155,9 +185,22 @@ def report(r: dict) -> None:
         f"{r['nonfinite']}; max margin error {r['max_margin_error']}"
     )
     print(
+        "agreement per classifier: "
+        + ", ".join(f"{n} {a:.4f}" for n, a in r["agreement_by_classifier"].items())
+    )
+    for name, cal in (r["calibration"] or {}).items():
+        shown = ", ".join(f"<= {t['max_tokens']} tokens: {t['threshold']:.4f}"
+                          for t in cal["thresholds"])  # fmt: skip
+        print(
+            f"calibration {name}: {cal['sample_docs']} docs, max error {cal['max_error']}, "
+            f"threshold {shown}, mode {cal['mode']}"
+        )
+    share = r["calibration_s"] / r["half_recheck_s"] if r["half_recheck_s"] > 0 else 0.0
+    print(
         f"time: fp32 {r['fp32_s']:.1f} s, {r['dtype']} {r['half_s']:.1f} s, {r['dtype']} + "
         f"re-check {r['half_recheck_s']:.1f} s -> (half+re-check)/half = "
-        f"{r['ratio_vs_half']:.3f}, (half+re-check)/fp32 = {r['ratio_vs_fp32']:.3f}"
+        f"{r['ratio_vs_half']:.3f}, (half+re-check)/fp32 = {r['ratio_vs_fp32']:.3f}; the "
+        f"calibration sample {r['calibration_s']:.1f} s = {share:.1%} of (half+re-check)"
     )
     share = r["token_share"]
     estimates = ", ".join(f"{k}x -> +{share * k:.1%}" for k in (8, 12, 16))
@@ -192,7 +235,13 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     parser.add_argument("--dtype", default="bfloat16", help="the half dtype to compare")
     parser.add_argument(
-        "--margin", type=float, default=DEFAULT_RECHECK_MARGIN, help="re-check margin"
+        "--margin",
+        type=lambda v: v if v == AUTO else float(v),
+        default=DEFAULT_RECHECK_MARGIN,
+        help="re-check margin: auto (measured per job) or a number",
+    )
+    parser.add_argument(
+        "--file-docs", type=int, default=100, help="documents per file (the job's unit)"
     )
     parser.add_argument("--hidden-size", type=int, default=256, help="model hidden size")
     parser.add_argument("--layers", type=int, default=4, help="encoder layers")

@@ -41,7 +41,13 @@ class FakeEngine:
             columns[f"{name}_label"] = pa.array(["a"] * n, pa.string())
             columns[f"{name}_label_id"] = pa.array([0] * n, pa.int32())
             columns[f"{name}_score"] = pa.array([0.5] * n, pa.float32())
-        return SimpleNamespace(columns=columns, stats={"tokens": 3 * n})
+        # as a bf16 engine with a calibrated re-check would report (classify/recheck.py)
+        fidelity = [
+            {"classifier": name, "docs": n, "fp32_docs": min(n, 1), "mode": "recheck",
+             "residual": 1e-7 * n, "residual_upper": 2e-7 * n, "margin_too_small": False}
+            for name in self.names
+        ]  # fmt: skip
+        return SimpleNamespace(columns=columns, stats={"tokens": 3 * n, "fidelity": fidelity})
 
 
 def demo_run_config(tmp_path: Path, total_shards: int) -> dict:

@@ -86,8 +86,11 @@ def test_bench_classify_prints_rates_ratios_padding_and_mfu(tmp_path):
 
 def test_bench_precision_prints_agreement_cost_and_the_margin_table(tmp_path):
     out = bench(tmp_path, "precision.py", "--docs", "24", "--hidden-size", "32", "--layers",
-                "1", "--heads", "2", "--max-length", "64", "--threads", "1")  # fmt: skip
+                "1", "--heads", "2", "--max-length", "64", "--threads", "1",
+                "--file-docs", "8")  # fmt: skip
     assert re.search(rf"argmax agreement over \d+ labels .* without re-check {NUMBER}", out), out
+    assert re.search(r"calibration topic: \d+ docs, max error .* threshold .*, mode \w+", out), out
+    assert re.search(rf"the calibration sample {NUMBER} s = {NUMBER}%", out), out
     assert re.search(rf"\(half\+re-check\)/half = {NUMBER}, \(half\+re-check\)/fp32 = {NUMBER}",
                      out), out  # fmt: skip
     assert len(re.findall(rf"^\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}$", out, re.MULTILINE)) >= 5, out

@@ -43,7 +43,8 @@ def test_defaults_are_filled_in():
         # a margin of 5 logits would re-run nearly every document in fp32, silently
         (
             lambda c: c.update(inference={"recheck_margin": 5}),
-            "config inference.recheck_margin: 5 is greater than the maximum of 1",
+            "config inference.recheck_margin: 5 is not allowed: .auto. was expected; or 5 is "
+            "greater than the maximum of 1",
         ),
         (lambda c: c.update(failures={"stop_after": -1}), "config failures.stop_after"),
         (lambda c: c["input"].update(sample_files=-1), "config input.sample_files"),

@@ -384,8 +384,9 @@ EXPECTED_COUNTS: dict[str, dict[str, int]] = {
         "null_ids": 1,
         "null_urls": 1,
         "missing_url": 1,
+        "empty_texts": 2,  # "" and whitespace only
     },
-    "odd/nulls/part-0001.parquet": {"null_texts": 1},
+    "odd/nulls/part-0001.parquet": {"null_texts": 1, "empty_texts": 1},
     "odd/dupes/part-0000.jsonl": {"duplicate_ids": 2},
     "odd/dupes/part-0001.parquet": {"duplicate_ids": 1},
     "odd/bytes/part-0000.jsonl": {"invalid_utf8_lines": 2},
@@ -607,6 +608,7 @@ def test_11_input_set_changed_is_refused_with_counts(finished):
     corpus = finished.corpus
     removed = corpus / input_files(corpus)[0]
     kept = removed.read_bytes()
+    stat = removed.stat()  # put back as it was, modification time too (else: changed in place)
     added = corpus / "cc" / "science" / "part-9999.jsonl"
     before = snapshot(finished.run_dir, finished.labels)
     removed.unlink()
@@ -616,6 +618,7 @@ def test_11_input_set_changed_is_refused_with_counts(finished):
     finally:
         added.unlink()
         removed.write_bytes(kept)
+        os.utime(removed, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert proc.returncode != 0
     assert "input set changed: 1 task(s) added, 1 removed" in proc.stdout, proc.stdout[-3000:]
     assert snapshot(finished.run_dir, finished.labels) == before

@@ -201,7 +201,11 @@ def validate(cfg: dict[str, Any]) -> dict[str, Any]:
     if errors:
         err = errors[0]
         where = ".".join(str(p) for p in err.absolute_path) or "(top level)"
-        msg = f"config {where}: {err.message}"
+        why = err.message
+        if err.context:  # anyOf/oneOf: say what each alternative wanted
+            wanted = "; or ".join(sorted({sub.message for sub in err.context}))
+            why = f"{err.instance!r} is not allowed: {wanted}"
+        msg = f"config {where}: {why}"
         raise ConfigError(msg)
     if "{" in cfg["run_dir"] or "}" in cfg["run_dir"]:
         # The run dir is part of the classify rule's output pattern, where Snakemake

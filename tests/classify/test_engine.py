@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from shardwise import config as configmod
+from shardwise.classify import calibration, recheck
 from shardwise.classify.batching import CannotShrinkError
 from shardwise.classify.device import (
     GPU_ENV_VARS,
@@ -421,11 +422,11 @@ def _margins(inference, name: str) -> np.ndarray:
 
 
 def test_recheck_default_is_on_for_half_precision_only(specs, cache_root, engine, result) -> None:
-    assert InferenceSettings().recheck_margin == DEFAULT_RECHECK_MARGIN > 0
+    assert InferenceSettings().recheck_margin == DEFAULT_RECHECK_MARGIN == "auto"
     inference_schema = configmod.schema()["properties"]["inference"]["properties"]
     assert inference_schema["recheck_margin"]["default"] == DEFAULT_RECHECK_MARGIN
     half = Engine.load(specs[:1], InferenceSettings(dtype="bfloat16"), cache_root=cache_root)
-    assert half.recheck_margin == DEFAULT_RECHECK_MARGIN
+    assert half.recheck_margin == "auto"
     assert {k: v.model.dtype for k, v in half._fp32.items()} == {specs[0].model: torch.float32}
     assert engine.recheck_margin == 0.0 and not engine._fp32  # fp32 engine: nothing to re-check
     assert result.stats["rechecked_docs"] == dict.fromkeys(NAMES, 0)
@@ -446,7 +447,8 @@ def test_tiny_margin_reruns_only_exact_half_precision_ties(
     # an exact tie's fp32 margin dwarfs a 1e-9 margin: one warning per classifier and job
     warned = sorted(r.getMessage().split("(")[1].split(")")[0] for r in caplog.records)
     assert warned == sorted(name for name, count in ties.items() if count)
-    assert all("raise inference.recheck_margin" in r.getMessage() for r in caplog.records)
+    assert all("use inference.recheck_margin: auto" in r.getMessage() for r in caplog.records)
+    assert any(f["margin_too_small"] for f in labels.stats["fidelity"])  # the views show it
     for name in NAMES:
         untouched = _margins(inference, name) > 0
         for suffix in ("label_id", "score"):
@@ -500,6 +502,70 @@ def test_mixed_batches_keep_input_order(specs, cache_root, corpus, result, bf16_
     assert labels.stats["recheck_changed"] == changed
     assert sum(changed.values()) > 0  # the tiny bf16 models do flip some near ties
     assert labels.stats["recheck_s"] > 0 and labels.stats["recheck_batches"] > 0
+
+
+# -- recheck_margin: auto ---------------------------------------------------------------
+
+
+def _file_labels(labels, name: str) -> np.ndarray:
+    return labels.columns[f"{name}_label_id"].to_numpy()
+
+
+def test_auto_measures_a_threshold_per_classifier_and_agrees_with_fp32(
+    specs, cache_root, corpus, result, monkeypatch
+) -> None:
+    monkeypatch.setattr(calibration, "FIRST_FILE_DOCS", 16)  # most rows decided by the threshold
+    monkeypatch.setattr(recheck, "FALLBACK_SHARE", 1.0)  # (the random demo heads would fall back)
+    engine = _half_engine(specs, cache_root, "auto")
+    texts, urls = corpus
+    labels = engine.run(engine.prepare(texts, urls))
+    for name in NAMES:
+        cal = engine.calibrations[name]
+        assert len(cal.errors) == 16
+        [(_upto, threshold)] = cal.buckets()
+        assert threshold == pytest.approx(calibration.SAFETY * max(cal.errors))
+        summary = labels.stats["calibration"][name]
+        assert summary["sample_docs"] == 16 and summary["mode"] == "recheck"
+        np.testing.assert_array_equal(_file_labels(labels, name), _file_labels(result, name))
+    [entry] = [f for f in labels.stats["fidelity"] if f["classifier"] == "format"]
+    assert entry["mode"] == "recheck" and entry["docs"] == len(texts)
+    assert 16 <= entry["fp32_docs"] < len(texts)
+    assert 0 <= entry["residual"] <= entry["residual_upper"] < 0.001 * len(texts)
+    again = engine.run(engine.prepare(texts, urls))  # the next file adds 10% of its rows
+    assert labels.stats["recheck_margin"] == again.stats["recheck_margin"] == "auto"
+    assert again.stats["calibration"]["topic"]["sample_docs"] == 16 + 9
+
+
+def test_a_model_with_a_larger_half_precision_error_gets_a_larger_threshold(
+    tmp_path: Path, model_paths, cache_root, corpus
+) -> None:
+    loud = _overflowing_copy(model_paths["topic"], tmp_path / "loud", 16.0)
+    specs = [
+        ClassifierSpec("calm", str(model_paths["topic"]), "url_text"),
+        ClassifierSpec("loud", str(loud), "url_text"),
+    ]
+    engine = _half_engine(specs, cache_root, "auto")
+    engine.run(engine.prepare(*corpus))
+    calm, louder = (engine.calibrations[n].buckets()[-1][1] for n in ("calm", "loud"))
+    assert louder > 4 * calm > 0
+
+
+def test_when_most_rows_would_be_rechecked_the_classifier_runs_in_fp32(
+    specs, cache_root, corpus, result, monkeypatch
+) -> None:
+    monkeypatch.setattr(recheck, "FALLBACK_SHARE", 0.0)  # any near tie at all: fall back
+    engine = _half_engine(specs, cache_root, "auto")
+    texts, urls = corpus
+    first = engine.run(engine.prepare(texts, urls))
+    assert all(engine.calibrations[name].fp32 for name in NAMES)
+    assert {f["mode"] for f in first.stats["fidelity"]} == {"recheck"}  # decided after file 1
+    labels = engine.run(engine.prepare(texts, urls))
+    for entry in labels.stats["fidelity"]:
+        assert entry["mode"] == "float32" and entry["fp32_docs"] == len(texts)
+        assert entry["residual"] == entry["residual_upper"] == 0.0
+    assert {c["mode"] for c in labels.stats["calibration"].values()} == {"float32"}
+    for name in NAMES:
+        np.testing.assert_array_equal(_file_labels(labels, name), _file_labels(result, name))
 
 
 def _overflowing_copy(source: Path, target: Path, scale: float) -> Path:

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from inproc import label, plan_run
 from synthrun import make_run, stats_for, write_run_json
 
 from shardwise.cli.main import main
 from shardwise.errors import RunMismatchError
-from shardwise.ops import coverage
+from shardwise.ops import coverage, verify
 from shardwise.ops.coverage_format import format_table, quality_lines
 from shardwise.planner import inflight
 from shardwise.run import failures
@@ -279,3 +280,20 @@ def test_empty_texts_are_in_the_without_text_share() -> None:
         "data     6 without text (60.0%): 1 missing the field, 2 null, 3 empty or whitespace "
         "only  ! check input.text_field"
     ]
+
+
+def test_the_fidelity_line_sums_each_files_estimate(tmp_path: Path, capsys) -> None:
+    cfg = plan_run(tmp_path, total_shards=2)
+    run_dir = Path(cfg["run_dir"])
+    label(run_dir)  # the fake engine reports 1e-7 expected flips per document
+    cov = coverage.compute(coverage.load_state(run_dir))
+    [topic] = [f for f in cov.fidelity if f.classifier == "topic"]
+    assert topic.residual_share == pytest.approx(1e-7)
+    line = next(ln for ln in format_table(cov).splitlines() if ln.startswith("fidelity topic"))
+    assert "labelled from fp32, est. <0.0001% differ from fp32 (95% bound <0.0001%)" in line
+    assert main(["coverage", "--run-dir", str(run_dir), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert {f["classifier"] for f in doc["fidelity"]} == {"topic", "topic_nourl", "format",
+                                                           "format_nourl"}  # fmt: skip
+    report = verify.verify_run(run_dir)
+    assert any(ln.startswith("fidelity topic:") for ln in report.lines())

@@ -71,8 +71,10 @@ def test_complete_run_is_consistent(run, capsys):
     assert report.shards_done == report.shards_total == 3
     assert main(["verify", "--run-dir", str(run.run_dir), "--complete"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
-    assert out == [report.summary()]
-    assert out[0].startswith("verify OK: 0 problem(s)")
+    fidelity = [f"fidelity {n}: " for n in ("topic", "topic_nourl", "format", "format_nourl")]
+    assert [line[: len(f)] for line, f in zip(out, fidelity, strict=False)] == fidelity
+    assert out[4:] == [report.summary()]
+    assert out[4].startswith("verify OK: 0 problem(s)")
 
 
 def test_json_format(run, capsys):
@@ -154,6 +156,7 @@ def test_bad_sidecar_content(run, mutate, expected, capsys):
     assert len(found) == 1 and found[0].startswith(f"{path}: {expected}"), found
     assert main(["verify", "--run-dir", str(run.run_dir)]) == 1
     lines = capsys.readouterr().out.strip().splitlines()
+    lines = [line for line in lines if not line.startswith("fidelity ")]  # per classifier
     assert lines == [
         f"problem: {found[0]}",
         report.summary(),

@@ -68,10 +68,10 @@ def test_summary_of_a_shard_uses_the_journal_and_reads_stats_only_for_the_rest(t
     assert rows == {
         "x/1.jsonl": {"docs": 3, "tokens": None, "seconds": 1.5, "bytes": None,
                       "device_name": "H100", "finished_at": None, "counts": None,
-                      "truncated_docs": None},
+                      "truncated_docs": None, "fidelity": None},
         "x/2.jsonl": {"docs": 1, "tokens": None, "seconds": None, "bytes": None,
                       "device_name": None, "finished_at": None, "counts": None,
-                      "truncated_docs": None},
+                      "truncated_docs": None, "fidelity": None},
     }  # fmt: skip
     s = summaries.read(tmp_path, 3)
     assert s.task_ids == ["x/1.jsonl", "x/2.jsonl"]

@@ -42,6 +42,7 @@ import pyarrow as pa
 import torch
 
 from shardwise.classify.batching import BatchPolicy, CannotShrinkError
+from shardwise.classify.calibration import Calibration
 from shardwise.classify.device import (
     SdpaRecorder,
     collate,
@@ -53,11 +54,13 @@ from shardwise.classify.device import (
 )
 from shardwise.classify.models import LoadedClassifier, load_classifier
 from shardwise.classify.recheck import (
+    AUTO,
     DEFAULT_RECHECK_MARGIN,
     WARN_ERROR_FACTOR,
-    compare,
-    effective_margin,
-    rows_to_recheck,
+    Outcome,
+    fidelity,
+    recheck,
+    rechecks,
 )
 from shardwise.classify.tokenization import (
     INPUT_KINDS,
@@ -118,7 +121,8 @@ class InferenceSettings:
     batch_tokens: int | None = None  # padded-token budget; None -> probe on CUDA, 16384 on CPU
     device: str = "auto"  # auto|cpu|cuda|cuda:N
     probs: bool = False  # also write <name>_probs (list<float16>)
-    recheck_margin: float = DEFAULT_RECHECK_MARGIN  # 0: no fp32 re-check of half-precision ties
+    #: "auto": a threshold measured per job and classifier; a number pins it; 0: no re-check
+    recheck_margin: float | str = DEFAULT_RECHECK_MARGIN
 
 
 @dataclass
@@ -188,12 +192,10 @@ class _Pass:
 
 @dataclass
 class _Recheck:
-    """What the fp32 re-check did for one classifier in one ``run``."""
+    """What the fp32 re-check (or the fp32 fall-back) did for one classifier in one ``run``."""
 
-    rechecked: int = 0
-    changed: int = 0
-    nonfinite: int = 0
-    max_margin_error: float = 0.0
+    outcome: Outcome = field(default_factory=Outcome)
+    mode: str = "recheck"  # recheck (auto) | float32 (calibrated fall-back) | pinned | fp32 dtype
     work: _Pass = field(default_factory=_Pass)
 
 
@@ -246,6 +248,8 @@ class Engine:
         self.probe_s = 0.0
         self.attention_kernels: dict[str, str] = {}
         self._warned: set[str] = set()
+        #: Per classifier, the job's calibration of the re-check threshold (auto only).
+        self.calibrations: dict[str, Calibration] = {}
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -277,12 +281,15 @@ class Engine:
                 )
         if settings.max_length < 8:
             raise ModelError(f"max_length {settings.max_length} is too small")
-        if not settings.recheck_margin >= 0:  # also refuses NaN
-            raise ModelError(f"recheck_margin {settings.recheck_margin!r}: expected a number >= 0")
+        margin = settings.recheck_margin
+        if margin != AUTO and not (
+            isinstance(margin, int | float) and not isinstance(margin, bool) and margin >= 0
+        ):  # also refuses NaN
+            raise ModelError(f"recheck_margin {margin!r}: expected 'auto' or a number >= 0")
         device = select_device(settings.device)
         capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
         dtype = select_dtype(settings.dtype, device.type, capability)
-        recheck = effective_margin(settings.recheck_margin, dtype is not torch.float32) > 0
+        recheck = rechecks(settings.recheck_margin, dtype is not torch.float32)
         loaded_by_ref: dict[str, LoadedClassifier] = {}
         fp32: dict[str, LoadedClassifier] = {}
         infos: dict[str, TokenizerInfo] = {}
@@ -331,9 +338,19 @@ class Engine:
         return len({c.key.tokenizer_hash for c in self._classifiers})
 
     @property
-    def recheck_margin(self) -> float:
-        """The margin in force: 0 when the compute dtype is already fp32."""
-        return effective_margin(self.settings.recheck_margin, self.dtype is not torch.float32)
+    def recheck_margin(self) -> float | str:
+        """The margin in force: "auto", a pinned number, or 0 when the compute dtype is
+        already fp32 (nothing to re-check)."""
+        if not rechecks(self.settings.recheck_margin, self.dtype is not torch.float32):
+            return 0.0
+        margin = self.settings.recheck_margin
+        return AUTO if margin == AUTO else float(margin)
+
+    def _calibration(self, name: str) -> Calibration | None:
+        """The classifier's calibration, with ``recheck_margin: auto`` in half precision."""
+        if self.recheck_margin != AUTO:
+            return None
+        return self.calibrations.setdefault(name, Calibration())
 
     # ------------------------------------------------------------------ tokenize
     def prepare(self, texts: Sequence[str], urls: Sequence[str]) -> Prepared:
@@ -562,61 +579,84 @@ class Engine:
         lengths: np.ndarray,
         first: np.ndarray,
     ) -> tuple[np.ndarray, np.ndarray, _Recheck]:
-        """Re-run near ties and non-finite rows of ``first`` (sorted order) in fp32.
-
-        Returns the final logits (sorted order), which rows were re-run, and the counts.
-        """
-        info = _Recheck()
-        margin = self.recheck_margin
-        need, finite = rows_to_recheck(first, margin)
-        info.nonfinite = int((~finite).sum())
-        if not need.any():
-            return first, need, info
+        """Re-run near ties and non-finite rows of ``first`` (sorted order) in fp32
+        (``recheck.recheck`` decides which); the final logits, those rows, what it did."""
         what = f"model {clf.spec.model!r} ({clf.spec.name})"
-        if self.dtype is torch.float32:  # only non-finite rows get here: nothing more precise
-            bad = order[~finite]
-            raise ModelError(
-                f"{what}: {info.nonfinite} document(s) got non-finite logits in float32 (first "
-                f"at input row {int(bad.min())}); the model or its weights are broken"
+        margin = self.recheck_margin
+        info = _Recheck(mode="recheck" if margin == AUTO else "pinned")
+        if self.dtype is torch.float32:  # nothing more precise: a non-finite row is broken
+            info.mode = "fp32"
+            bad = ~np.isfinite(first).all(axis=1)
+            if bad.any():
+                raise ModelError(
+                    f"{what}: {int(bad.sum())} document(s) got non-finite logits in float32 "
+                    f"(first at input row {int(order[bad].min())}); the model or its weights "
+                    "are broken"
+                )
+            return first, np.zeros(len(first), bool), info
+
+        def run_fp32(positions: np.ndarray) -> np.ndarray:
+            (redo,), work = self._pass(
+                [(self._fp32_model(clf).model, clf.key_mask_4d)],
+                stream,
+                order[positions],
+                lengths[positions],
+                policy=self._policy_fp32(),
+                dtype=torch.float32,
+                what=f"{what}, fp32 re-check",
             )
-        if self._recheck_policy is None:
-            assert self._policy is not None  # run() made it
-            self._recheck_policy = self._make_recheck_policy(self._policy)
-        positions = np.flatnonzero(need)
-        fp32 = self._fp32_model(clf)
-        (redo,), info.work = self._pass(
-            [(fp32.model, clf.key_mask_4d)],
-            stream,
-            order[positions],
-            lengths[positions],
-            policy=self._recheck_policy,
-            dtype=torch.float32,
-            what=f"{what}, fp32 re-check",
-        )
-        still = ~np.isfinite(redo).all(axis=1)
-        if still.any():
-            raise ModelError(
-                f"{what}: {int(still.sum())} document(s) got non-finite logits in float32 too "
-                f"(first at input row {int(order[positions][still].min())}); the model or its "
-                "weights are broken"
-            )
-        info.rechecked = len(positions)
-        info.changed, info.max_margin_error = compare(first[positions], redo)
-        too_small = margin > 0 and info.max_margin_error > WARN_ERROR_FACTOR * margin
-        if too_small and clf.spec.name not in self._warned:  # once per job, not per file
+            info.work.add(work)
+            still = ~np.isfinite(redo).all(axis=1)
+            if still.any():
+                raise ModelError(
+                    f"{what}: {int(still.sum())} document(s) got non-finite logits in float32 "
+                    f"too (first at input row {int(order[positions][still].min())}); the model "
+                    "or its weights are broken"
+                )
+            return redo
+
+        calibration = self._calibration(clf.spec.name)
+        final, done, info.outcome = recheck(first, lengths, margin, calibration, run_fp32)
+        if info.outcome.too_small and clf.spec.name not in self._warned:  # once per job
             self._warned.add(clf.spec.name)
             log.warning(
                 "%s: half and fp32 top-two margins differ by up to %.4f among re-checked "
                 "documents, more than %dx recheck_margin %.4f: labels with margins above it "
-                "may still depend on the GPU; raise inference.recheck_margin",
+                "may still depend on the GPU; use inference.recheck_margin: auto",
                 what,
-                info.max_margin_error,
+                info.outcome.max_margin_error,
                 WARN_ERROR_FACTOR,
                 margin,
             )
-        final = first.copy()
-        final[positions] = redo
-        return final, need, info
+        return final, done, info
+
+    def _in_fp32(self, clf: _Classifier) -> bool:
+        """Whether the job's calibration sent this classifier to fp32 for good."""
+        calibration = self.calibrations.get(clf.spec.name)
+        return calibration is not None and calibration.fp32
+
+    def _fp32_only(
+        self, clf: _Classifier, stream: TokenStream, order: np.ndarray, lengths: np.ndarray
+    ) -> tuple[np.ndarray, _Recheck]:
+        """One fp32 pass of a classifier the calibration sent to fp32 (no half pass)."""
+        info = _Recheck(mode="float32")
+        (final,), info.work = self._pass(
+            [(self._fp32_model(clf).model, clf.key_mask_4d)],
+            stream,
+            order,
+            lengths,
+            policy=self._policy_fp32(),
+            dtype=torch.float32,
+            what=f"model {clf.spec.model!r} ({clf.spec.name}), fp32",
+        )
+        info.outcome = Outcome(rechecked=len(order), residual=0.0, residual_upper=0.0)
+        return final, info
+
+    def _policy_fp32(self) -> BatchPolicy:
+        if self._recheck_policy is None:
+            assert self._policy is not None  # run() made it
+            self._recheck_policy = self._make_recheck_policy(self._policy)
+        return self._recheck_policy
 
     # ------------------------------------------------------------------ infer
     def run(self, prepared: Prepared) -> Labels:
@@ -675,22 +715,34 @@ class Engine:
                     )
                 order = np.argsort(-stream.lengths, kind="stable")
                 lengths = stream.lengths[order]
-                outs, done = self._pass(
-                    [(c.loaded.model, c.key_mask_4d) for c in group],
-                    stream,
-                    order,
-                    lengths,
-                    policy=policy,
-                    dtype=self.dtype,
-                    what=f"model {group[0].spec.model!r}",
-                )
-                work.add(done)
-                for clf, first in zip(group, outs, strict=True):
+                half = [c for c in group if not self._in_fp32(c)]
+                full = [c for c in group if self._in_fp32(c)]
+                outs: list[np.ndarray] = []
+                if half:
+                    outs, done = self._pass(
+                        [(c.loaded.model, c.key_mask_4d) for c in half],
+                        stream,
+                        order,
+                        lengths,
+                        policy=policy,
+                        dtype=self.dtype,
+                        what=f"model {half[0].spec.model!r}",
+                    )
+                    work.add(done)
+                results: list[tuple[_Classifier, np.ndarray, np.ndarray, np.ndarray]] = []
+                for clf, first in zip(half, outs, strict=True):
                     t0 = time.perf_counter()
                     final, need, checks[clf.spec.name] = self._recheck(
                         clf, stream, order, lengths, first
                     )
                     recheck_s += time.perf_counter() - t0
+                    results.append((clf, first, final, need))
+                for clf in full:  # the calibration said half precision buys nothing here
+                    t0 = time.perf_counter()
+                    final, checks[clf.spec.name] = self._fp32_only(clf, stream, order, lengths)
+                    recheck_s += time.perf_counter() - t0
+                    results.append((clf, final, final, np.ones(n, bool)))
+                for clf, first, final, need in results:
                     for out, values in (
                         (logits, final),
                         (first_pass, first),
@@ -723,12 +775,15 @@ class Engine:
             "attention_kernel": self.attention_kernels.get("masked", "none"),
             "attention_kernel_unmasked": self.attention_kernels.get("unmasked", "none"),
             "recheck_margin": self.recheck_margin,
-            "rechecked_docs": {name: c.rechecked for name, c in checks.items()},
-            "recheck_changed": {name: c.changed for name, c in checks.items()},
-            "nonfinite_docs": {name: c.nonfinite for name, c in checks.items()},
+            "rechecked_docs": {name: c.outcome.rechecked for name, c in checks.items()},
+            "recheck_changed": {name: c.outcome.changed for name, c in checks.items()},
+            "nonfinite_docs": {name: c.outcome.nonfinite for name, c in checks.items()},
             "recheck_max_margin_error": {
-                name: round(c.max_margin_error, 6) for name, c in checks.items()
+                name: round(c.outcome.max_margin_error, 6) for name, c in checks.items()
             },
+            "calibration": {name: cal.summary() for name, cal in self.calibrations.items()},
+            "calibration_s": sum(c.outcome.sample_s for c in checks.values()),
+            "fidelity": [fidelity(name, n, c.mode, c.outcome) for name, c in checks.items()],
             "recheck_tokens": sum(c.work.real_tokens for c in checks.values()),
             "recheck_batches": sum(c.work.batches for c in checks.values()),
             "recheck_s": recheck_s,

@@ -2,20 +2,28 @@
 
 Half precision moves a classifier's logits a little; where the top two are close,
 that can flip the label, so a label would depend on the GPU generation that ran the
-shard. The engine runs the rows whose top-two margin is below the re-check margin
-(and any row with a non-finite logit) again in fp32; this module holds the pure
-arithmetic of that decision and of its outcome (see docs/engine.md).
+shard. The engine runs the rows whose top-two margin is below the re-check threshold
+(and any row with a non-finite logit) again in fp32. The threshold is measured per job
+and classifier (``recheck_margin: auto``, see ``classify/calibration.py``) or pinned as
+a number. This module holds that decision and its outcome; the engine supplies the
+fp32 pass (see docs/engine.md).
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 
-#: Default top-two logit margin under which a half-precision label is re-checked in fp32; chosen
-#: by ``bench/precision.py`` (docs/engine.md has the measurement).
-DEFAULT_RECHECK_MARGIN = 0.01
-#: Warn once per job when a re-check saw a margin error this many times the margin (at the
-#: default margin the benchmark models' largest errors are 1-3x it).
+from shardwise.classify.calibration import FALLBACK_SHARE, Calibration, margin_errors, spread
+
+#: The default: a threshold measured per job and classifier (a number pins one instead).
+AUTO = "auto"
+DEFAULT_RECHECK_MARGIN = AUTO
+#: A pinned margin is too small when a re-check saw a margin error this many times it.
 WARN_ERROR_FACTOR = 4
 
 
@@ -24,21 +32,15 @@ def top2_margins(logits: np.ndarray) -> np.ndarray:
     if logits.ndim != 2 or logits.shape[1] < 2:
         return np.full(len(logits), np.inf, dtype=np.float32)
     top = np.partition(logits, -2, axis=1)
-    return top[:, -1] - top[:, -2]
+    with np.errstate(invalid="ignore"):  # inf - inf: a non-finite row, NaN on purpose
+        return top[:, -1] - top[:, -2]
 
 
-def effective_margin(recheck_margin: float, half_precision: bool) -> float:
-    """The re-check margin in force: 0 when the compute dtype is already fp32."""
-    return float(recheck_margin) if half_precision else 0.0
-
-
-def rows_to_recheck(first: np.ndarray, margin: float) -> tuple[np.ndarray, np.ndarray]:
-    """(rows to run again in fp32, rows whose logits are all finite) of ``first``."""
-    finite = np.isfinite(first).all(axis=1)
-    need = ~finite
-    if margin > 0:
-        need |= top2_margins(first) < margin
-    return need, finite
+def rechecks(recheck_margin: float | str, half_precision: bool) -> bool:
+    """Whether near ties are re-checked at all (an fp32 copy of each model is needed)."""
+    if not half_precision:
+        return False
+    return recheck_margin == AUTO or float(recheck_margin) > 0
 
 
 def compare(was: np.ndarray, redo: np.ndarray) -> tuple[int, float]:
@@ -48,11 +50,94 @@ def compare(was: np.ndarray, redo: np.ndarray) -> tuple[int, float]:
     """
     ok = np.isfinite(was).all(axis=1)
     changed = int((was[ok].argmax(axis=1) != redo[ok].argmax(axis=1)).sum())
-    error = 0.0
-    if ok.any() and was.shape[1] >= 2:
-        top = np.argsort(was[ok], axis=1)[:, -2:]
-        rows = np.arange(len(top))
-        before = was[ok][rows, top[:, 1]] - was[ok][rows, top[:, 0]]
-        after = redo[ok][rows, top[:, 1]] - redo[ok][rows, top[:, 0]]
-        error = float(np.abs(before - after).max())
-    return changed, error
+    errors = margin_errors(was[ok], redo[ok])
+    return changed, float(errors.max()) if errors.size else 0.0
+
+
+@dataclass
+class Outcome:
+    """What the re-check did for one classifier on one file."""
+
+    rechecked: int = 0  # rows labelled from an fp32 pass (sample, near ties, non-finite)
+    changed: int = 0  # of those, finite labels the fp32 pass changed
+    nonfinite: int = 0  # rows with a non-finite half-precision logit
+    max_margin_error: float = 0.0  # largest half-vs-fp32 move of a re-run row's margin
+    residual: float | None = None  # expected flips left among half-labelled rows (auto)
+    residual_upper: float | None = None  # its 95% upper bound
+    too_small: bool = False  # a pinned margin well below the errors measured
+    sample_s: float = 0.0  # seconds of the calibration sample's fp32 pass
+
+
+def recheck(
+    first: np.ndarray,
+    lengths: np.ndarray,
+    margin: float | str,
+    calibration: Calibration | None,
+    run_fp32: Callable[[np.ndarray], np.ndarray],
+) -> tuple[np.ndarray, np.ndarray, Outcome]:
+    """Final logits, rows labelled from fp32, and the outcome, for one classifier's pass.
+
+    Rows are in the pass's order (longest first). With ``calibration`` (auto), a sample
+    spread over the lengths runs in fp32 first (it is labelled from fp32 too), the
+    calibration learns from it, and its thresholds decide the near ties; else ``margin``
+    does. ``run_fp32(positions)`` returns fp32 logits of those rows.
+    """
+    n = len(first)
+    out = Outcome()
+    finite = np.isfinite(first).all(axis=1)
+    out.nonfinite = int((~finite).sum())
+    final = first.copy()
+    done = np.zeros(n, bool)
+    margins = top2_margins(first)
+    if calibration is not None:
+        sample = spread(n, calibration.wanted(n))
+        if sample.size:
+            started = time.perf_counter()
+            final[sample] = run_fp32(sample)
+            out.sample_s = time.perf_counter() - started
+            done[sample] = True
+            ok = sample[finite[sample]]
+            calibration.add(margin_errors(first[ok], final[ok]), lengths[ok])
+        thresholds = calibration.thresholds(lengths)
+    else:
+        thresholds = np.full(n, float(margin))
+    below = finite & (margins < thresholds)
+    need = (~finite | below) & ~done
+    if need.any():
+        positions = np.flatnonzero(need)
+        final[positions] = run_fp32(positions)
+        done |= need
+    out.rechecked = int(done.sum())
+    if done.any():
+        out.changed, out.max_margin_error = compare(first[done], final[done])
+    if calibration is None:
+        pinned = float(margin)
+        out.too_small = pinned > 0 and out.max_margin_error > WARN_ERROR_FACTOR * pinned
+        return final, done, out
+    out.residual, out.residual_upper = calibration.residual(margins[~done])
+    calibration.files += 1
+    if n and below.mean() > FALLBACK_SHARE:
+        calibration.fp32 = True  # from the next file on: half precision buys nothing here
+    return final, done, out
+
+
+def fidelity(name: str, docs: int, mode: str, outcome: Outcome) -> dict[str, Any]:
+    """One classifier's fidelity to fp32 on one file (the stats' ``fidelity`` entries).
+
+    ``mode``: ``recheck`` (a calibrated threshold), ``float32`` (the calibration sent the
+    classifier to fp32), ``fp32`` (the compute dtype is fp32), ``pinned`` (a configured
+    number). ``fp32_docs`` were labelled from an fp32 pass; ``residual`` is the expected
+    number of the others whose label differs from fp32 and ``residual_upper`` its 95%
+    upper bound (0 in fp32; None for a pinned margin: nothing measured it);
+    ``margin_too_small`` flags a pinned margin the errors it saw exceed several times.
+    """
+    exact = mode in ("float32", "fp32")
+    return {
+        "classifier": name,
+        "docs": docs,
+        "fp32_docs": docs if mode == "fp32" else outcome.rechecked,
+        "mode": mode,
+        "residual": 0.0 if exact else outcome.residual,
+        "residual_upper": 0.0 if exact else outcome.residual_upper,
+        "margin_too_small": outcome.too_small,
+    }

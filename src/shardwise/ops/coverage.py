@@ -36,6 +36,7 @@ from shardwise.run import (
     changes,
     context,
     failures,
+    fidelity,
     markers,
     quarantine,
     ranges,
@@ -321,6 +322,8 @@ class Coverage:
     tasks_quarantined: int = 0
     quarantined: tuple[quarantine.Entry, ...] = ()  # left out on purpose, with reasons
     data_quality: dict[str, int] = field(default_factory=dict)  # totals over labelled files
+    #: Per classifier: how close the labels are to fp32's (over labelled files' stats).
+    fidelity: tuple[fidelity.Fidelity, ...] = ()
     unreadable_markers: tuple[str, ...] = ()
     stale_markers: tuple[str, ...] = ()
     changed: dict[str, tuple[str, str]] = field(default_factory=dict)
@@ -537,11 +540,13 @@ def compute(
     incomplete = np.flatnonzero(~shard_done) + minimum
 
     quality: dict[str, int] = {}
+    fidelities: list[fidelity.Fidelity] = []
     if stats is not None:
         idx = _plan_index(plan, stats.file)
         counted = np.zeros(idx.size, dtype=bool)
         counted[idx >= 0] = file_done[idx[idx >= 0]]
         quality = throughput.quality_totals(stats, counted)
+        fidelities = fidelity.totals(stats.fidelity[counted])
 
     rates = throughput.summarize(stats) if stats is not None else None
     remaining_bytes = int(size[~file_done & ~file_quarantined].sum())
@@ -584,6 +589,7 @@ def compute(
         tasks_quarantined=int(task_quarantined.sum()),
         quarantined=tuple(sorted(state.quarantined.values(), key=lambda e: e.file)),
         data_quality=quality,
+        fidelity=tuple(fidelities),
         unreadable_markers=state.unreadable_markers,
         stale_markers=state.stale_markers,
         changed=dict(state.changed),

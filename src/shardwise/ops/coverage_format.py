@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from shardwise.ops.coverage import CategoryCoverage, Coverage
 from shardwise.ops.text import format_duration, human_bytes, human_count
-from shardwise.run import changes, ranges, throughput
+from shardwise.run import changes, fidelity, ranges, throughput
 
 
 def to_dict(cov: Coverage) -> dict[str, Any]:
@@ -57,6 +57,21 @@ def to_dict(cov: Coverage) -> dict[str, Any]:
         {"file": e.file, "reason": e.reason, "at": e.at, "by": e.by} for e in cov.quarantined
     ]
     out["data_quality"] = dict(cov.data_quality)
+    out["fidelity"] = [
+        {
+            "classifier": f.classifier,
+            "docs": f.docs,
+            "fp32_docs": f.fp32_docs,
+            "fp32_share": round(f.fp32_share, 6),
+            "residual_share": f.residual_share,
+            "residual_upper_share": f.residual_upper_share,
+            "unmeasured_docs": f.unmeasured_docs,
+            "fallback_files": f.fallback_files,
+            "too_small_files": f.too_small_files,
+            "flagged": f.flagged,
+        }
+        for f in cov.fidelity
+    ]
     out["unreadable_markers"] = list(cov.unreadable_markers)
     out["stale_markers"] = list(cov.stale_markers)
     out["changed_files"] = {rel: {"planned": a, "now": b} for rel, (a, b) in cov.changed.items()}
@@ -123,6 +138,7 @@ def summary_lines(cov: Coverage, *, max_expression: int = 160) -> list[str]:
         + (f"   {human_count(cov.tokens_done)} tokens" if cov.tokens_done is not None else ""),
     ]
     lines += quality_lines(cov.data_quality, cov.docs_done)
+    lines += fidelity_lines(cov.fidelity)
     lines += failing_lines(cov)
     if cov.quarantined:
         shown = "; ".join(f"{e.file} ({e.reason})" for e in cov.quarantined[:3])
@@ -195,6 +211,44 @@ def summary_lines(cov: Coverage, *, max_expression: int = 160) -> list[str]:
     else:
         lines.append("left     nothing: every shard is done")
     return lines
+
+
+def fidelity_lines(fidelities: Iterable[fidelity.Fidelity]) -> list[str]:
+    """Per classifier: the share labelled from fp32 and the estimated share of labels that
+    differ from an fp32 run (with its 95% bound); flagged above the target (0.1%), and
+    where a pinned ``recheck_margin`` was found too small. Nothing for an fp32 run."""
+    lines = []
+    for f in fidelities:
+        if f.fp32_docs == f.docs and not f.fallback_files and not f.unmeasured_docs:
+            continue  # computed in fp32: nothing to say
+        said = [f"{100 * f.fp32_share:.1f}% labelled from fp32"]
+        if f.docs > f.unmeasured_docs:
+            said.append(
+                f"est. {_share(f.residual_share)} differ from fp32 "
+                f"(95% bound {_share(f.residual_upper_share)})"
+            )
+        if f.unmeasured_docs:
+            said.append(f"{f.unmeasured_docs:,} docs under a pinned recheck_margin: not measured")
+        if f.fallback_files:
+            said.append(f"{f.fallback_files:,} file(s) run wholly in fp32 (bf16 bought nothing)")
+        flag = ""
+        if f.too_small_files:
+            flag = (
+                f"  ! the pinned recheck_margin is too small for this model in "
+                f"{f.too_small_files:,} file(s): use inference.recheck_margin: auto"
+            )
+        elif f.flagged:
+            flag = f"  ! above {_share(fidelity.TARGET_RESIDUAL)}"
+        lines.append(f"fidelity {f.classifier}: " + ", ".join(said) + flag)
+    return lines
+
+
+def _share(x: float) -> str:
+    if x == 0:
+        return "0%"
+    if x < 1e-6:
+        return "<0.0001%"
+    return f"{100 * x:.4f}%" if x < 0.001 else f"{100 * x:.2f}%"
 
 
 def failing_lines(cov: Coverage, shown: int = 3) -> list[str]:

@@ -45,10 +45,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shardwise.errors import ConfigError, InputError, ShardwiseError
-from shardwise.ops.coverage_format import quality_lines
+from shardwise.ops.coverage_format import fidelity_lines, quality_lines
 from shardwise.run import (
     changes,
     context,
+    fidelity,
     journal,
     markers,
     plan,
@@ -102,6 +103,7 @@ class VerifyReport:
     warnings: list[Finding] = field(default_factory=list)
     quarantined: list[Finding] = field(default_factory=list)
     data_quality: dict[str, int] = field(default_factory=dict)  # over the checked files
+    fidelity: list[fidelity.Fidelity] = field(default_factory=list)  # over the checked files
     #: What ``--repair`` would reset: files whose marker vouches for something broken,
     #: and shards whose marker does (their files relabel only where needed).
     broken_files: set[str] = field(default_factory=set)
@@ -151,7 +153,10 @@ class VerifyReport:
         out += [f.line("quarantined") for f in self.quarantined]
         out += [
             line.replace("data     ", f"data: over the {self.files_checked} checked file(s): ", 1)
-            for line in quality_lines(self.data_quality, self.rows_checked)
+            for line in [
+                *quality_lines(self.data_quality, self.rows_checked),
+                *fidelity_lines(self.fidelity),
+            ]
         ]
         out.append(self.summary())
         return out
@@ -174,6 +179,7 @@ class _FileCheck:
     rows: int = 0
     marker_rows: int | None = None
     counts: dict[str, int] = field(default_factory=dict)
+    fidelity: list[dict[str, Any]] = field(default_factory=list)
 
 
 def verify_run(
@@ -264,6 +270,7 @@ def verify_run(
             pool.map(lambda rel: _check_file(ctx, rel, planned[rel], names, outputs[rel]), chosen)
         )
     marker_rows: dict[str, int | None] = {}
+    report.fidelity = fidelity.totals(check.fidelity for check in checks)
     for check in checks:
         report.problems.extend(check.problems)
         if check.problems:
@@ -582,6 +589,8 @@ def _check_file(
             for what in _labelling_problems(stats.get("labelling"), ctx.meta.labelling):
                 problem(stats_rel, what)
             check.counts = _quality_counts(stats)
+            if isinstance(stats.get("fidelity"), list):
+                check.fidelity = [f for f in stats["fidelity"] if isinstance(f, dict)]
 
     if "sidecar" in kinds:
         side_rel = sidecar.sidecar_rel(rel)

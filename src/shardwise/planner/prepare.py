@@ -106,7 +106,15 @@ def prepare_run(
     check_classifiers(settings.classifiers)  # before anything is pinned
     quarantined = quarantine.load(run_dir)
     planned = _plan_table(settings, set(quarantined), fresh=repin)
-    sampled = _check_sample(settings, planned.table, set(quarantined))  # before pinning
+    copies = (
+        runjson.read_copy(Location(str(run_dir))),
+        runjson.read_copy(Location(settings.output_uri, settings.storage)),
+    )
+    sampled: tuple[str, ...] = ()
+    if repin or all(c.meta is None and c.damage is None for c in copies):
+        # a new run (or a re-pin): read a sample before anything is pinned. A pinned run's
+        # fields cannot change (run.json pins them), so later runs skip the reads.
+        sampled = _check_sample(settings, planned.table, set(quarantined))
     meta = runjson.RunMeta.new(
         total_shards=settings.total_shards,
         minimum_shard_index=settings.minimum_shard_index,
@@ -124,7 +132,7 @@ def prepare_run(
             (c["input"] for c in settings.classifiers),
         ),
     )
-    _pin(settings, meta, planned.table, repin=repin, say=said.append)
+    _pin(settings, meta, planned.table, copies, repin=repin, say=said.append)
     if planned.fresh:
         summary = plan.summarize(
             planned.table,
@@ -364,11 +372,13 @@ def _pin(
     settings: Settings,
     meta: runjson.RunMeta,
     table: pa.Table,
+    copies: tuple[runjson.Copy, runjson.Copy],
     *,
     repin: bool = False,
     say: Callable[[str], None],
 ) -> None:
-    """Validate run.json in the run dir and at the output root; create where absent.
+    """Validate run.json in the run dir and at the output root (``copies``, as read);
+    create where absent.
 
     Both are checked before either is created, so a refused run writes nothing. With
     ``repin`` and nothing labelled, copies that differ are replaced instead.
@@ -382,9 +392,6 @@ def _pin(
         new = plan.task_ids(table)
         return len(new - old), len(old - new)
 
-    local = Location(str(run_dir))
-    output = Location(settings.output_uri, settings.storage)
-    copies = [runjson.read_copy(local), runjson.read_copy(output)]
     runjson.check_copies(*copies, run_dir, repin=repin)  # damaged, or an interrupted re-pin
     absent: list[Location] = []
     changed: list[tuple[Location, runjson.RunMeta]] = []

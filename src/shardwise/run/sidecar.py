@@ -142,6 +142,9 @@ def build_stats(
         "engine.infer_tokens_per_s: per second of inference alone",
         "counts": dict(counts),
         "truncated_docs": int(engine_stats.get("truncated_docs", 0)),
+        # per classifier: docs labelled from fp32, the expected number of the others that
+        # differ from fp32 and its 95% bound (classify/recheck.py fidelity())
+        "fidelity": list(engine_stats.get("fidelity", [])),
         "models": models or {},
         "device": device,
         "device_name": device_name,

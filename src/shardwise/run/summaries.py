@@ -63,6 +63,7 @@ FILE_FIELDS = (
     "finished_at",
     "counts",
     "truncated_docs",
+    "fidelity",
 )
 
 SCHEMA = pa.schema(

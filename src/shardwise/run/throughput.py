@@ -76,6 +76,8 @@ class StatsTable:
     bytes: np.ndarray  # float64
     finished_at: np.ndarray  # float64, POSIX seconds
     quality: np.ndarray  # float64 (files x QUALITY): data-quality counts, NaN when absent
+    #: object: each file's ``fidelity`` entries (a list of dicts; empty when absent)
+    fidelity: np.ndarray
 
     def __len__(self) -> int:
         return int(self.file.size)
@@ -100,6 +102,7 @@ _COLUMNS = (
     "bytes",
     "finished_at",
     "quality",
+    "fidelity",
 )
 #: The columns of ``StatsTable.quality``: the reader's counts, then ``truncated_docs``.
 QUALITY = (*QUALITY_COUNTS, "truncated_docs")
@@ -150,8 +153,21 @@ def stats_table(stats: Iterable[dict[str, Any]] | StatsTable) -> StatsTable:
         quality=np.array([_quality_row(row) for row in rows], np.float64).reshape(
             len(rows), len(QUALITY)
         ),
+        fidelity=_objects([_fidelity_of(row) for row in rows]),
     )
     return _latest_per_file(table)
+
+
+def _objects(values: list[Any]) -> np.ndarray:
+    """A 1-d object array of ``values`` (numpy would make a list of lists 2-d)."""
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
+
+
+def _fidelity_of(row: dict[str, Any]) -> list[dict[str, Any]]:
+    value = row.get("fidelity")
+    return [f for f in value if isinstance(f, dict)] if isinstance(value, list) else []
 
 
 #: The stats fields rates need, as Arrow types for the bulk JSON parser.
@@ -167,6 +183,22 @@ _ARROW_SCHEMA = pa.schema(
         ("finished_at", pa.string()),
         ("counts", pa.struct([(k, pa.float64()) for k in QUALITY_COUNTS])),
         ("truncated_docs", pa.float64()),
+        (
+            "fidelity",
+            pa.list_(
+                pa.struct(
+                    [
+                        ("classifier", pa.string()),
+                        ("docs", pa.float64()),
+                        ("fp32_docs", pa.float64()),
+                        ("mode", pa.string()),
+                        ("residual", pa.float64()),
+                        ("residual_upper", pa.float64()),
+                        ("margin_too_small", pa.bool_()),
+                    ]
+                )
+            ),
+        ),
     ]
 )
 
@@ -214,6 +246,7 @@ def stats_from_json(blobs: Iterable[bytes]) -> StatsTable:
             bytes=floats("bytes"),
             finished_at=_epoch_seconds(table["finished_at"]),
             quality=_quality_columns(table),
+            fidelity=_objects([v or [] for v in table["fidelity"].to_pylist()]),
         )
     )
 

@@ -28,6 +28,7 @@ def facts(**over):
                 "ClusterName": "test",
                 "MinJobAge": "300 sec",
                 "AccountingStorageType": "accounting_storage/slurmdbd",
+                "AccountingStorageEnforce": "associations,limits,qos",
                 "PrivateData": "none",
             }
         ),
@@ -267,3 +268,28 @@ def test_the_status_command_defaults_to_the_plugins_choice():
     req = replace(request(), status_command=None)
     assert cluster_check.status_command(req, facts()) == "sacct"
     assert cluster_check.status_command(req, facts(sacct_installed=False)) == "squeue"
+
+
+def test_the_account_is_a_warning_where_the_cluster_does_not_enforce_associations():
+    req = request(**{"default-resources": {}})
+    loose = {"AccountingStorageType": "accounting_storage/slurmdbd",
+             "AccountingStorageEnforce": "none", "MinJobAge": "300 sec"}  # fmt: skip
+    (acc,) = by_check(cluster_check.findings(req, facts(config=Answer(loose)), 60))["account"]
+    assert (acc.status, acc.found) == (WARN, "the profile names no slurm_account")
+    assert "does not enforce associations" in acc.why and "jobs run without one" in acc.why
+    (strict,) = by_check(cluster_check.findings(req, facts(), 60))["account"]
+    assert strict.status == FAIL and "every sbatch is refused" in strict.why
+
+
+def test_hidden_reservations_say_what_status_will_do():
+    hidden = {
+        "AccountingStorageType": "x/slurmdbd",
+        "AccountingStorageEnforce": "associations",
+        "PrivateData": "accounts,jobs,reservations,usage,users",
+        "MinJobAge": "300 sec",
+    }
+    found = cluster_check.findings(request(), facts(config=Answer(hidden)), 60)
+    (res,) = by_check(found)["reservations"]
+    assert res.status == WARN and "hidden from you (PrivateData=reservations)" in res.found
+    assert "`shardwise cluster status` locates the hidden window" in res.why
+    assert "`shardwise cluster retime`" in res.why

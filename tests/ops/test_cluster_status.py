@@ -102,6 +102,10 @@ def _job(job_id, state, reason, **kw):
     return job(job_id, state, **{**base, **kw})
 
 
+#: The sample pending job once SLURM's backfill pass has planned it.
+PLANNED_JOB = SHOW_JOB.replace("Scheduler=Main", "Scheduler=Backfill")
+
+
 def _facts(run_dir):
     queue = [
         _job("20", "PENDING", "ReqNodeNotAvail, Reserved for maintenance"),
@@ -136,7 +140,7 @@ def _facts(run_dir):
             )
         ),
         others=Answer([_job("99", "PENDING", "Priority", user="them")]),
-        probe_detail=Answer(command.key_values(SHOW_JOB)),
+        probe_detail=Answer(command.key_values(PLANNED_JOB)),
         probe_starts=starts,
     )
 
@@ -206,13 +210,23 @@ def test_a_shorter_walltime_that_starts_earlier_but_not_now_is_advised():
         walltime_probe.ProbeRow(12, "one shard's share", "2026-12-01T06:34:16", False),
         walltime_probe.ProbeRow(11, "half of it", "2026-12-01T06:34:16", False),
     ]
-    advice = walltime_probe._advice(rows, 23, 2, "20")
+    priority = _job("20", "PENDING", "Priority", time_limit_minutes=23)
+    common = {"own": 23, "shards": 2, "hidden": None, "run_dir": "/r"}
+    advice = walltime_probe._advice(rows, job=priority, **common)
     assert advice.startswith(
         "a job asking for 12 min or less starts at 2026-12-01 06:34:16 instead of "
         "2026-12-01 10:44:11"
     )
+    assert "`shardwise cluster retime --run-dir /r --max-minutes 12`" in advice
     same = [replace(r, start="2026-12-01T10:44:11") for r in rows]
-    assert walltime_probe._advice(same, 23, 2, "20").startswith("no shorter walltime starts")
+    assert walltime_probe._advice(same, job=priority, **common).startswith(
+        "no shorter walltime starts"
+    )
+    # a job waiting for a reservation is never told that its wait is not about time
+    reserved = replace(priority, reason="ReqNodeNotAvail, Reserved for maintenance")
+    said = walltime_probe._advice(same, job=reserved, **common)
+    assert "not about time" not in said
+    assert said.startswith("the job waits for a reservation (ReqNodeNotAvail, Reserved for")
 
 
 #: The same cluster with a node idle in each of the job's partitions.
@@ -260,7 +274,8 @@ def test_the_window_row_does_not_claim_now_without_an_idle_node(tmp_path):
     window = next(r for r in status.probe.rows if r.label == walltime_probe.WINDOW_LABEL)
     assert (window.minutes, window.start, window.starts_now) == (23, None, None)
     assert "no idle node" in window.problem
-    assert status.probe.advice.startswith("no shorter walltime starts earlier")
+    assert status.probe.advice.startswith("the job waits for a reservation")
+    assert "not about time" not in status.probe.advice
 
 
 def test_no_window_row_for_another_partitions_or_a_past_window(tmp_path):
@@ -270,3 +285,70 @@ def test_no_window_row_for_another_partitions_or_a_past_window(tmp_path):
     for text in (other, past, ""):
         status = cluster_status.build(run_dir, _behind_own_jobs(run_dir, reservations=text))
         assert walltime_probe.WINDOW_LABEL not in {r.label for r in status.probe.rows}, text
+
+
+def test_a_hidden_window_is_located_blind_and_the_advice_names_retime(tmp_path):
+    """PrivateData=reservations: no window visible, the pending reason names one; small
+    test jobs start now up to 29 min: the window starts about 29 min from now."""
+    run_dir = _run(tmp_path)
+    facts = replace(
+        _behind_own_jobs(run_dir),
+        reservations=Answer(None, "reservations are hidden (PrivateData)", "hidden"),
+        hidden_window=Answer(29),
+    )
+    status = cluster_status.build(run_dir, facts)
+    window = next(r for r in status.probe.rows if r.label == walltime_probe.WINDOW_LABEL)
+    assert (window.minutes, window.starts_now) == (28, True)
+    assert window.source.startswith("inferred: a small job ending before ")
+    assert window.source.endswith("starts now; reservations are hidden from you")
+    advice = status.probe.advice
+    assert advice.startswith(f"a maintenance window starts at about {window.window_start} (")
+    assert "a job asking for 28 min or less starts now" in advice
+    assert f"`shardwise cluster retime --run-dir {run_dir} --max-minutes 28`" in advice
+    assert "not about time" not in advice
+    schema = json.loads((REPO / "docs/schemas/cluster-status.schema.json").read_text())
+    jsonschema.validate(json.loads(json.dumps(cluster_status.to_dict(status))), schema)
+
+
+def test_a_hidden_window_that_cannot_be_located_says_why(tmp_path):
+    run_dir = _run(tmp_path)
+    facts = replace(
+        _behind_own_jobs(run_dir),
+        reservations=Answer(None, "hidden", "hidden"),
+        hidden_window=Answer(None, "no small test job starts now at any limit", "failed"),
+        probe_starts={},
+    )
+    status = cluster_status.build(run_dir, facts)
+    assert status.probe is None or "not about time" not in status.probe.advice
+
+
+def test_the_small_test_job_repeats_where_the_job_would_run_but_asks_for_almost_nothing():
+    detail = {"Partition": "ice-gpu,coe-gpu", "Account": "proj", "QOS": "normal",
+              "Features": "fakegpu", "ExcNodeList": "(null)", "TresPerJob": "gres:gpu:1",
+              "MinMemoryNode": "8G"}  # fmt: skip
+    opts = walltime_probe.window_options(detail, 29)
+    assert opts == ["-t", "29", "-n", "1", "--cpus-per-task=1", "--mem=1", "-p",
+                    "ice-gpu,coe-gpu", "-A", "proj", "--qos", "normal",
+                    "-C", "fakegpu"]  # fmt: skip
+    assert walltime_probe.waits_for_reservation("ReqNodeNotAvail, Reserved for maintenance")
+    assert not walltime_probe.waits_for_reservation("Priority")
+
+
+def test_the_probed_job_is_the_oldest_that_waits_for_a_reservation():
+    first = job("5", reason="Priority", submit_time=datetime(2026, 12, 1, 5, 0))
+    later = job("6", reason="ReqNodeNotAvail, Reserved for maintenance")
+    running = job("4", "RUNNING", submit_time=datetime(2026, 12, 1, 4, 0))
+    mine = {j.id: (j, (0,)) for j in (first, later, running)}
+    assert cluster_status.probed_job(mine) is later  # SLURM left the oldest at Priority
+    assert cluster_status.probed_job({"5": (first, (0,))}) is first
+    assert cluster_status.probed_job({"4": (running, (0,))}) is None
+
+
+def test_answers_before_the_first_backfill_pass_are_called_provisional(tmp_path):
+    run_dir = _run(tmp_path)
+    facts = replace(_facts(run_dir), probe_detail=Answer(command.key_values(SHOW_JOB)))
+    advice = cluster_status.build(run_dir, facts).probe.advice
+    assert advice.startswith("SLURM has not planned job 20 yet (")
+    assert "ask again in a minute" in advice
+    assert walltime_probe.planned(command.key_values(PLANNED_JOB))
+    assert walltime_probe.planned(None)  # nothing known: nothing to warn about

@@ -7,6 +7,15 @@
 #   tests/slurm/cluster.sh stop     stop every daemon this script started (by pidfile)
 #   tests/slurm/cluster.sh status   exit 0 when the cluster answers and the node is up
 #   tests/slurm/cluster.sh restart  stop, then start
+#   tests/slurm/cluster.sh private-data FLAGS
+#                                   set PrivateData (e.g. accounts,jobs,reservations,
+#                                   usage,users; "none" clears it) on the running
+#                                   cluster: scontrol reconfigure, no restart; a start
+#                                   writes the config without it again
+#   tests/slurm/cluster.sh add-user NAME
+#                                   an ordinary user NAME (useradd) in account
+#                                   "shardwise": PrivateData binds only such users,
+#                                   never root or SlurmUser
 #
 # A (re)start that is not a no-op is a cold start: controller state, slurmd spool
 # and the accounting database are wiped (job ids restart at 1).
@@ -404,10 +413,34 @@ mkdir -p "$STATE"
 exec 9>"$STATE/cluster.lock"
 flock -w 600 9 || die "another cluster.sh held $STATE/cluster.lock for 10 minutes"
 
+cmd_private_data() {
+    local flags="${1:?usage: $0 private-data FLAGS}"
+    healthy || die "the cluster is not running: start it first"
+    sed -i '/^PrivateData=/d' "$ETC/slurm.conf"
+    [[ $flags == none ]] || echo "PrivateData=$flags" >>"$ETC/slurm.conf"
+    scontrol reconfigure
+    wait_for 30 "PrivateData=$flags in effect" \
+        bash -c "scontrol show config | grep '^PrivateData' | grep -qi '${flags%%,*}'"
+    log "PrivateData=$flags"
+}
+
+cmd_add_user() {
+    local name="${1:?usage: $0 add-user NAME}"
+    id -u "$name" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$name"
+    if [[ $ACCOUNTING == 1 ]]; then
+        sacctmgr -i add user "$name" account="$ACCOUNT" >/dev/null 2>&1 || true
+        sacctmgr -n -P list assoc user="$name" format=account | grep -qx "$ACCOUNT" \
+            || die "could not add $name to account $ACCOUNT"
+    fi
+    log "user $name (uid $(id -u "$name")) in account $ACCOUNT"
+}
+
 case "${1:-}" in
     start) cmd_start ;;
     stop) cmd_stop ;;
     status) cmd_status ;;
     restart) cmd_stop; cmd_start ;;
-    *) echo "usage: $0 start|stop|status|restart" >&2; exit 2 ;;
+    private-data) cmd_private_data "${2:-}" ;;
+    add-user) cmd_add_user "${2:-}" ;;
+    *) echo "usage: $0 start|stop|status|restart|private-data FLAGS|add-user NAME" >&2; exit 2 ;;
 esac

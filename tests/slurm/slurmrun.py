@@ -87,6 +87,15 @@ def run(cmd: list[str], timeout: float = 240, extra_env: dict[str, str] | None =
     )
 
 
+def planned(job_id: str) -> bool:
+    """Whether SLURM's backfill pass has looked at the job (``Scheduler=Backfill``), or
+    it pends no longer: before that pass ``sbatch --test-only`` answers are provisional."""
+    shown = subprocess.run(
+        ["scontrol", "show", "job", job_id], capture_output=True, text=True, check=False
+    ).stdout
+    return "Scheduler=Backfill" in shown or "JobState=PENDING" not in shown
+
+
 def squeue_of(workdir: Path) -> list[dict[str, str]]:
     """root's jobs that squeue lists with this submit directory."""
     proc = subprocess.run(

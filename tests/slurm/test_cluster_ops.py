@@ -83,6 +83,8 @@ def maintenance_run(cluster, tmp_path_factory):
             120,
             f"4 jobs pending behind the maintenance window ({log})",
         )
+        sr.wait_for(lambda: all(sr.planned(j["id"]) for j in sr.squeue_of(workdir)), 240,
+                    "a backfill pass over the run's jobs")  # fmt: skip
         yield {"run_dir": base / "demo" / "run", "workdir": workdir, "log": log}
     finally:
         sr.interrupt(proc)

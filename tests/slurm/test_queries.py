@@ -114,12 +114,13 @@ def test_private_data_and_min_job_age_are_read_from_the_config():
         ("mixed", True),
         ("mixed~", True),
         ("idle+planned", True),
+        ("planned", True),  # what sinfo %T says of an idle node held for a later job
         ("allocated", False),
         ("reserved", False),
         ("completing", False),
     ],
 )
-def test_idle_or_mixed_nodes_have_free_resources(state, free):
+def test_idle_mixed_or_planned_nodes_have_free_resources(state, free):
     from dataclasses import replace
 
     assert replace(_nodes()[2], state=state).has_free_resources is free

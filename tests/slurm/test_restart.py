@@ -7,8 +7,8 @@ of the test cluster, each shard job holding its claim at a test gate
 1. the first invocation submits 3 jobs: 2 RUNNING (each at the gate), 1 PENDING; it is
    killed with SIGKILL (its jobs keep running, as after a lost login node);
 2. a second invocation (after `--unlock`) reports the 6 shards of those jobs as in
-   flight and submits only the 4th job; once that job stands at the gate too, the gate
-   opens and the second invocation ends with it;
+   flight and submits only the 4th job; once it has (the event: its submission line),
+   the gate opens and the second invocation ends with that job;
 3. a third invocation after every job ended has nothing to label and completes
    the run (report); `shardwise verify --complete` passes.
 
@@ -76,8 +76,13 @@ def test_sigkilled_run_restarted_at_once_submits_no_shard_twice(cluster, tmp_pat
         second_log = tmp_path / "second.log"
         second = subprocess.Popen(cmd, env=env, stdout=second_log.open("w"),
                                   stderr=subprocess.STDOUT)  # fmt: skip
-        gate.wait(3, alive=lambda: second.poll() is None)  # the 4th job's shard is at the gate
-        gate.open()
+
+        def submitted_the_fourth_job():  # the event: it has planned, then submitted
+            assert second.poll() is None, second_log.read_text()[-4000:]
+            return "has been submitted with SLURM jobid" in second_log.read_text()
+
+        sr.wait_for(submitted_the_fourth_job, 300, f"the 4th job's submission ({second_log})")
+        gate.open()  # 2 GPUs: the 4th job runs once a gated job ends
         assert second.wait(timeout=420) == 0, second_log.read_text()[-4000:]
         log = second_log.read_text()
         flying = re.search(r"in flight (\d) shard\(s\) held by 3 live job\(s\) of an earlier", log)

@@ -1,4 +1,4 @@
-"""``shardwise cluster check|status``: the command line only (parse, one call, print).
+"""``shardwise cluster check|status|retime``: the command line only (parse, one call, print).
 
 The work is in :mod:`shardwise.ops.cluster_check` and :mod:`shardwise.ops.cluster_status`.
 """
@@ -15,8 +15,8 @@ from typing import Any
 from shardwise import config
 from shardwise.cli.common import add_format, add_run_dir, not_a_run_dir, positive_int
 from shardwise.errors import ConfigError
-from shardwise.ops import cluster_check, cluster_status
-from shardwise.slurm import profile
+from shardwise.ops import cluster_check, cluster_status, retime
+from shardwise.slurm import control, profile
 from shardwise.store.atomic import write_atomic
 
 DEFAULT_PROFILE = "profiles/slurm"
@@ -33,7 +33,7 @@ def _timeout_option(parser: argparse.ArgumentParser) -> None:
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``shardwise cluster`` (``check``, ``status``) to ``subparsers``."""
+    """Add ``shardwise cluster`` (``check``, ``status``, ``retime``) to ``subparsers``."""
     parser = subparsers.add_parser(
         "cluster",
         help="check the cluster against the profile; live state of a run's SLURM jobs",
@@ -94,6 +94,27 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     _timeout_option(p)
     p.set_defaults(func=_status)
+
+    p = sub.add_parser(
+        "retime",
+        help="lower the time limit of the run's queued jobs in place (before a window)",
+        description="For each of the run's pending SLURM jobs that asks for more than "
+        "--max-minutes: `scontrol update JobId=<id> TimeLimit=<N>` (decrease only; the run's "
+        "own jobs only; each change printed). The jobs keep their place in the queue and "
+        "start before a maintenance window instead of after it. Prints the config change "
+        "that makes the next submissions ask for the same. `cluster status` says which N.",
+    )
+    add_run_dir(p)
+    p.add_argument(
+        "--max-minutes",
+        type=positive_int,
+        required=True,
+        metavar="N",
+        help="the new time limit of every queued job of the run that asks for more",
+    )
+    p.add_argument("--dry-run", action="store_true", help="print what would change, change nothing")
+    _timeout_option(p)
+    p.set_defaults(func=_retime)
 
 
 def _load_config(path: str | None) -> tuple[dict[str, Any], str | None]:
@@ -184,3 +205,25 @@ def _status(args: argparse.Namespace) -> int:
             time.sleep(args.watch)
     except KeyboardInterrupt:
         return 0
+
+
+def _retime(args: argparse.Namespace) -> int:
+    """Lower the queued jobs' limits (or say what would be); 1 when one could not be."""
+    if not_a_run_dir(args.run_dir, "cluster retime"):
+        return 2
+    planned, lines = retime.retime(
+        args.run_dir,
+        args.max_minutes,
+        lambda job_id, minutes: control.lower_time_limit(job_id, minutes, timeout=args.timeout),
+        dry_run=args.dry_run,
+        timeout=args.timeout,
+    )
+    for line in lines:
+        print(line)
+    if not planned:
+        print(f"no queued job of the run asks for more than {args.max_minutes} min")
+    else:
+        for line in retime.advice(planned, args.max_minutes):
+            print(line)
+    failed = any(line.startswith(("could not", "cannot")) for line in lines)
+    return 1 if failed else 0

@@ -131,15 +131,23 @@ def _account(request: JobRequest, facts: CheckFacts) -> CheckResult:
     hint = f"export {profile.ACCOUNT_ENV}={default or '<account>'}" + (
         f" (yours: {', '.join(accounts)})" if accounts else ""
     )
+    cfg = facts.config.value or {}
+    # unknown (no answer): as strict as a cluster that enforces associations
+    required = not facts.config.ok or queries.requires_account(cfg)
     why = (
         "without a valid account every sbatch is refused (plugin 2.8.0 guesses one when none "
         "is set, and --slurm-no-account does nothing)"
+        if required
+        else "this cluster does not enforce associations (AccountingStorageEnforce: "
+        f"{cfg.get('AccountingStorageEnforce') or 'none'}), so jobs run without one; name "
+        "one anyway where the site bills or prioritises by account"
     )
+    level = FAIL if required else WARN
     if request.account is None:
-        return CheckResult("account", FAIL, "the profile names no slurm_account", why, hint)
+        return CheckResult("account", level, "the profile names no slurm_account", why, hint)
     unset = profile.unset_variables(request.account)
     if unset:
-        return CheckResult("account", FAIL, f"${unset[0]} is not set", why, hint)
+        return CheckResult("account", level, f"${unset[0]} is not set", why, hint)
     if not facts.limits.ok:
         return CheckResult(
             "account",
@@ -152,7 +160,7 @@ def _account(request: JobRequest, facts: CheckFacts) -> CheckResult:
         return CheckResult("account", OK, f"account {request.account} is one of yours")
     return CheckResult(
         "account",
-        FAIL,
+        level,
         f"account {request.account} is not one of your associations ({', '.join(accounts)})",
         why,
         hint,
@@ -523,12 +531,18 @@ def _reservations(
         if hidden
         else ""
     )
+    blind = (
+        "when the run's jobs pend with that reason, `shardwise cluster status` locates the "
+        "hidden window with small `sbatch --test-only` probes (nothing submitted) and says "
+        "the longest limit that starts now; `shardwise cluster retime` lowers the queued "
+        "jobs to it"
+    )
     if first is None:
         return CheckResult(
             "reservations",
             WARN if hidden else OK,
             "no maintenance reservation visible" + hidden_note,
-            "shardwise cluster status explains that reason when it appears" if hidden else "",
+            blind if hidden else "",
         )
     start = first.start or facts.now
     gap = max(0, int((start - facts.now) / timedelta(minutes=1)))

@@ -8,7 +8,7 @@ job's ``--target-jobs``. The plugin's job names change with every invocation, so
 they are not used.
 
 :func:`status_facts` makes the SLURM calls (one ``squeue`` for the user's jobs, one
-``sinfo``, ``sacctmgr`` for the cap, and for the oldest pending job one
+``sinfo``, ``sacctmgr`` for the cap, and for one pending job (:func:`probed_job`) one
 ``scontrol show job`` plus a few ``sbatch --test-only``); :func:`build` is pure.
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +108,8 @@ class StatusFacts:
     probe_detail: Answer[dict[str, str]] | None
     probe_starts: dict[int, Answer[datetime]]
     reservations: Answer[list[queries.Reservation]] | None = None
+    #: A window hidden from the user, located blind: minutes until it starts.
+    hidden_window: Answer[int] | None = None
 
 
 # ----------------------------------------------------------------------------- gather
@@ -142,16 +144,13 @@ def status_facts(run_dir: Path, *, timeout: float = command.DEFAULT_TIMEOUT) -> 
     )
     nodes = queries.nodes(timeout=timeout)
     mine = run_jobs(run_dir, queue.value or [], inflight.Submitter.recorded(run_dir))
-    pending = sorted(
-        (j for j, _ in mine.values() if j.pending),
-        key=lambda j: (j.submit_time or datetime.max, _int(j.id)),
-    )
+    oldest = probed_job(mine)
     detail = None
     starts: dict[int, Answer[datetime]] = {}
     windows = None
-    if pending:
+    hidden: Answer[int] | None = None
+    if oldest is not None:
         windows = queries.reservations(timeout=timeout)
-        oldest = pending[0]
         detail = queries.job_detail(oldest.id, timeout=timeout)
         if detail.ok and detail.value:
             shards = len(mine[oldest.id][1]) or 1
@@ -166,6 +165,10 @@ def status_facts(run_dir: Path, *, timeout: float = command.DEFAULT_TIMEOUT) -> 
 
             asked = walltime_probe.probe_minutes(oldest.time_limit_minutes, shards)
             walltime_probe.longest_starting_now(ask, asked, datetime.now())
+            if walltime_probe.waits_for_reservation(oldest.reason) and not _visible_window(
+                windows, oldest
+            ):
+                hidden = _locate_window(request, asked, timeout)
     others = None
     private = cfg.ok and "jobs" in queries.private_data(cfg.value or {})
     parts = sorted({p for j, _ in mine.values() for p in j.partition.split(",") if p})
@@ -177,8 +180,55 @@ def status_facts(run_dir: Path, *, timeout: float = command.DEFAULT_TIMEOUT) -> 
             else Answer(None, found.problem, found.kind)
         )
     return StatusFacts(
-        user, datetime.now(), queue, cfg, nodes, limits, others, detail, starts, windows
+        user, datetime.now(), queue, cfg, nodes, limits, others, detail, starts, windows, hidden
     )
+
+
+def probed_job(mine: dict[str, tuple[queries.Job, tuple[int, ...]]]) -> queries.Job | None:
+    """The pending job the walltime probe asks about: the oldest that waits for a
+    reservation, else the oldest. SLURM tests only some pending jobs each pass and gives
+    the rest the reason ``Priority``, so the oldest alone may not show the real wait."""
+    pending = sorted(
+        (j for j, _ in mine.values() if j.pending),
+        key=lambda j: (j.submit_time or datetime.max, _int(j.id)),
+    )
+    reserved = [j for j in pending if walltime_probe.waits_for_reservation(j.reason)]
+    return (reserved or pending or [None])[0]
+
+
+def _visible_window(windows: Answer[list[queries.Reservation]] | None, job: queries.Job) -> bool:
+    """Whether a maintenance window ahead is visible for the job's partitions."""
+    if windows is None or not windows.ok:
+        return False
+    parts = [p for p in job.partition.split(",") if p]
+    return queries.next_maintenance(windows.value or [], datetime.now(), parts) is not None
+
+
+def _locate_window(request: dict[str, str], asked: list[int], timeout: float) -> Answer[int]:
+    """Minutes until a hidden window, from small ``sbatch --test-only`` jobs (see
+    ``walltime_probe.window_options``): the longest limit at which one starts now."""
+    small: dict[int, Answer[datetime]] = {}
+
+    def ask(minutes: int) -> Answer[datetime]:
+        if minutes not in small:
+            small[minutes] = queries.test_only(
+                walltime_probe.window_options(request, minutes), timeout=timeout
+            )
+        return small[minutes]
+
+    found = walltime_probe.longest_starting_now(ask, asked, datetime.now())
+    if found is not None:
+        return Answer(found)
+    failed = next((a for a in small.values() if not a.ok), None)
+    if failed is not None:
+        return Answer(None, failed.problem, failed.kind)
+    soon = datetime.now() + timedelta(minutes=1)
+    now = [m for m, a in small.items() if a.value is not None and a.value <= soon]
+    if small and len(now) == len(small):
+        why = f"a small job of {max(small)} min starts now: no window is in this job's way"
+    else:
+        why = "no small test job starts now at any limit: the window may be open already"
+    return Answer(None, why, "failed")
 
 
 def _int(text: str) -> int:
@@ -304,7 +354,7 @@ def build(run_dir: Path, facts: StatusFacts) -> Status:
         submit_cap=cap,
         cap_source=source,
         pending=pending,
-        probe=_probe(facts, mine, now),
+        probe=_probe(run_dir, facts, mine, now),
         progress=progress,
         in_flight=flight,
         nodes=tuple(bad.values()),
@@ -328,16 +378,15 @@ def _main_process(submitter: inflight.Submitter | None) -> dict[str, Any]:
 
 
 def _probe(
-    facts: StatusFacts, mine: dict[str, tuple[queries.Job, tuple[int, ...]]], now: datetime
+    run_dir: Path,
+    facts: StatusFacts,
+    mine: dict[str, tuple[queries.Job, tuple[int, ...]]],
+    now: datetime,
 ) -> Probe | None:
-    """The walltime probe of the oldest pending job of the run, if one pends."""
-    pending = sorted(
-        (j for j, _ in mine.values() if j.pending),
-        key=lambda j: (j.submit_time or datetime.max, _int(j.id)),
-    )
-    if not pending:
+    """The walltime probe of :func:`probed_job`, if one of the run's jobs pends."""
+    oldest = probed_job(mine)
+    if oldest is None:
         return None
-    oldest = pending[0]
     return walltime_probe.probe(
         oldest,
         len(mine[oldest.id][1]) or 1,
@@ -345,6 +394,11 @@ def _probe(
         reservations=facts.reservations,
         nodes=facts.nodes,
         now=now,
+        hidden=facts.hidden_window,
+        run_dir=str(run_dir),
+        planned=walltime_probe.planned(
+            facts.probe_detail.value if facts.probe_detail is not None else None
+        ),
     )
 
 
@@ -474,11 +528,13 @@ def format_table(status: Status) -> str:
             lines.append(f"      do: {g['action']}")
     if status.probe is not None:
         pr = status.probe
+        blind = any(r.source.startswith("inferred") for r in pr.rows)
+        sources = "small test jobs for the hidden window" if blind else "the visible windows"
         lines += [
             "",
-            f"would a shorter walltime start now? (oldest pending job {pr.job_id}, "
-            f"{pr.shards} shard(s), submitted {pr.submitted}; sbatch --test-only and the "
-            "visible maintenance windows, nothing submitted)",
+            f"would a shorter walltime start now? (pending job {pr.job_id}, "
+            f"{pr.shards} shard(s), submitted {pr.submitted}; sbatch --test-only and "
+            f"{sources}, nothing submitted)",
         ]
         for r in pr.rows:
             when = (

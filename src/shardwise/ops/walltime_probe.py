@@ -2,8 +2,15 @@
 
 For the oldest pending job of a run: ask ``sbatch --test-only`` (nothing is submitted)
 when a job with the same request but a shorter time limit would start, bisecting to the
-longest limit that starts now, and add what the visible maintenance windows imply.
-:func:`probe` turns the answers into rows and one line of advice; it is pure.
+longest limit that starts now, and add what the maintenance windows imply: a visible
+one's start, or, when reservations are hidden (``PrivateData=reservations``), one
+located blind. ``sbatch --test-only`` places its hypothetical job behind the run's own
+pending jobs, so while they wait for a window every probe of the real request says
+"after the window". A *small* request (one CPU, 1 MB, no GPU, same partition,
+constraints, account and QOS) does not collide with them: the longest limit at which
+it starts now is where the window begins (:func:`window_options`). Whether the real
+request then starts now depends only on free resources, which ``sinfo`` shows every
+user. :func:`probe` turns the answers into rows and one line of advice; it is pure.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ class ProbeRow:
     starts_now: bool | None
     problem: str | None = None
     source: str = "sbatch --test-only"
+    window_start: str | None = None  # where a window row's window begins (HH:MM)
 
 
 @dataclass(frozen=True)
@@ -100,6 +108,39 @@ def longest_starting_now(
     return low
 
 
+def window_options(detail: dict[str, str], minutes: int) -> list[str]:
+    """``sbatch --test-only`` options of a small job at ``minutes`` where the pending job
+    would run: same partition, constraints, account, QOS and exclusions; one CPU, 1 MB,
+    no GPU, so that the run's own pending jobs cannot stand in its way."""
+    opts = ["-t", str(minutes), "-n", "1", "--cpus-per-task=1", "--mem=1"]
+    for flag, key in (("-p", "Partition"), ("-A", "Account"), ("--qos", "QOS"),
+                      ("-C", "Features"), ("--exclude", "ExcNodeList")):  # fmt: skip
+        value = detail.get(key)
+        if not command.is_null(value):
+            opts.extend([flag, str(value)])
+    return opts
+
+
+def planned(detail: dict[str, str] | None) -> bool:
+    """Whether SLURM's backfill scheduler has planned the pending job (``scontrol show
+    job``: ``Scheduler=Backfill`` or a known ``StartTime``). Until its first backfill pass
+    (every ``bf_interval``, 30 s by default) ``sbatch --test-only`` answers as if the
+    job's whole request were ahead of every test, so the probe's answers are provisional.
+    Unknown details count as planned: nothing to warn about."""
+    if not detail:
+        return True
+    scheduler = detail.get("Scheduler") or ""
+    start = detail.get("StartTime") or ""
+    return scheduler.startswith("Backfill") or (start not in ("", "Unknown", "None"))
+
+
+def waits_for_reservation(reason: str) -> bool:
+    """Whether a pending reason says the job waits for a reservation (a maintenance
+    window: ``ReqNodeNotAvail, Reserved for maintenance``; ``Reservation``)."""
+    text = reason.lower()
+    return "reserv" in text or "maint" in text
+
+
 def test_only_options(detail: dict[str, str], minutes: int) -> list[str]:
     """``sbatch --test-only`` options that repeat a pending job's request at ``minutes``."""
     opts = ["-t", str(minutes)]
@@ -142,15 +183,22 @@ def probe(
     reservations: Answer[list[queries.Reservation]] | None,
     nodes: Answer[list[queries.Node]],
     now: datetime,
+    hidden: Answer[int] | None = None,
+    run_dir: str = "<run_dir>",
+    planned: bool = True,
 ) -> Probe | None:
     """Would a shorter walltime start ``oldest`` (a pending job of ``shards`` shards) now?
 
     ``starts`` are ``sbatch --test-only``'s answers by time limit (bisection steps
-    included); the visible maintenance windows add a row of their own. None when there
+    included); the visible maintenance windows add a row of their own, and so does a
+    hidden one located blind (``hidden``: the longest limit at which a small job starts
+    now, see :func:`window_options`). ``planned``: see :func:`planned`. None when there
     is nothing to show.
     """
     own = oldest.time_limit_minutes or 0
     window = _window_row(reservations, nodes, oldest, own, now)
+    if window is None and hidden is not None:
+        window = _hidden_row(hidden, nodes, oldest, own, now)
     if window is None and not starts:
         return None
     soon = now + timedelta(minutes=1)
@@ -182,7 +230,14 @@ def probe(
         shards=shards,
         submitted=oldest.submit_time.isoformat() if oldest.submit_time else "",
         rows=tuple(rows),
-        advice=_advice(rows, own, shards, oldest.id),
+        advice=(
+            ""
+            if planned
+            else f"SLURM has not planned job {oldest.id} yet (its first backfill pass comes "
+            "within bf_interval, 30 s by default): these answers are provisional, ask again "
+            "in a minute. "
+        )
+        + _advice(rows, own=own, shards=shards, job=oldest, hidden=hidden, run_dir=run_dir),
     )
 
 
@@ -211,17 +266,54 @@ def _window_row(
     minutes = int((window.start - now) / timedelta(minutes=1)) - 1  # a minute to schedule
     if minutes < 1 or (own and minutes >= own):
         return None
-    free = nodes.ok and any(
+    source = f"reservation {window.name} from {window.start:%Y-%m-%d %H:%M}"
+    return _window(minutes, start=window.start, source=source, nodes=nodes, job=job, now=now)
+
+
+def _hidden_row(
+    hidden: Answer[int],
+    nodes: Answer[list[queries.Node]],
+    job: queries.Job,
+    own: int,
+    now: datetime,
+) -> ProbeRow | None:
+    """The row of a window located blind: it starts about ``hidden`` minutes from now."""
+    if not hidden.ok or hidden.value is None or (own and hidden.value >= own):
+        return None
+    minutes = max(1, hidden.value - 1)  # a minute to schedule, as for a visible window
+    start = now + timedelta(minutes=hidden.value)
+    source = (
+        f"inferred: a small job ending before {start:%H:%M} starts now; reservations are "
+        "hidden from you"
+    )
+    return _window(minutes, start=start, source=source, nodes=nodes, job=job, now=now)
+
+
+def _window(
+    minutes: int,
+    *,
+    start: datetime,
+    source: str,
+    nodes: Answer[list[queries.Node]],
+    job: queries.Job,
+    now: datetime,
+) -> ProbeRow:
+    """A limit that ends before a window starting at ``start``: now, if resources are free."""
+    begins = f"{start:%H:%M}"
+    if _free_in_partition(nodes, job):
+        when = now.isoformat(timespec="seconds")
+        return ProbeRow(minutes, WINDOW_LABEL, when, True, None, source, begins)
+    problem = "no idle node in its partition now: it starts when one frees, if before the window"
+    return ProbeRow(minutes, WINDOW_LABEL, None, None, problem, source, begins)
+
+
+def _free_in_partition(nodes: Answer[list[queries.Node]], job: queries.Job) -> bool:
+    """A usable node of the job's partition has free resources now (sinfo, any user)."""
+    parts = [p for p in job.partition.split(",") if p]
+    return nodes.ok and any(
         n.usable and (not parts or n.partition in parts) and n.has_free_resources
         for n in nodes.value or []
     )
-    source = f"reservation {window.name} from {window.start:%Y-%m-%d %H:%M}"
-    if free:
-        return ProbeRow(
-            minutes, WINDOW_LABEL, now.isoformat(timespec="seconds"), True, None, source
-        )
-    problem = "no idle node in its partition now: it starts when one frees, if before the window"
-    return ProbeRow(minutes, WINDOW_LABEL, None, None, problem, source)
 
 
 WINDOW_LABEL = "ends before the window"
@@ -239,15 +331,40 @@ def _label(minutes: int, own: int, shards: int) -> str:
     return "longest that starts now"
 
 
-def _advice(rows: list[ProbeRow], own: int, shards: int, job_id: str) -> str:
+def _advice(
+    rows: list[ProbeRow],
+    *,
+    own: int,
+    shards: int,
+    job: queries.Job,
+    hidden: Answer[int] | None,
+    run_dir: str,
+) -> str:
     answered = [r for r in rows if r.start is not None]
+    reserved = waits_for_reservation(job.reason)
+    window = next((r for r in rows if r.label == WINDOW_LABEL), None)
+    located = ""
+    if window is not None and window.source.startswith("inferred"):
+        located = f"a maintenance window starts at about {window.window_start} ({window.source}). "
     if not answered:
-        return "sbatch --test-only gave no answer; see the problems above"
+        if reserved and window is None:
+            why = hidden.problem if hidden is not None and not hidden.ok else "no answer"
+            return (
+                f"the job waits for a reservation ({job.reason}) that is hidden from you, and "
+                f"it could not be located ({why}): ask the site when maintenance starts"
+            )
+        return located + "sbatch --test-only gave no answer; see the problems above"
     own_row = next((r for r in answered if r.minutes == own), None)
     if own_row is not None and own_row.starts_now:
         return "its own request would start now: the job waits for the next scheduling pass"
     first = min(r.start for r in answered if r.start)
     if own_row is not None and own_row.start == first:
+        if reserved:
+            return (
+                f"the job waits for a reservation ({job.reason}), yet no shorter limit was "
+                "found that starts earlier: the window may already be open, or its nodes "
+                "are busy; see the pending reason"
+            )
         return (
             "no shorter walltime starts earlier: the wait is not about time (see the pending "
             "reason)"
@@ -269,8 +386,9 @@ def _advice(rows: list[ProbeRow], own: int, shards: int, job_id: str) -> str:
     if 1 <= k < shards:
         options.append(f"--group-components classify={k} (shards keep their walltime)")
     return (
-        f"a job asking for {best.minutes} min or less starts {when}{instead}{behind} (yours "
-        f"asks for {own} min for {shards} shard(s)): set {' or '.join(options)}; or shorten "
-        f"queued jobs in place with `scontrol update JobId={job_id} "
-        f"TimeLimit={best.minutes}` (decrease only; a shard cut short resumes on its retry)"
+        f"{located}a job asking for {best.minutes} min or less starts {when}{instead}{behind} "
+        f"(yours asks for {own} min for {shards} shard(s)): shorten the queued jobs in place "
+        f"with `shardwise cluster retime --run-dir {run_dir} --max-minutes {best.minutes}` "
+        f"(decrease only; a shard cut short resumes on its retry), and for the next "
+        f"submissions set {' or '.join(options)}"
     )

@@ -107,6 +107,16 @@ def accounting_enabled(cfg: dict[str, str]) -> bool:
     return bool(kind) and not kind.endswith("/none")
 
 
+def requires_account(cfg: dict[str, str]) -> bool:
+    """Whether a job without a valid account is refused: accounting is on and it enforces
+    associations (``AccountingStorageEnforce`` with ``associations``, or ``limits``,
+    ``qos`` or ``safe``, which imply it)."""
+    if not accounting_enabled(cfg):
+        return False
+    enforced = {p.strip().lower() for p in cfg.get("AccountingStorageEnforce", "").split(",")}
+    return bool(enforced & {"associations", "limits", "qos", "safe"})
+
+
 def private_data(cfg: dict[str, str]) -> frozenset[str]:
     """``PrivateData`` flags (``jobs``, ``reservations``, ...), lower case."""
     raw = cfg.get("PrivateData", "")
@@ -146,8 +156,13 @@ class Node:
 
     @property
     def has_free_resources(self) -> bool:
-        """Idle or mixed (part of it unallocated), whatever the state's flag suffixes."""
-        return self.state.lower().rstrip("+~#!%$@^-").split("+")[0] in {"idle", "mixed"}
+        """Idle or mixed (part of it unallocated), whatever the state's flag suffixes.
+
+        ``planned`` (SLURM 22.05+) is an idle node the backfill scheduler holds for a
+        pending job later on: a job that ends before then starts on it now.
+        """
+        free = {"idle", "mixed", "planned"}
+        return self.state.lower().rstrip("+~#!%$@^-").split("+")[0] in free
 
 
 def gpu_count(gres: str) -> int:

@@ -39,9 +39,10 @@ def test_a_dry_run_changes_nothing_and_the_advice_names_the_config_change():
     planned = retime.changes(run_jobs(), 120)
     lines = retime.apply(planned, lambda *_: pytest.fail("called"), dry_run=True)
     assert lines[0] == "would lower job 9 (shards 3): 240 -> 120 min"
-    config, cut_short = retime.advice(planned, 120)
+    config, cut_short, later = retime.advice(planned, 120)
     assert config.startswith("next submissions: set walltime.max_minutes: 40 in the config")
     assert "resumes on its retry" in cut_short
+    assert "run `shardwise cluster status` again" in later  # jobs that start later
 
 
 def test_a_limit_below_one_minute_is_refused():
@@ -60,5 +61,5 @@ def test_hundreds_of_queued_jobs_of_several_shards_are_each_lowered_once():
     lines = retime.apply(planned, lambda j, m: asked.append((j, m)) or Answer(True), dry_run=False)
     assert asked == [(str(i), 68) for i in range(1, 397)]
     assert lines[-1] == "lowered job 396 (shards 1584-1586): 960 -> 68 min"
-    config, _ = retime.advice(planned, 68)
+    config, _, _ = retime.advice(planned, 68)
     assert "walltime.max_minutes: 22 in the config (a job of 3 shard(s)" in config

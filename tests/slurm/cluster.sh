@@ -322,7 +322,8 @@ start_slurmctld() {
 node_ready() {
     local st
     st=$(sinfo -h -N -n "$(hostname -s)" -o '%T' 2>/dev/null | head -1)
-    [[ $st == idle* || $st == mixed* || $st == allocated* ]]
+    # planned: idle, held by the backfill scheduler for a pending job later on
+    [[ $st == idle* || $st == mixed* || $st == allocated* || $st == planned* ]]
 }
 
 start_slurmd() {

@@ -3,8 +3,9 @@
 The test cluster gets ``PrivateData=accounts,jobs,reservations,usage,users`` (binding
 only ordinary users, never root or SlurmUser) and an ordinary user made with
 ``useradd``. Root creates a maintenance reservation starting OFFSET minutes from now;
-the user runs the demo on the production profile with a 240-minute walltime per shard,
-so every job pends with ``ReqNodeNotAvail, Reserved for maintenance``. As that user:
+the user runs the demo (8 shards: 2 jobs of 4, one per fake GPU) on the production
+profile with a 240-minute walltime per shard, so every job pends with
+``ReqNodeNotAvail, Reserved for maintenance``. As that user:
 
 * the reservation is invisible (``scontrol show reservation`` lists nothing);
 * ``shardwise cluster status`` locates the window blind: its row "ends before the
@@ -155,7 +156,10 @@ def test_a_hidden_window_is_located_and_retime_starts_the_jobs_before_it(ordinar
         configfile.write_text(yaml.safe_dump(config, sort_keys=False))
         shutil.chown(configfile, USER, USER)
         run_dir = base / "demo" / "run"
-        cmd = sr.snakemake(base, configfile, sr.PROFILE, sr.PROFILE_CI, extra=("--jobs", "4"))
+        # 2 jobs of 4 shards on the 2 GPUs: one wave, so every job can start before the
+        # window (a job queued behind another would start later, with less time left)
+        cmd = sr.snakemake(base, configfile, sr.PROFILE, sr.PROFILE_CI,
+                           extra=("--jobs", "4", "--group-components", "classify=4"))  # fmt: skip
         log = base / "snakemake.log"
         with log.open("w") as out:
             run = subprocess.Popen(_user_argv(cmd), cwd=base, stdout=out, stderr=subprocess.STDOUT)
@@ -204,9 +208,9 @@ def test_a_hidden_window_is_located_and_retime_starts_the_jobs_before_it(ordinar
             print(f"--- cluster retime ---\n{retimed.stdout}", file=sys.stderr)
             assert run.wait(timeout=600) == 0, log.read_text()[-4000:]
         finally:
-            if run.poll() is None:
-                run.kill()
-                run.wait()
+            # runuser's child runs as the user: killing runuser alone would orphan it
+            subprocess.run(["pkill", "-KILL", "-u", USER], check=False, capture_output=True)
+            run.wait()
             subprocess.run(["scancel", "-u", USER], check=False, capture_output=True)
         verify = _shardwise("verify", "--run-dir", str(run_dir), "--complete", cwd=base)
         assert verify.returncode == 0, verify.stdout[-3000:]

@@ -73,6 +73,8 @@ def advice(planned: list[Change], max_minutes: int) -> list[str]:
         "(--group-components classify=N), until the window has passed",
         "a shard the shorter limit cuts short gets SIGTERM: its finished files stay done, it "
         "is recorded as interrupted, and it resumes on its retry",
+        "a job that cannot start now (its GPUs busy) starts later with less time before the "
+        "window: run `shardwise cluster status` again and retime what still pends",
     ]
 
 

@@ -17,6 +17,7 @@ from shardwise.classify.shard_job import run_shard
 from shardwise.demo.corpus import DemoSize, demo_config, write_corpus
 from shardwise.planner.prepare import prepare_run
 from shardwise.run import plan
+from shardwise.store.location import Location
 
 TINY = DemoSize(files_per_category=1, docs_per_file=5, median_words=8, max_words=30)
 NAMES = ("topic", "topic_nourl", "format", "format_nourl")
@@ -56,6 +57,19 @@ def demo_run_config(tmp_path: Path, total_shards: int) -> dict:
     for c in cfg["classifiers"]:
         c["model"] = str(tiny_model_dir(c["name"]))
     return cfg
+
+
+def s3_run_config(tmp_path: Path, s3, total_shards: int = 2) -> tuple[dict, Location]:
+    """The tiny demo corpus on the moto S3 server (``s3`` fixture), input and output
+    there; (the config, not yet planned; the input's location)."""
+    corpus = Location(s3.url("corpus"), s3.options())
+    for path in write_corpus(tmp_path / "corpus", TINY):
+        corpus.write_bytes(str(path.relative_to(tmp_path / "corpus")), path.read_bytes())
+    cfg = demo_run_config(tmp_path, total_shards)
+    cfg["input"]["uri"] = s3.url("corpus")
+    cfg["output"]["uri"] = s3.url("labels")
+    cfg["storage"] = s3.storage_config()
+    return cfg, corpus
 
 
 def plan_run(tmp_path: Path, *, total_shards: int = 3, size: DemoSize = TINY, **overrides) -> dict:

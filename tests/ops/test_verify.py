@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from inproc import TINY, demo_run_config, label, plan_run
+from inproc import TINY, demo_run_config, label, plan_run, s3_run_config
 
 from shardwise.cli.main import main
 from shardwise.demo.corpus import write_corpus
@@ -361,15 +361,7 @@ def test_sample_finds_content_faults_in_the_files_it_reads(run):
 
 @pytest.mark.s3
 def test_verify_on_s3_lists_the_output_once(tmp_path, s3):
-    from shardwise.store.location import Location
-
-    corpus = Location(s3.url("corpus"), s3.options())
-    for path in write_corpus(tmp_path / "corpus", TINY):
-        corpus.write_bytes(str(path.relative_to(tmp_path / "corpus")), path.read_bytes())
-    cfg = demo_run_config(tmp_path, 2)
-    cfg["input"]["uri"] = s3.url("corpus")
-    cfg["output"]["uri"] = s3.url("labels")
-    cfg["storage"] = s3.storage_config()
+    cfg, _ = s3_run_config(tmp_path, s3)
     prepare_run(cfg, main_process=True, dryrun=True)
     label(tmp_path / "run")
     s3.reset()

@@ -14,15 +14,13 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from inproc import TINY, demo_run_config, label, plan_run
+from inproc import label, plan_run, s3_run_config
 
 from shardwise.cli.main import main
-from shardwise.demo.corpus import write_corpus
 from shardwise.ops import coverage, verify
 from shardwise.ops.coverage_format import format_table
 from shardwise.run import plan as run_plan
 from shardwise.snakefile import prepare_run
-from shardwise.store.location import Location
 
 
 def new_text(data: bytes) -> bytes:
@@ -41,14 +39,26 @@ def dry_run(cfg: dict) -> str:
     return out.getvalue()
 
 
-def test_a_local_file_rewritten_in_place_is_named_and_relabelled_on_repair(tmp_path, capsys):
+def a_parquet_file(run_dir: Path) -> str:
+    """One planned Parquet file of the run (relative path)."""
+    return next(f for f in run_plan.load(run_dir)["file"].to_pylist() if f.endswith(".parquet"))
+
+
+def labelled_then_rewritten(tmp_path: Path) -> tuple[dict, Path, str]:
+    """A labelled local run, then one Parquet input rewritten in place (new text, same ids
+    and rows); (config, run dir, that file)."""
     cfg = plan_run(tmp_path, total_shards=3)
     run_dir = Path(cfg["run_dir"])
     label(run_dir)
-    rel = next(f for f in run_plan.load(run_dir)["file"].to_pylist() if f.endswith(".parquet"))
+    rel = a_parquet_file(run_dir)
     path = tmp_path / "corpus" / rel
     path.write_bytes(new_text(path.read_bytes()))
     os.utime(path, ns=(1, 1))  # whatever the clock's resolution: another mtime
+    return cfg, run_dir, rel
+
+
+def test_a_local_file_rewritten_in_place_is_named_and_relabelled_on_repair(tmp_path, capsys):
+    cfg, run_dir, rel = labelled_then_rewritten(tmp_path)
 
     assert f"changed  1 labelled input file(s) changed in place since they were labelled" \
         f" (size:version): {rel}" in dry_run(cfg)  # fmt: skip
@@ -65,30 +75,18 @@ def test_a_local_file_rewritten_in_place_is_named_and_relabelled_on_repair(tmp_p
 
 
 def test_keeping_the_labels_of_a_changed_file_is_a_choice_said_once(tmp_path, capsys):
-    cfg = plan_run(tmp_path, total_shards=3)
-    run_dir = Path(cfg["run_dir"])
-    label(run_dir)
-    rel = next(f for f in run_plan.load(run_dir)["file"].to_pylist() if f.endswith(".parquet"))
-    path = tmp_path / "corpus" / rel
-    path.write_bytes(new_text(path.read_bytes()))
-    os.utime(path, ns=(1, 1))
+    cfg, run_dir, rel = labelled_then_rewritten(tmp_path)
     assert main(["verify", "--run-dir", str(run_dir), "--accept-changed"]) == 0
     assert f"accepted {rel}: its labels stay" in capsys.readouterr().out
     assert "changed in place" not in dry_run(cfg)
 
 
 def test_an_s3_object_rewritten_in_place_is_named_by_the_dry_run_coverage_and_verify(tmp_path, s3):
-    corpus = Location(s3.url("corpus"), s3.options())
-    for path in write_corpus(tmp_path / "corpus", TINY):
-        corpus.write_bytes(str(path.relative_to(tmp_path / "corpus")), path.read_bytes())
-    cfg = demo_run_config(tmp_path, 2)
-    cfg["input"]["uri"] = s3.url("corpus")
-    cfg["output"]["uri"] = s3.url("labels")
-    cfg["storage"] = s3.storage_config()
+    cfg, corpus = s3_run_config(tmp_path, s3)
     dry_run(cfg)
     run_dir = Path(cfg["run_dir"])
     label(run_dir)
-    rel = next(f for f in run_plan.load(run_dir)["file"].to_pylist() if f.endswith(".parquet"))
+    rel = a_parquet_file(run_dir)
     corpus.write_bytes(rel, new_text(corpus.read_bytes(rel)))
 
     assert f"changed in place since they were labelled (size:version): {rel}" in dry_run(cfg)

@@ -586,13 +586,7 @@ class Engine:
         info = _Recheck(mode="recheck" if margin == AUTO else "pinned")
         if self.dtype is torch.float32:  # nothing more precise: a non-finite row is broken
             info.mode = "fp32"
-            bad = ~np.isfinite(first).all(axis=1)
-            if bad.any():
-                raise ModelError(
-                    f"{what}: {int(bad.sum())} document(s) got non-finite logits in float32 "
-                    f"(first at input row {int(order[bad].min())}); the model or its weights "
-                    "are broken"
-                )
+            _require_finite(first, order, what, "")
             return first, np.zeros(len(first), bool), info
 
         def run_fp32(positions: np.ndarray) -> np.ndarray:
@@ -606,13 +600,7 @@ class Engine:
                 what=f"{what}, fp32 re-check",
             )
             info.work.add(work)
-            still = ~np.isfinite(redo).all(axis=1)
-            if still.any():
-                raise ModelError(
-                    f"{what}: {int(still.sum())} document(s) got non-finite logits in float32 "
-                    f"too (first at input row {int(order[positions][still].min())}); the model "
-                    "or its weights are broken"
-                )
+            _require_finite(redo, order[positions], what, " too")
             return redo
 
         calibration = self._calibration(clf.spec.name)
@@ -792,3 +780,14 @@ class Engine:
             "distinct_tokenizers": self.distinct_tokenizers,
         }
         return Inference(logits, first_pass, rechecked, stats)
+
+
+def _require_finite(logits: np.ndarray, rows: np.ndarray, what: str, also: str) -> None:
+    """Fail when fp32 ``logits`` (one row per input row ``rows``) hold a non-finite value:
+    nothing is more precise than fp32, so the model or its weights are broken."""
+    bad = ~np.isfinite(logits).all(axis=1)
+    if bad.any():
+        raise ModelError(
+            f"{what}: {int(bad.sum())} document(s) got non-finite logits in float32{also} "
+            f"(first at input row {int(rows[bad].min())}); the model or its weights are broken"
+        )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 
@@ -65,28 +66,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Findings on stdout, the summary last; 0 consistent, 1 problems, 2 cannot verify."""
+    notes = sys.stderr if args.format == "json" else sys.stdout  # json keeps stdout clean
+    check = functools.partial(
+        verify_run,
+        args.run_dir,
+        sample=args.sample,
+        seed=args.seed,
+        jobs=args.jobs,
+        complete=args.complete,
+    )
     try:
         if args.repair:  # first: every check below reads run.json
             for line in restore_run_json(args.run_dir):
-                print(line, file=sys.stderr if args.format == "json" else sys.stdout)
-        report = verify_run(
-            args.run_dir,
-            sample=args.sample,
-            seed=args.seed,
-            jobs=args.jobs,
-            complete=args.complete,
-        )
-        notes = sys.stderr if args.format == "json" else sys.stdout
+                print(line, file=notes)
+        report = check()
         if args.accept_changed and report.changed:
             for line in accept_changed(args.run_dir, report):
                 print(line, file=notes)
-            report = verify_run(
-                args.run_dir,
-                sample=args.sample,
-                seed=args.seed,
-                jobs=args.jobs,
-                complete=args.complete,
-            )
+            report = check()  # the plan took their new identity
     except ShardwiseError as e:
         print(f"shardwise verify: cannot verify {args.run_dir}: {e}", file=sys.stderr)
         return EXIT_CANNOT_VERIFY

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -155,14 +156,9 @@ def status_facts(run_dir: Path, *, timeout: float = command.DEFAULT_TIMEOUT) -> 
         if detail.ok and detail.value:
             shards = len(mine[oldest.id][1]) or 1
             request = detail.value
-
-            def ask(minutes: int) -> Answer[datetime]:
-                if minutes not in starts:
-                    starts[minutes] = queries.test_only(
-                        walltime_probe.test_only_options(request, minutes), timeout=timeout
-                    )
-                return starts[minutes]
-
+            ask = _test_only(
+                starts, lambda m: walltime_probe.test_only_options(request, m), timeout
+            )
             asked = walltime_probe.probe_minutes(oldest.time_limit_minutes, shards)
             walltime_probe.longest_starting_now(ask, asked, datetime.now())
             if walltime_probe.waits_for_reservation(oldest.reason) and not _visible_window(
@@ -208,14 +204,7 @@ def _locate_window(request: dict[str, str], asked: list[int], timeout: float) ->
     """Minutes until a hidden window, from small ``sbatch --test-only`` jobs (see
     ``walltime_probe.window_options``): the longest limit at which one starts now."""
     small: dict[int, Answer[datetime]] = {}
-
-    def ask(minutes: int) -> Answer[datetime]:
-        if minutes not in small:
-            small[minutes] = queries.test_only(
-                walltime_probe.window_options(request, minutes), timeout=timeout
-            )
-        return small[minutes]
-
+    ask = _test_only(small, lambda m: walltime_probe.window_options(request, m), timeout)
     found = walltime_probe.longest_starting_now(ask, asked, datetime.now())
     if found is not None:
         return Answer(found)
@@ -229,6 +218,19 @@ def _locate_window(request: dict[str, str], asked: list[int], timeout: float) ->
     else:
         why = "no small test job starts now at any limit: the window may be open already"
     return Answer(None, why, "failed")
+
+
+def _test_only(
+    answers: dict[int, Answer[datetime]], options: Callable[[int], list[str]], timeout: float
+) -> Callable[[int], Answer[datetime]]:
+    """``sbatch --test-only`` at a time limit, each limit asked once (kept in ``answers``)."""
+
+    def ask(minutes: int) -> Answer[datetime]:
+        if minutes not in answers:
+            answers[minutes] = queries.test_only(options(minutes), timeout=timeout)
+        return answers[minutes]
+
+    return ask
 
 
 def _int(text: str) -> int:

@@ -223,49 +223,60 @@ _active: dict[str, Callable[[Any, list[Any]], tuple[dict[int, str], list[str]]]]
 _group = threading.local()
 
 
-def _wrap_job(cls: type, logger: Any) -> None:
-    """Wrap ``Job.log_error`` (once): the shard's line becomes the error's ``message``."""
+def _install(cls: type, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    """Replace ``cls.log_error`` by ``wrap(original)``, once (a marked one stays)."""
     original = cls.log_error
     if getattr(original, _MARK, False):
         return
+    wrapped = wrap(original)
+    setattr(wrapped, _MARK, True)
+    wrapped.__doc__ = original.__doc__
+    cls.log_error = wrapped
 
-    def log_error(self: Any, msg: Any = None, *args: Any, **kwargs: Any) -> Any:
-        members = getattr(_group, "lines", None)
-        after: list[str] = []
-        if members is not None:  # a member of a group job: the group said it already
-            line = members.get(id(self))
-        else:
-            said, after = _active["after_failure"](self, [self])
-            line = said.get(id(self))
-        if line:
-            msg = f"{msg}\n{line}" if msg else line
-        result = original(self, msg, *args, **kwargs)
-        for text in after:
-            logger.error(f"shardwise: {text}")
-        return result
 
-    setattr(log_error, _MARK, True)
-    log_error.__doc__ = original.__doc__
-    cls.log_error = log_error
+def _wrap_job(cls: type, logger: Any) -> None:
+    """Wrap ``Job.log_error`` (once): the shard's line becomes the error's ``message``."""
+
+    def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+        def log_error(self: Any, msg: Any = None, *args: Any, **kwargs: Any) -> Any:
+            members = getattr(_group, "lines", None)
+            after: list[str] = []
+            if members is not None:  # a member of a group job: the group said it already
+                line = members.get(id(self))
+            else:
+                said, after = _active["after_failure"](self, [self])
+                line = said.get(id(self))
+            if line:
+                msg = f"{msg}\n{line}" if msg else line
+            result = original(self, msg, *args, **kwargs)
+            _say_after(logger, after)
+            return result
+
+        return log_error
+
+    _install(cls, wrap)
 
 
 def _wrap_group(cls: type, logger: Any) -> None:
     """Wrap ``GroupJob.log_error`` (once): each failed member's block gets its line."""
-    original = cls.log_error
-    if getattr(original, _MARK, False):
-        return
 
-    def log_error(self: Any, msg: Any = None, *args: Any, **kwargs: Any) -> Any:
-        said, after = _active["after_failure"](self, list(self.jobs))
-        _group.lines = said
-        try:
-            result = original(self, msg, *args, **kwargs)
-        finally:
-            _group.lines = None
-        for text in after:
-            logger.error(f"shardwise: {text}")
-        return result
+    def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+        def log_error(self: Any, msg: Any = None, *args: Any, **kwargs: Any) -> Any:
+            said, after = _active["after_failure"](self, list(self.jobs))
+            _group.lines = said
+            try:
+                result = original(self, msg, *args, **kwargs)
+            finally:
+                _group.lines = None
+            _say_after(logger, after)
+            return result
 
-    setattr(log_error, _MARK, True)
-    log_error.__doc__ = original.__doc__
-    cls.log_error = log_error
+        return log_error
+
+    _install(cls, wrap)
+
+
+def _say_after(logger: Any, after: list[str]) -> None:
+    """The lines a failure adds after Snakemake's error block (stop, same reason)."""
+    for text in after:
+        logger.error(f"shardwise: {text}")

@@ -112,7 +112,13 @@ def window_options(detail: dict[str, str], minutes: int) -> list[str]:
     """``sbatch --test-only`` options of a small job at ``minutes`` where the pending job
     would run: same partition, constraints, account, QOS and exclusions; one CPU, 1 MB,
     no GPU, so that the run's own pending jobs cannot stand in its way."""
-    opts = ["-t", str(minutes), "-n", "1", "--cpus-per-task=1", "--mem=1"]
+    return ["-t", str(minutes), "-n", "1", "--cpus-per-task=1", "--mem=1", *_placement(detail)]
+
+
+def _placement(detail: dict[str, str]) -> list[str]:
+    """Where the pending job may run, as sbatch options: partition, account, QOS,
+    constraints, excluded nodes (those ``scontrol show job`` names)."""
+    opts = []
     for flag, key in (("-p", "Partition"), ("-A", "Account"), ("--qos", "QOS"),
                       ("-C", "Features"), ("--exclude", "ExcNodeList")):  # fmt: skip
         value = detail.get(key)
@@ -143,20 +149,10 @@ def waits_for_reservation(reason: str) -> bool:
 
 def test_only_options(detail: dict[str, str], minutes: int) -> list[str]:
     """``sbatch --test-only`` options that repeat a pending job's request at ``minutes``."""
-    opts = ["-t", str(minutes)]
+    opts = ["-t", str(minutes), *_placement(detail)]
     null = command.is_null
-
-    def add(flag: str, key: str) -> None:
-        value = detail.get(key)
-        if not null(value):
-            opts.extend([flag, str(value)])
-
-    add("-p", "Partition")
-    add("-A", "Account")
-    add("--qos", "QOS")
-    add("-C", "Features")
-    add("--exclude", "ExcNodeList")
-    add("--reservation", "Reservation")
+    if not null(detail.get("Reservation")):
+        opts.extend(["--reservation", str(detail["Reservation"])])
     cpus = detail.get("CPUs/Task")
     if cpus and cpus.isdigit():
         opts.append(f"--cpus-per-task={cpus}")

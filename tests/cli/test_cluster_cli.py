@@ -1,8 +1,10 @@
 """`shardwise cluster` command line: help texts, refusals, exit codes."""
 
 import pytest
+from inproc import plan_run
 
 from shardwise.cli.main import main
+from shardwise.slurm import queries
 
 
 @pytest.mark.parametrize(
@@ -40,3 +42,15 @@ def test_watch_must_be_positive(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["cluster", "status", "--run-dir", str(tmp_path), "--watch", "0"])
     assert "must be a positive integer" in capsys.readouterr().err
+
+
+def test_retime_without_an_answer_from_squeue_says_so_and_exits_1(tmp_path, capsys, monkeypatch):
+    run_dir = plan_run(tmp_path)["run_dir"]
+    monkeypatch.setattr(queries, "current_user", lambda: "me")
+    monkeypatch.setattr(
+        queries, "jobs", lambda *a, **k: queries.Answer(None, "controller down", "failed")
+    )
+    assert main(["cluster", "retime", "--run-dir", str(run_dir), "--max-minutes", "30"]) == 1
+    out = capsys.readouterr().out
+    assert "cannot list your jobs (squeue): controller down" in out
+    assert "no queued job" not in out  # unknown, not none

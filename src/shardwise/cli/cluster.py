@@ -220,9 +220,9 @@ def _retime(args: argparse.Namespace) -> int:
     )
     for line in lines:
         print(line)
-    if not planned:
+    if not lines:  # squeue answered, and nothing is over the limit
         print(f"no queued job of the run asks for more than {args.max_minutes} min")
-    else:
+    elif planned:
         for line in retime.advice(planned, args.max_minutes):
             print(line)
     failed = any(line.startswith(("could not", "cannot")) for line in lines)

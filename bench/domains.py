@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from shardwise.run import sidecar, summaries
+from shardwise.run import filestats, summaries
 from shardwise.run.labelcounts import pair_key
 from shardwise.store.atomic import write_atomic
 
@@ -104,8 +104,8 @@ def build(root: Path, n_files: int, n_shards: int) -> dict[str, float]:
             path = output / f"{rel}.stats.json"
             stats = json.loads(path.read_text())
             stats["label_counts"] = lc
-            path.write_bytes(sidecar.stats_bytes(stats))
-            file_stats[rel] = {k: stats.get(k) for k in summaries.FILE_FIELDS}
+            path.write_bytes(filestats.stats_bytes(stats))
+            file_stats[rel] = {k: stats.get(k) for k in filestats.FIGURES}
         tasks = [(plan["file"][i], [plan["file"][i]]) for i in by_shard.get(shard, [])]
         write_atomic(summaries.summary_path(run_dir, shard), summaries.build(shard, tasks, counts))
         marker = run_dir / "shards" / f"{shard}.done"  # as the job writes it: with file_stats

@@ -111,20 +111,7 @@ def make_run(
     sizes = sizes or {}
     docs = docs or {}
     seconds = seconds or {}
-    shard_of = {f: shard_for_task(f, total, minimum) for f in files}
-    ordered = sorted(files)
-    pq.write_table(
-        pa.table(
-            {
-                "file": ordered,
-                "size": pa.array([sizes.get(f, 1000) for f in ordered], pa.int64()),
-                "task_id": ordered,
-                "shard": pa.array([shard_of[f] for f in ordered], pa.int64()),
-                "category": ["/".join(f.split("/")[:2]) for f in ordered],
-            }
-        ),
-        _mkdir(run_dir) / "plan.parquet",
-    )
+    shard_of = write_plan(run_dir, files, total=total, minimum=minimum, sizes=sizes)
     write_run_json(run_dir, total, minimum, output_uri=str(output))
     done = set(done_files)
     for rel in done:
@@ -151,6 +138,33 @@ def make_run(
 
     write_shard_markers(run_dir, complete, total=total, minimum=minimum, body=marker)
     return run_dir
+
+
+def write_plan(
+    run_dir: Path,
+    files: Sequence[str],
+    *,
+    total: int,
+    minimum: int = 0,
+    sizes: Mapping[str, int] | None = None,
+) -> dict[str, int]:
+    """``plan.parquet`` of ``files`` (one task each); returns each file's shard."""
+    sizes = sizes or {}
+    shard_of = {f: shard_for_task(f, total, minimum) for f in files}
+    ordered = sorted(files)
+    pq.write_table(
+        pa.table(
+            {
+                "file": pa.array(ordered, pa.string()),
+                "size": pa.array([sizes.get(f, 1000) for f in ordered], pa.int64()),
+                "task_id": pa.array(ordered, pa.string()),
+                "shard": pa.array([shard_of[f] for f in ordered], pa.int64()),
+                "category": pa.array(["/".join(f.split("/")[:2]) for f in ordered], pa.string()),
+            }
+        ),
+        _mkdir(run_dir) / "plan.parquet",
+    )
+    return shard_of
 
 
 def _mkdir(path: Path) -> Path:

@@ -1,8 +1,11 @@
+import json
+
 import pytest
 import yaml
 
 from shardwise.config import Settings, load_yaml, validate
 from shardwise.errors import ConfigError
+from shardwise.run.context import RunSettings
 
 
 def base():
@@ -66,7 +69,7 @@ def test_secret_like_storage_keys_point_to_the_environment():
 
 def test_settings_job_settings_hold_no_secrets_and_reader_fields():
     s = Settings.from_config(base())
-    js = s.job_settings()
+    js = json.loads(RunSettings.of(s).to_json())
     assert js["input"] == {
         "format": "auto",
         "id_field": "id",

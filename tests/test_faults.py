@@ -152,7 +152,7 @@ def engine_factory() -> Callable:
     cache: dict = {}
 
     def factory(ctx):
-        key = (ctx.meta.classifiers, json.dumps(ctx.settings.get("inference"), sort_keys=True))
+        key = (ctx.meta.classifiers, json.dumps(ctx.settings.inference, sort_keys=True))
         if key not in cache:
             cache[key] = load_engine(ctx)
         return cache[key]

@@ -278,20 +278,6 @@ class Settings:
             stop_after=cfg["failures"]["stop_after"],
         )
 
-    def job_settings(self) -> dict[str, Any]:
-        """What a shard job needs beyond run.json; written to ``<run_dir>/settings.json``."""
-        return {
-            "input": {
-                "format": self.input.format,
-                "id_field": self.input.id_field,
-                "text_field": self.input.text_field,
-                "url_field": self.input.url_field,
-            },
-            "storage": {k: v for k, v in vars(self.storage).items() if v is not None},
-            "inference": self.inference,
-            "domains": {"pairs": [list(p) for p in self.domain_pairs]},
-        }
-
 
 def _domain_pairs(cfg: dict[str, Any]) -> list[tuple[str, str]]:
     """The classifier pairs whose joint label counts each file's stats keep."""

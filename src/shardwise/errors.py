@@ -13,6 +13,7 @@ Callers catch one base; the CLI turns it into one line and exit 1.
     │   └── DeviceError    the device failed mid-run (CUDA error: names the device and host)
     ├── ShardFailedError   a shard finished with failed files (lists them; the shard is retried)
     ├── ShardClaimedError  a live job already works on this shard (names it; nothing touched)
+    ├── RecordError        a file the run wrote is not in its format (names the file and field)
     └── DomainsError       the domain distribution cannot be computed yet (nothing labelled)
 """
 
@@ -71,6 +72,21 @@ class ShardFailedError(ShardwiseError):
 
 class ShardClaimedError(ShardwiseError):
     """Another live job holds this shard's claim; this job stops without touching outputs."""
+
+
+class RecordError(ShardwiseError, ValueError):
+    """A file of the run (a marker, stats, settings.json) is not what its format says.
+
+    Raised by the typed records' ``from_json`` (``run/record.py``), naming the file
+    (``where``) and what is wrong with it (``reason``: the field, its value). Also a
+    ValueError: a damaged record vouches for nothing, and callers that treat an
+    unparsable file as absent catch it as one.
+    """
+
+    def __init__(self, where: str, reason: str) -> None:
+        super().__init__(f"{where}: {reason}")
+        self.where = where
+        self.reason = reason
 
 
 class DomainsError(ShardwiseError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from synthrun import write_run_json, write_shard_markers
+from synthrun import write_plan, write_run_json, write_shard_markers
 
 from shardwise.cli.main import main
 from shardwise.ops.retry_array import missing_shards, retry_lines
@@ -68,6 +68,7 @@ def test_listing_ignores_foreign_names(tmp_path: Path) -> None:
 def _run(tmp_path: Path, total: int, minimum: int, done: set[int]) -> Path:
     run_dir = tmp_path / "run"
     write_run_json(run_dir, total, minimum)
+    write_plan(run_dir, [], total=total, minimum=minimum)
     write_shard_markers(run_dir, done, total=total, minimum=minimum)
     return run_dir
 

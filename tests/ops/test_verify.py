@@ -23,7 +23,7 @@ from shardwise.demo.corpus import write_corpus
 from shardwise.ops import verify
 from shardwise.ops.coverage_format import format_table
 from shardwise.planner.prepare import prepare_run
-from shardwise.run import markers, plan, sidecar
+from shardwise.run import markers, outputs, plan
 
 
 @pytest.fixture
@@ -149,7 +149,7 @@ def _nan_score(table: pa.Table) -> pa.Table:
     ],
 )
 def test_bad_sidecar_content(run, mutate, expected, capsys):
-    path = run.labels / sidecar.sidecar_rel(run.rel)
+    path = run.labels / outputs.SIDECAR.rel(run.rel)
     rewrite_sidecar(path, mutate)
     report = check(run.run_dir)
     found = whats(report)
@@ -167,9 +167,9 @@ def test_bad_sidecar_content(run, mutate, expected, capsys):
 
 
 def test_missing_sidecar_and_stats(run):
-    (run.labels / sidecar.sidecar_rel(run.rel)).unlink()
-    (run.labels / sidecar.stats_rel(run.rel)).unlink()
-    marker = run.labels / markers.file_marker_rel(run.rel)
+    (run.labels / outputs.SIDECAR.rel(run.rel)).unlink()
+    (run.labels / outputs.STATS.rel(run.rel)).unlink()
+    marker = run.labels / outputs.MARKER.rel(run.rel)
     assert whats(check(run.run_dir)) == [
         f"{marker}: marker without its sidecar",
         f"{marker}: marker without its stats",
@@ -177,8 +177,8 @@ def test_missing_sidecar_and_stats(run):
 
 
 def test_garbage_sidecar_and_stats(run):
-    (run.labels / sidecar.sidecar_rel(run.rel)).write_bytes(b"not parquet")
-    (run.labels / sidecar.stats_rel(run.rel)).write_text("{half")
+    (run.labels / outputs.SIDECAR.rel(run.rel)).write_bytes(b"not parquet")
+    (run.labels / outputs.STATS.rel(run.rel)).write_text("{half")
     found = whats(check(run.run_dir))
     assert len(found) == 2
     assert "unreadable stats" in found[0] and "not valid JSON" in found[0]
@@ -186,7 +186,7 @@ def test_garbage_sidecar_and_stats(run):
 
 
 def test_marker_rows_must_match_the_input(run):
-    path = run.labels / markers.file_marker_rel(run.rel)
+    path = run.labels / outputs.MARKER.rel(run.rel)
     data = json.loads(path.read_text())
     data["rows"] = 6
     path.write_text(json.dumps(data))
@@ -200,7 +200,7 @@ def test_marker_rows_must_match_the_input(run):
 
 
 def test_marker_for_another_shard(run):
-    path = run.labels / markers.file_marker_rel(run.rel)
+    path = run.labels / outputs.MARKER.rel(run.rel)
     data = json.loads(path.read_text())
     data["shard"] = run.shard + 1
     path.write_text(json.dumps(data))
@@ -227,9 +227,9 @@ def test_input_removed_after_labelling(run):
 
 
 def test_done_shard_with_a_file_marker_missing(run):
-    (run.labels / markers.file_marker_rel(run.rel)).unlink()
+    (run.labels / outputs.MARKER.rel(run.rel)).unlink()
     found = whats(check(run.run_dir))
-    marker = run.labels / markers.file_marker_rel(run.rel)
+    marker = run.labels / outputs.MARKER.rel(run.rel)
     assert f"{marker}: missing, but shard {run.shard} is marked done" in found
     assert any("no marker, yet its shard is marked done" in w for w in found)
 
@@ -244,7 +244,8 @@ def test_shard_marker_from_another_assignment(run):
 
 def test_shard_marker_outside_the_run(run):
     markers.write_shard_marker(
-        run.run_dir, 9, total_shards=3, minimum_shard_index=0, tasks=0, files=0, docs=0
+        run.run_dir,
+        markers.ShardMarker(9, total_shards=3, minimum_shard_index=0, tasks=0, files=0, docs=0),
     )
     path = markers.shard_marker_path(run.run_dir, 9)
     assert whats(check(run.run_dir)) == [f"{path}: marks shard 9, outside this run's shards 0..2"]
@@ -292,7 +293,7 @@ def test_partial_outputs_of_an_unfinished_file_are_warnings(tmp_path):
     table = plan.load(run_dir).to_pydict()
     rel, shard = table["file"][0], table["shard"][0]
     # The state a kill between the sidecar and the marker leaves: no marker, shard open.
-    (tmp_path / "labels" / markers.file_marker_rel(rel)).unlink()
+    (tmp_path / "labels" / outputs.MARKER.rel(rel)).unlink()
     markers.shard_marker_path(run_dir, shard).unlink()
     temp = tmp_path / "labels" / f".{rel.rsplit('/', 1)[-1]}.done.tmp-123-abcdef01"
     temp.parent.mkdir(parents=True, exist_ok=True)
@@ -343,14 +344,14 @@ def test_sample_reads_a_fraction_but_checks_presence_everywhere(run):
     assert report.files_checked == math.ceil(0.34 * 6) == 3
     assert "(sample 0.34)" in report.summary()
     assert check(run.run_dir, sample=0.34, seed=1).files_checked == 3
-    (run.labels / sidecar.sidecar_rel(run.files[-1])).unlink()
+    (run.labels / outputs.SIDECAR.rel(run.files[-1])).unlink()
     found = {f.what for f in check(run.run_dir, sample=0.01, seed=2).problems}
     assert found == {"marker without its sidecar"}
 
 
 def test_sample_finds_content_faults_in_the_files_it_reads(run):
     for rel in run.files:
-        rewrite_sidecar(run.labels / sidecar.sidecar_rel(rel), _drop_row)
+        rewrite_sidecar(run.labels / outputs.SIDECAR.rel(rel), _drop_row)
     report = check(run.run_dir, sample=0.5, seed=3)
     assert report.files_checked == 3
     assert len(report.problems) == 3
@@ -374,7 +375,7 @@ def test_verify_on_s3_lists_the_output_once(tmp_path, s3):
     assert {r.kind for r in log} <= {"LIST", "GET"}  # no HEAD per file, no writes
     # A deleted sidecar is found on S3 too.
     s3.client().delete_object(
-        Bucket=s3.name, Key="labels/" + sidecar.sidecar_rel(report_rel(tmp_path))
+        Bucket=s3.name, Key="labels/" + outputs.SIDECAR.rel(report_rel(tmp_path))
     )
     assert {f.what for f in check(tmp_path / "run").problems} == {"marker without its sidecar"}
 
@@ -398,14 +399,14 @@ def output_mtimes(labels: Path) -> dict[str, int]:
     ],
 )
 def test_repair_relabels_only_the_broken_file(run, capsys, damage):
-    damage(run.labels / sidecar.sidecar_rel(run.rel))
+    damage(run.labels / outputs.SIDECAR.rel(run.rel))
     assert main(["verify", "--run-dir", str(run.run_dir)]) == 1
     out = capsys.readouterr().out
     assert f"fix: `shardwise verify --run-dir {run.run_dir} --repair`" in out
     before = output_mtimes(run.labels)
     assert main(["verify", "--run-dir", str(run.run_dir), "--repair"]) == 0
     out = capsys.readouterr().out
-    marker = run.labels / markers.file_marker_rel(run.rel)
+    marker = run.labels / outputs.MARKER.rel(run.rel)
     shard_marker = markers.shard_marker_path(run.run_dir, run.shard)
     assert f"removed {marker} (relabel {run.rel})" in out
     assert f"removed {shard_marker} (shard {run.shard} runs again)" in out
@@ -414,7 +415,7 @@ def test_repair_relabels_only_the_broken_file(run, capsys, damage):
     after = output_mtimes(run.labels)
     changed = sorted(k for k in after if after[k] != before.get(k))
     assert changed == sorted(
-        [sidecar.sidecar_rel(run.rel), sidecar.stats_rel(run.rel), markers.file_marker_rel(run.rel)]
+        [outputs.SIDECAR.rel(run.rel), outputs.STATS.rel(run.rel), outputs.MARKER.rel(run.rel)]
     )
     assert check(run.run_dir, complete=True).ok
 
@@ -422,7 +423,7 @@ def test_repair_relabels_only_the_broken_file(run, capsys, damage):
 def test_a_garbled_file_marker_is_found_and_repaired(run, capsys):
     from shardwise.ops import coverage, retry_array
 
-    (run.labels / markers.file_marker_rel(run.rel)).write_bytes(b"\x00garbage")
+    (run.labels / outputs.MARKER.rel(run.rel)).write_bytes(b"\x00garbage")
     report = check(run.run_dir)
     assert report.broken_files == {run.rel}
     assert main(["verify", "--run-dir", str(run.run_dir), "--repair"]) == 0

@@ -130,7 +130,10 @@ def test_stale_incomplete_flags_of_finished_shards_are_cleared_others_kept(tmp_p
     run_dir = tmp_path / "run"
     for shard in (0, 1):
         markers.write_shard_marker(
-            run_dir, shard, total_shards=4, minimum_shard_index=0, tasks=1, files=1, docs=1
+            run_dir,
+            markers.ShardMarker(
+                shard, total_shards=4, minimum_shard_index=0, tasks=1, files=1, docs=1
+            ),
         )
     done_flag = _incomplete_flag(tmp_path, run_dir / "shards" / "0.done")
     flying_flag = _incomplete_flag(tmp_path, run_dir / "shards" / "1.done")

@@ -12,7 +12,7 @@ from shardwise.cli.main import main
 from shardwise.demo.corpus import DemoSize, write_corpus
 from shardwise.errors import InputError, ModelError, RunMismatchError
 from shardwise.planner import prepare as planner
-from shardwise.run import markers, plan, quarantine
+from shardwise.run import markers, outputs, plan, quarantine
 from shardwise.run.sharding import shard_for_task
 from shardwise.snakefile import prepare_run
 from shardwise.store.location import Location
@@ -131,7 +131,9 @@ def test_shards_finished_elsewhere_are_marked_from_one_listing(tmp_path, corpus,
     shard = table["shard"][0].as_py()
     out = Location(str(tmp_path / "labels"))
     for rel in plan.files_of_shard(table, shard)["file"].to_pylist():
-        out.write_bytes(markers.file_marker_rel(rel), markers.file_marker(rel, rel, shard, 3))
+        out.write_bytes(
+            outputs.MARKER.rel(rel), markers.FileMarker.now(rel, rel, shard, 3, None).to_json()
+        )
     calls = []
     real = planner.Location.list_entries
     monkeypatch.setattr(
@@ -139,7 +141,10 @@ def test_shards_finished_elsewhere_are_marked_from_one_listing(tmp_path, corpus,
     )
     prepare(cfg, report=False)
     assert shard in markers.done_shards(tmp_path / "run")
-    assert markers.read_shard_marker(tmp_path / "run", shard)["source"] == "remote"
+    assert (
+        json.loads(markers.shard_marker_path(tmp_path / "run", shard).read_text())["source"]
+        == "remote"
+    )
     assert calls.count(str(tmp_path / "labels")) == 1
 
 
@@ -211,7 +216,7 @@ def test_repin_is_refused_once_one_file_is_labelled(tmp_path, corpus):
     prepare(with_model(config(tmp_path, corpus), "topic"))
     rel = plan.load(tmp_path / "run")["file"][0].as_py()
     Location(str(tmp_path / "labels")).write_bytes(
-        markers.file_marker_rel(rel), markers.file_marker(rel, rel, 0, 3)
+        outputs.MARKER.rel(rel), markers.FileMarker.now(rel, rel, 0, 3, None).to_json()
     )
     fixed = with_model(config(tmp_path, corpus), "format")
     with pytest.raises(RunMismatchError, match="1 file\\(s\\) of this run are already labelled"):

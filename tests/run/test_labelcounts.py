@@ -8,7 +8,7 @@ import pytest
 
 from shardwise.config import resolve_pairs
 from shardwise.errors import ConfigError
-from shardwise.run import labelcounts, sidecar
+from shardwise.run import filestats, labelcounts
 
 
 def _columns(name: str, labels: list[str], ids: list[int]) -> dict[str, pa.Array]:
@@ -99,25 +99,26 @@ def test_config_validation_refuses_an_unknown_pair_before_anything_runs(tmp_path
     from e2e import minimal_config
 
     from shardwise.config import Settings
+    from shardwise.run.context import RunSettings
 
     cfg = minimal_config(tmp_path, domains={"pairs": [["topic", "format"]]})
     with pytest.raises(ConfigError, match="unknown classifier.*format; the classifiers are topic"):
         Settings.from_config(cfg)
     ok = Settings.from_config(minimal_config(tmp_path))
-    assert ok.job_settings()["domains"] == {"pairs": []}
+    assert json.loads(RunSettings.of(ok).to_json())["domains"] == {"pairs": []}
 
 
 def test_stats_keep_label_counts_on_one_compact_line_and_parse_back():
     counts = {"format_version": 1, "docs": 2, "text_bytes": 9,
               "classifiers": {"topic": {"Health": [2, 9]}}, "pairs": {}}  # fmt: skip
     stats = {"file": "a.jsonl", "docs": 2, "label_counts": counts}
-    text = sidecar.stats_bytes(stats).decode()
+    text = filestats.stats_bytes(stats).decode()
     assert json.loads(text) == stats
     assert text.splitlines()[-2] == (
         '  "label_counts": {"classifiers":{"topic":{"Health":[2,9]}},"docs":2,'
         '"format_version":1,"pairs":{},"text_bytes":9}'
     )
-    assert sidecar.stats_bytes({"file": "a"}) == b'{\n  "file": "a"\n}\n'
+    assert filestats.stats_bytes({"file": "a"}) == b'{\n  "file": "a"\n}\n'
 
 
 def test_adding_counts_sums_every_cell():

@@ -6,7 +6,6 @@ from shardwise.run.manifest import (
     Task,
     build_tasks,
     category_of,
-    file_format,
     select_files,
 )
 
@@ -97,9 +96,3 @@ def test_category_defaults_to_first_two_components():
     assert category_of("top.parquet", pattern) == "(root)"
     assert category_of("one/top.parquet", pattern) == "one"
     assert category_of("cc/science/x", r"^[^/]+") == "cc"
-
-
-def test_file_format_by_extension():
-    assert file_format("a.jsonl.zst") == "jsonl"
-    assert file_format("a.parquet") == "parquet"
-    assert file_format("a.json") is None

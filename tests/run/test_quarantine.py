@@ -13,7 +13,7 @@ from shardwise.cli.main import main
 from shardwise.errors import ConfigError
 from shardwise.ops import coverage, report, verify
 from shardwise.ops.coverage_format import format_json, format_table
-from shardwise.run import markers, plan, quarantine, sidecar
+from shardwise.run import markers, outputs, plan, quarantine
 from shardwise.snakefile import prepare_run
 
 
@@ -40,13 +40,13 @@ def test_a_quarantined_file_is_left_out_and_its_shard_finishes(planned, tmp_path
     assert f"quarantined {bad}: truncated upload" in capsys.readouterr().out
     label(run_dir)
     labels = tmp_path / "labels"
-    assert not (labels / sidecar.sidecar_rel(bad)).exists()
-    marker = markers.read_shard_marker(run_dir, shard)
+    assert not (labels / outputs.SIDECAR.rel(bad)).exists()
+    marker = json.loads(markers.shard_marker_path(run_dir, shard).read_text())
     assert marker["quarantined"] == 1 and marker["files"] == len(files)
-    stamps = {rel: (labels / markers.file_marker_rel(rel)).stat().st_mtime_ns for rel in neighbours}
+    stamps = {rel: (labels / outputs.MARKER.rel(rel)).stat().st_mtime_ns for rel in neighbours}
     label(run_dir, [shard])  # a rerun of the shard labels the neighbours once, not again
     assert stamps == {
-        rel: (labels / markers.file_marker_rel(rel)).stat().st_mtime_ns for rel in neighbours
+        rel: (labels / outputs.MARKER.rel(rel)).stat().st_mtime_ns for rel in neighbours
     }
 
     cov = coverage.compute(coverage.load_state(run_dir))
@@ -91,8 +91,8 @@ def test_release_reopens_the_shard_so_the_next_run_labels_the_file(planned, tmp_
     assert f"released {files[0]}" in out and f"reopened shard(s) {shard}" in out
     assert quarantine.load(run_dir) == {}
     label(run_dir, [shard])
-    assert (tmp_path / "labels" / sidecar.sidecar_rel(files[0])).exists()
-    assert "quarantined" not in markers.read_shard_marker(run_dir, shard)
+    assert (tmp_path / "labels" / outputs.SIDECAR.rel(files[0])).exists()
+    assert "quarantined" not in json.loads(markers.shard_marker_path(run_dir, shard).read_text())
 
 
 def test_names_may_carry_the_input_root_and_unknown_ones_get_a_suggestion(planned, tmp_path):

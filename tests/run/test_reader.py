@@ -7,7 +7,7 @@ import pytest
 import zstandard
 
 from shardwise.errors import InputError
-from shardwise.run.reader import Fields, read_documents
+from shardwise.run.reader import Fields, file_format, read_documents
 from shardwise.store.location import Location
 
 RECORDS = [
@@ -234,3 +234,9 @@ def test_empty_file_gives_no_documents(tmp_path):
 def test_missing_file_says_it_was_removed_after_planning(tmp_path):
     with pytest.raises(InputError, match="file not found"):
         read_documents(Location(str(tmp_path)), "gone.parquet", Fields())
+
+
+def test_file_format_by_extension():
+    assert file_format("a.jsonl.zst") == "jsonl"
+    assert file_format("a.parquet") == "parquet"
+    assert file_format("a.json") is None

@@ -10,13 +10,8 @@ import pytest
 from synthrun import stats_for
 
 from shardwise.ops.text import format_duration
-from shardwise.run.throughput import (
-    eta,
-    rate_for_walltime,
-    stats_from_json,
-    stats_table,
-    summarize,
-)
+from shardwise.run.filestats import stats_from_json
+from shardwise.run.throughput import eta, rate_for_walltime, stats_table, summarize
 
 
 def _stats(n: int = 10, **kw: object) -> list[dict]:

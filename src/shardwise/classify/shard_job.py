@@ -39,12 +39,13 @@ from shardwise.run import (
     journal,
     labelcounts,
     markers,
+    outputs,
     plan,
     quarantine,
-    sidecar,
     summaries,
 )
 from shardwise.run.context import JobContext
+from shardwise.run.filestats import FileStats
 from shardwise.run.reader import Documents, read_documents
 
 log = logging.getLogger("shardwise.classify.shard_job")
@@ -113,12 +114,9 @@ def files_done(ctx: JobContext, shard: int, files: list[FileTask]) -> dict[str, 
     done: dict[str, int | None] = {}
     for f in files:
         try:
-            data = markers.read_file_marker(ctx.output, f.rel)
-        except FileNotFoundError:
-            continue
-        except ValueError:
-            continue  # an unreadable marker vouches for nothing: redo the file
-        done[f.rel] = int(data.get("rows", 0))
+            done[f.rel] = outputs.read_marker(ctx.output, f.rel).rows
+        except (FileNotFoundError, ValueError):
+            continue  # absent, or unreadable: it vouches for nothing, redo the file
     return done
 
 
@@ -262,73 +260,57 @@ def run_shard(
         raise ShardFailedError(msg)
     file_stats = summaries.write_for_shard(
         run_dir, shard, [(f.rel, f.task_id) for f in files if f.rel not in left_out],
-        lambda rel: ctx.output.read_bytes(sidecar.stats_rel(rel)),
+        lambda rel: ctx.output.read_bytes(outputs.STATS.rel(rel)),
     )  # fmt: skip
     markers.write_shard_marker(
         run_dir,
-        shard,
-        total_shards=meta.total_shards,
-        minimum_shard_index=meta.minimum_shard_index,
-        tasks=len({f.task_id for f in files}),
-        files=len(files),
-        docs=None if unknown_docs else report.docs,
-        quarantined=report.quarantined,
-        file_stats=file_stats,
+        markers.ShardMarker(
+            shard=shard,
+            total_shards=meta.total_shards,
+            minimum_shard_index=meta.minimum_shard_index,
+            tasks=len({f.task_id for f in files}),
+            files=len(files),
+            docs=None if unknown_docs else report.docs,
+            quarantined=report.quarantined,
+            file_stats=file_stats,
+        ),
     )
     return report
 
 
 def _label_file(
     ctx: JobContext, engine: Any, item: _Loaded, shard: int, models: dict[str, Any]
-) -> tuple[int, dict[str, Any]]:
-    """Run the engine on one read file and write sidecar, stats, marker (in that order).
-
-    Returns the row count and the stats written.
-    """
+) -> tuple[int, FileStats]:
+    """Run the engine on one read file and write its outputs (``outputs.write_all``: the
+    marker last). Returns the row count and the stats written."""
     assert item.docs is not None
     t0 = time.perf_counter()
     labels = engine.run(item.prepared)
     infer_s = time.perf_counter() - t0
-    t1 = time.perf_counter()
-    table = sidecar.build_table(item.docs.ids, labels.columns)
     rel = item.task.rel
-    ctx.output.write_bytes(sidecar.sidecar_rel(rel), sidecar.to_parquet_bytes(table))
-    write_s = time.perf_counter() - t1
-    timings = {
-        "read": item.read_s,
-        "tokenize": item.tokenize_s,
-        "infer": infer_s,
-        "write": write_s,
-    }
-    stats = sidecar.build_stats(
+    stats = FileStats.of_labelled(
         rel=rel,
         task_id=item.task.task_id,
         shard=shard,
         size=item.task.size,
         docs=len(item.docs),
-        seconds=sum(timings.values()),
-        timings=timings,
-        engine_stats=labels.stats,
+        timings={"read": item.read_s, "tokenize": item.tokenize_s, "infer": infer_s},
+        engine=labels.stats,
         device=str(getattr(engine, "device", "")),
         device_name=getattr(engine, "device_name", ""),
         dtype=getattr(engine, "dtype_name", ""),
-        counts=dict(item.docs.counts),
+        counts=item.docs.counts,
         models=models,
+        identity=item.task.identity,
+        labelling=_labelling(ctx),
+        label_counts=labelcounts.count_labels(
+            labels.columns, labelcounts.text_bytes(item.docs.texts), *_counted(ctx)
+        ),
     )
-    stats["source_identity"] = item.task.identity
-    stats["labelling"] = _labelling(ctx)
-    stats["precision"] = {
-        "dtype": getattr(engine, "dtype_name", ""),
-        "recheck_margin": labels.stats.get("recheck_margin"),
-    }
-    stats["label_counts"] = labelcounts.count_labels(
-        labels.columns, labelcounts.text_bytes(item.docs.texts), *_counted(ctx)
+    labelled = outputs.Labelled(
+        rel, item.task.task_id, shard, item.task.identity, item.docs.ids, labels.columns, stats
     )
-    ctx.output.write_bytes(sidecar.stats_rel(rel), sidecar.stats_bytes(stats))
-    ctx.output.write_bytes(
-        markers.file_marker_rel(rel),
-        markers.file_marker(rel, item.task.task_id, shard, len(item.docs), item.task.identity),
-    )
+    written = outputs.write_all(ctx.output, labelled)
     if item.docs.counts:
         # Recoverable input problems (reader policy) are labelled, not fatal; say so in
         # the job log, naming the file, so they are not only visible in the stats.
@@ -338,7 +320,7 @@ def _label_file(
             ctx.source.url(rel),
             found,
         )
-    return len(item.docs), stats
+    return len(item.docs), written
 
 
 def _labelling(ctx: JobContext) -> dict[str, Any]:
@@ -346,8 +328,8 @@ def _labelling(ctx: JobContext) -> dict[str, Any]:
     return labelling(
         ctx.fields.id,
         ctx.fields.text,
-        ctx.settings["input"].get("url_field"),
-        ctx.settings["inference"]["max_length"],
+        ctx.settings.url_field,
+        ctx.settings.inference["max_length"],
         (kind for _name, _model, kind in ctx.meta.classifiers),
     )
 
@@ -355,8 +337,7 @@ def _labelling(ctx: JobContext) -> dict[str, Any]:
 def _counted(ctx: JobContext) -> tuple[list[str], list[Pair]]:
     """Classifiers and pairs whose label counts go into each file's stats."""
     names = [name for name, _, _ in ctx.meta.classifiers]
-    pairs = ctx.settings.get("domains", {}).get("pairs")  # absent: older settings.json
-    return names, resolve_pairs(names, pairs)
+    return names, resolve_pairs(names, ctx.settings.pairs)
 
 
 def model_identities(ctx: JobContext) -> dict[str, Any]:
@@ -374,7 +355,7 @@ def load_engine(ctx: JobContext) -> Any:
     from shardwise.classify.engine import ClassifierSpec, Engine, InferenceSettings  # noqa: PLC0415 - torch: jobs only
 
     specs = [ClassifierSpec(n, m, i) for n, m, i in ctx.meta.classifiers]
-    return Engine.load(specs, InferenceSettings(**ctx.settings.get("inference", {})))
+    return Engine.load(specs, InferenceSettings(**ctx.settings.inference))
 
 
 def install_signal_handlers() -> None:

@@ -7,8 +7,8 @@ import sys
 
 from shardwise.cli.common import add_run_dir, not_a_run_dir
 from shardwise.errors import RunMismatchError
-from shardwise.ops.retry_array import missing_shards, retry_lines
-from shardwise.run import markers, quarantine, ranges, runjson
+from shardwise.ops.retry_array import retry
+from shardwise.run import ranges
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -49,32 +49,28 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if not_a_run_dir(args.run_dir, "retry-array"):
         return 2
     try:
-        meta = runjson.read_run_dir(args.run_dir)
+        found = retry(args.run_dir, fmt=args.format, max_array_size=args.max_array_size)
     except RunMismatchError as exc:
         print(f"shardwise retry-array: {exc}", file=sys.stderr)
         return 2
-    total, minimum = meta.total_shards, meta.minimum_shard_index
-    done = markers.read_done(args.run_dir)
-    missing = missing_shards(done.shards, total_shards=total, minimum_shard_index=minimum)
-    if done.unreadable:
+    if found.unreadable:
         print(
-            f"note: shard marker(s) {ranges.compress(done.unreadable)} are unreadable and count as "
-            "not done (`shardwise verify --repair` removes them)",
+            f"note: shard marker(s) {ranges.compress(found.unreadable)} are unreadable and count "
+            "as not done (`shardwise verify --repair` removes them)",
             file=sys.stderr,
         )
-    left_out = quarantine.load(args.run_dir)
-    if left_out:
+    if found.stale:
         print(
-            f"note: {len(left_out)} quarantined file(s) are left out of this run and need no "
-            "retry (`shardwise quarantine --list`)",
+            f"note: shard marker(s) {ranges.compress(found.stale)} are of another assignment "
+            "and count as not done (`snakemake -n` removes them)",
             file=sys.stderr,
         )
-    for line in retry_lines(
-        missing,
-        total_shards=total,
-        minimum_shard_index=minimum,
-        max_array_size=args.max_array_size,
-        fmt=args.format,
-    ):
+    if found.quarantined:
+        print(
+            f"note: {found.quarantined} quarantined file(s) are left out of this run and need "
+            "no retry (`shardwise quarantine --list`)",
+            file=sys.stderr,
+        )
+    for line in found.lines:
         print(line)
     return 0

@@ -19,7 +19,6 @@ shard is done or its own ``<rel>.done`` marker exists; a task when all its files
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -30,22 +29,21 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shardwise.errors import InputError, RunMismatchError
 from shardwise.planner import inflight
 from shardwise.run import (
     changes,
     context,
     failures,
     fidelity,
+    filestats,
     markers,
+    outputs,
     quarantine,
     ranges,
-    runjson,
-    sidecar,
     throughput,
 )
 from shardwise.run import plan as run_plan
-from shardwise.run.sharding import shard_range
+from shardwise.run import state as run_state
 from shardwise.store.location import Location
 
 __all__ = ["CategoryCoverage", "Coverage", "RunState", "compute", "load_state"]
@@ -92,6 +90,8 @@ class RunState:
     failing_shards: np.ndarray  # int64, shards with failure records and no marker
     stats: throughput.StatsTable | None
     output_markers: frozenset[str] | None
+    #: The output root's listing by output kind (a local root, listed here); else None.
+    output_scan: outputs.Scan | None = None
     quarantined: dict[str, quarantine.Entry] = field(default_factory=dict)
     unreadable_markers: tuple[str, ...] = ()  # markers that vouch for nothing (not done)
     stale_markers: tuple[str, ...] = ()  # shard markers of another assignment (not done)
@@ -103,31 +103,20 @@ class RunState:
     parallel: tuple[int, str] = (1, "GPU")
 
 
-def read_plan(run_dir: Path, meta: runjson.RunMeta) -> pa.Table:
-    """``plan.parquet`` in one chunk (the vectorised code below indexes it directly), if it
-    is the plan of the assignment run.json pins (else the error says how to rebuild it)."""
-    try:
-        run_plan.check_matches(run_dir, meta)
-        return run_plan.load(run_dir).combine_chunks()
-    except InputError as exc:
-        raise RunMismatchError(str(exc)) from exc
-
-
-def _marker_columns(bodies: dict[int, dict[str, Any]]) -> ShardMarkers:
+def _marker_columns(found: dict[int, markers.ShardMarker]) -> ShardMarkers:
     """The done shard markers as columns (NaN where a field is absent), shards ascending."""
-    shards = sorted(bodies)
-    rows: list[dict[str, Any]] = []
-    for shard in shards:
-        per_file = bodies[shard].get("file_stats")
-        if isinstance(per_file, dict):
-            rows += [{**v, "file": k, "shard": shard} for k, v in per_file.items()
-                     if isinstance(v, dict)]  # fmt: skip
+    shards = sorted(found)
+    rows = [
+        {**figures, "file": rel, "shard": shard}
+        for shard in shards
+        for rel, figures in found[shard].file_stats.items()
+    ]
     return ShardMarkers(
         shard=np.array(shards, dtype=np.int64),
-        docs=np.array([throughput.number(bodies[s].get("docs")) for s in shards], np.float64),
-        files=np.array([throughput.number(bodies[s].get("files")) for s in shards], np.float64),
+        docs=np.array([throughput.number(found[s].docs) for s in shards], np.float64),
+        files=np.array([throughput.number(found[s].files) for s in shards], np.float64),
         finished_at=np.array(
-            [throughput.parse_time(bodies[s].get("finished_at")) for s in shards], np.float64
+            [throughput.parse_time(found[s].finished_at) for s in shards], np.float64
         ),
         file_stats=tuple(rows),
     )
@@ -150,45 +139,17 @@ def _readable_file_markers(
     bad = []
     for rel in wanted.to_pylist():
         try:
-            markers.read_file_marker(output, rel)
+            outputs.read_marker(output, rel)
         except (OSError, ValueError):
             bad.append(rel)
     return names - set(bad), bad
 
 
-def _walk_output(root: Path) -> tuple[list[str], set[str]]:
-    """One recursive scandir: paths of the stats files and the files with a marker.
-
-    Hidden names (atomic-write temp files) are skipped.
-    """
-    stats_paths: list[str] = []
-    done: set[str] = set()
-    stack = [(str(root), "")]
-    while stack:
-        directory, prefix = stack.pop()
+def _read_all(output: Location, rels: Iterable[str]) -> Iterator[bytes]:
+    """The bytes of each output; one that vanished since the listing is skipped."""
+    for rel in rels:
         try:
-            with os.scandir(directory) as entries:
-                for entry in entries:
-                    name = entry.name
-                    if name.startswith("."):
-                        continue
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append((entry.path, f"{prefix}{name}/"))
-                    elif name.endswith(sidecar.STATS_SUFFIX):
-                        stats_paths.append(entry.path)
-                    elif name.endswith(markers.FILE_MARKER_SUFFIX):
-                        done.add(markers.source_of_marker(f"{prefix}{name}"))
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-    return stats_paths, done
-
-
-def _read_files(paths: Iterable[str]) -> Iterator[bytes]:
-    """Raw bytes of each path; a file that vanished since the listing is skipped."""
-    for path in paths:
-        try:
-            with open(path, "rb") as fh:  # noqa: PTH123 - hot loop: Path() costs 2 us a file
-                yield fh.read()
+            yield output.read_bytes(rel)
         except OSError:
             continue
 
@@ -201,20 +162,16 @@ def load_state(
 ) -> RunState:
     """Read a run directory (and a local output root) into a :class:`RunState`.
 
-    ``read_stats`` yields the stats dicts; pass it for remote output (the caller owns
+    ``read_stats`` yields the stats figures; pass it for remote output (the caller owns
     the storage client) or ``lambda: ()`` to skip stats when only counts are needed
     (the dry-run printout). When it is None and the output root is local, it is listed
-    once and its stats files read; the same listing supplies the per-file markers
-    unless ``output_markers`` is given.
+    once (``outputs.scan``) and its stats files read; the same listing supplies the
+    per-file markers unless ``output_markers`` is given.
     """
-    run_dir = Path(run_dir)
-    meta = runjson.read_run_dir(run_dir)
+    pinned = run_state.load(run_dir)
+    run_dir, meta, plan, done_markers = pinned.run_dir, pinned.meta, pinned.plan, pinned.done
     total, minimum = meta.total_shards, meta.minimum_shard_index
-    plan = read_plan(run_dir, meta)
-    done_markers = markers.read_done(
-        run_dir, shard_range(total, minimum), files=run_plan.files_per_shard(plan)
-    )
-    shard_markers = _marker_columns(done_markers.bodies)
+    shard_markers = _marker_columns(done_markers.markers)
     done = shard_markers.shard
     unreadable = [str(markers.shard_marker_path(run_dir, s)) for s in done_markers.unreadable]
     stale = [str(markers.shard_marker_path(run_dir, s)) for s in done_markers.stale]
@@ -223,20 +180,20 @@ def load_state(
 
     output = context.output_location(run_dir, meta)
     stats: throughput.StatsTable | None = None
-    # Files whose shard marker carries their throughput: their stats are not read.
+    # Files whose shard marker carries their figures: their stats are not read.
     in_markers = {row["file"] for row in shard_markers.file_stats}
+    found: outputs.Scan | None = None
     if read_stats is not None:
         stats = throughput.stats_table(read_stats())
     elif not output.remote:
-        root = Path(output.root)
-        paths, done_files = _walk_output(root)
-        if in_markers:
-            cut = len(str(root)) + 1
-            paths = [p for p in paths if p[cut : -len(sidecar.STATS_SUFFIX)] not in in_markers]
-        stats = throughput.stats_from_json(_read_files(paths))
+        found = outputs.scan(output.list_names())
+        unread = [outputs.STATS.rel(r) for r in found.of(outputs.STATS) if r not in in_markers]
+        stats = filestats.stats_from_json(_read_all(output, unread))
         if output_markers is None:
-            output_markers, bad_files = _readable_file_markers(output, done_files, plan, done)
-            unreadable += [output.url(markers.file_marker_rel(rel)) for rel in bad_files]
+            output_markers, bad_files = _readable_file_markers(
+                output, set(found.of(outputs.MARKER)), plan, done
+            )
+            unreadable += [output.url(outputs.MARKER.rel(rel)) for rel in bad_files]
     if shard_markers.file_stats:
         from_markers = throughput.stats_table(shard_markers.file_stats)
         stats = from_markers if stats is None else throughput.concat(stats, from_markers)
@@ -255,7 +212,8 @@ def load_state(
         parallel=recorded_parallel(run_dir),
         stats=stats if stats is not None and len(stats) else None,
         output_markers=frozenset(output_markers) if output_markers is not None else None,
-        quarantined=quarantine.load(run_dir),
+        output_scan=found,
+        quarantined=pinned.quarantined,
         unreadable_markers=tuple(unreadable),
         stale_markers=tuple(stale),
         changed=changes.load(run_dir)[0],
@@ -333,6 +291,9 @@ class Coverage:
     failing_reasons: tuple[tuple[str, tuple[int, ...]], ...] = ()
     #: The files that failed in them: (file, shard, error), in file order.
     failing_files: tuple[tuple[str, int, str], ...] = ()
+    #: Per output kind, labelled files (with a marker) without that output; None when
+    #: the output root was not listed (object stores: ``verify`` lists it).
+    outputs_missing: dict[str, int] | None = None
 
     @property
     def tasks_left(self) -> int:
@@ -384,6 +345,18 @@ def failing_files(records: dict[int, failures.FailureRecord]) -> tuple[tuple[str
         for f in record.failed
     ]
     return tuple(sorted(out))
+
+
+def _outputs_missing(state: RunState) -> dict[str, int] | None:
+    """Per kind a marker vouches for, the planned files with a marker but no such output."""
+    if state.output_scan is None:
+        return None
+    planned = set(state.plan["file"].to_pylist())
+    labelled = planned & set(state.output_scan.of(outputs.MARKER))
+    found = {
+        kind.name: len(labelled - set(state.output_scan.of(kind))) for kind in outputs.vouched()
+    }
+    return {name: n for name, n in found.items() if n}
 
 
 def _percent(done: float, total: float) -> float:
@@ -559,6 +532,7 @@ def compute(
 
     interrupted = sum(1 for r in state.last_failures.values() if r.interrupted)
     return Coverage(
+        outputs_missing=_outputs_missing(state),
         name=state.name,
         run_dir=str(state.run_dir),
         total_shards=total,

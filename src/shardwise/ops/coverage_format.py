@@ -76,6 +76,7 @@ def to_dict(cov: Coverage) -> dict[str, Any]:
     out["stale_markers"] = list(cov.stale_markers)
     out["changed_files"] = {rel: {"planned": a, "now": b} for rel, (a, b) in cov.changed.items()}
     out["tasks_left"] = cov.tasks_left
+    out["outputs_missing"] = cov.outputs_missing
     out["failing_reasons"] = [
         {"reason": reason, "shards": list(shards)} for reason, shards in cov.failing_reasons
     ]
@@ -153,6 +154,12 @@ def summary_lines(cov: Coverage, *, max_expression: int = 160) -> list[str]:
             f"stale    {len(cov.stale_markers):,} shard marker(s) do not match the plan "
             f"(another assignment, e.g. {cov.stale_markers[0]}) and count as not done; "
             "`snakemake -n` removes them"
+        )
+    if cov.outputs_missing:
+        what = ", ".join(f"{n:,} without their {kind}" for kind, n in cov.outputs_missing.items())
+        lines.append(
+            f"outputs  labelled file(s) with missing outputs: {what}; "
+            f"`shardwise verify --run-dir {cov.run_dir}` names them, `--repair` relabels them"
         )
     if cov.unreadable_markers:
         lines.append(

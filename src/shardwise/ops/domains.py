@@ -28,13 +28,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shardwise.errors import DomainsError, ShardwiseError
-from shardwise.ops import coverage
 from shardwise.ops.estimate import Estimate, Population, Sample, estimate
 from shardwise.ops.text import human_bytes, human_count
-from shardwise.run import markers, quarantine, runjson, summaries
 from shardwise.run import plan as run_plan
+from shardwise.run import state, summaries
 from shardwise.run.labelcounts import pair_key
-from shardwise.run.sharding import shard_range
 
 __all__ = [
     "DomainData",
@@ -92,22 +90,20 @@ class DomainData:
 
 def load(run_dir: Path) -> DomainData:
     """Read plan, markers, summaries and quarantine of ``run_dir``."""
-    run_dir = Path(run_dir)
-    meta = runjson.read_run_dir(run_dir)
-    plan = coverage.read_plan(run_dir, meta)
+    pinned = state.load(run_dir)
+    run_dir, meta, plan = pinned.run_dir, pinned.meta, pinned.plan
     tasks = run_plan.task_index(plan)
     task_names, task_codes, n_tasks = tasks.task_ids, tasks.file_task, len(tasks)
     task_shard = tasks.task_shard
 
-    quarantined = set(quarantine.load(run_dir))
+    quarantined = set(pinned.quarantined)
     in_population = np.ones(n_tasks, bool)
     if quarantined:
         hit = pc.is_in(plan["file"], value_set=pa.array(sorted(quarantined), pa.string()))
         bad = np.unique(task_codes[hit.to_numpy(zero_copy_only=False)])
         in_population[bad] = False
 
-    within = shard_range(meta.total_shards, meta.minimum_shard_index)
-    done = markers.read_done(run_dir, within, files=run_plan.files_per_shard(plan)).shards
+    done = pinned.done.shards
     have = summaries.summarized_shards(run_dir) & done
     got, _ = summaries.read_many(run_dir, sorted(have))  # unreadable: as if absent
     read_ok = {s.shard for s in got}

@@ -43,8 +43,9 @@ class Relocation:
 def relocate(run_dir: Path, new_uri: str, options: StorageOptions | None = None) -> Relocation:
     """Re-pin the run in ``run_dir`` to the output root ``new_uri`` (see the module doc)."""
     run_dir = Path(run_dir)
-    settings = context.read_settings(run_dir) or {}
-    options = options or StorageOptions.from_config(settings.get("storage"))
+    settings = context.read_settings(run_dir)
+    if options is None:
+        options = settings.storage if settings is not None else StorageOptions()
     local = Location(str(run_dir))
     meta = runjson.read_run_dir(run_dir)
     new = Location(new_uri, options)
@@ -55,13 +56,15 @@ def relocate(run_dir: Path, new_uri: str, options: StorageOptions | None = None)
     copied = _check_copy(old, new, meta)
     moved = dataclasses.replace(meta, output_uri=new_uri)
     lines = []
-    new.write_bytes(runjson.RUN_JSON, moved.to_json())  # first: it vouches for the labels
+    runjson.replace(new, moved)  # first: it vouches for the labels
     lines.append(f"wrote {new.url(runjson.RUN_JSON)} (output_uri: {new_uri})")
-    local.write_bytes(runjson.RUN_JSON, moved.to_json())
+    runjson.replace(local, moved)
     lines.append(f"wrote {local.url(runjson.RUN_JSON)} (output_uri: {new_uri})")
-    roots = {**(settings.get("roots") or {}), "output": context.resolved_uri(new)}
-    context.write_settings(run_dir, {**settings, "roots": roots})
-    lines.append(f"wrote {run_dir / context.SETTINGS_JSON} (output root: {roots['output']})")
+    if settings is not None:
+        context.write_settings(run_dir, settings.with_output(new))
+        lines.append(
+            f"wrote {run_dir / context.SETTINGS_JSON} (output root: {context.resolved_uri(new)})"
+        )
     return Relocation(meta.output_uri, new_uri, copied, tuple(lines))
 
 

@@ -21,11 +21,13 @@ minimum: ``total 4, min 1, done {1, 3}`` gives ``2,4 0 1 4``.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
-from shardwise.run import ranges
+from shardwise.run import ranges, state
 
-__all__ = ["Format", "missing_shards", "retry_lines"]
+__all__ = ["Format", "Retry", "missing_shards", "retry", "retry_lines"]
 
 Format = Literal["expression", "fields"]
 
@@ -88,3 +90,31 @@ def missing_shards(
         for s in range(minimum_shard_index, minimum_shard_index + total_shards)
         if s not in done_set
     ]
+
+
+@dataclass(frozen=True)
+class Retry:
+    """What to resubmit, and what a reader of the lines should know besides."""
+
+    lines: tuple[str, ...]
+    unreadable: tuple[int, ...]  # shard markers that vouch for nothing (not done)
+    stale: tuple[int, ...]  # shard markers of another assignment (not done)
+    quarantined: int  # files left out of the run: nothing to retry for them
+
+
+def retry(run_dir: Path, *, fmt: Format, max_array_size: int | None) -> Retry:
+    """The retry lines of the run in ``run_dir``: its shards not done, in the one meaning
+    coverage and domains use (``run/state.py``)."""
+    run = state.load(run_dir)
+    lines = retry_lines(
+        missing_shards(
+            run.done.shards,
+            total_shards=run.meta.total_shards,
+            minimum_shard_index=run.meta.minimum_shard_index,
+        ),
+        total_shards=run.meta.total_shards,
+        minimum_shard_index=run.meta.minimum_shard_index,
+        max_array_size=max_array_size,
+        fmt=fmt,
+    )
+    return Retry(tuple(lines), run.done.unreadable, run.done.stale, len(run.quarantined))

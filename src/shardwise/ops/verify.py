@@ -35,16 +35,15 @@ from __future__ import annotations
 import math
 import random
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from shardwise.errors import ConfigError, InputError, ShardwiseError
+from shardwise.errors import ConfigError, InputError, RecordError, ShardwiseError
 from shardwise.ops.coverage_format import fidelity_lines, quality_lines
 from shardwise.run import (
     changes,
@@ -52,25 +51,16 @@ from shardwise.run import (
     fidelity,
     journal,
     markers,
+    outputs,
     plan,
     quarantine,
     runjson,
-    sidecar,
 )
 from shardwise.run.context import JobContext
-from shardwise.run.reader import QUALITY_COUNTS, Fields, read_documents
+from shardwise.run.reader import Fields, read_documents
 from shardwise.run.sharding import shard_for_task, shard_range
 from shardwise.store.atomic import is_temp_name
 from shardwise.store.location import Location
-
-#: Columns every classifier contributes to a sidecar (``_probs`` is optional).
-CLASSIFIER_COLUMNS = ("_label", "_label_id", "_score")
-#: Output kinds by suffix; longest first so ``x.labels.parquet`` is not read as ``x``.
-_KINDS = (
-    ("sidecar", sidecar.SIDECAR_SUFFIX),
-    ("stats", sidecar.STATS_SUFFIX),
-    ("marker", markers.FILE_MARKER_SUFFIX),
-)
 
 
 @dataclass(frozen=True, order=True)
@@ -221,7 +211,7 @@ def verify_run(
     ]
 
     listing = dict(ctx.output.list_files())  # the one listing of the output
-    outputs = _index_outputs(report, ctx, listing, planned)
+    found = _index_outputs(report, ctx, listing, planned)
     _check_mirror(report, ctx.output, meta, listing)
 
     files_by_shard: dict[int, list[str]] = defaultdict(list)
@@ -234,41 +224,68 @@ def verify_run(
         meta=meta,
         done=done,
         files_by_shard=files_by_shard,
-        outputs=outputs,
+        found=found,
         output=ctx.output,
         left_out=set(left_out),
     )
     report.shards_done = len(done & set(in_run))
     if complete:
-        for shard in sorted(set(in_run) - done):
-            left = sum(
-                1
-                for rel in files_by_shard.get(shard, ())
-                if "marker" not in outputs[rel] and rel not in left_out
-            )
-            report.problem(
-                str(markers.shard_marker_path(run_dir, shard)),
-                f"shard {shard} is not done ({left} of "
-                f"{len(files_by_shard.get(shard, ()))} file(s) without a marker)",
-            )
+        _check_complete(
+            report,
+            run_dir,
+            open_shards=set(in_run) - done,
+            files_by_shard=files_by_shard,
+            found=found,
+            left_out=left_out,
+        )
 
-    marked = sorted(rel for rel, kinds in outputs.items() if "marker" in kinds)
+    marked = sorted(rel for rel, kinds in found.items() if outputs.MARKER.name in kinds)
     report.files_marked = len(marked)
     _check_identities(report, ctx, table, set(marked))
-    for rel, kinds in sorted(outputs.items()):
+    for rel, kinds in sorted(found.items()):
         _check_presence(report, ctx.output, rel, kinds, planned[rel][1] in done)
-        if rel in left_out and "marker" in kinds:
+        if rel in left_out and outputs.MARKER.name in kinds:
             report.warn(
-                ctx.output.url(markers.file_marker_rel(rel)),
+                ctx.output.url(outputs.MARKER.rel(rel)),
                 "quarantined, yet labelled (`shardwise quarantine --release` if it is fine)",
             )
 
-    chosen = _choose(marked, sample, seed)
     names = [name for name, _model, _input in meta.classifiers]
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         checks = list(
-            pool.map(lambda rel: _check_file(ctx, rel, planned[rel], names, outputs[rel]), chosen)
+            pool.map(
+                lambda rel: _check_file(ctx, rel, planned[rel], names, found[rel]),
+                _choose(marked, sample, seed),
+            )
         )
+    marker_rows = _add_checks(report, checks)
+    _check_shard_docs(report, run_dir, job_shards, files_by_shard, marker_rows)
+    return report
+
+
+def _check_complete(
+    report: VerifyReport,
+    run_dir: Path,
+    *,
+    open_shards: set[int],
+    files_by_shard: dict[int, list[str]],
+    found: dict[str, dict[str, int]],
+    left_out: Mapping[str, Any],
+) -> None:
+    """``--complete``: every shard not done is a problem, with its files left."""
+    for shard in sorted(open_shards):
+        files = files_by_shard.get(shard, ())
+        left = sum(
+            1 for rel in files if outputs.MARKER.name not in found[rel] and rel not in left_out
+        )
+        report.problem(
+            str(markers.shard_marker_path(run_dir, shard)),
+            f"shard {shard} is not done ({left} of {len(files)} file(s) without a marker)",
+        )
+
+
+def _add_checks(report: VerifyReport, checks: list[_FileCheck]) -> dict[str, int | None]:
+    """Fold the files' checks into the report; each file's marker rows (for its shard)."""
     marker_rows: dict[str, int | None] = {}
     report.fidelity = fidelity.totals(check.fidelity for check in checks)
     for check in checks:
@@ -281,8 +298,7 @@ def verify_run(
         marker_rows[check.rel] = check.marker_rows
         for key, value in check.counts.items():
             report.data_quality[key] = report.data_quality.get(key, 0) + value
-    _check_shard_docs(report, run_dir, job_shards, files_by_shard, marker_rows)
-    return report
+    return marker_rows
 
 
 # -- run level ---------------------------------------------------------------
@@ -347,20 +363,15 @@ def _check_mirror(
         report.warn(where, "missing (the output root does not say which run wrote it)")
         return
     try:
-        other = runjson.RunMeta.from_json(output.read_bytes(runjson.RUN_JSON), where)
+        copy = runjson.read_copy(output)
     except (ShardwiseError, OSError) as e:
         report.problem(where, f"unreadable: {e}")
         return
-    for name, theirs, ours in runjson.differences(other, meta):
+    if copy.meta is None:
+        report.problem(where, f"unreadable: {copy.damage or 'vanished while verifying'}")
+        return
+    for name, theirs, ours in runjson.differences(copy.meta, meta):
         report.problem(where, f"pins {name}={theirs!r}, the run directory {ours!r}")
-
-
-def _output_kind(rel: str) -> tuple[str, str] | None:
-    """("sidecar"|"stats"|"marker", source rel) for a shardwise output name, else None."""
-    for kind, suffix in _KINDS:
-        if rel.endswith(suffix) and len(rel) > len(suffix):
-            return kind, rel[: -len(suffix)]
-    return None
 
 
 def _index_outputs(
@@ -370,7 +381,7 @@ def _index_outputs(
     planned: dict[str, tuple[str, int]],
 ) -> dict[str, dict[str, int]]:
     """Planned file -> {kind: size} of its outputs; everything else is an orphan."""
-    outputs: dict[str, dict[str, int]] = {rel: {} for rel in planned}
+    found: dict[str, dict[str, int]] = {rel: {} for rel in planned}
     corpus = ctx.output.inner_prefix(ctx.source)
     for rel, size in sorted(listing.items()):
         if rel == runjson.RUN_JSON:
@@ -380,18 +391,18 @@ def _index_outputs(
             report.orphans += 1
             report.warn(where, "temp file of an interrupted write (safe to delete)")
             continue
-        kind = _output_kind(rel)
-        if kind is not None and kind[1] in planned:
-            outputs[kind[1]][kind[0]] = size
+        hit = outputs.kind_of(rel)
+        if hit is not None and hit[1] in planned:
+            found[hit[1]][hit[0].name] = size
             continue
-        if kind is None and corpus is not None and rel.startswith(corpus):
+        if hit is None and corpus is not None and rel.startswith(corpus):
             continue  # the corpus itself, when it lives under the output prefix
         report.orphans += 1
-        if kind is not None:
-            report.problem(where, f"orphan {kind[0]}: {kind[1]!r} is not a file of this run")
+        if hit is not None:
+            report.problem(where, f"orphan {hit[0].name}: {hit[1]!r} is not a file of this run")
         else:
             report.problem(where, "orphan: not an output of any file of this run")
-    return outputs
+    return found
 
 
 # -- shards ------------------------------------------------------------------
@@ -404,7 +415,7 @@ def _check_shards(
     meta: runjson.RunMeta,
     done: set[int],
     files_by_shard: dict[int, list[str]],
-    outputs: dict[str, dict[str, int]],
+    found: dict[str, dict[str, int]],
     output: Location,
     left_out: set[str],
 ) -> dict[int, int]:
@@ -426,41 +437,23 @@ def _check_shards(
             )
             continue
         try:
-            data = markers.read_shard_marker(run_dir, shard)
-        except (OSError, ValueError) as e:
-            report.problem(where, f"unreadable shard marker: {e}", shard=shard)
+            marker = markers.read_shard_marker(run_dir, shard)
+        except (OSError, RecordError) as e:
+            reason = e.reason if isinstance(e, RecordError) else str(e)
+            report.problem(where, f"unreadable shard marker: {reason}", shard=shard)
             continue
-        if not isinstance(data, dict):
-            report.problem(where, "shard marker is not a JSON object", shard=shard)
-            continue
-        for key, want in (
-            ("shard", shard),
-            ("total_shards", meta.total_shards),
-            ("minimum_shard_index", meta.minimum_shard_index),
-        ):
-            if data.get(key) != want:
-                report.problem(
-                    where, f"{key} is {data.get(key)!r}, run.json says {want!r}", shard=shard
-                )
         files = files_by_shard.get(shard, [])
-        source = data.get("source", "job")
-        if source == "empty" and files:
-            report.problem(
-                where, f"marked empty, but the plan gives it {len(files)} file(s)", shard=shard
-            )
-        if isinstance(data.get("files"), int) and data["files"] != len(files):
-            report.problem(
-                where, f"says {data['files']} file(s), the plan has {len(files)}", shard=shard
-            )
+        for what in marker.problems(shard, in_run, len(files)):
+            report.problem(where, what, shard=shard)
         for rel in files:
-            if "marker" not in outputs[rel] and rel not in left_out:
+            if outputs.MARKER.name not in found[rel] and rel not in left_out:
                 report.problem(
-                    output.url(markers.file_marker_rel(rel)),
+                    output.url(outputs.MARKER.rel(rel)),
                     f"missing, but shard {shard} is marked done",
                     shard=shard,
                 )
-        if source == "job" and isinstance(data.get("docs"), int):
-            job_docs[shard] = data["docs"]
+        if marker.source == "job" and marker.docs is not None:
+            job_docs[shard] = marker.docs
     return job_docs
 
 
@@ -491,27 +484,25 @@ def _check_shard_docs(
 def _check_presence(
     report: VerifyReport, output: Location, rel: str, kinds: dict[str, int], shard_done: bool
 ) -> None:
-    """From the listing alone: a marker needs its sidecar and stats; partial outputs."""
-    if "marker" in kinds:
-        for kind in ("sidecar", "stats"):
-            if kind not in kinds:
-                report.problem(
-                    output.url(markers.file_marker_rel(rel)), f"marker without its {kind}", file=rel
-                )
-        if kinds.get("sidecar") == 0:
-            report.problem(
-                output.url(sidecar.sidecar_rel(rel)), "empty sidecar (0 bytes)", file=rel
-            )
+    """From the listing alone: a marker needs every output it vouches for; partial outputs."""
+    if outputs.MARKER.name in kinds:
+        for kind in outputs.vouched():
+            if kind.name not in kinds:
+                where = output.url(outputs.MARKER.rel(rel))
+                report.problem(where, f"marker without its {kind.name}", file=rel)
+            elif kind.nonempty and kinds[kind.name] == 0:
+                where = output.url(kind.rel(rel))
+                report.problem(where, f"empty {kind.name} (0 bytes)", file=rel)
         return
-    for kind in ("sidecar", "stats"):
-        if kind not in kinds:
+    for kind in outputs.vouched():
+        if kind.name not in kinds:
             continue
         report.orphans += 1
-        where = output.url(rel + dict(_KINDS)[kind])
+        where = output.url(kind.rel(rel))
         if shard_done:
-            report.problem(where, f"orphan {kind}: no marker, yet its shard is marked done")
+            report.problem(where, f"orphan {kind.name}: no marker, yet its shard is marked done")
         else:
-            report.warn(where, f"{kind} without a marker (unfinished; rewritten on retry)")
+            report.warn(where, f"{kind.name} without a marker (unfinished; rewritten on retry)")
 
 
 def _choose(marked: list[str], sample: float, seed: int | None) -> list[str]:
@@ -538,138 +529,48 @@ def _check_file(
     classifiers: Iterable[str],
     kinds: dict[str, int],
 ) -> _FileCheck:
-    """Read one marked file's marker, stats, sidecar and input ids, and compare them."""
+    """Read one marked file's outputs and its input's ids, and check each output against
+    them (``outputs``: each kind's parser and checker), the marker first."""
     check = _FileCheck(rel)
-    out = ctx.output
     task_id, shard = plan_row
-
-    def problem(sub: str, what: str) -> None:
-        check.problems.append(Finding(out.url(sub), what))
-
     try:
         docs = read_documents(ctx.source, rel, _ids_only(ctx.fields), ctx.fmt)
     except InputError as e:
         check.problems.append(Finding(ctx.source.url(rel), f"input unreadable: {e}"))
         docs = None
-    n = len(docs) if docs is not None else None
-
-    marker_rel = markers.file_marker_rel(rel)
-    try:
-        marker = markers.read_file_marker(out, rel)
-    except FileNotFoundError:
-        problem(marker_rel, "vanished while verifying")
-        marker = None
-    except (ValueError, ShardwiseError, OSError) as e:
-        problem(marker_rel, f"unreadable marker: {e}")
-        marker = None
-    if marker is not None:
-        for key, want in (("file", rel), ("task_id", task_id), ("shard", shard)):
-            if marker.get(key) != want:
-                problem(marker_rel, f"{key} is {marker.get(key)!r}, the plan says {want!r}")
-        if isinstance(marker.get("rows"), int):
-            check.marker_rows = marker["rows"]
-            if n is not None and marker["rows"] != n:
-                problem(marker_rel, f"says {marker['rows']} rows, the input has {n}")
-        else:
-            problem(marker_rel, f"rows is {marker.get('rows')!r}, not a count")
-
-    if "stats" in kinds:
-        stats_rel = sidecar.stats_rel(rel)
-        try:
-            stats = sidecar.parse_stats(out.read_bytes(stats_rel), out.url(stats_rel))
-            if not isinstance(stats, dict):
-                raise InputError("stats file is not a JSON object")
-        except (ShardwiseError, OSError) as e:
-            problem(stats_rel, f"unreadable stats: {e}")
-        else:
-            if stats.get("file") != rel:
-                problem(stats_rel, f"file is {stats.get('file')!r}, expected {rel!r}")
-            if n is not None and stats.get("docs") != n:
-                problem(stats_rel, f"docs is {stats.get('docs')!r}, the input has {n}")
-            for what in _labelling_problems(stats.get("labelling"), ctx.meta.labelling):
-                problem(stats_rel, what)
-            check.counts = _quality_counts(stats)
-            if isinstance(stats.get("fidelity"), list):
-                check.fidelity = [f for f in stats["fidelity"] if isinstance(f, dict)]
-
-    if "sidecar" in kinds:
-        side_rel = sidecar.sidecar_rel(rel)
-        try:
-            table = sidecar.read_sidecar(out.read_bytes(side_rel))
-        except (pa.ArrowException, OSError, ShardwiseError) as e:
-            problem(side_rel, f"unreadable sidecar: {type(e).__name__}: {e}")
-        else:
-            for what in _sidecar_problems(table, classifiers, docs.ids if docs else None):
-                problem(side_rel, what)
-            if docs is not None:
-                check.rows = len(docs)
+    want = outputs.Expected(
+        rel, task_id, shard, docs.ids if docs else None, tuple(classifiers), ctx.meta.labelling
+    )
+    for kind in reversed(outputs.kinds()):
+        if kind.name not in kinds:
+            continue
+        record = _read_output(ctx.output, kind, rel, check)
+        if record is None:
+            continue
+        check.problems += [Finding(ctx.output.url(kind.rel(rel)), what)
+                           for what in kind.check(record, want)]  # fmt: skip
+        if kind is outputs.MARKER:
+            check.marker_rows = record.rows
+        elif kind is outputs.STATS:
+            check.counts = record.quality()
+            check.fidelity = list(record.fidelity or ())
+        elif kind is outputs.SIDECAR and docs is not None:
+            check.rows = len(docs)
     return check
 
 
-def _labelling_problems(used: Any, pinned: dict[str, Any] | None) -> list[str]:
-    """How a file's labelling (its stats) differs from the one run.json pins.
-
-    Files labelled before stats recorded it, and runs that pin none, are not compared.
-    """
-    if not isinstance(used, dict) or pinned is None:
-        return []
-    return [
-        f"labelled with {key}={used.get(key)!r}, run.json pins {pinned.get(key)!r} "
-        "(another set-up wrote into this output)"
-        for key in sorted({*used, *pinned})
-        if used.get(key) != pinned.get(key)
-    ]
-
-
-def _quality_counts(stats: dict[str, Any]) -> dict[str, int]:
-    """The data-quality counts of one file's stats (what coverage adds up too)."""
-    counts = stats.get("counts") if isinstance(stats.get("counts"), dict) else {}
-    found = {k: counts[k] for k in QUALITY_COUNTS if isinstance(counts.get(k), int)}
-    if isinstance(stats.get("truncated_docs"), int):
-        found["truncated_docs"] = stats["truncated_docs"]
-    return {k: v for k, v in found.items() if v}
-
-
-def _sidecar_problems(
-    table: pa.Table, classifiers: Iterable[str], ids: list[str | None] | None
-) -> list[str]:
-    """What is wrong with a sidecar: rows and ids against the input, label columns."""
-    found: list[str] = []
-    if ids is not None and table.num_rows != len(ids):
-        found.append(f"has {table.num_rows} rows, the input has {len(ids)}")
-    if "id" not in table.column_names:
-        found.append("no id column")
-    elif ids is not None and table.num_rows == len(ids):
-        got = table["id"].to_pylist()
-        if got != ids:
-            first = next(i for i, (a, b) in enumerate(zip(got, ids, strict=True)) if a != b)
-            wrong = sum(1 for a, b in zip(got, ids, strict=True) if a != b)
-            found.append(
-                f"ids differ from the input's at {wrong} row(s); first at row {first}: "
-                f"{got[first]!r} != {ids[first]!r}"
-            )
-    for name in classifiers:
-        for suffix in CLASSIFIER_COLUMNS:
-            column = name + suffix
-            if column not in table.column_names:
-                found.append(f"no {column} column")
-                continue
-            col = table[column]
-            if col.null_count:
-                found.append(f"{column} has {col.null_count} null(s)")
-            if suffix == "_label" and not pa.types.is_string(col.type):
-                found.append(f"{column} is {col.type}, not string")
-            elif suffix == "_label_id" and not pa.types.is_integer(col.type):
-                found.append(f"{column} is {col.type}, not an integer")
-            elif suffix == "_score":
-                if not pa.types.is_floating(col.type):
-                    found.append(f"{column} is {col.type}, not a float")
-                elif (nans := pc.sum(pc.is_nan(col)).as_py() or 0) > 0:
-                    found.append(f"{column} has {nans} NaN(s)")
-        probs = name + "_probs"
-        if probs in table.column_names and table[probs].null_count:
-            found.append(f"{probs} has {table[probs].null_count} null(s)")
-    return found
+def _read_output(output: Location, kind: outputs.OutputKind, rel: str, check: _FileCheck) -> Any:
+    """One output parsed into its record; None (and the problem recorded) when it cannot be."""
+    where = output.url(kind.rel(rel))
+    try:
+        return kind.parse(output.read_bytes(kind.rel(rel)), where)
+    except FileNotFoundError:
+        check.problems.append(Finding(where, "vanished while verifying"))
+    except RecordError as e:
+        check.problems.append(Finding(where, f"unreadable {kind.name}: {e.reason}"))
+    except (ShardwiseError, OSError) as e:
+        check.problems.append(Finding(where, f"unreadable {kind.name}: {e}"))
+    return None
 
 
 # -- repair ------------------------------------------------------------------
@@ -708,8 +609,8 @@ def repair(run_dir: Path, report: VerifyReport) -> list[str]:
         journal.forget(run_dir, shard, files)  # stores trust these two instead of them
         markers.forget_in_snapshot(run_dir, files)
     for rel in sorted(report.broken_files):
-        ctx.output.remove(markers.file_marker_rel(rel))
-        removed.append(f"removed {ctx.output.url(markers.file_marker_rel(rel))} (relabel {rel})")
+        ctx.output.remove(outputs.MARKER.rel(rel))
+        removed.append(f"removed {ctx.output.url(outputs.MARKER.rel(rel))} (relabel {rel})")
     _take_identities(run_dir, report.changed)  # relabelled as they are now
     return removed
 

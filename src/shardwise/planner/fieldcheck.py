@@ -17,8 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from shardwise.errors import ConfigError, FieldMissingError, InputError
-from shardwise.run.manifest import file_format
-from shardwise.run.reader import Fields, check_fields, field_advice
+from shardwise.run.reader import Fields, check_fields, field_advice, file_format
 from shardwise.store.location import Location
 
 #: Files read per input format; a few small reads, even on object storage.

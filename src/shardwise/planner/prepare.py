@@ -34,6 +34,7 @@ from shardwise.run import (
     failures,
     journal,
     markers,
+    outputs,
     plan,
     quarantine,
     ranges,
@@ -93,7 +94,7 @@ def prepare_run(
     settings = Settings.from_config(config)
     run_dir = settings.run_dir
     if not main_process:
-        meta = runjson.read(Location(str(run_dir)))
+        meta = runjson.read_run_dir(run_dir)
         return RunInfo(
             run_dir,
             tuple(shard_range(meta.total_shards, meta.minimum_shard_index)),
@@ -104,34 +105,17 @@ def prepare_run(
     if not dryrun or repin:
         lock_run_dir(run_dir)
     check_classifiers(settings.classifiers)  # before anything is pinned
+    recorded = context.RunSettings.of(settings)
+    source, output = context.open_roots(settings)
     quarantined = quarantine.load(run_dir)
-    planned = _plan_table(settings, set(quarantined), fresh=repin)
-    copies = (
-        runjson.read_copy(Location(str(run_dir))),
-        runjson.read_copy(Location(settings.output_uri, settings.storage)),
-    )
+    planned = _plan_table(settings, source, output, set(quarantined), fresh=repin)
+    copies = (runjson.read_copy(Location(str(run_dir))), runjson.read_copy(output))
     sampled: tuple[str, ...] = ()
     if repin or all(c.meta is None and c.damage is None for c in copies):
         # a new run (or a re-pin): read a sample before anything is pinned. A pinned run's
         # fields cannot change (run.json pins them), so later runs skip the reads.
-        sampled = _check_sample(settings, planned.table, set(quarantined))
-    meta = runjson.RunMeta.new(
-        total_shards=settings.total_shards,
-        minimum_shard_index=settings.minimum_shard_index,
-        files_per_task=settings.input.files_per_task,
-        input_uri=settings.input.uri,
-        output_uri=settings.output_uri,
-        task_count=planned.task_count,
-        fingerprint=planned.fingerprint,
-        classifiers=[(c["name"], c["model"], c["input"]) for c in settings.classifiers],
-        labelling=labelling(
-            settings.input.id_field,
-            settings.input.text_field,
-            settings.input.url_field,
-            settings.inference["max_length"],
-            (c["input"] for c in settings.classifiers),
-        ),
-    )
+        sampled = _check_sample(settings, recorded, source, planned.table, set(quarantined))
+    meta = _run_meta(settings, planned)
     _pin(settings, meta, planned.table, copies, repin=repin, say=said.append)
     if planned.fresh:
         summary = plan.summarize(
@@ -141,10 +125,7 @@ def prepare_run(
             settings.input.files_per_task,
         )
         plan.save(run_dir, planned.table, summary)
-    source = Location(settings.input.uri, settings.storage)
-    output = Location(settings.output_uri, settings.storage)
-    roots = {"input": context.resolved_uri(source), "output": context.resolved_uri(output)}
-    context.write_settings(run_dir, {**settings.job_settings(), "roots": roots})
+    context.write_settings(run_dir, recorded)
     if planned.changed is not None:
         changes.record(run_dir, planned.changed)
         said += changes.lines(planned.changed, run_dir)
@@ -169,7 +150,34 @@ def prepare_run(
     )
 
 
-def _check_sample(settings: Settings, table: pa.Table, quarantined: set[str]) -> tuple[str, ...]:
+def _run_meta(settings: Settings, planned: _Planned) -> runjson.RunMeta:
+    """The run.json this config and plan pin."""
+    return runjson.RunMeta.new(
+        total_shards=settings.total_shards,
+        minimum_shard_index=settings.minimum_shard_index,
+        files_per_task=settings.input.files_per_task,
+        input_uri=settings.input.uri,
+        output_uri=settings.output_uri,
+        task_count=planned.task_count,
+        fingerprint=planned.fingerprint,
+        classifiers=[(c["name"], c["model"], c["input"]) for c in settings.classifiers],
+        labelling=labelling(
+            settings.input.id_field,
+            settings.input.text_field,
+            settings.input.url_field,
+            settings.inference["max_length"],
+            (c["input"] for c in settings.classifiers),
+        ),
+    )
+
+
+def _check_sample(
+    settings: Settings,
+    recorded: context.RunSettings,
+    source: Location,
+    table: pa.Table,
+    quarantined: set[str],
+) -> tuple[str, ...]:
     """Read a few files per format (see fieldcheck.py); ConfigError for a field none has."""
     if not settings.input.sample_files:
         return ()
@@ -179,10 +187,8 @@ def _check_sample(settings: Settings, table: pa.Table, quarantined: set[str]) ->
         if rel not in quarantined
     ]
     fields = context.fields_for(
-        vars(settings.input),
-        tuple((c["name"], c["model"], c["input"]) for c in settings.classifiers),
+        recorded, tuple((c["name"], c["model"], c["input"]) for c in settings.classifiers)
     )
-    source = Location(settings.input.uri, settings.storage)
     return fieldcheck.check_sample(
         source, files, fields, settings.input.format, settings.input.sample_files
     ).notes
@@ -202,7 +208,14 @@ class _Planned:
     changed: dict[str, tuple[str, str]] | None = None
 
 
-def _plan_table(settings: Settings, quarantined: set[str], *, fresh: bool = False) -> _Planned:
+def _plan_table(
+    settings: Settings,
+    source: Location,
+    output: Location,
+    quarantined: set[str],
+    *,
+    fresh: bool = False,
+) -> _Planned:
     """The cached plan when listing is off or the listed task set matches it, else a new
     one (not yet saved: run.json is checked first). ``fresh`` always builds a new one.
 
@@ -221,8 +234,6 @@ def _plan_table(settings: Settings, quarantined: set[str], *, fresh: bool = Fals
         cached = None
     if cached is not None and not settings.input.relist:
         return _Planned(plan.load(run_dir), cached.tasks, cached.fingerprint, False, notes)
-    source = Location(settings.input.uri, settings.storage)
-    output = Location(settings.output_uri, settings.storage)
     entries = source.list_entries()
     if not entries:
         raise InputError(_empty_input_message(source))
@@ -292,7 +303,7 @@ def _changed_in_place(
     changed = plan.changed_files(table, now)
     if not changed:
         return {}, {}
-    marked = {markers.source_of_marker(m) for m in output.list_suffix(markers.FILE_MARKER_SUFFIX)}
+    marked = outputs.marked(output)
     labelled = {rel: c for rel, c in changed.items() if rel in marked}
     return labelled, {rel: b for rel, (_a, b) in changed.items() if rel not in marked}
 
@@ -424,13 +435,13 @@ def _outputs_of(settings: Settings, pinned: list[runjson.RunMeta]) -> list[Locat
     return [Location(uri, settings.storage) for uri in uris]
 
 
-def _labelled(outputs: list[Location]) -> list[str]:
-    """Per-file markers under any of ``outputs`` (one listing each): what is labelled, one
+def _labelled(roots: list[Location]) -> list[str]:
+    """Per-file markers under any of ``roots`` (one listing each): what is labelled, one
     marker per source file (a file labelled once and copied to a new root counts once)."""
     found: dict[str, str] = {}
-    for loc in outputs:
-        for rel in sorted(loc.list_suffix(markers.FILE_MARKER_SUFFIX)):
-            found.setdefault(rel, loc.url(rel))
+    for loc in roots:
+        for rel in sorted(outputs.marked(loc)):
+            found.setdefault(rel, loc.url(outputs.MARKER.rel(rel)))
     return list(found.values())
 
 
@@ -500,7 +511,7 @@ def _repin(
             say(line)
     _reset_run_state(settings.run_dir)
     for loc, _old in changed:
-        loc.write_bytes(runjson.RUN_JSON, meta.to_json())
+        runjson.replace(loc, meta)
 
 
 def _reset_run_state(run_dir: Path) -> None:
@@ -535,20 +546,21 @@ def mark_shards_without_work(
     quarantined = quarantined or set()
     done = markers.done_shards(run_dir)
     counts = {"empty": 0, "remote": 0}
-    common = {
+    assignment = {
         "total_shards": meta.total_shards,
         "minimum_shard_index": meta.minimum_shard_index,
     }
     for shard in plan.empty_shards(table, meta.total_shards, meta.minimum_shard_index):
         if shard not in done:
-            markers.write_shard_marker(
-                run_dir, shard, tasks=0, files=0, docs=0, source="empty", **common
+            marker = markers.ShardMarker(
+                shard, tasks=0, files=0, docs=0, source="empty", **assignment
             )
+            markers.write_shard_marker(run_dir, marker)
             counts["empty"] += 1
     open_shards = plan.nonempty_shards(table) - done
     if not open_shards:
         return counts
-    marked = {markers.source_of_marker(m) for m in output.list_suffix(markers.FILE_MARKER_SUFFIX)}
+    marked = outputs.marked(output)
     if output.remote:  # jobs read this instead of probing each file's marker
         markers.write_snapshot(run_dir, marked)
     settled = marked | quarantined
@@ -562,16 +574,16 @@ def mark_shards_without_work(
     for shard, idx in per_shard.items():
         if all(rows["file"][i] in settled for i in idx):
             left_out = sum(1 for i in idx if rows["file"][i] in quarantined)
-            markers.write_shard_marker(
-                run_dir,
+            marker = markers.ShardMarker(
                 shard,
                 tasks=len({rows["task_id"][i] for i in idx}),
                 files=len(idx),
                 docs=None,
                 source="remote",
                 quarantined=left_out,
-                **common,
+                **assignment,
             )
+            markers.write_shard_marker(run_dir, marker)
             counts["remote"] += 1
     return counts
 

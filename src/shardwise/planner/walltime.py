@@ -19,9 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from shardwise.config import Settings
-from shardwise.errors import InputError
-from shardwise.run import plan
-from shardwise.run.sidecar import STATS_SUFFIX, parse_stats
+from shardwise.run import outputs, plan
 from shardwise.run.throughput import rate_for_walltime
 from shardwise.store.location import Location
 
@@ -63,15 +61,16 @@ def default_rate(walltime: dict[str, Any]) -> float:
 
 def measured_rate(output: Location, sample: int = RATE_SAMPLE, seed: int = 0) -> float | None:
     """p10 of input bytes per second over a sample of the run's stats files."""
-    names = sorted(output.list_suffix(STATS_SUFFIX))
+    names = sorted(outputs.scan(output.list_names()).of(outputs.STATS))
     if not names:
         return None
     random.Random(seed).shuffle(names)
     stats = []
     for rel in names[:sample]:
+        where = outputs.STATS.rel(rel)
         try:
-            stats.append(parse_stats(output.read_bytes(rel), output.url(rel)))
-        except (FileNotFoundError, ValueError, InputError):
+            stats.append(outputs.STATS.parse(output.read_bytes(where), output.url(where)).figures())
+        except (FileNotFoundError, ValueError):
             continue  # one unreadable stats file must not stop the planning
     return rate_for_walltime(stats)
 

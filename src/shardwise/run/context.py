@@ -1,28 +1,116 @@
 """What a run's readers need besides run.json: ``<run_dir>/settings.json`` and the roots.
 
-The top-level Snakemake process writes ``settings.json`` (the settings that are not
-pinned: reader fields, storage options, inference, domain pairs, and the input and
-output roots resolved where it ran) on every run; shard jobs, ``verify``,
-``quarantine`` and the views read it back here. This is the one place that turns the
+The top-level Snakemake process writes ``settings.json`` (:class:`RunSettings`: the
+settings that are not pinned: reader fields, storage options, inference, domain pairs,
+and the input and output roots resolved where it ran) on every run; shard jobs,
+``verify``, ``quarantine`` and the views read it back here. This is the one place that turns the
 pinned URIs into :class:`Location`s: a relative local root is resolved once, in the
 Snakemake working directory, never guessed from where a later command runs.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shardwise.config import StorageOptions
+from shardwise.config import Pair, Settings, StorageOptions
 from shardwise.errors import InputError
 from shardwise.run import runjson
 from shardwise.run.reader import Fields
+from shardwise.run.record import Fields as RecordFields
 from shardwise.store.atomic import json_bytes, write_atomic
 from shardwise.store.location import Location
 
 SETTINGS_JSON = "settings.json"
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """``settings.json``: what the jobs and views use besides run.json's pins.
+
+    Not pinned (batch sizes may change between runs), so the top-level process writes
+    it on every run, with the input and output roots resolved where it ran
+    (``roots``): the one resolution every job and view opens.
+    """
+
+    format: str
+    id_field: str
+    text_field: str
+    url_field: str | None
+    storage: StorageOptions
+    inference: dict[str, Any] = field(default_factory=dict)  # classify.InferenceSettings
+    #: The classifier pairs each file's stats count; None in a settings.json written
+    #: before pairs were configurable (the default pairs apply).
+    pairs: tuple[Pair, ...] | None = None
+    input_root: str | None = None  # absolute path of a local root, else its URL
+    output_root: str | None = None
+
+    @classmethod
+    def of(cls, settings: Settings) -> RunSettings:
+        """The settings a config gives, with its roots resolved here (``open_roots``)."""
+        source, output = open_roots(settings)
+        return cls(
+            format=settings.input.format,
+            id_field=settings.input.id_field,
+            text_field=settings.input.text_field,
+            url_field=settings.input.url_field,
+            storage=settings.storage,
+            inference=dict(settings.inference),
+            pairs=tuple(tuple(p) for p in settings.domain_pairs),  # type: ignore[misc]
+            input_root=resolved_uri(source),
+            output_root=resolved_uri(output),
+        )
+
+    def to_json(self) -> bytes:
+        """The file's bytes."""
+        roots = {"input": self.input_root, "output": self.output_root}
+        return json_bytes(
+            {
+                "input": {
+                    "format": self.format,
+                    "id_field": self.id_field,
+                    "text_field": self.text_field,
+                    "url_field": self.url_field,
+                },
+                "storage": {k: v for k, v in vars(self.storage).items() if v is not None},
+                "inference": self.inference,
+                "domains": {"pairs": None if self.pairs is None else [list(p) for p in self.pairs]},
+                "roots": {k: v for k, v in roots.items() if v is not None},
+            }
+        )
+
+    @classmethod
+    def from_json(cls, raw: bytes, where: str) -> RunSettings:
+        """Parse settings.json; RecordError naming the field when it is not one."""
+        f = RecordFields.parse(raw, where)
+        inp, roots = f.sub("input"), f.sub("roots")
+        pairs = f.sub("domains").list("pairs", None)
+        if not all(isinstance(p, list) and len(p) == 2 for p in pairs or ()):
+            raise f.refuse("domains", "pairs must be [a, b] lists")
+        return cls(
+            format=inp.str("format"),
+            id_field=inp.str("id_field"),
+            text_field=inp.str("text_field"),
+            url_field=inp.str("url_field", None),
+            storage=StorageOptions.from_config(f.dict("storage", {})),
+            inference=f.dict("inference", {}),
+            pairs=None if pairs is None else tuple((str(a), str(b)) for a, b in pairs),
+            input_root=roots.str("input", None),
+            output_root=roots.str("output", None),
+        )
+
+    def with_output(self, output: Location) -> RunSettings:
+        """These settings with another output root (``shardwise relocate``)."""
+        return RunSettings(**{**vars(self), "output_root": resolved_uri(output)})
+
+    def roots(self, meta: runjson.RunMeta) -> tuple[Location, Location]:
+        """The input and output roots as the planner resolved them; run.json's URIs as
+        written when these settings record none (older settings.json)."""
+        return (
+            Location(self.input_root or meta.input_uri, self.storage),
+            Location(self.output_root or meta.output_uri, self.storage),
+        )
 
 
 @dataclass(frozen=True)
@@ -31,7 +119,7 @@ class JobContext:
 
     run_dir: Path
     meta: runjson.RunMeta
-    settings: dict[str, Any]
+    settings: RunSettings
     source: Location
     output: Location
     fields: Fields
@@ -46,52 +134,50 @@ class JobContext:
         if settings is None:
             msg = f"{run_dir / SETTINGS_JSON} is missing: start the run with snakemake"
             raise InputError(msg)
-        source, output = roots(meta, settings)
-        inp = settings["input"]
+        source, output = settings.roots(meta)
         return cls(
             run_dir=run_dir,
             meta=meta,
             settings=settings,
             source=source,
             output=output,
-            fields=fields_for(inp, meta.classifiers),
-            fmt=inp["format"],
+            fields=fields_for(settings, meta.classifiers),
+            fmt=settings.format,
         )
 
 
-def read_settings(run_dir: Path) -> dict[str, Any] | None:
+def open_roots(settings: Settings) -> tuple[Location, Location]:
+    """The input and output roots a config names, opened once by the planner; what it
+    records (``RunSettings``) is what every job and view opens afterwards."""
+    return Location(settings.input.uri, settings.storage), Location(
+        settings.output_uri, settings.storage
+    )
+
+
+def read_settings(run_dir: Path) -> RunSettings | None:
     """``settings.json``, or None before the first plan (synthetic run directories)."""
+    path = Path(run_dir) / SETTINGS_JSON
     try:
-        return json.loads((Path(run_dir) / SETTINGS_JSON).read_text("utf-8"))
+        return RunSettings.from_json(path.read_bytes(), str(path))
     except FileNotFoundError:
         return None
-
-
-def roots(meta: runjson.RunMeta, settings: dict[str, Any] | None) -> tuple[Location, Location]:
-    """The input and output roots of a run: as the planner resolved them, with its
-    storage options; run.json's URIs as written when ``settings.json`` has none."""
-    settings = settings or {}
-    options = StorageOptions.from_config(settings.get("storage"))
-    resolved = settings.get("roots") or {}
-    return (
-        Location(resolved.get("input") or meta.input_uri, options),
-        Location(resolved.get("output") or meta.output_uri, options),
-    )
 
 
 def recorded_output(run_dir: Path) -> Location | None:
     """The output root ``settings.json`` records, without run.json (which may be damaged);
     None before the first plan of this version."""
-    settings = read_settings(run_dir) or {}
-    root = (settings.get("roots") or {}).get("output")
-    if not root:
+    settings = read_settings(run_dir)
+    if settings is None or not settings.output_root:
         return None
-    return Location(root, StorageOptions.from_config(settings.get("storage")))
+    return Location(settings.output_root, settings.storage)
 
 
 def output_location(run_dir: Path, meta: runjson.RunMeta) -> Location:
-    """The output root of the run in ``run_dir`` (see :func:`roots`)."""
-    return roots(meta, read_settings(run_dir))[1]
+    """The output root of the run in ``run_dir`` (see :meth:`RunSettings.roots`)."""
+    settings = read_settings(run_dir)
+    if settings is None:
+        return Location(meta.output_uri)
+    return settings.roots(meta)[1]
 
 
 def resolved_uri(loc: Location) -> str:
@@ -99,12 +185,12 @@ def resolved_uri(loc: Location) -> str:
     return loc.uri if loc.remote else loc.root
 
 
-def fields_for(inp: dict[str, Any], classifiers: tuple[tuple[str, str, str], ...]) -> Fields:
+def fields_for(settings: RunSettings, classifiers: tuple[tuple[str, str, str], ...]) -> Fields:
     """The reader fields of a run: the url only when a classifier reads it (``url_text``)."""
     needs_url = any(kind == "url_text" for _name, _model, kind in classifiers)
-    return Fields(inp["id_field"], inp["text_field"], inp["url_field"] if needs_url else None)
+    return Fields(settings.id_field, settings.text_field, settings.url_field if needs_url else None)
 
 
-def write_settings(run_dir: Path, settings: dict[str, Any]) -> None:
+def write_settings(run_dir: Path, settings: RunSettings) -> None:
     """Record the non-pinned settings the shard jobs will use."""
-    write_atomic(run_dir / SETTINGS_JSON, json_bytes(settings))
+    write_atomic(run_dir / SETTINGS_JSON, settings.to_json())

@@ -14,19 +14,8 @@ from dataclasses import dataclass, field
 from functools import cache
 
 from shardwise.errors import InputError
-from shardwise.run.markers import FILE_MARKER_SUFFIX
-from shardwise.run.sidecar import SIDECAR_SUFFIX, STATS_SUFFIX
-
-#: File types shardwise reads, longest suffix first.
-SUFFIXES: dict[str, str] = {
-    ".jsonl.zst": "jsonl",
-    ".jsonl.gz": "jsonl",
-    ".jsonl": "jsonl",
-    ".parquet": "parquet",
-}
-
-#: Outputs shardwise writes; skipped as inputs when they lie under the output root.
-OUTPUT_SUFFIXES = (SIDECAR_SUFFIX, STATS_SUFFIX, FILE_MARKER_SUFFIX)
+from shardwise.run import outputs
+from shardwise.run.reader import file_format
 
 #: Why a relative path cannot be used safely as part of an output path, first match wins.
 _UNSAFE: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -44,14 +33,6 @@ class Task:
 
     task_id: str
     files: tuple[str, ...]
-
-
-def file_format(rel: str) -> str | None:
-    """``parquet`` or ``jsonl`` from the file name, None for anything else."""
-    for suffix, fmt in SUFFIXES.items():
-        if rel.endswith(suffix):
-            return fmt
-    return None
 
 
 def unsafe_reason(rel: str) -> str | None:
@@ -123,7 +104,7 @@ def select_files(
     rx = _glob_regex(glob)
     chosen: list[tuple[str, int]] = []
     hidden: list[str] = []
-    outputs: list[str] = []
+    own: list[str] = []
     unsafe: list[tuple[str, str]] = []
     for rel, size in listing:
         name = rel.rsplit("/", 1)[-1]
@@ -133,9 +114,9 @@ def select_files(
         if (
             output_prefix is not None
             and rel.startswith(output_prefix)
-            and rel.endswith(OUTPUT_SUFFIXES)
+            and outputs.kind_of(rel) is not None
         ):
-            outputs.append(rel)
+            own.append(rel)
             continue
         kind = file_format(rel)
         if kind is None or fmt not in ("auto", kind) or not rx.match(rel):
@@ -148,7 +129,7 @@ def select_files(
     if unsafe and not skip_unsafe:
         raise InputError(unsafe_names_message(unsafe))
     chosen.sort()
-    return Selection(chosen, hidden, outputs, unsafe)
+    return Selection(chosen, hidden, own, unsafe)
 
 
 def unsafe_names_message(unsafe: list[tuple[str, str]], limit: int = 20) -> str:

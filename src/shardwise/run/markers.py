@@ -9,16 +9,17 @@ its one listing found, so jobs need not ask for each marker.
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from shardwise.errors import RecordError
+from shardwise.run.record import Fields
 from shardwise.store.atomic import json_bytes, write_atomic
-from shardwise.store.location import Location
 
 FILE_MARKER_SUFFIX = ".done"
 SHARDS_DIR = "shards"
@@ -26,30 +27,137 @@ SHARDS_DIR = "shards"
 OUTPUT_MARKERS = "output-markers.txt"
 
 
-def file_marker_rel(rel: str) -> str:
-    """Relative path (under the output root) of the marker of source file ``rel``."""
-    return rel + FILE_MARKER_SUFFIX
+@dataclass(frozen=True)
+class FileMarker:
+    """``<output>/<rel>.done``: every other output of source file ``file`` is whole.
+
+    ``rows`` is the number of documents labelled; ``source_identity`` the source's
+    identity as planned (``plan.identity``). Every field is typed when present; an
+    absent one is None, and :meth:`problems` names it (markers written by hand or by
+    older versions are checked, not refused unread).
+    """
+
+    file: str | None
+    task_id: str | None
+    shard: int | None
+    rows: int | None
+    finished_at: str = ""
+    source_identity: str | None = None
+
+    @classmethod
+    def now(cls, rel: str, task_id: str, shard: int, rows: int, identity: str | None) -> FileMarker:
+        """The marker of a file finished now."""
+        return cls(rel, task_id, shard, rows, now(), identity)
+
+    def to_json(self) -> bytes:
+        """The marker's bytes."""
+        body = dataclasses.asdict(self)
+        if self.source_identity is None:
+            del body["source_identity"]
+        return json_bytes(body)
+
+    @classmethod
+    def from_json(cls, raw: bytes, where: str) -> FileMarker:
+        """Parse a marker; RecordError naming the field (it then vouches for nothing)."""
+        f = Fields.parse(raw, where)
+        return cls(
+            file=f.str("file", None),
+            task_id=f.str("task_id", None),
+            shard=f.int("shard", None),
+            rows=f.count("rows", None),
+            finished_at=f.str("finished_at", ""),
+            source_identity=f.str("source_identity", None),
+        )
+
+    def problems(self, rel: str, task_id: str, shard: int, rows: int | None) -> list[str]:
+        """How this marker disagrees with the plan row and the input's ``rows``."""
+        found = [
+            f"{key} is {got!r}, the plan says {want!r}"
+            for key, got, want in (
+                ("file", self.file, rel),
+                ("task_id", self.task_id, task_id),
+                ("shard", self.shard, shard),
+            )
+            if got != want
+        ]
+        if self.rows is None:
+            found.append("rows is None, not a count")
+        elif rows is not None and self.rows != rows:
+            found.append(f"says {self.rows} rows, the input has {rows}")
+        return found
 
 
-def source_of_marker(marker_rel: str) -> str:
-    """The source file a marker vouches for."""
-    return marker_rel.removesuffix(FILE_MARKER_SUFFIX)
+#: Who marked a shard done: its job, the planner for a shard without files, or the
+#: planner for a shard whose every file was labelled elsewhere (another cluster).
+SOURCES = ("job", "empty", "remote")
 
 
-def file_marker(
-    rel: str, task_id: str, shard: int, rows: int, identity: str | None = None
-) -> bytes:
-    """Content of a file marker (``identity``: the source's, as planned; see plan.identity)."""
-    body: dict[str, Any] = {
-        "file": rel,
-        "task_id": task_id,
-        "shard": shard,
-        "rows": rows,
-        "finished_at": now(),
-    }
-    if identity is not None:
-        body["source_identity"] = identity
-    return json_bytes(body)
+@dataclass(frozen=True)
+class ShardMarker:
+    """``<run_dir>/shards/<shard>.done``: every file of the shard has its marker (or is
+    quarantined). ``docs`` is None when the shard was finished elsewhere and its count is
+    unknown here. ``file_stats`` (file -> its stats' ``FIGURES``, written by jobs) lets
+    the coverage report take throughput and data quality from the marker instead of
+    each file's stats."""
+
+    shard: int
+    total_shards: int
+    minimum_shard_index: int
+    tasks: int | None = None
+    files: int | None = None  # None: a marker of an older version (not compared)
+    docs: int | None = None
+    source: str = "job"
+    finished_at: str = ""
+    quarantined: int = 0
+    file_stats: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def to_json(self) -> bytes:
+        """The marker's bytes (``quarantined`` and ``file_stats`` only when there are any)."""
+        body = dataclasses.asdict(self)
+        for key in ("quarantined", "file_stats"):
+            if not body[key]:
+                del body[key]
+        return json_bytes(body)
+
+    @classmethod
+    def from_json(cls, raw: bytes, where: str) -> ShardMarker:
+        """Parse a shard marker; RecordError naming the field."""
+        f = Fields.parse(raw, where)
+        file_stats = f.dict("file_stats", {})
+        if not all(isinstance(v, dict) for v in file_stats.values()):
+            raise f.refuse("file_stats", "must map each file to an object")
+        source = f.str("source", "job")
+        if source not in SOURCES:
+            raise f.refuse("source", f"must be one of {list(SOURCES)}, got {source!r}")
+        return cls(
+            shard=f.int("shard"),
+            total_shards=f.int("total_shards"),
+            minimum_shard_index=f.int("minimum_shard_index"),
+            tasks=f.count("tasks", None),
+            files=f.count("files", None),
+            docs=f.count("docs", None),
+            source=source,
+            finished_at=f.str("finished_at", ""),
+            quarantined=f.count("quarantined", 0),
+            file_stats=file_stats,
+        )
+
+    def problems(self, shard: int, within: range, planned_files: int) -> list[str]:
+        """How this marker disagrees with its name, the pinned assignment and the plan."""
+        found = [
+            f"{key} is {got!r}, run.json says {want!r}"
+            for key, got, want in (
+                ("shard", self.shard, shard),
+                ("total_shards", self.total_shards, len(within)),
+                ("minimum_shard_index", self.minimum_shard_index, within.start),
+            )
+            if got != want
+        ]
+        if self.source == "empty" and planned_files:
+            found.append(f"marked empty, but the plan gives it {planned_files} file(s)")
+        if self.files is not None and self.files != planned_files:
+            found.append(f"says {self.files} file(s), the plan has {planned_files}")
+        return found
 
 
 def shard_marker_path(run_dir: Path, shard: int) -> Path:
@@ -57,42 +165,10 @@ def shard_marker_path(run_dir: Path, shard: int) -> Path:
     return Path(run_dir) / SHARDS_DIR / f"{shard}{FILE_MARKER_SUFFIX}"
 
 
-def write_shard_marker(
-    run_dir: Path,
-    shard: int,
-    *,
-    total_shards: int,
-    minimum_shard_index: int,
-    tasks: int,
-    files: int,
-    docs: int | None,
-    source: str = "job",
-    quarantined: int = 0,
-    file_stats: dict[str, dict[str, Any]] | None = None,
-) -> None:
-    """Mark ``shard`` done (atomically). ``source`` says who decided: job, empty, remote.
-
-    ``docs`` is None when the shard was finished elsewhere and its count is unknown here;
-    ``quarantined`` counts the shard's files left out of the run (recorded when > 0).
-    ``file_stats`` (file -> docs, tokens, seconds, bytes, device_name, finished_at, and
-    the data-quality counts) lets the coverage report take throughput and data quality
-    from the marker instead of each file's stats.
-    """
-    data: dict[str, Any] = {
-        "shard": shard,
-        "total_shards": total_shards,
-        "minimum_shard_index": minimum_shard_index,
-        "tasks": tasks,
-        "files": files,
-        "docs": docs,
-        "source": source,
-        "finished_at": now(),
-    }
-    if quarantined:
-        data["quarantined"] = quarantined
-    if file_stats:
-        data["file_stats"] = file_stats
-    write_atomic(shard_marker_path(run_dir, shard), json_bytes(data))
+def write_shard_marker(run_dir: Path, marker: ShardMarker) -> None:
+    """Mark a shard done (atomically), stamped now."""
+    stamped = dataclasses.replace(marker, finished_at=now())
+    write_atomic(shard_marker_path(run_dir, marker.shard), stamped.to_json())
 
 
 def done_shards(run_dir: Path) -> set[int]:
@@ -126,62 +202,45 @@ def shard_of_marker(name: str) -> int | None:
 class DoneShards:
     """The run's done shards, in the one meaning every view uses.
 
-    A shard is done when its marker exists, is a JSON object and, when the plan is given,
-    agrees with it: the assignment (``total_shards``, ``minimum_shard_index``) and the
-    number of files. A garbled marker vouches for nothing, and a marker left by another
-    assignment (a re-pin interrupted before the run-directory state was reset) vouches
-    for other files: neither shard is done. Snakemake only sees that the file exists, so
-    the planner removes stale markers and ``shardwise verify --repair`` garbled ones.
+    A shard is done when its marker exists, parses and agrees with the plan: the
+    assignment (``total_shards``, ``minimum_shard_index``) and the number of files. A
+    garbled marker vouches for nothing, and a marker left by another assignment (a
+    re-pin interrupted before the run-directory state was reset) vouches for other
+    files: neither shard is done. Snakemake only sees that the file exists, so the
+    planner removes stale markers and ``shardwise verify --repair`` garbled ones.
     """
 
-    bodies: dict[int, dict[str, Any]]  # shard -> its marker, for every done shard
-    unreadable: tuple[int, ...] = ()  # shards whose marker is not a JSON object
+    markers: dict[int, ShardMarker]  # every done shard's marker
+    unreadable: tuple[int, ...] = ()  # shards whose marker does not parse
     stale: tuple[int, ...] = ()  # shards whose marker disagrees with the plan
 
     @property
     def shards(self) -> set[int]:
         """The done shards."""
-        return set(self.bodies)
+        return set(self.markers)
 
 
-def read_done(
-    run_dir: Path,
-    within: range | None = None,
-    *,
-    files: Mapping[int, int] | None = None,
-) -> DoneShards:
-    """Read every shard marker (``within`` the run's shard range, when given).
-
-    ``files`` (shard -> planned files; absent shards have none) and ``within`` (the
-    pinned range) let markers that disagree with the plan count as stale.
-    """
-    bodies: dict[int, dict[str, Any]] = {}
+def read_done(run_dir: Path, within: range, files: Mapping[int, int]) -> DoneShards:
+    """Every shard marker of the pinned range ``within``, judged against the plan's
+    ``files`` per shard (absent shards have none); see :class:`DoneShards`."""
+    found: dict[int, ShardMarker] = {}
     bad: list[int] = []
     stale: list[int] = []
     for shard in sorted(done_shards(run_dir)):
-        if within is not None and shard not in within:
+        if shard not in within:
             continue
         try:
-            body = read_shard_marker(run_dir, shard)
-        except (OSError, ValueError):
-            body = None
-        if not isinstance(body, dict):
+            marker = read_shard_marker(run_dir, shard)
+        except (OSError, RecordError):
             bad.append(shard)
-        elif _disagrees(body, within, files.get(shard, 0) if files is not None else None):
-            stale.append(shard)
+            continue
+        planned = files.get(shard, 0)
+        agrees = (marker.total_shards, marker.minimum_shard_index) == (len(within), within.start)
+        if agrees and marker.files in (None, planned):
+            found[shard] = marker
         else:
-            bodies[shard] = body
-    return DoneShards(bodies, tuple(bad), tuple(stale))
-
-
-def _disagrees(body: dict[str, Any], within: range | None, planned: int | None) -> bool:
-    """A marker of another assignment, or one counting other files than the plan's."""
-    if within is not None and (
-        body.get("total_shards", len(within)) != len(within)
-        or body.get("minimum_shard_index", within.start) != within.start
-    ):
-        return True
-    return planned is not None and isinstance(body.get("files"), int) and body["files"] != planned
+            stale.append(shard)
+    return DoneShards(found, tuple(bad), tuple(stale))
 
 
 def remove_shard_markers(run_dir: Path, shards: Iterable[int]) -> list[int]:
@@ -195,24 +254,10 @@ def remove_shard_markers(run_dir: Path, shards: Iterable[int]) -> list[int]:
     return removed
 
 
-def read_shard_marker(run_dir: Path, shard: int) -> dict[str, Any]:
-    """Parse a shard marker."""
-    return json.loads(shard_marker_path(run_dir, shard).read_text("utf-8"))
-
-
-def parse_file_marker(data: bytes) -> dict[str, Any]:
-    """A file marker's content; ValueError when it is not a JSON object (it vouches for
-    nothing: the file is labelled again)."""
-    body = json.loads(data)
-    if not isinstance(body, dict):
-        msg = "not a JSON object"
-        raise ValueError(msg)
-    return body
-
-
-def read_file_marker(output: Location, rel: str) -> dict[str, Any]:
-    """The marker of source file ``rel``; FileNotFoundError, or ValueError if unreadable."""
-    return parse_file_marker(output.read_bytes(file_marker_rel(rel)))
+def read_shard_marker(run_dir: Path, shard: int) -> ShardMarker:
+    """Parse a shard marker; RecordError when it is not one."""
+    path = shard_marker_path(run_dir, shard)
+    return ShardMarker.from_json(path.read_bytes(), str(path))
 
 
 def write_snapshot(run_dir: Path, marked: set[str]) -> None:

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from shardwise.errors import ConfigError, InputError
-from shardwise.run import context, markers, plan, runjson
+from shardwise.run import context, markers, outputs, plan, runjson
 from shardwise.store.atomic import json_bytes, write_atomic
 
 QUARANTINE_JSON = "quarantine.json"
@@ -140,7 +140,7 @@ def add(run_dir: Path, names: Iterable[str], reason: str) -> list[Entry]:
     meta = runjson.read_run_dir(run_dir)
     files = resolve(names, plan.load(run_dir)["file"].to_pylist(), meta.input_uri)
     output = context.output_location(run_dir, meta)
-    labelled = [rel for rel in files if output.exists(markers.file_marker_rel(rel))]
+    labelled = [rel for rel in files if output.exists(outputs.MARKER.rel(rel))]
     if labelled:
         msg = (
             f"{len(labelled)} file(s) are already labelled: {', '.join(labelled)}; "

@@ -45,8 +45,15 @@ import pyarrow.parquet as pq
 import zstandard
 
 from shardwise.errors import FieldMissingError, InputError
-from shardwise.run.manifest import file_format
 from shardwise.store.location import Location
+
+#: File types the reader reads, longest suffix first (``input.format: auto``).
+SUFFIXES: dict[str, str] = {
+    ".jsonl.zst": "jsonl",
+    ".jsonl.gz": "jsonl",
+    ".jsonl": "jsonl",
+    ".parquet": "parquet",
+}
 
 #: Data-quality counts a file's stats hold under ``counts`` (views add them up).
 QUALITY_COUNTS = (
@@ -103,6 +110,14 @@ class Documents:
 
     def __len__(self) -> int:
         return len(self.texts)
+
+
+def file_format(rel: str) -> str | None:
+    """``parquet`` or ``jsonl`` from the file name, None for anything else."""
+    for suffix, fmt in SUFFIXES.items():
+        if rel.endswith(suffix):
+            return fmt
+    return None
 
 
 def read_documents(loc: Location, rel: str, fields: Fields, fmt: str = "auto") -> Documents:

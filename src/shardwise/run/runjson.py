@@ -166,6 +166,12 @@ def create_or_validate(
     raise StorageError(msg)
 
 
+def replace(loc: Location, meta: RunMeta) -> None:
+    """Overwrite the run.json at ``loc``: only an explicit re-pin (``plan --repin``, while
+    nothing is labelled) or ``relocate`` does; every other write is create-or-validate."""
+    loc.write_bytes(RUN_JSON, meta.to_json())
+
+
 def local_path(run_dir: Path) -> Path:
     """``<run_dir>/run.json``."""
     return Path(run_dir) / RUN_JSON

@@ -1,45 +1,25 @@
-"""The labels-only sidecar and the per-file stats: names and layout, in one place.
+"""The labels-only sidecar ``<rel>.labels.parquet``: its columns, bytes and checks.
 
-For a source file ``<rel>`` under the input root, the output root receives
-``<rel>.labels.parquet`` (row-aligned with the input: same order, same count; the
-document id, then per classifier ``<name>_label``, ``<name>_label_id``,
-``<name>_score`` and, when asked, ``<name>_probs``) and ``<rel>.stats.json``.
-The ``.done`` marker (see ``markers``) is written after both.
+Row-aligned with the input (same order, same count): the document id, then per
+classifier ``<name>_label``, ``<name>_label_id``, ``<name>_score`` and, when asked,
+``<name>_probs``. Which outputs a file has, and the order they are written in, is
+``run/outputs.py``'s.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import platform
-import socket
-from collections.abc import Sequence
-from datetime import UTC, datetime
-from importlib import metadata
-from typing import Any
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from shardwise.errors import InputError
-from shardwise.run.labelcounts import compact_json
-from shardwise.store.atomic import json_bytes
+from shardwise.errors import InputError, RecordError
 
-SIDECAR_SUFFIX = ".labels.parquet"
-STATS_SUFFIX = ".stats.json"
-#: Packages whose versions go into every stats file (reproducibility).
-VERSIONED = ("shardwise", "torch", "transformers", "tokenizers", "pyarrow")
-
-
-def sidecar_rel(rel: str) -> str:
-    """Relative path of the sidecar of source file ``rel``."""
-    return rel + SIDECAR_SUFFIX
-
-
-def stats_rel(rel: str) -> str:
-    """Relative path of the stats file of source file ``rel``."""
-    return rel + STATS_SUFFIX
+SUFFIX = ".labels.parquet"
+#: Columns every classifier contributes to a sidecar (``_probs`` is optional).
+CLASSIFIER_COLUMNS = ("_label", "_label_id", "_score")
 
 
 def build_table(ids: list[str | None], columns: dict[str, pa.Array]) -> pa.Table:
@@ -83,99 +63,58 @@ def to_parquet_bytes(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def read_sidecar(data: bytes) -> pa.Table:
-    """Parse sidecar bytes."""
-    return pq.read_table(pa.BufferReader(data))  # no Python file for Arrow's threads
-
-
-def versions() -> dict[str, str]:
-    """Installed versions of the packages that decide the labels."""
-    out = {}
-    for name in VERSIONED:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = "not installed"
-    return out
-
-
-def build_stats(
-    *,
-    rel: str,
-    task_id: str,
-    shard: int,
-    size: int,
-    docs: int,
-    seconds: float,
-    timings: dict[str, float],
-    engine_stats: dict[str, Any],
-    device: str,
-    device_name: str,
-    dtype: str,
-    counts: dict[str, int],
-    models: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The ``.stats.json`` content for one labelled file.
-
-    ``tokens`` (and so ``tokens_per_s``) counts real, unpadded tokens of every
-    classifier's input, summed over the classifiers (four classifiers: each document's
-    tokens four times). Two rates, one meaning each: ``tokens_per_s`` is tokens per
-    second of the file's whole time (read to write: what the walltime and the ETA use);
-    ``engine.infer_tokens_per_s`` is the same tokens per second of inference alone (the
-    device's speed, several times higher).
-    """
-    tokens = int(engine_stats.get("tokens", 0))
-    return {
-        "file": rel,
-        "task_id": task_id,
-        "shard": shard,
-        "bytes": size,
-        "docs": docs,
-        "tokens": tokens,
-        "seconds": round(seconds, 4),
-        "docs_per_s": round(docs / seconds, 3) if seconds > 0 else None,
-        "tokens_per_s": round(tokens / seconds, 1) if seconds > 0 else None,
-        "timings": {k: round(v, 4) for k, v in timings.items()},
-        "engine": engine_stats,
-        "tokens_counted": "real (unpadded) tokens of each classifier's input, summed over "
-        "classifiers; tokens_per_s: per second of the file's whole time (read to write); "
-        "engine.infer_tokens_per_s: per second of inference alone",
-        "counts": dict(counts),
-        "truncated_docs": int(engine_stats.get("truncated_docs", 0)),
-        # per classifier: docs labelled from fp32, the expected number of the others that
-        # differ from fp32 and its 95% bound (classify/recheck.py fidelity())
-        "fidelity": list(engine_stats.get("fidelity", [])),
-        "models": models or {},
-        "device": device,
-        "device_name": device_name,
-        "dtype": dtype,
-        "hostname": socket.gethostname(),
-        "platform": platform.platform(),
-        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
-        "versions": versions(),
-        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
-    }
-
-
-def stats_bytes(stats: dict[str, Any]) -> bytes:
-    """Serialise stats: indented, except ``label_counts``, which is one compact line.
-
-    ``label_counts`` (see ``labelcounts``) holds hundreds of cells for a large file;
-    indented it would be most of the file and slow every reader of the stats.
-    """
-    counts = stats.get("label_counts")
-    if counts is None:
-        return json_bytes(stats)
-    head = json_bytes({k: v for k, v in stats.items() if k != "label_counts"}).decode("utf-8")
-    body = head.rstrip().removesuffix("}").rstrip()
-    sep = "," if body != "{" else ""
-    return f'{body}{sep}\n  "label_counts": {compact_json(counts)}\n}}\n'.encode()
-
-
-def parse_stats(data: bytes, where: str) -> dict[str, Any]:
-    """Parse a stats file; InputError naming it when it is not JSON."""
+def read_sidecar(data: bytes, where: str = "sidecar") -> pa.Table:
+    """Parse sidecar bytes; RecordError naming ``where`` when they are not Parquet."""
     try:
-        return json.loads(data)
-    except ValueError as e:
-        msg = f"{where}: stats file is not valid JSON: {e}"
-        raise InputError(msg) from e
+        return pq.read_table(pa.BufferReader(data))  # no Python file for Arrow's threads
+    except (pa.ArrowException, OSError) as e:
+        raise RecordError(where, f"not a Parquet table: {type(e).__name__}: {e}") from e
+
+
+def problems(
+    table: pa.Table, classifiers: Iterable[str], ids: list[str | None] | None
+) -> list[str]:
+    """What is wrong with a sidecar: rows and ids against the input's, label columns."""
+    found: list[str] = []
+    if ids is not None and table.num_rows != len(ids):
+        found.append(f"has {table.num_rows} rows, the input has {len(ids)}")
+    if "id" not in table.column_names:
+        found.append("no id column")
+    elif ids is not None and table.num_rows == len(ids):
+        got = table["id"].to_pylist()
+        if got != ids:
+            first = next(i for i, (a, b) in enumerate(zip(got, ids, strict=True)) if a != b)
+            wrong = sum(1 for a, b in zip(got, ids, strict=True) if a != b)
+            found.append(
+                f"ids differ from the input's at {wrong} row(s); first at row {first}: "
+                f"{got[first]!r} != {ids[first]!r}"
+            )
+    for name in classifiers:
+        found += _column_problems(table, name)
+    return found
+
+
+def _column_problems(table: pa.Table, name: str) -> list[str]:
+    """One classifier's columns: present, non-null, of their types, no NaN score."""
+    found = []
+    for suffix in CLASSIFIER_COLUMNS:
+        column = name + suffix
+        if column not in table.column_names:
+            found.append(f"no {column} column")
+            continue
+        col = table[column]
+        if col.null_count:
+            found.append(f"{column} has {col.null_count} null(s)")
+        if suffix == "_label" and not pa.types.is_string(col.type):
+            found.append(f"{column} is {col.type}, not string")
+        elif suffix == "_label_id" and not pa.types.is_integer(col.type):
+            found.append(f"{column} is {col.type}, not an integer")
+        elif suffix == "_score":
+            if not pa.types.is_floating(col.type):
+                found.append(f"{column} is {col.type}, not a float")
+            elif (nans := pc.sum(pc.is_nan(col)).as_py() or 0) > 0:
+                found.append(f"{column} has {nans} NaN(s)")
+    probs = name + "_probs"
+    if probs in table.column_names and table[probs].null_count:
+        found.append(f"{probs} has {table[probs].null_count} null(s)")
+    return found

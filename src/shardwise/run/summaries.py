@@ -26,8 +26,8 @@ The schema metadata ``shardwise`` is JSON: ``format_version``, ``shard``,
 ``written_at``, ``labels`` (classifier -> label names), ``pairs``, ``views``, ``tasks``
 (``[{task_id, docs, text_bytes, files}]``, tasks whose every file has counts) and
 ``incomplete_tasks`` (task ids with a file without counts: not labelled, for the
-estimate). Each file's throughput fields go into the shard marker instead
-(``file_stats``), which the coverage report reads anyway.
+estimate). Each file's figures go into the shard marker instead (``file_stats``),
+which the coverage report reads anyway.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ import numpy as np
 import pyarrow as pa
 
 from shardwise.run import journal
+from shardwise.run.filestats import FIGURES, FileStats
 from shardwise.run.labelcounts import add_counts, pair_key
 from shardwise.store.atomic import write_atomic
 
@@ -52,20 +53,6 @@ SUMMARIES_DIR = "summaries"
 SUFFIX = ".arrow"
 FORMAT_VERSION = 1
 META_KEY = b"shardwise"
-#: Per-file fields the shard marker keeps for the coverage report: throughput, and the
-#: data-quality counts (``counts``, ``truncated_docs``) it adds up.
-FILE_FIELDS = (
-    "docs",
-    "tokens",
-    "seconds",
-    "bytes",
-    "device_name",
-    "finished_at",
-    "counts",
-    "truncated_docs",
-    "fidelity",
-)
-
 SCHEMA = pa.schema(
     [
         ("task", pa.int32()),
@@ -270,7 +257,7 @@ def write_for_shard(
 
     ``files`` are (file, task id) pairs of the shard; ``read_stats(rel)`` returns a
     file's ``.stats.json`` bytes, used only for files the journal does not cover.
-    Returns each file's throughput fields (:data:`FILE_FIELDS`, for the shard marker).
+    Returns each file's figures (``filestats.FIGURES``, for the shard marker).
     Never raises: the labels are done whatever happens here; a shard without a summary
     counts as unlabelled in ``shardwise domains``, which says so.
     """
@@ -282,15 +269,16 @@ def write_for_shard(
             entry = journal_lines.get(rel)
             if entry is None or "label_counts" not in entry:
                 try:
-                    entry = json.loads(read_stats(rel))
+                    stats = FileStats.from_json(read_stats(rel), rel)
                 except (OSError, ValueError) as e:
                     log.warning("shard %s: no label counts for %s (%s)", shard, rel, e)
                     continue
+                entry = journal_fields(stats)
             if isinstance(entry.get("label_counts"), dict):
                 counts[rel] = entry["label_counts"]
-            fields = entry.get("stats", entry)
-            if isinstance(fields, dict):
-                rows[rel] = {k: fields.get(k) for k in FILE_FIELDS}
+            figures = entry.get("stats", entry)  # older journal lines kept them at the top
+            if isinstance(figures, dict):
+                rows[rel] = {k: figures.get(k) for k in FIGURES}
         by_task: dict[str, list[str]] = {}
         for rel, task_id in files:
             by_task.setdefault(task_id, []).append(rel)
@@ -300,9 +288,9 @@ def write_for_shard(
     return rows
 
 
-def journal_fields(stats: Mapping[str, Any]) -> dict[str, Any]:
-    """What a progress-journal line keeps of a file's stats: counts and throughput."""
-    out: dict[str, Any] = {"stats": {k: stats.get(k) for k in FILE_FIELDS}}
-    if "label_counts" in stats:
-        out["label_counts"] = stats["label_counts"]
+def journal_fields(stats: FileStats) -> dict[str, Any]:
+    """What a progress-journal line keeps of a file's stats: counts and figures."""
+    out: dict[str, Any] = {"stats": stats.figures()}
+    if stats.label_counts is not None:
+        out["label_counts"] = stats.label_counts
     return out

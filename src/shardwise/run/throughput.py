@@ -6,22 +6,19 @@ and a mean over all files hides a slow partition. Percentiles are over files: th
 (slow side) is what sizes a SLURM walltime, the aggregate (sum of work / sum of seconds)
 is what an ETA needs, since the total time is a sum, not a median.
 
-Everything here is pure: callers pass the stats dicts (or a :class:`StatsTable`) in.
+Everything here is pure: callers pass the stats figures (or a :class:`StatsTable`) in;
+reading them from the files is ``run/filestats.py``'s.
 """
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.json as pa_json
 
 from shardwise.run.reader import QUALITY_COUNTS
 
@@ -35,7 +32,6 @@ __all__ = [
     "eta",
     "parse_time",
     "rate_for_walltime",
-    "stats_from_json",
     "stats_table",
     "summarize",
 ]
@@ -116,7 +112,7 @@ def _quality_row(row: dict[str, Any]) -> list[float]:
 def concat(*tables: StatsTable) -> StatsTable:
     """The rows of several tables; a file in more than one keeps its latest row."""
     columns = {n: np.concatenate([getattr(t, n) for t in tables]) for n in _COLUMNS}
-    return _latest_per_file(StatsTable(**columns))
+    return latest_per_file(StatsTable(**columns))
 
 
 def number(value: Any) -> float:
@@ -153,12 +149,12 @@ def stats_table(stats: Iterable[dict[str, Any]] | StatsTable) -> StatsTable:
         quality=np.array([_quality_row(row) for row in rows], np.float64).reshape(
             len(rows), len(QUALITY)
         ),
-        fidelity=_objects([_fidelity_of(row) for row in rows]),
+        fidelity=objects([_fidelity_of(row) for row in rows]),
     )
-    return _latest_per_file(table)
+    return latest_per_file(table)
 
 
-def _objects(values: list[Any]) -> np.ndarray:
+def objects(values: list[Any]) -> np.ndarray:
     """A 1-d object array of ``values`` (numpy would make a list of lists 2-d)."""
     out = np.empty(len(values), dtype=object)
     out[:] = values
@@ -170,98 +166,6 @@ def _fidelity_of(row: dict[str, Any]) -> list[dict[str, Any]]:
     return [f for f in value if isinstance(f, dict)] if isinstance(value, list) else []
 
 
-#: The stats fields rates need, as Arrow types for the bulk JSON parser.
-_ARROW_SCHEMA = pa.schema(
-    [
-        ("file", pa.string()),
-        ("shard", pa.float64()),
-        ("device_name", pa.string()),
-        ("docs", pa.float64()),
-        ("tokens", pa.float64()),
-        ("seconds", pa.float64()),
-        ("bytes", pa.float64()),
-        ("finished_at", pa.string()),
-        ("counts", pa.struct([(k, pa.float64()) for k in QUALITY_COUNTS])),
-        ("truncated_docs", pa.float64()),
-        (
-            "fidelity",
-            pa.list_(
-                pa.struct(
-                    [
-                        ("classifier", pa.string()),
-                        ("docs", pa.float64()),
-                        ("fp32_docs", pa.float64()),
-                        ("mode", pa.string()),
-                        ("residual", pa.float64()),
-                        ("residual_upper", pa.float64()),
-                        ("margin_too_small", pa.bool_()),
-                    ]
-                )
-            ),
-        ),
-    ]
-)
-
-
-def stats_from_json(blobs: Iterable[bytes]) -> StatsTable:
-    """Parse raw ``.stats.json`` contents in bulk (Arrow's C++ JSON reader).
-
-    ~3x faster than ``json.loads`` per file plus Python column building, which is most
-    of the coverage report's time on a 50k-file run. A raw newline can only be
-    whitespace in JSON, so each document becomes one NDJSON line. Anything Arrow
-    refuses (a field of the wrong type, a truncated file) falls back to the per-file
-    path, which skips the bad file and keeps the rest.
-    """
-    docs = [b for b in blobs if b.strip()]
-    if not docs:
-        return stats_table(())
-    blob = b"\n".join(b.replace(b"\r", b" ").replace(b"\n", b" ") for b in docs)
-    try:
-        table = pa_json.read_json(
-            pa.BufferReader(blob),
-            read_options=pa_json.ReadOptions(use_threads=True, block_size=1 << 24),
-            parse_options=pa_json.ParseOptions(
-                explicit_schema=_ARROW_SCHEMA, unexpected_field_behavior="ignore"
-            ),
-        )
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        return stats_table(_loads_each(docs))
-    if table.num_rows != len(docs):
-        return stats_table(_loads_each(docs))
-
-    def floats(name: str) -> np.ndarray:
-        return table[name].to_numpy().astype(np.float64)  # nulls -> NaN
-
-    shard = floats("shard")
-    return _latest_per_file(
-        StatsTable(
-            file=np.array(table["file"].fill_null("").to_pylist(), dtype=object),
-            shard=np.where(np.isfinite(shard), shard, -1).astype(np.int64),
-            device_name=np.array(
-                table["device_name"].fill_null(UNKNOWN_DEVICE).to_pylist(), dtype=object
-            ),
-            docs=floats("docs"),
-            tokens=floats("tokens"),
-            seconds=floats("seconds"),
-            bytes=floats("bytes"),
-            finished_at=_epoch_seconds(table["finished_at"]),
-            quality=_quality_columns(table),
-            fidelity=_objects([v or [] for v in table["fidelity"].to_pylist()]),
-        )
-    )
-
-
-def _quality_columns(table: pa.Table) -> np.ndarray:
-    """The data-quality counts of bulk-parsed stats as a (files x QUALITY) matrix."""
-    counts = table["counts"].combine_chunks()
-    columns = [
-        pc.struct_field(counts, k).to_numpy(zero_copy_only=False).astype(np.float64)
-        for k in QUALITY_COUNTS
-    ]
-    columns.append(table["truncated_docs"].to_numpy().astype(np.float64))
-    return np.column_stack(columns) if columns else np.zeros((table.num_rows, 0))
-
-
 def quality_totals(stats: StatsTable, mask: np.ndarray | None = None) -> dict[str, int]:
     """Sums of the data-quality counts over ``stats`` (rows in ``mask``), zeros left out."""
     matrix = stats.quality if mask is None else stats.quality[mask]
@@ -269,28 +173,7 @@ def quality_totals(stats: StatsTable, mask: np.ndarray | None = None) -> dict[st
     return {k: int(v) for k, v in zip(QUALITY, sums, strict=True) if v}
 
 
-def _loads_each(docs: Iterable[bytes]) -> Iterator[dict[str, Any]]:
-    """``json.loads`` each document, skipping unreadable ones and non-objects."""
-    for doc in docs:
-        try:
-            body = json.loads(doc)
-        except ValueError:
-            continue
-        if isinstance(body, dict):
-            yield body
-
-
-def _epoch_seconds(values: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    """ISO 8601 strings -> POSIX seconds, vectorised; per value only if Arrow refuses."""
-    try:
-        stamps = pc.cast(values, pa.timestamp("us", tz="UTC"))
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return np.array([parse_time(v) for v in values.to_pylist()], dtype=np.float64)
-    micros = pc.cast(stamps, pa.int64()).to_numpy(zero_copy_only=False).astype(np.float64)
-    return micros / 1e6
-
-
-def _latest_per_file(t: StatsTable) -> StatsTable:
+def latest_per_file(t: StatsTable) -> StatsTable:
     """Keep one row per non-empty ``file``, the one with the latest ``finished_at``."""
     named = t.file != ""
     if np.unique(t.file[named]).size == int(named.sum()):

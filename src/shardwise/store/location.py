@@ -198,6 +198,19 @@ class Location:
             version = info.get("ETag") or info.get("etag") or info.get("mtime") or ""
             yield key[len(prefix) :], int(info.get("size") or 0), str(version).strip('"')
 
+    def list_names(self) -> list[str]:
+        """Every file below the root (relative paths, sorted), without sizes: locally no
+        stat per file, which is most of a listing's time on a network filesystem."""
+        if self.remote:
+            return [rel for rel, _ in self.list_files()]
+        root = Path(self.root)
+        if not root.is_dir():
+            return []
+        try:
+            return sorted(_walk_local_names(root))
+        except OSError as e:
+            raise self._fail("list", "", e) from e
+
     def list_suffix(self, suffix: str) -> set[str]:
         """Relative paths of files ending in ``suffix`` (one listing, no per-file probes)."""
         return {rel for rel, _ in self.list_files() if rel.endswith(suffix)}
@@ -410,6 +423,19 @@ def _walk_local(root: Path) -> Iterator[tuple[str, int, str]]:
                 elif entry.is_file(follow_symlinks=True):
                     stat = entry.stat()
                     yield rel, stat.st_size, str(stat.st_mtime_ns)
+
+
+def _walk_local_names(root: Path) -> Iterator[str]:
+    """Recursive scandir, names only (the entry type comes with the listing)."""
+    stack = [(str(root), "")]
+    while stack:
+        directory, prefix = stack.pop()
+        with os.scandir(directory) as it:
+            for entry in it:
+                if entry.is_dir(follow_symlinks=True):
+                    stack.append((entry.path, f"{prefix}{entry.name}/"))
+                elif entry.is_file(follow_symlinks=True):
+                    yield f"{prefix}{entry.name}"
 
 
 def _http_status(exc: BaseException) -> int | None:

@@ -1,0 +1,190 @@
+"""The per-file output contract: every file a run writes beside a labelled source file.
+
+For a source file ``<rel>``, each output kind is ``<rel><suffix>`` under the output
+root. One registry, :data:`KINDS`, names them in the order they are written: the data
+kinds (today the sidecar), then the stats (which time the writes before them), then
+the marker, last, which vouches for every other. Each kind says how it is built from a
+labelled file, how its bytes parse into a typed record, and how a record is checked
+against the plan and the input.
+
+Whoever asks "is this a shardwise output?", "what must a labelled file have?" or
+"write a labelled file's outputs" asks here: the manifest (what is not an input),
+``verify`` (presence, orphans, contents), coverage, the planner's walltime. A new
+kind is one entry of :data:`KINDS` with its builder, parser and checker (and tests);
+nothing else names a suffix.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pyarrow as pa
+
+from shardwise.run import filestats, markers, sidecar
+from shardwise.run.filestats import FileStats
+from shardwise.run.markers import FileMarker
+from shardwise.store.location import Location
+
+__all__ = [
+    "KINDS",
+    "MARKER",
+    "SIDECAR",
+    "STATS",
+    "Expected",
+    "Labelled",
+    "OutputKind",
+    "Scan",
+    "kind_of",
+    "kinds",
+    "marked",
+    "read_marker",
+    "scan",
+    "write_all",
+]
+
+
+@dataclass(frozen=True)
+class Labelled:
+    """One labelled source file: what every output kind is built from."""
+
+    rel: str
+    task_id: str
+    shard: int
+    identity: str | None  # the source's identity when it was planned
+    ids: list[str | None]
+    columns: Mapping[str, pa.Array]  # the label columns, in input order
+    stats: FileStats
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What the outputs of one planned file must agree with (``verify``)."""
+
+    rel: str
+    task_id: str
+    shard: int
+    ids: list[str | None] | None  # the input's ids in order; None when it is unreadable
+    classifiers: tuple[str, ...]
+    labelling: Mapping[str, Any] | None  # as run.json pins it
+
+    @property
+    def rows(self) -> int | None:
+        """The input's row count, when it was read."""
+        return None if self.ids is None else len(self.ids)
+
+
+@dataclass(frozen=True)
+class OutputKind:
+    """One kind of per-file output: its name, suffix, builder, parser and checker."""
+
+    name: str
+    suffix: str
+    build: Callable[[Labelled], bytes]
+    #: bytes and where they came from -> a typed record; RecordError when they are not one
+    parse: Callable[[bytes, str], Any]
+    #: a parsed record against the plan row and the input -> one line per problem
+    check: Callable[[Any, Expected], list[str]]
+    #: 0 bytes is damage the listing alone shows (a sidecar is never empty)
+    nonempty: bool = False
+
+    def rel(self, source: str) -> str:
+        """Where this output of source file ``source`` lies under the output root."""
+        return source + self.suffix
+
+
+SIDECAR = OutputKind(
+    "sidecar",
+    sidecar.SUFFIX,
+    build=lambda f: sidecar.to_parquet_bytes(sidecar.build_table(f.ids, dict(f.columns))),
+    parse=sidecar.read_sidecar,
+    check=lambda table, want: sidecar.problems(table, want.classifiers, want.ids),
+    nonempty=True,
+)
+STATS = OutputKind(
+    "stats",
+    filestats.SUFFIX,
+    build=lambda f: f.stats.to_json(),
+    parse=FileStats.from_json,
+    check=lambda stats, want: stats.problems(want.rel, want.rows, want.labelling),
+)
+MARKER = OutputKind(
+    "marker",
+    markers.FILE_MARKER_SUFFIX,
+    build=lambda f: FileMarker.now(f.rel, f.task_id, f.shard, len(f.ids), f.identity).to_json(),
+    parse=FileMarker.from_json,
+    check=lambda marker, want: marker.problems(want.rel, want.task_id, want.shard, want.rows),
+)
+#: Every per-file output, in write order: data kinds, then STATS, then MARKER (last).
+KINDS: tuple[OutputKind, ...] = (SIDECAR, STATS, MARKER)
+
+
+def kinds() -> tuple[OutputKind, ...]:
+    """The registry as it is now (read at call time, so a test may add a kind)."""
+    return KINDS
+
+
+def vouched() -> tuple[OutputKind, ...]:
+    """What a file's marker vouches for: every kind but the marker."""
+    return tuple(kind for kind in kinds() if kind is not MARKER)
+
+
+def kind_of(name: str) -> tuple[OutputKind, str] | None:
+    """(kind, source file) for the name of a shardwise output, else None.
+
+    The longest suffix wins, so ``x.labels.parquet`` is never read as an output of ``x``
+    of some shorter kind.
+    """
+    for kind in sorted(kinds(), key=lambda k: -len(k.suffix)):
+        if name.endswith(kind.suffix) and len(name) > len(kind.suffix):
+            return kind, name[: -len(kind.suffix)]
+    return None
+
+
+def read_marker(output: Location, rel: str) -> FileMarker:
+    """The marker of source file ``rel``; FileNotFoundError, or RecordError when it is
+    unreadable (it then vouches for nothing: the file is labelled again)."""
+    return MARKER.parse(output.read_bytes(MARKER.rel(rel)), output.url(MARKER.rel(rel)))
+
+
+def marked(output: Location) -> set[str]:
+    """The source files with a marker under ``output`` (one listing)."""
+    return set(scan(rel for rel, _size in output.list_files()).of(MARKER))
+
+
+def write_all(output: Location, labelled: Labelled) -> FileStats:
+    """Write every output of a labelled file, each atomically, in registry order: the
+    marker last, so that it never vouches for an output not yet whole. The stats record
+    the time the outputs before them took; they are returned as written."""
+    started = time.perf_counter()
+    for kind in kinds():
+        if kind is STATS:
+            labelled = replace(
+                labelled, stats=labelled.stats.with_write(time.perf_counter() - started)
+            )
+        output.write_bytes(kind.rel(labelled.rel), kind.build(labelled))
+    return labelled.stats
+
+
+@dataclass(frozen=True)
+class Scan:
+    """One listing of an output root, sorted by kind: source file -> size, per kind."""
+
+    found: dict[str, dict[str, int]] = field(default_factory=dict)  # kind name -> files
+
+    def of(self, kind: OutputKind) -> dict[str, int]:
+        """The source files that have an output of ``kind``, with its size."""
+        return self.found.get(kind.name, {})
+
+
+def scan(names: Iterable[str], sizes: Mapping[str, int] | None = None) -> Scan:
+    """The outputs among the names of a listing of the output root (with their sizes
+    when known, else 0)."""
+    found: dict[str, dict[str, int]] = {kind.name: {} for kind in kinds()}
+    for name in names:
+        hit = kind_of(name)
+        if hit is not None:
+            found[hit[0].name][hit[1]] = sizes.get(name, 0) if sizes else 0
+    return Scan(found)

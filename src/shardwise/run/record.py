@@ -1,0 +1,101 @@
+"""Reading the run's JSON files into typed records: each field checked once, by name.
+
+Every file shardwise writes beside the labels (markers, stats, settings.json) is a
+frozen dataclass with one ``to_json`` and one ``from_json``; ``from_json`` reads the
+object through :class:`Fields`, whose getters refuse a field of the wrong type with
+the file and the field's name (a bool is never an int), as NeMo Curator's
+``_require_manifest_int`` does. Fields written by older versions may be absent: each
+record says which ones have defaults.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from shardwise.errors import RecordError
+
+__all__ = ["Fields", "load_object"]
+
+#: Marks a field without a default (absent: refused).
+_REQUIRED: Any = object()
+
+
+def load_object(raw: bytes | str, where: str) -> dict[str, Any]:
+    """The JSON object in ``raw``; RecordError naming ``where`` when it is not one."""
+    try:
+        data = json.loads(raw)
+    except ValueError as e:  # also UnicodeDecodeError
+        raise RecordError(where, f"not valid JSON: {e}") from e
+    if not isinstance(data, dict):
+        raise RecordError(where, "not a JSON object")
+    return data
+
+
+class Fields:
+    """One JSON object read into a record: a getter per field, each checking its type."""
+
+    def __init__(self, data: dict[str, Any], where: str) -> None:
+        self.data = data
+        self.where = where
+
+    @classmethod
+    def parse(cls, raw: bytes | str, where: str) -> Fields:
+        """The fields of the JSON object in ``raw``."""
+        return cls(load_object(raw, where), where)
+
+    def _get(self, key: str, default: Any, ok: type | tuple[type, ...], what: str) -> Any:
+        """The value of ``key`` if it is of type ``ok``; ``default`` when absent or null
+        (a required field absent is refused, and so is a bool where a number belongs)."""
+        value = self.data.get(key)
+        if value is None and default is not _REQUIRED:
+            return default
+        if key not in self.data:
+            raise RecordError(self.where, f"field {key!r} is missing")
+        is_bool = isinstance(value, bool) and ok not in (bool, object)
+        if is_bool or not isinstance(value, ok):
+            raise RecordError(self.where, f"field {key!r} must be {what}, got {value!r}")
+        return value
+
+    def int(self, key: str, default: Any = _REQUIRED) -> Any:
+        """An integer (not a bool)."""
+        return self._get(key, default, int, "an integer")
+
+    def count(self, key: str, default: Any = _REQUIRED) -> Any:
+        """An integer >= 0."""
+        value = self.int(key, default)
+        if isinstance(value, int) and value < 0:
+            raise RecordError(self.where, f"field {key!r} must be a count >= 0, got {value!r}")
+        return value
+
+    def number(self, key: str, default: Any = _REQUIRED) -> Any:
+        """An int or a float (not a bool), as given."""
+        return self._get(key, default, (int, float), "a number")
+
+    def str(self, key: str, default: Any = _REQUIRED) -> Any:
+        """A string."""
+        return self._get(key, default, str, "a string")
+
+    def bool(self, key: str, default: Any = _REQUIRED) -> Any:
+        """true or false."""
+        return self._get(key, default, bool, "true or false")
+
+    def dict(self, key: str, default: Any = _REQUIRED) -> Any:
+        """A JSON object."""
+        return self._get(key, default, dict, "an object")
+
+    def list(self, key: str, default: Any = _REQUIRED) -> Any:
+        """A JSON array."""
+        return self._get(key, default, list, "an array")
+
+    def any(self, key: str, default: Any = _REQUIRED) -> Any:
+        """Any JSON value (a figure recorded for people, never decided on)."""
+        return self._get(key, default, object, "a value")
+
+    def sub(self, key: str) -> Fields:
+        """The fields of a nested object (absent: an empty one)."""
+        return Fields(self.dict(key, {}), f"{self.where} [{key}]")
+
+    def refuse(self, key: str, what: str) -> RecordError:
+        """The error for a field that is of its type but not a valid value."""
+        return RecordError(self.where, f"field {key!r} {what}")

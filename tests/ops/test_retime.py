@@ -27,7 +27,7 @@ def test_only_queued_jobs_over_the_limit_are_lowered_each_printed():
         asked.append((job_id, minutes))
         return Answer(True) if job_id == "9" else Answer(None, "Access/permission denied", "failed")
 
-    lines = retime.apply(planned, lower, dry_run=False)
+    lines = [o.line() for o in retime.apply(planned, lower, dry_run=False)]
     assert asked == [("9", 120), ("11", 120)]
     assert lines == [
         "lowered job 9 (shards 3): 240 -> 120 min",
@@ -37,7 +37,9 @@ def test_only_queued_jobs_over_the_limit_are_lowered_each_printed():
 
 def test_a_dry_run_changes_nothing_and_the_advice_names_the_config_change():
     planned = retime.changes(run_jobs(), 120)
-    lines = retime.apply(planned, lambda *_: pytest.fail("called"), dry_run=True)
+    lines = [
+        o.line() for o in retime.apply(planned, lambda *_: pytest.fail("called"), dry_run=True)
+    ]
     assert lines[0] == "would lower job 9 (shards 3): 240 -> 120 min"
     config, cut_short, later = retime.advice(planned, 120)
     assert config.startswith("next submissions: set walltime.max_minutes: 40 in the config")
@@ -58,7 +60,10 @@ def test_hundreds_of_queued_jobs_of_several_shards_are_each_lowered_once():
     planned = retime.changes(jobs, 68)
     assert [c.job_id for c in planned] == [str(i) for i in range(1, 397)]  # numeric order
     asked = []
-    lines = retime.apply(planned, lambda j, m: asked.append((j, m)) or Answer(True), dry_run=False)
+    outcomes = retime.apply(
+        planned, lambda j, m: asked.append((j, m)) or Answer(True), dry_run=False
+    )
+    lines = [o.line() for o in outcomes]
     assert asked == [(str(i), 68) for i in range(1, 397)]
     assert lines[-1] == "lowered job 396 (shards 1584-1586): 960 -> 68 min"
     config, _, _ = retime.advice(planned, 68)

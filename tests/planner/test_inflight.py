@@ -48,7 +48,7 @@ def test_the_plugins_wrap_command_gives_snakefile_configfiles_and_shards():
 
 
 def _cache(run_dir, entries):
-    path = run_dir / "claims" / inflight.JOBS_CACHE
+    path = run_dir / "claims" / claims.JOBS_CACHE
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(entries))
 
@@ -71,7 +71,7 @@ def test_queued_jobs_of_this_workflow_are_matched_by_dir_snakefile_and_configfil
     found = inflight.queued_shards(tmp_path, SUBMITTER, [ours, other_dir, other_config, not_plugin])
     assert found == {ours: [6, 7]}
     # entries of jobs no longer queued are dropped from the cache
-    assert list(json.loads((tmp_path / "claims" / inflight.JOBS_CACHE).read_text())) == [
+    assert list(json.loads((tmp_path / "claims" / claims.JOBS_CACHE).read_text())) == [
         "41@2026-12-01T06:00:00",
         "43@2026-12-01T06:00:00",
     ]

@@ -12,7 +12,7 @@ from inproc import label, plan_run
 from shardwise.cli.main import main
 from shardwise.errors import ConfigError
 from shardwise.ops import coverage, report, verify
-from shardwise.ops.coverage_format import format_json, format_table
+from shardwise.ops.coverage_format import format_table, to_dict
 from shardwise.run import markers, outputs, plan, quarantine
 from shardwise.snakefile import prepare_run
 
@@ -61,7 +61,7 @@ def test_a_quarantined_file_is_left_out_and_its_shard_finishes(planned, tmp_path
         f"quarantined 1 file(s) left out of the run, not labelled: {bad} (truncated upload)"
         in table
     )
-    assert json.loads(format_json(cov))["quarantined"][0]["file"] == bad
+    assert to_dict(cov)["quarantined"][0]["file"] == bad
 
     assert main(["retry-array", "--run-dir", str(run_dir)]) == 0
     captured = capsys.readouterr()
@@ -115,7 +115,7 @@ def test_the_list_says_what_why_when_and_who(planned, capsys):
     _cfg, run_dir, _shard, files = planned
     quarantine.add(run_dir, files[:2], "vendor lost the originals")
     assert main(["quarantine", "--run-dir", str(run_dir), "--list", "--format", "json"]) == 0
-    listed = json.loads(capsys.readouterr().out)
+    listed = json.loads(capsys.readouterr().out)["files"]
     assert [e["file"] for e in listed] == sorted(files[:2])
     assert {e["reason"] for e in listed} == {"vendor lost the originals"}
     assert all(e["at"] and "@" in e["by"] for e in listed)

@@ -6,18 +6,20 @@ The work is in :mod:`shardwise.ops.cluster_check` and :mod:`shardwise.ops.cluste
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
-from shardwise import config
-from shardwise.cli.common import add_format, add_run_dir, not_a_run_dir, positive_int
-from shardwise.errors import ConfigError
+from shardwise.cli.common import (
+    add_format,
+    add_run_dir,
+    emit,
+    json_text,
+    not_a_run_dir,
+    positive_int,
+)
 from shardwise.ops import cluster_check, cluster_status, retime
-from shardwise.slurm import control, profile
-from shardwise.store.atomic import write_atomic
+from shardwise.slurm import control
 
 DEFAULT_PROFILE = "profiles/slurm"
 DEFAULT_CONFIG = "config/config.yaml"
@@ -117,80 +119,33 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_retime)
 
 
-def _load_config(path: str | None) -> tuple[dict[str, Any], str | None]:
-    chosen = path or (DEFAULT_CONFIG if Path(DEFAULT_CONFIG).is_file() else None)
-    if chosen is None:
-        return config.defaults(), None
-    return config.validate(config.load_yaml(Path(chosen))), chosen
-
-
-def _write_overlay(directory: Path, text: str) -> Path:
-    """Write ``directory/config.yaml`` (the site overlay profile)."""
-    path = directory / "config.yaml"
-    write_atomic(path, text.encode())
-    return path
-
-
 def _check(args: argparse.Namespace) -> int:
-    profiles = args.profile or [DEFAULT_PROFILE]
-    for p in profiles:
-        if not Path(p).is_dir():
-            msg = f"--profile {p}: no such directory (run from the workflow's directory)"
-            raise ConfigError(msg)
-    cfg, configfile = _load_config(args.configfile)
-    max_minutes = int(cfg["walltime"]["max_minutes"])
-    request = profile.view(profile.load([Path(p) for p in profiles]), cfg)
-    facts = cluster_check.check_facts(request, timeout=args.timeout)
-    found = cluster_check.findings(request, facts, max_minutes)
-    values = None
-    written = None
-    if args.write_profile:
-        values = cluster_check.overlay(request, facts, found, max_minutes)
-        header = cluster_check.overlay_header(profiles, found, values)
-        text = profile.overlay_text(values, header)
-        written = str(_write_overlay(Path(args.write_profile), text))
-    if args.format == "json":
-        doc = cluster_check.to_dict(
-            request,
-            found,
-            profiles=profiles,
-            configfile=configfile,
-            user=facts.user,
-            overlay_values=values,
-            overlay_path=written,
-        )
-        print(json.dumps(doc, indent=2, default=str))
-    else:
-        where = f"profile {' + '.join(profiles)}, config {configfile or '(schema defaults)'}"
-        header = (
-            f"shardwise cluster check: {where}; K={request.group_components} x "
-            f"walltime.max_minutes={max_minutes} min"
-        )
-        print(cluster_check.format_table(found, header=header))
-        if written:
-            extra = " ".join(f"--profile {p}" for p in profiles)
-            print(
-                f"\nwrote {written} ({len(values or {})} key(s)); use: snakemake {extra} "
-                f"--profile {args.write_profile} ..."
-            )
-    return 1 if cluster_check.overall(found) == cluster_check.FAIL else 0
+    configfile = args.configfile or (DEFAULT_CONFIG if Path(DEFAULT_CONFIG).is_file() else None)
+    run = cluster_check.check(
+        args.profile or [DEFAULT_PROFILE],
+        configfile,
+        timeout=args.timeout,
+        write_profile=Path(args.write_profile) if args.write_profile else None,
+    )
+    emit(args.format, run.to_dict, lambda _fmt: run.text())
+    return 1 if run.failed else 0
 
 
 def _status(args: argparse.Namespace) -> int:
     if not_a_run_dir(args.run_dir, "cluster status"):
         return 2
 
-    def render() -> str:
-        facts = cluster_status.status_facts(args.run_dir, timeout=args.timeout)
-        status = cluster_status.build(args.run_dir, facts)
-        if args.format == "json":
-            doc = cluster_status.to_dict(status)
-            return json.dumps(doc, indent=None if args.watch else 2, default=str)
-        return cluster_status.format_table(status)
-
     if not args.watch:
-        print(render())
+        status = cluster_status.status(args.run_dir, timeout=args.timeout)
+        emit(args.format, lambda: cluster_status.to_dict(status), lambda _fmt: status.text())
         return 0
+
+    def render() -> str:
+        status = cluster_status.status(args.run_dir, timeout=args.timeout)
+        if args.format == "json":
+            return json_text(cluster_status.to_dict(status), one_line=True)
+        return status.text()
+
     tty = sys.stdout.isatty()
     try:
         while True:
@@ -211,19 +166,18 @@ def _retime(args: argparse.Namespace) -> int:
     """Lower the queued jobs' limits (or say what would be); 1 when one could not be."""
     if not_a_run_dir(args.run_dir, "cluster retime"):
         return 2
-    planned, lines = retime.retime(
+    done = retime.retime(
         args.run_dir,
         args.max_minutes,
         lambda job_id, minutes: control.lower_time_limit(job_id, minutes, timeout=args.timeout),
         dry_run=args.dry_run,
         timeout=args.timeout,
     )
-    for line in lines:
+    for line in done.lines():
         print(line)
-    if not lines:  # squeue answered, and nothing is over the limit
+    if done.queue_problem is None and not done.outcomes:
         print(f"no queued job of the run asks for more than {args.max_minutes} min")
-    elif planned:
-        for line in retime.advice(planned, args.max_minutes):
+    elif done.outcomes:
+        for line in retime.advice([o.change for o in done.outcomes], args.max_minutes):
             print(line)
-    failed = any(line.startswith(("could not", "cannot")) for line in lines)
-    return 1 if failed else 0
+    return 1 if done.failed else 0

@@ -1,18 +1,23 @@
-"""What several verbs share: ``--run-dir``, ``--format`` (one vocabulary), number types.
+"""What several verbs share: ``--run-dir``, ``--format`` (one vocabulary), number types,
+and the one way a result is printed (:func:`emit`).
 
 Every verb that prints a report takes ``--format`` from the same words: ``table`` (for
 people: aligned text, the default), ``json`` (for scripts), and where the verb has
 them ``markdown`` and ``csv``. ``text``, the word ``verify`` and ``quarantine --list``
-used before, is accepted as ``table`` so scripts keep working.
+used before, is accepted as ``table`` so scripts keep working. The JSON of every verb
+is one object, keys sorted, indented by two (one line per document in JSON Lines),
+documented in ``docs/schemas/<verb>.schema.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from shardwise.run import runjson
 
@@ -20,6 +25,19 @@ from shardwise.run import runjson
 FORMATS = ("table", "json", "markdown", "csv")
 #: Older spellings still accepted.
 FORMAT_ALIASES = {"text": "table"}
+
+
+def json_text(doc: Mapping[str, Any], *, one_line: bool = False) -> str:
+    """A verb's JSON document: sorted keys, indent 2 (``one_line`` for JSON Lines)."""
+    return json.dumps(doc, indent=None if one_line else 2, sort_keys=True, default=str)
+
+
+def emit(fmt: str, doc: Callable[[], Mapping[str, Any]], text: Callable[[str], str]) -> None:
+    """Print a verb's result: ``json`` from its document, any other format from its text
+    (both made from the same typed result, by ops)."""
+    out = json_text(doc()) if fmt == "json" else text(fmt)
+    if out:  # an empty text (nothing to list) prints no blank line
+        print(out)
 
 
 def positive_int(text: str) -> int:

@@ -8,11 +8,11 @@ from shardwise.cli.common import (
     add_coverage_options,
     add_format,
     add_run_dir,
+    emit,
     not_a_run_dir,
 )
 from shardwise.ops import coverage
-from shardwise.ops.coverage_format import FORMATTERS
-from shardwise.planner.inflight import with_in_flight
+from shardwise.ops.coverage_format import FORMATS, report_dict, report_text
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -26,7 +26,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_run_dir(parser)
     add_format(
         parser,
-        tuple(FORMATTERS),
+        FORMATS,
         "table (terminal), json (schema in docs/coverage.md) or markdown",
     )
     add_coverage_options(parser)
@@ -37,7 +37,6 @@ def run(args: argparse.Namespace) -> int:
     """Print the report; exit 2 when the run directory is not one."""
     if not_a_run_dir(args.run_dir, "coverage"):
         return 2
-    state = coverage.load_state(args.run_dir)
-    cov = coverage.compute(state, category_regex=args.category_regex, gpus=args.gpus)
-    print(with_in_flight(FORMATTERS[args.format](cov), args.format, args.run_dir))
+    found = coverage.report(args.run_dir, category_regex=args.category_regex, gpus=args.gpus)
+    emit(args.format, lambda: report_dict(found), lambda fmt: report_text(found, fmt))
     return 0

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from shardwise.cli.common import add_format, add_run_dir, not_a_run_dir, positive_int
+from shardwise.cli.common import add_format, add_run_dir, emit, not_a_run_dir, positive_int
 from shardwise.ops import domains
 from shardwise.ops.domainplot import render_png
 
@@ -42,7 +42,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default="docs",
         help="share of documents (default) or of UTF-8 text bytes",
     )
-    add_format(parser, tuple(domains.FORMATTERS))
+    add_format(parser, domains.FORMATS)
     parser.add_argument(
         "--top",
         type=positive_int,
@@ -63,13 +63,15 @@ def run(args: argparse.Namespace) -> int:
     """Print the estimate (and write the picture); exit 2 when the run directory is not one."""
     if not_a_run_dir(args.run_dir, "domains"):
         return 2
-    data = domains.load(args.run_dir)
-    domains.require_labels(data)
-    d = domains.compute(data, pair=args.pair, classifier=args.classifier, weight=args.weight)
+    d = domains.view(args.run_dir, pair=args.pair, classifier=args.classifier, weight=args.weight)
     by_category = args.by == "category"
-    print(domains.FORMATTERS[args.format](d, by_category=by_category, top=args.top))
+    emit(
+        args.format,
+        lambda: domains.to_dict(d, by_category=by_category),
+        lambda fmt: domains.FORMATTERS[fmt](d, by_category=by_category, top=args.top),
+    )
     if args.png is not None:
         args.png.parent.mkdir(parents=True, exist_ok=True)
-        args.png.write_bytes(render_png(data, d))
+        args.png.write_bytes(render_png(d.data, d))
         print(f"wrote {args.png}", file=sys.stderr)
     return 0

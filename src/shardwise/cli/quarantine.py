@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from dataclasses import asdict
 
-from shardwise.cli.common import add_format, add_run_dir, not_a_run_dir
+from shardwise.cli.common import add_format, add_run_dir, emit, not_a_run_dir
 from shardwise.run import quarantine
 
 
@@ -44,12 +42,12 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return 2
     if args.list:
         entries = quarantine.load(args.run_dir)
-        if args.format == "json":
-            shown = sorted(entries.values(), key=lambda e: e.file)
-            print(json.dumps([asdict(e) for e in shown], indent=2))
-        else:
-            for line in quarantine.format_lines(entries):
-                print(line)
+        emit(
+            args.format,
+            lambda: quarantine.to_dict(entries),
+            lambda _fmt: "\n".join(quarantine.format_lines(entries)),
+        )
+        if args.format != "json":
             print(f"{len(entries)} file(s) quarantined in {args.run_dir}", file=sys.stderr)
         return 0
     if not args.files:

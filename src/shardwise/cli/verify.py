@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import sys
 
-from shardwise.cli.common import add_format, add_run_dir
+from shardwise.cli.common import add_format, add_run_dir, emit
 from shardwise.errors import ShardwiseError
 from shardwise.ops.verify import (
     accept_changed,
@@ -87,11 +86,7 @@ def run(args: argparse.Namespace) -> int:
     except ShardwiseError as e:
         print(f"shardwise verify: cannot verify {args.run_dir}: {e}", file=sys.stderr)
         return EXIT_CANNOT_VERIFY
-    if args.format == "json":
-        print(json.dumps(report.to_json(), indent=2, sort_keys=True))
-    else:
-        for line in report.lines():
-            print(line)
+    emit(args.format, report.to_json, lambda _fmt: "\n".join(report.lines()))
     broken = len(report.broken_files) + len(report.broken_shards)
     if not broken:
         return EXIT_OK if report.ok else EXIT_PROBLEMS

@@ -14,11 +14,15 @@ import math
 import shutil
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
+from shardwise import config
+from shardwise.errors import ConfigError
 from shardwise.slurm import command, profile, queries
 from shardwise.slurm.profile import JobRequest
 from shardwise.slurm.queries import Answer
+from shardwise.store.atomic import write_atomic
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
 _RANK = {OK: 0, WARN: 1, FAIL: 2}
@@ -37,6 +41,8 @@ class CheckResult:
     found: str
     why: str = ""
     fix: str = ""
+    #: The profile keys that make the fix, as data (what ``--write-profile`` writes).
+    sets: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -260,6 +266,9 @@ def _jobs(request: JobRequest, facts: CheckFacts) -> CheckResult:  # noqa: PLR09
     )
 
 
+_SQUEUE = (("slurm-status-command", "squeue"),)
+
+
 def _status_command(request: JobRequest, facts: CheckFacts) -> CheckResult:
     cmd = status_command(request, facts)
     cfg = facts.config.value or {}
@@ -278,6 +287,7 @@ def _status_command(request: JobRequest, facts: CheckFacts) -> CheckResult:
                 "every status query fails, no job is ever seen finished, Snakemake waits forever",
                 "slurm-status-command: squeue"
                 + ("" if squeue_ok else f" (and MinJobAge >= {need} s: ask the admins)"),
+                _SQUEUE,
             )
         if facts.sacct is not None and not facts.sacct.ok:
             return CheckResult(
@@ -286,6 +296,7 @@ def _status_command(request: JobRequest, facts: CheckFacts) -> CheckResult:
                 f"slurm-status-command sacct{chosen}: {facts.sacct.problem}: sacct would hang",
                 "no job is ever seen finished and Snakemake waits forever",
                 "slurm-status-command: squeue",
+                _SQUEUE,
             )
         return CheckResult(
             "status_command",
@@ -294,6 +305,7 @@ def _status_command(request: JobRequest, facts: CheckFacts) -> CheckResult:
             "plugin 2.8.0 reads 'CANCELLED by <uid>' from sacct as still running: a job "
             "cancelled by you or an admin is waited for forever",
             "slurm-status-command: squeue" if squeue_ok else "",
+            _SQUEUE if squeue_ok else (),
         )
     if age is None:
         return CheckResult(
@@ -318,6 +330,7 @@ def _status_command(request: JobRequest, facts: CheckFacts) -> CheckResult:
             "a job can finish and vanish from squeue between two polls and is then waited "
             "for forever (or the plugin quietly switches back to sacct)",
             fix,
+            (("slurm-status-command", "sacct"),) if accounting else (),
         )
     return CheckResult(
         "status_command",
@@ -574,9 +587,8 @@ def overlay(
     cap, _ = submit_cap(request.account, request.qos, _limits(facts))
     if cap is not None and request.jobs is not None and by["jobs"].status != OK:
         out["jobs"] = max(1, math.floor(cap * (1 - HEADROOM)))
-    status = by["status_command"]
-    if status.status != OK and status.fix.startswith("slurm-status-command: "):
-        out["slurm-status-command"] = status.fix.split(": ", 1)[1].split()[0]
+    if by["status_command"].status != OK:
+        out.update(dict(by["status_command"].sets))
     ex = by.get("exclude")
     if ex is not None and ex.status == FAIL:
         known = {n.name for n in facts.nodes.value or []}
@@ -679,7 +691,7 @@ def to_dict(
         "profiles": profiles,
         "configfile": configfile,
         "status": overall(found),
-        "findings": [asdict(f) for f in found],
+        "findings": [{**asdict(f), "sets": dict(f.sets)} for f in found],
         "request": req,
         "overlay": overlay_values,
         "overlay_path": overlay_path,
@@ -700,3 +712,88 @@ def format_table(found: list[CheckResult], *, header: str) -> str:
     counts = {s: sum(f.status == s for f in found) for s in (OK, WARN, FAIL)}
     lines += ["", f"{overall(found)}: {counts[OK]} ok, {counts[WARN]} warn, {counts[FAIL]} fail"]
     return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- the verb
+
+
+@dataclass(frozen=True)
+class CheckRun:
+    """``shardwise cluster check``: the request, the findings, the overlay if written."""
+
+    request: JobRequest
+    found: list[CheckResult]
+    profiles: list[str]
+    configfile: str | None
+    user: str
+    max_minutes: int
+    overlay_values: dict[str, Any] | None = None
+    overlay_path: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        """The exit decision: some finding FAILs."""
+        return overall(self.found) == FAIL
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON document."""
+        return to_dict(
+            self.request,
+            self.found,
+            profiles=self.profiles,
+            configfile=self.configfile,
+            user=self.user,
+            overlay_values=self.overlay_values,
+            overlay_path=self.overlay_path,
+        )
+
+    def text(self) -> str:
+        """The table, and how to use a written overlay."""
+        where = (
+            f"profile {' + '.join(self.profiles)}, config {self.configfile or '(schema defaults)'}"
+        )
+        header = (
+            f"shardwise cluster check: {where}; K={self.request.group_components} x "
+            f"walltime.max_minutes={self.max_minutes} min"
+        )
+        text = format_table(self.found, header=header)
+        if self.overlay_path:
+            extra = " ".join(f"--profile {p}" for p in self.profiles)
+            text += (
+                f"\n\nwrote {self.overlay_path} ({len(self.overlay_values or {})} key(s)); use: "
+                f"snakemake {extra} --profile {Path(self.overlay_path).parent} ..."
+            )
+        return text
+
+
+def check(
+    profiles: list[str],
+    configfile: str | None,
+    *,
+    timeout: float,
+    write_profile: Path | None = None,
+) -> CheckRun:
+    """Check the cluster against the merged ``profiles`` and the run's config (the schema's
+    defaults when None); with ``write_profile``, write the overlay that fixes what it can
+    to ``<write_profile>/config.yaml``."""
+    for p in profiles:
+        if not Path(p).is_dir():
+            msg = f"--profile {p}: no such directory (run from the workflow's directory)"
+            raise ConfigError(msg)
+    cfg = (
+        config.defaults()
+        if configfile is None
+        else config.validate(config.load_yaml(Path(configfile)))
+    )
+    max_minutes = int(cfg["walltime"]["max_minutes"])
+    request = profile.view(profile.load([Path(p) for p in profiles]), cfg)
+    facts = check_facts(request, timeout=timeout)
+    found = findings(request, facts, max_minutes)
+    run = CheckRun(request, found, profiles, configfile, facts.user, max_minutes)
+    if write_profile is None:
+        return run
+    values = overlay(request, facts, found, max_minutes)
+    text = profile.overlay_text(values, overlay_header(profiles, found, values))
+    path = write_profile / "config.yaml"
+    write_atomic(path, text.encode())
+    return replace(run, overlay_values=values, overlay_path=str(path))

@@ -94,6 +94,10 @@ class Status:
         """Jobs waiting to start."""
         return [j for j in self.jobs if j.state == "PENDING"]
 
+    def text(self) -> str:
+        """The table a person reads (``format_table``)."""
+        return format_table(self)
+
 
 @dataclass(frozen=True)
 class StatusFacts:
@@ -117,7 +121,7 @@ class StatusFacts:
 
 
 def run_jobs(
-    run_dir: Path, queue: list[queries.Job], submitter: inflight.Submitter | None
+    run_dir: Path, queue: list[queries.Job], submitter: claims.Submitter | None
 ) -> dict[str, tuple[queries.Job, tuple[int, ...]]]:
     """The run's live jobs (job id -> job, shards), from claims and the queue."""
     by_id = {j.id: j for j in queue}
@@ -144,7 +148,7 @@ def status_facts(run_dir: Path, *, timeout: float = command.DEFAULT_TIMEOUT) -> 
         else Answer(None, "accounting is off: the submit cap is unknown", "failed")
     )
     nodes = queries.nodes(timeout=timeout)
-    mine = run_jobs(run_dir, queue.value or [], inflight.Submitter.recorded(run_dir))
+    mine = run_jobs(run_dir, queue.value or [], claims.Submitter.recorded(run_dir))
     oldest = probed_job(mine)
     detail = None
     starts: dict[int, Answer[datetime]] = {}
@@ -245,13 +249,13 @@ def build(run_dir: Path, facts: StatusFacts) -> Status:
     """The status view of ``run_dir`` from ``facts`` (reads only the run directory)."""
     now = facts.now
     notes: list[str] = []
-    submitter = inflight.Submitter.recorded(run_dir)
+    submitter = claims.Submitter.recorded(run_dir)
     queue = facts.queue.value or []
     if not facts.queue.ok:
         notes.append(f"squeue did not answer ({facts.queue.problem}): jobs unknown")
     if submitter is None:
         notes.append(
-            f"no {inflight.WORKFLOW_JSON} in {run_dir / claims.CLAIMS_DIR}: only running shards "
+            f"no {claims.WORKFLOW_JSON} in {run_dir / claims.CLAIMS_DIR}: only running shards "
             "(claims) are matched; run snakemake once with this version to record the workflow"
         )
     mine = run_jobs(run_dir, queue, submitter)
@@ -365,7 +369,7 @@ def build(run_dir: Path, facts: StatusFacts) -> Status:
     )
 
 
-def _main_process(submitter: inflight.Submitter | None) -> dict[str, Any]:
+def _main_process(submitter: claims.Submitter | None) -> dict[str, Any]:
     if submitter is None:
         return {"host": None, "pid": None, "alive": None, "since": None}
     alive: bool | None = None
@@ -405,6 +409,11 @@ def _probe(
 
 
 # ----------------------------------------------------------------------------- output
+
+
+def status(run_dir: Path, *, timeout: float = command.DEFAULT_TIMEOUT) -> Status:
+    """``shardwise cluster status``: ask SLURM (with ``timeout`` per command), then build."""
+    return build(run_dir, status_facts(run_dir, timeout=timeout))
 
 
 def to_dict(status: Status) -> dict[str, Any]:
@@ -530,7 +539,7 @@ def format_table(status: Status) -> str:
             lines.append(f"      do: {g['action']}")
     if status.probe is not None:
         pr = status.probe
-        blind = any(r.source.startswith("inferred") for r in pr.rows)
+        blind = any(r.method is walltime_probe.Method.INFERRED for r in pr.rows)
         sources = "small test jobs for the hidden window" if blind else "the visible windows"
         lines += [
             "",
@@ -544,7 +553,7 @@ def format_table(status: Status) -> str:
                 if r.starts_now
                 else (r.start.replace("T", " ") if r.start else f"? {r.problem}")
             )
-            origin = f"  [{r.source}]" if r.source != walltime_probe.ProbeRow.source else ""
+            origin = f"  [{r.source}]" if r.method is not walltime_probe.Method.TEST_ONLY else ""
             lines.append(f"  {r.minutes:>6} min  ({r.label:<23})  expected start: {when}{origin}")
         lines.append(f"  => {pr.advice}")
     if status.nodes:

@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 from shardwise.planner import inflight
 from shardwise.run import (
     changes,
+    claims,
     context,
     failures,
     fidelity,
@@ -46,7 +47,7 @@ from shardwise.run import plan as run_plan
 from shardwise.run import state as run_state
 from shardwise.store.location import Location
 
-__all__ = ["CategoryCoverage", "Coverage", "RunState", "compute", "load_state"]
+__all__ = ["CategoryCoverage", "Coverage", "Report", "RunState", "compute", "load_state", "report"]
 
 #: Two-sided 99% normal quantile used by the skew flag.
 SKEW_Z = 2.576
@@ -314,7 +315,7 @@ class Coverage:
 def recorded_parallel(run_dir: Path) -> tuple[int, str]:
     """How many jobs the run's last top-level invocation could run at once, and of what:
     ``--jobs`` GPUs on a cluster, ``--cores`` local jobs; (1, "GPU") before any."""
-    submitter = inflight.Submitter.recorded(run_dir)
+    submitter = claims.Submitter.recorded(run_dir)
     if submitter is None:
         return (1, "GPU")
     return (max(1, submitter.parallel), "GPU" if submitter.cluster else "local job")
@@ -568,3 +569,23 @@ def compute(
         stale_markers=state.stale_markers,
         changed=dict(state.changed),
     )
+
+
+@dataclass(frozen=True)
+class Report:
+    """``shardwise coverage``: the coverage and the shards live jobs hold right now."""
+
+    coverage: Coverage
+    in_flight: inflight.InFlight
+
+
+def report(run_dir: Path, *, category_regex: str | None = None, gpus: int | None = None) -> Report:
+    """The coverage of the run in ``run_dir``, with its in-flight shards (the workflow the
+    last top-level invocation recorded; squeue only when it used a cluster executor or a
+    claim names a SLURM job)."""
+    state = load_state(run_dir)
+    cov = compute(state, category_regex=category_regex, gpus=gpus)
+    flight = inflight.find(
+        run_dir, claims.Submitter.recorded(run_dir), done=markers.done_shards(run_dir)
+    )
+    return Report(cov, flight)

@@ -5,13 +5,12 @@ Pure functions of a :class:`~shardwise.ops.coverage.Coverage`; nothing here read
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from shardwise.ops.coverage import CategoryCoverage, Coverage
+from shardwise.ops.coverage import CategoryCoverage, Coverage, Report
 from shardwise.ops.text import format_duration, human_bytes, human_count
 from shardwise.run import changes, fidelity, ranges, throughput
 
@@ -118,11 +117,6 @@ def _rate_dict(rate: throughput.DeviceRate) -> dict[str, Any]:
 
 def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
-
-
-def format_json(cov: Coverage) -> str:
-    """The report as indented JSON (stable key order, for diffing and scripts)."""
-    return json.dumps(to_dict(cov), indent=2)
 
 
 def summary_lines(cov: Coverage, *, max_expression: int = 160) -> list[str]:
@@ -378,6 +372,23 @@ def format_markdown(cov: Coverage, *, max_categories: int = 40) -> str:
 
 FORMATTERS: dict[str, Callable[[Coverage], str]] = {
     "table": format_table,
-    "json": format_json,
     "markdown": format_markdown,
 }
+#: What ``shardwise coverage --format`` takes.
+FORMATS = ("table", "json", "markdown")
+
+
+def report_dict(found: Report) -> dict[str, Any]:
+    """``coverage --format json``: the coverage and the in-flight shards."""
+    return {**to_dict(found.coverage), "in_flight": found.in_flight.to_dict()}
+
+
+def report_text(found: Report, fmt: str) -> str:
+    """``coverage`` as a table or Markdown, then the in-flight block (when any)."""
+    text = FORMATTERS[fmt](found.coverage)
+    lines = found.in_flight.lines()
+    if not lines:
+        return text
+    if fmt == "markdown":
+        return text + "\n\n```\n" + "\n".join(lines) + "\n```"
+    return text + "\n\n" + "\n".join(lines)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,11 +38,11 @@ __all__ = [
     "Domains",
     "compute",
     "format_csv",
-    "format_json",
     "format_markdown",
     "format_table",
     "headline",
     "load",
+    "view",
 ]
 
 #: Rows a table shows per view unless ``--top`` says otherwise (csv and json show all).
@@ -317,6 +316,15 @@ def _rows_of_view(
     return task[keep], cell[keep], value[keep]
 
 
+def view(
+    run_dir: Path, *, pair: str | None = None, classifier: str | None = None, weight: str = "docs"
+) -> Domains:
+    """``shardwise domains``: load the run, refuse one with nothing labelled, estimate."""
+    data = load(run_dir)
+    require_labels(data)
+    return compute(data, pair=pair, classifier=classifier, weight=weight)
+
+
 def compute(
     data: DomainData,
     *,
@@ -586,12 +594,6 @@ def to_dict(d: Domains, *, by_category: bool = False) -> dict[str, Any]:
     return out
 
 
-def format_json(d: Domains, *, by_category: bool = False, top: int | None = None) -> str:
-    """Indented JSON (every cell; ``top`` is ignored)."""
-    del top
-    return json.dumps(to_dict(d, by_category=by_category), indent=2)
-
-
 def format_csv(d: Domains, *, by_category: bool = False, top: int | None = None) -> str:
     """One row per (category,) cell: labels, share, low, high, total (every cell)."""
     del top
@@ -618,10 +620,11 @@ def format_csv(d: Domains, *, by_category: bool = False, top: int | None = None)
 
 FORMATTERS: dict[str, Callable[..., str]] = {
     "table": format_table,
-    "json": format_json,
     "csv": format_csv,
     "markdown": format_markdown,
 }
+#: What ``shardwise domains --format`` takes (json: :func:`to_dict`).
+FORMATS = ("table", "json", "csv", "markdown")
 
 
 # ----------------------------------------------------------------------------- headline

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 from shardwise.errors import ConfigError
 from shardwise.ops.cluster_status import run_jobs
-from shardwise.planner import inflight
-from shardwise.run import ranges
+from shardwise.run import claims, ranges
 from shardwise.slurm import queries
 from shardwise.slurm.queries import Answer
 
@@ -45,22 +45,67 @@ def changes(jobs: dict[str, tuple[queries.Job, tuple[int, ...]]], max_minutes: i
     return sorted(out, key=lambda c: (len(c.job_id), c.job_id))
 
 
-def apply(
-    planned: list[Change], lower: Callable[[str, int], Answer[bool]], *, dry_run: bool
-) -> list[str]:
-    """Lower each job's limit (or say what would be done); one line per job."""
-    lines = []
-    for c in planned:
+class Status(StrEnum):
+    """What became of one change (its value starts the line that says so)."""
+
+    LOWERED = "lowered"
+    WOULD_LOWER = "would lower"  # --dry-run
+    REFUSED = "could not lower"  # SLURM refused it (problem says why)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One change, and whether SLURM took it."""
+
+    change: Change
+    status: Status
+    problem: str = ""
+
+    def line(self) -> str:
+        """``lowered job 9 (shards 3): 240 -> 120 min`` (and SLURM's reason when refused)."""
+        c = self.change
         what = (
             f"job {c.job_id} (shards {ranges.compress(list(c.shards))}): "
             f"{c.minutes} -> {c.new_minutes} min"
         )
+        return f"{self.status} {what}" + (f": {self.problem}" if self.problem else "")
+
+
+@dataclass(frozen=True)
+class Retimed:
+    """What ``cluster retime`` did: every change's outcome, or why the queue was unknown."""
+
+    outcomes: tuple[Outcome, ...] = ()
+    queue_problem: str | None = None  # squeue could not answer: nothing is known
+
+    @property
+    def failed(self) -> bool:
+        """The exit decision: the queue unknown, or a change SLURM refused."""
+        return self.queue_problem is not None or any(
+            o.status is Status.REFUSED for o in self.outcomes
+        )
+
+    def lines(self) -> list[str]:
+        """One line per job, or the one line that says the queue could not be read."""
+        if self.queue_problem is not None:
+            return [f"cannot list your jobs (squeue): {self.queue_problem}"]
+        return [o.line() for o in self.outcomes]
+
+
+def apply(
+    planned: list[Change], lower: Callable[[str, int], Answer[bool]], *, dry_run: bool
+) -> list[Outcome]:
+    """Lower each job's limit (or say what would be done), in order."""
+    out = []
+    for c in planned:
         if dry_run:
-            lines.append(f"would lower {what}")
+            out.append(Outcome(c, Status.WOULD_LOWER))
             continue
         done = lower(c.job_id, c.new_minutes)
-        lines.append(f"lowered {what}" if done.ok else f"could not lower {what}: {done.problem}")
-    return lines
+        out.append(
+            Outcome(c, Status.LOWERED) if done.ok else Outcome(c, Status.REFUSED, done.problem)
+        )
+    return out
 
 
 def advice(planned: list[Change], max_minutes: int) -> list[str]:
@@ -85,13 +130,10 @@ def retime(
     *,
     dry_run: bool,
     timeout: float,
-) -> tuple[list[Change], list[str]]:
-    """Find the run's queued jobs over ``max_minutes`` and lower them; (changes, lines).
-
-    No changes and one line when squeue cannot answer."""
+) -> Retimed:
+    """Find the run's queued jobs over ``max_minutes`` and lower them."""
     queue = queries.jobs(queries.current_user(), timeout=timeout)
     if not queue.ok:
-        return [], [f"cannot list your jobs (squeue): {queue.problem}"]
-    mine = run_jobs(Path(run_dir), queue.value or [], inflight.Submitter.recorded(run_dir))
-    planned = changes(mine, max_minutes)
-    return planned, apply(planned, lower, dry_run=dry_run)
+        return Retimed(queue_problem=queue.problem)
+    mine = run_jobs(Path(run_dir), queue.value or [], claims.Submitter.recorded(run_dir))
+    return Retimed(tuple(apply(changes(mine, max_minutes), lower, dry_run=dry_run)))

@@ -20,9 +20,18 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import StrEnum
 
 from shardwise.slurm import command, queries
 from shardwise.slurm.queries import Answer
+
+
+class Method(StrEnum):
+    """How a row's answer was found."""
+
+    TEST_ONLY = "test-only"  # SLURM's own plan for the run's pending job (sbatch --test-only)
+    RESERVATION = "reservation"  # the next visible maintenance window
+    INFERRED = "inferred"  # a hidden window, located with small --test-only jobs
 
 
 @dataclass(frozen=True)
@@ -41,6 +50,7 @@ class ProbeRow:
     problem: str | None = None
     source: str = "sbatch --test-only"
     window_start: str | None = None  # where a window row's window begins (HH:MM)
+    method: Method = Method.TEST_ONLY
 
 
 @dataclass(frozen=True)
@@ -263,7 +273,10 @@ def _window_row(
     if minutes < 1 or (own and minutes >= own):
         return None
     source = f"reservation {window.name} from {window.start:%Y-%m-%d %H:%M}"
-    return _window(minutes, start=window.start, source=source, nodes=nodes, job=job, now=now)
+    return _window(
+        minutes, start=window.start, source=source, method=Method.RESERVATION, nodes=nodes,
+        job=job, now=now,
+    )  # fmt: skip
 
 
 def _hidden_row(
@@ -282,7 +295,9 @@ def _hidden_row(
         f"inferred: a small job ending before {start:%H:%M} starts now; reservations are "
         "hidden from you"
     )
-    return _window(minutes, start=start, source=source, nodes=nodes, job=job, now=now)
+    return _window(
+        minutes, start=start, source=source, method=Method.INFERRED, nodes=nodes, job=job, now=now
+    )
 
 
 def _window(
@@ -290,6 +305,7 @@ def _window(
     *,
     start: datetime,
     source: str,
+    method: Method,
     nodes: Answer[list[queries.Node]],
     job: queries.Job,
     now: datetime,
@@ -298,9 +314,9 @@ def _window(
     begins = f"{start:%H:%M}"
     if _free_in_partition(nodes, job):
         when = now.isoformat(timespec="seconds")
-        return ProbeRow(minutes, WINDOW_LABEL, when, True, None, source, begins)
+        return ProbeRow(minutes, WINDOW_LABEL, when, True, None, source, begins, method)
     problem = "no idle node in its partition now: it starts when one frees, if before the window"
-    return ProbeRow(minutes, WINDOW_LABEL, None, None, problem, source, begins)
+    return ProbeRow(minutes, WINDOW_LABEL, None, None, problem, source, begins, method)
 
 
 def _free_in_partition(nodes: Answer[list[queries.Node]], job: queries.Job) -> bool:
@@ -340,7 +356,7 @@ def _advice(
     reserved = waits_for_reservation(job.reason)
     window = next((r for r in rows if r.label == WINDOW_LABEL), None)
     located = ""
-    if window is not None and window.source.startswith("inferred"):
+    if window is not None and window.method is Method.INFERRED:
         located = f"a maintenance window starts at about {window.window_start} ({window.source}). "
     if not answered:
         if reserved and window is None:
@@ -369,7 +385,7 @@ def _advice(
     when = "now" if best.starts_now else f"at {first.replace('T', ' ')}"
     behind = ""
     if best.label == WINDOW_LABEL and not any(
-        r.starts_now for r in answered if r.source == ProbeRow.source
+        r.starts_now for r in answered if r.method is Method.TEST_ONLY
     ):
         behind = (
             " (sbatch --test-only found no limit that starts now: it places its test behind "

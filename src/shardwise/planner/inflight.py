@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import json
-import os
 import shlex
 import shutil
 from collections.abc import Iterable
@@ -36,84 +34,13 @@ from pathlib import Path
 from typing import Any
 
 from shardwise.run import claims, markers, ranges
+from shardwise.run.claims import Submitter
 from shardwise.slurm import queries
-from shardwise.store.atomic import write_atomic
 
-#: The workflow that plans this run: lets `cluster status` and `coverage` find its jobs.
-WORKFLOW_JSON = "workflow.json"
-#: Per-job cache of the shards a queued job carries (from its batch script).
-JOBS_CACHE = "jobs.json"
 #: The rule whose jobs carry shards.
 RULE = "classify"
 #: Seconds the plan-time squeue may take before the run goes on without it.
 SQUEUE_TIMEOUT = 30.0
-
-
-@dataclass(frozen=True)
-class Submitter:
-    """What identifies jobs of this workflow in the queue."""
-
-    workdir: str
-    snakefile: str
-    configfiles: tuple[str, ...] = ()
-    cluster: bool = False  # a cluster executor may be in use: ask squeue
-    #: Jobs this invocation may run at once: ``--jobs`` on a cluster (one GPU each),
-    #: ``--cores`` locally. What the coverage ETA divides by.
-    parallel: int = 1
-    host: str = ""
-    pid: int = 0
-    started_at: str = ""
-
-    @classmethod
-    def of(cls, workflow: Any) -> Submitter:
-        """From Snakemake's ``workflow`` object at parse time (top-level process).
-
-        The executor is not known yet at parse time; ``--jobs`` (``resources.nodes``)
-        is, and any cluster executor needs it.
-        """
-        resources = getattr(workflow, "resource_settings", None)
-        settings = getattr(workflow, "config_settings", None)
-        nodes = getattr(resources, "nodes", None)
-        cores = getattr(resources, "cores", None)
-        parallel = nodes if nodes is not None else cores
-        return cls(
-            workdir=str(Path.cwd()),
-            snakefile=str(Path(str(workflow.main_snakefile)).resolve()),
-            configfiles=tuple(
-                str(Path(p).resolve()) for p in (getattr(settings, "configfiles", None) or ())
-            ),
-            cluster=nodes is not None,
-            parallel=parallel if isinstance(parallel, int) and parallel > 0 else 1,
-            host=claims.hostname(),
-            pid=os.getpid(),
-            started_at=markers.now(),
-        )
-
-    @classmethod
-    def recorded(cls, run_dir: Path) -> Submitter | None:
-        """The last top-level invocation's record (``claims/workflow.json``), if any."""
-        try:
-            body = json.loads((run_dir / claims.CLAIMS_DIR / WORKFLOW_JSON).read_text("utf-8"))
-            return cls(
-                workdir=str(body["workdir"]),
-                snakefile=str(body["snakefile"]),
-                configfiles=tuple(str(p) for p in body.get("configfiles", ())),
-                cluster=bool(body.get("cluster", False)),
-                parallel=int(body.get("parallel", 1)),
-                host=str(body.get("host", "")),
-                pid=int(body.get("pid", 0)),
-                started_at=str(body.get("started_at", "")),
-            )
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-
-    def record(self, run_dir: Path) -> None:
-        """Write ``claims/workflow.json`` (the main process, once per invocation)."""
-        body = {**asdict(self), "configfiles": list(self.configfiles)}
-        write_atomic(
-            run_dir / claims.CLAIMS_DIR / WORKFLOW_JSON,
-            (json.dumps(body, indent=2) + "\n").encode(),
-        )
 
 
 @dataclass(frozen=True)
@@ -276,11 +203,7 @@ def queued_shards(
     picked = [j for j in jobs if candidate(j, submitter)]
     if not picked:
         return {}
-    cache_path = run_dir / claims.CLAIMS_DIR / JOBS_CACHE
-    try:
-        cache: dict[str, Any] = json.loads(cache_path.read_text("utf-8"))
-    except (OSError, ValueError):
-        cache = {}
+    cache = claims.read_jobs_cache(run_dir)
 
     def key(job: queries.Job) -> str:
         return f"{job.id}@{job.submit_time.isoformat() if job.submit_time else ''}"
@@ -294,8 +217,7 @@ def queued_shards(
                 cache[key(job)] = parse_wrap(script.value or "")
     kept = {key(j): cache[key(j)] for j in picked if key(j) in cache}
     if kept != cache:
-        with contextlib.suppress(OSError):  # a cache: the next invocation reads them again
-            write_atomic(cache_path, (json.dumps(kept, indent=1) + "\n").encode())
+        claims.write_jobs_cache(run_dir, kept)
     out: dict[queries.Job, list[int]] = {}
     for job in picked:
         entry = kept.get(key(job))
@@ -357,25 +279,6 @@ def _same_path(a: str, b: str) -> bool:
     if not a or not b:
         return False
     return a == b or Path(a).resolve() == Path(b).resolve()
-
-
-def with_in_flight(text: str, fmt: str, run_dir: Path) -> str:
-    """A coverage report (``fmt``: table, json, markdown) plus the run's in-flight shards.
-
-    Uses the workflow recorded by the last top-level invocation; asks squeue only when
-    that invocation used a cluster executor or a claim names a SLURM job.
-    """
-    flight = find(run_dir, Submitter.recorded(run_dir), done=markers.done_shards(run_dir))
-    if fmt == "json":
-        doc = json.loads(text)
-        doc["in_flight"] = flight.to_dict()
-        return json.dumps(doc, indent=2)
-    lines = flight.lines()
-    if not lines:
-        return text
-    if fmt == "markdown":
-        return text + "\n\n```\n" + "\n".join(lines) + "\n```"
-    return text + "\n\n" + "\n".join(lines)
 
 
 #: Snakemake's flags of outputs whose job started and never finished (file backend).

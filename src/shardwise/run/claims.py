@@ -29,12 +29,17 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from shardwise.errors import ShardClaimedError
+from shardwise.errors import RecordError, ShardClaimedError
 from shardwise.run import markers
+from shardwise.run.record import Fields
 from shardwise.slurm import queries
-from shardwise.store.atomic import create_exclusive
+from shardwise.store.atomic import create_exclusive, write_atomic
 
 CLAIMS_DIR = "claims"
+#: The workflow that plans this run: lets `cluster status` and `coverage` find its jobs.
+WORKFLOW_JSON = "workflow.json"
+#: Per-job cache of the shards a queued job carries (from its batch script).
+JOBS_CACHE = "jobs.json"
 #: SLURM's pseudo step ids (batch, extern, interactive): not an srun step of ours.
 _PSEUDO_STEP = 4294967290
 
@@ -88,6 +93,92 @@ class Claim:
         if self.slurm_job_id:
             return f"SLURM job {self.slurm_job_id} on {self.host}"
         return f"process {self.pid} on {self.host}"
+
+
+@dataclass(frozen=True)
+class Submitter:
+    """What identifies jobs of this workflow in the queue."""
+
+    workdir: str
+    snakefile: str
+    configfiles: tuple[str, ...] = ()
+    cluster: bool = False  # a cluster executor may be in use: ask squeue
+    #: Jobs this invocation may run at once: ``--jobs`` on a cluster (one GPU each),
+    #: ``--cores`` locally. What the coverage ETA divides by.
+    parallel: int = 1
+    host: str = ""
+    pid: int = 0
+    started_at: str = ""
+
+    @classmethod
+    def of(cls, workflow: Any) -> Submitter:
+        """From Snakemake's ``workflow`` object at parse time (top-level process).
+
+        The executor is not known yet at parse time; ``--jobs`` (``resources.nodes``)
+        is, and any cluster executor needs it.
+        """
+        resources = getattr(workflow, "resource_settings", None)
+        settings = getattr(workflow, "config_settings", None)
+        nodes = getattr(resources, "nodes", None)
+        cores = getattr(resources, "cores", None)
+        parallel = nodes if nodes is not None else cores
+        return cls(
+            workdir=str(Path.cwd()),
+            snakefile=str(Path(str(workflow.main_snakefile)).resolve()),
+            configfiles=tuple(
+                str(Path(p).resolve()) for p in (getattr(settings, "configfiles", None) or ())
+            ),
+            cluster=nodes is not None,
+            parallel=parallel if isinstance(parallel, int) and parallel > 0 else 1,
+            host=hostname(),
+            pid=os.getpid(),
+            started_at=markers.now(),
+        )
+
+    @classmethod
+    def recorded(cls, run_dir: Path) -> Submitter | None:
+        """The last top-level invocation's record (``claims/workflow.json``), if readable."""
+        path = Path(run_dir) / CLAIMS_DIR / WORKFLOW_JSON
+        try:
+            f = Fields.parse(path.read_bytes(), str(path))
+            return cls(
+                workdir=f.str("workdir"),
+                snakefile=f.str("snakefile"),
+                configfiles=tuple(str(p) for p in f.list("configfiles", [])),
+                cluster=f.bool("cluster", False),
+                parallel=f.int("parallel", 1),
+                host=f.str("host", ""),
+                pid=f.int("pid", 0),
+                started_at=f.str("started_at", ""),
+            )
+        except (OSError, RecordError):
+            return None
+
+    def record(self, run_dir: Path) -> None:
+        """Write ``claims/workflow.json`` (the main process, once per invocation)."""
+        body = {**asdict(self), "configfiles": list(self.configfiles)}
+        write_atomic(
+            run_dir / CLAIMS_DIR / WORKFLOW_JSON, (json.dumps(body, indent=2) + "\n").encode()
+        )
+
+
+def read_jobs_cache(run_dir: Path) -> dict[str, Any]:
+    """``claims/jobs.json``: per queued job (``<id>@<submit time>``), what its batch
+    script said (snakefile, configfiles, shards); empty when absent or unreadable."""
+    try:
+        cache = json.loads((run_dir / CLAIMS_DIR / JOBS_CACHE).read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return cache if isinstance(cache, dict) else {}
+
+
+def write_jobs_cache(run_dir: Path, cache: dict[str, Any]) -> None:
+    """Replace ``claims/jobs.json`` (a cache: on failure the next invocation reads the
+    batch scripts again)."""
+    with contextlib.suppress(OSError):
+        write_atomic(
+            run_dir / CLAIMS_DIR / JOBS_CACHE, (json.dumps(cache, indent=1) + "\n").encode()
+        )
 
 
 def _opt(value: Any) -> str | None:

@@ -29,6 +29,7 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from shardwise.errors import ConfigError, InputError
 from shardwise.run import context, markers, outputs, plan, runjson
@@ -180,6 +181,12 @@ def release(run_dir: Path, names: Iterable[str]) -> tuple[list[str], list[int]]:
             del entries[rel]
         _save(run_dir, entries)
     return files, reopened
+
+
+def to_dict(entries: dict[str, Entry]) -> dict[str, Any]:
+    """``quarantine --list --format json`` (docs/schemas/quarantine.schema.json)."""
+    shown = sorted(entries.values(), key=lambda e: e.file)
+    return {"format_version": FORMAT_VERSION, "files": [asdict(e) for e in shown]}
 
 
 def format_lines(entries: dict[str, Entry], *, limit: int | None = None) -> list[str]:

@@ -739,12 +739,26 @@ class Engine:
                         restored = np.empty_like(values)
                         restored[order] = values
                         out[clf.spec.name] = restored
-        infer_s = time.perf_counter() - started
+        stats = self._stats(prepared, work, checks, time.perf_counter() - started, recheck_s)
+        return Inference(logits, first_pass, rechecked, stats)
+
+    def _stats(
+        self,
+        prepared: Prepared,
+        work: _Pass,
+        checks: dict[str, _Recheck],
+        infer_s: float,
+        recheck_s: float,
+    ) -> dict[str, Any]:
+        """The engine's figures of one ``run`` (``Labels.stats``, every key documented there)."""
+        policy = self._policy
+        assert policy is not None  # run() made it
+        n = prepared.docs
         retries = policy.oom_retries + (
             self._recheck_policy.oom_retries if self._recheck_policy else 0
         )
         real, padded = work.real_tokens, work.padded_tokens
-        stats: dict[str, Any] = {
+        return {
             "docs": n,
             "tokens": real,
             "real_tokens": real,
@@ -779,7 +793,6 @@ class Engine:
             "tokenize_verified_docs": prepared.verified_docs,
             "distinct_tokenizers": self.distinct_tokenizers,
         }
-        return Inference(logits, first_pass, rechecked, stats)
 
 
 def _require_finite(logits: np.ndarray, rows: np.ndarray, what: str, also: str) -> None:

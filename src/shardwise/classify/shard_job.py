@@ -208,56 +208,9 @@ def run_shard(
     report.quarantined = sum(1 for f in files if f.rel in left_out and f.rel not in done)
     todo = [f for f in files if f.rel not in done and f.rel not in left_out]
     if todo:
-        bar = _progress(len(todo), shard, enabled=progress)
-        current = ""
-        try:
-            gate.pause(shard, 0)  # tests only: see classify/gate.py
-            engine = (engine_factory or load_engine)(ctx)
-            models = model_identities(ctx)
-            for item in _prefetch(ctx, todo, engine.prepare):
-                current = item.task.rel
-                if item.error is not None:
-                    report.failed.append({"file": item.task.rel, "error": item.error})
-                    report.errors.append(item.exc or InputError(item.error))
-                    if item.fatal:
-                        break
-                else:
-                    rows, stats = _label_file(ctx, engine, item, shard, models)
-                    journal.append(
-                        run_dir, shard, item.task.rel, rows, summaries.journal_fields(stats)
-                    )
-                    report.docs += rows
-                    report.labelled += 1
-                    gate.pause(shard, report.labelled)
-                bar.update(1)
-        except Interrupted:
-            failures.record_failure(run_dir, shard, report.failed, cause=failures.INTERRUPTED)
-            raise
-        except Exception as e:
-            # model, storage (e.g. disk full), the device (a CUDA error, named with GPU and host
-            # by the engine) or a bug: the whole shard stops, and the record names the file
-            error = str(e) if isinstance(e, ShardwiseError) else f"{type(e).__name__}: {e}"
-            failed = [
-                *report.failed,
-                {"file": current or "(before the first file)", "error": error},
-            ]
-            cause = failures.cause_of(e, ctx.source.url(current) if current else "")
-            failures.record_failure(run_dir, shard, failed, cause=cause)
-            raise
-        finally:
-            bar.close()
+        _label_todo(ctx, shard, todo, report, engine_factory or load_engine, progress=progress)
     if report.failed:
-        hint = quarantine_hint(run_dir)
-        cause = failures.cause_of_files(report.errors, len(todo), report.labelled, hint)
-        failures.record_failure(run_dir, shard, report.failed, cause=cause)
-        names = ", ".join(f["file"] for f in report.failed)
-        details = "\n".join(f"  {f['error']}" for f in report.failed)
-        fix = "" if cause.shared else f"\n{hint}"
-        msg = (
-            f"shard {shard}: {len(report.failed)} of {len(files)} file(s) failed ({names}); "
-            f"every other finished file stays done; the shard will be retried:\n{details}{fix}"
-        )
-        raise ShardFailedError(msg)
+        _fail(run_dir, report, len(todo))
     file_stats = summaries.write_for_shard(
         run_dir, shard, [(f.rel, f.task_id) for f in files if f.rel not in left_out],
         lambda rel: ctx.output.read_bytes(outputs.STATS.rel(rel)),
@@ -276,6 +229,69 @@ def run_shard(
         ),
     )
     return report
+
+
+def _label_todo(
+    ctx: JobContext,
+    shard: int,
+    todo: list[FileTask],
+    report: ShardReport,
+    engine_factory: Callable[[JobContext], Any],
+    *,
+    progress: bool,
+) -> None:
+    """Label ``todo`` in order, one file ahead on the reader thread, into ``report``. A file
+    that cannot be read is recorded and the rest go on; anything else stops the shard,
+    recorded with the file it stopped at."""
+    run_dir = ctx.run_dir
+    bar = _progress(len(todo), shard, enabled=progress)
+    current = ""
+    try:
+        gate.pause(shard, 0)  # tests only: see classify/gate.py
+        engine = engine_factory(ctx)
+        models = model_identities(ctx)
+        for item in _prefetch(ctx, todo, engine.prepare):
+            current = item.task.rel
+            if item.error is not None:
+                report.failed.append({"file": item.task.rel, "error": item.error})
+                report.errors.append(item.exc or InputError(item.error))
+                if item.fatal:
+                    break
+            else:
+                rows, stats = _label_file(ctx, engine, item, shard, models)
+                journal.append(run_dir, shard, item.task.rel, rows, summaries.journal_fields(stats))
+                report.docs += rows
+                report.labelled += 1
+                gate.pause(shard, report.labelled)
+            bar.update(1)
+    except Interrupted:
+        failures.record_failure(run_dir, shard, report.failed, cause=failures.INTERRUPTED)
+        raise
+    except Exception as e:
+        # model, storage (e.g. disk full), the device (a CUDA error, named with GPU and host
+        # by the engine) or a bug: the whole shard stops, and the record names the file
+        error = str(e) if isinstance(e, ShardwiseError) else f"{type(e).__name__}: {e}"
+        failed = [*report.failed, {"file": current or "(before the first file)", "error": error}]
+        cause = failures.cause_of(e, ctx.source.url(current) if current else "")
+        failures.record_failure(run_dir, shard, failed, cause=cause)
+        raise
+    finally:
+        bar.close()
+
+
+def _fail(run_dir: Path, report: ShardReport, todo: int) -> None:
+    """Record the shard's failed files and raise ShardFailedError listing them."""
+    hint = quarantine_hint(run_dir)
+    cause = failures.cause_of_files(report.errors, todo, report.labelled, hint)
+    failures.record_failure(run_dir, report.shard, report.failed, cause=cause)
+    names = ", ".join(f["file"] for f in report.failed)
+    details = "\n".join(f"  {f['error']}" for f in report.failed)
+    fix = "" if cause.shared else f"\n{hint}"
+    msg = (
+        f"shard {report.shard}: {len(report.failed)} of {report.files} file(s) failed ({names}); "
+        f"every other finished file stays done; the shard will be retried:\n{details}{fix}"
+    )
+    raise ShardFailedError(msg)
 
 
 def _label_file(

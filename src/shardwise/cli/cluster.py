@@ -43,6 +43,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     sub = parser.add_subparsers(dest="cluster_command", metavar="COMMAND", required=True)
 
+    _add_check(sub)
+    _add_status(sub)
+    _add_retime(sub)
+
+
+def _add_check(sub: argparse._SubParsersAction) -> None:
+    """``cluster check``."""
     p = sub.add_parser(
         "check",
         help="does this cluster fit the profile? one OK/WARN/FAIL row per finding, with fixes",
@@ -75,6 +82,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     _timeout_option(p)
     p.set_defaults(func=_check)
 
+
+def _add_status(sub: argparse._SubParsersAction) -> None:
+    """``cluster status``."""
     p = sub.add_parser(
         "status",
         help="live state of a run's SLURM jobs: counts, GPUs, pending reasons, walltime probe",
@@ -97,6 +107,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     _timeout_option(p)
     p.set_defaults(func=_status)
 
+
+def _add_retime(sub: argparse._SubParsersAction) -> None:
+    """``cluster retime``."""
     p = sub.add_parser(
         "retime",
         help="lower the time limit of the run's queued jobs in place (before a window)",

@@ -7,9 +7,8 @@ import sys
 from pathlib import Path
 
 from shardwise.cli.common import add_coverage_options, add_run_dir, not_a_run_dir
-from shardwise.ops import coverage
-from shardwise.ops.coverage_format import summary_lines
-from shardwise.ops.report import write_report
+from shardwise.ops import report
+from shardwise.ops.coverage_format import shorten
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -46,21 +45,26 @@ def run(args: argparse.Namespace) -> int:
     """Write the files; exit 2 when the run directory is not one."""
     if not_a_run_dir(args.run_dir, "report"):
         return 2
-    state = coverage.load_state(args.run_dir)
-    cov = coverage.compute(state, category_regex=args.category_regex, gpus=args.gpus)
-    out_html, out_png = write_report(
-        state, cov, args.out, out_png=args.png, domains_png=args.domains_png
+    done = report.write(
+        args.run_dir,
+        args.out,
+        out_png=args.png,
+        domains_png=args.domains_png,
+        category_regex=args.category_regex,
+        gpus=args.gpus,
     )
-    print(f"wrote {out_html} and {out_png}")
+    print(f"wrote {done.html} and {done.png}")
     if args.domains_png is not None:
         print(f"wrote {args.domains_png}")
-    if args.require_complete and (cov.tasks_left or cov.shards_remaining):
+    if args.require_complete and done.incomplete:
+        cov = done.coverage
+        left = f"shards {cov.incomplete_shards}" if cov.incomplete_shards else "no shard left"
         print(
             f"shardwise report: the run is not complete although Snakemake found every shard "
             f"target: {cov.tasks_left:,} planned task(s) are neither labelled nor quarantined, "
-            f"{cov.shards_remaining:,} shard(s) not done ({', '.join(summary_lines(cov)[-1:])}). "
-            f"Run snakemake again (planning removes shard markers that do not match the plan); "
-            f"`shardwise verify --run-dir {args.run_dir}` names what is missing",
+            f"{cov.shards_remaining:,} shard(s) not done ({shorten(left)}). Run snakemake again "
+            "(planning removes shard markers that do not match the plan); `shardwise verify "
+            f"--run-dir {args.run_dir}` names what is missing",
             file=sys.stderr,
         )
         return 1

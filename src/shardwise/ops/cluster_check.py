@@ -354,64 +354,14 @@ def _partitions(
         source = "the cluster's default partition"
     gpu_parts = sorted((p for p in parts.values() if p.gpus), key=lambda p: -p.usable_gpus)
     gpu_list = ",".join(p.name for p in gpu_parts) or "(none with GPUs)"
-    limit = request.group_components * max_minutes
     out: list[CheckResult] = []
-    rows: list[tuple[str, str, str, str]] = []  # status, found, why, fix
-    for name in names:
-        p = parts.get(name)
-        if p is None:
-            rows.append(
-                (
-                    FAIL,
-                    f"partition {name} ({source}) does not exist",
-                    "sbatch refuses every job ('invalid partition specified')",
-                    f"partitions with GPUs here: {gpu_list}",
-                )
-            )
-            continue
-        problems: list[tuple[str, str, str]] = []
-        if not p.up:
-            problems.append(("not UP", "no job starts in it", "use another partition"))
-        if request.gpus and not p.gpus:
-            problems.append(
-                (
-                    "has no GPUs (gres)",
-                    "a --gpus job never starts there",
-                    f"partitions with GPUs here: {gpu_list}",
-                )
-            )
-        if p.max_minutes is not None and p.max_minutes < limit:
-            fit_max = p.max_minutes // max(request.group_components, 1)
-            fit_k = p.max_minutes // max(max_minutes, 1)
-            problems.append(
-                (
-                    f"MaxTime {p.max_minutes} min < K x walltime.max_minutes = "
-                    f"{request.group_components} x {max_minutes} = {limit} min",
-                    "a group job asking for more pends forever (PartitionTimeLimit)",
-                    f"walltime.max_minutes: {max(fit_max, 1)}"
-                    + (f", or --group-components classify={fit_k}" if fit_k >= 1 else ""),
-                )
-            )
-        if problems:
-            rows.append(
-                (
-                    FAIL,
-                    f"partition {name}: " + "; ".join(x[0] for x in problems),
-                    "; ".join(x[1] for x in problems),
-                    "; ".join(x[2] for x in problems),
-                )
-            )
-        else:
-            max_time = "unlimited" if p.max_minutes is None else f"{p.max_minutes} min"
-            rows.append(
-                (
-                    OK,
-                    f"partition {name}: UP, {p.usable_gpus}/{p.gpus} GPUs usable, MaxTime "
-                    f"{max_time} >= K x walltime.max_minutes = {limit} min",
-                    "",
-                    "",
-                )
-            )
+    rows = [
+        _partition_row(
+            n, parts.get(n), source=source, gpu_list=gpu_list, request=request,
+            max_minutes=max_minutes,
+        )
+        for n in names
+    ]  # fmt: skip
     if len(names) > 1 and any(r[0] == OK for r in rows):
         # sbatch -p a,b runs the job wherever it can: one bad partition is a warning
         rows = [(WARN if s == FAIL else s, f, w, x) for s, f, w, x in rows]
@@ -439,6 +389,64 @@ def _partitions(
             )
         )
     return {n: parts[n] for n in names if n in parts}, out
+
+
+def _partition_row(
+    name: str,
+    p: queries.Partition | None,
+    *,
+    source: str,
+    gpu_list: str,
+    request: JobRequest,
+    max_minutes: int,
+) -> tuple[str, str, str, str]:
+    """(status, found, why, fix) of one partition the jobs ask for."""
+    if p is None:
+        return (
+            FAIL,
+            f"partition {name} ({source}) does not exist",
+            "sbatch refuses every job ('invalid partition specified')",
+            f"partitions with GPUs here: {gpu_list}",
+        )
+    limit = request.group_components * max_minutes
+    problems: list[tuple[str, str, str]] = []
+    if not p.up:
+        problems.append(("not UP", "no job starts in it", "use another partition"))
+    if request.gpus and not p.gpus:
+        problems.append(
+            (
+                "has no GPUs (gres)",
+                "a --gpus job never starts there",
+                f"partitions with GPUs here: {gpu_list}",
+            )
+        )
+    if p.max_minutes is not None and p.max_minutes < limit:
+        fit_max = p.max_minutes // max(request.group_components, 1)
+        fit_k = p.max_minutes // max(max_minutes, 1)
+        problems.append(
+            (
+                f"MaxTime {p.max_minutes} min < K x walltime.max_minutes = "
+                f"{request.group_components} x {max_minutes} = {limit} min",
+                "a group job asking for more pends forever (PartitionTimeLimit)",
+                f"walltime.max_minutes: {max(fit_max, 1)}"
+                + (f", or --group-components classify={fit_k}" if fit_k >= 1 else ""),
+            )
+        )
+    if problems:
+        return (
+            FAIL,
+            f"partition {name}: " + "; ".join(x[0] for x in problems),
+            "; ".join(x[1] for x in problems),
+            "; ".join(x[2] for x in problems),
+        )
+    max_time = "unlimited" if p.max_minutes is None else f"{p.max_minutes} min"
+    return (
+        OK,
+        f"partition {name}: UP, {p.usable_gpus}/{p.gpus} GPUs usable, MaxTime "
+        f"{max_time} >= K x walltime.max_minutes = {limit} min",
+        "",
+        "",
+    )
 
 
 def _constraint(

@@ -260,30 +260,64 @@ def build(run_dir: Path, facts: StatusFacts) -> Status:
         )
     mine = run_jobs(run_dir, queue, submitter)
     jobs = tuple(
-        RunJob(
-            id=j.id,
-            state=j.state,
-            reason=j.reason,
-            shards=shards,
-            gpus=j.gpus,
-            gpu_types=queries.gpu_types(j.tres_alloc or j.tres_per_job),
-            partition=j.partition,
-            time_limit_minutes=j.time_limit_minutes,
-            submitted=j.submit_time.isoformat() if j.submit_time else "",
-            started=j.start_time.isoformat() if j.start_time and j.running else "",
-            nodes=j.nodes,
-        )
-        for j, shards in sorted(mine.values(), key=lambda x: _int(x[0].id))
+        _run_job(j, shards) for j, shards in sorted(mine.values(), key=lambda x: _int(x[0].id))
     )
-    done = markers.done_shards(run_dir)
-    flight = inflight.find(run_dir, submitter, done=done, queue=facts.queue)
+    flight = inflight.find(run_dir, submitter, done=markers.done_shards(run_dir), queue=facts.queue)
+    cap, source = _submit_cap(facts, mine)
+    if not facts.nodes.ok:
+        notes.append(f"sinfo did not answer ({facts.nodes.problem})")
+    others = None
+    if facts.config.ok and "jobs" in queries.private_data(facts.config.value or {}):
+        notes.append(
+            "other users' jobs are hidden (PrivateData=jobs): how many jobs are ahead of "
+            "yours is unknown"
+        )
+    elif facts.others is not None and facts.others.ok:
+        c = Counter(j.state for j in facts.others.value or [])
+        others = {"pending": c.get("PENDING", 0), "running": c.get("RUNNING", 0)}
+    return Status(
+        run_dir=str(run_dir),
+        generated_at=now.isoformat(timespec="seconds"),
+        user=facts.user,
+        main_process=_main_process(submitter),
+        jobs=jobs,
+        user_jobs=len(queue) if facts.queue.ok else None,
+        submit_cap=cap,
+        cap_source=source,
+        pending=_pending(jobs),
+        probe=_probe(run_dir, facts, mine, now),
+        progress=_progress(run_dir, jobs, now),
+        in_flight=flight,
+        nodes=_unavailable_nodes(facts, jobs),
+        others=others,
+        notes=tuple(notes) + flight.notes,
+    )
 
-    # pending reasons, most jobs first
+
+def _run_job(j: queries.Job, shards: tuple[int, ...]) -> RunJob:
+    """One of the run's jobs as the view shows it."""
+    return RunJob(
+        id=j.id,
+        state=j.state,
+        reason=j.reason,
+        shards=shards,
+        gpus=j.gpus,
+        gpu_types=queries.gpu_types(j.tres_alloc or j.tres_per_job),
+        partition=j.partition,
+        time_limit_minutes=j.time_limit_minutes,
+        submitted=j.submit_time.isoformat() if j.submit_time else "",
+        started=j.start_time.isoformat() if j.start_time and j.running else "",
+        nodes=j.nodes,
+    )
+
+
+def _pending(jobs: tuple[RunJob, ...]) -> tuple[dict[str, Any], ...]:
+    """The pending jobs grouped by reason, most jobs first, each with what it means."""
     groups: dict[str, list[RunJob]] = {}
     for j in jobs:
         if j.state == "PENDING":
             groups.setdefault(j.reason or "(none)", []).append(j)
-    pending = tuple(
+    return tuple(
         {
             "reason": reason,
             "jobs": [j.id for j in js],
@@ -293,7 +327,11 @@ def build(run_dir: Path, facts: StatusFacts) -> Status:
         for reason, js in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
     )
 
-    # submit slots
+
+def _submit_cap(
+    facts: StatusFacts, mine: dict[str, tuple[queries.Job, tuple[int, ...]]]
+) -> tuple[int | None, str]:
+    """The submit cap of the account and QOS the run's jobs use most, and where it is from."""
     limits = facts.limits.value if facts.limits.ok else None
     accounts = Counter(j.account for j, _ in mine.values())
     qoses = Counter(j.qos for j, _ in mine.values())
@@ -304,69 +342,42 @@ def build(run_dir: Path, facts: StatusFacts) -> Status:
     cap, source = cluster_check.submit_cap(account, qos, limits)
     if limits is None:
         source = f"unknown ({facts.limits.problem})"
+    return cap, source
 
-    # progress
+
+def _progress(run_dir: Path, jobs: tuple[RunJob, ...], now: datetime) -> Progress:
+    """Shards done, the last one finished, and the ETA at the GPUs running now."""
     state = coverage.load_state(run_dir)
     gpus_running = sum(j.gpus for j in jobs if j.state in {"RUNNING", "COMPLETING"})
     cov = coverage.compute(state, gpus=max(gpus_running, 1))
     finished = state.markers.finished_at[np.isfinite(state.markers.finished_at)]
     last = float(finished.max()) if finished.size else None
-    hour_ago = now.timestamp() - 3600
     eta = cov.eta.seconds if cov.eta is not None and gpus_running else None
-    progress = Progress(
+    return Progress(
         shards_done=cov.shards_done,
         shards_total=cov.shards_total,
         last_finished=datetime.fromtimestamp(last).isoformat(timespec="seconds") if last else None,
         seconds_since_last=round(now.timestamp() - last, 1) if last else None,
-        finished_last_hour=int((finished >= hour_ago).sum()),
+        finished_last_hour=int((finished >= now.timestamp() - 3600).sum()),
         gpus_running=gpus_running,
         eta_seconds=round(eta, 1) if eta is not None else None,
     )
 
-    # nodes of the run's partitions that cannot run jobs
+
+def _unavailable_nodes(facts: StatusFacts, jobs: tuple[RunJob, ...]) -> tuple[dict[str, str], ...]:
+    """Nodes of the run's partitions that cannot run jobs, once each."""
     parts = {p for j in jobs for p in j.partition.split(",") if p}
     bad: dict[str, dict[str, str]] = {}
-    if facts.nodes.ok:
-        for n in facts.nodes.value or []:
-            if (not parts or n.partition in parts) and not n.usable and n.name not in bad:
-                bad[n.name] = {
-                    "node": n.name,
-                    "state": n.state,
-                    "reason": n.reason,
-                    "since": n.reason_time,
-                    "gres": n.gres,
-                }
-    else:
-        notes.append(f"sinfo did not answer ({facts.nodes.problem})")
-
-    others = None
-    if facts.config.ok and "jobs" in queries.private_data(facts.config.value or {}):
-        notes.append(
-            "other users' jobs are hidden (PrivateData=jobs): how many jobs are ahead of "
-            "yours is unknown"
-        )
-    elif facts.others is not None and facts.others.ok:
-        c = Counter(j.state for j in facts.others.value or [])
-        others = {"pending": c.get("PENDING", 0), "running": c.get("RUNNING", 0)}
-
-    main = _main_process(submitter)
-    return Status(
-        run_dir=str(run_dir),
-        generated_at=now.isoformat(timespec="seconds"),
-        user=facts.user,
-        main_process=main,
-        jobs=jobs,
-        user_jobs=len(queue) if facts.queue.ok else None,
-        submit_cap=cap,
-        cap_source=source,
-        pending=pending,
-        probe=_probe(run_dir, facts, mine, now),
-        progress=progress,
-        in_flight=flight,
-        nodes=tuple(bad.values()),
-        others=others,
-        notes=tuple(notes) + flight.notes,
-    )
+    for n in facts.nodes.value or [] if facts.nodes.ok else []:
+        if (not parts or n.partition in parts) and not n.usable and n.name not in bad:
+            bad[n.name] = {
+                "node": n.name,
+                "state": n.state,
+                "reason": n.reason,
+                "since": n.reason_time,
+                "gres": n.gres,
+            }
+    return tuple(bad.values())
 
 
 def _main_process(submitter: claims.Submitter | None) -> dict[str, Any]:
@@ -468,6 +479,34 @@ def _ago(seconds: float | None) -> str:
 def format_table(status: Status) -> str:
     """The plain-text view (also what --watch redraws)."""
     lines = [f"cluster status of {status.run_dir} at {status.generated_at} (user {status.user})"]
+    lines += _head_lines(status)
+    listed = {s for j in status.jobs for s in j.shards}
+    if set(status.in_flight.shards) - listed:  # shards of local processes or unlisted jobs
+        lines += ["", *status.in_flight.lines(notes=False, planning=False)]
+    lines += _job_lines(status)
+    if status.pending:
+        lines += ["", "pending, by reason"]
+        for g in status.pending:
+            lines.append(f"  {len(g['jobs'])} job(s), {g['shards']} shard(s): {g['reason']}")
+            lines.append(f"      {g['meaning']}")
+            lines.append(f"      do: {g['action']}")
+    if status.probe is not None:
+        lines += _probe_lines(status.probe)
+    if status.nodes:
+        lines += ["", "nodes that cannot run jobs (sinfo -R)"]
+        for n in status.nodes:
+            since = f" since {n['since']}" if n["since"] else ""
+            lines.append(
+                f"  {n['node']:<12} {n['state']:<10} reason: {n['reason'] or 'none given'}{since}"
+            )
+    if status.notes:
+        lines += ["", *[f"note: {n}" for n in status.notes]]
+    return "\n".join(lines)
+
+
+def _head_lines(status: Status) -> list[str]:
+    """The main process, job and slot counts, GPUs in use, shard progress, other users."""
+    lines = []
     m = status.main_process
     if m["pid"]:
         alive = {True: "running", False: "GONE", None: "on another host: cannot check"}[m["alive"]]
@@ -490,15 +529,8 @@ def format_table(status: Status) -> str:
         f"(this run); submit slots: run {len(status.jobs)}, you {user_jobs} {cap}"
     )
     usage = _gpu_usage(status)
-    gpus = sum(u["gpus"] for u in usage)
-    lines.append(
-        f"GPUs in use   {gpus}"
-        + (
-            ": " + ", ".join(f"{u['partition']} {u['type']} x{u['gpus']}" for u in usage)
-            if usage
-            else ""
-        )
-    )
+    types = ", ".join(f"{u['partition']} {u['type']} x{u['gpus']}" for u in usage)
+    lines.append(f"GPUs in use   {sum(u['gpus'] for u in usage)}" + (f": {types}" if usage else ""))
     p = status.progress
     eta = (
         f"ETA {format_duration(p.eta_seconds)} at the {p.gpus_running} GPU(s) running now"
@@ -514,55 +546,44 @@ def format_table(status: Status) -> str:
             f"other users   {status.others['pending']:,} pending, {status.others['running']:,} "
             "running in these partitions"
         )
-    listed = {s for j in status.jobs for s in j.shards}
-    if set(status.in_flight.shards) - listed:  # shards of local processes or unlisted jobs
-        lines += ["", *status.in_flight.lines(notes=False, planning=False)]
-    if status.jobs:
-        pw = max(len("partition"), *(len(j.partition) for j in status.jobs))
-        lines += [
-            "",
-            f"{'job':<9} {'state':<10} {'shards':<13} GPUs  {'limit':<7} {'partition':<{pw}}  "
-            "started / pending reason",
-        ]
-        for j in status.jobs:
-            tail = j.reason if j.state == "PENDING" else f"{j.started or j.submitted} on {j.nodes}"
-            limit = f"{j.time_limit_minutes}m" if j.time_limit_minutes else "?"
-            lines.append(
-                f"{j.id:<9} {j.state:<10} {ranges.compress(list(j.shards)):<13} {j.gpus:>4}  "
-                f"{limit:<7} {j.partition:<{pw}}  {tail}"
-            )
-    if status.pending:
-        lines += ["", "pending, by reason"]
-        for g in status.pending:
-            lines.append(f"  {len(g['jobs'])} job(s), {g['shards']} shard(s): {g['reason']}")
-            lines.append(f"      {g['meaning']}")
-            lines.append(f"      do: {g['action']}")
-    if status.probe is not None:
-        pr = status.probe
-        blind = any(r.method is walltime_probe.Method.INFERRED for r in pr.rows)
-        sources = "small test jobs for the hidden window" if blind else "the visible windows"
-        lines += [
-            "",
-            f"would a shorter walltime start now? (pending job {pr.job_id}, "
-            f"{pr.shards} shard(s), submitted {pr.submitted}; sbatch --test-only and "
-            f"{sources}, nothing submitted)",
-        ]
-        for r in pr.rows:
-            when = (
-                "now"
-                if r.starts_now
-                else (r.start.replace("T", " ") if r.start else f"? {r.problem}")
-            )
-            origin = f"  [{r.source}]" if r.method is not walltime_probe.Method.TEST_ONLY else ""
-            lines.append(f"  {r.minutes:>6} min  ({r.label:<23})  expected start: {when}{origin}")
-        lines.append(f"  => {pr.advice}")
-    if status.nodes:
-        lines += ["", "nodes that cannot run jobs (sinfo -R)"]
-        for n in status.nodes:
-            since = f" since {n['since']}" if n["since"] else ""
-            lines.append(
-                f"  {n['node']:<12} {n['state']:<10} reason: {n['reason'] or 'none given'}{since}"
-            )
-    if status.notes:
-        lines += ["", *[f"note: {n}" for n in status.notes]]
-    return "\n".join(lines)
+    return lines
+
+
+def _job_lines(status: Status) -> list[str]:
+    """One row per job of the run."""
+    if not status.jobs:
+        return []
+    pw = max(len("partition"), *(len(j.partition) for j in status.jobs))
+    lines = [
+        "",
+        f"{'job':<9} {'state':<10} {'shards':<13} GPUs  {'limit':<7} {'partition':<{pw}}  "
+        "started / pending reason",
+    ]
+    for j in status.jobs:
+        tail = j.reason if j.state == "PENDING" else f"{j.started or j.submitted} on {j.nodes}"
+        limit = f"{j.time_limit_minutes}m" if j.time_limit_minutes else "?"
+        lines.append(
+            f"{j.id:<9} {j.state:<10} {ranges.compress(list(j.shards)):<13} {j.gpus:>4}  "
+            f"{limit:<7} {j.partition:<{pw}}  {tail}"
+        )
+    return lines
+
+
+def _probe_lines(pr: Probe) -> list[str]:
+    """Would a shorter walltime start now: one row per limit asked about, then the advice."""
+    blind = any(r.method is walltime_probe.Method.INFERRED for r in pr.rows)
+    sources = "small test jobs for the hidden window" if blind else "the visible windows"
+    lines = [
+        "",
+        f"would a shorter walltime start now? (pending job {pr.job_id}, "
+        f"{pr.shards} shard(s), submitted {pr.submitted}; sbatch --test-only and "
+        f"{sources}, nothing submitted)",
+    ]
+    for r in pr.rows:
+        when = (
+            "now" if r.starts_now else (r.start.replace("T", " ") if r.start else f"? {r.problem}")
+        )
+        origin = f"  [{r.source}]" if r.method is not walltime_probe.Method.TEST_ONLY else ""
+        lines.append(f"  {r.minutes:>6} min  ({r.label:<23})  expected start: {when}{origin}")
+    lines.append(f"  => {pr.advice}")
+    return lines

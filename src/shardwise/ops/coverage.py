@@ -423,6 +423,134 @@ def effective_tasks(
     return np.divide(counts**2, squares, out=np.zeros(n_categories), where=squares > 0)
 
 
+@dataclass(frozen=True, eq=False)
+class _Files:
+    """Per plan row: its shard (relative to the minimum) and whether it is done."""
+
+    rel_shard: np.ndarray  # int64
+    in_range: np.ndarray  # bool: the row's shard is one of the run's
+    shard_done: np.ndarray  # bool, per relative shard
+    done: np.ndarray  # bool: labelled (shard marker, or its own marker)
+    quarantined: np.ndarray  # bool: left out of the run (never done, never left to do)
+    size: np.ndarray  # int64 bytes
+
+
+def _files(state: RunState) -> _Files:
+    """Which planned files are done and which are left out, from the markers alone."""
+    plan, total, minimum = state.plan, state.total_shards, state.minimum_shard_index
+    rel_shard = plan["shard"].to_numpy().astype(np.int64) - minimum
+    in_range = (rel_shard >= 0) & (rel_shard < total)
+    shard_done = np.zeros(total, dtype=bool)
+    shard_done[state.done_shards - minimum] = True
+    done = np.zeros(plan.num_rows, dtype=bool)
+    done[in_range] = shard_done[rel_shard[in_range]]
+    if state.output_markers:
+        done |= _in(plan["file"], state.output_markers)
+    quarantined = np.zeros(plan.num_rows, dtype=bool)
+    if state.quarantined:
+        quarantined = _in(plan["file"], state.quarantined)
+        done &= ~quarantined
+    size = plan["size"].to_numpy().astype(np.int64)
+    return _Files(rel_shard, in_range, shard_done, done, quarantined, size)
+
+
+def _in(files: pa.ChunkedArray, names: Iterable[str]) -> np.ndarray:
+    """Whether each of ``files`` is one of ``names``."""
+    hit = pc.is_in(files, value_set=pa.array(sorted(names), pa.string()))
+    return hit.to_numpy(zero_copy_only=False)
+
+
+@dataclass(frozen=True)
+class _Tasks:
+    """Tasks done and left out, and each category's completion (least covered first)."""
+
+    total: int
+    done: int
+    quarantined: int
+    categories: tuple[CategoryCoverage, ...]
+
+    @property
+    def overall(self) -> float:
+        """Share of the tasks done (1 when there are none)."""
+        return self.done / self.total if self.total else 1.0
+
+
+def _tasks(state: RunState, f: _Files, category_regex: str | None) -> _Tasks:
+    """A task is done when none of its files is left; categories are per task."""
+    plan = state.plan
+    tasks = run_plan.task_index(
+        plan, None if category_regex is None else categorize(plan["file"], category_regex)
+    )
+    codes, n_tasks, names = tasks.file_task, len(tasks), tasks.categories
+    task_done = np.bincount(codes, weights=~f.done, minlength=n_tasks) == 0
+    task_quarantined = np.bincount(codes, weights=f.quarantined, minlength=n_tasks) > 0
+    cat = tasks.task_category
+    cat_total = np.bincount(cat, minlength=len(names))
+    cat_done = np.bincount(cat, weights=task_done, minlength=len(names)).astype(int)
+    done = int(task_done.sum())
+    overall = done / n_tasks if n_tasks else 1.0
+    task_shard = np.where(f.in_range, f.rel_shard, 0)[tasks.first_row]
+    flags = skew_flags(cat_done, cat_total, overall, effective_tasks(cat, task_shard, len(names)))
+    cats = sorted(
+        (
+            CategoryCoverage(
+                name=names[i],
+                tasks_total=int(cat_total[i]),
+                tasks_done=int(cat_done[i]),
+                percent=_percent(int(cat_done[i]), int(cat_total[i])),
+                flagged=bool(flags[i]),
+            )
+            for i in range(len(names))
+        ),
+        key=lambda c: (c.percent, -c.tasks_total, c.name),
+    )
+    return _Tasks(n_tasks, done, int(task_quarantined.sum()), tuple(cats))
+
+
+def _docs(state: RunState, f: _Files) -> tuple[int, int | None]:
+    """Documents and tokens labelled. The shard marker is authoritative for a done shard;
+    per-file stats fill in files done inside unfinished shards and markers without a
+    docs count."""
+    stats, total, n_files = state.stats, state.total_shards, state.plan.num_rows
+    stat_docs, stat_tokens = np.zeros(n_files), np.zeros(n_files)
+    if stats is not None:
+        idx = _plan_index(state.plan, stats.file)
+        known = idx >= 0
+        stat_docs[idx[known]] = np.nan_to_num(stats.docs[known])
+        stat_tokens[idx[known]] = np.nan_to_num(stats.tokens[known])
+    rel = f.rel_shard[f.in_range]
+    per_shard_stats = np.bincount(rel, weights=(stat_docs * f.done)[f.in_range], minlength=total)
+    marker_docs = np.full(total, np.nan)
+    marker_docs[state.markers.shard - state.minimum_shard_index] = state.markers.docs
+    per_shard = np.where(f.shard_done & np.isfinite(marker_docs), marker_docs, per_shard_stats)
+    tokens = round(float((stat_tokens * f.done).sum())) if stats is not None else None
+    return round(float(per_shard.sum())), tokens
+
+
+def _labelled_stats(state: RunState, f: _Files) -> tuple[dict[str, int], list[fidelity.Fidelity]]:
+    """Data-quality totals and fidelity over the stats of labelled files."""
+    stats = state.stats
+    if stats is None:
+        return {}, []
+    idx = _plan_index(state.plan, stats.file)
+    counted = np.zeros(idx.size, dtype=bool)
+    counted[idx >= 0] = f.done[idx[idx >= 0]]
+    return throughput.quality_totals(stats, counted), fidelity.totals(stats.fidelity[counted])
+
+
+def _eta(
+    rates: throughput.Throughput | None, f: _Files, gpus: int, per: str
+) -> throughput.Eta | None:
+    """Time left at ``gpus``: by bytes when the rate knows them, else by files."""
+    if rates is None or rates.overall is None:
+        return None
+    left = ~f.done & ~f.quarantined
+    estimate = throughput.eta(int(f.size[left].sum()), rates, gpus, unit="bytes", per=per)
+    if estimate is None:
+        estimate = throughput.eta(int(left.sum()), rates, gpus, unit="files", per=per)
+    return estimate
+
+
 def compute(
     state: RunState, *, category_regex: str | None = None, gpus: int | None = None
 ) -> Coverage:
@@ -435,133 +563,45 @@ def compute(
     per = "GPU"
     if gpus is None:
         gpus, per = state.parallel
-    plan = state.plan
-    total, minimum = state.total_shards, state.minimum_shard_index
-    n_files = plan.num_rows
-
-    shard = plan["shard"].to_numpy().astype(np.int64)
-    size = plan["size"].to_numpy().astype(np.int64)
-    rel_shard = shard - minimum
-    in_range = (rel_shard >= 0) & (rel_shard < total)
-    shard_done = np.zeros(total, dtype=bool)
-    shard_done[state.done_shards - minimum] = True
-    file_done = np.zeros(n_files, dtype=bool)
-    file_done[in_range] = shard_done[rel_shard[in_range]]
-    if state.output_markers:
-        marked = pc.is_in(
-            plan["file"], value_set=pa.array(sorted(state.output_markers), pa.string())
-        )
-        file_done |= marked.to_numpy(zero_copy_only=False)
-    # Quarantined files are left out of the run: never done, never left to do.
-    file_quarantined = np.zeros(n_files, dtype=bool)
-    if state.quarantined:
-        file_quarantined = pc.is_in(
-            plan["file"], value_set=pa.array(sorted(state.quarantined), pa.string())
-        ).to_numpy(zero_copy_only=False)
-        file_done &= ~file_quarantined
-
-    # Tasks: a task is done when none of its files is left. Categories are per task.
-    tasks = run_plan.task_index(
-        plan, None if category_regex is None else categorize(plan["file"], category_regex)
-    )
-    task_codes, n_tasks, cat_names = tasks.file_task, len(tasks), tasks.categories
-    files_left = np.bincount(task_codes, weights=~file_done, minlength=n_tasks)
-    task_done = files_left == 0
-    task_quarantined = np.bincount(task_codes, weights=file_quarantined, minlength=n_tasks) > 0
-    task_cat = tasks.task_category
-    cat_total = np.bincount(task_cat, minlength=len(cat_names))
-    cat_done = np.bincount(task_cat, weights=task_done, minlength=len(cat_names)).astype(int)
-    tasks_done = int(task_done.sum())
-    overall = tasks_done / n_tasks if n_tasks else 1.0
-    task_shard = np.where(in_range, rel_shard, 0)[tasks.first_row]
-    flags = skew_flags(
-        cat_done, cat_total, overall, effective_tasks(task_cat, task_shard, len(cat_names))
-    )
-    cats = sorted(
-        (
-            CategoryCoverage(
-                name=cat_names[i],
-                tasks_total=int(cat_total[i]),
-                tasks_done=int(cat_done[i]),
-                percent=_percent(int(cat_done[i]), int(cat_total[i])),
-                flagged=bool(flags[i]),
-            )
-            for i in range(len(cat_names))
-        ),
-        key=lambda c: (c.percent, -c.tasks_total, c.name),
-    )
-
-    # Docs: the shard marker is authoritative for a done shard; per-file stats fill in
-    # files done inside unfinished shards and markers without a docs count.
-    stats = state.stats
-    stat_docs = np.zeros(n_files)
-    stat_tokens = np.zeros(n_files)
-    if stats is not None:
-        idx = _plan_index(plan, stats.file)
-        known = idx >= 0
-        stat_docs[idx[known]] = np.nan_to_num(stats.docs[known])
-        stat_tokens[idx[known]] = np.nan_to_num(stats.tokens[known])
-    per_shard_stats = np.bincount(
-        rel_shard[in_range], weights=(stat_docs * file_done)[in_range], minlength=total
-    )
-    marker_docs = np.full(total, np.nan)
-    marker_docs[state.markers.shard - minimum] = state.markers.docs
-    per_shard = np.where(shard_done & np.isfinite(marker_docs), marker_docs, per_shard_stats)
-    docs_done = round(float(per_shard.sum()))
-    tokens_done = round(float((stat_tokens * file_done).sum())) if stats is not None else None
-
-    files_per_shard = np.bincount(rel_shard[in_range], minlength=total)
-    incomplete = np.flatnonzero(~shard_done) + minimum
-
-    quality: dict[str, int] = {}
-    fidelities: list[fidelity.Fidelity] = []
-    if stats is not None:
-        idx = _plan_index(plan, stats.file)
-        counted = np.zeros(idx.size, dtype=bool)
-        counted[idx >= 0] = file_done[idx[idx >= 0]]
-        quality = throughput.quality_totals(stats, counted)
-        fidelities = fidelity.totals(stats.fidelity[counted])
-
-    rates = throughput.summarize(stats) if stats is not None else None
-    remaining_bytes = int(size[~file_done & ~file_quarantined].sum())
-    estimate = None
-    if rates is not None and rates.overall is not None:
-        estimate = throughput.eta(remaining_bytes, rates, gpus, unit="bytes", per=per)
-        if estimate is None:
-            left = int((~file_done & ~file_quarantined).sum())
-            estimate = throughput.eta(left, rates, gpus, unit="files", per=per)
-
+    total = state.total_shards
+    f = _files(state)
+    tasks = _tasks(state, f, category_regex)
+    docs_done, tokens_done = _docs(state, f)
+    quality, fidelities = _labelled_stats(state, f)
+    rates = throughput.summarize(state.stats) if state.stats is not None else None
+    files_per_shard = np.bincount(f.rel_shard[f.in_range], minlength=total)
+    incomplete = np.flatnonzero(~f.shard_done) + state.minimum_shard_index
     interrupted = sum(1 for r in state.last_failures.values() if r.interrupted)
     return Coverage(
         outputs_missing=_outputs_missing(state),
         name=state.name,
         run_dir=str(state.run_dir),
         total_shards=total,
-        minimum_shard_index=minimum,
+        minimum_shard_index=state.minimum_shard_index,
         shards_total=total,
-        shards_done=int(shard_done.sum()),
+        shards_done=int(f.shard_done.sum()),
         shards_empty=int((files_per_shard == 0).sum()),
-        shards_remaining=int(total - shard_done.sum()),
+        shards_remaining=int(total - f.shard_done.sum()),
         shards_failing=int(state.failing_shards.size) - interrupted,
         shards_interrupted=interrupted,
         failing_reasons=reasons_of(state.last_failures, interrupted=False),
         failing_files=failing_files(state.last_failures),
-        tasks_total=n_tasks,
-        tasks_done=tasks_done,
-        files_total=n_files,
-        files_done=int(file_done.sum()),
-        bytes_total=int(size.sum()),
-        bytes_done=int(size[file_done].sum()),
+        tasks_total=tasks.total,
+        tasks_done=tasks.done,
+        files_total=state.plan.num_rows,
+        files_done=int(f.done.sum()),
+        bytes_total=int(f.size.sum()),
+        bytes_done=int(f.size[f.done].sum()),
         docs_done=docs_done,
         tokens_done=tokens_done,
-        categories=tuple(cats),
+        categories=tasks.categories,
         incomplete_shards=ranges.compress(incomplete.tolist()),
-        skew_flagged=tuple(c.name for c in cats if c.flagged),
-        overall_percent=100.0 * overall,
+        skew_flagged=tuple(c.name for c in tasks.categories if c.flagged),
+        overall_percent=100.0 * tasks.overall,
         throughput=rates,
-        eta=estimate,
-        files_quarantined=int(file_quarantined.sum()),
-        tasks_quarantined=int(task_quarantined.sum()),
+        eta=_eta(rates, f, gpus, per),
+        files_quarantined=int(f.quarantined.sum()),
+        tasks_quarantined=tasks.quarantined,
         quarantined=tuple(sorted(state.quarantined.values(), key=lambda e: e.file)),
         data_quality=quality,
         fidelity=tuple(fidelities),

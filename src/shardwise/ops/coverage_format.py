@@ -56,21 +56,7 @@ def to_dict(cov: Coverage) -> dict[str, Any]:
         {"file": e.file, "reason": e.reason, "at": e.at, "by": e.by} for e in cov.quarantined
     ]
     out["data_quality"] = dict(cov.data_quality)
-    out["fidelity"] = [
-        {
-            "classifier": f.classifier,
-            "docs": f.docs,
-            "fp32_docs": f.fp32_docs,
-            "fp32_share": round(f.fp32_share, 6),
-            "residual_share": f.residual_share,
-            "residual_upper_share": f.residual_upper_share,
-            "unmeasured_docs": f.unmeasured_docs,
-            "fallback_files": f.fallback_files,
-            "too_small_files": f.too_small_files,
-            "flagged": f.flagged,
-        }
-        for f in cov.fidelity
-    ]
+    out["fidelity"] = [_fidelity_dict(f) for f in cov.fidelity]
     out["unreadable_markers"] = list(cov.unreadable_markers)
     out["stale_markers"] = list(cov.stale_markers)
     out["changed_files"] = {rel: {"planned": a, "now": b} for rel, (a, b) in cov.changed.items()}
@@ -99,6 +85,21 @@ def to_dict(cov: Coverage) -> dict[str, Any]:
     return out
 
 
+def _fidelity_dict(f: fidelity.Fidelity) -> dict[str, Any]:
+    return {
+        "classifier": f.classifier,
+        "docs": f.docs,
+        "fp32_docs": f.fp32_docs,
+        "fp32_share": round(f.fp32_share, 6),
+        "residual_share": f.residual_share,
+        "residual_upper_share": f.residual_upper_share,
+        "unmeasured_docs": f.unmeasured_docs,
+        "fallback_files": f.fallback_files,
+        "too_small_files": f.too_small_files,
+        "flagged": f.flagged,
+    }
+
+
 def _rate_dict(rate: throughput.DeviceRate) -> dict[str, Any]:
     def pct(p: throughput.Percentiles | None) -> dict[str, float] | None:
         return None if p is None else {"p10": p.p10, "median": p.median, "p90": p.p90}
@@ -119,6 +120,14 @@ def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
+def shorten(expr: str, limit: int = 160) -> str:
+    """A range expression cut at a comma before ``limit`` characters, saying where the rest is."""
+    if len(expr) <= limit:
+        return expr
+    cut = expr.rfind(",", 0, limit)
+    return expr[: cut if cut > 0 else limit] + ",... (`shardwise retry-array` lists all)"
+
+
 def summary_lines(cov: Coverage, *, max_expression: int = 160) -> list[str]:
     """The headline lines shared by the table, markdown and HTML formats."""
     lines = [
@@ -135,6 +144,30 @@ def summary_lines(cov: Coverage, *, max_expression: int = 160) -> list[str]:
     lines += quality_lines(cov.data_quality, cov.docs_done)
     lines += fidelity_lines(cov.fidelity)
     lines += failing_lines(cov)
+    lines += _state_lines(cov)
+    lines += _rate_lines(cov)
+    if cov.skew_flagged:
+        worst = ", ".join(f"{c.name} ({c.percent:.1f}%)" for c in cov.categories if c.flagged)
+        n = len(cov.skew_flagged)
+        lines.append(
+            f"skew     {n} categor{'y' if n == 1 else 'ies'}"
+            f" outside the 99% band of the overall {cov.overall_percent:.1f}%: {worst}"
+        )
+    if cov.incomplete_shards:
+        lines.append(f"left     shards {shorten(cov.incomplete_shards, max_expression)}")
+    elif cov.tasks_left > 0:
+        lines.append(
+            f"left     {cov.tasks_left:,} planned task(s) are not labelled although every "
+            "shard is marked done: `shardwise verify --run-dir <run_dir>` names them"
+        )
+    else:
+        lines.append("left     nothing: every shard is done")
+    return lines
+
+
+def _state_lines(cov: Coverage) -> list[str]:
+    """Files left out, changed in place, and markers that count as not done (each with its fix)."""
+    lines: list[str] = []
     if cov.quarantined:
         shown = "; ".join(f"{e.file} ({e.reason})" for e in cov.quarantined[:3])
         more = f"; ... {len(cov.quarantined) - 3} more" if len(cov.quarantined) > 3 else ""
@@ -160,6 +193,12 @@ def summary_lines(cov: Coverage, *, max_expression: int = 160) -> list[str]:
             f"unreadable {len(cov.unreadable_markers):,} marker(s) count as not done "
             f"(e.g. {cov.unreadable_markers[0]}); `shardwise verify --repair` clears them"
         )
+    return lines
+
+
+def _rate_lines(cov: Coverage) -> list[str]:
+    """Throughput per GPU type, and the ETA while anything is left."""
+    lines: list[str] = []
     if cov.throughput is not None:
         for dev in cov.throughput.devices:
             docs = dev.docs_per_s
@@ -188,29 +227,6 @@ def summary_lines(cov: Coverage, *, max_expression: int = 160) -> list[str]:
             f"ETA      {format_duration(cov.eta.seconds)} on {cov.eta.gpus} {unit}"
             f"{'s' if cov.eta.gpus != 1 else ''} ({left} left at {per} per {unit})"
         )
-    if cov.skew_flagged:
-        worst = ", ".join(f"{c.name} ({c.percent:.1f}%)" for c in cov.categories if c.flagged)
-        n = len(cov.skew_flagged)
-        lines.append(
-            f"skew     {n} categor{'y' if n == 1 else 'ies'}"
-            f" outside the 99% band of the overall {cov.overall_percent:.1f}%: {worst}"
-        )
-    if cov.incomplete_shards:
-        expr = cov.incomplete_shards
-        if len(expr) > max_expression:
-            cut = expr.rfind(",", 0, max_expression)
-            expr = (
-                expr[: cut if cut > 0 else max_expression]
-                + ",... (`shardwise retry-array` lists all)"
-            )
-        lines.append(f"left     shards {expr}")
-    elif cov.tasks_left > 0:
-        lines.append(
-            f"left     {cov.tasks_left:,} planned task(s) are not labelled although every "
-            "shard is marked done: `shardwise verify --run-dir <run_dir>` names them"
-        )
-    else:
-        lines.append("left     nothing: every shard is done")
     return lines
 
 

@@ -38,6 +38,7 @@ __all__ = [
     "rate_series",
     "render_html",
     "render_png",
+    "write",
     "write_report",
 ]
 
@@ -305,6 +306,48 @@ def render_png(
     return buf.getvalue()
 
 
+def _rates_html(cov: coverage.Coverage) -> str:
+    """The throughput table per GPU type (empty before any stats)."""
+    e = html.escape
+    rows = ""
+    for d in cov.throughput.devices if cov.throughput is not None else ():
+        docs = d.docs_per_s
+        rows += (
+            f"<tr><td>{e(d.device_name)}</td><td>{d.files:,}</td>"
+            + (
+                f"<td>{docs.p10:,.0f}</td><td>{docs.median:,.0f}</td><td>{docs.p90:,.0f}</td>"
+                if docs
+                else "<td></td><td></td><td></td>"
+            )
+            + f"<td>{d.files_per_hour:,.1f}</td></tr>\n"
+        )
+    if not rows:
+        return ""
+    return (
+        "<h2>Throughput per GPU type</h2><table><tr><th>GPU</th><th>files</th>"
+        "<th>docs/s p10</th><th>median</th><th>p90</th><th>files/h per GPU</th></tr>"
+        f"{rows}</table>"
+    )
+
+
+def _quarantine_html(cov: coverage.Coverage) -> str:
+    """The quarantined files with their reasons (empty when there are none)."""
+    if not cov.quarantined:
+        return ""
+    e = html.escape
+    rows = "\n".join(
+        f"<tr><td>{e(q.file)}</td><td>{e(q.reason)}</td><td>{e(q.at)}</td><td>{e(q.by)}</td></tr>"
+        for q in cov.quarantined
+    )
+    return (
+        f"<h2>Quarantined files ({len(cov.quarantined):,})</h2>"
+        "<p>Left out of this run on purpose: not labelled, not failed, not left to do "
+        "(<code>shardwise quarantine --list</code>).</p>"
+        "<table><tr><th>file</th><th>reason</th><th>at</th><th>by</th></tr>"
+        f"{rows}</table>"
+    )
+
+
 def render_html(
     cov: coverage.Coverage, png: bytes, domains: tuple[bytes, str] | None = None
 ) -> str:
@@ -328,41 +371,9 @@ def render_html(
         f"<td>{'skew' if c.flagged else ''}</td></tr>"
         for c in cov.categories
     )
-    rate_rows = ""
-    if cov.throughput is not None:
-        for d in cov.throughput.devices:
-            docs = d.docs_per_s
-            rate_rows += (
-                f"<tr><td>{e(d.device_name)}</td><td>{d.files:,}</td>"
-                + (
-                    f"<td>{docs.p10:,.0f}</td><td>{docs.median:,.0f}</td><td>{docs.p90:,.0f}</td>"
-                    if docs
-                    else "<td></td><td></td><td></td>"
-                )
-                + f"<td>{d.files_per_hour:,.1f}</td></tr>\n"
-            )
-    quarantine_html = ""
-    if cov.quarantined:
-        quarantine_rows = "\n".join(
-            f"<tr><td>{e(q.file)}</td><td>{e(q.reason)}</td><td>{e(q.at)}</td><td>{e(q.by)}</td></tr>"
-            for q in cov.quarantined
-        )
-        quarantine_html = (
-            f"<h2>Quarantined files ({len(cov.quarantined):,})</h2>"
-            "<p>Left out of this run on purpose: not labelled, not failed, not left to do "
-            "(<code>shardwise quarantine --list</code>).</p>"
-            "<table><tr><th>file</th><th>reason</th><th>at</th><th>by</th></tr>"
-            f"{quarantine_rows}</table>"
-        )
     encoded = base64.b64encode(png).decode("ascii")
     incomplete = e(cov.incomplete_shards) or "none"
-    rates_html = (
-        "<h2>Throughput per GPU type</h2><table><tr><th>GPU</th><th>files</th>"
-        "<th>docs/s p10</th><th>median</th><th>p90</th><th>files/h per GPU</th></tr>"
-        f"{rate_rows}</table>"
-        if rate_rows
-        else ""
-    )
+    rates_html, quarantine_html = _rates_html(cov), _quarantine_html(cov)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>shardwise report: {e(cov.name)}</title>
@@ -424,3 +435,33 @@ def write_report(
     domains = (domains_png_bytes, domains_table) if found else None
     out_html.write_text(render_html(cov, png, domains), encoding="utf-8")
     return out_html, out_png
+
+
+@dataclass(frozen=True)
+class Written:
+    """``shardwise report``: the files written and the coverage they show."""
+
+    html: Path
+    png: Path
+    coverage: coverage.Coverage
+
+    @property
+    def incomplete(self) -> bool:
+        """A planned task is neither labelled nor quarantined, or a shard is not done."""
+        return bool(self.coverage.tasks_left or self.coverage.shards_remaining)
+
+
+def write(
+    run_dir: Path,
+    out_html: Path,
+    *,
+    out_png: Path | None = None,
+    domains_png: Path | None = None,
+    category_regex: str | None = None,
+    gpus: int | None = None,
+) -> Written:
+    """Load the run, compute its coverage and write the report (see :func:`write_report`)."""
+    state = coverage.load_state(run_dir)
+    cov = coverage.compute(state, category_regex=category_regex, gpus=gpus)
+    html, png = write_report(state, cov, out_html, out_png=out_png, domains_png=domains_png)
+    return Written(html, png, cov)

@@ -152,8 +152,9 @@ class VerifyReport:
         return out
 
     def to_json(self) -> dict[str, Any]:
-        """A machine-readable form (``--format json``)."""
+        """A machine-readable form (``--format json``; docs/schemas/verify.schema.json)."""
         data = asdict(self)
+        data["format_version"] = 1
         data["broken_files"] = sorted(self.broken_files)
         data["broken_shards"] = sorted(self.broken_shards)
         data["ok"] = self.ok
@@ -195,11 +196,7 @@ def verify_run(
     ctx = JobContext.load(run_dir)
     meta = ctx.meta
     table = plan.load(run_dir)
-    rows = table.to_pydict()
-    planned: dict[str, tuple[str, int]] = {
-        f: (t, s) for f, t, s in zip(rows["file"], rows["task_id"], rows["shard"], strict=True)
-    }
-    ctx.source.remember_sizes(dict(zip(rows["file"], rows["size"], strict=True)))
+    planned = _planned(ctx, table)
     report = VerifyReport(run_dir=str(run_dir), sample=sample, files_planned=len(planned))
     in_run = shard_range(meta.total_shards, meta.minimum_shard_index)
     report.shards_total = len(in_run)
@@ -219,15 +216,9 @@ def verify_run(
         files_by_shard[shard].append(rel)
     done = markers.done_shards(run_dir)
     job_shards = _check_shards(
-        report,
-        run_dir,
-        meta=meta,
-        done=done,
-        files_by_shard=files_by_shard,
-        found=found,
-        output=ctx.output,
-        left_out=set(left_out),
-    )
+        report, run_dir, meta=meta, done=done, files_by_shard=files_by_shard, found=found,
+        output=ctx.output, left_out=set(left_out),
+    )  # fmt: skip
     report.shards_done = len(done & set(in_run))
     if complete:
         _check_complete(
@@ -245,10 +236,7 @@ def verify_run(
     for rel, kinds in sorted(found.items()):
         _check_presence(report, ctx.output, rel, kinds, planned[rel][1] in done)
         if rel in left_out and outputs.MARKER.name in kinds:
-            report.warn(
-                ctx.output.url(outputs.MARKER.rel(rel)),
-                "quarantined, yet labelled (`shardwise quarantine --release` if it is fine)",
-            )
+            report.warn(ctx.output.url(outputs.MARKER.rel(rel)), _LABELLED_QUARANTINED)
 
     names = [name for name, _model, _input in meta.classifiers]
     with ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -261,6 +249,9 @@ def verify_run(
     marker_rows = _add_checks(report, checks)
     _check_shard_docs(report, run_dir, job_shards, files_by_shard, marker_rows)
     return report
+
+
+_LABELLED_QUARANTINED = "quarantined, yet labelled (`shardwise quarantine --release` if it is fine)"
 
 
 def _check_complete(
@@ -299,6 +290,13 @@ def _add_checks(report: VerifyReport, checks: list[_FileCheck]) -> dict[str, int
         for key, value in check.counts.items():
             report.data_quality[key] = report.data_quality.get(key, 0) + value
     return marker_rows
+
+
+def _planned(ctx: JobContext, table: pa.Table) -> dict[str, tuple[str, int]]:
+    """Planned file -> (task id, shard); the source learns the sizes (no HEAD per file)."""
+    rows = table.to_pydict()
+    ctx.source.remember_sizes(dict(zip(rows["file"], rows["size"], strict=True)))
+    return {f: (t, s) for f, t, s in zip(rows["file"], rows["task_id"], rows["shard"], strict=True)}
 
 
 # -- run level ---------------------------------------------------------------

@@ -31,7 +31,7 @@ import pyarrow.json as pa_json
 
 from shardwise.errors import RecordError
 from shardwise.run.labelcounts import compact_json
-from shardwise.run.reader import QUALITY_COUNTS
+from shardwise.run.reader import QUALITY_COUNTS, arrow_owned
 from shardwise.run.record import Fields, load_object
 from shardwise.run.throughput import (
     UNKNOWN_DEVICE,
@@ -326,7 +326,7 @@ def stats_from_json(blobs: Iterable[bytes]) -> StatsTable:
     blob = b"\n".join(b.replace(b"\r", b" ").replace(b"\n", b" ") for b in docs)
     try:
         table = pa_json.read_json(
-            pa.BufferReader(blob),
+            pa.BufferReader(arrow_owned(blob)),
             read_options=pa_json.ReadOptions(use_threads=True, block_size=1 << 24),
             parse_options=pa_json.ParseOptions(
                 explicit_schema=_ARROW_SCHEMA, unexpected_field_behavior="ignore"

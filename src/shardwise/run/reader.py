@@ -229,6 +229,16 @@ def schema_paths(schema: pa.Schema) -> set[str]:
     return out
 
 
+def arrow_owned(data: bytes) -> pa.Buffer:
+    """``data`` copied into memory Arrow allocated. A buffer over Python ``bytes`` is freed
+    by whichever thread drops it last: an Arrow I/O thread doing so while the interpreter
+    exits cannot take the GIL and aborts the process ("terminate called without an active
+    exception", after the result was printed)."""
+    sink = pa.BufferOutputStream()
+    sink.write(data)
+    return sink.getvalue()
+
+
 @contextlib.contextmanager
 def _parquet_source(loc: Location, rel: str) -> Iterator[pa.NativeFile]:
     """``rel`` as a file Arrow reads without calling back into Python where it can.
@@ -245,7 +255,7 @@ def _parquet_source(loc: Location, rel: str) -> Iterator[pa.NativeFile]:
         return
     with loc.open(rel) as fh:
         if isinstance(fh, io.BytesIO):
-            yield pa.BufferReader(fh.getvalue())
+            yield pa.BufferReader(arrow_owned(fh.getvalue()))
         else:
             yield pa.PythonFile(fh, mode="r")
 
@@ -494,6 +504,23 @@ def _value(
     return str(value)
 
 
+def _parse_line(raw: bytes, lineno: int, where: str) -> tuple[dict[str, Any], bool]:
+    """One JSONL line as an object, and whether it held invalid UTF-8 (replaced)."""
+    try:
+        line, bad_unicode = raw.decode("utf-8"), False
+    except UnicodeDecodeError:
+        line, bad_unicode = raw.decode("utf-8", errors="replace"), True
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as e:
+        msg = f"{where}: line {lineno} is not valid JSON: {e}"
+        raise InputError(msg) from e
+    if not isinstance(record, dict):
+        msg = f"{where}: line {lineno} is a JSON {type(record).__name__}, not an object"
+        raise InputError(msg)
+    return record, bad_unicode
+
+
 def _read_jsonl(
     stream: IO[bytes], fields: Fields, where: str, limit: int | None = None
 ) -> Documents:
@@ -515,20 +542,7 @@ def _read_jsonl(
             continue
         if limit is not None and rows >= limit:
             break
-        bad_unicode = False
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            line = raw.decode("utf-8", errors="replace")
-            bad_unicode = True
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            msg = f"{where}: line {lineno} is not valid JSON: {e}"
-            raise InputError(msg) from e
-        if not isinstance(record, dict):
-            msg = f"{where}: line {lineno} is a JSON {type(record).__name__}, not an object"
-            raise InputError(msg)
+        record, bad_unicode = _parse_line(raw, lineno, where)
         rows += 1
         if rows <= _SAMPLE_ROWS:
             seen_paths.update(_key_paths(record))

@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from shardwise.errors import InputError, RecordError
+from shardwise.run.reader import arrow_owned
 
 SUFFIX = ".labels.parquet"
 #: Columns every classifier contributes to a sidecar (``_probs`` is optional).
@@ -66,7 +67,7 @@ def to_parquet_bytes(table: pa.Table) -> bytes:
 def read_sidecar(data: bytes, where: str = "sidecar") -> pa.Table:
     """Parse sidecar bytes; RecordError naming ``where`` when they are not Parquet."""
     try:
-        return pq.read_table(pa.BufferReader(data))  # no Python file for Arrow's threads
+        return pq.read_table(pa.BufferReader(arrow_owned(data)))
     except (pa.ArrowException, OSError) as e:
         raise RecordError(where, f"not a Parquet table: {type(e).__name__}: {e}") from e
 

@@ -47,6 +47,7 @@ import pyarrow as pa
 from shardwise.run import journal
 from shardwise.run.filestats import FIGURES, FileStats
 from shardwise.run.labelcounts import add_counts, pair_key
+from shardwise.run.reader import arrow_owned
 from shardwise.store.atomic import write_atomic
 
 SUMMARIES_DIR = "summaries"
@@ -89,18 +90,11 @@ def summarized_shards(run_dir: Path) -> set[int]:
 # ----------------------------------------------------------------------------- build
 
 
-def build(
-    shard: int,
-    tasks: Sequence[tuple[str, Sequence[str]]],
-    counts: Mapping[str, Mapping[str, Any]],
-) -> bytes:
-    """The summary of ``shard`` as Arrow IPC bytes (pure).
-
-    ``tasks`` are (task id, its files); ``counts`` maps a file to its ``label_counts``
-    (a file without one makes its task incomplete).
-    """
-    seen: dict[str, set[str]] = {}
-    pairs: list[tuple[str, str]] = []
+def _task_totals(
+    tasks: Sequence[tuple[str, Sequence[str]]], counts: Mapping[str, Mapping[str, Any]]
+) -> tuple[list[tuple[str, dict[str, Any], int]], list[str]]:
+    """Each task whose every file has counts, with their sum and its file count; and the
+    ids of the tasks with a file without counts (not labelled, for the estimate)."""
     complete: list[tuple[str, dict[str, Any], int]] = []
     incomplete: list[str] = []
     for task_id, files in tasks:
@@ -111,6 +105,23 @@ def build(
         for f in files[1:]:
             total = add_counts(total, counts[f])
         complete.append((task_id, total, len(files)))
+    return complete, incomplete
+
+
+def build(
+    shard: int,
+    tasks: Sequence[tuple[str, Sequence[str]]],
+    counts: Mapping[str, Mapping[str, Any]],
+) -> bytes:
+    """The summary of ``shard`` as Arrow IPC bytes (pure).
+
+    ``tasks`` are (task id, its files); ``counts`` maps a file to its ``label_counts``
+    (a file without one makes its task incomplete).
+    """
+    complete, incomplete = _task_totals(tasks, counts)
+    seen: dict[str, set[str]] = {}
+    pairs: list[tuple[str, str]] = []
+    for _task_id, total, _files in complete:
         for name, cells in total.get("classifiers", {}).items():
             seen.setdefault(name, set()).update(cells)
         for key, table in total.get("pairs", {}).items():
@@ -205,7 +216,8 @@ class Summary:
 def parse(data: bytes | pa.Buffer | pa.NativeFile, where: str = "summary") -> Summary:
     """Read a summary (bytes or an open file); ValueError naming ``where`` if not one."""
     try:
-        reader = pa.ipc.open_file(pa.BufferReader(data) if isinstance(data, bytes) else data)
+        source = pa.BufferReader(arrow_owned(data)) if isinstance(data, bytes) else data
+        reader = pa.ipc.open_file(source)
         table = reader.read_all()
         meta = json.loads((table.schema.metadata or {})[META_KEY])
         tasks = meta["tasks"]

@@ -28,6 +28,7 @@ finds them in the environment, the AWS profile files, or the instance role.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import os
@@ -131,6 +132,17 @@ class Location:
     def _retry(self, rel: str, fn: Callable[[], T]) -> T:
         """Run one remote request under the retry policy; errors name ``rel``'s URL."""
         return call(fn, key=self.url(rel), policy=self._policy)
+
+    @contextlib.contextmanager
+    def _reading(self, verb: str, rel: str) -> Iterator[None]:
+        """A read's storage errors as one StorageError naming the object; an absent one
+        stays FileNotFoundError (callers treat it as "not there")."""
+        try:
+            yield
+        except FileNotFoundError:
+            raise
+        except (OSError, ValueError, StorageError) as e:
+            raise self._fail(verb, rel, e) from e
 
     def _fail(self, verb: str, rel: str, err: BaseException) -> StorageError:
         """A ``StorageError`` for a final error; retry exhaustion already names the key."""
@@ -245,38 +257,29 @@ class Location:
         Every GET is retried on its own; FileNotFoundError if ``rel`` is absent.
         """
         if not self.remote:
-            try:
+            with self._reading("open", rel):
                 return Path(self.path(rel)).open("rb")
-            except FileNotFoundError:
-                raise
-            except OSError as e:
-                raise self._fail("open", rel, e) from e
-        path = self.path(rel)
         if size is None:
             size = self._sizes.get(rel)
         if cache_type is None and rel.endswith(RANDOM_ACCESS_SUFFIXES):
-            try:
-                if size is None:  # s3fs would HEAD for it anyway; learn it first to choose
+            if size is None:  # s3fs would HEAD for it anyway; learn it first to choose
+                with self._reading("open", rel):
                     size = self._size(rel)
-            except FileNotFoundError:
-                raise
-            except (OSError, ValueError, StorageError) as e:
-                raise self._fail("open", rel, e) from e
             if size <= SMALL_FILE_BYTES:
                 return io.BytesIO(self.read_bytes(rel))
             cache_type = "none"
-        kwargs: dict[str, Any] = {
-            "block_size": block_size or DEFAULT_BLOCK_SIZE,
-            "cache_type": cache_type or "readahead",
-        }
+        return self._open_remote(rel, size, block_size or DEFAULT_BLOCK_SIZE, cache_type)
+
+    def _open_remote(
+        self, rel: str, size: int | None, block_size: int, cache_type: str | None
+    ) -> IO[bytes]:
+        """An fsspec file with a read-ahead buffer whose every GET is retried."""
+        path = self.path(rel)
+        kwargs: dict[str, Any] = {"block_size": block_size, "cache_type": cache_type or "readahead"}
         if size is not None:
             kwargs["size"] = size
-        try:
+        with self._reading("open", rel):
             fh = self._retry(rel, lambda: self.fs.open(path, "rb", **kwargs))
-        except FileNotFoundError:
-            raise
-        except (OSError, ValueError, StorageError) as e:
-            raise self._fail("open", rel, e) from e
         if size is not None and getattr(fh, "_details", "absent") is None:
             # s3fs asks for ``details`` (a HEAD) on the first read even when the size
             # is known; what it uses them for (an ETag check) is off by default.
@@ -292,13 +295,9 @@ class Location:
         if not self.remote:
             with self.open(rel) as fh:
                 return fh.read()
-        try:
+        with self._reading("read", rel):
             # max_concurrency=1: one GET, no HEAD to plan parallel ranged reads.
             return self._retry(rel, lambda: self.fs.cat_file(self.path(rel), max_concurrency=1))
-        except FileNotFoundError:
-            raise
-        except (OSError, ValueError, StorageError) as e:
-            raise self._fail("read", rel, e) from e
 
     def exists(self, rel: str) -> bool:
         """One probe (a HEAD remotely); prefer ``list_suffix`` for many files."""

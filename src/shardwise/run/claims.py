@@ -140,17 +140,7 @@ class Submitter:
         """The last top-level invocation's record (``claims/workflow.json``), if readable."""
         path = Path(run_dir) / CLAIMS_DIR / WORKFLOW_JSON
         try:
-            f = Fields.parse(path.read_bytes(), str(path))
-            return cls(
-                workdir=f.str("workdir"),
-                snakefile=f.str("snakefile"),
-                configfiles=tuple(str(p) for p in f.list("configfiles", [])),
-                cluster=f.bool("cluster", False),
-                parallel=f.int("parallel", 1),
-                host=f.str("host", ""),
-                pid=f.int("pid", 0),
-                started_at=f.str("started_at", ""),
-            )
+            return Fields.parse(path.read_bytes(), str(path)).into(cls)
         except (OSError, RecordError):
             return None
 

@@ -191,42 +191,12 @@ class FileStats:
     def from_json(cls, raw: bytes, where: str) -> FileStats:
         """Parse a stats file; RecordError naming the file and the field when it is not one."""
         f = Fields.parse(raw, where)
-        fidelity = f.list("fidelity", None)
-        if not all(isinstance(entry, dict) for entry in fidelity or ()):
+        stats = f.into(cls)
+        if not all(isinstance(entry, dict) for entry in stats.fidelity or ()):
             raise f.refuse("fidelity", "must be an array of objects")
-        counts = f.dict("counts", None)
         for key in QUALITY_COUNTS:
-            Fields(counts or {}, f"{where} [counts]").count(key, None)
-        return cls(
-            file=f.str("file", None),
-            task_id=f.str("task_id", None),
-            shard=f.int("shard", None),
-            bytes=f.count("bytes", None),
-            docs=f.count("docs", None),
-            tokens=f.count("tokens", None),
-            seconds=f.number("seconds", None),
-            docs_per_s=f.number("docs_per_s", None),
-            tokens_per_s=f.number("tokens_per_s", None),
-            tokens_counted=f.str("tokens_counted", None),
-            timings=f.dict("timings", {}),
-            counts=counts,
-            truncated_docs=f.count("truncated_docs", None),
-            fidelity=None if fidelity is None else tuple(fidelity),
-            models=f.dict("models", {}),
-            device=f.str("device", None),
-            device_name=f.str("device_name", None),
-            dtype=f.str("dtype", None),
-            hostname=f.str("hostname", None),
-            platform=f.str("platform", None),
-            slurm_job_id=f.str("slurm_job_id", None),
-            versions=f.dict("versions", {}),
-            finished_at=f.str("finished_at", None),
-            source_identity=f.str("source_identity", None),
-            labelling=f.dict("labelling", None),
-            precision=f.dict("precision", None),
-            engine=f.dict("engine", {}),
-            label_counts=f.dict("label_counts", None),
-        )
+            Fields(stats.counts or {}, f"{where} [counts]").count(key, None)
+        return stats
 
     def problems(self, rel: str, rows: int | None, pinned: Mapping[str, Any] | None) -> list[str]:
         """How these stats disagree with their file, its input's ``rows`` and the

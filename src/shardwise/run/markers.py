@@ -59,15 +59,7 @@ class FileMarker:
     @classmethod
     def from_json(cls, raw: bytes, where: str) -> FileMarker:
         """Parse a marker; RecordError naming the field (it then vouches for nothing)."""
-        f = Fields.parse(raw, where)
-        return cls(
-            file=f.str("file", None),
-            task_id=f.str("task_id", None),
-            shard=f.int("shard", None),
-            rows=f.count("rows", None),
-            finished_at=f.str("finished_at", ""),
-            source_identity=f.str("source_identity", None),
-        )
+        return Fields.parse(raw, where).into(cls)
 
     def problems(self, rel: str, task_id: str, shard: int, rows: int | None) -> list[str]:
         """How this marker disagrees with the plan row and the input's ``rows``."""
@@ -129,18 +121,7 @@ class ShardMarker:
         source = f.str("source", "job")
         if source not in SOURCES:
             raise f.refuse("source", f"must be one of {list(SOURCES)}, got {source!r}")
-        return cls(
-            shard=f.int("shard"),
-            total_shards=f.int("total_shards"),
-            minimum_shard_index=f.int("minimum_shard_index"),
-            tasks=f.count("tasks", None),
-            files=f.count("files", None),
-            docs=f.count("docs", None),
-            source=source,
-            finished_at=f.str("finished_at", ""),
-            quarantined=f.count("quarantined", 0),
-            file_stats=file_stats,
-        )
+        return f.into(cls, source=source, file_stats=file_stats)
 
     def problems(self, shard: int, within: range, planned_files: int) -> list[str]:
         """How this marker disagrees with its name, the pinned assignment and the plan."""

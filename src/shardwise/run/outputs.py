@@ -16,6 +16,7 @@ nothing else names a suffix.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -76,7 +77,7 @@ class Expected:
         return None if self.ids is None else len(self.ids)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # compared by identity: a kind is one registry entry
 class OutputKind:
     """One kind of per-file output: its name, suffix, builder, parser and checker."""
 
@@ -137,10 +138,24 @@ def kind_of(name: str) -> tuple[OutputKind, str] | None:
     The longest suffix wins, so ``x.labels.parquet`` is never read as an output of ``x``
     of some shorter kind.
     """
-    for kind in sorted(kinds(), key=lambda k: -len(k.suffix)):
-        if name.endswith(kind.suffix) and len(name) > len(kind.suffix):
-            return kind, name[: -len(kind.suffix)]
-    return None
+    return _matcher(kinds())(name)
+
+
+@functools.cache
+def _matcher(registry: tuple[OutputKind, ...]) -> Callable[[str], tuple[OutputKind, str] | None]:
+    """:func:`kind_of` for one registry (its kinds sorted once: it runs per listed name)."""
+    longest_first = sorted(registry, key=lambda k: -len(k.suffix))
+    suffixes = tuple(k.suffix for k in longest_first)
+
+    def match(name: str) -> tuple[OutputKind, str] | None:
+        if not name.endswith(suffixes):
+            return None
+        for kind in longest_first:
+            if name.endswith(kind.suffix) and len(name) > len(kind.suffix):
+                return kind, name[: -len(kind.suffix)]
+        return None
+
+    return match
 
 
 def read_marker(output: Location, rel: str) -> FileMarker:
@@ -183,8 +198,9 @@ def scan(names: Iterable[str], sizes: Mapping[str, int] | None = None) -> Scan:
     """The outputs among the names of a listing of the output root (with their sizes
     when known, else 0)."""
     found: dict[str, dict[str, int]] = {kind.name: {} for kind in kinds()}
+    match = _matcher(kinds())
     for name in names:
-        hit = kind_of(name)
+        hit = match(name)
         if hit is not None:
             found[hit[0].name][hit[1]] = sizes.get(name, 0) if sizes else 0
     return Scan(found)

@@ -10,12 +10,18 @@ record says which ones have defaults.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
-from typing import Any
+import types
+import typing
+from typing import Any, TypeVar
 
 from shardwise.errors import RecordError
 
 __all__ = ["Fields", "load_object"]
+
+T = TypeVar("T")
 
 #: Marks a field without a default (absent: refused).
 _REQUIRED: Any = object()
@@ -30,6 +36,14 @@ def load_object(raw: bytes | str, where: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise RecordError(where, "not a JSON object")
     return data
+
+
+@functools.cache
+def _fields_of(cls: type) -> tuple[tuple[str, Any, dataclasses.Field[Any]], ...]:
+    """A dataclass's fields with their resolved type hints (once per class: resolving
+    them costs more than reading a record)."""
+    hints = typing.get_type_hints(cls)
+    return tuple((f.name, hints[f.name], f) for f in dataclasses.fields(cls))
 
 
 class Fields:
@@ -99,3 +113,35 @@ class Fields:
     def refuse(self, key: str, what: str) -> RecordError:
         """The error for a field that is of its type but not a valid value."""
         return RecordError(self.where, f"field {key!r} {what}")
+
+    def into(self, cls: type[T], **given: Any) -> T:
+        """The dataclass ``cls`` with every field read by its annotation (``given`` ones
+        as they are): ``int`` is a count (>= 0, never a bool), ``float`` any number, a
+        ``tuple`` is read from an array; ``X | None`` and a field with a default may be
+        absent."""
+        values = dict(given)
+        for name, hint, f in _fields_of(cls):
+            if name in values:
+                continue
+            if f.default is not dataclasses.MISSING:
+                default = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                default = f.default_factory()
+            else:
+                default = _REQUIRED
+            values[name] = self._typed(name, hint, default)
+        return cls(**values)
+
+    def _typed(self, key: str, hint: Any, default: Any) -> Any:
+        """One field by its type hint (see :meth:`into`)."""
+        options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+        if type(None) in options:
+            default = None if default is _REQUIRED else default
+        base = next(o for o in options if o is not type(None))
+        origin = typing.get_origin(base) or base
+        if origin is tuple:
+            value = self.list(key, default)
+            return tuple(value) if isinstance(value, list) else value
+        reader = {int: self.count, float: self.number, str: self.str, bool: self.bool,
+                  dict: self.dict, list: self.list}.get(origin, self.any)  # fmt: skip
+        return reader(key, default)

@@ -293,8 +293,13 @@ class Location:
     def read_bytes(self, rel: str) -> bytes:
         """Read a whole (small) file; FileNotFoundError if it is absent. One GET remotely."""
         if not self.remote:
-            with self.open(rel) as fh:
-                return fh.read()
+            try:
+                with open(self.path(rel), "rb") as fh:  # noqa: PTH123 - hot: Path() costs more than reading a small file
+                    return fh.read()
+            except FileNotFoundError:
+                raise
+            except OSError as e:
+                raise self._fail("read", rel, e) from e
         with self._reading("read", rel):
             # max_concurrency=1: one GET, no HEAD to plan parallel ranged reads.
             return self._retry(rel, lambda: self.fs.cat_file(self.path(rel), max_concurrency=1))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -110,3 +111,20 @@ def test_cli_missing_run_json_exit_2(tmp_path: Path, capsys: pytest.CaptureFixtu
     captured = capsys.readouterr()
     assert captured.out == ""
     assert "original run directory" in captured.err
+
+
+def test_a_stale_marker_of_another_assignment_is_done_nowhere(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from shardwise.ops import coverage, domains
+
+    run_dir = _run(tmp_path, 4, 0, {0, 1, 2})
+    stale = {"shard": 2, "total_shards": 7, "minimum_shard_index": 0, "files": 0, "docs": 0}
+    (run_dir / "shards" / "2.done").write_text(json.dumps(stale))  # a re-pin left it
+    cov = coverage.compute(coverage.load_state(run_dir))
+    assert (cov.shards_done, cov.incomplete_shards) == (2, "2-3")
+    assert domains.load(run_dir).shards_done == 2
+    assert main(["retry-array", "--run-dir", str(run_dir)]) == 0
+    out = capsys.readouterr()
+    assert out.out.splitlines() == [cov.incomplete_shards]
+    assert "shard marker(s) 2 are of another assignment" in out.err

@@ -1,0 +1,100 @@
+"""The per-file output contract: one registry that every reader and writer asks.
+
+The last test adds an output kind in the test itself and shows that the shard job writes
+it, a re-plan does not take it for input, and verify and coverage check it: a new kind
+is one registry entry with its builder, parser and checker, and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from inproc import label, plan_run
+
+from shardwise.errors import RecordError
+from shardwise.ops import coverage, verify
+from shardwise.planner.prepare import prepare_run
+from shardwise.run import manifest, outputs
+from shardwise.run.record import load_object
+
+
+def test_every_kind_has_a_builder_a_parser_a_checker_and_the_marker_comes_last():
+    kinds = outputs.kinds()
+    assert kinds[-2:] == (outputs.STATS, outputs.MARKER)
+    assert len({k.name for k in kinds}) == len({k.suffix for k in kinds}) == len(kinds)
+    for kind in kinds:
+        assert callable(kind.build) and callable(kind.parse) and callable(kind.check)
+    assert outputs.vouched() == kinds[:-1]
+
+
+@pytest.mark.parametrize("kind", outputs.kinds(), ids=lambda k: k.name)
+def test_every_kind_is_not_an_input_under_the_output_root_and_is_one_elsewhere(kind):
+    name = kind.rel("a/part-0.jsonl") + ".jsonl"  # an output's name can end like an input
+    own = kind.rel("a/part-0.jsonl")
+    listing = [("a/part-0.jsonl", 1), (own, 1)]
+    under = manifest.select_files(listing, output_prefix="")
+    assert [rel for rel, _ in under.files] == ["a/part-0.jsonl"] and under.outputs == [own]
+    elsewhere = manifest.select_files([(name, 1)], output_prefix=None)
+    assert [rel for rel, _ in elsewhere.files] == [name]
+
+
+def test_the_longest_suffix_names_the_kind_and_the_source():
+    assert outputs.kind_of("x.parquet.labels.parquet") == (outputs.SIDECAR, "x.parquet")
+    assert outputs.kind_of("x.labels.parquet.done") == (outputs.MARKER, "x.labels.parquet")
+    assert outputs.kind_of("x.parquet") is None
+    assert outputs.kind_of(".done") is None
+
+
+def _words(labelled: outputs.Labelled) -> bytes:
+    return json.dumps({"file": labelled.rel, "rows": len(labelled.ids)}).encode()
+
+
+def _words_problems(record: dict, want: outputs.Expected) -> list[str]:
+    return [] if record.get("rows") == want.rows else [f"rows {record.get('rows')} != {want.rows}"]
+
+
+WORDS = outputs.OutputKind(
+    "words", ".words.jsonl", build=_words, parse=load_object, check=_words_problems
+)
+
+
+def test_a_new_kind_is_written_checked_and_counted_with_no_other_edit(tmp_path, monkeypatch):
+    monkeypatch.setattr(outputs, "KINDS", (outputs.SIDECAR, WORDS, outputs.STATS, outputs.MARKER))
+    cfg = plan_run(tmp_path, output={"uri": str(tmp_path / "corpus" / "labels")})
+    run_dir = Path(cfg["run_dir"])
+    label(run_dir)
+    labels = tmp_path / "corpus" / "labels"
+    written = sorted(labels.rglob("*.words.jsonl"))
+    assert len(written) == 6  # the shard job wrote it for every file, before the marker
+    # the outputs lie under the input root and end in .jsonl: a re-plan does not take them
+    info = prepare_run(cfg, main_process=True, dryrun=True)
+    assert any("skipped 24 shardwise output(s)" in m for m in info.messages), info.messages
+    assert verify.verify_run(run_dir, complete=True).ok
+    assert coverage.compute(coverage.load_state(run_dir)).outputs_missing == {}
+
+    gone, damaged = written[0], written[1]
+    gone.unlink()
+    damaged.write_text('{"rows": 99}')
+    report = verify.verify_run(run_dir)
+    whats = [f"{f.where}: {f.what}" for f in report.problems]
+    marker = outputs.MARKER.rel(outputs.kind_of(gone.name)[1])
+    assert any(w.endswith(f"{marker}: marker without its words") for w in whats), whats
+    assert any(w == f"{damaged}: rows 99 != 5" for w in whats), whats
+    assert len(report.broken_files) == 2
+    assert coverage.compute(coverage.load_state(run_dir)).outputs_missing == {"words": 1}
+
+    verify.repair(run_dir, report)
+    label(run_dir)  # relabels exactly the two files
+    assert verify.verify_run(run_dir, complete=True).ok
+    damaged.write_text("not json")
+    (problem,) = verify.verify_run(run_dir).problems
+    assert problem.what.startswith("unreadable words: not valid JSON")
+
+
+def test_a_parser_refuses_what_is_not_its_format():
+    with pytest.raises(RecordError, match="x.done: not a JSON object"):
+        outputs.MARKER.parse(b"[1]", "x.done")
+    with pytest.raises(RecordError, match="not a Parquet table"):
+        outputs.SIDECAR.parse(b"PAR1 no", "x.labels.parquet")

@@ -342,3 +342,25 @@ def test_copies_that_disagree_say_so_and_not_that_the_config_changed(tmp_path, c
     (run_dir / "run.json").write_text(json.dumps({**new_meta, "total_shards": 4}))
     assert main(["verify", "--run-dir", str(run_dir), "--repair"]) in (0, 1)
     assert json.loads((run_dir / "run.json").read_text())["total_shards"] == 8
+
+
+def test_listed_files_that_are_no_input_are_named_on_the_dry_run_and_in_coverage(
+    tmp_path, corpus, capsys
+):
+    from shardwise.ops import coverage
+    from shardwise.ops.coverage_format import format_table
+
+    for name in ("cc/science/notes.txt", "cc/science/part-9.json.bz2", "wiki/x.csv"):
+        (corpus / name).parent.mkdir(parents=True, exist_ok=True)
+        (corpus / name).write_text("x")
+    _info, printed = prepare(config(tmp_path, corpus))
+    (note,) = [m for m in printed.splitlines() if "neither inputs nor shardwise outputs" in m]
+    assert "3 listed file(s)" in note and "'cc/science/notes.txt'" in note
+    assert "narrow input.glob" in note
+    cov = coverage.compute(coverage.load_state(tmp_path / "run"))
+    assert cov.skipped.count == 3
+    assert "skipped  3 listed file(s)" in format_table(cov)
+    (corpus / "wiki/x.csv").unlink()
+    prepare(config(tmp_path, corpus, input={"uri": str(corpus), "glob": "**/*.parquet"}),
+            repin=True)  # fmt: skip
+    assert coverage.compute(coverage.load_state(tmp_path / "run")).skipped.count == 0

@@ -39,6 +39,7 @@ def test_select_files_keeps_supported_formats_sorted_and_reports_what_it_skips()
             "a/y/part-0.parquet.done",
         ],
         unsafe=[],
+        other=["a/y/readme.txt"],  # matched by the glob, not an input: reported, never silent
     )
     assert select_files(LISTING, fmt="parquet", output_prefix="").files == [
         ("a/y/part-0.parquet", 20)

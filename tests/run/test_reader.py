@@ -31,7 +31,10 @@ def write(tmp_path, name, records):
     return name
 
 
-@pytest.mark.parametrize("name", ["f.parquet", "f.jsonl", "f.jsonl.gz", "f.jsonl.zst"])
+@pytest.mark.parametrize(
+    "name",
+    ["f.parquet", "f.jsonl", "f.jsonl.gz", "f.jsonl.zst", "f.json", "f.json.gz", "f.json.zst"],
+)
 def test_every_format_reads_ids_texts_urls_in_order(tmp_path, name):
     rel = write(tmp_path, name, RECORDS)
     docs = read_documents(Location(str(tmp_path)), rel, Fields())
@@ -239,4 +242,24 @@ def test_missing_file_says_it_was_removed_after_planning(tmp_path):
 def test_file_format_by_extension():
     assert file_format("a.jsonl.zst") == "jsonl"
     assert file_format("a.parquet") == "parquet"
-    assert file_format("a.json") is None
+    assert file_format("a.json") == "jsonl"  # Dolma's names: JSON Lines
+    assert file_format("a.json.gz") == file_format("a.json.zst") == "jsonl"
+    assert file_format("a.json.bz2") is None
+
+
+@pytest.mark.parametrize(
+    ("name", "body"),
+    [("doc.json", json.dumps(RECORDS, indent=2)), ("doc.json", json.dumps(RECORDS)),
+     ("doc.json.gz", json.dumps({"docs": RECORDS}, indent=1))],
+)  # fmt: skip
+def test_a_json_file_that_is_one_document_is_refused_naming_it(tmp_path, name, body):
+    data = body.encode()
+    (tmp_path / name).write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    with pytest.raises(InputError, match=rf"{name}: line 1 .*looks like one JSON document"):
+        read_documents(Location(str(tmp_path)), name, Fields())
+
+
+def test_dolma_documents_read_their_nested_url(tmp_path):
+    rel = write(tmp_path, "part-0.json.gz", RECORDS)
+    docs = read_documents(Location(str(tmp_path)), rel, Fields(url="metadata.url"))
+    assert docs.urls == ["https://m1", "https://m2", ""]

@@ -41,6 +41,7 @@ from shardwise.run import (
     outputs,
     quarantine,
     ranges,
+    skipped,
     throughput,
 )
 from shardwise.run import plan as run_plan
@@ -98,6 +99,9 @@ class RunState:
     stale_markers: tuple[str, ...] = ()  # shard markers of another assignment (not done)
     #: Labelled input files changed in place (as the last dry run found): file -> identities.
     changed: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: What the last listing of the input left out, judged by ``input_format``.
+    skipped: skipped.Skipped = field(default_factory=skipped.Skipped)
+    input_format: str = "auto"
     #: The newest failure record of each failing shard (what stopped it last).
     last_failures: dict[int, failures.FailureRecord] = field(default_factory=dict)
     #: What the last invocation ran in parallel: (count, "GPU" or "local job").
@@ -144,6 +148,12 @@ def _readable_file_markers(
         except (OSError, ValueError):
             bad.append(rel)
     return names - set(bad), bad
+
+
+def _input_format(run_dir: Path) -> str:
+    """``input.format`` as the last plan recorded it (``auto`` before any)."""
+    settings = context.read_settings(run_dir)
+    return settings.format if settings is not None else "auto"
 
 
 def _read_all(output: Location, rels: Iterable[str]) -> Iterator[bytes]:
@@ -218,6 +228,8 @@ def load_state(
         unreadable_markers=tuple(unreadable),
         stale_markers=tuple(stale),
         changed=changes.load(run_dir)[0],
+        skipped=skipped.load(run_dir),
+        input_format=_input_format(run_dir),
     )
 
 
@@ -292,6 +304,10 @@ class Coverage:
     failing_reasons: tuple[tuple[str, tuple[int, ...]], ...] = ()
     #: The files that failed in them: (file, shard, error), in file order.
     failing_files: tuple[tuple[str, int, str], ...] = ()
+    #: Listed files input.glob matches that are neither inputs nor outputs (last listing).
+    skipped: skipped.Skipped = field(default_factory=skipped.Skipped)
+    #: The format setting they were judged by (``input.format``).
+    input_format: str = "auto"
     #: Per output kind, labelled files (with a marker) without that output; None when
     #: the output root was not listed (object stores: ``verify`` lists it).
     outputs_missing: dict[str, int] | None = None
@@ -608,6 +624,8 @@ def compute(
         unreadable_markers=state.unreadable_markers,
         stale_markers=state.stale_markers,
         changed=dict(state.changed),
+        skipped=state.skipped,
+        input_format=state.input_format,
     )
 
 

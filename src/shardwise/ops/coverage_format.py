@@ -62,6 +62,7 @@ def to_dict(cov: Coverage) -> dict[str, Any]:
     out["changed_files"] = {rel: {"planned": a, "now": b} for rel, (a, b) in cov.changed.items()}
     out["tasks_left"] = cov.tasks_left
     out["outputs_missing"] = cov.outputs_missing
+    out["skipped_files"] = {"count": cov.skipped.count, "examples": list(cov.skipped.examples)}
     out["failing_reasons"] = [
         {"reason": reason, "shards": list(shards)} for reason, shards in cov.failing_reasons
     ]
@@ -176,6 +177,7 @@ def _state_lines(cov: Coverage) -> list[str]:
             f"{shown}{more} (`shardwise quarantine --list`)"
         )
     lines += changes.lines(cov.changed, Path(cov.run_dir))
+    lines += cov.skipped.lines(cov.input_format)
     if cov.stale_markers:
         lines.append(
             f"stale    {len(cov.stale_markers):,} shard marker(s) do not match the plan "

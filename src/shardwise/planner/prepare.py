@@ -39,8 +39,10 @@ from shardwise.run import (
     quarantine,
     ranges,
     runjson,
+    skipped,
 )
 from shardwise.run.manifest import Selection, build_tasks, select_files
+from shardwise.run.reader import SUFFIX_LIST
 from shardwise.run.sharding import shard_range
 from shardwise.store.location import Location
 
@@ -246,12 +248,14 @@ def _plan_table(
     )
     notes += _selection_notes(selection, output)
     if not selection.files:
+        left_out = skipped.Skipped.of(selection.other).lines(settings.input.format)
         msg = (
             f"no input files under {settings.input.uri} match glob {settings.input.glob!r} "
-            f"and format {settings.input.format!r} (.parquet, .jsonl, .jsonl.gz, .jsonl.zst); "
-            f"{len(entries):,} file(s) listed" + "".join(f"; {n}" for n in notes)
+            f"and format {settings.input.format!r} ({SUFFIX_LIST}); "
+            f"{len(entries):,} file(s) listed" + "".join(f"; {n}" for n in notes + left_out)
         )
         raise InputError(msg)
+    skipped.record(run_dir, selection.other)  # the coverage report says so, on every view
     versions = {rel: version for rel, _size, version in entries}
     now = {rel: plan.identity(size, versions[rel]) for rel, size in selection.files}
     tasks = build_tasks([rel for rel, _ in selection.files], settings.input.files_per_task)

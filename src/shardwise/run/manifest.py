@@ -16,6 +16,7 @@ from functools import cache
 from shardwise.errors import InputError
 from shardwise.run import outputs
 from shardwise.run.reader import file_format
+from shardwise.run.runjson import RUN_JSON
 
 #: Why a relative path cannot be used safely as part of an output path, first match wins.
 _UNSAFE: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -75,14 +76,17 @@ class Selection:
 
     Nothing is dropped without a word: ``hidden`` (names starting with ``.`` or ``_``,
     temp files and markers of other tools), ``outputs`` (shardwise's own outputs under
-    the output root) and ``unsafe`` (names that cannot be used in an output path, left
-    out only when the config says so) are reported by the planner.
+    the output root), ``unsafe`` (names that cannot be used in an output path, left
+    out only when the config says so) and ``other`` (files ``input.glob`` matches that
+    are not of ``input.format``: an unknown suffix, or the other format) are reported
+    by the planner; ``other`` also by coverage (``run/skipped.py``).
     """
 
     files: list[tuple[str, int]]
     hidden: list[str] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
     unsafe: list[tuple[str, str]] = field(default_factory=list)  # (name, reason)
+    other: list[str] = field(default_factory=list)
 
 
 def select_files(
@@ -106,6 +110,7 @@ def select_files(
     hidden: list[str] = []
     own: list[str] = []
     unsafe: list[tuple[str, str]] = []
+    other: list[str] = []
     for rel, size in listing:
         name = rel.rsplit("/", 1)[-1]
         if name.startswith((".", "_")):
@@ -114,12 +119,15 @@ def select_files(
         if (
             output_prefix is not None
             and rel.startswith(output_prefix)
-            and outputs.kind_of(rel) is not None
+            and (outputs.kind_of(rel) is not None or rel == output_prefix + RUN_JSON)
         ):
             own.append(rel)
             continue
+        if not rx.match(rel):
+            continue  # left out by the config's own glob
         kind = file_format(rel)
-        if kind is None or fmt not in ("auto", kind) or not rx.match(rel):
+        if kind is None or fmt not in ("auto", kind):
+            other.append(rel)
             continue
         reason = unsafe_reason(rel)
         if reason is not None:
@@ -129,7 +137,7 @@ def select_files(
     if unsafe and not skip_unsafe:
         raise InputError(unsafe_names_message(unsafe))
     chosen.sort()
-    return Selection(chosen, hidden, own, unsafe)
+    return Selection(chosen, hidden, own, unsafe, other)
 
 
 def unsafe_names_message(unsafe: list[tuple[str, str]], limit: int = 20) -> str:

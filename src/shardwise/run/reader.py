@@ -47,13 +47,19 @@ import zstandard
 from shardwise.errors import FieldMissingError, InputError
 from shardwise.store.location import Location
 
-#: File types the reader reads, longest suffix first (``input.format: auto``).
+#: File types the reader reads, longest suffix first (``input.format: auto``). Dolma names
+#: its JSON Lines ``.json.gz`` / ``.json.zst`` (and ``.json``): they are JSON Lines too.
 SUFFIXES: dict[str, str] = {
     ".jsonl.zst": "jsonl",
     ".jsonl.gz": "jsonl",
     ".jsonl": "jsonl",
+    ".json.zst": "jsonl",
+    ".json.gz": "jsonl",
+    ".json": "jsonl",
     ".parquet": "parquet",
 }
+#: How the formats are named in messages.
+SUFFIX_LIST = ", ".join(SUFFIXES)
 
 #: Data-quality counts a file's stats hold under ``counts`` (views add them up).
 QUALITY_COUNTS = (
@@ -132,7 +138,7 @@ def read_documents(loc: Location, rel: str, fields: Fields, fmt: str = "auto") -
             with loc.open(rel) as fh:
                 docs = _read_jsonl(_decompressed(fh, rel), fields, where)
         else:
-            msg = f"{where}: unsupported file type (want .parquet or .jsonl[.gz|.zst])"
+            msg = f"{where}: unsupported file type (want one of {SUFFIX_LIST})"
             raise InputError(msg)
     except InputError:
         raise
@@ -513,12 +519,29 @@ def _parse_line(raw: bytes, lineno: int, where: str) -> tuple[dict[str, Any], bo
     try:
         record = json.loads(line)
     except json.JSONDecodeError as e:
-        msg = f"{where}: line {lineno} is not valid JSON: {e}"
+        msg = f"{where}: line {lineno} is not valid JSON: {e}{_one_document(where, lineno)}"
         raise InputError(msg) from e
     if not isinstance(record, dict):
-        msg = f"{where}: line {lineno} is a JSON {type(record).__name__}, not an object"
+        msg = (
+            f"{where}: line {lineno} is a JSON {type(record).__name__}, not an object"
+            f"{_one_document(where, lineno)}"
+        )
         raise InputError(msg)
     return record, bad_unicode
+
+
+def _one_document(where: str, lineno: int) -> str:
+    """The likely cause when the first line of a ``.json*`` file is not an object."""
+    if lineno != 1 or not _JSON_NAME.search(where):
+        return ""
+    return (
+        ". It looks like one JSON document, not JSON Lines: shardwise reads .json, "
+        ".json.gz and .json.zst as JSON Lines (one object per line, as Dolma writes them). "
+        "Convert it to one object per line, or leave it out with input.glob"
+    )
+
+
+_JSON_NAME = re.compile(r"\.json(\.gz|\.zst)?$")
 
 
 def _read_jsonl(

@@ -1,0 +1,82 @@
+"""Listed input files that are neither inputs nor shardwise outputs: ``skipped.json``.
+
+A corpus in a layout shardwise does not expect (another suffix, files of the other
+format under ``input.format: parquet``) must never look complete while part of it was
+never listed as work. Every dry run that lists the input records here how many files
+``input.glob`` matched that were not taken, with a few of their names, so that
+``shardwise coverage`` says so too, without listing the input itself.
+
+Format (``format_version`` 1)::
+
+    {"format_version": 1, "checked_at": "<iso time>", "count": N, "examples": ["<rel>", ...]}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from shardwise.errors import RecordError
+from shardwise.run import markers
+from shardwise.run.reader import SUFFIX_LIST
+from shardwise.run.record import Fields
+from shardwise.store.atomic import json_bytes, write_atomic
+
+SKIPPED_JSON = "skipped.json"
+#: Names kept as examples (the count is of all of them).
+EXAMPLES = 5
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """How many listed files were not taken, and a few of their names."""
+
+    count: int = 0
+    examples: tuple[str, ...] = ()
+    checked_at: str = ""
+    format_version: int = 1
+
+    @classmethod
+    def of(cls, names: Sequence[str]) -> Skipped:
+        """The record of ``names``, stamped now."""
+        return cls(len(names), tuple(sorted(names)[:EXAMPLES]), markers.now())
+
+    def lines(self, fmt: str) -> list[str]:
+        """The operator's line: what was left out, and the config change either way."""
+        if not self.count:
+            return []
+        shown = ", ".join(repr(n) for n in self.examples)
+        more = (
+            f", ... {self.count - len(self.examples):,} more"
+            if self.count > len(self.examples)
+            else ""
+        )
+        take = (
+            "set input.format: auto to take both formats"
+            if fmt != "auto"
+            else f"convert or rename them to one of {SUFFIX_LIST} to label them"
+        )
+        return [
+            f"skipped  {self.count:,} listed file(s) that input.glob matches are neither "
+            f"inputs nor shardwise outputs and are NOT labelled: {shown}{more}. To label "
+            f"them, {take}; to leave them out on purpose, narrow input.glob"
+        ]
+
+
+def record(run_dir: Path, names: Sequence[str]) -> None:
+    """Write what the listing left out (remove the file when nothing was)."""
+    path = Path(run_dir) / SKIPPED_JSON
+    if not names:
+        path.unlink(missing_ok=True)
+        return
+    write_atomic(path, json_bytes(asdict(Skipped.of(names))))
+
+
+def load(run_dir: Path) -> Skipped:
+    """What the last listing left out (nothing recorded, or unreadable: nothing)."""
+    path = Path(run_dir) / SKIPPED_JSON
+    try:
+        return Fields.parse(path.read_bytes(), str(path)).into(Skipped)
+    except (FileNotFoundError, RecordError):
+        return Skipped()

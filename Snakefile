@@ -63,6 +63,7 @@ wildcard_constraints:
 include: "workflow/rules/common.smk"
 include: "workflow/rules/classify.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/dolma.smk"
 
 
 rule all:

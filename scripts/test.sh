@@ -3,10 +3,18 @@
 # snakemake --lint) and pytest, including the slow tests; without arguments also the
 # racing tests again under a slowed snakemake start-up (tests/slowstart). The SLURM tests start a
 # real single-node cluster with tests/slurm/cluster.sh (apt-installs Debian's
-# slurm, munge and mariadb; needs root); the S3 tests start moto's server.
+# slurm, munge and mariadb; needs root); the S3 tests start moto's server; the Dolma
+# tests run the real `dolma mix` from .venv-dolma (installed here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh test
+# The real Dolma toolkit in its own venv (it pins numpy<2, tokenizers<=0.19 and s3fs 2023.6:
+# it cannot share shardwise's); boto3/botocore pinned beside it, or pip backtracks for ages.
+if [ ! -x .venv-dolma/bin/dolma ]; then
+  python3 -m venv .venv-dolma
+  .venv-dolma/bin/python -m pip install --quiet dolma==1.2.1 boto3==1.28.17 botocore==1.31.17
+fi
+export SHARDWISE_DOLMA="$PWD/.venv-dolma/bin/dolma" SHARDWISE_REQUIRE_DOLMA=1
 . .venv/bin/activate
 if [ "$(id -u)" = 0 ]; then
   export SHARDWISE_REQUIRE_SLURM="${SHARDWISE_REQUIRE_SLURM:-1}"  # fail, never skip, as root

@@ -242,6 +242,35 @@ class InputSettings:
 
 
 @dataclass(frozen=True)
+class DolmaSettings:
+    """``output.dolma``: the attribute set's name and where its files go."""
+
+    name: str
+    uri: str
+
+    @classmethod
+    def from_config(cls, cfg: dict[str, Any]) -> DolmaSettings | None:
+        """None when off; ConfigError (with the rule) when on with no place to go."""
+        dolma = cfg["output"].get("dolma") or {}
+        if not dolma.get("enabled", False):
+            return None
+        name = dolma.get("name", "weborganizer")
+        if dolma.get("uri"):
+            return cls(name, dolma["uri"])
+        root = str(cfg["input"]["uri"]).rstrip("/")
+        parent, _, last = root.rpartition("/")
+        if last != "documents":
+            msg = (
+                f"config output.dolma: input.uri {cfg['input']['uri']!r} does not end in "
+                "/documents, so the attributes have no default place: set output.dolma.uri. "
+                "(dolma mix finds attributes only at <root>/attributes/<name>/<rel> beside "
+                "<root>/documents/<rel>.)"
+            )
+            raise ConfigError(msg)
+        return cls(name, f"{parent}/attributes/{name}" if parent else f"attributes/{name}")
+
+
+@dataclass(frozen=True)
 class Settings:
     """A validated config as typed values (what the package passes around)."""
 
@@ -258,6 +287,7 @@ class Settings:
     domain_pairs: tuple[tuple[str, str], ...] = ()
     #: Shards failed for one shared reason, before any succeeded, that stop a run (0: never).
     stop_after: int = 2
+    dolma: DolmaSettings | None = None  # output.dolma, when enabled
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any]) -> Settings:
@@ -276,6 +306,7 @@ class Settings:
             walltime=dict(cfg["walltime"]),
             domain_pairs=tuple(_domain_pairs(cfg)),
             stop_after=cfg["failures"]["stop_after"],
+            dolma=DolmaSettings.from_config(cfg),
         )
 
 

@@ -324,9 +324,10 @@ def _label_file(
         ),
     )
     labelled = outputs.Labelled(
-        rel, item.task.task_id, shard, item.task.identity, item.docs.ids, labels.columns, stats
-    )
-    written = outputs.write_all(ctx.output, labelled)
+        rel, item.task.task_id, shard, item.task.identity, item.docs.ids, labels.columns, stats,
+        ctx.settings.dolma_name,
+    )  # fmt: skip
+    written = outputs.write_all(ctx.roots(), labelled)
     if item.docs.counts:
         # Recoverable input problems (reader policy) are labelled, not fatal; say so in
         # the job log, naming the file, so they are not only visible in the stats.

@@ -17,11 +17,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "random weights (built offline: their labels are meaningless) and DIR/config.yaml.",
     )
     p.add_argument("dir", help="folder to write (e.g. demo)")
+    p.add_argument(
+        "--dolma",
+        action="store_true",
+        help="the corpus in Dolma's layout (DIR/dolma/documents/...json.gz, metadata.url), "
+        "labelled into Dolma attributes too (DIR/dolma/attributes/weborganizer)",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Write the demo and say how to run it."""
-    config = write_demo(Path(args.dir))
+    config = write_demo(Path(args.dir), dolma=args.dolma)
     print(f"demo written to {args.dir}; run it with: snakemake --cores 2 --configfile {config}")
     return 0

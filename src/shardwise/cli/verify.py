@@ -88,22 +88,31 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_CANNOT_VERIFY
     emit(args.format, report.to_json, lambda _fmt: "\n".join(report.lines()))
     broken = len(report.broken_files) + len(report.broken_shards)
-    if not broken:
+    rebuild = len(report.rebuild - report.broken_files)
+    if not broken and not rebuild:
         return EXIT_OK if report.ok else EXIT_PROBLEMS
     if not args.repair:
-        print(
-            f"fix: `{repair_command(args.run_dir)}` removes the markers of "
-            f"{len(report.broken_files)} broken file(s) and {len(report.broken_shards)} "
-            "shard(s) above, so the next snakemake run relabels only those files",
-            file=notes,
-        )
+        fixes = []
+        if broken:
+            fixes.append(
+                f"removes the markers of {len(report.broken_files)} broken file(s) and "
+                f"{len(report.broken_shards)} shard(s) above, so the next snakemake run "
+                "relabels only those files"
+            )
+        if rebuild:
+            fixes.append(
+                f"writes the Dolma attributes of {rebuild} labelled file(s) again from their "
+                "sidecars (nothing is relabelled)"
+            )
+        print(f"fix: `{repair_command(args.run_dir)}` " + "; and ".join(fixes), file=notes)
         return EXIT_PROBLEMS
     for line in repair(args.run_dir, report):
         print(line, file=notes)
     left = len(report.problems) - report.repairable
     print(
-        "repaired: run `snakemake` (with your profile) to relabel them"
+        ("repaired: run `snakemake` (with your profile) to relabel them" if broken
+         else f"repaired: {rebuild} file(s)' derived outputs rewritten, nothing to relabel")
         + (f"; {left} problem(s) above need another fix" if left else ""),
         file=notes,
-    )
+    )  # fmt: skip
     return EXIT_OK if left == 0 else EXIT_PROBLEMS

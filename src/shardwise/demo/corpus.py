@@ -42,6 +42,8 @@ _COMMON_TEXT = (
 COMMON = tuple(_COMMON_TEXT.split())
 #: Extensions cycled through per category, so every reader path runs.
 EXTENSIONS = (".parquet", ".jsonl.gz", ".parquet", ".jsonl.zst", ".jsonl")
+#: Dolma's names (``shardwise demo --dolma``): JSON Lines under ``.json.gz`` / ``.json.zst``.
+DOLMA_EXTENSIONS = (".json.gz", ".json.zst")
 
 CLASSIFIERS = (
     ("topic", "url_text"),
@@ -71,17 +73,21 @@ def _text(rng: random.Random, topic: tuple[str, ...], size: DemoSize) -> str:
     return " ".join(sentences)
 
 
-def _records(source: str, category: str, part: int, size: DemoSize, seed: int) -> list[dict]:
+def _records(
+    source: str, category: str, part: int, size: DemoSize, seed: int, *, dolma: bool = False
+) -> list[dict]:
     rng = random.Random(f"{seed}/{source}/{category}/{part}")
     topic = next(t for s, c, t in CATEGORIES if (s, c) == (source, category))
-    return [
-        {
-            "id": f"{source}-{category}-{part:04d}-{i:05d}",
-            "text": _text(rng, topic, size),
-            "url": f"https://{source}.example.org/{category}/{part}/{i}",
-        }
-        for i in range(size.docs_per_file)
-    ]
+    out = []
+    for i in range(size.docs_per_file):
+        doc_id = f"{source}-{category}-{part:04d}-{i:05d}"
+        text, url = _text(rng, topic, size), f"https://{source}.example.org/{category}/{part}/{i}"
+        if dolma:  # Dolma's fields: the url under metadata
+            out.append({"id": doc_id, "text": text, "source": source,
+                        "added": "2026-01-01", "metadata": {"url": url}})  # fmt: skip
+        else:
+            out.append({"id": doc_id, "text": text, "url": url})
+    return out
 
 
 def _encode(records: list[dict], ext: str) -> bytes:
@@ -90,33 +96,44 @@ def _encode(records: list[dict], ext: str) -> bytes:
         pq.write_table(pa.Table.from_pylist(records), sink)
         return sink.getvalue().to_pybytes()
     lines = "".join(json.dumps(r) + "\n" for r in records).encode("utf-8")
-    if ext == ".jsonl.gz":
+    if ext.endswith(".gz"):
         return gzip.compress(lines, mtime=0)
-    if ext == ".jsonl.zst":
+    if ext.endswith(".zst"):
         return zstandard.ZstdCompressor().compress(lines)
     return lines
 
 
-def write_corpus(root: Path, size: DemoSize | None = None, seed: int = 0) -> list[Path]:
-    """Write the demo corpus under ``root``; returns the files written."""
+def write_corpus(
+    root: Path, size: DemoSize | None = None, seed: int = 0, *, dolma: bool = False
+) -> list[Path]:
+    """Write the demo corpus under ``root``; returns the files written. ``dolma``: in
+    Dolma's layout and names (``.json.gz`` / ``.json.zst``, ``metadata.url``)."""
     size = size or DemoSize()
+    extensions = DOLMA_EXTENSIONS if dolma else EXTENSIONS
     written = []
     for c_index, (source, category, _) in enumerate(CATEGORIES):
         for part in range(size.files_per_category):
-            ext = EXTENSIONS[(part + c_index) % len(EXTENSIONS)]
+            ext = extensions[(part + c_index) % len(extensions)]
             path = root / source / category / f"part-{part:04d}{ext}"
-            write_atomic(path, _encode(_records(source, category, part, size, seed), ext))
+            records = _records(source, category, part, size, seed, dolma=dolma)
+            write_atomic(path, _encode(records, ext))
             written.append(path)
     return written
 
 
-def demo_config(directory: Path, total_shards: int = 8) -> dict:
-    """A config that runs the demo in ``directory`` (absolute paths)."""
+def demo_config(directory: Path, total_shards: int = 8, *, dolma: bool = False) -> dict:
+    """A config that runs the demo in ``directory`` (absolute paths); ``dolma``: the
+    corpus in Dolma's layout, labelled into Dolma attributes too."""
     directory = directory.absolute()
+    if dolma:
+        source = {"uri": str(directory / "dolma" / "documents"), "url_field": "metadata.url"}
+        output = {"uri": str(directory / "labels"), "dolma": {"enabled": True}}
+    else:
+        source, output = {"uri": str(directory / "corpus")}, {"uri": str(directory / "labels")}
     return {
         "run_dir": str(directory / "run"),
-        "input": {"uri": str(directory / "corpus")},
-        "output": {"uri": str(directory / "labels")},
+        "input": source,
+        "output": output,
         "sharding": {"total_shards": total_shards, "minimum_shard_index": 0},
         "classifiers": [
             {"name": name, "model": str(directory / "models" / name), "input": kind}
@@ -126,14 +143,17 @@ def demo_config(directory: Path, total_shards: int = 8) -> dict:
     }
 
 
-def write_demo(directory: Path, size: DemoSize | None = None, seed: int = 0) -> Path:
-    """Corpus, models and config for the demo; returns the config path."""
+def write_demo(
+    directory: Path, size: DemoSize | None = None, seed: int = 0, *, dolma: bool = False
+) -> Path:
+    """Corpus, models and config for the demo; returns the config path. ``dolma``: the
+    corpus under ``dolma/documents`` in Dolma's layout, attributes written beside it."""
     # torch and transformers load here: `shardwise demo` alone pays for them
     from shardwise.demo.tinymodels import build_weborganizer_demo_models  # noqa: PLC0415
 
     directory = Path(directory)
-    corpus = directory / "corpus"
-    write_corpus(corpus, size, seed)
+    corpus = directory / "dolma" / "documents" if dolma else directory / "corpus"
+    write_corpus(corpus, size, seed, dolma=dolma)
     sample = [r["text"] for s, c, _ in CATEGORIES for r in _records(s, c, 0, DemoSize(), seed)]
     models_dir = directory / "models"
     if not all((models_dir / name / "config.json").exists() for name, _ in CLASSIFIERS):
@@ -141,6 +161,6 @@ def write_demo(directory: Path, size: DemoSize | None = None, seed: int = 0) -> 
     config_path = directory / "config.yaml"
     write_atomic(
         config_path,
-        yaml.safe_dump(demo_config(directory), sort_keys=False).encode("utf-8"),
+        yaml.safe_dump(demo_config(directory, dolma=dolma), sort_keys=False).encode("utf-8"),
     )
     return config_path

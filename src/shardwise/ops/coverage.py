@@ -92,8 +92,9 @@ class RunState:
     failing_shards: np.ndarray  # int64, shards with failure records and no marker
     stats: throughput.StatsTable | None
     output_markers: frozenset[str] | None
-    #: The output root's listing by output kind (a local root, listed here); else None.
+    #: The output roots' listings by output kind (local roots, listed here); else None.
     output_scan: outputs.Scan | None = None
+    roots: tuple[str, ...] = ("output",)  # the roots the run writes to (names)
     quarantined: dict[str, quarantine.Entry] = field(default_factory=dict)
     unreadable_markers: tuple[str, ...] = ()  # markers that vouch for nothing (not done)
     stale_markers: tuple[str, ...] = ()  # shard markers of another assignment (not done)
@@ -150,6 +151,18 @@ def _readable_file_markers(
     return names - set(bad), bad
 
 
+def _scan_local(run_dir: Path, output: Location) -> tuple[outputs.Scan, tuple[str, ...]]:
+    """The local output root by kind (names only), and a local attributes root; and the
+    roots listed (a remote attributes root is ``verify``'s to list)."""
+    found = outputs.scan(output.list_names())
+    settings = context.read_settings(run_dir)
+    attributes = settings.attributes() if settings is not None else None
+    if attributes is None or attributes.remote:
+        return found, ("output",)
+    found.found[outputs.DOLMA.name] = dict.fromkeys(attributes.list_names(), 0)
+    return found, ("output", "attributes")
+
+
 def _input_format(run_dir: Path) -> str:
     """``input.format`` as the last plan recorded it (``auto`` before any)."""
     settings = context.read_settings(run_dir)
@@ -194,10 +207,11 @@ def load_state(
     # Files whose shard marker carries their figures: their stats are not read.
     in_markers = {row["file"] for row in shard_markers.file_stats}
     found: outputs.Scan | None = None
+    scanned_roots: tuple[str, ...] = ("output",)
     if read_stats is not None:
         stats = throughput.stats_table(read_stats())
     elif not output.remote:
-        found = outputs.scan(output.list_names())
+        found, scanned_roots = _scan_local(run_dir, output)
         unread = [outputs.STATS.rel(r) for r in found.of(outputs.STATS) if r not in in_markers]
         stats = filestats.stats_from_json(_read_all(output, unread))
         if output_markers is None:
@@ -224,6 +238,7 @@ def load_state(
         stats=stats if stats is not None and len(stats) else None,
         output_markers=frozenset(output_markers) if output_markers is not None else None,
         output_scan=found,
+        roots=scanned_roots,
         quarantined=pinned.quarantined,
         unreadable_markers=tuple(unreadable),
         stale_markers=tuple(stale),
@@ -368,12 +383,13 @@ def _outputs_missing(state: RunState) -> dict[str, int] | None:
     """Per kind a marker vouches for, the planned files with a marker but no such output."""
     if state.output_scan is None:
         return None
-    planned = set(state.plan["file"].to_pylist())
-    labelled = planned & set(state.output_scan.of(outputs.MARKER))
-    found = {
-        kind.name: len(labelled - set(state.output_scan.of(kind))) for kind in outputs.vouched()
-    }
-    return {name: n for name, n in found.items() if n}
+    labelled = set(state.plan["file"].to_pylist()) & set(state.output_scan.of(outputs.MARKER))
+    found: dict[str, int] = {}
+    for rel in labelled:
+        for kind in outputs.wanted(rel, state.roots):
+            if rel not in state.output_scan.of(kind):
+                found[kind.name] = found.get(kind.name, 0) + 1
+    return found
 
 
 def _percent(done: float, total: float) -> float:

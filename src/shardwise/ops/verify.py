@@ -98,7 +98,10 @@ class VerifyReport:
     #: and shards whose marker does (their files relabel only where needed).
     broken_files: set[str] = field(default_factory=set)
     broken_shards: set[int] = field(default_factory=set)
-    repairable: int = 0  # problems that removing those markers resolves
+    repairable: int = 0  # problems that removing those markers (or rebuilding) resolves
+    #: Labelled files whose derived outputs (Dolma attributes) are missing or damaged:
+    #: ``--repair`` writes them again from the sidecar, relabelling nothing.
+    rebuild: set[str] = field(default_factory=set)
     #: Input files changed in place since planned: file -> (planned, now) identity.
     changed: dict[str, tuple[str, str]] = field(default_factory=dict)
 
@@ -108,16 +111,25 @@ class VerifyReport:
         return not self.problems
 
     def problem(
-        self, where: str, what: str, *, file: str | None = None, shard: int | None = None
+        self,
+        where: str,
+        what: str,
+        *,
+        file: str | None = None,
+        shard: int | None = None,
+        rebuild: str | None = None,
     ) -> None:
         """Record a contradiction; ``file``/``shard`` name the marker that ``--repair``
-        removes so the next run redoes exactly that."""
+        removes so the next run redoes exactly that; ``rebuild`` the file whose derived
+        outputs it writes again."""
         self.problems.append(Finding(where, what))
         if file is not None:
             self.broken_files.add(file)
         if shard is not None:
             self.broken_shards.add(shard)
-        if file is not None or shard is not None:
+        if rebuild is not None:
+            self.rebuild.add(rebuild)
+        if file is not None or shard is not None or rebuild is not None:
             self.repairable += 1
 
     def warn(self, where: str, what: str) -> None:
@@ -157,6 +169,7 @@ class VerifyReport:
         data["format_version"] = 1
         data["broken_files"] = sorted(self.broken_files)
         data["broken_shards"] = sorted(self.broken_shards)
+        data["rebuild"] = sorted(self.rebuild)
         data["ok"] = self.ok
         return data
 
@@ -167,6 +180,7 @@ class _FileCheck:
 
     rel: str
     problems: list[Finding] = field(default_factory=list)
+    derived: list[Finding] = field(default_factory=list)  # problems of derived outputs
     rows: int = 0
     marker_rows: int | None = None
     counts: dict[str, int] = field(default_factory=dict)
@@ -234,7 +248,7 @@ def verify_run(
     report.files_marked = len(marked)
     _check_identities(report, ctx, table, set(marked))
     for rel, kinds in sorted(found.items()):
-        _check_presence(report, ctx.output, rel, kinds, planned[rel][1] in done)
+        _check_presence(report, ctx, rel, kinds, planned[rel][1] in done)
         if rel in left_out and outputs.MARKER.name in kinds:
             report.warn(ctx.output.url(outputs.MARKER.rel(rel)), _LABELLED_QUARANTINED)
 
@@ -280,10 +294,12 @@ def _add_checks(report: VerifyReport, checks: list[_FileCheck]) -> dict[str, int
     marker_rows: dict[str, int | None] = {}
     report.fidelity = fidelity.totals(check.fidelity for check in checks)
     for check in checks:
-        report.problems.extend(check.problems)
+        report.problems.extend(check.problems + check.derived)
         if check.problems:
             report.broken_files.add(check.rel)
-            report.repairable += len(check.problems)
+        if check.derived:
+            report.rebuild.add(check.rel)
+        report.repairable += len(check.problems) + len(check.derived)
         report.files_checked += 1
         report.rows_checked += check.rows
         marker_rows[check.rel] = check.marker_rows
@@ -400,7 +416,29 @@ def _index_outputs(
             report.problem(where, f"orphan {hit[0].name}: {hit[1]!r} is not a file of this run")
         else:
             report.problem(where, "orphan: not an output of any file of this run")
+    _index_other_roots(report, ctx, found)
     return found
+
+
+def _index_other_roots(
+    report: VerifyReport, ctx: JobContext, found: dict[str, dict[str, int]]
+) -> None:
+    """The outputs under the run's other roots (Dolma attributes): one listing each; a
+    file there of no planned source is a warning (the root may hold other sets)."""
+    for name, loc in ctx.roots().items():
+        if name == "output":
+            continue
+        for rel, size in sorted(loc.list_files()):
+            if is_temp_name(rel.rsplit("/", 1)[-1]):
+                report.warn(loc.url(rel), "temp file of an interrupted write (safe to delete)")
+                continue
+            for kind in outputs.kinds():
+                source = rel.removesuffix(kind.suffix)
+                if kind.root == name and rel.endswith(kind.suffix) and source in found:
+                    found[source][kind.name] = size
+                    break
+            else:
+                report.warn(loc.url(rel), f"not the {name} of any file of this run")
 
 
 # -- shards ------------------------------------------------------------------
@@ -480,27 +518,41 @@ def _check_shard_docs(
 
 
 def _check_presence(
-    report: VerifyReport, output: Location, rel: str, kinds: dict[str, int], shard_done: bool
+    report: VerifyReport, ctx: JobContext, rel: str, kinds: dict[str, int], shard_done: bool
 ) -> None:
-    """From the listing alone: a marker needs every output it vouches for; partial outputs."""
+    """From the listings alone: a marker needs every output it vouches for; partial outputs."""
+    roots = ctx.roots()
     if outputs.MARKER.name in kinds:
-        for kind in outputs.vouched():
+        for kind in outputs.wanted(rel, roots):
             if kind.name not in kinds:
-                where = output.url(outputs.MARKER.rel(rel))
-                report.problem(where, f"marker without its {kind.name}", file=rel)
+                where = ctx.output.url(outputs.MARKER.rel(rel))
+                what = f"marker without its {kind.name}{_IGNORED.get(kind.name, '')}"
+                report.problem(where, what, **_repair_by(kind, rel))
             elif kind.nonempty and kinds[kind.name] == 0:
-                where = output.url(kind.rel(rel))
-                report.problem(where, f"empty {kind.name} (0 bytes)", file=rel)
+                where = roots[kind.root].url(kind.rel(rel))
+                report.problem(where, f"empty {kind.name} (0 bytes)", **_repair_by(kind, rel))
         return
     for kind in outputs.vouched():
-        if kind.name not in kinds:
-            continue
+        if kind.name not in kinds or kind.derived:
+            continue  # a derived output of an unlabelled file is rewritten with it
         report.orphans += 1
-        where = output.url(kind.rel(rel))
+        where = roots[kind.root].url(kind.rel(rel))
         if shard_done:
             report.problem(where, f"orphan {kind.name}: no marker, yet its shard is marked done")
         else:
             report.warn(where, f"{kind.name} without a marker (unfinished; rewritten on retry)")
+
+
+def _repair_by(kind: outputs.OutputKind, rel: str) -> dict[str, str]:
+    """How ``--repair`` mends a broken output: rebuilt from the sidecar, or relabelled."""
+    return {"rebuild": rel} if kind.derived else {"file": rel}
+
+
+#: What a missing output costs downstream, where a tool would not say so itself.
+_IGNORED = {
+    "dolma": " attributes (dolma mix ignores that silently: an include filter drops all "
+    "its documents, an exclude keeps them all)"
+}
 
 
 def _choose(marked: list[str], sample: float, seed: int | None) -> list[str]:
@@ -539,14 +591,16 @@ def _check_file(
     want = outputs.Expected(
         rel, task_id, shard, docs.ids if docs else None, tuple(classifiers), ctx.meta.labelling
     )
+    roots = ctx.roots()
     for kind in reversed(outputs.kinds()):
-        if kind.name not in kinds:
+        if kind.name not in kinds or kind.root not in roots:
             continue
-        record = _read_output(ctx.output, kind, rel, check)
+        record = _read_output(roots[kind.root], kind, rel, check)
         if record is None:
             continue
-        check.problems += [Finding(ctx.output.url(kind.rel(rel)), what)
-                           for what in kind.check(record, want)]  # fmt: skip
+        where = roots[kind.root].url(kind.rel(rel))
+        found = [Finding(where, what) for what in kind.check(record, want)]
+        (check.derived if kind.derived else check.problems).extend(found)
         if kind is outputs.MARKER:
             check.marker_rows = record.rows
         elif kind is outputs.STATS:
@@ -560,14 +614,15 @@ def _check_file(
 def _read_output(output: Location, kind: outputs.OutputKind, rel: str, check: _FileCheck) -> Any:
     """One output parsed into its record; None (and the problem recorded) when it cannot be."""
     where = output.url(kind.rel(rel))
+    found = check.derived if kind.derived else check.problems
     try:
         return kind.parse(output.read_bytes(kind.rel(rel)), where)
     except FileNotFoundError:
-        check.problems.append(Finding(where, "vanished while verifying"))
+        found.append(Finding(where, "vanished while verifying"))
     except RecordError as e:
-        check.problems.append(Finding(where, f"unreadable {kind.name}: {e.reason}"))
+        found.append(Finding(where, f"unreadable {kind.name}: {e.reason}"))
     except (ShardwiseError, OSError) as e:
-        check.problems.append(Finding(where, f"unreadable {kind.name}: {e}"))
+        found.append(Finding(where, f"unreadable {kind.name}: {e}"))
     return None
 
 
@@ -575,7 +630,8 @@ def _read_output(output: Location, kind: outputs.OutputKind, rel: str, check: _F
 
 
 def repair(run_dir: Path, report: VerifyReport) -> list[str]:
-    """Remove exactly the markers that vouch for broken work; return what was removed.
+    """Remove exactly the markers that vouch for broken work, and write derived outputs
+    (Dolma attributes) of intact files again from their sidecars; return what was done.
 
     Each broken file's ``.done`` marker goes (its sidecar and stats stay until the
     relabel overwrites them), and so does the marker of every shard that holds a broken
@@ -609,6 +665,9 @@ def repair(run_dir: Path, report: VerifyReport) -> list[str]:
     for rel in sorted(report.broken_files):
         ctx.output.remove(outputs.MARKER.rel(rel))
         removed.append(f"removed {ctx.output.url(outputs.MARKER.rel(rel))} (relabel {rel})")
+    for rel in sorted(report.rebuild - report.broken_files):  # relabelled ones get new ones
+        removed += [f"rewrote {url} from the sidecar" for url in
+                    outputs.rebuild(ctx.roots(), rel, ctx.settings.dolma_name)]  # fmt: skip
     _take_identities(run_dir, report.changed)  # relabelled as they are now
     return removed
 

@@ -26,11 +26,12 @@ import pyarrow as pa
 from shardwise.classify.modelcheck import check_classifiers
 from shardwise.classify.tokenization import labelling
 from shardwise.config import Settings
-from shardwise.errors import InputError, RunMismatchError
+from shardwise.errors import ConfigError, InputError, RunMismatchError
 from shardwise.planner import fieldcheck, inflight
 from shardwise.run import (
     changes,
     context,
+    dolma,
     failures,
     journal,
     markers,
@@ -137,6 +138,7 @@ def prepare_run(
             f"note: removed {len(stale):,} shard marker(s) that do not match the plan "
             f"(shards {ranges.compress(stale)}; left by another assignment): they run again"
         )
+    said += _dolma_notes(settings, planned.table)
     mark_shards_without_work(run_dir, planned.table, meta, output, set(quarantined))
     flight = inflight.find(run_dir, submitter, done=markers.done_shards(run_dir))
     if submitter is not None:
@@ -150,6 +152,19 @@ def prepare_run(
         messages=(*said, *(f"note: {note}" for note in (*planned.notes, *sampled))),
         in_flight_lines=tuple(flight.lines()),
     )
+
+
+def _dolma_notes(settings: Settings, table: pa.Table) -> list[str]:
+    """What ``output.dolma`` will not cover: Parquet sources (dolma reads no Parquet)."""
+    if settings.dolma is None:
+        return []
+    parquet = sum(1 for rel in table["file"].to_pylist() if not dolma.applies(rel))
+    if not parquet:
+        return []
+    return [
+        f"note: {parquet:,} Parquet file(s) get no Dolma attributes (output.dolma): dolma "
+        "mix reads JSON Lines documents only; their labels stay in the sidecars"
+    ]
 
 
 def _run_meta(settings: Settings, planned: _Planned) -> runjson.RunMeta:
@@ -244,6 +259,7 @@ def _plan_table(
         glob=settings.input.glob,
         fmt=settings.input.format,
         output_prefix=source.inner_prefix(output),
+        other_roots=_inner(source, settings),
         skip_unsafe=settings.input.skip_unsafe_names,
     )
     notes += _selection_notes(selection, output)
@@ -288,6 +304,20 @@ def _plan_table(
     )
     return _Planned(plan.with_identities(table, kept), len(tasks), fingerprint, True, notes,
                     labelled)  # fmt: skip
+
+
+def _inner(source: Location, settings: Settings) -> tuple[str, ...]:
+    """Where the run's other roots (Dolma attributes) lie inside the input root."""
+    if settings.dolma is None:
+        return ()
+    inner = source.inner_prefix(Location(settings.dolma.uri, settings.storage))
+    if inner == "":
+        msg = (
+            f"config output.dolma.uri {settings.dolma.uri!r} is the input root itself: the "
+            "attributes would be read as documents. Use a folder beside the documents"
+        )
+        raise ConfigError(msg)
+    return () if inner is None else (inner,)
 
 
 def _unknown(table: pa.Table, now: dict[str, str]) -> dict[str, str]:

@@ -45,11 +45,16 @@ class RunSettings:
     pairs: tuple[Pair, ...] | None = None
     input_root: str | None = None  # absolute path of a local root, else its URL
     output_root: str | None = None
+    #: ``output.dolma``: the attribute set's name and its root (resolved), when enabled.
+    dolma_name: str | None = None
+    attributes_root: str | None = None
 
     @classmethod
     def of(cls, settings: Settings) -> RunSettings:
         """The settings a config gives, with its roots resolved here (``open_roots``)."""
         source, output = open_roots(settings)
+        dolma = settings.dolma
+        attributes = Location(dolma.uri, settings.storage) if dolma is not None else None
         return cls(
             format=settings.input.format,
             id_field=settings.input.id_field,
@@ -60,6 +65,8 @@ class RunSettings:
             pairs=tuple(tuple(p) for p in settings.domain_pairs),  # type: ignore[misc]
             input_root=resolved_uri(source),
             output_root=resolved_uri(output),
+            dolma_name=dolma.name if dolma is not None else None,
+            attributes_root=resolved_uri(attributes) if attributes is not None else None,
         )
 
     def to_json(self) -> bytes:
@@ -77,6 +84,11 @@ class RunSettings:
                 "inference": self.inference,
                 "domains": {"pairs": None if self.pairs is None else [list(p) for p in self.pairs]},
                 "roots": {k: v for k, v in roots.items() if v is not None},
+                **(
+                    {"dolma": {"name": self.dolma_name, "root": self.attributes_root}}
+                    if self.dolma_name is not None
+                    else {}
+                ),
             }
         )
 
@@ -84,7 +96,7 @@ class RunSettings:
     def from_json(cls, raw: bytes, where: str) -> RunSettings:
         """Parse settings.json; RecordError naming the field when it is not one."""
         f = RecordFields.parse(raw, where)
-        inp, roots = f.sub("input"), f.sub("roots")
+        inp, roots, dolma = f.sub("input"), f.sub("roots"), f.sub("dolma")
         pairs = f.sub("domains").list("pairs", None)
         if not all(isinstance(p, list) and len(p) == 2 for p in pairs or ()):
             raise f.refuse("domains", "pairs must be [a, b] lists")
@@ -98,7 +110,13 @@ class RunSettings:
             pairs=None if pairs is None else tuple((str(a), str(b)) for a, b in pairs),
             input_root=roots.str("input", None),
             output_root=roots.str("output", None),
+            dolma_name=dolma.str("name", None),
+            attributes_root=dolma.str("root", None),
         )
+
+    def attributes(self) -> Location | None:
+        """The Dolma attributes root, when ``output.dolma`` is on."""
+        return Location(self.attributes_root, self.storage) if self.attributes_root else None
 
     def with_output(self, output: Location) -> RunSettings:
         """These settings with another output root (``shardwise relocate``)."""
@@ -124,6 +142,7 @@ class JobContext:
     output: Location
     fields: Fields
     fmt: str
+    attributes: Location | None = None  # the Dolma attributes root, when enabled
 
     @classmethod
     def load(cls, run_dir: Path) -> JobContext:
@@ -143,7 +162,15 @@ class JobContext:
             output=output,
             fields=fields_for(settings, meta.classifiers),
             fmt=settings.format,
+            attributes=settings.attributes(),
         )
+
+    def roots(self) -> dict[str, Location]:
+        """The roots a file's outputs go to, by name (``outputs.OutputKind.root``)."""
+        found = {"output": self.output}
+        if self.attributes is not None:
+            found["attributes"] = self.attributes
+        return found
 
 
 def open_roots(settings: Settings) -> tuple[Location, Location]:

@@ -95,6 +95,7 @@ def select_files(
     glob: str = "**/*",
     fmt: str = "auto",
     output_prefix: str | None = None,
+    other_roots: tuple[str, ...] = (),
     skip_unsafe: bool = False,
 ) -> Selection:
     """The listing's source files: matching ``glob`` and ``fmt``, not hidden, not outputs.
@@ -102,6 +103,8 @@ def select_files(
     ``output_prefix`` is where the output root lies inside the input root (``""``: the
     same root, ``"labels/"``: a folder of it, None: elsewhere); a file named like one of
     shardwise's outputs is skipped only there, and is a normal input anywhere else.
+    ``other_roots`` are where the run's other roots (the Dolma attributes) lie inside the
+    input root: everything there is an output.
     Names that cannot be used safely raise InputError listing every one with its reason
     and the fix, unless ``skip_unsafe`` (``input.skip_unsafe_names``) leaves them out.
     """
@@ -120,7 +123,7 @@ def select_files(
             output_prefix is not None
             and rel.startswith(output_prefix)
             and (outputs.kind_of(rel) is not None or rel == output_prefix + RUN_JSON)
-        ):
+        ) or rel.startswith(other_roots):
             own.append(rel)
             continue
         if not rx.match(rel):

@@ -24,12 +24,14 @@ from typing import Any
 
 import pyarrow as pa
 
-from shardwise.run import filestats, markers, sidecar
+from shardwise.run import dolma, filestats, markers, sidecar
 from shardwise.run.filestats import FileStats
 from shardwise.run.markers import FileMarker
+from shardwise.store.atomic import is_temp_name
 from shardwise.store.location import Location
 
 __all__ = [
+    "DOLMA",
     "KINDS",
     "MARKER",
     "SIDECAR",
@@ -42,6 +44,7 @@ __all__ = [
     "kinds",
     "marked",
     "read_marker",
+    "rebuild",
     "scan",
     "write_all",
 ]
@@ -58,6 +61,7 @@ class Labelled:
     ids: list[str | None]
     columns: Mapping[str, pa.Array]  # the label columns, in input order
     stats: FileStats
+    dolma_name: str | None = None  # the attribute set's name (``output.dolma``), when on
 
 
 @dataclass(frozen=True)
@@ -90,9 +94,16 @@ class OutputKind:
     check: Callable[[Any, Expected], list[str]]
     #: 0 bytes is damage the listing alone shows (a sidecar is never empty)
     nonempty: bool = False
+    #: Which root it lies under: ``output`` (``output.uri``) or ``attributes``
+    #: (``output.dolma``); a kind whose root the run has not configured is not written.
+    root: str = "output"
+    #: Which source files get one (all by default; Dolma attributes: JSON Lines only).
+    applies: Callable[[str], bool] = lambda _rel: True
+    #: Made from the sidecar alone: ``verify --repair`` rewrites it, relabels nothing.
+    derived: bool = False
 
     def rel(self, source: str) -> str:
-        """Where this output of source file ``source`` lies under the output root."""
+        """Where this output of source file ``source`` lies under its root."""
         return source + self.suffix
 
 
@@ -118,8 +129,18 @@ MARKER = OutputKind(
     parse=FileMarker.from_json,
     check=lambda marker, want: marker.problems(want.rel, want.task_id, want.shard, want.rows),
 )
+DOLMA = OutputKind(
+    "dolma",
+    "",  # the documents' own relative path, under the attributes root
+    build=lambda f: dolma.build(f.rel, f.ids, f.columns, f.dolma_name or "weborganizer"),
+    parse=dolma.AttributesFile.from_bytes,
+    check=lambda attrs, want: attrs.problems(want.ids, want.classifiers),
+    root="attributes",
+    applies=dolma.applies,
+    derived=True,
+)
 #: Every per-file output, in write order: data kinds, then STATS, then MARKER (last).
-KINDS: tuple[OutputKind, ...] = (SIDECAR, STATS, MARKER)
+KINDS: tuple[OutputKind, ...] = (SIDECAR, DOLMA, STATS, MARKER)
 
 
 def kinds() -> tuple[OutputKind, ...]:
@@ -132,13 +153,19 @@ def vouched() -> tuple[OutputKind, ...]:
     return tuple(kind for kind in kinds() if kind is not MARKER)
 
 
+def wanted(rel: str, roots: Iterable[str]) -> tuple[OutputKind, ...]:
+    """The kinds a marker of ``rel`` vouches for, given the roots the run configured."""
+    have = set(roots)
+    return tuple(k for k in vouched() if k.root in have and k.applies(rel))
+
+
 def kind_of(name: str) -> tuple[OutputKind, str] | None:
     """(kind, source file) for the name of a shardwise output, else None.
 
     The longest suffix wins, so ``x.labels.parquet`` is never read as an output of ``x``
     of some shorter kind.
     """
-    return _matcher(kinds())(name)
+    return _matcher(tuple(k for k in kinds() if k.root == "output"))(name)
 
 
 @functools.cache
@@ -169,17 +196,39 @@ def marked(output: Location) -> set[str]:
     return set(scan(rel for rel, _size in output.list_files()).of(MARKER))
 
 
-def write_all(output: Location, labelled: Labelled) -> FileStats:
-    """Write every output of a labelled file, each atomically, in registry order: the
-    marker last, so that it never vouches for an output not yet whole. The stats record
-    the time the outputs before them took; they are returned as written."""
+def rebuild(roots: Mapping[str, Location], rel: str, dolma_name: str | None) -> list[str]:
+    """Write the derived outputs of a labelled file again from its sidecar alone (no
+    document is read, no model runs): what ``verify --repair`` and ``shardwise dolma
+    export`` do for a missing or damaged one. The URLs written."""
+    where = roots["output"].url(SIDECAR.rel(rel))
+    table = SIDECAR.parse(roots["output"].read_bytes(SIDECAR.rel(rel)), where)
+    columns = {name: table[name].combine_chunks() for name in table.column_names if name != "id"}
+    labelled = Labelled(
+        rel, "", -1, None, table["id"].to_pylist(), columns, FileStats(), dolma_name
+    )
+    written = []
+    for kind in kinds():
+        if kind.derived and kind.root in roots and kind.applies(rel):
+            roots[kind.root].write_bytes(kind.rel(rel), kind.build(labelled))
+            written.append(roots[kind.root].url(kind.rel(rel)))
+    return written
+
+
+def write_all(roots: Mapping[str, Location], labelled: Labelled) -> FileStats:
+    """Write every output of a labelled file, each atomically, in registry order, each
+    under its root (``roots``: name -> Location; a kind whose root is absent, or that
+    does not apply to the file, is not written): the marker last, so that it never
+    vouches for an output not yet whole. The stats record the time the outputs before
+    them took; they are returned as written."""
     started = time.perf_counter()
     for kind in kinds():
+        if kind.root not in roots or not kind.applies(labelled.rel):
+            continue
         if kind is STATS:
             labelled = replace(
                 labelled, stats=labelled.stats.with_write(time.perf_counter() - started)
             )
-        output.write_bytes(kind.rel(labelled.rel), kind.build(labelled))
+        roots[kind.root].write_bytes(kind.rel(labelled.rel), kind.build(labelled))
     return labelled.stats
 
 
@@ -198,9 +247,29 @@ def scan(names: Iterable[str], sizes: Mapping[str, int] | None = None) -> Scan:
     """The outputs among the names of a listing of the output root (with their sizes
     when known, else 0)."""
     found: dict[str, dict[str, int]] = {kind.name: {} for kind in kinds()}
-    match = _matcher(kinds())
+    match = _matcher(tuple(k for k in kinds() if k.root == "output"))
     for name in names:
         hit = match(name)
         if hit is not None:
             found[hit[0].name][hit[1]] = sizes.get(name, 0) if sizes else 0
     return Scan(found)
+
+
+def scan_roots(roots: Mapping[str, Location]) -> Scan:
+    """One listing of each root: the output root by suffix, and every other root's files
+    as outputs of the kinds that live there (a file there is the output of the source of
+    the same name)."""
+    listing = dict(roots["output"].list_files())
+    found = scan(listing, listing)
+    for name, loc in roots.items():
+        if name == "output":
+            continue
+        files = dict(loc.list_files())
+        for kind in kinds():
+            if kind.root == name:
+                found.found[kind.name] = {
+                    f.removesuffix(kind.suffix): size
+                    for f, size in files.items()
+                    if f.endswith(kind.suffix) and not is_temp_name(f.rsplit("/", 1)[-1])
+                }
+    return found

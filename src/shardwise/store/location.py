@@ -101,6 +101,11 @@ class Location:
         """A human-readable address of ``rel`` for messages."""
         return f"{self.uri}/{rel}" if rel else self.uri
 
+    def address(self, rel: str) -> str:
+        """The full address of ``rel`` another tool opens: an absolute local path, or
+        ``<protocol>://<bucket>/<key>``."""
+        return self.path(rel) if not self.remote else f"{self.protocol}://{self.path(rel)}"
+
     def inner_prefix(self, other: Location) -> str | None:
         """Where ``other``'s root lies inside this root: ``""`` (the same root), ``"a/b/"``
         (a folder below it), or None (elsewhere: another store, bucket or folder).

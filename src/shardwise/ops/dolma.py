@@ -1,0 +1,237 @@
+"""``shardwise dolma``: Dolma attributes for a labelled run, and a ``dolma mix`` config.
+
+``export`` writes the attributes file (``run/dolma.py``) of every labelled JSON Lines
+file that lacks one, from its sidecar alone: for a run labelled before ``output.dolma``
+was on, or whose attributes were deleted. It lists the attributes root once, writes
+each file atomically (in parallel threads; every object-store request is retried by
+``store.location``), and is resumable and idempotent: what exists is kept unless
+``force``. A run that has ``output.dolma`` on from the start writes them as it goes.
+
+``mix_config`` is the ``dolma mix`` configuration that keeps the documents of chosen
+domains: labels of one classifier, cells of several (all must hold), and a probability
+floor, over this run's labelled documents, with their attributes where the mixer looks.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from tqdm import tqdm
+
+from shardwise.errors import ConfigError, InputError
+from shardwise.run import dolma, outputs, plan, quarantine, summaries
+from shardwise.run.context import JobContext
+from shardwise.store.atomic import json_bytes, write_atomic
+from shardwise.store.location import Location
+
+#: ``<run_dir>/dolma/<shard>.done``: the Snakemake target of one shard's export.
+DOLMA_DIR = "dolma"
+
+
+@dataclass(frozen=True)
+class Exported:
+    """What ``export`` did."""
+
+    written: int  # attributes files written now
+    present: int  # labelled files that had them already (kept)
+    not_jsonl: int  # labelled Parquet files: dolma does not read them, none is written
+    unlabelled: int  # planned files (not quarantined) without a marker yet: nothing to export
+    root: str  # the attributes root
+
+    def line(self) -> str:
+        """One line for the console."""
+        return (
+            f"dolma attributes under {self.root}: {self.written:,} written, {self.present:,} "
+            f"already there, {self.not_jsonl:,} Parquet file(s) skipped (dolma reads JSON Lines "
+            f"only), {self.unlabelled:,} file(s) not labelled yet"
+        )
+
+
+def attributes_of(ctx: JobContext) -> Location:
+    """The run's attributes root; ConfigError saying how to turn ``output.dolma`` on."""
+    if ctx.attributes is None:
+        msg = (
+            f"{ctx.run_dir}: output.dolma is off in this run's settings: set "
+            "output.dolma.enabled: true in the config (and output.dolma.uri unless input.uri "
+            "ends in /documents), run `snakemake -n` to record it, then run this again"
+        )
+        raise ConfigError(msg)
+    return ctx.attributes
+
+
+def export(
+    run_dir: Path,
+    *,
+    shard: int | None = None,
+    jobs: int = 8,
+    force: bool = False,
+    progress: bool = True,
+) -> Exported:
+    """Write the missing attributes of the run's labelled files (``shard``'s only)."""
+    ctx = JobContext.load(run_dir)
+    attributes = attributes_of(ctx)
+    table = plan.load(ctx.run_dir)
+    files = (plan.files_of_shard(table, shard) if shard is not None else table)["file"].to_pylist()
+    left_out = quarantine.load(ctx.run_dir)
+    files = [rel for rel in files if rel not in left_out]
+    marked = outputs.marked(ctx.output)
+    labelled = [rel for rel in files if rel in marked]
+    jsonl = [rel for rel in labelled if dolma.applies(rel)]
+    have = set() if force else {rel for rel, _ in attributes.list_files()}
+    todo = [rel for rel in jsonl if rel not in have]
+    bar = tqdm(total=len(todo), unit="file", desc="dolma export", disable=not progress)
+    roots, name = ctx.roots(), ctx.settings.dolma_name
+
+    def one(rel: str) -> None:
+        outputs.rebuild(roots, rel, name)
+        bar.update(1)
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        list(pool.map(one, todo))
+    bar.close()
+    done = Exported(
+        written=len(todo),
+        present=len(jsonl) - len(todo),
+        not_jsonl=len(labelled) - len(jsonl),
+        unlabelled=len(files) - len(labelled),
+        root=attributes.uri,
+    )
+    if shard is not None:
+        if done.unlabelled:
+            msg = (
+                f"shard {shard}: {done.unlabelled:,} file(s) are not labelled yet, so their "
+                "attributes cannot be written: run snakemake to label them first"
+            )
+            raise InputError(msg)
+        write_atomic(ctx.run_dir / DOLMA_DIR / f"{shard}.done", json_bytes(vars(done)))
+    return done
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Keep a document when every (classifier, label) holds: one label, or one cell."""
+
+    conditions: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def parse(cls, text: str) -> Selection:
+        """``topic=Health`` or ``topic=Health,format=Tutorial`` (a cell)."""
+        conditions = []
+        for part in text.split(","):
+            classifier, eq, label = part.partition("=")
+            if not eq or not classifier.strip() or not label.strip():
+                msg = (
+                    f"--keep {text!r}: give CLASSIFIER=LABEL[,CLASSIFIER=LABEL], e.g. topic=Health"
+                )
+                raise ConfigError(msg)
+            conditions.append((classifier.strip(), label.strip()))
+        return cls(tuple(conditions))
+
+    def jq(self, name: str, min_prob: float | None) -> str:
+        """The jq filter dolma mix evaluates on each document."""
+        terms = []
+        for classifier, label in self.conditions:
+            terms.append(
+                f".attributes.{dolma.key(name, classifier, 'label')} == {json.dumps(label)}"
+            )
+            if min_prob is not None:
+                terms.append(f".attributes.{dolma.key(name, classifier, 'prob')} >= {min_prob}")
+        return " and ".join(terms)
+
+
+def mix_config(
+    run_dir: Path,
+    keep: Sequence[Selection],
+    output: str,
+    *,
+    min_prob: float | None = None,
+    stream: str = "weborganizer",
+    processes: int = 1,
+) -> dict[str, Any]:
+    """The ``dolma mix`` config keeping the documents of ``keep`` (any of them)."""
+    if not keep:
+        raise ConfigError("give at least one --keep CLASSIFIER=LABEL (or a cell)")
+    ctx = JobContext.load(run_dir)
+    attributes = attributes_of(ctx)
+    name = ctx.settings.dolma_name or "weborganizer"
+    _check_where_dolma_looks(ctx.source, attributes, name)
+    _check_labels(ctx, keep)
+    marked = outputs.marked(ctx.output)
+    labelled = [rel for rel in plan.load(ctx.run_dir)["file"].to_pylist()
+                if rel in marked and dolma.applies(rel)]  # fmt: skip
+    have = {rel for rel, _ in attributes.list_files()}
+    missing = [rel for rel in labelled if rel not in have]
+    if missing:
+        msg = (
+            f"{len(missing):,} labelled file(s) have no attributes yet (e.g. "
+            f"{attributes.url(missing[0])}): dolma mix would silently drop their documents. "
+            f"Run `shardwise dolma export --run-dir {run_dir}` first"
+        )
+        raise ConfigError(msg)
+    if not labelled:
+        raise ConfigError(f"{run_dir}: no JSON Lines file of this run is labelled yet")
+    return {
+        "streams": [
+            {
+                "name": stream,
+                "documents": [ctx.source.address(rel) for rel in labelled],
+                "attributes": [name],
+                "output": {"path": output, "max_size_in_bytes": 1_000_000_000},
+                "filter": {"syntax": "jq", "include": [s.jq(name, min_prob) for s in keep]},
+            }
+        ],
+        "processes": processes,
+    }
+
+
+def mix_yaml(config: dict[str, Any]) -> str:
+    """The config as dolma reads it."""
+    return yaml.safe_dump(config, sort_keys=False, allow_unicode=True, width=1000)
+
+
+def _check_where_dolma_looks(source: Location, attributes: Location, name: str) -> None:
+    """dolma mix finds a document's attributes by replacing ``/documents/`` in its path
+    with ``/attributes/<name>/``: refuse a layout where that is not where they are."""
+    root = source.address("").rstrip("/")
+    parent, _, last = root.rpartition("/")
+    if last != "documents" or attributes.address("").rstrip("/") != f"{parent}/attributes/{name}":
+        msg = (
+            f"dolma mix looks for the attributes of {root}/<rel> at "
+            f"{parent}/attributes/{name}/<rel> (it replaces /documents/ in the path), but this "
+            f"run writes them to {attributes.uri}: keep the documents under .../documents and "
+            "leave output.dolma.uri unset"
+        )
+        raise ConfigError(msg)
+
+
+def _check_labels(ctx: JobContext, keep: Sequence[Selection]) -> None:
+    """Every classifier is the run's, every label one the run's documents were given."""
+    classifiers = [n for n, _m, _k in ctx.meta.classifiers]
+    seen: dict[str, set[str]] = {}
+    got, _ = summaries.read_many(ctx.run_dir, summaries.summarized_shards(ctx.run_dir))
+    for summary in got:
+        for c, labels in summary.labels.items():
+            seen.setdefault(c, set()).update(labels)
+    for selection in keep:
+        for classifier, label in selection.conditions:
+            if classifier not in classifiers:
+                names = ", ".join(classifiers)
+                msg = f"--keep: {classifier!r} is not a classifier of this run ({names})"
+                raise ConfigError(msg)
+            known = seen.get(classifier, set())
+            if label not in known:
+                folded = {k.lower(): k for k in sorted(known)}  # labels differ in case often
+                near = [folded[k] for k in difflib.get_close_matches(label.lower(), folded, n=3)]
+                hint = f"; did you mean {', '.join(repr(n) for n in near)}?" if near else ""
+                msg = (
+                    f"--keep: no labelled document has {classifier} {label!r}{hint} "
+                    f"(labels seen: {', '.join(sorted(known)) or 'none yet'})"
+                )
+                raise ConfigError(msg)

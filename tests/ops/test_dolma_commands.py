@@ -1,0 +1,79 @@
+"""``shardwise dolma export|mix-config`` on in-process runs (the real mix: test_dolma_mix)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from inproc import TINY, demo_run_config, label
+
+from shardwise.cli.main import main
+from shardwise.demo.corpus import write_corpus
+from shardwise.errors import ConfigError
+from shardwise.ops import coverage, dolma, verify
+from shardwise.planner.prepare import prepare_run
+
+
+def dolma_run(tmp_path: Path, *, layout: bool = True, **dolma_cfg) -> tuple[dict, Path]:
+    """A planned run whose attributes go beside its documents (``layout``) or to a uri."""
+    corpus = tmp_path / ("ds/documents" if layout else "corpus")
+    write_corpus(corpus, TINY, dolma=layout)
+    cfg = demo_run_config(tmp_path, 3)
+    cfg["input"] = {"uri": str(corpus), "url_field": "metadata.url" if layout else "url"}
+    cfg["output"]["dolma"] = {"enabled": True, **dolma_cfg}
+    info = prepare_run(cfg, main_process=True, dryrun=True)
+    return {"cfg": cfg, "messages": info.messages}, Path(cfg["run_dir"])
+
+
+def test_parquet_files_get_none_and_the_dry_run_says_so(tmp_path):
+    found, run_dir = dolma_run(tmp_path, layout=False, uri=str(tmp_path / "attrs"))
+    assert any("3 Parquet file(s) get no Dolma attributes" in m for m in found["messages"])
+    label(run_dir)
+    written = sorted(p.name for p in (tmp_path / "attrs").rglob("*") if p.is_file())
+    assert written and not any(n.endswith(".parquet") for n in written)
+    assert verify.verify_run(run_dir, complete=True).ok
+    done = dolma.export(run_dir, progress=False)
+    assert (done.written, done.not_jsonl, done.present) == (0, 3, 3)
+    next(p for p in (tmp_path / "attrs").rglob("*") if p.is_file()).unlink()
+    assert coverage.compute(coverage.load_state(run_dir)).outputs_missing == {"dolma": 1}
+
+
+def test_mix_config_refuses_what_would_make_a_wrong_mix(tmp_path, capsys):
+    _found, run_dir = dolma_run(tmp_path)
+    label(run_dir)  # the fake engine labels every document "a"
+    keep = [dolma.Selection.parse("topic=a")]
+    config = dolma.mix_config(run_dir, keep, str(tmp_path / "mix"), min_prob=0.5)
+    (stream,) = config["streams"]
+    assert stream["attributes"] == ["weborganizer"] and len(stream["documents"]) == 6
+    assert stream["filter"]["include"] == [
+        '.attributes.weborganizer__topic__label == "a" and '
+        ".attributes.weborganizer__topic__prob >= 0.5"
+    ]
+    with pytest.raises(ConfigError, match=r"no labelled document has topic 'A'; did you mean 'a'"):
+        dolma.mix_config(run_dir, [dolma.Selection.parse("topic=A")], "out")
+    with pytest.raises(ConfigError, match="'colour' is not a classifier of this run"):
+        dolma.mix_config(run_dir, [dolma.Selection.parse("colour=a")], "out")
+    with pytest.raises(ConfigError, match="give CLASSIFIER=LABEL"):
+        dolma.Selection.parse("topic")
+    gone = next(p for p in (tmp_path / "ds" / "attributes").rglob("*") if p.is_file())
+    gone.unlink()
+    with pytest.raises(ConfigError, match="have no attributes yet.*shardwise dolma export"):
+        dolma.mix_config(run_dir, keep, "out")
+    assert main(["dolma", "export", "--run-dir", str(run_dir)]) == 0
+    assert "1 written, 5 already there" in capsys.readouterr().out
+
+
+def test_mix_config_refuses_attributes_where_dolma_does_not_look(tmp_path):
+    _found, run_dir = dolma_run(tmp_path, uri=str(tmp_path / "elsewhere"))
+    label(run_dir)
+    with pytest.raises(ConfigError, match="dolma mix looks for the attributes of"):
+        dolma.mix_config(run_dir, [dolma.Selection.parse("topic=a")], "out")
+
+
+def test_export_needs_output_dolma_on_and_says_how(tmp_path):
+    _found, run_dir = dolma_run(tmp_path)
+    cfg = _found["cfg"]
+    cfg["output"].pop("dolma")
+    prepare_run(cfg, main_process=True, dryrun=True)
+    with pytest.raises(ConfigError, match="output.dolma is off.*run `snakemake -n`"):
+        dolma.export(run_dir, progress=False)

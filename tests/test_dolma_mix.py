@@ -1,0 +1,222 @@
+"""Dolma in, Dolma out, with the real ``dolma mix`` (dolma 1.2.1, in its own venv).
+
+A Dolma-layout corpus (``documents/.../*.json.gz`` and ``.json.zst``, ``metadata.url``)
+is labelled with the demo models, its attributes are written as the run goes (or
+exported afterwards, on S3), and ``dolma mix`` with the config ``shardwise dolma
+mix-config`` prints must keep exactly the documents whose sidecar rows have the label,
+file by file. The real toolkit: ``SHARDWISE_DOLMA`` names its ``dolma`` command
+(scripts/test.sh installs it in ``.venv-dolma``); without it the tests are skipped,
+unless ``SHARDWISE_REQUIRE_DOLMA=1`` (CI), which makes that a failure.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+import yaml
+import zstandard
+from e2e import run_snakemake
+
+from shardwise.classify.shard_job import run_shard
+from shardwise.cli.main import main
+from shardwise.demo.corpus import DemoSize, demo_config, write_corpus
+from shardwise.ops import verify
+from shardwise.planner.prepare import prepare_run
+from shardwise.run import plan
+from shardwise.run.sidecar import read_sidecar
+from shardwise.store.location import Location
+
+REPO = Path(__file__).resolve().parent.parent
+SIZE = DemoSize(files_per_category=2, docs_per_file=30, median_words=20, max_words=60)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="session")
+def dolma_cli() -> str:
+    """The real ``dolma`` command (see the module docstring)."""
+    found = os.environ.get("SHARDWISE_DOLMA") or shutil.which("dolma")
+    local = REPO / ".venv-dolma" / "bin" / "dolma"
+    found = found or (str(local) if local.exists() else None)
+    if found is None:
+        if os.environ.get("SHARDWISE_REQUIRE_DOLMA") == "1":
+            pytest.fail("the dolma toolkit is required (SHARDWISE_REQUIRE_DOLMA=1): not found")
+        pytest.skip("dolma is not installed (scripts/test.sh installs it in .venv-dolma)")
+    return found
+
+
+def dolma_config(root: Path, models: Path, corpus: str, **dolma) -> dict:
+    """The Dolma demo's config over ``corpus`` with the demo models, on the CPU."""
+    cfg = demo_config(root, total_shards=3, dolma=True)
+    cfg["input"]["uri"] = corpus
+    cfg["output"]["dolma"] = {"enabled": True, **dolma}
+    for c in cfg["classifiers"]:
+        c["model"] = str(models / c["name"])
+    cfg["inference"].update({"max_length": 128, "device": "cpu"})
+    return cfg
+
+
+def label(cfg: dict) -> Path:
+    """Plan and label in process with the real (tiny) models; the run directory."""
+    prepare_run(cfg, main_process=True, dryrun=True)
+    run_dir = Path(cfg["run_dir"])
+    for shard in sorted(plan.nonempty_shards(plan.load(run_dir))):
+        run_shard(run_dir, shard, progress=False)
+    return run_dir
+
+
+def sidecars(labels: Location, classifier: str) -> dict[str, tuple[list[str], list[str]]]:
+    """Per source file, its sidecar's ids and ``classifier``'s label of each."""
+    out = {}
+    for rel, _ in labels.list_files():
+        if rel.endswith(".labels.parquet"):
+            table = read_sidecar(labels.read_bytes(rel)).to_pydict()
+            out[rel.removesuffix(".labels.parquet")] = (table["id"], table[f"{classifier}_label"])
+    return out
+
+
+def wanted(labels: Location, classifier: str, label_name: str) -> dict[str, list[str]]:
+    """Per source file, the ids its sidecar gives ``label_name`` (in order; none: absent)."""
+    out = {}
+    for rel, (ids, got) in sidecars(labels, classifier).items():
+        kept = [i for i, lb in zip(ids, got, strict=True) if lb == label_name]
+        if kept:
+            out[rel] = kept
+    return out
+
+
+def mixed(out: Location, labels: Location) -> dict[str, list[str]]:
+    """Per source file (by its sidecar's ids: dolma's provenance names only the file's
+    base name), the ids the mix kept, in order; every kept id is one of a file's."""
+    kept: list[str] = []
+    for rel, _ in out.list_files():
+        data = gzip.decompress(out.read_bytes(rel)) if rel.endswith(".gz") else out.read_bytes(rel)
+        kept += [json.loads(line)["id"] for line in data.decode().splitlines()]
+    assert len(kept) == len(set(kept)), "a document was mixed twice"
+    owner = {i: rel for rel, (ids, _) in sidecars(labels, "topic").items() for i in ids}
+    by_file: dict[str, list[str]] = defaultdict(list)
+    for doc_id in kept:
+        by_file[owner[doc_id]].append(doc_id)
+    return {rel: sorted(ids) for rel, ids in by_file.items()}
+
+
+def sort_ids(found: dict[str, list[str]]) -> dict[str, list[str]]:
+    return {rel: sorted(ids) for rel, ids in found.items()}
+
+
+def mix(dolma_cli: str, run_dir: Path, keep: str, output: str, tmp: Path, env=None) -> None:
+    """``shardwise dolma mix-config`` then the real ``dolma mix``."""
+    config = tmp / f"mix-{keep.replace('=', '-').replace(' ', '_')}.yaml"
+    assert main(["dolma", "mix-config", "--run-dir", str(run_dir), "--keep", keep,
+                 "--output", output, "--out", str(config)]) == 0  # fmt: skip
+    proc = subprocess.run([dolma_cli, "-c", str(config), "mix"], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Mismatched ids" not in proc.stderr and "Missing attributes" not in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def dolma_run(tmp_path_factory, demo_models) -> dict:
+    """One Dolma-layout run labelled with attributes as it goes (shared below)."""
+    root = tmp_path_factory.mktemp("dolma")
+    write_corpus(root / "ds" / "documents", SIZE, dolma=True)
+    cfg = dolma_config(root, demo_models, str(root / "ds" / "documents"))
+    return {"root": root, "cfg": cfg, "run_dir": label(cfg)}
+
+
+def test_dolma_mix_keeps_exactly_the_documents_with_the_label_in_every_file(dolma_run, dolma_cli):
+    root, run_dir = dolma_run["root"], dolma_run["run_dir"]
+    names = {p.name for p in (root / "ds" / "documents").rglob("*.json.*")}
+    assert {n.rsplit(".", 1)[-1] for n in names} == {"gz", "zst"}
+    assert verify.verify_run(run_dir, complete=True).ok
+    labels = Location(str(root / "labels"))
+    for classifier in ("topic", "format"):
+        counts: dict[str, int] = defaultdict(int)
+        for _ids, got in sidecars(labels, classifier).values():
+            for label_name in got:
+                counts[label_name] += 1
+        label_name = max(counts, key=counts.get)  # the commonest: several files hold it
+        out = root / "mix" / classifier
+        mix(dolma_cli, run_dir, f"{classifier}={label_name}", str(out), root)
+        want = wanted(labels, classifier, label_name)
+        assert mixed(Location(str(out)), labels) == sort_ids(want)
+        assert len(want) > 1 and sum(map(len, want.values())) == counts[label_name]
+
+
+def test_a_deleted_or_short_attributes_file_is_named_and_rewritten_from_the_sidecar(
+    dolma_run, dolma_cli, capsys
+):
+    root, run_dir = dolma_run["root"], dolma_run["run_dir"]
+    attributes = root / "ds" / "attributes" / "weborganizer"
+    files = sorted(p for p in attributes.rglob("*") if p.is_file())
+    gone, short = files[0], next(p for p in files if p.name.endswith(".zst"))
+    gone.unlink()
+    lines = zstandard.ZstdDecompressor().decompress(short.read_bytes()).splitlines(True)
+    short.write_bytes(zstandard.ZstdCompressor().compress(b"".join(lines[:-3])))
+    assert main(["verify", "--run-dir", str(run_dir)]) == 1
+    out = capsys.readouterr()
+    rel = str(gone.relative_to(attributes))
+    assert f"{rel}.done: marker without its dolma attributes (dolma mix ignores that" in out.out
+    assert f"{short}: has {len(lines) - 3} rows, the documents {len(lines)}" in out.out
+    assert "writes the Dolma attributes of 2 labelled file(s) again" in out.out
+    stamps = {p: p.stat().st_mtime_ns for p in (root / "labels").rglob("*.done")}
+    assert main(["verify", "--run-dir", str(run_dir), "--repair"]) == 0
+    assert gone.exists() and {p: p.stat().st_mtime_ns for p in stamps} == stamps  # no relabel
+    assert verify.verify_run(run_dir, complete=True).ok
+    labels = Location(str(root / "labels"))
+    label_name = some_label(labels)
+    out_dir = root / "mix-after-repair"
+    mix(dolma_cli, run_dir, f"topic={label_name}", str(out_dir), root)
+    assert mixed(Location(str(out_dir)), labels) == sort_ids(wanted(labels, "topic", label_name))
+
+
+def some_label(labels: Location) -> str:
+    """The topic label of the run's first document."""
+    return next(iter(sidecars(labels, "topic").values()))[1][0]
+
+
+def test_attributes_exported_afterwards_on_s3_mix_there_too(
+    tmp_path, demo_models, dolma_cli, s3, s3_server, capsys
+):
+    corpus = Location(s3.url("ds/documents"), s3.options())
+    for path in write_corpus(tmp_path / "documents", SIZE, dolma=True):
+        corpus.write_bytes(str(path.relative_to(tmp_path / "documents")), path.read_bytes())
+    cfg = dolma_config(tmp_path, demo_models, s3.url("ds/documents"))
+    cfg["output"] = {"uri": s3.url("labels")}  # labelled without attributes first
+    cfg["storage"] = s3.storage_config()
+    run_dir = label(cfg)
+    cfg["output"]["dolma"] = {"enabled": True}
+    prepare_run(cfg, main_process=True, dryrun=True)  # `snakemake -n` records the setting
+    assert not verify.verify_run(run_dir).ok  # labelled files without their attributes
+    assert main(["dolma", "export", "--run-dir", str(run_dir)]) == 0
+    assert "12 written, 0 already there" in capsys.readouterr().out
+    assert main(["dolma", "export", "--run-dir", str(run_dir)]) == 0  # resumable, idempotent
+    assert "0 written, 12 already there" in capsys.readouterr().out
+    assert verify.verify_run(run_dir, complete=True).ok
+    labels = Location(s3.url("labels"), s3.options())
+    label_name = some_label(labels)
+    env = {"AWS_ENDPOINT_URL": s3_server.endpoint_url}
+    mix(dolma_cli, run_dir, f"topic={label_name}", s3.url("mix"), tmp_path, env)
+    got = mixed(Location(s3.url("mix"), s3.options()), labels)
+    assert got == sort_ids(wanted(labels, "topic", label_name))
+
+
+def test_the_export_runs_as_snakemake_jobs_per_shard(dolma_run):
+    """`snakemake dolma_all`: one job per shard, nothing relabelled (last: it rewrites)."""
+    root, run_dir = dolma_run["root"], dolma_run["run_dir"]
+    attributes = root / "ds" / "attributes"
+    shutil.rmtree(attributes)
+    stamps = {p: p.stat().st_mtime_ns for p in (root / "labels").rglob("*.done")}
+    config = root / "config.yaml"
+    config.write_text(yaml.safe_dump(dolma_run["cfg"]))
+    run_snakemake(config, "dolma_all")
+    assert sorted(p.name for p in (run_dir / "dolma").iterdir()) == ["0.done", "1.done", "2.done"]
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+    assert verify.verify_run(run_dir, complete=True).ok

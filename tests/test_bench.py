@@ -94,3 +94,10 @@ def test_bench_precision_prints_agreement_cost_and_the_margin_table(tmp_path):
     assert re.search(rf"\(half\+re-check\)/half = {NUMBER}, \(half\+re-check\)/fp32 = {NUMBER}",
                      out), out  # fmt: skip
     assert len(re.findall(rf"^\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}$", out, re.MULTILINE)) >= 5, out
+
+
+def test_bench_dolma_export_prints_files_per_second_locally_and_on_s3(tmp_path):
+    out = bench(tmp_path, "dolma_export.py", "--files", "12", "--docs", "5", "--jobs", "2")
+    assert re.search(rf"local +{NUMBER} files/s", out), out
+    assert re.search(rf"S3 \(moto\) +{NUMBER} files/s", out), out
+    assert re.search(rf"S3 / local: {NUMBER}x", out), out

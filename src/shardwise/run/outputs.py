@@ -24,6 +24,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from shardwise.errors import InputError
 from shardwise.run import dolma, filestats, markers, sidecar
 from shardwise.run.filestats import FileStats
 from shardwise.run.markers import FileMarker
@@ -201,7 +202,14 @@ def rebuild(roots: Mapping[str, Location], rel: str, dolma_name: str | None) -> 
     document is read, no model runs): what ``verify --repair`` and ``shardwise dolma
     export`` do for a missing or damaged one. The URLs written."""
     where = roots["output"].url(SIDECAR.rel(rel))
-    table = SIDECAR.parse(roots["output"].read_bytes(SIDECAR.rel(rel)), where)
+    try:
+        table = SIDECAR.parse(roots["output"].read_bytes(SIDECAR.rel(rel)), where)
+    except FileNotFoundError as e:
+        msg = (
+            f"{where} is missing although {rel} has a marker: its labels are gone, so nothing "
+            "can be derived from them; `shardwise verify --repair` relabels the file"
+        )
+        raise InputError(msg) from e
     columns = {name: table[name].combine_chunks() for name in table.column_names if name != "id"}
     labelled = Labelled(
         rel, "", -1, None, table["id"].to_pylist(), columns, FileStats(), dolma_name

@@ -126,3 +126,47 @@ def test_a_cell_never_seen_gets_an_upper_bound_from_the_number_of_tasks():
     assert est.share.tolist() == [1.0, 0.0]
     assert est.high[1] == pytest.approx(1 - 0.025 ** (1 / m_eff))
     assert est.low[0] == pytest.approx(0.025 ** (1 / m_eff))
+
+
+def _few_tasks_trials(tasks: int, trials: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """2 of ``tasks`` labelled, 10 documents each, 20 cells: (hit, agreed) per seen cell.
+
+    ``agreed``: both labelled tasks hold the cell in the same proportion (> 0), where the
+    between-task variance is zero by chance.
+    """
+    rng = np.random.default_rng(seed)
+    base = rng.dirichlet(np.full(20, 0.7))
+    pop = Population(["a"], np.zeros(tasks, np.int64), np.full(tasks, 1000.0))
+    hits, agreed = [], []
+    for _ in range(trials):
+        counts = np.array([rng.multinomial(10, rng.dirichlet(5.0 * base)) for _ in range(tasks)])
+        truth = counts.sum(axis=0) / counts.sum()
+        done = rng.choice(tasks, 2, replace=False)
+        labelled = np.zeros(tasks, bool)
+        labelled[done] = True
+        task, cell = np.nonzero(counts * labelled[:, None])
+        sample = Sample(labelled, np.where(labelled, 10.0, 0.0), task, cell,
+                        counts[task, cell].astype(float), n_cells=20)  # fmt: skip
+        est = estimate(pop, sample)
+        seen = est.share > 0
+        assert np.all((est.high - est.low)[seen & (est.share < 1)] > 0), "zero-width interval"
+        a, b = counts[done]
+        hits.append(((est.low <= truth) & (truth <= est.high))[seen])
+        agreed.append(((a == b) & (a > 0))[seen])
+    return np.concatenate(hits), np.concatenate(agreed)
+
+
+@pytest.mark.parametrize("tasks", [8, 50])
+def test_tasks_that_agree_by_chance_get_no_zero_width_interval(tasks):
+    """2 tasks each 1 in 10 once gave "10.00% - 10.00%" (final 2.5%): the floor widens it."""
+    hits, agreed = _few_tasks_trials(tasks, trials=400, seed=tasks)
+    print(f"\n2 of {tasks} tasks: {hits.mean():.3f} of {hits.size} intervals hold the final "
+          f"share; {hits[agreed].mean():.3f} of the {agreed.sum()} zero-variance ones")  # fmt: skip
+    assert agreed.sum() > 100  # the case is common here
+    assert hits.mean() >= 0.90 and hits[agreed].mean() >= 0.90
+    pop = Population(["a"], np.zeros(8, np.int64), np.full(8, 1000.0))
+    two = Sample(np.arange(8) < 2, np.where(np.arange(8) < 2, 10.0, 0.0), np.array([0, 0, 1, 1]),
+                 np.array([0, 1, 0, 1]), np.array([1.0, 9.0, 1.0, 9.0]), n_cells=2)  # fmt: skip
+    est = estimate(pop, two)
+    assert est.share[0] == pytest.approx(0.1)
+    assert est.low[0] < 0.025 < est.high[0]

@@ -229,6 +229,7 @@ def _sample(data: DomainData, view: str, weight: str) -> tuple[Sample, tuple[lis
     n_tasks = len(data.task_ids)
     labelled = np.zeros(n_tasks, bool)
     totals = np.zeros(n_tasks)
+    docs = np.zeros(n_tasks)
     tables: list[pa.Table] = []
     tmaps: list[np.ndarray] = []
     label_maps: list[list[np.ndarray]] = [[] for _ in axes]
@@ -241,6 +242,7 @@ def _sample(data: DomainData, view: str, weight: str) -> tuple[Sample, tuple[lis
         labelled[tmap[known]] = True
         total = s.task_docs if weight == "docs" else s.task_bytes
         totals[tmap[known]] = total[known]
+        docs[tmap[known]] = s.task_docs[known]
         tables.append(s.view_cells(view))
         tmaps.append(tmap)
         for axis, name in enumerate(axes):
@@ -274,6 +276,7 @@ def _sample(data: DomainData, view: str, weight: str) -> tuple[Sample, tuple[lis
         cell=cell,
         value=value,
         n_cells=n_cells,
+        task_docs=docs[keep_task],
     )
     return sample, tuple(list(d) for d in labels), note
 

@@ -24,6 +24,9 @@ For one cell ``c`` (a label, or a pair of labels) and labelled task ``i`` with
 * 95% interval ``p +- t sqrt(Var)``, Student t with Satterthwaite's degrees of freedom,
   capped by the number of labelled tasks that hold the cell (a rare cell seen in two
   tasks has two tasks' worth of information, however many tasks were labelled);
+* never narrower than a simple random sample of the labelled documents would be:
+  ``Var(p) >= (1 - m/M) p (1 - p) / D`` (``D`` labelled documents), so labelled tasks
+  that agree by chance (two tasks each 1 in 10) give no zero-width interval;
 * a cell seen in no labelled task gets ``[0, u]`` with ``u = 1 - 0.025^(1/m')``,
   ``m' = m / (1 - m/M)`` (it is in none of m random tasks); symmetrically at 100%;
 * categories with no labelled task: the estimate covers the other categories, and every
@@ -110,6 +113,9 @@ class Sample:
     cell: np.ndarray  # int64 cell index of each row
     value: np.ndarray  # float64 y (> 0)
     n_cells: int
+    #: Documents of each task (0 where not labelled), for the variance floor; None: the
+    #: totals are documents.
+    task_docs: np.ndarray | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -186,6 +192,7 @@ class _Sums:
     YY: np.ndarray  # sum y^2
     YN: np.ndarray  # sum y n
     YS: np.ndarray  # sum y s
+    D: np.ndarray  # labelled documents (the variance floor's sample size)
     K: np.ndarray  # (G, C) labelled tasks with y > 0
     KF: np.ndarray  # labelled tasks with y == n (all of the task in the cell)
 
@@ -202,7 +209,7 @@ class _Sums:
             return out
 
         return _Sums(
-            **{k: vec(getattr(self, k)) for k in ("M", "m", "B", "S", "N", "NN", "SS", "NS")},
+            **{k: vec(getattr(self, k)) for k in ("M", "m", "B", "S", "N", "NN", "SS", "NS", "D")},
             **{k: mat(getattr(self, k)) for k in ("Y", "YY", "YN", "YS", "K", "KF")},
         )
 
@@ -213,6 +220,7 @@ def _sums(pop: Population, sample: Sample) -> _Sums:
     lab = sample.labelled.astype(bool)
     s = pop.task_bytes.astype(np.float64)
     n = np.where(lab, sample.task_total.astype(np.float64), 0.0)
+    docs = n if sample.task_docs is None else np.where(lab, sample.task_docs, 0.0)
 
     def per_h(w: np.ndarray) -> np.ndarray:
         return np.bincount(h, weights=w, minlength=H)
@@ -234,6 +242,7 @@ def _sums(pop: Population, sample: Sample) -> _Sums:
         NN=per_h(n * n),
         SS=per_h(np.where(lab, s * s, 0.0)),
         NS=per_h(n * s),
+        D=per_h(docs),
         Y=per_hc(y),
         YY=per_hc(y * y),
         YN=per_hc(y * n[t]),
@@ -277,13 +286,21 @@ def _interval(
     kf: np.ndarray,
     m: np.ndarray,
     M: np.ndarray,
+    docs: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """95% bounds (see module doc); arrays broadcast (cells, or categories x cells).
 
     On the logit scale: a rare cell's estimate is skewed (it rests on the few tasks that
-    hold it), and a symmetric interval would miss high far more often than low.
+    hold it), and a symmetric interval would miss high far more often than low. The
+    variance is floored at a simple random sample's of the ``docs`` labelled documents:
+    tasks are clusters, which tell no more than as many independent documents would.
     """
     complete = m >= M
+    fpc = np.clip(1.0 - np.divide(m, M, out=np.ones(np.broadcast(m, M).shape), where=M > 0), 0, 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        floor = np.divide(fpc * p * (1.0 - p), docs, out=np.zeros(np.broadcast(p, docs).shape),
+                          where=docs > 0)  # fmt: skip
+    var = np.maximum(var, floor)
     t = t975(np.minimum(df, np.maximum(np.minimum(k, m - kf), MIN_DF)))
     inside = (p > 0) & (p < 1) & (var > 0)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -343,7 +360,9 @@ def _by_category(x: _Sums) -> CategoryEstimate:
     terms = _var_terms(x, np.nan_to_num(p))
     var = np.divide(terms, (T**2)[:, None], out=np.zeros_like(terms), where=T[:, None] > 0)
     df = np.minimum(x.m[:, None] - 1.0, np.maximum(np.minimum(x.K, x.m[:, None] - x.KF), MIN_DF))
-    low, high = _interval(np.nan_to_num(p), var, df, k=x.K, kf=x.KF, m=x.m[:, None], M=x.M[:, None])
+    low, high = _interval(
+        np.nan_to_num(p), var, df, k=x.K, kf=x.KF, m=x.m[:, None], M=x.M[:, None], docs=x.D[:, None]
+    )
     none = x.m[:, None] == 0
     return CategoryEstimate(
         share=p,
@@ -374,7 +393,8 @@ def estimate(pop: Population, sample: Sample) -> Estimate:
     df = _satterthwaite(terms, dof) if n_groups else np.full(C, np.inf)
     m_cov = float(x.m.sum())
     M_cov = float(x.M.sum())
-    low, high = _interval(p, var, df, k=x.K.sum(axis=0), kf=x.KF.sum(axis=0), m=m_cov, M=M_cov)
+    k, kf = x.K.sum(axis=0), x.KF.sum(axis=0)
+    low, high = _interval(p, var, df, k=k, kf=kf, m=m_cov, M=M_cov, docs=float(x.D.sum()))
     if not per_cat.m.any() and C:
         p, low, high = np.full(C, np.nan), np.zeros(C), np.ones(C)
 

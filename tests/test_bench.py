@@ -101,3 +101,10 @@ def test_bench_dolma_export_prints_files_per_second_locally_and_on_s3(tmp_path):
     assert re.search(rf"local +{NUMBER} files/s", out), out
     assert re.search(rf"S3 \(moto\) +{NUMBER} files/s", out), out
     assert re.search(rf"S3 / local: {NUMBER}x", out), out
+
+
+def test_bench_long_docs_prints_each_size_against_the_smallest(tmp_path):
+    out = bench(tmp_path, "long_docs.py", "--sizes", "5e3,2e5")
+    assert "one document, max_length 128, two classifiers, CPU; ratios to 5,000 characters" in out
+    rows = re.findall(rf"^\s+([\d,]+)(?:\s+{NUMBER}){{7}}$", out, re.MULTILINE)
+    assert rows == ["5,000", "200,000"], out

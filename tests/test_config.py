@@ -51,6 +51,19 @@ def test_defaults_are_filled_in():
         ),
         (lambda c: c.update(failures={"stop_after": -1}), "config failures.stop_after"),
         (lambda c: c["input"].update(sample_files=-1), "config input.sample_files"),
+        (
+            lambda c: c["input"].update(category_regex="(["),
+            r"config input.category_regex: '\(\[' is not a valid regular expression "
+            r"\(unterminated character set at position 1\); fix it, or drop the key",
+        ),
+        (
+            lambda c: c.update(inference={"dtype": "float16", "device": "cpu"}),
+            r"config inference.dtype: 'float16' with inference.device 'cpu': .* use dtype auto",
+        ),
+        (
+            lambda c: c.update(inference={"dtype": "bfloat16", "device": "cpu"}),
+            r"config inference.dtype: 'bfloat16' with inference.device 'cpu'",
+        ),
     ],
 )
 def test_bad_config_names_the_key(mutate, match):

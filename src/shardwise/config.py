@@ -14,6 +14,7 @@ same schema for the CLI, fills defaults, and adds the checks a schema cannot sta
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from functools import cache
@@ -221,7 +222,35 @@ def validate(cfg: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(msg)
     StorageOptions.from_config(cfg.get("storage"))
     _domain_pairs(cfg)  # refuses pairs naming unknown classifiers, before anything runs
+    _check_regex(cfg["input"]["category_regex"])
+    _check_precision(cfg["inference"])
     return cfg
+
+
+def _check_regex(pattern: str) -> None:
+    """A category regex that does not compile, named before anything is planned."""
+    try:
+        re.compile(pattern)
+    except re.error as e:
+        default = schema()["properties"]["input"]["properties"]["category_regex"]["default"]
+        msg = (
+            f"config input.category_regex: {pattern!r} is not a valid regular expression "
+            f"({e}); fix it, or drop the key for the default {default!r} "
+            "(the first two path components)"
+        )
+        raise ConfigError(msg) from e
+
+
+def _check_precision(inference: dict[str, Any]) -> None:
+    """Half precision on a CPU: refused (it is slower there, and re-checks every document)."""
+    dtype, device = inference.get("dtype", "auto"), inference.get("device", "auto")
+    if device == "cpu" and dtype in ("bfloat16", "float16"):
+        msg = (
+            f"config inference.dtype: {dtype!r} with inference.device 'cpu': half precision "
+            "is slower than float32 on a CPU, and its re-check runs every document again in "
+            "float32 (~10x the time); use dtype auto (float32 on the CPU) or float32"
+        )
+        raise ConfigError(msg)
 
 
 @dataclass(frozen=True)
@@ -331,6 +360,40 @@ def check_shard_params(total_shards: object, minimum_shard_index: object) -> tup
         msg = f"sharding.minimum_shard_index must be >= 0, got {minimum_shard_index!r}"
         raise ConfigError(msg)
     return total_shards, minimum_shard_index
+
+
+#: More shards than this many per task (and than MIN_SHARD_CEILING) are refused: nearly
+#: all of them would be empty, each one a Snakemake target and a marker file.
+MAX_SHARDS_PER_TASK = 10
+MIN_SHARD_CEILING = 1_000
+#: Above this, Snakemake's planning alone takes minutes (~37 s at 60,000 targets).
+MAX_TOTAL_SHARDS = 200_000
+
+
+def check_shard_count(total_shards: int, tasks: int) -> None:
+    """Refuse an assignment that is mostly empty shards, or more than Snakemake can plan.
+
+    Checked by a new run's (or a re-pin's) dry run, when the number of tasks is known,
+    before anything is pinned or any empty-shard marker is written.
+    """
+    ceiling = min(max(MAX_SHARDS_PER_TASK * tasks, MIN_SHARD_CEILING), MAX_TOTAL_SHARDS)
+    if total_shards <= ceiling:
+        return
+    cost = (
+        "each shard is a Snakemake target and a marker file (a dry run takes ~5 s at "
+        "5,000 targets and ~37 s at 60,000)"
+    )
+    if total_shards > MAX_TOTAL_SHARDS and tasks * MAX_SHARDS_PER_TASK >= MAX_TOTAL_SHARDS:
+        why = f"more than Snakemake can plan in reasonable time ({MAX_TOTAL_SHARDS:,} at most)"
+        fix = "or raise input.files_per_task to group files into fewer tasks"
+    else:
+        why = f"at least {total_shards - tasks:,} of them would be empty"
+        fix = f"e.g. {min(tasks, ceiling):,} for one task per shard"
+    msg = (
+        f"config sharding.total_shards: {total_shards:,} for {tasks:,} task(s): {why}; "
+        f"{cost}. Set it to at most {ceiling:,} ({fix}); nothing was pinned"
+    )
+    raise ConfigError(msg)
 
 
 def resolve_pairs(names: Sequence[str], pairs: Sequence[Sequence[str]] | None) -> list[Pair]:

@@ -445,9 +445,10 @@ def test_tiny_margin_reruns_only_exact_half_precision_ties(
     assert labels.stats["rechecked_docs"] == ties  # only top-two logits equal in bf16
     assert sum(ties.values()) < 0.05 * 4 * len(corpus[0])
     # an exact tie's fp32 margin dwarfs a 1e-9 margin: one warning per classifier and job
-    warned = sorted(r.getMessage().split("(")[1].split(")")[0] for r in caplog.records)
+    records = [r for r in caplog.records if "on the CPU" not in r.getMessage()]  # bf16 here
+    warned = sorted(r.getMessage().split("(")[1].split(")")[0] for r in records)
     assert warned == sorted(name for name, count in ties.items() if count)
-    assert all("use inference.recheck_margin: auto" in r.getMessage() for r in caplog.records)
+    assert all("use inference.recheck_margin: auto" in r.getMessage() for r in records)
     assert any(f["margin_too_small"] for f in labels.stats["fidelity"])  # the views show it
     for name in NAMES:
         untouched = _margins(inference, name) > 0

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from inproc import plan_run
 
-from shardwise.cli.main import build_parser
+from shardwise.cli import plan
+from shardwise.cli.main import build_parser, main
 
 
 def subcommands() -> dict[str, argparse.ArgumentParser]:
@@ -37,6 +38,8 @@ def test_every_subcommand_describes_itself_and_each_option(verb):
         if isinstance(action, argparse._HelpAction | argparse._SubParsersAction):
             continue
         assert action.help, f"shardwise {verb}: {action.option_strings or action.dest} has no help"
+    assert "%%" not in parser.format_help(), f"shardwise {verb} --help shows a doubled %"
+    assert "%%" not in build_parser().format_help()
 
 
 def bash(command: str) -> subprocess.CompletedProcess[str]:
@@ -68,3 +71,20 @@ def test_a_broken_pipe_on_a_long_output_exits_quietly(tmp_path: Path):
     assert proc.stdout.strip().isdigit()
     assert proc.stderr == ""
     assert proc.returncode == 0
+
+
+def test_ctrl_c_is_one_line_and_exit_130_not_a_traceback(tmp_path: Path, monkeypatch, capsys):
+    """Ctrl-C during `plan --repin` printed a KeyboardInterrupt traceback."""
+
+    def interrupted(*_args, **_kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(plan, "prepare_run", interrupted)
+    config = tmp_path / "config.yaml"
+    config.write_text("run_dir: run\n")
+    assert main(["plan", "--repin", "--configfile", str(config)]) == 130
+    err = capsys.readouterr().err
+    assert err == (
+        "shardwise plan: interrupted (Ctrl-C); nothing is left half-written: run it again to "
+        "finish\n"
+    )

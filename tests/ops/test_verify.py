@@ -161,8 +161,8 @@ def test_bad_sidecar_content(run, mutate, expected, capsys):
         f"problem: {found[0]}",
         report.summary(),
         f"fix: `shardwise verify --run-dir {run.run_dir} --repair` removes the markers of "
-        "1 broken file(s) and 0 shard(s) above, so the next snakemake run relabels only "
-        "those files",
+        "1 broken file(s) and of the 1 shard(s) that hold them, so the next snakemake run "
+        "relabels only those files",
     ]
 
 

@@ -9,8 +9,9 @@ import pytest
 from e2e import tiny_model_dir
 
 from shardwise.cli.main import main
+from shardwise.config import check_shard_count
 from shardwise.demo.corpus import DemoSize, write_corpus
-from shardwise.errors import InputError, ModelError, RunMismatchError
+from shardwise.errors import ConfigError, InputError, ModelError, RunMismatchError
 from shardwise.planner import prepare as planner
 from shardwise.run import markers, outputs, plan, quarantine
 from shardwise.run.sharding import shard_for_task
@@ -364,3 +365,31 @@ def test_listed_files_that_are_no_input_are_named_on_the_dry_run_and_in_coverage
     prepare(config(tmp_path, corpus, input={"uri": str(corpus), "glob": "**/*.parquet"}),
             repin=True)  # fmt: skip
     assert coverage.compute(coverage.load_state(tmp_path / "run")).skipped.count == 0
+
+
+@pytest.mark.parametrize(
+    ("total", "fix"),
+    [
+        (1_000_000, r"at least 999,988 of them would be empty; .* at most 1,000 \(e\.g\. 12 for"),
+        (5_000, r"at least 4,988 of them would be empty"),
+    ],
+)
+def test_far_more_shards_than_tasks_is_refused_before_anything_is_pinned(
+    tmp_path, corpus, total, fix
+):
+    """1,000,000 shards on 4 files once ran minutes and wrote 33,646 empty-shard markers."""
+    cfg = config(tmp_path, corpus, sharding={"total_shards": total})
+    with pytest.raises(ConfigError, match=rf"sharding.total_shards: {total:,} for 12 task"):
+        prepare(cfg)
+    with pytest.raises(ConfigError, match=fix + r".*nothing was pinned"):
+        prepare(cfg)
+    assert not (tmp_path / "run" / "run.json").exists()
+    assert not (tmp_path / "labels").exists()
+    assert not list((tmp_path / "run").rglob("*.done"))
+    prepare(config(tmp_path, corpus, sharding={"total_shards": 120}))  # 10 per task: planned
+
+
+def test_more_shards_than_snakemake_can_plan_is_refused():
+    with pytest.raises(ConfigError, match=r"250,000 for 30,000 task\(s\): more than Snakemake"):
+        check_shard_count(250_000, 30_000)
+    check_shard_count(200_000, 30_000)

@@ -632,3 +632,22 @@ def test_no_credentials_at_all_is_one_line_naming_the_url_and_where_they_go(
         assert "AWS_ACCESS_KEY_ID" in message and "storage.profile" in message
         cause = info.value.__cause__  # no botocore chain for a traceback to print
         assert cause is None or isinstance(cause, StorageError)
+
+
+def test_a_symlink_loop_under_the_root_is_one_error_naming_the_link(tmp_path: Path) -> None:
+    """It printed the looping path forty levels deep, with no advice."""
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "b" / "x.jsonl").write_text("{}\n")
+    (tmp_path / "a" / "b" / "loop").symlink_to("..")
+    (tmp_path / "c").symlink_to(tmp_path / "a" / "b")  # a link that is no loop: followed
+    loc = Location(str(tmp_path))
+    want = (
+        f"cannot list {tmp_path}: the symbolic link a/b/loop points to {tmp_path / 'a'}, a "
+        "folder above it (a loop); remove the link, or point input.uri at a tree without one"
+    )
+    for listing in (loc.list_entries, loc.list_names):
+        with pytest.raises(StorageError) as e:
+            listing()
+        assert str(e.value) == want
+    (tmp_path / "a" / "b" / "loop").unlink()
+    assert loc.list_names() == ["a/b/x.jsonl", "c/x.jsonl"]

@@ -18,7 +18,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="the corpus's label distribution so far, with 95%% confidence intervals",
         description="Estimate each label's (or label pair's) share of the corpus's documents "
         "or text bytes from the shards finished so far, post-stratified by category, with "
-        "95%% confidence intervals that shrink to zero as the last shard lands. Reads one "
+        "95% confidence intervals that shrink to zero as the last shard lands. Reads one "
         "summary per finished shard. Method: docs/domains.md.",
     )
     add_run_dir(parser)

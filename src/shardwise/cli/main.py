@@ -72,6 +72,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ShardwiseError as e:
         print(f"shardwise: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        # Ctrl-C (a re-pin, a long verify): one line, no traceback. Every file is written
+        # atomically and in an order that leaves the old state or the new one.
+        print(
+            f"shardwise {args.command}: interrupted (Ctrl-C); nothing is left half-written: "
+            "run it again to finish",
+            file=sys.stderr,
+        )
+        return 130
     except BrokenPipeError:
         # `shardwise coverage | head -1`: the reader took what it wanted and left; stop
         # quietly with success (no traceback). Point stdout at /dev/null so the

@@ -14,7 +14,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "shard-of",
         help="print the logical shard of each task id",
         description="Print the logical shard of each task id, one per line: "
-        "int(sha256(id)[:16], 16) %% total_shards + minimum_shard_index (NeMo Curator's rule).",
+        "int(sha256(id)[:16], 16) % total_shards + minimum_shard_index (NeMo Curator's rule).",
     )
     p.add_argument("--total-shards", type=int, required=True, help="the run's total_shards")
     p.add_argument(

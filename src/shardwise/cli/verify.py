@@ -13,6 +13,7 @@ from shardwise.ops.verify import (
     repair,
     repair_command,
     restore_run_json,
+    shards_to_reset,
     verify_run,
 )
 
@@ -95,9 +96,9 @@ def run(args: argparse.Namespace) -> int:
         fixes = []
         if broken:
             fixes.append(
-                f"removes the markers of {len(report.broken_files)} broken file(s) and "
-                f"{len(report.broken_shards)} shard(s) above, so the next snakemake run "
-                "relabels only those files"
+                f"removes the markers of {len(report.broken_files)} broken file(s) and of "
+                f"the {len(shards_to_reset(args.run_dir, report))} shard(s) that hold them, "
+                "so the next snakemake run relabels only those files"
             )
         if rebuild:
             fixes.append(

@@ -285,7 +285,9 @@ def failing_lines(cov: Coverage, shown: int = 3) -> list[str]:
     if cov.failing_files:
         named = "; ".join(f"{rel} (shard {shard})" for rel, shard, _e in cov.failing_files[:shown])
         more = (
-            f"; ... {len(cov.failing_files) - shown} more" if len(cov.failing_files) > shown else ""
+            f"; ... {len(cov.failing_files) - shown} more (all: --format json, failing_files)"
+            if len(cov.failing_files) > shown
+            else ""
         )
         lines.append(
             f"files    {len(cov.failing_files):,} failing: {named}{more}. Fix a file and run "

@@ -647,12 +647,7 @@ def repair(run_dir: Path, report: VerifyReport) -> list[str]:
     """
     run_dir = Path(run_dir)
     ctx = JobContext.load(run_dir)
-    rows = plan.load(run_dir).to_pydict()
-    shard_of = dict(zip(rows["file"], rows["shard"], strict=True))
-    by_shard: dict[int, set[str]] = defaultdict(set)
-    for rel in sorted(report.broken_files):
-        if rel in shard_of:
-            by_shard[shard_of[rel]].add(rel)
+    by_shard = _broken_by_shard(run_dir, report)
     removed = [
         f"removed {markers.shard_marker_path(run_dir, shard)} (shard {shard} runs again)"
         for shard in markers.remove_shard_markers(
@@ -670,6 +665,24 @@ def repair(run_dir: Path, report: VerifyReport) -> list[str]:
                     outputs.rebuild(ctx.roots(), rel, ctx.settings.dolma_name)]  # fmt: skip
     _take_identities(run_dir, report.changed)  # relabelled as they are now
     return removed
+
+
+def _broken_by_shard(run_dir: Path, report: VerifyReport) -> dict[int, set[str]]:
+    """The broken files of each shard (by the plan)."""
+    rows = plan.load(run_dir).to_pydict()
+    shard_of = dict(zip(rows["file"], rows["shard"], strict=True))
+    by_shard: dict[int, set[str]] = defaultdict(set)
+    for rel in sorted(report.broken_files):
+        if rel in shard_of:
+            by_shard[shard_of[rel]].add(rel)
+    return by_shard
+
+
+def shards_to_reset(run_dir: Path, report: VerifyReport) -> list[int]:
+    """The marked shards whose markers ``repair`` removes: broken ones, and those that
+    hold a broken file."""
+    wanted = report.broken_shards | set(_broken_by_shard(Path(run_dir), report))
+    return sorted(wanted & markers.done_shards(Path(run_dir)))
 
 
 def accept_changed(run_dir: Path, report: VerifyReport) -> list[str]:

@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import IO, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from shardwise.classify.modelcheck import check_classifiers
 from shardwise.classify.tokenization import labelling
-from shardwise.config import Settings
+from shardwise.config import Settings, check_shard_count
 from shardwise.errors import ConfigError, InputError, RunMismatchError
 from shardwise.planner import fieldcheck, inflight
 from shardwise.run import (
@@ -117,6 +118,9 @@ def prepare_run(
     if repin or all(c.meta is None and c.damage is None for c in copies):
         # a new run (or a re-pin): read a sample before anything is pinned. A pinned run's
         # fields cannot change (run.json pins them), so later runs skip the reads.
+        check_shard_count(
+            settings.total_shards, pc.count_distinct(planned.table["task_id"]).as_py()
+        )
         sampled = _check_sample(settings, recorded, source, planned.table, set(quarantined))
     meta = _run_meta(settings, planned)
     _pin(settings, meta, planned.table, copies, repin=repin, say=said.append)

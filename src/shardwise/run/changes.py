@@ -70,7 +70,12 @@ def lines(changed: Mapping[str, tuple[str, str]], run_dir: Path, limit: int = 3)
     if not changed:
         return []
     shown = "; ".join(f"{rel} ({a} -> {b})" for rel, (a, b) in sorted(changed.items())[:limit])
-    more = f"; ... {len(changed) - limit} more" if len(changed) > limit else ""
+    more = (
+        f"; ... {len(changed) - limit} more (all: `shardwise coverage --run-dir {run_dir} "
+        "--format json`, changed_files)"
+        if len(changed) > limit
+        else ""
+    )
     return [
         f"changed  {len(changed):,} labelled input file(s) changed in place since they were "
         f"labelled (size:version): {shown}{more}. Relabel them: `shardwise verify --run-dir "

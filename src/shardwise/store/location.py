@@ -421,14 +421,14 @@ class _RetryingFetcher:
 
 def _walk_local(root: Path) -> Iterator[tuple[str, int, str]]:
     """Recursive scandir: one stat per entry that scandir already returns."""
-    stack = [(root, "")]
+    stack = [(str(root), "")]
     while stack:
         directory, prefix = stack.pop()
         with os.scandir(directory) as it:
             for entry in it:
                 rel = f"{prefix}{entry.name}"
-                if entry.is_dir(follow_symlinks=True):
-                    stack.append((Path(entry.path), rel + "/"))
+                if _is_dir(entry, root, rel):
+                    stack.append((entry.path, rel + "/"))
                 elif entry.is_file(follow_symlinks=True):
                     stat = entry.stat()
                     yield rel, stat.st_size, str(stat.st_mtime_ns)
@@ -441,10 +441,28 @@ def _walk_local_names(root: Path) -> Iterator[str]:
         directory, prefix = stack.pop()
         with os.scandir(directory) as it:
             for entry in it:
-                if entry.is_dir(follow_symlinks=True):
-                    stack.append((entry.path, f"{prefix}{entry.name}/"))
+                rel = f"{prefix}{entry.name}"
+                if _is_dir(entry, root, rel):
+                    stack.append((entry.path, rel + "/"))
                 elif entry.is_file(follow_symlinks=True):
-                    yield f"{prefix}{entry.name}"
+                    yield rel
+
+
+def _is_dir(entry: os.DirEntry[str], root: Path, rel: str) -> bool:
+    """A directory to descend into; a link back to a folder above it (a loop) is refused,
+    naming the link: otherwise the walk repeats the loop until the OS says ELOOP."""
+    if not entry.is_dir(follow_symlinks=True):
+        return False
+    if entry.is_symlink():
+        target = os.path.realpath(entry.path)
+        here = os.path.realpath(Path(entry.path).parent)
+        if here == target or here.startswith(target.rstrip("/") + "/"):
+            msg = (
+                f"cannot list {root}: the symbolic link {rel} points to {target}, a folder "
+                "above it (a loop); remove the link, or point input.uri at a tree without one"
+            )
+            raise StorageError(msg)
+    return True
 
 
 def _http_status(exc: BaseException) -> int | None:

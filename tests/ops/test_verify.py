@@ -221,9 +221,13 @@ def test_input_changed_after_labelling(run):
 
 def test_input_removed_after_labelling(run):
     (run.corpus / run.rel).unlink()
-    found = whats(check(run.run_dir))
+    report = check(run.run_dir)
+    found = whats(report)
     assert len(found) == 1
-    assert "input unreadable" in found[0] and "file not found" in found[0]
+    # no relabel can mend it (verify once advised --repair "to relabel" a file that is gone)
+    assert "input file gone, its labels kept: --repair cannot relabel it" in found[0]
+    assert "`shardwise plan --extend --gone keep|remove`" in found[0]
+    assert report.inputs_gone == [run.rel] and not report.broken_files
 
 
 def test_done_shard_with_a_file_marker_missing(run):

@@ -22,6 +22,7 @@ from inproc import demo_run_config, label, plan_run
 
 from shardwise.errors import RunMismatchError
 from shardwise.ops import coverage, verify
+from shardwise.planner.extend import extend
 from shardwise.run import plan as run_plan
 from shardwise.run import quarantine
 from shardwise.snakefile import prepare_run
@@ -136,9 +137,40 @@ def _repair(root: Path, mp: pytest.MonkeyPatch, k: int) -> bool:
     return interrupt.fired
 
 
+def _extend(root: Path, mp: pytest.MonkeyPatch, k: int) -> bool:
+    """Grow and shrink a labelled run at once: two files added, a labelled one deleted."""
+    cfg = plan_run(root, total_shards=4)
+    run_dir = Path(cfg["run_dir"])
+    label(run_dir)
+    corpus = root / "corpus"
+    before = {p: p.read_bytes() for p in (root / "labels").rglob("*.labels.parquet")}
+    for name in ("cc/new/a.jsonl", "wiki/new/b.jsonl"):
+        (corpus / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(corpus / "wiki/technology/part-0000.jsonl", corpus / name)
+    gone = run_plan.load(run_dir)["file"][0].as_py()
+    (corpus / gone).unlink()
+    interrupt = Interrupt(mp, k)
+    with contextlib.suppress(KeyboardInterrupt):
+        extend(cfg, gone="remove")
+    mp.undo()
+    try:
+        prepare_run(cfg, main_process=True, dryrun=True, report=False)
+    except RunMismatchError as e:  # the old state: the refusal says to extend (again)
+        assert "shardwise plan --extend" in str(e), str(e)
+        extend(cfg, gone="remove")
+        prepare_run(cfg, main_process=True, dryrun=True, report=False)
+    label(run_dir)
+    cov = complete(run_dir)
+    assert (cov.tasks_left, cov.shards_remaining, cov.tasks_total) == (0, 0, 7), k
+    assert verify.verify_run(run_dir, complete=True).ok, k
+    after = {p: p.read_bytes() for p in (root / "labels").rglob("*.labels.parquet")}
+    assert {p: b for p, b in before.items() if gone not in str(p)}.items() <= after.items(), k
+    return interrupt.fired
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "scenario", [_repin, _release, _repair], ids=["repin", "release", "repair"]
+    "scenario", [_repin, _release, _repair, _extend], ids=["repin", "release", "repair", "extend"]
 )
 def test_an_interrupted_state_change_never_leaves_a_done_run_with_tasks_left(tmp_path, scenario):
     interrupted_at = run_each_interruption(scenario, tmp_path)

@@ -4,6 +4,8 @@ import io
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 from e2e import tiny_model_dir
@@ -13,7 +15,7 @@ from shardwise.config import check_shard_count
 from shardwise.demo.corpus import DemoSize, write_corpus
 from shardwise.errors import ConfigError, InputError, ModelError, RunMismatchError
 from shardwise.planner import prepare as planner
-from shardwise.run import markers, outputs, plan, quarantine
+from shardwise.run import drift, markers, outputs, plan, quarantine
 from shardwise.run.sharding import shard_for_task
 from shardwise.snakefile import prepare_run
 from shardwise.store.location import Location
@@ -111,9 +113,20 @@ def test_changed_input_set_is_refused_with_counts(tmp_path, corpus):
     for i in range(3):
         (corpus / "new" / "cat" / f"p{i}.jsonl").write_text('{"id": "x", "text": "y"}\n')
     before = snapshot(tmp_path / "run")
-    with pytest.raises(RunMismatchError, match=r"3 task\(s\) added, 1 removed"):
+    with pytest.raises(RunMismatchError, match=r"3 task\(s\) added, 1 removed") as info:
         prepare(config(tmp_path, corpus))
-    assert snapshot(tmp_path / "run") == before
+    # the refusal names the files and the one command that takes them in
+    assert (
+        "3 file(s) added ('new/cat/p0.jsonl', 'new/cat/p1.jsonl', 'new/cat/p2.jsonl'), 1 planned "
+        "file(s) gone ('cc/science/part-0000.parquet')" in str(info.value)
+    )
+    assert "`shardwise plan --extend --gone keep|remove --configfile <this config>`" in str(
+        info.value
+    )
+    after = snapshot(tmp_path / "run")
+    found = drift.load(tmp_path / "run")  # what coverage and verify say until then
+    assert (found.added, found.gone) == (3, 1)
+    assert {k: v for k, v in after.items() if k != drift.DRIFT_JSON} == before  # nothing else
 
 
 def test_output_run_json_from_another_cluster_is_checked_first(tmp_path, corpus):
@@ -393,3 +406,27 @@ def test_more_shards_than_snakemake_can_plan_is_refused():
     with pytest.raises(ConfigError, match=r"250,000 for 30,000 task\(s\): more than Snakemake"):
         check_shard_count(250_000, 30_000)
     check_shard_count(200_000, 30_000)
+
+
+def test_a_dry_run_beside_a_live_run_says_so(tmp_path, corpus):
+    """Snakemake prints 'Directory cannot be locked' under a dry run and exits 0."""
+    cfg = config(tmp_path, corpus)
+    prepare(cfg)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from pathlib import Path; "
+         "from shardwise.planner.prepare import lock_run_dir; "
+         f"lock_run_dir(Path({str(tmp_path / 'run')!r})); print('locked', flush=True); "
+         "sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "locked"  # the event: it holds the lock
+        info, _ = prepare(cfg)
+        (note,) = [m for m in info.messages if "a live run holds" in m]
+        assert f"(pid {holder.pid} on {os.uname().nodename} since" in note
+        assert "this dry run only reports, it changes nothing" in note
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    info, _ = prepare(cfg)
+    assert not [m for m in info.messages if "a live run holds" in m]

@@ -88,6 +88,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"shardwise verify: cannot verify {args.run_dir}: {e}", file=sys.stderr)
         return EXIT_CANNOT_VERIFY
     emit(args.format, report.to_json, lambda _fmt: "\n".join(report.lines()))
+    if report.copies and not args.repair:
+        print(f"fix: {report.copies}", file=notes)
+    if report.inputs_gone or report.input_drift:
+        gone = " --gone keep|remove" if report.inputs_gone or report.input_drift.get("gone") else ""
+        print(
+            f"fix: `shardwise plan --extend{gone} --configfile <config>` takes the input's "
+            "current file set into the run (new files are labelled, gone ones leave it)",
+            file=notes,
+        )
     broken = len(report.broken_files) + len(report.broken_shards)
     rebuild = len(report.rebuild - report.broken_files)
     if not broken and not rebuild:

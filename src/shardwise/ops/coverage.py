@@ -34,6 +34,7 @@ from shardwise.run import (
     changes,
     claims,
     context,
+    drift,
     failures,
     fidelity,
     filestats,
@@ -102,6 +103,8 @@ class RunState:
     changed: dict[str, tuple[str, str]] = field(default_factory=dict)
     #: What the last listing of the input left out, judged by ``input_format``.
     skipped: skipped.Skipped = field(default_factory=skipped.Skipped)
+    drift: drift.InputDrift = field(default_factory=drift.InputDrift)
+    copies: str = ""  # the two run.json copies disagree: how, and which to keep
     input_format: str = "auto"
     #: The newest failure record of each failing shard (what stopped it last).
     last_failures: dict[int, failures.FailureRecord] = field(default_factory=dict)
@@ -244,6 +247,8 @@ def load_state(
         stale_markers=tuple(stale),
         changed=changes.load(run_dir)[0],
         skipped=skipped.load(run_dir),
+        drift=drift.load(run_dir),
+        copies=run_state.copies_disagree(run_dir, meta, output),
         input_format=_input_format(run_dir),
     )
 
@@ -321,6 +326,8 @@ class Coverage:
     failing_files: tuple[tuple[str, int, str], ...] = ()
     #: Listed files input.glob matches that are neither inputs nor outputs (last listing).
     skipped: skipped.Skipped = field(default_factory=skipped.Skipped)
+    drift: drift.InputDrift = field(default_factory=drift.InputDrift)
+    copies: str = ""  # the two run.json copies disagree: how, and which to keep
     #: The format setting they were judged by (``input.format``).
     input_format: str = "auto"
     #: Per output kind, labelled files (with a marker) without that output; None when
@@ -641,6 +648,8 @@ def compute(
         stale_markers=state.stale_markers,
         changed=dict(state.changed),
         skipped=state.skipped,
+        drift=state.drift,
+        copies=state.copies,
         input_format=state.input_format,
     )
 

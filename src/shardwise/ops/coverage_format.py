@@ -63,6 +63,13 @@ def to_dict(cov: Coverage) -> dict[str, Any]:
     out["tasks_left"] = cov.tasks_left
     out["outputs_missing"] = cov.outputs_missing
     out["skipped_files"] = {"count": cov.skipped.count, "examples": list(cov.skipped.examples)}
+    out["run_json_copies"] = cov.copies
+    out["input_drift"] = {
+        "added": cov.drift.added,
+        "gone": cov.drift.gone,
+        "added_examples": list(cov.drift.added_examples),
+        "gone_examples": list(cov.drift.gone_examples),
+    }
     out["failing_reasons"] = [
         {"reason": reason, "shards": list(shards)} for reason, shards in cov.failing_reasons
     ]
@@ -161,6 +168,11 @@ def summary_lines(cov: Coverage, *, max_expression: int = 160) -> list[str]:
             f"left     {cov.tasks_left:,} planned task(s) are not labelled although every "
             "shard is marked done: `shardwise verify --run-dir <run_dir>` names them"
         )
+    elif cov.drift.added:
+        lines.append(
+            f"left     every planned shard is done, but {cov.drift.added:,} file(s) in the "
+            "input are not in the run yet (see `input` above)"
+        )
     else:
         lines.append("left     nothing: every shard is done")
     return lines
@@ -178,6 +190,8 @@ def _state_lines(cov: Coverage) -> list[str]:
         )
     lines += changes.lines(cov.changed, Path(cov.run_dir))
     lines += cov.skipped.lines(cov.input_format)
+    lines += cov.drift.lines()
+    lines += [f"run.json {cov.copies}"] if cov.copies else []
     if cov.stale_markers:
         lines.append(
             f"stale    {len(cov.stale_markers):,} shard marker(s) do not match the plan "

@@ -48,14 +48,17 @@ from shardwise.ops.coverage_format import fidelity_lines, quality_lines
 from shardwise.run import (
     changes,
     context,
+    drift,
     fidelity,
     journal,
     markers,
     outputs,
     plan,
     quarantine,
+    retired,
     runjson,
 )
+from shardwise.run import state as run_state
 from shardwise.run.context import JobContext
 from shardwise.run.reader import Fields, read_documents
 from shardwise.run.sharding import shard_for_task, shard_range
@@ -104,6 +107,13 @@ class VerifyReport:
     rebuild: set[str] = field(default_factory=set)
     #: Input files changed in place since planned: file -> (planned, now) identity.
     changed: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: Labelled files whose input is gone (``plan --extend --gone`` retires them).
+    inputs_gone: list[str] = field(default_factory=list)
+    #: Files added to or gone from the input, as the last dry run found (``plan --extend``).
+    input_drift: dict[str, Any] = field(default_factory=dict)
+    retired: int = 0  # outputs of files retired with --gone keep: no orphans
+    #: The two run.json copies disagree: how, which to keep and the command ("" if not).
+    copies: str = ""
 
     @property
     def ok(self) -> bool:
@@ -181,6 +191,7 @@ class _FileCheck:
     rel: str
     problems: list[Finding] = field(default_factory=list)
     derived: list[Finding] = field(default_factory=list)  # problems of derived outputs
+    gone: Finding | None = None  # its input is gone: no relabel can mend that
     rows: int = 0
     marker_rows: int | None = None
     counts: dict[str, int] = field(default_factory=dict)
@@ -221,9 +232,18 @@ def verify_run(
         Finding(ctx.source.url(rel), entry.reason) for rel, entry in sorted(left_out.items())
     ]
 
+    found_drift = drift.load(run_dir)
+    if found_drift:
+        report.input_drift = asdict(found_drift)
+        report.problem(
+            ctx.source.url(""),
+            f"the input changed since it was planned (the last dry run): "
+            f"{found_drift.summary()}; `shardwise plan --extend` takes it in",
+        )
     listing = dict(ctx.output.list_files())  # the one listing of the output
-    found = _index_outputs(report, ctx, listing, planned)
+    found = _index_outputs(report, ctx, listing, planned, retired.load(run_dir))
     _check_mirror(report, ctx.output, meta, listing)
+    report.copies = run_state.copies_disagree(run_dir, meta, ctx.output)
 
     files_by_shard: dict[int, list[str]] = defaultdict(list)
     for rel, (_task, shard) in planned.items():
@@ -265,6 +285,10 @@ def verify_run(
     return report
 
 
+_INPUT_GONE = (
+    "input file gone, its labels kept: --repair cannot relabel it; `shardwise plan --extend "
+    "--gone keep|remove` takes it out of the run (its outputs kept or deleted)"
+)
 _LABELLED_QUARANTINED = "quarantined, yet labelled (`shardwise quarantine --release` if it is fine)"
 
 
@@ -294,6 +318,9 @@ def _add_checks(report: VerifyReport, checks: list[_FileCheck]) -> dict[str, int
     marker_rows: dict[str, int | None] = {}
     report.fidelity = fidelity.totals(check.fidelity for check in checks)
     for check in checks:
+        if check.gone is not None:
+            report.problems.append(check.gone)
+            report.inputs_gone.append(check.rel)
         report.problems.extend(check.problems + check.derived)
         if check.problems:
             report.broken_files.add(check.rel)
@@ -393,8 +420,10 @@ def _index_outputs(
     ctx: JobContext,
     listing: dict[str, int],
     planned: dict[str, tuple[str, int]],
+    retired_files: set[str],
 ) -> dict[str, dict[str, int]]:
-    """Planned file -> {kind: size} of its outputs; everything else is an orphan."""
+    """Planned file -> {kind: size} of its outputs; everything else is an orphan (but the
+    outputs of retired files, kept on purpose)."""
     found: dict[str, dict[str, int]] = {rel: {} for rel in planned}
     corpus = ctx.output.inner_prefix(ctx.source)
     for rel, size in sorted(listing.items()):
@@ -409,6 +438,9 @@ def _index_outputs(
         if hit is not None and hit[1] in planned:
             found[hit[1]][hit[0].name] = size
             continue
+        if hit is not None and hit[1] in retired_files:
+            report.retired += 1
+            continue
         if hit is None and corpus is not None and rel.startswith(corpus):
             continue  # the corpus itself, when it lives under the output prefix
         report.orphans += 1
@@ -416,12 +448,12 @@ def _index_outputs(
             report.problem(where, f"orphan {hit[0].name}: {hit[1]!r} is not a file of this run")
         else:
             report.problem(where, "orphan: not an output of any file of this run")
-    _index_other_roots(report, ctx, found)
+    _index_other_roots(report, ctx, found, retired_files)
     return found
 
 
 def _index_other_roots(
-    report: VerifyReport, ctx: JobContext, found: dict[str, dict[str, int]]
+    report: VerifyReport, ctx: JobContext, found: dict[str, dict[str, int]], retired_files: set[str]
 ) -> None:
     """The outputs under the run's other roots (Dolma attributes): one listing each; a
     file there of no planned source is a warning (the root may hold other sets)."""
@@ -436,6 +468,9 @@ def _index_other_roots(
                 source = rel.removesuffix(kind.suffix)
                 if kind.root == name and rel.endswith(kind.suffix) and source in found:
                     found[source][kind.name] = size
+                    break
+                if kind.root == name and rel.endswith(kind.suffix) and source in retired_files:
+                    report.retired += 1
                     break
             else:
                 report.warn(loc.url(rel), f"not the {name} of any file of this run")
@@ -586,8 +621,11 @@ def _check_file(
     try:
         docs = read_documents(ctx.source, rel, _ids_only(ctx.fields), ctx.fmt)
     except InputError as e:
-        check.problems.append(Finding(ctx.source.url(rel), f"input unreadable: {e}"))
         docs = None
+        if not ctx.source.exists(rel):
+            check.gone = Finding(ctx.source.url(rel), _INPUT_GONE)
+            return check
+        check.problems.append(Finding(ctx.source.url(rel), f"input unreadable: {e}"))
     want = outputs.Expected(
         rel, task_id, shard, docs.ids if docs else None, tuple(classifiers), ctx.meta.labelling
     )
@@ -716,7 +754,7 @@ def restore_run_json(run_dir: Path) -> list[str]:
     output = context.recorded_output(Path(run_dir))
     if output is None:
         return []  # never planned by this version: nothing says where the other copy is
-    return runjson.restore(Location(str(run_dir)), output)
+    return runjson.restore(Location(str(run_dir)), output, run_state.vouching(Path(run_dir)))
 
 
 def repair_command(run_dir: Path) -> str:

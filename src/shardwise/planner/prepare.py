@@ -27,12 +27,13 @@ import pyarrow.compute as pc
 from shardwise.classify.modelcheck import check_classifiers
 from shardwise.classify.tokenization import labelling
 from shardwise.config import Settings, check_shard_count
-from shardwise.errors import ConfigError, InputError, RunMismatchError
-from shardwise.planner import fieldcheck, inflight
+from shardwise.errors import RunMismatchError
+from shardwise.planner import fieldcheck, inflight, listing
 from shardwise.run import (
     changes,
     context,
     dolma,
+    drift,
     failures,
     journal,
     markers,
@@ -41,10 +42,9 @@ from shardwise.run import (
     quarantine,
     ranges,
     runjson,
-    skipped,
+    state,
 )
-from shardwise.run.manifest import Selection, build_tasks, select_files
-from shardwise.run.reader import SUFFIX_LIST
+from shardwise.run.manifest import build_tasks
 from shardwise.run.sharding import shard_range
 from shardwise.store.location import Location
 
@@ -108,6 +108,8 @@ def prepare_run(
     run_dir.mkdir(parents=True, exist_ok=True)
     if not dryrun or repin:
         lock_run_dir(run_dir)
+    else:
+        said += _live_run_note(run_dir)
     check_classifiers(settings.classifiers)  # before anything is pinned
     recorded = context.RunSettings.of(settings)
     source, output = context.open_roots(settings)
@@ -122,8 +124,10 @@ def prepare_run(
             settings.total_shards, pc.count_distinct(planned.table["task_id"]).as_py()
         )
         sampled = _check_sample(settings, recorded, source, planned.table, set(quarantined))
-    meta = _run_meta(settings, planned)
-    _pin(settings, meta, planned.table, copies, repin=repin, say=said.append)
+    meta = run_meta(settings, planned.task_count, planned.fingerprint)
+    _pin(settings, meta, planned, copies, repin=repin, say=said.append)
+    if planned.input_drift:  # the new set is the pinned one (an extension half done)
+        drift.record(run_dir, drift.InputDrift())
     if planned.fresh:
         summary = plan.summarize(
             planned.table,
@@ -171,16 +175,16 @@ def _dolma_notes(settings: Settings, table: pa.Table) -> list[str]:
     ]
 
 
-def _run_meta(settings: Settings, planned: _Planned) -> runjson.RunMeta:
-    """The run.json this config and plan pin."""
+def run_meta(settings: Settings, task_count: int, fingerprint: str) -> runjson.RunMeta:
+    """The run.json this config pins for a task set of ``task_count`` tasks."""
     return runjson.RunMeta.new(
         total_shards=settings.total_shards,
         minimum_shard_index=settings.minimum_shard_index,
         files_per_task=settings.input.files_per_task,
         input_uri=settings.input.uri,
         output_uri=settings.output_uri,
-        task_count=planned.task_count,
-        fingerprint=planned.fingerprint,
+        task_count=task_count,
+        fingerprint=fingerprint,
         classifiers=[(c["name"], c["model"], c["input"]) for c in settings.classifiers],
         labelling=labelling(
             settings.input.id_field,
@@ -227,6 +231,7 @@ class _Planned:
     #: Labelled files changed in place since planned: file -> (planned, now) identity;
     #: None when the input was not listed (``relist: false``): nothing was compared.
     changed: dict[str, tuple[str, str]] | None = None
+    input_drift: drift.InputDrift | None = None  # files added or gone since planned
 
 
 def _plan_table(
@@ -255,50 +260,35 @@ def _plan_table(
         cached = None
     if cached is not None and not settings.input.relist:
         return _Planned(plan.load(run_dir), cached.tasks, cached.fingerprint, False, notes)
-    entries = source.list_entries()
-    if not entries:
-        raise InputError(_empty_input_message(source))
-    selection = select_files(
-        [(rel, size) for rel, size, _version in entries],
-        glob=settings.input.glob,
-        fmt=settings.input.format,
-        output_prefix=source.inner_prefix(output),
-        other_roots=_inner(source, settings),
-        skip_unsafe=settings.input.skip_unsafe_names,
-    )
-    notes += _selection_notes(selection, output)
-    if not selection.files:
-        left_out = skipped.Skipped.of(selection.other).lines(settings.input.format)
-        msg = (
-            f"no input files under {settings.input.uri} match glob {settings.input.glob!r} "
-            f"and format {settings.input.format!r} ({SUFFIX_LIST}); "
-            f"{len(entries):,} file(s) listed" + "".join(f"; {n}" for n in notes + left_out)
-        )
-        raise InputError(msg)
-    skipped.record(run_dir, selection.other)  # the coverage report says so, on every view
-    versions = {rel: version for rel, _size, version in entries}
-    now = {rel: plan.identity(size, versions[rel]) for rel, size in selection.files}
-    tasks = build_tasks([rel for rel, _ in selection.files], settings.input.files_per_task)
+    listed = listing.list_input(settings, source, output)
+    notes += listed.notes
+    versions = listed.versions
+    now = {rel: plan.identity(size, versions[rel]) for rel, size in listed.files}
+    tasks = build_tasks([rel for rel, _ in listed.files], settings.input.files_per_task)
     fingerprint = runjson.fingerprint(t.task_id for t in tasks)
     if cached is not None:
         old = plan.load(run_dir)
         labelled, unlabelled = _changed_in_place(old, now, output)
         kept = {rel: planned for rel, (planned, _now) in labelled.items()}  # still flagged
-        if cached.fingerprint == fingerprint:
+        found = _drift(old, listed, quarantined)
+        drift.record(run_dir, found)
+        if not found:  # the planned files (a quarantined one may be gone): the cached plan
+            if len(old) > len(listed.files):
+                notes.append(
+                    f"{len(old) - len(listed.files)} quarantined file(s) are no longer in the "
+                    "input; the pinned plan is kept (`shardwise quarantine --list`)"
+                )
             table = plan.with_identities(old, {**_unknown(old, now), **unlabelled})
-            fresh = table is not old  # new identities to save
-            return _Planned(table, cached.tasks, fingerprint, fresh, notes, labelled)
-        gone = _only_quarantined_gone(run_dir, selection.files, quarantined)
-        if gone:
-            notes.append(
-                f"{gone} quarantined file(s) are no longer in the input; "
-                "the pinned plan is kept (`shardwise quarantine --list`)"
-            )
-            return _Planned(old, cached.tasks, cached.fingerprint, False, notes, labelled)
+            # the task set from the table itself: plan.json may lag it (an extension
+            # interrupted between the two writes), and is then written again
+            tasks_now = plan.task_ids(old)
+            fingerprint = runjson.fingerprint(tasks_now)
+            fresh = table is not old or fingerprint != cached.fingerprint
+            return _Planned(table, len(tasks_now), fingerprint, fresh, notes, labelled)
     else:
-        kept, labelled = {}, {}
+        kept, labelled, found = {}, {}, drift.InputDrift()
     table = plan.build(
-        selection.files,
+        listed.files,
         files_per_task=settings.input.files_per_task,
         total_shards=settings.total_shards,
         minimum_shard_index=settings.minimum_shard_index,
@@ -307,21 +297,7 @@ def _plan_table(
         versions=versions,
     )
     return _Planned(plan.with_identities(table, kept), len(tasks), fingerprint, True, notes,
-                    labelled)  # fmt: skip
-
-
-def _inner(source: Location, settings: Settings) -> tuple[str, ...]:
-    """Where the run's other roots (Dolma attributes) lie inside the input root."""
-    if settings.dolma is None:
-        return ()
-    inner = source.inner_prefix(Location(settings.dolma.uri, settings.storage))
-    if inner == "":
-        msg = (
-            f"config output.dolma.uri {settings.dolma.uri!r} is the input root itself: the "
-            "attributes would be read as documents. Use a folder beside the documents"
-        )
-        raise ConfigError(msg)
-    return () if inner is None else (inner,)
+                    labelled, found)  # fmt: skip
 
 
 def _unknown(table: pa.Table, now: dict[str, str]) -> dict[str, str]:
@@ -353,64 +329,11 @@ def _built_for_another(cached: plan.PlanSummary, settings: Settings) -> bool:
     return any(b is not None and b != a for b, a in zip(built, asked, strict=True))
 
 
-def _only_quarantined_gone(
-    run_dir: Path, files: list[tuple[str, int]], quarantined: set[str]
-) -> int:
-    """How many planned files are gone, when every one of them is quarantined and nothing
-    was added; else 0 (the input set really changed)."""
-    if not quarantined:
-        return 0
-    planned = set(plan.load(run_dir)["file"].to_pylist())
-    listed = {rel for rel, _ in files}
-    gone = planned - listed
-    if listed <= planned and gone and gone <= quarantined:
-        return len(gone)
-    return 0
-
-
-def _empty_input_message(source: Location) -> str:
-    """Why a listing came back empty, in the terms of the config (input.uri)."""
-    if source.remote:
-        return (
-            f"nothing under input.uri {source.uri}: check the bucket and prefix, and that "
-            "the credentials may list it"
-        )
-    root = Path(source.root)
-    if not root.exists():
-        return (
-            f"input.uri {source.uri}: the folder {root} does not exist "
-            f"(relative paths are relative to the working directory, {Path.cwd()})"
-        )
-    if not root.is_dir():
-        return f"input.uri {source.uri}: {root} is a file, not a folder"
-    return f"input.uri {source.uri}: the folder {root} holds no files"
-
-
-def _selection_notes(selection: Selection, output: Location, limit: int = 5) -> list[str]:
-    """What the listing held that is not an input, one line per reason (never silent)."""
-    notes = []
-    if selection.hidden:
-        notes.append(
-            f"skipped {len(selection.hidden):,} hidden file(s) (names starting with '.' or "
-            f"'_', e.g. {selection.hidden[0]!r})"
-        )
-    if selection.outputs:
-        notes.append(
-            f"skipped {len(selection.outputs):,} shardwise output(s) under the output root "
-            f"{output.uri} (e.g. {selection.outputs[0]!r})"
-        )
-    if selection.unsafe:
-        shown = "; ".join(f"{rel!r}: {why}" for rel, why in selection.unsafe[:limit])
-        more = (
-            f"; ... and {len(selection.unsafe) - limit} more"
-            if len(selection.unsafe) > limit
-            else ""
-        )
-        notes.append(
-            f"skipped {len(selection.unsafe):,} file(s) whose names cannot be used safely "
-            f"(input.skip_unsafe_names: true): {shown}{more}"
-        )
-    return notes
+def _drift(old: pa.Table, listed: listing.Listed, quarantined: set[str]) -> drift.InputDrift:
+    """Listed files the plan lacks, planned files gone (a quarantined one may go freely)."""
+    planned = set(old["file"].to_pylist())
+    now = {rel for rel, _ in listed.files}
+    return drift.InputDrift.of(now - planned, planned - now - quarantined)
 
 
 #: Fields of run.json that never change, not even by --repin.
@@ -420,7 +343,7 @@ _NEVER_REPINNED = ("format_version",)
 def _pin(
     settings: Settings,
     meta: runjson.RunMeta,
-    table: pa.Table,
+    planned: _Planned,
     copies: tuple[runjson.Copy, runjson.Copy],
     *,
     repin: bool = False,
@@ -438,10 +361,12 @@ def _pin(
         if plan.load_summary(run_dir) is None:
             return (meta.task_count, 0)
         old = plan.task_ids(plan.load(run_dir))
-        new = plan.task_ids(table)
+        new = plan.task_ids(planned.table)
         return len(new - old), len(old - new)
 
-    runjson.check_copies(*copies, run_dir, repin=repin)  # damaged, or an interrupted re-pin
+    runjson.check_copies(  # damaged, or an interrupted re-pin or extension
+        *copies, run_dir, repin=repin, evidence=state.vouching(run_dir)
+    )
     absent: list[Location] = []
     changed: list[tuple[Location, runjson.RunMeta]] = []
     for copy in copies:
@@ -455,7 +380,9 @@ def _pin(
                 meta,
                 copy.where,
                 task_change,
-                lambda diffs, old=existing: _refusal_hints(settings, old, diffs),
+                lambda diffs, old=existing: _refusal_hints(
+                    settings, old, diffs, planned.input_drift
+                ),
             )
         elif runjson.differences(existing, meta):
             changed.append((copy.loc, existing))
@@ -484,11 +411,29 @@ def _labelled(roots: list[Location]) -> list[str]:
 
 
 def _refusal_hints(
-    settings: Settings, pinned: runjson.RunMeta, diffs: list[tuple[str, Any, Any]]
+    settings: Settings,
+    pinned: runjson.RunMeta,
+    diffs: list[tuple[str, Any, Any]],
+    found: drift.InputDrift | None,
 ) -> list[str]:
-    """How to go on from a refused run: quarantine, or re-pin while nothing is labelled."""
+    """How to go on from a refused run: extend it to the input's new file set, quarantine,
+    or re-pin while nothing is labelled."""
     lines = []
     names = {name for name, _, _ in diffs}
+    if found and names <= {"task_count", "fingerprint"}:
+        lines = [
+            f"The input changed since it was planned: {found.summary()}. The assignment is "
+            "per task, so no planned task moves: "
+            f"{drift.extend_command(found, '<this config>')} takes the new set into this "
+            "run (new files join the shards the hash gives them; nothing labelled is "
+            "touched)"
+            + (
+                "; --gone keep leaves the outputs of gone files in place, --gone remove "
+                "deletes them (either way they leave the run)."
+                if found.gone
+                else "."
+            )
+        ]
     if "fingerprint" in names:
         lines.append(
             "A file that cannot be read or repaired can be left out of this run without "
@@ -496,6 +441,13 @@ def _refusal_hints(
             f"quarantine --run-dir {settings.run_dir} FILE --reason TEXT`; once "
             "quarantined it may be removed from the input."
         )
+    if names <= {"task_count", "fingerprint"}:
+        if not found:
+            lines.append(
+                "The plan holds the input's files, but run.json pins another task set: an "
+                "interrupted `shardwise plan --extend` leaves that; run it again."
+            )
+        return lines  # the input set alone changed: extending (or quarantine) is the way
     if any(name.startswith("labelling.") for name in names):
         lines.append(
             "These settings change what a label means: one output holds labels of one "
@@ -636,6 +588,31 @@ def is_dry_run(workflow: Any) -> bool:
     """
     output = getattr(workflow, "output_settings", None)
     return bool(workflow.dryrun or getattr(output, "dryrun", False))
+
+
+def _live_run_note(run_dir: Path) -> list[str]:
+    """A dry run beside a live run: say so (Snakemake prints its own "Directory cannot be
+    locked" error under the report, and still exits 0). Read from the lock file's holder
+    line, never by taking the lock (a real run starting then would be refused)."""
+    try:
+        holder = (run_dir / LOCK_FILE).read_text("utf-8").strip()
+    except OSError:
+        return []
+    words = holder.split()
+    if len(words) < 4 or words[0] != "pid" or words[2] != "on" or not words[1].isdigit():
+        return []
+    if words[3] != os.uname().nodename or int(words[1]) == os.getpid():
+        return []  # another host's holder cannot be checked from here
+    try:
+        os.kill(int(words[1]), 0)
+    except ProcessLookupError:
+        return []  # it ended: the line is what the last holder left
+    except PermissionError:
+        pass  # alive, another user's
+    return [
+        f"note: a live run holds {run_dir} ({holder}): this dry run only reports, it changes "
+        "nothing; Snakemake's 'Directory cannot be locked' error below is about that run"
+    ]
 
 
 def lock_run_dir(run_dir: Path) -> None:

@@ -153,6 +153,14 @@ def load_summary(run_dir: Path) -> PlanSummary | None:
         raise InputError(msg) from e
 
 
+def load_summary_or_none(run_dir: Path) -> PlanSummary | None:
+    """plan.json, or None when there is none or it is corrupt (evidence, not a refusal)."""
+    try:
+        return load_summary(run_dir)
+    except InputError:
+        return None
+
+
 def check_matches(run_dir: Path, meta: RunMeta) -> None:
     """Refuse a cached plan built for another assignment than run.json pins, with the fix."""
     summary = load_summary(run_dir)

@@ -30,7 +30,7 @@ from shardwise.store.location import Location
 FORMAT_VERSION = 1
 RUN_JSON = "run.json"
 #: Fields recorded for information only; they may differ between runs.
-INFO_FIELDS = ("created_at", "shardwise_version")
+INFO_FIELDS = ("created_at", "shardwise_version", "input_changes")
 
 
 class DamagedError(RunMismatchError):
@@ -44,6 +44,18 @@ def fingerprint(task_ids: Iterable[str]) -> str:
         h.update(tid.encode("utf-8"))
         h.update(b"\n")
     return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class InputChange:
+    """One change of the input set taken in by ``shardwise plan --extend``."""
+
+    at: str
+    tasks_added: int
+    tasks_removed: int
+    task_count: int  # after the change
+    fingerprint: str  # after the change
+    gone_outputs: str = ""  # kept | removed | "" (no labelled file was gone)
 
 
 @dataclass(frozen=True)
@@ -64,6 +76,8 @@ class RunMeta:
     labelling: dict[str, Any] | None = None
     created_at: str = ""
     shardwise_version: str = ""
+    #: Each extension of the input set, oldest first (the assignment never changes).
+    input_changes: tuple[InputChange, ...] = ()
 
     @classmethod
     def new(cls, **kw: Any) -> RunMeta:
@@ -88,6 +102,7 @@ class RunMeta:
             data["classifiers"] = tuple(
                 (c["name"], c["model"], c["input"]) for c in data["classifiers"]
             )
+            data["input_changes"] = tuple(InputChange(**c) for c in data.get("input_changes") or ())
             known = {f.name for f in fields(cls)}
             return cls(**{k: v for k, v in data.items() if k in known})
         except (ValueError, KeyError, TypeError) as e:
@@ -137,10 +152,11 @@ def check_same(
     if task_change is not None and any(n == "fingerprint" for n, _, _ in diffs):
         added, removed = task_change()
         lines.append(f"  input set changed: {added} task(s) added, {removed} removed")
-    lines.append(
-        "A run directory holds one logical run: use a new run_dir (and output) for a new "
-        "assignment, or restore the original settings and input."
-    )
+    if hints is None or not {name for name, _, _ in diffs} <= {"task_count", "fingerprint"}:
+        lines.append(  # the input set alone may change under the same pin (plan --extend)
+            "A run directory holds one logical run: use a new run_dir (and output) for a "
+            "new assignment, or restore the original settings and input."
+        )
     if hints is not None:
         lines += hints(diffs)
     raise RunMismatchError("\n".join(lines))
@@ -210,6 +226,37 @@ RESTORE_HINT = (
 
 
 @dataclass(frozen=True)
+class Evidence:
+    """What the run directory's own state (plan, shard markers) says of a run.json."""
+
+    against: Callable[[RunMeta], list[str]]  # how a copy disagrees with it, one line each
+    support: str = ""  # what vouches ("the plan and 6 shard marker(s)"); "" when nothing
+
+
+@dataclass(frozen=True)
+class Trust:
+    """Which of two disagreeing copies to keep, and why (in words)."""
+
+    keep: Copy
+    other: Copy
+    why: str
+
+
+def trusted(local: Copy, output: Copy, evidence: Evidence | None = None) -> Trust:
+    """The copy the evidence vouches for when it tells the two apart; else the output
+    root's (it vouches for the labels there, and other clusters read it)."""
+    if evidence is not None and evidence.support and local.meta and output.meta:
+        ours, theirs = evidence.against(local.meta), evidence.against(output.meta)
+        if not ours and theirs:
+            why = f"{evidence.support} agree with it; with the other, {theirs[0]}"
+            return Trust(local, output, why)
+        if ours and not theirs:
+            why = f"{evidence.support} agree with it; with the other, {ours[0]}"
+            return Trust(output, local, why)
+    return Trust(output, local, "it vouches for the labels there (other clusters read it)")
+
+
+@dataclass(frozen=True)
 class Copy:
     """One run.json copy as found: pinned, absent (``meta`` and ``damage`` None) or damaged."""
 
@@ -234,12 +281,19 @@ def read_copy(loc: Location) -> Copy:
         return Copy(loc, damage=str(e))
 
 
-def check_copies(local: Copy, output: Copy, run_dir: Path, *, repin: bool = False) -> None:
+def check_copies(
+    local: Copy,
+    output: Copy,
+    run_dir: Path,
+    *,
+    repin: bool = False,
+    evidence: Evidence | None = None,
+) -> None:
     """Refuse, with the way forward, a damaged copy or two copies that disagree.
 
-    The output root's copy vouches for the labels there (other clusters and ``verify``
-    read it); the run directory's is the one jobs read. Disagreeing copies are what an
-    interrupted re-pin leaves (``repin`` then finishes it: not refused here).
+    Disagreeing copies are what an interrupted re-pin or extension leaves (``repin``
+    then finishes it: not refused here); otherwise the copy to keep is the one the run
+    directory's plan and shard markers vouch for (``trusted``).
     """
     for bad, other in ((local, output), (output, local)):
         if bad.damage is None:
@@ -261,33 +315,46 @@ def check_copies(local: Copy, output: Copy, run_dir: Path, *, repin: bool = Fals
     diffs = differences(local.meta, output.meta)
     if not diffs:
         return
+    trust = trusted(local, output, evidence)
+    which = "output root's" if trust.keep is output else "run directory's"
+    if {name for name, _, _ in diffs} <= {"task_count", "fingerprint"}:
+        unfinished = "An interrupted `shardwise plan --extend` leaves them so: run it again"
+    else:
+        unfinished = (
+            "An interrupted `shardwise plan --repin` leaves them so: run it again to finish "
+            "it (possible while nothing is labelled)"
+        )
     lines = [
         f"the two run.json copies disagree (run directory -> output root: {local.where} -> "
         f"{output.where}):",
         *change_lines(diffs),
-        "An interrupted `shardwise plan --repin` leaves them so: run it again to finish it "
-        "(possible while nothing is labelled). Otherwise the output root's copy vouches for "
-        f"the labels there: `shardwise verify --run-dir {run_dir} --repair` restores the run "
-        "directory's copy from it; then run with the settings it pins.",
+        f"{unfinished}. Otherwise keep the {which} copy ({trust.why}): `shardwise verify "
+        f"--run-dir {run_dir} --repair` restores the other from it; then run with the "
+        "settings it pins.",
     ]
     raise RunMismatchError("\n".join(lines))
 
 
-def restore(local: Location, output: Location) -> list[str]:
+def restore(local: Location, output: Location, evidence: Evidence | None = None) -> list[str]:
     """Make the two copies one again (``verify --repair``); what was restored, a line each.
 
-    A damaged or absent copy is written from the intact one; two intact copies that
-    disagree take the output root's (it vouches for the labels). Both damaged: nothing
-    to restore from (DamagedError).
+    A damaged or absent copy is written from the intact one; of two intact copies that
+    disagree, the one ``trusted`` keeps. Both damaged: nothing to restore from
+    (DamagedError).
     """
     ours, theirs = read_copy(local), read_copy(output)
     if ours.meta is None and theirs.meta is None:
         if ours.damage or theirs.damage:
             check_copies(ours, theirs, Path(local.root))  # says what is left to do
         return []
-    if theirs.meta is not None and (ours.meta is None or differences(ours.meta, theirs.meta)):
+    if ours.meta and theirs.meta and differences(ours.meta, theirs.meta):
+        trust = trusted(ours, theirs, evidence)
+        trust.other.loc.write_bytes(RUN_JSON, trust.keep.loc.read_bytes(RUN_JSON))
+        return [f"restored {trust.other.where} from {trust.keep.where} (they disagreed; "
+                f"{trust.why})"]  # fmt: skip
+    if theirs.meta is not None and ours.meta is None:
         local.write_bytes(RUN_JSON, output.read_bytes(RUN_JSON))
-        how = "was damaged" if ours.damage else "was missing" if ours.meta is None else "disagreed"
+        how = "was damaged" if ours.damage else "was missing"
         return [f"restored {ours.where} from {theirs.where} (it {how})"]
     if ours.meta is not None and theirs.meta is None:
         output.write_bytes(RUN_JSON, local.read_bytes(RUN_JSON))

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from shardwise.errors import InputError, RunMismatchError
+from shardwise.errors import InputError, RecordError, RunMismatchError, ShardwiseError
 from shardwise.run import markers, plan, quarantine, runjson
 from shardwise.run.sharding import shard_range
+from shardwise.store.location import Location
 
 
 @dataclass(frozen=True, eq=False)
@@ -52,3 +53,56 @@ def load(run_dir: Path) -> PinnedRun:
     within = shard_range(meta.total_shards, meta.minimum_shard_index)
     done = markers.read_done(run_dir, within, plan.files_per_shard(table))
     return PinnedRun(run_dir, meta, table, done, quarantine.load(run_dir))
+
+
+def vouching(run_dir: Path) -> runjson.Evidence:
+    """What the run directory's own state says a run.json should pin: the cached plan
+    (its assignment and task set) and the shard markers (the assignment they were made
+    under). Deciding between two copies that disagree: the one these agree with."""
+    run_dir = Path(run_dir)
+    summary = plan.load_summary_or_none(run_dir)
+    made_under: dict[tuple[int, int], int] = {}
+    for shard in markers.done_shards(run_dir):
+        try:
+            m = markers.read_shard_marker(run_dir, shard)
+        except (OSError, RecordError):
+            continue
+        key = (m.total_shards, m.minimum_shard_index)
+        made_under[key] = made_under.get(key, 0) + 1
+
+    def against(meta: runjson.RunMeta) -> list[str]:
+        found = [f"the plan has {m}" for m in summary.mismatch(meta)] if summary else []
+        found += [
+            f"{n:,} shard marker(s) were made under total_shards {t}, minimum {lo}"
+            for (t, lo), n in sorted(made_under.items())
+            if (t, lo) != (meta.total_shards, meta.minimum_shard_index)
+        ]
+        return found
+
+    support = (["the plan"] if summary else []) + (
+        [f"{sum(made_under.values()):,} shard marker(s)"] if made_under else []
+    )
+    return runjson.Evidence(against, " and ".join(support))
+
+
+def copies_disagree(run_dir: Path, meta: runjson.RunMeta, output: Location) -> str:
+    """How the output root's run.json disagrees with the run directory's (``meta``) and
+    which to keep, in one line; "" when they agree (or the other cannot be read)."""
+    try:
+        theirs = runjson.read_copy(output)
+    except (OSError, ShardwiseError):
+        return ""
+    if theirs.meta is None:
+        return ""
+    diffs = runjson.differences(meta, theirs.meta)
+    if not diffs:
+        return ""
+    ours = runjson.Copy(Location(str(run_dir)), meta)
+    trust = runjson.trusted(ours, theirs, vouching(run_dir))
+    which = "output root's" if trust.keep is theirs else "run directory's"
+    changed = "; ".join(f"{name} {a!r} -> {b!r}" for name, a, b in diffs)
+    return (
+        f"the two run.json copies disagree (run directory -> output root: {changed}); keep "
+        f"the {which} ({trust.why}): `shardwise verify --run-dir {run_dir} --repair` "
+        "restores the other from it"
+    )

@@ -1,0 +1,241 @@
+"""``shardwise plan --extend``: a grown or shrunken input, taken into its pinned run.
+
+The assignment is per task (``sha256(task_id)``, NeMo Curator's rule), so new files
+move no planned task: they form tasks of their own (``files_per_task`` at a time, in
+name order) that join the shards the hash gives them. Those shards reopen; every file
+already labelled keeps its marker and is skipped. Planned files that are gone leave the
+run: with ``gone="keep"`` their outputs stay (recorded in ``retired.json`` so that
+``verify`` does not call them orphans), with ``gone="remove"`` they are deleted.
+run.json keeps the assignment and takes the new task count and fingerprint, with one
+``input_changes`` entry per extension (when, tasks added and removed, the fingerprint).
+
+State changes, in an order that an interruption anywhere leaves either the old state
+(the next dry run refuses as before and says to run this again) or the new one:
+retired.json, the gone files' outputs (marker first), the reopened shards' markers,
+run.json at the output root, then in the run directory, then the plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from shardwise.config import Settings
+from shardwise.errors import RunMismatchError
+from shardwise.planner import listing
+from shardwise.planner.prepare import lock_run_dir, run_meta
+from shardwise.run import (
+    context,
+    drift,
+    journal,
+    markers,
+    outputs,
+    plan,
+    quarantine,
+    retired,
+    runjson,
+)
+from shardwise.run.manifest import build_tasks
+from shardwise.store.location import Location
+
+GONE = ("keep", "remove")
+#: Differences from run.json that an extension takes in; any other is refused.
+_TAKEN_IN = frozenset({"task_count", "fingerprint"})
+
+
+@dataclass(frozen=True)
+class Extension:
+    """What one extension did (or, all empty, that there was nothing to take in)."""
+
+    added: tuple[str, ...] = ()  # files
+    gone: tuple[str, ...] = ()
+    tasks_added: int = 0
+    tasks_removed: int = 0
+    reopened: tuple[int, ...] = ()  # shards whose markers were removed
+    removed: tuple[str, ...] = ()  # output URLs deleted (gone="remove")
+    kept: tuple[str, ...] = ()  # gone files whose outputs stay (gone="keep")
+
+    def lines(self) -> list[str]:
+        """What the operator reads."""
+        if not (self.added or self.gone):
+            return ["the input holds the planned files: nothing to take in"]
+        out = [
+            f"extended: {len(self.added):,} file(s) added in {self.tasks_added:,} new task(s), "
+            f"{len(self.gone):,} planned file(s) gone ({self.tasks_removed:,} task(s) left "
+            f"the run); {len(self.reopened):,} shard(s) reopened"
+        ]
+        if self.kept:
+            out.append(f"kept the outputs of {len(self.kept):,} gone file(s) (retired.json)")
+        if self.removed:
+            out.append(f"removed {len(self.removed):,} output(s) of gone files")
+        return out
+
+
+def extend(config: dict[str, Any], *, gone: str | None = None) -> Extension:
+    """Take the input's current file set into the pinned run of ``config``."""
+    settings = Settings.from_config(config)
+    run_dir = settings.run_dir
+    lock_run_dir(run_dir)
+    source, output = context.open_roots(settings)
+    copies = (runjson.read_copy(Location(str(run_dir))), runjson.read_copy(output))
+    runjson.check_copies(*copies, run_dir, repin=True)  # a damaged copy is refused here
+    pinned = [c for c in copies if c.meta is not None]
+    if not pinned or plan.load_summary(run_dir) is None:
+        msg = f"{run_dir} is not planned yet: a dry run (`snakemake -n`) plans and pins it"
+        raise RunMismatchError(msg)
+    old = plan.load(run_dir)
+    quarantined = set(quarantine.load(run_dir))
+    listed = listing.list_input(settings, source, output)
+    table, added, gone_files = _extended(old, listed, settings, quarantined)
+    summary = plan.summarize(
+        table, settings.total_shards, settings.minimum_shard_index, settings.input.files_per_task
+    )
+    meta = run_meta(settings, summary.tasks, summary.fingerprint)
+    _check_only_the_input(pinned, meta, run_dir)
+    roots = context.JobContext.load(run_dir).roots()
+    labelled = _with_outputs(roots, gone_files)
+    if labelled and gone is None:
+        shown = ", ".join(repr(f) for f in labelled[:5]) + (", ..." if len(labelled) > 5 else "")
+        msg = (
+            f"{len(labelled):,} planned file(s) that are gone from the input have outputs "
+            f"({shown}): say what becomes of them: --gone keep leaves them in place, "
+            "--gone remove deletes them (either way the files leave the run)"
+        )
+        raise RunMismatchError(msg)
+    cached = plan.load_summary(run_dir)
+    if (
+        not (added or gone_files)
+        and all(c.meta is not None and c.meta.fingerprint == summary.fingerprint for c in copies)
+        and cached is not None
+        and cached.fingerprint == summary.fingerprint
+    ):
+        return Extension()  # nothing to take in (or an earlier extension finished)
+    old_tasks, new_tasks = plan.task_ids(old), plan.task_ids(table)
+    change = runjson.InputChange(
+        at=markers.now(),
+        tasks_added=len(new_tasks - old_tasks),
+        tasks_removed=len(old_tasks - new_tasks),
+        task_count=summary.tasks,
+        fingerprint=summary.fingerprint,
+        gone_outputs=(gone or "") if labelled else "",
+    )
+    done = Extension(
+        added=tuple(added),
+        gone=tuple(gone_files),
+        tasks_added=change.tasks_added,
+        tasks_removed=change.tasks_removed,
+        reopened=tuple(_reopened(old, table, added, gone_files)),
+        kept=tuple(labelled) if gone == "keep" else (),
+    )
+    removed = _apply(run_dir, roots, done, labelled, gone)
+    for copy in (copies[1], copies[0]):  # the output root's first: it vouches for labels
+        runjson.replace(copy.loc, _with_history(copy.meta or pinned[0].meta, meta, change))
+    plan.save(run_dir, table, summary)
+    drift.record(run_dir, drift.InputDrift())
+    return replace(done, removed=tuple(removed))
+
+
+def _extended(
+    old: pa.Table, listed: listing.Listed, settings: Settings, quarantined: set[str]
+) -> tuple[pa.Table, list[str], list[str]]:
+    """The plan of the listed files: planned rows kept as they are (their tasks and
+    shards unchanged), new files in tasks of their own; gone rows dropped (a quarantined
+    file stays planned, as a dry run keeps it)."""
+    sizes = dict(listed.files)
+    planned = set(old["file"].to_pylist())
+    added = sorted(set(sizes) - planned)
+    gone = sorted(planned - set(sizes) - quarantined)
+    keep = pc.invert(pc.is_in(old["file"], value_set=pa.array(gone, pa.string())))
+    new = plan.build(
+        [(rel, sizes[rel]) for rel in added],
+        files_per_task=settings.input.files_per_task,
+        total_shards=settings.total_shards,
+        minimum_shard_index=settings.minimum_shard_index,
+        category_regex=settings.input.category_regex,
+        tasks=build_tasks(added, settings.input.files_per_task),
+        versions=listed.versions,
+    )
+    table = pa.concat_tables([old.filter(keep), new]).sort_by("file")
+    return table, added, gone
+
+
+def _check_only_the_input(pinned: list[runjson.Copy], meta: runjson.RunMeta, run_dir: Path) -> None:
+    """Refuse an extension by a config that changes anything but the input set."""
+    for copy in pinned:
+        other = [
+            d
+            for d in (runjson.differences(copy.meta, meta) if copy.meta is not None else [])
+            if d[0] not in _TAKEN_IN
+        ]
+        if other:
+            lines = [
+                f"{copy.where} pins other settings than this config; --extend takes in only "
+                "a changed input set:",
+                *runjson.change_lines(other),
+                f"Restore them in the config (the run in {run_dir} keeps its set-up).",
+            ]
+            raise RunMismatchError("\n".join(lines))
+
+
+def _with_outputs(roots: dict[str, Location], files: list[str]) -> list[str]:
+    """Which of ``files`` have any output (one listing of each root)."""
+    if not files:
+        return []
+    found = outputs.scan_roots(roots)
+    return [f for f in files if any(f in found.of(kind) for kind in outputs.kinds())]
+
+
+def _reopened(old: pa.Table, table: pa.Table, added: list[str], gone: list[str]) -> list[int]:
+    """Shards that gain a file or lose one: their markers no longer vouch for them."""
+
+    def shards(t: pa.Table, files: list[str]) -> set[int]:
+        rows = t.filter(pc.is_in(t["file"], value_set=pa.array(files, pa.string())))
+        return set(rows["shard"].to_pylist())
+
+    return sorted(shards(table, added) | shards(old, gone))
+
+
+def _apply(
+    run_dir: Path,
+    roots: dict[str, Location],
+    done: Extension,
+    labelled: list[str],
+    gone: str | None,
+) -> list[str]:
+    """The changes before run.json's: the gone files' record or outputs, reopened shards."""
+    if labelled and gone == "keep":
+        retired.add(run_dir, labelled)
+    removed: list[str] = []
+    if labelled and gone == "remove":
+        for rel in labelled:  # the marker first: never a marker over missing outputs
+            for kind in (outputs.MARKER, *(k for k in outputs.kinds() if k is not outputs.MARKER)):
+                loc = roots.get(kind.root)
+                if loc is not None and loc.exists(kind.rel(rel)):
+                    loc.remove(kind.rel(rel))
+                    removed.append(loc.url(kind.rel(rel)))
+    if done.gone:
+        markers.forget_in_snapshot(run_dir, set(done.gone))
+        for shard in done.reopened:
+            journal.forget(run_dir, shard, set(done.gone))
+    markers.remove_shard_markers(run_dir, done.reopened)
+    return removed
+
+
+def _with_history(
+    old: runjson.RunMeta, new: runjson.RunMeta, change: runjson.InputChange
+) -> runjson.RunMeta:
+    """``new`` with ``old``'s creation stamp and history, plus ``change`` (once: an
+    extension run again after an interruption does not record itself twice)."""
+    history = old.input_changes
+    if not history or history[-1].fingerprint != change.fingerprint:
+        history = (*history, change)
+    return replace(
+        new,
+        created_at=old.created_at,
+        shardwise_version=old.shardwise_version,
+        input_changes=history,
+    )

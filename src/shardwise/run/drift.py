@@ -1,0 +1,93 @@
+"""Files that joined or left the input since it was planned: ``<run_dir>/drift.json``.
+
+The hash assignment is per task, so a corpus that grows or shrinks moves no planned
+task: ``shardwise plan --extend`` takes the new set in under the same pin. Until then,
+every dry run that lists the input refuses, naming the files, and records them here so
+that ``shardwise coverage`` and ``verify`` say so too without listing the input.
+
+Format (``format_version`` 1)::
+
+    {"format_version": 1, "checked_at": "<iso time>", "added": N, "gone": M,
+     "added_examples": ["<rel>", ...], "gone_examples": ["<rel>", ...]}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from shardwise.errors import RecordError
+from shardwise.run import markers
+from shardwise.run.record import Fields
+from shardwise.store.atomic import json_bytes, write_atomic
+
+DRIFT_JSON = "drift.json"
+#: Names kept as examples (the counts are of all of them).
+EXAMPLES = 5
+
+
+@dataclass(frozen=True)
+class InputDrift:
+    """How many listed files the plan lacks, how many planned files are gone; examples."""
+
+    added: int = 0
+    gone: int = 0
+    added_examples: tuple[str, ...] = ()
+    gone_examples: tuple[str, ...] = ()
+    checked_at: str = ""
+    format_version: int = 1
+
+    @classmethod
+    def of(cls, added: Collection[str], gone: Collection[str]) -> InputDrift:
+        """The record of these files, stamped now."""
+        return cls(len(added), len(gone), tuple(sorted(added)[:EXAMPLES]),
+                   tuple(sorted(gone)[:EXAMPLES]), markers.now())  # fmt: skip
+
+    def __bool__(self) -> bool:
+        return bool(self.added or self.gone)
+
+    def summary(self) -> str:
+        """``2 file(s) added ('a', 'b'), 1 planned file(s) gone ('c')``."""
+
+        def part(n: int, names: tuple[str, ...], what: str) -> str:
+            shown = ", ".join(repr(x) for x in names) + (", ..." if n > len(names) else "")
+            return f"{n:,} {what} ({shown})" if n else f"0 {what}"
+
+        return (
+            f"{part(self.added, self.added_examples, 'file(s) added')}, "
+            f"{part(self.gone, self.gone_examples, 'planned file(s) gone')}"
+        )
+
+    def lines(self, configfile: str = "<config>") -> list[str]:
+        """The operator's line: what changed, and the one command that takes it in."""
+        if not self:
+            return []
+        return [
+            f"input    the input changed since it was planned: {self.summary()}. "
+            f"Take it in under the same assignment: {extend_command(self, configfile)}"
+        ]
+
+
+def extend_command(drift: InputDrift, configfile: str = "<config>") -> str:
+    """The command that takes the input's current file set into the run."""
+    gone = " --gone keep|remove" if drift.gone else ""
+    return f"`shardwise plan --extend{gone} --configfile {configfile}`"
+
+
+def record(run_dir: Path, drift: InputDrift) -> None:
+    """Write what the last listing found (remove the file when the sets agree)."""
+    path = Path(run_dir) / DRIFT_JSON
+    if not drift:
+        path.unlink(missing_ok=True)
+        return
+    write_atomic(path, json_bytes(asdict(drift)))
+
+
+def load(run_dir: Path) -> InputDrift:
+    """What the last listing found (nothing recorded, or unreadable: no drift)."""
+    path = Path(run_dir) / DRIFT_JSON
+    try:
+        return Fields.parse(path.read_bytes(), str(path)).into(InputDrift)
+    except (FileNotFoundError, RecordError):
+        return InputDrift()

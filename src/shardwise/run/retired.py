@@ -1,0 +1,47 @@
+"""Files that left the input after they were labelled, their outputs kept: ``retired.json``.
+
+``shardwise plan --extend --gone keep`` takes a shrunken input into the run and leaves
+the labels of the gone files where they are, on purpose: they are no longer part of the
+run (no view counts them, the completeness check does not ask for them), and ``verify``
+reads this record so that their outputs are not orphans. ``--gone remove`` deletes the
+outputs instead and records nothing.
+
+Format (``format_version`` 1)::
+
+    {"format_version": 1, "files": ["<rel>", ...]}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from shardwise.run.record import Fields
+from shardwise.store.atomic import json_bytes, write_atomic
+
+RETIRED_JSON = "retired.json"
+
+
+@dataclass(frozen=True)
+class Retired:
+    """The retired files whose outputs stay under the output root."""
+
+    files: tuple[str, ...] = ()
+    format_version: int = 1
+
+
+def load(run_dir: Path) -> set[str]:
+    """The retired files (none recorded: empty); a damaged record names its file."""
+    path = Path(run_dir) / RETIRED_JSON
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return set()
+    return set(Fields.parse(raw, str(path)).into(Retired).files)
+
+
+def add(run_dir: Path, files: Iterable[str]) -> None:
+    """Record ``files`` as retired with their outputs kept (atomically; idempotent)."""
+    new = load(run_dir) | set(files)
+    write_atomic(Path(run_dir) / RETIRED_JSON, json_bytes(asdict(Retired(tuple(sorted(new))))))

@@ -201,3 +201,33 @@ def test_part_way_an_unbounded_interval_says_why_instead_of_a_question_mark(tmp_
     assert "(95% CI at least " in line
     assert f"no upper bound while {n} categor" in line and "no labelled task)" in line
     assert "?" not in domains.format_table(d)
+
+
+def test_weborganizer_format_is_domain_statistics_exact_when_done(tmp_path, corpus, capsys):
+    """The list WebOrganizer's domain_statistics.py writes and select_training_data.py reads."""
+    run_dir = write_run(tmp_path, corpus, range(corpus.total_shards))
+    code, out, _ = run_cli(capsys, "--run-dir", run_dir, "--format", "weborganizer")
+    assert code == 0
+    got = json.loads(out)
+    docs = corpus.docs.sum(axis=0)  # (topic x format) documents, exact
+    ids = domains.weborganizer_ids()
+    want = {
+        (ids["topic"][corpus.topics[c // 24]], ids["format"][corpus.formats[c % 24]]): int(n)
+        for c, n in enumerate(docs) if n
+    }  # fmt: skip
+    assert {tuple(e["domain"]): e["documents"] for e in got} == want
+    assert sum(e["weight"] for e in got) == pytest.approx(1.0)
+    assert all(e["weight"] == pytest.approx(e["documents"] / docs.sum()) for e in got)
+    assert all("weight_low" not in e and e["tokens"] is None for e in got)
+    assert [e["domain"] for e in got] == sorted(e["domain"] for e in got)
+    code, out, _ = run_cli(capsys, "--run-dir", run_dir, "--classifier", "topic", "--format",
+                           "weborganizer")  # fmt: skip
+    assert all(isinstance(e["domain"], int) for e in json.loads(out))
+
+
+def test_weborganizer_format_part_way_carries_the_interval(tmp_path, corpus, capsys):
+    run_dir = write_run(tmp_path, corpus, np.arange(0, corpus.total_shards, 3))
+    code, out, _ = run_cli(capsys, "--run-dir", run_dir, "--format", "weborganizer")
+    got = json.loads(out)
+    assert code == 0 and got
+    assert all(e["estimated"] and e["weight_low"] <= e["weight"] <= e["weight_high"] for e in got)

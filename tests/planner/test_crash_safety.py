@@ -24,7 +24,7 @@ from shardwise.errors import RunMismatchError
 from shardwise.ops import coverage, verify
 from shardwise.planner.extend import extend
 from shardwise.run import plan as run_plan
-from shardwise.run import quarantine
+from shardwise.run import quarantine, runjson
 from shardwise.snakefile import prepare_run
 
 #: More than any scenario here makes: the loop ends at the first k that is not reached.
@@ -138,11 +138,16 @@ def _repair(root: Path, mp: pytest.MonkeyPatch, k: int) -> bool:
 
 
 def _extend(root: Path, mp: pytest.MonkeyPatch, k: int) -> bool:
-    """Grow and shrink a labelled run at once: two files added, a labelled one deleted."""
+    """Extended twice: once by a file, then (interrupted) by two more with a labelled
+    file deleted."""
     cfg = plan_run(root, total_shards=4)
     run_dir = Path(cfg["run_dir"])
     label(run_dir)
     corpus = root / "corpus"
+    shutil.copy(corpus / "wiki/technology/part-0000.jsonl", corpus / "wiki/technology/x.jsonl")
+    extend(cfg)
+    prepare_run(cfg, main_process=True, dryrun=True, report=False)
+    label(run_dir)
     before = {p: p.read_bytes() for p in (root / "labels").rglob("*.labels.parquet")}
     for name in ("cc/new/a.jsonl", "wiki/new/b.jsonl"):
         (corpus / name).parent.mkdir(parents=True, exist_ok=True)
@@ -161,8 +166,10 @@ def _extend(root: Path, mp: pytest.MonkeyPatch, k: int) -> bool:
         prepare_run(cfg, main_process=True, dryrun=True, report=False)
     label(run_dir)
     cov = complete(run_dir)
-    assert (cov.tasks_left, cov.shards_remaining, cov.tasks_total) == (0, 0, 7), k
+    assert (cov.tasks_left, cov.shards_remaining, cov.tasks_total) == (0, 0, 8), k
     assert verify.verify_run(run_dir, complete=True).ok, k
+    changes = runjson.read_run_dir(run_dir).input_changes
+    assert [(c.tasks_added, c.tasks_removed) for c in changes] == [(1, 0), (2, 1)], k
     after = {p: p.read_bytes() for p in (root / "labels").rglob("*.labels.parquet")}
     assert {p: b for p, b in before.items() if gone not in str(p)}.items() <= after.items(), k
     return interrupt.fired

@@ -22,7 +22,7 @@ from typing import Any
 from shardwise.run import runjson
 
 #: The output formats, in the order ``--help`` lists them.
-FORMATS = ("table", "json", "markdown", "csv")
+FORMATS = ("table", "json", "markdown", "csv", "weborganizer")
 #: Older spellings still accepted.
 FORMAT_ALIASES = {"text": "table"}
 

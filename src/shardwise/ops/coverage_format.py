@@ -64,12 +64,7 @@ def to_dict(cov: Coverage) -> dict[str, Any]:
     out["outputs_missing"] = cov.outputs_missing
     out["skipped_files"] = {"count": cov.skipped.count, "examples": list(cov.skipped.examples)}
     out["run_json_copies"] = cov.copies
-    out["input_drift"] = {
-        "added": cov.drift.added,
-        "gone": cov.drift.gone,
-        "added_examples": list(cov.drift.added_examples),
-        "gone_examples": list(cov.drift.gone_examples),
-    }
+    out["input_drift"] = cov.drift.counted()
     out["failing_reasons"] = [
         {"reason": reason, "shards": list(shards)} for reason, shards in cov.failing_reasons
     ]

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -621,13 +623,8 @@ def format_csv(d: Domains, *, by_category: bool = False, top: int | None = None)
     return buf.getvalue().rstrip("\n")
 
 
-FORMATTERS: dict[str, Callable[..., str]] = {
-    "table": format_table,
-    "csv": format_csv,
-    "markdown": format_markdown,
-}
 #: What ``shardwise domains --format`` takes (json: :func:`to_dict`).
-FORMATS = ("table", "json", "csv", "markdown")
+FORMATS = ("table", "json", "csv", "markdown", "weborganizer")
 
 
 # ----------------------------------------------------------------------------- headline
@@ -657,3 +654,73 @@ def headline(run_dir: Path, top: int = 3) -> str | None:
         parts.append(f"{name}: {labels}")
         done = "exact" if d.est.exact else f"estimated, {d.percent_done:.1f}% of tasks labelled"
     return f"domains  {'  ·  '.join(parts)}  ({done}; shardwise domains)"
+
+
+# ----------------------------------------------------------------------------- WebOrganizer
+
+
+def weborganizer_ids() -> dict[str, dict[str, int]]:
+    """WebOrganizer's label ids, by label set: ``{"topic": {name: id}, "format": {...}}``
+    (the order of the released classifiers' ``id2label``, package data)."""
+    text = resources.files("shardwise").joinpath("data/weborganizer-labels.json").read_text()
+    data = json.loads(text)
+    return {kind: {name: i for i, name in enumerate(data[kind])} for kind in ("topic", "format")}
+
+
+def _ids_of_axis(d: Domains, axis: int) -> dict[str, int]:
+    """The WebOrganizer ids of one axis's labels; DomainsError when they are not
+    WebOrganizer's (its selection script indexes domains by those ids)."""
+    seen = set(d.labels[axis])
+    for ids in weborganizer_ids().values():
+        if seen <= set(ids):
+            return ids
+    extra = sorted(seen - set(weborganizer_ids()["topic"]))[:3]
+    msg = (
+        f"--format weborganizer: classifier {d.axes[axis]!r} has labels that are neither "
+        f"WebOrganizer's topics nor its formats (e.g. {extra}); its domain ids would mean "
+        "nothing to domain_statistics.py and select_training_data.py. Use --format json"
+    )
+    raise DomainsError(msg)
+
+
+def to_weborganizer(d: Domains) -> list[dict[str, Any]]:
+    """WebOrganizer's ``domain_statistics`` list, one entry per domain seen:
+    ``{"domain": id or [topic id, format id], "tokens", "documents", "weight"}``, sorted by
+    domain. ``weight`` is the share of documents (of text bytes with ``--weight bytes``;
+    no token counts are kept yet, so ``tokens`` is null); exact when the run is complete,
+    else the estimate with ``weight_low``/``weight_high`` (95%) and ``estimated: true``."""
+    ids = [_ids_of_axis(d, axis) for axis in range(len(d.axes))]
+    e = d.est
+    out = []
+    for c in np.flatnonzero(np.nan_to_num(e.share) > 0).tolist():
+        domain = [ids[axis][name] for axis, name in enumerate(d.cell_labels[c])]
+        entry: dict[str, Any] = {
+            "domain": domain[0] if len(domain) == 1 else domain,
+            "labels": list(d.cell_labels[c]),
+            "tokens": None,
+            "documents": round(float(e.total[c])) if d.weight == "docs" else None,
+            "weight": float(e.share[c]),
+        }
+        if not e.exact:
+            entry.update(estimated=True, weight_low=float(e.low[c]), weight_high=float(e.high[c]))
+        out.append(entry)
+    return sorted(
+        out, key=lambda x: x["domain"] if isinstance(x["domain"], list) else [x["domain"]]
+    )
+
+
+def format_weborganizer(d: Domains, *, by_category: bool = False, top: int | None = None) -> str:
+    """:func:`to_weborganizer` as JSON text (a list, as ``domain_statistics.py`` writes)."""
+    if by_category:
+        msg = "--format weborganizer writes the corpus's domains: drop --by category"
+        raise DomainsError(msg)
+    del top
+    return json.dumps(to_weborganizer(d), indent=2)
+
+
+FORMATTERS: dict[str, Callable[..., str]] = {
+    "table": format_table,
+    "csv": format_csv,
+    "markdown": format_markdown,
+    "weborganizer": format_weborganizer,
+}

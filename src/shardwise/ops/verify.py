@@ -234,7 +234,7 @@ def verify_run(
 
     found_drift = drift.load(run_dir)
     if found_drift:
-        report.input_drift = asdict(found_drift)
+        report.input_drift = found_drift.counted()
         report.problem(
             ctx.source.url(""),
             f"the input changed since it was planned (the last dry run): "

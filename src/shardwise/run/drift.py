@@ -7,8 +7,8 @@ that ``shardwise coverage`` and ``verify`` say so too without listing the input.
 
 Format (``format_version`` 1)::
 
-    {"format_version": 1, "checked_at": "<iso time>", "added": N, "gone": M,
-     "added_examples": ["<rel>", ...], "gone_examples": ["<rel>", ...]}
+    {"format_version": 1, "checked_at": "<iso time>",
+     "added_files": ["<rel>", ...], "gone_files": ["<rel>", ...]}
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from shardwise.errors import RecordError
 from shardwise.run import markers
@@ -29,20 +30,38 @@ EXAMPLES = 5
 
 @dataclass(frozen=True)
 class InputDrift:
-    """How many listed files the plan lacks, how many planned files are gone; examples."""
+    """The listed files the plan lacks and the planned files that are gone (sorted)."""
 
-    added: int = 0
-    gone: int = 0
-    added_examples: tuple[str, ...] = ()
-    gone_examples: tuple[str, ...] = ()
+    added_files: tuple[str, ...] = ()
+    gone_files: tuple[str, ...] = ()
     checked_at: str = ""
     format_version: int = 1
 
     @classmethod
     def of(cls, added: Collection[str], gone: Collection[str]) -> InputDrift:
         """The record of these files, stamped now."""
-        return cls(len(added), len(gone), tuple(sorted(added)[:EXAMPLES]),
-                   tuple(sorted(gone)[:EXAMPLES]), markers.now())  # fmt: skip
+        return cls(tuple(sorted(added)), tuple(sorted(gone)), markers.now())
+
+    @property
+    def added(self) -> int:
+        return len(self.added_files)
+
+    @property
+    def gone(self) -> int:
+        return len(self.gone_files)
+
+    @property
+    def added_examples(self) -> tuple[str, ...]:
+        return self.added_files[:EXAMPLES]
+
+    @property
+    def gone_examples(self) -> tuple[str, ...]:
+        return self.gone_files[:EXAMPLES]
+
+    def counted(self) -> dict[str, Any]:
+        """The JSON views print: counts and every file (``--format json``)."""
+        return {"added": self.added, "gone": self.gone, "added_files": list(self.added_files),
+                "gone_files": list(self.gone_files)}  # fmt: skip
 
     def __bool__(self) -> bool:
         return bool(self.added or self.gone)
@@ -51,7 +70,8 @@ class InputDrift:
         """``2 file(s) added ('a', 'b'), 1 planned file(s) gone ('c')``."""
 
         def part(n: int, names: tuple[str, ...], what: str) -> str:
-            shown = ", ".join(repr(x) for x in names) + (", ..." if n > len(names) else "")
+            more = f", ... {n - len(names):,} more (all: --format json)" if n > len(names) else ""
+            shown = ", ".join(repr(x) for x in names) + more
             return f"{n:,} {what} ({shown})" if n else f"0 {what}"
 
         return (

@@ -317,6 +317,7 @@ class Settings:
     #: Shards failed for one shared reason, before any succeeded, that stop a run (0: never).
     stop_after: int = 2
     dolma: DolmaSettings | None = None  # output.dolma, when enabled
+    count_tokenizer: str | None = None  # domains.tokenizer: counts each document's tokens
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any]) -> Settings:
@@ -336,6 +337,7 @@ class Settings:
             domain_pairs=tuple(_domain_pairs(cfg)),
             stop_after=cfg["failures"]["stop_after"],
             dolma=DolmaSettings.from_config(cfg),
+            count_tokenizer=cfg.get("domains", {}).get("tokenizer"),
         )
 
 

@@ -3,8 +3,9 @@
 import json
 
 import numpy as np
+import pyarrow as pa
 
-from shardwise.run import journal, summaries
+from shardwise.run import journal, labelcounts, summaries
 from shardwise.run.filestats import FIGURES, FileStats
 
 
@@ -46,7 +47,9 @@ def test_a_summary_round_trips_tasks_and_cells():
         "b": [0, 0, 1],
         "docs": [3, 2, 4],
         "bytes": [30, 10, 40],
+        "tokens": [0, 0, 0],  # no training tokenizer counted
     }
+    assert s.task_tokens is None
 
 
 def test_summary_of_a_shard_uses_the_journal_and_reads_stats_only_for_the_rest(tmp_path):
@@ -94,3 +97,20 @@ def test_a_broken_journal_or_store_never_fails_the_shard(tmp_path):
     (tmp_path / "summaries" / "6.arrow").write_text("not arrow")
     got, missing = summaries.read_many(tmp_path, [5, 6, 7])
     assert ([g.shard for g in got], missing) == ([5], [6, 7])
+
+
+def test_token_counts_ride_along_when_the_run_counts_them():
+    """``domains.tokenizer``: cells [docs, bytes, tokens], summed per task and per cell."""
+    columns = {
+        "topic_label_id": pa.array([0, 1, 0], pa.int32()),
+        "topic_label": pa.array(["Health", "Travel", "Health"]),
+    }
+    one = labelcounts.count_labels(columns, np.array([10, 20, 30]), ["topic"],
+                                   tokens=np.array([3, 5, 7]))  # fmt: skip
+    assert one["classifiers"]["topic"] == {"Health": [2, 40, 10], "Travel": [1, 20, 5]}
+    assert one["tokens"] == 15
+    both = labelcounts.add_counts(labelcounts.add_counts(None, one), one)
+    assert both["classifiers"]["topic"]["Health"] == [4, 80, 20] and both["tokens"] == 30
+    s = summaries.parse(summaries.build(1, [("t", ["a", "b"])], {"a": one, "b": one}))
+    assert s.task_tokens.tolist() == [30]
+    assert sorted(s.view_cells("topic")["tokens"].to_pylist()) == [10, 20]

@@ -30,6 +30,7 @@ from transformers import (
     GteForSequenceClassification,
 )
 
+from shardwise.classify.tokenization import backend_hash
 from shardwise.errors import ModelError
 
 __all__ = [
@@ -251,19 +252,11 @@ def _cache_dir_ok(target: Path, source: Path) -> bool:
 
 
 def tokenizer_hash(tokenizer: Any) -> str:
-    """Content hash of what a fast tokenizer does (vocab, normalizer, pre-tokenizer, template).
-
-    Runtime truncation/padding settings are excluded: they are not part of the tokenizer's
-    identity, and the engine truncates itself.
-    """
+    """Content hash of what a fast tokenizer does (``tokenization.backend_hash``)."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
         raise ModelError("tokenizer is not a fast (tokenizers-backed) tokenizer")
-    data = json.loads(backend.to_str())
-    data.pop("truncation", None)
-    data.pop("padding", None)
-    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    return backend_hash(backend)
 
 
 def _labels(model_obj: torch.nn.Module, model: str) -> tuple[str, ...]:

@@ -27,13 +27,22 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
 from tqdm import tqdm
 
 from shardwise.classify import gate
 from shardwise.classify.modelcheck import identity
+from shardwise.classify.tokencount import TokenCounter
 from shardwise.classify.tokenization import labelling
 from shardwise.config import Pair, resolve_pairs
-from shardwise.errors import InputError, ShardFailedError, ShardwiseError, StorageError
+from shardwise.errors import (
+    InputError,
+    ModelError,
+    ShardFailedError,
+    ShardwiseError,
+    StorageError,
+)
 from shardwise.run import (
     failures,
     journal,
@@ -42,6 +51,7 @@ from shardwise.run import (
     outputs,
     plan,
     quarantine,
+    sidecar,
     summaries,
 )
 from shardwise.run.context import JobContext
@@ -130,12 +140,18 @@ class _Loaded:
     fatal: bool = False
     read_s: float = 0.0
     tokenize_s: float = 0.0
+    tokens: np.ndarray | None = None  # each document's tokens (``domains.tokenizer``)
+    count_s: float = 0.0
 
 
 def _prefetch(
-    ctx: JobContext, todo: list[FileTask], prepare: Callable[[list[str], list[str]], Any]
+    ctx: JobContext,
+    todo: list[FileTask],
+    prepare: Callable[[list[str], list[str]], Any],
+    counter: TokenCounter | None = None,
 ) -> Iterator[_Loaded]:
-    """Read + tokenize files on a background thread, one file ahead of the consumer."""
+    """Read + tokenize files (and count their tokens in the training tokenizer) on a
+    background thread, one file ahead of the consumer."""
     q: queue.Queue[_Loaded | None] = queue.Queue(maxsize=1)
     stop = threading.Event()
 
@@ -152,6 +168,10 @@ def _prefetch(
                     t1 = time.perf_counter()
                     item.prepared = prepare(item.docs.texts, item.docs.urls)
                     item.tokenize_s = time.perf_counter() - t1
+                    if counter is not None:
+                        t2 = time.perf_counter()
+                        item.tokens = counter.count(item.docs.texts)
+                        item.count_s = time.perf_counter() - t2
                 except InputError as e:
                     item.error, item.exc = str(e), e
                 except StorageError as e:
@@ -250,7 +270,8 @@ def _label_todo(
         gate.pause(shard, 0)  # tests only: see classify/gate.py
         engine = engine_factory(ctx)
         models = model_identities(ctx)
-        for item in _prefetch(ctx, todo, engine.prepare):
+        counter = load_counter(ctx)
+        for item in _prefetch(ctx, todo, engine.prepare, counter):
             current = item.task.rel
             if item.error is not None:
                 report.failed.append({"file": item.task.rel, "error": item.error})
@@ -310,7 +331,12 @@ def _label_file(
         shard=shard,
         size=item.task.size,
         docs=len(item.docs),
-        timings={"read": item.read_s, "tokenize": item.tokenize_s, "infer": infer_s},
+        timings={
+            "read": item.read_s,
+            "tokenize": item.tokenize_s,
+            "infer": infer_s,
+            **({"count_tokens": item.count_s} if item.tokens is not None else {}),
+        },
         engine=labels.stats,
         device=str(getattr(engine, "device", "")),
         device_name=getattr(engine, "device_name", ""),
@@ -320,11 +346,17 @@ def _label_file(
         identity=item.task.identity,
         labelling=_labelling(ctx),
         label_counts=labelcounts.count_labels(
-            labels.columns, labelcounts.text_bytes(item.docs.texts), *_counted(ctx)
+            labels.columns,
+            labelcounts.text_bytes(item.docs.texts),
+            *_counted(ctx),
+            tokens=item.tokens,
         ),
     )
+    columns = dict(labels.columns)
+    if item.tokens is not None:
+        columns[sidecar.TOKENS] = pa.array(item.tokens, pa.int64())
     labelled = outputs.Labelled(
-        rel, item.task.task_id, shard, item.task.identity, item.docs.ids, labels.columns, stats,
+        rel, item.task.task_id, shard, item.task.identity, item.docs.ids, columns, stats,
         ctx.settings.dolma_name,
     )  # fmt: skip
     written = outputs.write_all(ctx.roots(), labelled)
@@ -348,7 +380,26 @@ def _labelling(ctx: JobContext) -> dict[str, Any]:
         ctx.settings.url_field,
         ctx.settings.inference["max_length"],
         (kind for _name, _model, kind in ctx.meta.classifiers),
+        count_tokenizer=(ctx.meta.labelling or {}).get("count_tokenizer"),
     )
+
+
+def load_counter(ctx: JobContext) -> TokenCounter | None:
+    """The training tokenizer that counts tokens (``domains.tokenizer``), if the run
+    sets one; ModelError when it is not the one run.json pins (changed on disk)."""
+    source = ctx.settings.count_tokenizer
+    if source is None:
+        return None
+    counter = TokenCounter.load(source)
+    pinned = (ctx.meta.labelling or {}).get("count_tokenizer")
+    if counter.identity != pinned:
+        msg = (
+            f"domains.tokenizer {source!r} is not the tokenizer run.json pins (content hash "
+            f"{counter.identity[:12]} != {str(pinned)[:12]}): it changed since the run was "
+            "planned; restore it, or use a new output.uri for another tokenizer"
+        )
+        raise ModelError(msg)
+    return counter
 
 
 def _counted(ctx: JobContext) -> tuple[list[str], list[Pair]]:

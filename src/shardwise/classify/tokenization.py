@@ -24,6 +24,7 @@ No torch here: this runs on a reader thread while the model runs on another.
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import json
 import re
@@ -70,20 +71,43 @@ _SPLITTABLE_MODELS = {"WordPiece"}
 _SPLITTABLE_POST = {None, "TemplateProcessing", "BertProcessing"}
 
 
+def backend_hash(backend: Tokenizer) -> str:
+    """Content hash of what a tokenizer does (vocab, normalizer, pre-tokenizer, template).
+
+    Runtime truncation/padding settings are excluded: they are not part of the
+    tokenizer's identity, and the engine truncates itself.
+    """
+    data = json.loads(backend.to_str())
+    data.pop("truncation", None)
+    data.pop("padding", None)
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
 def labelling(
-    id_field: str, text_field: str, url_field: str | None, max_length: int, kinds: Iterable[str]
+    id_field: str,
+    text_field: str,
+    url_field: str | None,
+    max_length: int,
+    kinds: Iterable[str],
+    *,
+    count_tokenizer: str | None = None,
 ) -> dict[str, Any]:
     """Everything besides the models that decides a label, as run.json pins it and each
     file's stats record it: the reader's fields (the url only when an input uses it),
-    the truncation length, and each input kind's template."""
+    the truncation length, each input kind's template, and the content hash of the
+    tokenizer that counts tokens (``domains.tokenizer``; only when one does)."""
     used = sorted(set(kinds))
-    return {
+    out = {
         "id_field": id_field,
         "text_field": text_field,
         "url_field": url_field if "url_text" in used else None,
         "max_length": int(max_length),
         "templates": {kind: TEMPLATES[kind] for kind in used},
     }
+    if count_tokenizer is not None:
+        out["count_tokenizer"] = count_tokenizer
+    return out
 
 
 def format_input(kind: str, text: str, url: str) -> str:

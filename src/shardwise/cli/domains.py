@@ -39,8 +39,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--weight",
         choices=domains.WEIGHTS,
-        default="docs",
-        help="share of documents (default) or of UTF-8 text bytes",
+        default=None,
+        help="share of documents (the default), of UTF-8 text bytes, or of tokens in the "
+        "training tokenizer (runs labelled with domains.tokenizer set; the default of "
+        "--format weborganizer there)",
     )
     add_format(parser, domains.FORMATS)
     parser.add_argument(
@@ -63,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
     """Print the estimate (and write the picture); exit 2 when the run directory is not one."""
     if not_a_run_dir(args.run_dir, "domains"):
         return 2
-    d = domains.view(args.run_dir, pair=args.pair, classifier=args.classifier, weight=args.weight)
+    weight = args.weight or domains.default_weight(args.run_dir, args.format)
+    d = domains.view(args.run_dir, pair=args.pair, classifier=args.classifier, weight=weight)
     by_category = args.by == "category"
     emit(
         args.format,

@@ -121,9 +121,12 @@ def write_corpus(
     return written
 
 
-def demo_config(directory: Path, total_shards: int = 8, *, dolma: bool = False) -> dict:
+def demo_config(
+    directory: Path, total_shards: int = 8, *, dolma: bool = False, tokenizer: Path | None = None
+) -> dict:
     """A config that runs the demo in ``directory`` (absolute paths); ``dolma``: the
-    corpus in Dolma's layout, labelled into Dolma attributes too."""
+    corpus in Dolma's layout, labelled into Dolma attributes too; ``tokenizer``: the
+    training tokenizer whose tokens each document is counted in (``domains.tokenizer``)."""
     directory = directory.absolute()
     if dolma:
         source = {"uri": str(directory / "dolma" / "documents"), "url_field": "metadata.url"}
@@ -140,6 +143,7 @@ def demo_config(directory: Path, total_shards: int = 8, *, dolma: bool = False) 
             for name, kind in CLASSIFIERS
         ],
         "inference": {"max_length": 512, "batch_tokens": 8192, "device": "auto"},
+        **({"domains": {"tokenizer": str(tokenizer.absolute())}} if tokenizer else {}),
     }
 
 
@@ -149,7 +153,10 @@ def write_demo(
     """Corpus, models and config for the demo; returns the config path. ``dolma``: the
     corpus under ``dolma/documents`` in Dolma's layout, attributes written beside it."""
     # torch and transformers load here: `shardwise demo` alone pays for them
-    from shardwise.demo.tinymodels import build_weborganizer_demo_models  # noqa: PLC0415
+    from shardwise.demo.tinymodels import (  # noqa: PLC0415
+        build_weborganizer_demo_models,
+        build_wordpiece_tokenizer,
+    )
 
     directory = Path(directory)
     corpus = directory / "dolma" / "documents" if dolma else directory / "corpus"
@@ -158,9 +165,11 @@ def write_demo(
     models_dir = directory / "models"
     if not all((models_dir / name / "config.json").exists() for name, _ in CLASSIFIERS):
         build_weborganizer_demo_models(models_dir, sample, seed=seed)
+    # a stand-in for the tokenizer of the model being trained (GPT-NeoX's in WebOrganizer)
+    tokenizer = directory / "tokenizer"
+    if not (tokenizer / "tokenizer.json").exists():
+        build_wordpiece_tokenizer(sample, tokenizer, vocab_size=2000)
+    config = demo_config(directory, dolma=dolma, tokenizer=tokenizer)
     config_path = directory / "config.yaml"
-    write_atomic(
-        config_path,
-        yaml.safe_dump(demo_config(directory, dolma=dolma), sort_keys=False).encode("utf-8"),
-    )
+    write_atomic(config_path, yaml.safe_dump(config, sort_keys=False).encode("utf-8"))
     return config_path

@@ -49,7 +49,7 @@ __all__ = [
 
 #: Rows a table shows per view unless ``--top`` says otherwise (csv and json show all).
 DEFAULT_TOP = 30
-WEIGHTS = ("docs", "bytes")
+WEIGHTS = ("docs", "bytes", "tokens")
 TIMES = " \u00d7 "  # between the classifiers of a pair, as in "topic x format"
 
 
@@ -242,7 +242,9 @@ def _sample(data: DomainData, view: str, weight: str) -> tuple[Sample, tuple[lis
             continue
         known = tmap >= 0
         labelled[tmap[known]] = True
-        total = s.task_docs if weight == "docs" else s.task_bytes
+        total = {"docs": s.task_docs, "bytes": s.task_bytes}.get(weight, s.task_tokens)
+        if total is None:  # tokens not counted there (compute refuses that first)
+            raise DomainsError(f"shard {s.shard}: no token counts")
         totals[tmap[known]] = total[known]
         docs[tmap[known]] = s.task_docs[known]
         tables.append(s.view_cells(view))
@@ -314,7 +316,7 @@ def _rows_of_view(
         else:
             lmap, lstart = _offsets(label_maps[axis])
             cell = cell * widths[axis] + lmap[lstart[part] + local]
-    value = big.column("docs" if weight == "docs" else "bytes").to_numpy().astype(np.float64)
+    value = big.column(weight).to_numpy().astype(np.float64)
     keep = task >= 0
     if keep.all():  # tasks missing from the plan: only after a re-plan
         return task, cell, value
@@ -342,6 +344,8 @@ def compute(
         msg = f"weight must be one of {', '.join(WEIGHTS)}, got {weight!r}"
         raise DomainsError(msg)
     view = _choose_view(data, pair, classifier)
+    if weight == "tokens":
+        _require_tokens(data)
     sample, labels, note = _sample(data, view, weight)
     keep = data.in_population
     pop = Population(data.categories, data.task_category[keep], data.task_bytes[keep])
@@ -390,12 +394,34 @@ def compute(
 # ----------------------------------------------------------------------------- format
 
 
+def default_weight(run_dir: Path, fmt: str) -> str:
+    """``docs``; for ``--format weborganizer`` ``tokens`` when every finished shard
+    counted them (WebOrganizer weighs domains by tokens)."""
+    if fmt != "weborganizer":
+        return "docs"
+    data = load(run_dir)
+    counted = data.summaries and all(s.task_tokens is not None for s in data.summaries)
+    return "tokens" if counted else "docs"
+
+
+def _require_tokens(data: DomainData) -> None:
+    """Refuse ``--weight tokens`` where a finished shard counted none."""
+    without = sum(1 for s in data.summaries if s.task_tokens is None)
+    if without:
+        msg = (
+            f"--weight tokens: {without:,} of the {len(data.summaries):,} finished shard(s) of "
+            f"{data.run_dir} counted no tokens: set domains.tokenizer (the tokenizer of the "
+            "model being trained) before labelling; --weight docs or bytes work without it"
+        )
+        raise DomainsError(msg)
+
+
 def _unit(weight: str) -> str:
-    return "docs" if weight == "docs" else "text bytes"
+    return {"docs": "docs", "bytes": "text bytes"}.get(weight, "tokens")
 
 
 def _amount(x: float, weight: str) -> str:
-    return human_count(x) if weight == "docs" else human_bytes(x)
+    return human_bytes(x) if weight == "bytes" else human_count(x)
 
 
 def status_line(d: Domains) -> str:
@@ -686,19 +712,22 @@ def _ids_of_axis(d: Domains, axis: int) -> dict[str, int]:
 def to_weborganizer(d: Domains) -> list[dict[str, Any]]:
     """WebOrganizer's ``domain_statistics`` list, one entry per domain seen:
     ``{"domain": id or [topic id, format id], "tokens", "documents", "weight"}``, sorted by
-    domain. ``weight`` is the share of documents (of text bytes with ``--weight bytes``;
-    no token counts are kept yet, so ``tokens`` is null); exact when the run is complete,
+    domain. ``weight`` is the share of what ``--weight`` says: tokens (WebOrganizer's
+    choice, the default when the run counts them: ``domains.tokenizer``), documents or
+    text bytes; ``documents`` (and ``tokens`` when counted) are filled in; exact when the
+    run is complete,
     else the estimate with ``weight_low``/``weight_high`` (95%) and ``estimated: true``."""
     ids = [_ids_of_axis(d, axis) for axis in range(len(d.axes))]
     e = d.est
+    docs = _totals(d, "docs") if d.weight != "bytes" else {}
     out = []
     for c in np.flatnonzero(np.nan_to_num(e.share) > 0).tolist():
         domain = [ids[axis][name] for axis, name in enumerate(d.cell_labels[c])]
         entry: dict[str, Any] = {
             "domain": domain[0] if len(domain) == 1 else domain,
             "labels": list(d.cell_labels[c]),
-            "tokens": None,
-            "documents": round(float(e.total[c])) if d.weight == "docs" else None,
+            "tokens": round(float(e.total[c])) if d.weight == "tokens" else None,
+            "documents": docs.get(d.cell_labels[c]),
             "weight": float(e.share[c]),
         }
         if not e.exact:
@@ -707,6 +736,22 @@ def to_weborganizer(d: Domains) -> list[dict[str, Any]]:
     return sorted(
         out, key=lambda x: x["domain"] if isinstance(x["domain"], list) else [x["domain"]]
     )
+
+
+def _totals(d: Domains, weight: str) -> dict[tuple[str, ...], int]:
+    """Each cell's estimated total in another weight (the same view), by its labels."""
+    other = (
+        d
+        if d.weight == weight
+        else compute(
+            d.data,
+            pair=d.view if "," in d.view else None,
+            classifier=None if "," in d.view else d.view,
+            weight=weight,
+        )
+    )
+    return {labels: round(float(t)) for labels, t in zip(other.cell_labels, other.est.total,
+                                                          strict=True)}  # fmt: skip
 
 
 def format_weborganizer(d: Domains, *, by_category: bool = False, top: int | None = None) -> str:

@@ -13,6 +13,7 @@ module only reads run.json from the run directory: no listing, no printing.
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 import shutil
 import time
@@ -25,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shardwise.classify.modelcheck import check_classifiers
+from shardwise.classify.tokencount import TokenCounter
 from shardwise.classify.tokenization import labelling
 from shardwise.config import Settings, check_shard_count
 from shardwise.errors import RunMismatchError
@@ -192,8 +194,26 @@ def run_meta(settings: Settings, task_count: int, fingerprint: str) -> runjson.R
             settings.input.url_field,
             settings.inference["max_length"],
             (c["input"] for c in settings.classifiers),
+            count_tokenizer=_counter_identity(settings.count_tokenizer),
         ),
     )
+
+
+def _counter_identity(source: str | None) -> str | None:
+    """The content hash of ``domains.tokenizer`` (ModelError, before anything is
+    pinned, when it cannot be loaded); loaded once per process and file version."""
+    if source is None:
+        return None
+    try:
+        version = (Path(source).expanduser() / "tokenizer.json").stat().st_mtime_ns
+    except OSError:
+        version = 0  # a hub id (or nothing there: loading says so)
+    return _loaded_identity(source, version)
+
+
+@functools.cache
+def _loaded_identity(source: str, _version: int) -> str:
+    return TokenCounter.load(source).identity
 
 
 def _check_sample(

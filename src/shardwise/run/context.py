@@ -48,6 +48,8 @@ class RunSettings:
     #: ``output.dolma``: the attribute set's name and its root (resolved), when enabled.
     dolma_name: str | None = None
     attributes_root: str | None = None
+    #: ``domains.tokenizer``: what counts each document's tokens (run.json pins its hash).
+    count_tokenizer: str | None = None
 
     @classmethod
     def of(cls, settings: Settings) -> RunSettings:
@@ -67,6 +69,7 @@ class RunSettings:
             output_root=resolved_uri(output),
             dolma_name=dolma.name if dolma is not None else None,
             attributes_root=resolved_uri(attributes) if attributes is not None else None,
+            count_tokenizer=settings.count_tokenizer,
         )
 
     def to_json(self) -> bytes:
@@ -82,7 +85,10 @@ class RunSettings:
                 },
                 "storage": {k: v for k, v in vars(self.storage).items() if v is not None},
                 "inference": self.inference,
-                "domains": {"pairs": None if self.pairs is None else [list(p) for p in self.pairs]},
+                "domains": {
+                    "pairs": None if self.pairs is None else [list(p) for p in self.pairs],
+                    **({"tokenizer": self.count_tokenizer} if self.count_tokenizer else {}),
+                },
                 "roots": {k: v for k, v in roots.items() if v is not None},
                 **(
                     {"dolma": {"name": self.dolma_name, "root": self.attributes_root}}
@@ -97,7 +103,8 @@ class RunSettings:
         """Parse settings.json; RecordError naming the field when it is not one."""
         f = RecordFields.parse(raw, where)
         inp, roots, dolma = f.sub("input"), f.sub("roots"), f.sub("dolma")
-        pairs = f.sub("domains").list("pairs", None)
+        domains = f.sub("domains")
+        pairs = domains.list("pairs", None)
         if not all(isinstance(p, list) and len(p) == 2 for p in pairs or ()):
             raise f.refuse("domains", "pairs must be [a, b] lists")
         return cls(
@@ -112,6 +119,7 @@ class RunSettings:
             output_root=roots.str("output", None),
             dolma_name=dolma.str("name", None),
             attributes_root=dolma.str("root", None),
+            count_tokenizer=domains.str("tokenizer", None),
         )
 
     def attributes(self) -> Location | None:

@@ -10,8 +10,10 @@ corpus's domain distribution never has to be rebuilt from the sidecars:
      "pairs": {"topic,format": {"Health": {"Listicle": [2, 8000]},
                                 "Travel": {"Tutorial": [1, 1120]}}}}
 
-Every cell is ``[documents, UTF-8 bytes of the text field as read]``; only non-zero
-cells are written (sparse). Pairs are the config's ``domains.pairs``. Everything here
+Every cell is ``[documents, UTF-8 bytes of the text field as read]`` (and, when
+``domains.tokenizer`` is set, ``tokens``: the documents' full token count in the
+training tokenizer, and a top-level ``tokens`` sum); only non-zero cells are written
+(sparse). Pairs are the config's ``domains.pairs``. Everything here
 is pure and vectorised: a file may hold 100k documents.
 """
 
@@ -68,11 +70,13 @@ def _ids_and_names(columns: Mapping[str, pa.Array], name: str) -> tuple[np.ndarr
     return ids, out
 
 
-def _cells(keys: np.ndarray, nbytes: np.ndarray, size: int) -> tuple[np.ndarray, ...]:
+def _cells(keys: np.ndarray, weights: list[np.ndarray], size: int) -> tuple[np.ndarray, ...]:
+    """Non-zero cells, their documents, and each weight's sum per cell (rounded)."""
     docs = np.bincount(keys, minlength=size)
-    volume = np.bincount(keys, weights=nbytes, minlength=size)
     nonzero = np.flatnonzero(docs)
-    return nonzero, docs[nonzero], np.rint(volume[nonzero]).astype(np.int64)
+    sums = [np.rint(np.bincount(keys, weights=w, minlength=size)[nonzero]).astype(np.int64)
+            for w in weights]  # fmt: skip
+    return nonzero, np.stack([docs[nonzero], *sums], axis=1)
 
 
 def count_labels(
@@ -80,13 +84,17 @@ def count_labels(
     nbytes: np.ndarray,
     classifiers: Sequence[str],
     pairs: Sequence[Pair] = (),
+    tokens: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """The ``label_counts`` of one file, from its label columns and text byte lengths.
 
     ``columns`` are the sidecar's ``<name>_label_id`` (int) and ``<name>_label`` (str)
-    columns, row-aligned with ``nbytes`` (see :func:`text_bytes`).
+    columns, row-aligned with ``nbytes`` (see :func:`text_bytes`) and, when the run
+    counts them (``domains.tokenizer``), each document's ``tokens``: every cell is then
+    ``[documents, bytes, tokens]``.
     """
     nbytes = np.asarray(nbytes, dtype=np.float64)
+    weights = [nbytes] + ([np.asarray(tokens, dtype=np.float64)] if tokens is not None else [])
     ids: dict[str, tuple[np.ndarray, list[str]]] = {
         name: _ids_and_names(columns, name) for name in classifiers
     }
@@ -96,47 +104,53 @@ def count_labels(
             raise ModelError(msg)
     singles: dict[str, dict[str, list[int]]] = {}
     for name, (label_ids, names) in ids.items():
-        cells, docs, volume = _cells(label_ids, nbytes, len(names))
-        singles[name] = {
-            names[c]: [d, v]
-            for c, d, v in zip(cells.tolist(), docs.tolist(), volume.tolist(), strict=True)
-        }
+        cells, sums = _cells(label_ids, weights, len(names))
+        singles[name] = {names[c]: row for c, row in zip(cells.tolist(), sums.tolist(),
+                                                          strict=True)}  # fmt: skip
     joint: dict[str, dict[str, dict[str, list[int]]]] = {}
     for a, b in pairs:
         (ia, na), (ib, nb) = ids[a], ids[b]
         width = max(len(nb), 1)
-        cells, docs, volume = _cells(ia * width + ib, nbytes, len(na) * width)
+        cells, sums = _cells(ia * width + ib, weights, len(na) * width)
         table: dict[str, dict[str, list[int]]] = {}
-        for c, d, v in zip(cells.tolist(), docs.tolist(), volume.tolist(), strict=True):
-            table.setdefault(na[c // width], {})[nb[c % width]] = [d, v]
+        for c, row in zip(cells.tolist(), sums.tolist(), strict=True):
+            table.setdefault(na[c // width], {})[nb[c % width]] = row
         joint[pair_key((a, b))] = table
-    return {
+    out = {
         "format_version": FORMAT_VERSION,
         "docs": int(nbytes.size),
         "text_bytes": int(nbytes.sum()),
         "classifiers": singles,
         "pairs": joint,
     }
+    if tokens is not None:
+        out["tokens"] = int(np.asarray(tokens, dtype=np.int64).sum())
+    return out
+
+
+def _plus(a: Sequence[int], b: Sequence[int]) -> list[int]:
+    """Two cells summed (``[docs, bytes]`` or ``[docs, bytes, tokens]``)."""
+    n = max(len(a), len(b))
+    return [(a[i] if i < len(a) else 0) + (b[i] if i < len(b) else 0) for i in range(n)]
 
 
 def add_counts(into: dict[str, Any] | None, more: Mapping[str, Any]) -> dict[str, Any]:
     """Sum two ``label_counts`` (the files of one task); returns the sum."""
     if into is None:
         return json.loads(json.dumps(more))
-    into["docs"] = int(into.get("docs", 0)) + int(more.get("docs", 0))
-    into["text_bytes"] = int(into.get("text_bytes", 0)) + int(more.get("text_bytes", 0))
+    for key in ("docs", "text_bytes", "tokens"):
+        if key in into or key in more:
+            into[key] = int(into.get(key, 0)) + int(more.get(key, 0))
     for name, cells in more.get("classifiers", {}).items():
         target = into.setdefault("classifiers", {}).setdefault(name, {})
-        for label, (d, v) in cells.items():
-            old = target.get(label, [0, 0])
-            target[label] = [old[0] + d, old[1] + v]
+        for label, cell in cells.items():
+            target[label] = _plus(target.get(label, []), cell)
     for key, rows in more.get("pairs", {}).items():
         table = into.setdefault("pairs", {}).setdefault(key, {})
         for la, cols in rows.items():
             row = table.setdefault(la, {})
-            for lb, (d, v) in cols.items():
-                old = row.get(lb, [0, 0])
-                row[lb] = [old[0] + d, old[1] + v]
+            for lb, cell in cols.items():
+                row[lb] = _plus(row.get(lb, []), cell)
     return into
 
 

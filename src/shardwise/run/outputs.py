@@ -113,7 +113,12 @@ SIDECAR = OutputKind(
     sidecar.SUFFIX,
     build=lambda f: sidecar.to_parquet_bytes(sidecar.build_table(f.ids, dict(f.columns))),
     parse=sidecar.read_sidecar,
-    check=lambda table, want: sidecar.problems(table, want.classifiers, want.ids),
+    check=lambda table, want: sidecar.problems(
+        table,
+        want.classifiers,
+        want.ids,
+        tokens=bool((want.labelling or {}).get("count_tokenizer")),
+    ),
     nonempty=True,
 )
 STATS = OutputKind(

@@ -2,8 +2,9 @@
 
 Row-aligned with the input (same order, same count): the document id, then per
 classifier ``<name>_label``, ``<name>_label_id``, ``<name>_score`` and, when asked,
-``<name>_probs``. Which outputs a file has, and the order they are written in, is
-``run/outputs.py``'s.
+``<name>_probs``; with ``domains.tokenizer``, ``tokens`` (int64: each document's full
+token count in the training tokenizer). Which outputs a file has, and the order they
+are written in, is ``run/outputs.py``'s.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from shardwise.run.reader import arrow_owned
 SUFFIX = ".labels.parquet"
 #: Columns every classifier contributes to a sidecar (``_probs`` is optional).
 CLASSIFIER_COLUMNS = ("_label", "_label_id", "_score")
+#: Each document's tokens in the training tokenizer (runs with ``domains.tokenizer``).
+TOKENS = "tokens"
 
 
 def build_table(ids: list[str | None], columns: dict[str, pa.Array]) -> pa.Table:
@@ -73,10 +76,19 @@ def read_sidecar(data: bytes, where: str = "sidecar") -> pa.Table:
 
 
 def problems(
-    table: pa.Table, classifiers: Iterable[str], ids: list[str | None] | None
+    table: pa.Table,
+    classifiers: Iterable[str],
+    ids: list[str | None] | None,
+    *,
+    tokens: bool = False,
 ) -> list[str]:
-    """What is wrong with a sidecar: rows and ids against the input's, label columns."""
+    """What is wrong with a sidecar: rows and ids against the input's, label columns,
+    and (``tokens``: the run counts them) the token counts."""
     found: list[str] = []
+    if tokens and TOKENS not in table.column_names:
+        found.append(f"no {TOKENS} column (the run counts tokens: domains.tokenizer)")
+    elif tokens and (table[TOKENS].null_count or not pa.types.is_integer(table[TOKENS].type)):
+        found.append(f"{TOKENS} is {table[TOKENS].type} with {table[TOKENS].null_count} null(s)")
     if ids is not None and table.num_rows != len(ids):
         found.append(f"has {table.num_rows} rows, the input has {len(ids)}")
     if "id" not in table.column_names:

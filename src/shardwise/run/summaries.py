@@ -20,11 +20,13 @@ column      type     meaning
 ``b``       int16    the pair's second label index; -1 for a single classifier
 ``docs``    int64    documents of the task in that cell
 ``bytes``   int64    UTF-8 text bytes of those documents
+``tokens``  int64    their tokens in the training tokenizer (0 unless counted)
 ==========  =======  ==================================================================
 
 The schema metadata ``shardwise`` is JSON: ``format_version``, ``shard``,
 ``written_at``, ``labels`` (classifier -> label names), ``pairs``, ``views``, ``tasks``
-(``[{task_id, docs, text_bytes, files}]``, tasks whose every file has counts) and
+(``[{task_id, docs, text_bytes, tokens, files}]``, tasks whose every file has counts),
+``tokens_counted`` (every such task's files counted tokens: ``domains.tokenizer``) and
 ``incomplete_tasks`` (task ids with a file without counts: not labelled, for the
 estimate). Each file's figures go into the shard marker instead (``file_stats``),
 which the coverage report reads anyway.
@@ -62,6 +64,7 @@ SCHEMA = pa.schema(
         ("b", pa.int16()),
         ("docs", pa.int64()),
         ("bytes", pa.int64()),
+        ("tokens", pa.int64()),
     ]
 )
 
@@ -144,6 +147,7 @@ def build(
         cols["b"].append(b)
         cols["docs"].append(int(cell[0]))
         cols["bytes"].append(int(cell[1]))
+        cols["tokens"].append(int(cell[2]) if len(cell) > 2 else 0)
 
     for t, (_, total, _) in enumerate(complete):
         for name, cells in total.get("classifiers", {}).items():
@@ -168,10 +172,12 @@ def build(
                 "task_id": task_id,
                 "docs": int(total.get("docs", 0)),
                 "text_bytes": int(total.get("text_bytes", 0)),
+                "tokens": int(total.get("tokens", 0)),
                 "files": n_files,
             }
             for task_id, total, n_files in complete
         ],
+        "tokens_counted": bool(complete) and all("tokens" in t for _i, t, _n in complete),
         "incomplete_tasks": incomplete,
     }
     # Sorted by view, so that a reader takes one view as one slice of each file.
@@ -206,6 +212,7 @@ class Summary:
     incomplete_tasks: list[str]
     cells: pa.Table
     view_rows: list[tuple[int, int]]  # per view, its [start, stop) rows in ``cells``
+    task_tokens: np.ndarray | None = None  # int64; None: tokens not counted
 
     def view_cells(self, view: str) -> pa.Table:
         """The rows of one view (a zero-copy slice)."""
@@ -232,6 +239,9 @@ def parse(data: bytes | pa.Buffer | pa.NativeFile, where: str = "summary") -> Su
             incomplete_tasks=[str(t) for t in meta.get("incomplete_tasks", [])],
             cells=table,
             view_rows=[(int(a), int(b)) for a, b in meta["view_rows"]],
+            task_tokens=np.array([int(t.get("tokens", 0)) for t in tasks], np.int64)
+            if meta.get("tokens_counted") and "tokens" in table.column_names
+            else None,
         )
     except (pa.ArrowInvalid, OSError, KeyError, TypeError, ValueError) as e:
         msg = f"{where} is not a shardwise summary: {e}"

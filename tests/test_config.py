@@ -60,10 +60,6 @@ def test_defaults_are_filled_in():
             lambda c: c.update(inference={"dtype": "float16", "device": "cpu"}),
             r"config inference.dtype: 'float16' with inference.device 'cpu': .* use dtype auto",
         ),
-        (
-            lambda c: c.update(inference={"dtype": "bfloat16", "device": "cpu"}),
-            r"config inference.dtype: 'bfloat16' with inference.device 'cpu'",
-        ),
     ],
 )
 def test_bad_config_names_the_key(mutate, match):

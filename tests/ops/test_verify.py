@@ -223,11 +223,14 @@ def test_input_removed_after_labelling(run):
     (run.corpus / run.rel).unlink()
     report = check(run.run_dir)
     found = whats(report)
-    assert len(found) == 1
+    assert len(found) == 2
     # no relabel can mend it (verify once advised --repair "to relabel" a file that is gone)
-    assert "input file gone, its labels kept: --repair cannot relabel it" in found[0]
-    assert "`shardwise plan --extend --gone keep|remove`" in found[0]
+    gone = next(w for w in found if "input file gone" in w)
+    assert "input file gone, its labels kept: --repair cannot relabel it" in gone
+    assert "`shardwise plan --extend --gone keep|remove`" in gone
+    assert any(f"1 planned file(s) gone ('{run.rel}')" in w for w in found)  # the input set
     assert report.inputs_gone == [run.rel] and not report.broken_files
+    assert report.input_drift["gone_files"] == [run.rel]
 
 
 def test_done_shard_with_a_file_marker_missing(run):

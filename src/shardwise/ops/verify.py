@@ -232,14 +232,6 @@ def verify_run(
         Finding(ctx.source.url(rel), entry.reason) for rel, entry in sorted(left_out.items())
     ]
 
-    found_drift = drift.load(run_dir)
-    if found_drift:
-        report.input_drift = found_drift.counted()
-        report.problem(
-            ctx.source.url(""),
-            f"the input changed since it was planned (the last dry run): "
-            f"{found_drift.summary()}; `shardwise plan --extend` takes it in",
-        )
     listing = dict(ctx.output.list_files())  # the one listing of the output
     found = _index_outputs(report, ctx, listing, planned, retired.load(run_dir))
     _check_mirror(report, ctx.output, meta, listing)
@@ -266,7 +258,8 @@ def verify_run(
 
     marked = sorted(rel for rel, kinds in found.items() if outputs.MARKER.name in kinds)
     report.files_marked = len(marked)
-    _check_identities(report, ctx, table, set(marked))
+    listed = _check_identities(report, ctx, table, set(marked))
+    _check_drift(report, ctx, set(planned), listed, set(left_out))
     for rel, kinds in sorted(found.items()):
         _check_presence(report, ctx, rel, kinds, planned[rel][1] in done)
         if rel in left_out and outputs.MARKER.name in kinds:
@@ -375,11 +368,29 @@ def _check_plan(
         report.problem(where, f"{len(moved)} task(s) in the wrong shard (e.g. {example!r})")
 
 
+def _check_drift(
+    report: VerifyReport, ctx: JobContext, planned: set[str], listed: set[str], left_out: set[str]
+) -> None:
+    """Planned files gone from the input (this listing), and files the last dry run
+    found added that are still there and still unplanned: ``plan --extend`` takes them in."""
+    recorded = drift.load(ctx.run_dir)
+    added = [f for f in recorded.added_files if f in listed and f not in planned]
+    found = drift.InputDrift.of(added, planned - listed - left_out)
+    if found:
+        report.input_drift = found.counted()
+        report.problem(
+            ctx.source.url(""),
+            f"the input changed since it was planned: {found.summary()}; "
+            "`shardwise plan --extend` takes it in",
+        )
+
+
 def _check_identities(
     report: VerifyReport, ctx: JobContext, table: pa.Table, marked: set[str]
-) -> None:
+) -> set[str]:
     """Input files changed in place since planned (one listing of the input): labelled
-    ones are problems (their labels describe content that no longer exists)."""
+    ones are problems (their labels describe content that no longer exists). Returns the
+    files listed."""
     now = {rel: plan.identity(size, v) for rel, size, v in ctx.source.list_entries()}
     report.changed = plan.changed_files(table, now)
     for rel, (planned, current) in sorted(report.changed.items()):
@@ -393,6 +404,7 @@ def _check_identities(
             )
         else:
             report.warn(ctx.source.url(rel), "changed since planned; it is labelled as it is now")
+    return set(now)
 
 
 def _check_mirror(

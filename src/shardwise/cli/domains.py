@@ -65,8 +65,13 @@ def run(args: argparse.Namespace) -> int:
     """Print the estimate (and write the picture); exit 2 when the run directory is not one."""
     if not_a_run_dir(args.run_dir, "domains"):
         return 2
-    weight = args.weight or domains.default_weight(args.run_dir, args.format)
-    d = domains.view(args.run_dir, pair=args.pair, classifier=args.classifier, weight=weight)
+    d = domains.view(
+        args.run_dir,
+        pair=args.pair,
+        classifier=args.classifier,
+        weight=args.weight,
+        fmt=args.format,
+    )
     by_category = args.by == "category"
     emit(
         args.format,

@@ -248,7 +248,7 @@ def load_state(
         changed=changes.load(run_dir)[0],
         skipped=skipped.load(run_dir),
         drift=drift.load(run_dir),
-        copies=run_state.copies_disagree(run_dir, meta, output),
+        copies=run_state.copies_disagree(run_dir, meta, run_state.output_copy(output)),
         input_format=_input_format(run_dir),
     )
 

@@ -324,11 +324,18 @@ def _rows_of_view(
 
 
 def view(
-    run_dir: Path, *, pair: str | None = None, classifier: str | None = None, weight: str = "docs"
+    run_dir: Path,
+    *,
+    pair: str | None = None,
+    classifier: str | None = None,
+    weight: str | None = "docs",
+    fmt: str = "table",
 ) -> Domains:
-    """``shardwise domains``: load the run, refuse one with nothing labelled, estimate."""
+    """``shardwise domains``: load the run, refuse one with nothing labelled, estimate
+    (``weight`` None: the default for ``fmt``, see :func:`default_weight`)."""
     data = load(run_dir)
     require_labels(data)
+    weight = weight or default_weight(data, fmt)
     return compute(data, pair=pair, classifier=classifier, weight=weight)
 
 
@@ -394,12 +401,11 @@ def compute(
 # ----------------------------------------------------------------------------- format
 
 
-def default_weight(run_dir: Path, fmt: str) -> str:
+def default_weight(data: DomainData, fmt: str) -> str:
     """``docs``; for ``--format weborganizer`` ``tokens`` when every finished shard
     counted them (WebOrganizer weighs domains by tokens)."""
     if fmt != "weborganizer":
         return "docs"
-    data = load(run_dir)
     counted = data.summaries and all(s.task_tokens is not None for s in data.summaries)
     return "tokens" if counted else "docs"
 

@@ -235,7 +235,6 @@ def verify_run(
     listing = dict(ctx.output.list_files())  # the one listing of the output
     found = _index_outputs(report, ctx, listing, planned, retired.load(run_dir))
     _check_mirror(report, ctx.output, meta, listing)
-    report.copies = run_state.copies_disagree(run_dir, meta, ctx.output)
 
     files_by_shard: dict[int, list[str]] = defaultdict(list)
     for rel, (_task, shard) in planned.items():
@@ -410,7 +409,8 @@ def _check_identities(
 def _check_mirror(
     report: VerifyReport, output: Location, meta: runjson.RunMeta, listing: dict[str, int]
 ) -> None:
-    """The output root's run.json (the mirror) must pin the same run as the run dir's."""
+    """The output root's run.json (the mirror) must pin the same run as the run dir's;
+    when it does not, which copy to keep (``report.copies``)."""
     where = output.url(runjson.RUN_JSON)
     if runjson.RUN_JSON not in listing:
         report.warn(where, "missing (the output root does not say which run wrote it)")
@@ -425,6 +425,7 @@ def _check_mirror(
         return
     for name, theirs, ours in runjson.differences(copy.meta, meta):
         report.problem(where, f"pins {name}={theirs!r}, the run directory {ours!r}")
+    report.copies = run_state.copies_disagree(Path(report.run_dir), meta, copy)
 
 
 def _index_outputs(
@@ -478,10 +479,12 @@ def _index_other_roots(
                 continue
             for kind in outputs.kinds():
                 source = rel.removesuffix(kind.suffix)
-                if kind.root == name and rel.endswith(kind.suffix) and source in found:
+                if kind.root != name or not rel.endswith(kind.suffix):
+                    continue
+                if source in found:
                     found[source][kind.name] = size
                     break
-                if kind.root == name and rel.endswith(kind.suffix) and source in retired_files:
+                if source in retired_files:
                     report.retired += 1
                     break
             else:
@@ -766,7 +769,7 @@ def restore_run_json(run_dir: Path) -> list[str]:
     output = context.recorded_output(Path(run_dir))
     if output is None:
         return []  # never planned by this version: nothing says where the other copy is
-    return runjson.restore(Location(str(run_dir)), output, run_state.vouching(Path(run_dir)))
+    return runjson.restore(Location(str(run_dir)), output, lambda: run_state.vouching(run_dir))
 
 
 def repair_command(run_dir: Path) -> str:

@@ -43,8 +43,6 @@ from shardwise.run.manifest import build_tasks
 from shardwise.store.location import Location
 
 GONE = ("keep", "remove")
-#: Differences from run.json that an extension takes in; any other is refused.
-_TAKEN_IN = frozenset({"task_count", "fingerprint"})
 
 
 @dataclass(frozen=True)
@@ -84,7 +82,8 @@ def extend(config: dict[str, Any], *, gone: str | None = None) -> Extension:
     copies = (runjson.read_copy(Location(str(run_dir))), runjson.read_copy(output))
     runjson.check_copies(*copies, run_dir, repin=True)  # a damaged copy is refused here
     pinned = [c for c in copies if c.meta is not None]
-    if not pinned or plan.load_summary(run_dir) is None:
+    cached = plan.load_summary(run_dir)
+    if not pinned or cached is None:
         msg = f"{run_dir} is not planned yet: a dry run (`snakemake -n`) plans and pins it"
         raise RunMismatchError(msg)
     old = plan.load(run_dir)
@@ -106,11 +105,9 @@ def extend(config: dict[str, Any], *, gone: str | None = None) -> Extension:
             "--gone remove deletes them (either way the files leave the run)"
         )
         raise RunMismatchError(msg)
-    cached = plan.load_summary(run_dir)
     if (
         not (added or gone_files)
         and all(c.meta is not None and c.meta.fingerprint == summary.fingerprint for c in copies)
-        and cached is not None
         and cached.fingerprint == summary.fingerprint
     ):
         return Extension()  # nothing to take in (or an earlier extension finished)
@@ -169,7 +166,7 @@ def _check_only_the_input(pinned: list[runjson.Copy], meta: runjson.RunMeta, run
         other = [
             d
             for d in (runjson.differences(copy.meta, meta) if copy.meta is not None else [])
-            if d[0] not in _TAKEN_IN
+            if d[0] not in runjson.INPUT_SET_FIELDS
         ]
         if other:
             lines = [
@@ -211,12 +208,8 @@ def _apply(
         retired.add(run_dir, labelled)
     removed: list[str] = []
     if labelled and gone == "remove":
-        for rel in labelled:  # the marker first: never a marker over missing outputs
-            for kind in (outputs.MARKER, *(k for k in outputs.kinds() if k is not outputs.MARKER)):
-                loc = roots.get(kind.root)
-                if loc is not None and loc.exists(kind.rel(rel)):
-                    loc.remove(kind.rel(rel))
-                    removed.append(loc.url(kind.rel(rel)))
+        for rel in labelled:
+            removed += outputs.remove_all(roots, rel)
     if done.gone:
         markers.forget_in_snapshot(run_dir, set(done.gone))
         for shard in done.reopened:

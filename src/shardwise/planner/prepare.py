@@ -15,6 +15,7 @@ from __future__ import annotations
 import fcntl
 import functools
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable
@@ -23,7 +24,6 @@ from pathlib import Path
 from typing import IO, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from shardwise.classify.modelcheck import check_classifiers
 from shardwise.classify.tokencount import TokenCounter
@@ -122,9 +122,7 @@ def prepare_run(
     if repin or all(c.meta is None and c.damage is None for c in copies):
         # a new run (or a re-pin): read a sample before anything is pinned. A pinned run's
         # fields cannot change (run.json pins them), so later runs skip the reads.
-        check_shard_count(
-            settings.total_shards, pc.count_distinct(planned.table["task_id"]).as_py()
-        )
+        check_shard_count(settings.total_shards, planned.task_count)
         sampled = _check_sample(settings, recorded, source, planned.table, set(quarantined))
     meta = run_meta(settings, planned.task_count, planned.fingerprint)
     _pin(settings, meta, planned, copies, repin=repin, say=said.append)
@@ -284,8 +282,6 @@ def _plan_table(
     notes += listed.notes
     versions = listed.versions
     now = {rel: plan.identity(size, versions[rel]) for rel, size in listed.files}
-    tasks = build_tasks([rel for rel, _ in listed.files], settings.input.files_per_task)
-    fingerprint = runjson.fingerprint(t.task_id for t in tasks)
     if cached is not None:
         old = plan.load(run_dir)
         labelled, unlabelled = _changed_in_place(old, now, output)
@@ -307,6 +303,8 @@ def _plan_table(
             return _Planned(table, len(tasks_now), fingerprint, fresh, notes, labelled)
     else:
         kept, labelled, found = {}, {}, drift.InputDrift()
+    tasks = build_tasks([rel for rel, _ in listed.files], settings.input.files_per_task)
+    fingerprint = runjson.fingerprint(t.task_id for t in tasks)
     table = plan.build(
         listed.files,
         files_per_task=settings.input.files_per_task,
@@ -385,7 +383,7 @@ def _pin(
         return len(new - old), len(old - new)
 
     runjson.check_copies(  # damaged, or an interrupted re-pin or extension
-        *copies, run_dir, repin=repin, evidence=state.vouching(run_dir)
+        *copies, run_dir, repin=repin, evidence=lambda: state.vouching(run_dir)
     )
     absent: list[Location] = []
     changed: list[tuple[Location, runjson.RunMeta]] = []
@@ -440,7 +438,7 @@ def _refusal_hints(
     or re-pin while nothing is labelled."""
     lines = []
     names = {name for name, _, _ in diffs}
-    if found and names <= {"task_count", "fingerprint"}:
+    if found and names <= runjson.INPUT_SET_FIELDS:
         lines = [
             f"The input changed since it was planned: {found.summary()}. The assignment is "
             "per task, so no planned task moves: "
@@ -461,7 +459,7 @@ def _refusal_hints(
             f"quarantine --run-dir {settings.run_dir} FILE --reason TEXT`; once "
             "quarantined it may be removed from the input."
         )
-    if names <= {"task_count", "fingerprint"}:
+    if names <= runjson.INPUT_SET_FIELDS:
         if not found:
             lines.append(
                 "The plan holds the input's files, but run.json pins another task set: an "
@@ -610,6 +608,15 @@ def is_dry_run(workflow: Any) -> bool:
     return bool(workflow.dryrun or getattr(output, "dryrun", False))
 
 
+#: The lock file's one line: who holds the run directory (``_holder_line``).
+_HOLDER = re.compile(r"pid (?P<pid>\d+) on (?P<host>\S+) since ")
+
+
+def _holder_line() -> str:
+    """What the lock holder writes into the lock file (read by ``_HOLDER``)."""
+    return f"pid {os.getpid()} on {os.uname().nodename} since {time.ctime()}\n"
+
+
 def _live_run_note(run_dir: Path) -> list[str]:
     """A dry run beside a live run: say so (Snakemake prints its own "Directory cannot be
     locked" error under the report, and still exits 0). Read from the lock file's holder
@@ -618,13 +625,14 @@ def _live_run_note(run_dir: Path) -> list[str]:
         holder = (run_dir / LOCK_FILE).read_text("utf-8").strip()
     except OSError:
         return []
-    words = holder.split()
-    if len(words) < 4 or words[0] != "pid" or words[2] != "on" or not words[1].isdigit():
+    found = _HOLDER.match(holder)
+    if found is None:
         return []
-    if words[3] != os.uname().nodename or int(words[1]) == os.getpid():
+    pid, host = int(found["pid"]), found["host"]
+    if host != os.uname().nodename or pid == os.getpid():
         return []  # another host's holder cannot be checked from here
     try:
-        os.kill(int(words[1]), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return []  # it ended: the line is what the last holder left
     except PermissionError:
@@ -655,6 +663,6 @@ def lock_run_dir(run_dir: Path) -> None:
         raise RunMismatchError(msg) from e
     fh.seek(0)
     fh.truncate()
-    fh.write(f"pid {os.getpid()} on {os.uname().nodename} since {time.ctime()}\n")
+    fh.write(_holder_line())
     fh.flush()
     _held_locks[path] = (os.getpid(), fh)

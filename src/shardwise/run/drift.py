@@ -3,7 +3,8 @@
 The hash assignment is per task, so a corpus that grows or shrinks moves no planned
 task: ``shardwise plan --extend`` takes the new set in under the same pin. Until then,
 every dry run that lists the input refuses, naming the files, and records them here so
-that ``shardwise coverage`` and ``verify`` say so too without listing the input.
+that ``shardwise coverage`` says so too without listing the input (``verify``, which
+lists it anyway, checks the record against its own listing).
 
 Format (``format_version`` 1)::
 

@@ -245,6 +245,18 @@ def write_all(roots: Mapping[str, Location], labelled: Labelled) -> FileStats:
     return labelled.stats
 
 
+def remove_all(roots: Mapping[str, Location], rel: str) -> list[str]:
+    """Remove every output of source file ``rel`` that exists, the marker first (the
+    reverse of ``write_all``: never a marker over missing outputs); the URLs removed."""
+    removed = []
+    for kind in (MARKER, *(k for k in kinds() if k is not MARKER)):
+        loc = roots.get(kind.root)
+        if loc is not None and loc.exists(kind.rel(rel)):
+            loc.remove(kind.rel(rel))
+            removed.append(loc.url(kind.rel(rel)))
+    return removed
+
+
 @dataclass(frozen=True)
 class Scan:
     """One listing of an output root, sorted by kind: source file -> size, per kind."""

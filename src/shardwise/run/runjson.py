@@ -31,6 +31,9 @@ FORMAT_VERSION = 1
 RUN_JSON = "run.json"
 #: Fields recorded for information only; they may differ between runs.
 INFO_FIELDS = ("created_at", "shardwise_version", "input_changes")
+#: The fields a changed input set alone changes (``shardwise plan --extend`` takes them
+#: in under the same assignment).
+INPUT_SET_FIELDS = frozenset({"task_count", "fingerprint"})
 
 
 class DamagedError(RunMismatchError):
@@ -152,7 +155,7 @@ def check_same(
     if task_change is not None and any(n == "fingerprint" for n, _, _ in diffs):
         added, removed = task_change()
         lines.append(f"  input set changed: {added} task(s) added, {removed} removed")
-    if hints is None or not {name for name, _, _ in diffs} <= {"task_count", "fingerprint"}:
+    if hints is None or not {name for name, _, _ in diffs} <= INPUT_SET_FIELDS:
         lines.append(  # the input set alone may change under the same pin (plan --extend)
             "A run directory holds one logical run: use a new run_dir (and output) for a "
             "new assignment, or restore the original settings and input."
@@ -240,20 +243,29 @@ class Trust:
     keep: Copy
     other: Copy
     why: str
+    keeps_output: bool  # the output root's copy is the one to keep
+
+    @property
+    def which(self) -> str:
+        """``output root's`` or ``run directory's``: the copy kept, in words."""
+        return "output root's" if self.keeps_output else "run directory's"
 
 
-def trusted(local: Copy, output: Copy, evidence: Evidence | None = None) -> Trust:
+def trusted(local: Copy, output: Copy, evidence: Callable[[], Evidence] | None = None) -> Trust:
     """The copy the evidence vouches for when it tells the two apart; else the output
-    root's (it vouches for the labels there, and other clusters read it)."""
-    if evidence is not None and evidence.support and local.meta and output.meta:
-        ours, theirs = evidence.against(local.meta), evidence.against(output.meta)
+    root's (it vouches for the labels there, and other clusters read it). ``evidence``
+    is gathered only here, when two copies really disagree (it reads every shard marker)."""
+    found = evidence() if evidence is not None and local.meta and output.meta else None
+    if found is not None and found.support and local.meta and output.meta:
+        ours, theirs = found.against(local.meta), found.against(output.meta)
         if not ours and theirs:
-            why = f"{evidence.support} agree with it; with the other, {theirs[0]}"
-            return Trust(local, output, why)
+            why = f"{found.support} agree with it; with the other, {theirs[0]}"
+            return Trust(local, output, why, keeps_output=False)
         if ours and not theirs:
-            why = f"{evidence.support} agree with it; with the other, {ours[0]}"
-            return Trust(output, local, why)
-    return Trust(output, local, "it vouches for the labels there (other clusters read it)")
+            why = f"{found.support} agree with it; with the other, {ours[0]}"
+            return Trust(output, local, why, keeps_output=True)
+    why = "it vouches for the labels there (other clusters read it)"
+    return Trust(output, local, why, keeps_output=True)
 
 
 @dataclass(frozen=True)
@@ -287,7 +299,7 @@ def check_copies(
     run_dir: Path,
     *,
     repin: bool = False,
-    evidence: Evidence | None = None,
+    evidence: Callable[[], Evidence] | None = None,
 ) -> None:
     """Refuse, with the way forward, a damaged copy or two copies that disagree.
 
@@ -316,8 +328,7 @@ def check_copies(
     if not diffs:
         return
     trust = trusted(local, output, evidence)
-    which = "output root's" if trust.keep is output else "run directory's"
-    if {name for name, _, _ in diffs} <= {"task_count", "fingerprint"}:
+    if {name for name, _, _ in diffs} <= INPUT_SET_FIELDS:
         unfinished = "An interrupted `shardwise plan --extend` leaves them so: run it again"
     else:
         unfinished = (
@@ -328,14 +339,16 @@ def check_copies(
         f"the two run.json copies disagree (run directory -> output root: {local.where} -> "
         f"{output.where}):",
         *change_lines(diffs),
-        f"{unfinished}. Otherwise keep the {which} copy ({trust.why}): `shardwise verify "
+        f"{unfinished}. Otherwise keep the {trust.which} copy ({trust.why}): `shardwise verify "
         f"--run-dir {run_dir} --repair` restores the other from it; then run with the "
         "settings it pins.",
     ]
     raise RunMismatchError("\n".join(lines))
 
 
-def restore(local: Location, output: Location, evidence: Evidence | None = None) -> list[str]:
+def restore(
+    local: Location, output: Location, evidence: Callable[[], Evidence] | None = None
+) -> list[str]:
     """Make the two copies one again (``verify --repair``); what was restored, a line each.
 
     A damaged or absent copy is written from the intact one; of two intact copies that

@@ -85,24 +85,27 @@ def vouching(run_dir: Path) -> runjson.Evidence:
     return runjson.Evidence(against, " and ".join(support))
 
 
-def copies_disagree(run_dir: Path, meta: runjson.RunMeta, output: Location) -> str:
-    """How the output root's run.json disagrees with the run directory's (``meta``) and
-    which to keep, in one line; "" when they agree (or the other cannot be read)."""
+def output_copy(output: Location) -> runjson.Copy | None:
+    """The output root's run.json as found; None when it cannot be read at all."""
     try:
-        theirs = runjson.read_copy(output)
+        return runjson.read_copy(output)
     except (OSError, ShardwiseError):
-        return ""
-    if theirs.meta is None:
+        return None
+
+
+def copies_disagree(run_dir: Path, meta: runjson.RunMeta, theirs: runjson.Copy | None) -> str:
+    """How the output root's run.json (``theirs``) disagrees with the run directory's
+    (``meta``) and which to keep, in one line; "" when they agree or it is unreadable."""
+    if theirs is None or theirs.meta is None:
         return ""
     diffs = runjson.differences(meta, theirs.meta)
     if not diffs:
         return ""
     ours = runjson.Copy(Location(str(run_dir)), meta)
-    trust = runjson.trusted(ours, theirs, vouching(run_dir))
-    which = "output root's" if trust.keep is theirs else "run directory's"
+    trust = runjson.trusted(ours, theirs, lambda: vouching(run_dir))
     changed = "; ".join(f"{name} {a!r} -> {b!r}" for name, a, b in diffs)
     return (
         f"the two run.json copies disagree (run directory -> output root: {changed}); keep "
-        f"the {which} ({trust.why}): `shardwise verify --run-dir {run_dir} --repair` "
+        f"the {trust.which} ({trust.why}): `shardwise verify --run-dir {run_dir} --repair` "
         "restores the other from it"
     )

@@ -190,3 +190,12 @@ def test_copies_that_disagree_keep_the_one_the_plan_and_markers_vouch_for(tmp_pa
     assert json.loads((labels / "run.json").read_text())["total_shards"] == TOTAL
     dry_run(cfg)
     assert verify.verify_run(run_dir, complete=True).ok
+
+
+def test_extending_a_run_never_planned_says_to_plan_it(tmp_path):
+    cfg = plan_run(tmp_path, total_shards=TOTAL)
+    for run_dir in (tmp_path / "elsewhere", tmp_path / "empty"):
+        if run_dir.name == "empty":
+            run_dir.mkdir()
+        with pytest.raises(RunMismatchError, match=r"is not planned yet: a dry run"):
+            extend({**cfg, "run_dir": str(run_dir)})

@@ -77,6 +77,9 @@ def extend(config: dict[str, Any], *, gone: str | None = None) -> Extension:
     """Take the input's current file set into the pinned run of ``config``."""
     settings = Settings.from_config(config)
     run_dir = settings.run_dir
+    not_planned = f"{run_dir} is not planned yet: a dry run (`snakemake -n`) plans and pins it"
+    if not run_dir.is_dir():
+        raise RunMismatchError(not_planned)
     lock_run_dir(run_dir)
     source, output = context.open_roots(settings)
     copies = (runjson.read_copy(Location(str(run_dir))), runjson.read_copy(output))
@@ -84,8 +87,7 @@ def extend(config: dict[str, Any], *, gone: str | None = None) -> Extension:
     pinned = [c for c in copies if c.meta is not None]
     cached = plan.load_summary(run_dir)
     if not pinned or cached is None:
-        msg = f"{run_dir} is not planned yet: a dry run (`snakemake -n`) plans and pins it"
-        raise RunMismatchError(msg)
+        raise RunMismatchError(not_planned)
     old = plan.load(run_dir)
     quarantined = set(quarantine.load(run_dir))
     listed = listing.list_input(settings, source, output)

@@ -11,6 +11,7 @@ from shardwise.snakefile import (
     prepare_run,
     print_failures,
     reject_secret_keys,
+    selection_targets,
     show_failed_jobs,
     show_submit_errors,
 )
@@ -64,6 +65,7 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/classify.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/dolma.smk"
+include: "workflow/rules/select.smk"
 
 
 rule all:

@@ -108,3 +108,10 @@ def test_bench_long_docs_prints_each_size_against_the_smallest(tmp_path):
     assert "one document, max_length 128, two classifiers, CPU; ratios to 5,000 characters" in out
     rows = re.findall(rf"^\s+([\d,]+)(?:\s+{NUMBER}){{7}}$", out, re.MULTILINE)
     assert rows == ["5,000", "200,000"], out
+
+
+def test_bench_selection_prints_rows_per_second_and_peak_memory_per_size(tmp_path):
+    out = bench(tmp_path, "selection.py", "--sizes", "2e3,2e4", "--rows-per-file", "1000")
+    line = rf"^\s+([\d,]+)\s+{NUMBER}\s+[\d,]+\s+{NUMBER}\s+{NUMBER}MB\s+{NUMBER}\s+[\d,]+$"
+    rows = re.findall(line, out, re.MULTILINE)
+    assert rows == ["2,000", "20,000"], out

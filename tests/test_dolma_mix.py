@@ -19,6 +19,7 @@ import subprocess
 from collections import defaultdict
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 import yaml
 import zstandard
@@ -220,3 +221,107 @@ def test_the_export_runs_as_snakemake_jobs_per_shard(dolma_run):
     assert sorted(p.name for p in (run_dir / "dolma").iterdir()) == ["0.done", "1.done", "2.done"]
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
     assert verify.verify_run(run_dir, complete=True).ok
+
+
+@pytest.fixture(scope="module")
+def counted_run(tmp_path_factory, demo_models) -> dict:
+    """A Dolma-layout run that counts tokens (``domains.tokenizer``), for ``select``."""
+    root = tmp_path_factory.mktemp("select")
+    write_corpus(root / "ds" / "documents", SIZE, dolma=True)
+    cfg = dolma_config(root, demo_models, str(root / "ds" / "documents"))
+    cfg["domains"] = {"tokenizer": str(demo_models / "topic")}
+    return {"root": root, "cfg": cfg, "run_dir": label(cfg), "tokenizer": demo_models / "topic"}
+
+
+def _uniform_weights(run_dir: Path, path: Path) -> None:
+    """Equal weight on every topic x format cell the run holds (by WebOrganizer id)."""
+    proc = subprocess.run(["shardwise", "domains", "--run-dir", str(run_dir), "--format",
+                           "weborganizer"], capture_output=True, text=True, check=True)  # fmt: skip
+    cells = json.loads(proc.stdout)
+    path.write_text(json.dumps([{"domain": c["domain"], "weight": 1 / len(cells)} for c in cells]))
+
+
+def test_select_mixes_each_document_as_many_times_as_selected_with_the_report_s_tokens(
+    counted_run, dolma_cli, capsys
+):
+    from tokenizers import Tokenizer
+
+    root, run_dir = counted_run["root"], counted_run["run_dir"]
+    weights = root / "uniform.json"
+    _uniform_weights(run_dir, weights)
+    args = ["select", "--run-dir", str(run_dir), "--weights", str(weights), "--tokens", "20k",
+            "--max-repeat", "3", "--name", "uni", "--format", "json"]  # fmt: skip
+    assert main(args) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["complete"] and report["copies"] > report["selected_docs"] > 0
+    base = run_dir / "selections" / "uni"
+    want: dict[str, int] = {}
+    for path in (base / "files").rglob("*.parquet"):
+        table = pq.read_table(path).to_pydict()
+        want.update(zip(table["id"], table["repeats"], strict=True))
+    assert sum(want.values()) == report["copies"]
+    proc = subprocess.run([dolma_cli, "-c", str(base / "mix.yaml"), "mix"], capture_output=True,
+                          text=True, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    texts: dict[str, list[str]] = defaultdict(list)
+    for path in (base / "mix").iterdir():
+        for line in gzip.decompress(path.read_bytes()).decode().splitlines():
+            doc = json.loads(line)
+            texts[doc["id"]].append(doc["text"])
+    assert {i: len(t) for i, t in texts.items()} == want
+    tok = Tokenizer.from_file(str(counted_run["tokenizer"] / "tokenizer.json"))
+    tok.no_truncation()
+    counted = sum(len(tok.encode(t, add_special_tokens=False).ids) for ts in texts.values()
+                  for t in ts)  # fmt: skip
+    assert counted == report["selected_tokens"]
+
+
+def test_select_is_reproducible_by_seed_and_refuses_bad_requests(counted_run, capsys):
+    root, run_dir = counted_run["root"], counted_run["run_dir"]
+    weights = root / "uniform-2.json"
+    _uniform_weights(run_dir, weights)
+
+    def files(name: str, seed: int) -> dict[str, bytes]:
+        assert main(["select", "--run-dir", str(run_dir), "--weights", str(weights),
+                     "--tokens", "10k", "--seed", str(seed), "--name", name]) == 0  # fmt: skip
+        base = run_dir / "selections" / name / "files"
+        return {str(p.relative_to(base)): p.read_bytes() for p in base.rglob("*.parquet")}
+
+    assert files("s1", 1) == files("s1b", 1)
+    assert files("s2", 2) != files("s1", 1)
+    capsys.readouterr()
+    bad = root / "bad.json"
+    bad.write_text(json.dumps([{"domain": ["Helth", "Tutorial"], "weight": 1.0}]))
+    assert main(["select", "--run-dir", str(run_dir), "--weights", str(bad), "--tokens", "1k",
+                 "--name", "bad"]) == 1  # fmt: skip
+    assert "topic 'Helth' is no label of this run's documents; did you mean 'Health'" in (
+        capsys.readouterr().err
+    )
+    assert main(["select", "--run-dir", str(run_dir), "--weights", str(weights), "--tokens",
+                 "1T", "--name", "big"]) == 1  # fmt: skip
+    assert "lower --tokens to at most" in capsys.readouterr().err
+    assert main(["select", "--run-dir", str(run_dir), "--weights", str(weights), "--tokens",
+                 "5k", "--name", "s1"]) == 1  # fmt: skip
+    assert "was planned with other settings" in capsys.readouterr().err
+    assert not (run_dir / "selections" / "bad").exists()
+
+
+def test_select_all_selects_the_planned_shards_as_snakemake_jobs(counted_run, capsys):
+    root, run_dir = counted_run["root"], counted_run["run_dir"]
+    weights = root / "uniform-3.json"
+    _uniform_weights(run_dir, weights)
+    assert main(["select", "--run-dir", str(run_dir), "--weights", str(weights), "--tokens",
+                 "10k", "--name", "jobs", "--plan-only", "--seed", "1"]) == 0  # fmt: skip
+    assert "0 of 3 shard(s) selected so far" in capsys.readouterr().out
+    config = root / "config.yaml"
+    config.write_text(yaml.safe_dump(counted_run["cfg"]))
+    run_snakemake(config, "select_all")
+    shards = run_dir / "selections" / "jobs" / "shards"
+    assert sorted(p.name for p in shards.iterdir()) == ["0.json", "1.json", "2.json"]
+    assert main(["select", "--run-dir", str(run_dir), "--name", "jobs", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["complete"]
+    here = run_dir / "selections" / "s1" / "files"  # the same request selected here, seed 1
+    there = run_dir / "selections" / "jobs" / "files"
+    assert {p.relative_to(there): p.read_bytes() for p in there.rglob("*.parquet")} == {
+        p.relative_to(here): p.read_bytes() for p in here.rglob("*.parquet")
+    }

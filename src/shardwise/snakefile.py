@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 from typing import IO, Any
 
 from shardwise.config import Settings, reject_secret_keys
@@ -21,6 +22,7 @@ from shardwise.planner import prepare
 from shardwise.planner.inflight import Submitter
 from shardwise.planner.prepare import RunInfo, is_dry_run
 from shardwise.planner.walltime import runtime_minutes_for
+from shardwise.run import selection
 from shardwise.slurm.profile import site_resources
 from shardwise.slurm.submiterrors import show_submit_errors
 
@@ -32,6 +34,7 @@ __all__ = [
     "prepare_run",
     "reject_secret_keys",
     "runtime_minutes_for",
+    "selection_targets",
     "show_failed_jobs",
     "show_submit_errors",
     "site_resources",
@@ -94,3 +97,14 @@ def print_failures(book: FailureLog | None, out: IO[str] | None = None) -> None:
     stream = out or sys.stderr
     stream.write("".join(f"shardwise: {line}\n" for line in book.summary()))
     stream.flush()
+
+
+def selection_targets(run_dir: str) -> list[str]:
+    """``select_all``'s targets: every planned selection's shard records (a plan file
+    per selection read at parse time: small, and only once per selection)."""
+    out = []
+    for name in selection.names(Path(run_dir)):
+        sel = selection.load_plan(Path(run_dir), name)
+        if sel is not None:
+            out += [str(selection.shard_path(Path(run_dir), name, s)) for s in sel.shards]
+    return out

@@ -161,7 +161,7 @@ def mix_config(
     ctx = JobContext.load(run_dir)
     attributes = attributes_of(ctx)
     name = ctx.settings.dolma_name or "weborganizer"
-    _check_where_dolma_looks(ctx.source, attributes, name)
+    check_where_dolma_looks(ctx.source, attributes, name)
     _check_labels(ctx, keep)
     marked = outputs.marked(ctx.output)
     labelled = [rel for rel in plan.load(ctx.run_dir)["file"].to_pylist()
@@ -196,7 +196,7 @@ def mix_yaml(config: dict[str, Any]) -> str:
     return yaml.safe_dump(config, sort_keys=False, allow_unicode=True, width=1000)
 
 
-def _check_where_dolma_looks(source: Location, attributes: Location, name: str) -> None:
+def check_where_dolma_looks(source: Location, attributes: Location, name: str) -> None:
     """dolma mix finds a document's attributes by replacing ``/documents/`` in its path
     with ``/attributes/<name>/``: refuse a layout where that is not where they are."""
     root = source.address("").rstrip("/")

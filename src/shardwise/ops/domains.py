@@ -180,7 +180,7 @@ def require_labels(data: DomainData) -> None:
         raise DomainsError(msg)
 
 
-def _choose_view(data: DomainData, pair: str | None, classifier: str | None) -> str:
+def choose_view(data: DomainData, pair: str | None, classifier: str | None) -> str:
     views = data.views()
     if not views:
         msg = (
@@ -350,9 +350,9 @@ def compute(
     if weight not in WEIGHTS:
         msg = f"weight must be one of {', '.join(WEIGHTS)}, got {weight!r}"
         raise DomainsError(msg)
-    view = _choose_view(data, pair, classifier)
+    view = choose_view(data, pair, classifier)
     if weight == "tokens":
-        _require_tokens(data)
+        require_tokens(data)
     sample, labels, note = _sample(data, view, weight)
     keep = data.in_population
     pop = Population(data.categories, data.task_category[keep], data.task_bytes[keep])
@@ -410,14 +410,15 @@ def default_weight(data: DomainData, fmt: str) -> str:
     return "tokens" if counted else "docs"
 
 
-def _require_tokens(data: DomainData) -> None:
-    """Refuse ``--weight tokens`` where a finished shard counted none."""
+def require_tokens(data: DomainData, what: str = "--weight tokens", *, others: bool = True) -> None:
+    """Refuse ``what`` (weighing by tokens) where a finished shard counted none."""
     without = sum(1 for s in data.summaries if s.task_tokens is None)
     if without:
         msg = (
-            f"--weight tokens: {without:,} of the {len(data.summaries):,} finished shard(s) of "
+            f"{what}: {without:,} of the {len(data.summaries):,} finished shard(s) of "
             f"{data.run_dir} counted no tokens: set domains.tokenizer (the tokenizer of the "
-            "model being trained) before labelling; --weight docs or bytes work without it"
+            "model being trained) before labelling"
+            + ("; --weight docs or bytes work without it" if others else "")
         )
         raise DomainsError(msg)
 

@@ -61,13 +61,20 @@ def classifiers_of(columns: Iterable[str]) -> list[str]:
 
 def build(rel: str, ids: Sequence[str | None], columns: Mapping[str, pa.Array], name: str) -> bytes:
     """The attributes file of ``rel`` (compressed as ``rel`` is) from its label columns."""
-    values: list[tuple[str, list]] = []
+    values: dict[str, list] = {}
     for c in classifiers_of(columns):
         for column, what in _VALUES:
             if c + column in columns:
-                values.append((key(name, c, what), columns[c + column].to_pylist()))
+                values[key(name, c, what)] = columns[c + column].to_pylist()
+    return build_rows(rel, ids, values)
+
+
+def build_rows(rel: str, ids: Sequence[str | None], values: Mapping[str, list]) -> bytes:
+    """An attributes file (compressed as ``rel`` is): per row its id and, per key of
+    ``values``, that row's value."""
+    items = list(values.items())
     lines = [
-        json.dumps({"id": doc_id, "attributes": {k: v[i] for k, v in values}}) + "\n"
+        json.dumps({"id": doc_id, "attributes": {k: v[i] for k, v in items}}) + "\n"
         for i, doc_id in enumerate(ids)
     ]
     return compress("".join(lines).encode("utf-8"), rel)

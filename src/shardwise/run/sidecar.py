@@ -75,6 +75,19 @@ def read_sidecar(data: bytes, where: str = "sidecar") -> pa.Table:
         raise RecordError(where, f"not a Parquet table: {type(e).__name__}: {e}") from e
 
 
+def read_columns(data: bytes, columns: Sequence[str], where: str = "sidecar") -> pa.Table:
+    """Only ``columns`` of a sidecar (Parquet reads no other); RecordError naming
+    ``where`` and the columns it lacks."""
+    try:
+        schema = pq.read_schema(pa.BufferReader(arrow_owned(data)))
+    except (pa.ArrowException, OSError) as e:
+        raise RecordError(where, f"not a Parquet table: {type(e).__name__}: {e}") from e
+    missing = [c for c in columns if c not in schema.names]
+    if missing:
+        raise RecordError(where, f"has no {', '.join(missing)} column(s)")
+    return pq.read_table(pa.BufferReader(arrow_owned(data)), columns=list(columns))
+
+
 def problems(
     table: pa.Table,
     classifiers: Iterable[str],

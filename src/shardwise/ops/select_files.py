@@ -1,0 +1,172 @@
+"""``shardwise select``, pass 2: each labelled file's selection, from its sidecar alone.
+
+A shard's files are selected one after another (a Snakemake job of ``select_all`` per
+shard on a cluster, or threads here): per file its sidecar's ids, labels and token
+counts are read, each document's domain gives its rate, and ``run/selection.py``'s
+stable hash the number of copies. The file's selection Parquet (and its Dolma repeat
+counts) are written, then, after every file, the shard's record. Memory is one
+sidecar's columns at a time, whatever the corpus's size.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from tqdm import tqdm
+
+from shardwise.errors import ConfigError
+from shardwise.run import dolma, plan, quarantine, selection, sidecar, summaries
+from shardwise.run.context import JobContext
+from shardwise.run.selection import SelectionPlan, ShardSelection
+from shardwise.store.atomic import write_atomic
+from shardwise.store.location import Location
+
+
+@dataclass(frozen=True)
+class FileSelection:
+    """One file's documents: each one's domain (-1: none of the plan's), tokens, copies."""
+
+    rel: str
+    ids: list[str | None]
+    domain: np.ndarray  # int64
+    tokens: np.ndarray  # int64
+    repeats: np.ndarray  # int16
+
+
+def attributes_root(ctx: JobContext, name: str) -> Location | None:
+    """Where the selection's Dolma attribute set lies: beside the labels' own set
+    (``.../attributes/<name>``); None when the run writes no Dolma attributes."""
+    if ctx.attributes is None:
+        return None
+    parent = ctx.attributes.uri.rstrip("/").rpartition("/")[0]
+    return Location(f"{parent}/{name}", ctx.settings.storage)
+
+
+def domain_of_rows(table: pa.Table, axes: Sequence[str], index: Mapping[tuple[str, ...], int]):
+    """Each row's domain index (-1 where its labels are no domain of the plan)."""
+    codes, names = [], []
+    for axis in axes:
+        enc = pc.dictionary_encode(table[f"{axis}_label"]).combine_chunks()
+        codes.append(enc.indices.to_numpy(zero_copy_only=False).astype(np.int64))
+        names.append(enc.dictionary.to_pylist())
+    lookup = np.full([max(len(n), 1) for n in names], -1, np.int64)
+    for combo in itertools.product(*(range(len(n)) for n in names)):
+        lookup[combo] = index.get(tuple(n[i] for n, i in zip(names, combo, strict=True)), -1)
+    return lookup[tuple(codes)] if table.num_rows else np.zeros(0, np.int64)
+
+
+def select_file(
+    output: Location, sel: SelectionPlan, index: Mapping[tuple[str, ...], int], rel: str
+) -> FileSelection:
+    """One file's selection from its sidecar (pure given the sidecar and the plan: the
+    same file gives the same selection whatever other files exist)."""
+    where = output.url(rel + sidecar.SUFFIX)
+    wanted = ["id", *(f"{a}_label" for a in sel.axes), sidecar.TOKENS]
+    table = sidecar.read_columns(output.read_bytes(rel + sidecar.SUFFIX), wanted, where)
+    ids = table["id"].to_pylist()
+    domain = domain_of_rows(table, sel.axes, index)
+    rate = np.where(domain >= 0, sel.rates()[np.maximum(domain, 0)], 0.0)
+    k = selection.repeats(rate, selection.uniform(ids, sel.seed, rel))
+    tokens = table[sidecar.TOKENS].to_numpy(zero_copy_only=False).astype(np.int64)
+    return FileSelection(rel, ids, domain, tokens, k)
+
+
+def files_to_select(run_dir: Path, sel: SelectionPlan, shard: int) -> list[str]:
+    """The shard's files of labelled tasks (in its summary), none quarantined."""
+    if shard not in sel.shards:
+        return []
+    rows = plan.files_of_shard(plan.load(run_dir), shard)
+    complete = set(summaries.read(run_dir, shard).task_ids)
+    left_out = set(quarantine.load(run_dir))
+    bad_tasks = {t for f, t in zip(rows["file"].to_pylist(), rows["task_id"].to_pylist(),
+                                   strict=True) if f in left_out}  # fmt: skip
+    return [
+        f
+        for f, t in zip(rows["file"].to_pylist(), rows["task_id"].to_pylist(), strict=True)
+        if t in complete and t not in bad_tasks
+    ]
+
+
+def _write(run_dir: Path, sel: SelectionPlan, one: FileSelection, attrs: Location | None) -> None:
+    """A file's selection Parquet, and its repeat counts where dolma mix reads them."""
+    table = selection.file_table(one.ids, one.repeats)
+    target = selection.root(run_dir, sel.name) / selection.FILES_DIR / (one.rel + ".parquet")
+    write_atomic(target, selection.file_bytes(table))
+    if attrs is not None and dolma.applies(one.rel):
+        attrs.write_bytes(one.rel, selection.attributes_bytes(one.rel, one.ids, one.repeats,
+                                                              sel.name))  # fmt: skip
+
+
+def select_shard(
+    run_dir: Path, name: str, shard: int, *, on_file: Callable[[], None] | None = None
+) -> ShardSelection:
+    """Select every file of ``shard`` and write its record (the Snakemake job)."""
+    ctx = JobContext.load(run_dir)
+    sel = selection.load_plan(ctx.run_dir, name)
+    if sel is None:
+        msg = f"{run_dir}: no selection named {name!r}: plan it with shardwise select first"
+        raise ConfigError(msg)
+    index = {d.labels: i for i, d in enumerate(sel.domains)}
+    n = len(sel.domains)
+    docs, tokens, taken, copies, selected = (np.zeros(n, np.int64) for _ in range(5))
+    max_repeats: dict[str, int] = {}
+    other = 0
+    attrs = attributes_root(ctx, name)
+    files = files_to_select(ctx.run_dir, sel, shard)
+    for rel in files:
+        one = select_file(ctx.output, sel, index, rel)
+        _write(ctx.run_dir, sel, one, attrs)
+        known = one.domain >= 0
+        d, t, k = one.domain[known], one.tokens[known], one.repeats[known].astype(np.int64)
+        other += int((~known).sum())
+        docs += np.bincount(d, minlength=n)
+        tokens += np.bincount(d, t, minlength=n).astype(np.int64)
+        taken += np.bincount(d, k > 0, minlength=n).astype(np.int64)
+        copies += np.bincount(d, k, minlength=n).astype(np.int64)
+        selected += np.bincount(d, k * t, minlength=n).astype(np.int64)
+        if k.size and int(k.max()) > 0:
+            max_repeats[rel] = int(k.max())
+        if on_file is not None:
+            on_file()
+    record = ShardSelection(
+        shard=shard, plan=sel.digest(), files=len(files),
+        docs=tuple(docs.tolist()), tokens=tuple(tokens.tolist()),
+        selected_docs=tuple(taken.tolist()), copies=tuple(copies.tolist()),
+        selected_tokens=tuple(selected.tolist()), max_repeats=max_repeats, other_docs=other,
+    )  # fmt: skip
+    selection.save_shard(ctx.run_dir, name, record)
+    return record
+
+
+def records(run_dir: Path, sel: SelectionPlan) -> dict[int, ShardSelection]:
+    """The shards of the plan selected already (by this plan: a record of another is
+    not counted)."""
+    found = {}
+    digest = sel.digest()
+    for shard in sel.shards:
+        record = selection.load_shard(run_dir, sel.name, shard)
+        if record is not None and record.plan == digest:
+            found[shard] = record
+    return found
+
+
+def select_missing(run_dir: Path, sel: SelectionPlan, *, jobs: int = 4, progress: bool = True):
+    """Select here every shard of the plan not selected yet (resumable: a shard's record
+    is written after its files); the shards selected now."""
+    todo = [s for s in sel.shards if s not in records(run_dir, sel)]
+    if not todo:
+        return []
+    table = plan.load(run_dir)
+    total = int(sum(len(plan.files_of_shard(table, s)) for s in todo))
+    bar = tqdm(total=total, unit="file", desc=f"select {sel.name}", disable=not progress)
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        list(pool.map(lambda s: select_shard(run_dir, sel.name, s, on_file=bar.update), todo))
+    bar.close()
+    return todo

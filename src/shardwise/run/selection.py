@@ -1,0 +1,265 @@
+"""A selection: which labelled documents a training mix takes, and how many times each.
+
+``shardwise select`` writes, under ``<run_dir>/selections/<name>/``:
+
+- ``selection.json`` (:class:`SelectionPlan`): the request (target weights, token
+  budget, repeat cap, seed) and per domain the tokens available (from the shard
+  summaries) and the **rate** each of its documents is taken at; written once, before
+  any file is selected, and never rewritten under the same name;
+- ``shards/<shard>.json`` (:class:`ShardSelection`): one shard's files selected (the
+  Snakemake target of ``select_all``), with per domain the documents and tokens seen
+  and selected, counted from the sidecars;
+- ``files/<rel>.parquet`` per labelled source file: its selected rows, ``row`` (int64,
+  the document's position in the file), ``id`` (string) and ``repeats`` (int16, >= 1);
+- for JSON Lines sources of a run with ``output.dolma``, the Dolma attribute set
+  ``<name>`` beside the labels' (``.../attributes/<name>/<rel>``): every document's
+  ``<name>__repeats``, 0 for one not selected (dolma mix reads attributes row by row).
+
+A document of a domain with rate ``r`` is taken ``k = floor(r) + 1[h(seed, id) <
+frac(r)]`` times, where ``h`` is a keyed BLAKE2b of its id mapped to [0, 1): the same
+seed gives the same selection byte for byte, and a file's selection depends only on
+its own rows (files are selected independently, in any order, on any machine). A
+document without an id is hashed as ``<rel>#<row>``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from shardwise.errors import RecordError
+from shardwise.run import dolma
+from shardwise.run.reader import arrow_owned
+from shardwise.run.record import Fields
+from shardwise.store.atomic import json_bytes, write_atomic
+
+SELECTIONS_DIR = "selections"
+PLAN_JSON = "selection.json"
+FILES_DIR = "files"
+SHARDS_DIR = "shards"
+FILE_SUFFIX = ".parquet"
+FORMAT_VERSION = 1
+#: A selection's name: a directory name and a Dolma attribute set's name.
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+SCHEMA = pa.schema([("row", pa.int64()), ("id", pa.string()), ("repeats", pa.int16())])
+
+
+def root(run_dir: Path, name: str) -> Path:
+    """Where selection ``name`` of a run lives."""
+    return Path(run_dir) / SELECTIONS_DIR / name
+
+
+def names(run_dir: Path) -> list[str]:
+    """The selections planned in a run (those with a ``selection.json``), sorted."""
+    base = Path(run_dir) / SELECTIONS_DIR
+    return sorted(p.parent.name for p in base.glob(f"*/{PLAN_JSON}"))
+
+
+def repeats_key(name: str) -> str:
+    """The Dolma attribute key of a selection's repeat count (a jq identifier)."""
+    return dolma.key(name, "selection", "repeats")
+
+
+# ----------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True)
+class Domain:
+    """One domain of a selection: its labels (one per axis) and what pass 1 decided."""
+
+    labels: tuple[str, ...]
+    weight: float  # the target share
+    available_tokens: int  # labelled tokens of the domain (the shard summaries)
+    available_docs: int
+    target_tokens: float  # budget x weight (after redistribution, when asked)
+    rate: float  # expected copies per document, <= max_repeat
+    capped: bool  # the rate hit max_repeat (or the domain is empty): a shortfall
+
+    @property
+    def planned_tokens(self) -> float:
+        """What the rate takes in expectation."""
+        return self.rate * self.available_tokens
+
+
+@dataclass(frozen=True)
+class SelectionPlan:
+    """``selection.json``: the request and each domain's rate (pass 1)."""
+
+    name: str
+    axes: tuple[str, ...]  # the classifier(s) a domain is a label of
+    budget_tokens: int
+    max_repeat: int
+    seed: int
+    redistribute: bool
+    partial: bool  # selected from what is labelled of a run not yet complete
+    labelled_tasks: int
+    population_tasks: int
+    shards: tuple[int, ...]  # the shards whose files are selected (summarized)
+    domains: tuple[Domain, ...]
+    weights_from: str  # where the weights were read
+    created_at: str
+    format_version: int = FORMAT_VERSION
+
+    def to_json(self) -> bytes:
+        """The file's bytes (sorted keys: one plan, one byte string)."""
+        return json_bytes(asdict(self))
+
+    @classmethod
+    def from_json(cls, raw: bytes, where: str) -> SelectionPlan:
+        """Parse ``selection.json``; RecordError naming the field when it is not one."""
+        f = Fields.parse(raw, where)
+        domains = []
+        for i, entry in enumerate(f.list("domains")):
+            if not isinstance(entry, dict):
+                raise f.refuse("domains", f"entry {i} is not an object")
+            d = Fields(entry, f"{where} [domains {i}]").into(Domain)
+            domains.append(Domain(**{**asdict(d), "labels": tuple(map(str, d.labels))}))
+        plan = f.into(cls, domains=tuple(domains))
+        if plan.format_version != FORMAT_VERSION:
+            raise f.refuse("format_version", f"is {plan.format_version}, not {FORMAT_VERSION}")
+        return plan
+
+    def digest(self) -> str:
+        """A short hash of the plan: each shard's record says which plan it followed."""
+        return hashlib.sha256(self.to_json()).hexdigest()[:16]
+
+    def rates(self) -> np.ndarray:
+        """Each domain's rate, in domain order."""
+        return np.array([d.rate for d in self.domains], np.float64)
+
+
+def load_plan(run_dir: Path, name: str) -> SelectionPlan | None:
+    """The plan of selection ``name``; None when there is none."""
+    path = root(run_dir, name) / PLAN_JSON
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    return SelectionPlan.from_json(raw, str(path))
+
+
+def save_plan(run_dir: Path, plan: SelectionPlan) -> None:
+    """Write ``selection.json`` (atomically)."""
+    write_atomic(root(run_dir, plan.name) / PLAN_JSON, plan.to_json())
+
+
+@dataclass(frozen=True)
+class ShardSelection:
+    """``shards/<shard>.json``: one shard's files selected, counted from their sidecars.
+
+    The lists are per domain of the plan, in its order.
+    """
+
+    shard: int
+    plan: str  # SelectionPlan.digest() of the plan followed
+    files: int  # files selected from (each has its files/<rel>.parquet)
+    docs: tuple[int, ...]  # documents seen per domain
+    tokens: tuple[int, ...]  # their tokens
+    selected_docs: tuple[int, ...]  # documents taken at least once
+    copies: tuple[int, ...]  # documents taken, with repeats
+    selected_tokens: tuple[int, ...]  # tokens taken, with repeats
+    max_repeats: dict[str, int]  # per file with a document taken: its largest count
+    other_docs: int = 0  # documents whose labels are no domain of the plan (never taken)
+    format_version: int = FORMAT_VERSION
+
+    def to_json(self) -> bytes:
+        """The file's bytes."""
+        return json_bytes(asdict(self))
+
+    @classmethod
+    def from_json(cls, raw: bytes, where: str) -> ShardSelection:
+        """Parse one; RecordError naming the field when it is not one."""
+        f = Fields.parse(raw, where)
+        record = f.into(cls)
+        lists = (record.docs, record.tokens, record.selected_docs, record.copies,
+                 record.selected_tokens)  # fmt: skip
+        if len({len(x) for x in lists}) != 1:
+            raise f.refuse("docs", "and the other per-domain lists differ in length")
+        if not all(isinstance(v, int) and v > 0 for v in record.max_repeats.values()):
+            raise f.refuse("max_repeats", "must map files to counts >= 1")
+        return record
+
+
+def shard_path(run_dir: Path, name: str, shard: int) -> Path:
+    """Where one shard's record of selection ``name`` lies."""
+    return root(run_dir, name) / SHARDS_DIR / f"{shard}.json"
+
+
+def load_shard(run_dir: Path, name: str, shard: int) -> ShardSelection | None:
+    """One shard's record; None when the shard is not selected yet."""
+    path = shard_path(run_dir, name, shard)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    return ShardSelection.from_json(raw, str(path))
+
+
+def save_shard(run_dir: Path, name: str, record: ShardSelection) -> None:
+    """Write one shard's record, after every file of it (atomically)."""
+    write_atomic(shard_path(run_dir, name, record.shard), record.to_json())
+
+
+# ----------------------------------------------------------------------------- per file
+
+
+def uniform(ids: Sequence[str | None], seed: int, rel: str) -> np.ndarray:
+    """``h(seed, id)`` in [0, 1) per document: a keyed BLAKE2b of its id (``<rel>#<row>``
+    for a document without one), stable across machines and versions of Python."""
+    key = f"shardwise-select:{seed}".encode()
+    b2 = hashlib.blake2b
+    raw = b"".join(
+        b2((i if i is not None else f"{rel}#{row}").encode(), digest_size=8, key=key).digest()
+        for row, i in enumerate(ids)
+    )
+    return (np.frombuffer(raw, ">u8") >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+
+
+def repeats(rate: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """``floor(rate) + 1[u < frac(rate)]`` per document (int16)."""
+    whole = np.floor(rate)
+    return (whole + (u < rate - whole)).astype(np.int16)
+
+
+def file_table(ids: Sequence[str | None], k: np.ndarray) -> pa.Table:
+    """A file's selection: the rows taken at least once, with their id and count."""
+    rows = np.flatnonzero(k > 0)
+    return pa.table(
+        {
+            "row": pa.array(rows, pa.int64()),
+            "id": pa.array([ids[r] for r in rows.tolist()], pa.string()),
+            "repeats": pa.array(k[rows], pa.int16()),
+        },
+        schema=SCHEMA,
+    )
+
+
+def file_bytes(table: pa.Table) -> bytes:
+    """A file's selection as Parquet bytes."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    return sink.getvalue().to_pybytes()
+
+
+def read_file(data: bytes, where: str) -> pa.Table:
+    """A file's selection back; RecordError naming ``where`` when it is not one."""
+    try:
+        table = pq.read_table(pa.BufferReader(arrow_owned(data)))
+    except (pa.ArrowException, OSError) as e:
+        raise RecordError(where, f"not a Parquet table: {e}") from e
+    if not table.schema.equals(SCHEMA):
+        raise RecordError(where, f"columns {table.schema.names}, not row, id, repeats")
+    return table
+
+
+def attributes_bytes(rel: str, ids: Sequence[str | None], k: np.ndarray, name: str) -> bytes:
+    """The Dolma attributes of one file: every row's repeat count (0: not taken)."""
+    key = repeats_key(name)
+    return dolma.build_rows(rel, ids, {key: k.tolist()})

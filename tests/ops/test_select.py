@@ -1,0 +1,67 @@
+"""``shardwise select``'s pure parts: budgets, weights, rates and the per-document draw."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from shardwise.errors import ConfigError
+from shardwise.ops import select
+from shardwise.run import selection
+
+
+def test_budgets_read_with_their_suffix_and_bad_ones_are_named():
+    assert select.parse_budget("100B") == 100 * 10**9
+    assert select.parse_budget("2.5M") == 2_500_000
+    assert select.parse_budget("20000") == 20_000
+    with pytest.raises(ConfigError, match="--tokens 'lots': give a token count"):
+        select.parse_budget("lots")
+
+
+def test_weights_that_do_not_sum_to_one_or_repeat_a_domain_are_refused(tmp_path):
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps([{"domain": [0, 1], "weight": 0.5}, {"domain": 3, "weight": 0.2}]))
+    with pytest.raises(ConfigError, match="sum to 0.7, not 1"):
+        select.read_weights(path)
+    path.write_text(json.dumps([{"domain": "Health", "weight": 0.5}] * 2))
+    with pytest.raises(ConfigError, match="listed twice"):
+        select.read_weights(path)
+    path.write_text(json.dumps([{"domain": "Health", "weight": -1}]))
+    with pytest.raises(ConfigError, match="entry 0: weight -1 is not a number >= 0"):
+        select.read_weights(path)
+
+
+def test_rates_hit_the_targets_and_a_capped_domain_is_short_unless_redistributed():
+    weights, tokens = [0.5, 0.3, 0.2], [1_000, 1_000, 50]
+    target, rate = select.rates(weights, tokens, 1_000, cap=2, redistribute=False)
+    assert np.allclose(target, [500, 300, 200]) and np.allclose(rate, [0.5, 0.3, 2.0])
+    assert rate[2] * tokens[2] == 100  # 100 short of its 200
+    target, rate = select.rates(weights, tokens, 1_000, cap=2, redistribute=True)
+    assert np.isclose((rate * np.array(tokens)).sum(), 1_000)
+    assert np.isclose(rate[0] / rate[1], 0.5 / 0.3)  # the shortfall in the weights' ratio
+    _, rate = select.rates([0.5, 0.5], [100, 0], 100, cap=1, redistribute=False)
+    assert rate.tolist() == [0.5, 0.0]  # an empty domain takes nothing
+
+
+def test_each_document_is_taken_at_its_rate_within_binomial_tolerance_and_by_its_seed():
+    ids = [f"doc-{i}" for i in range(200_000)]
+    for rate in (0.1, 0.5, 1.7):
+        k = selection.repeats(np.full(len(ids), rate), selection.uniform(ids, 7, "f"))
+        assert set(np.unique(k).tolist()) <= {int(rate), int(rate) + 1}
+        frac = rate - int(rate)
+        sd = np.sqrt(frac * (1 - frac) / len(ids))
+        assert abs(k.mean() - rate) < 4 * sd
+    again = selection.uniform(ids[:1000], 7, "f")
+    assert np.array_equal(again, selection.uniform(ids[:1000], 7, "other-file"))  # by id only
+    assert not np.array_equal(again, selection.uniform(ids[:1000], 8, "f"))
+    assert selection.uniform([None], 7, "a")[0] != selection.uniform([None], 7, "b")[0]
+
+
+def test_a_file_selection_keeps_only_taken_rows_with_their_counts():
+    k = np.array([0, 2, 0, 1], np.int16)
+    table = selection.file_table(["a", "b", "c", "d"], k)
+    assert table.to_pydict() == {"row": [1, 3], "id": ["b", "d"], "repeats": [2, 1]}
+    back = selection.read_file(selection.file_bytes(table), "x.parquet")
+    assert back.equals(table)

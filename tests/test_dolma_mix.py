@@ -325,3 +325,22 @@ def test_select_all_selects_the_planned_shards_as_snakemake_jobs(counted_run, ca
     assert {p.relative_to(there): p.read_bytes() for p in there.rglob("*.parquet")} == {
         p.relative_to(here): p.read_bytes() for p in here.rglob("*.parquet")
     }
+
+
+def test_a_run_not_yet_complete_is_refused_unless_partial_and_then_every_line_says_so(
+    counted_run, tmp_path, capsys
+):
+    run_dir = tmp_path / "run"
+    shutil.copytree(counted_run["run_dir"], run_dir)
+    shutil.rmtree(run_dir / "selections", ignore_errors=True)
+    (run_dir / "shards" / "0.done").unlink()
+    weights = tmp_path / "uniform.json"
+    _uniform_weights(counted_run["run_dir"], weights)
+    args = ["select", "--run-dir", str(run_dir), "--weights", str(weights), "--tokens", "2k"]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert "the run is labelled for" in err and "pass --partial to select from what is" in err
+    assert not (run_dir / "selections").exists()
+    assert main([*args, "--partial"]) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if "%" in ln]
+    assert lines and all("[from what is labelled:" in ln for ln in lines)

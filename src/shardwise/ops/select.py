@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -348,8 +347,3 @@ def planned(run_dir: Path, request: Request | None, name: str) -> SelectionPlan:
         return existing
     selection.save_plan(run_dir, new)
     return new
-
-
-def budget_words(tokens: float) -> str:
-    """A token figure for people (``1.5M``)."""
-    return human_count(tokens) if math.isfinite(tokens) else "-"

@@ -78,11 +78,14 @@ def select_file(
     return FileSelection(rel, ids, domain, tokens, k)
 
 
-def files_to_select(run_dir: Path, sel: SelectionPlan, shard: int) -> list[str]:
-    """The shard's files of labelled tasks (in its summary), none quarantined."""
+def files_to_select(
+    run_dir: Path, sel: SelectionPlan, shard: int, table: pa.Table | None = None
+) -> list[str]:
+    """The shard's files of labelled tasks (in its summary), none quarantined
+    (``table``: the plan, when the caller has it loaded)."""
     if shard not in sel.shards:
         return []
-    rows = plan.files_of_shard(plan.load(run_dir), shard)
+    rows = plan.files_of_shard(table if table is not None else plan.load(run_dir), shard)
     complete = set(summaries.read(run_dir, shard).task_ids)
     left_out = set(quarantine.load(run_dir))
     bad_tasks = {t for f, t in zip(rows["file"].to_pylist(), rows["task_id"].to_pylist(),
@@ -105,9 +108,15 @@ def _write(run_dir: Path, sel: SelectionPlan, one: FileSelection, attrs: Locatio
 
 
 def select_shard(
-    run_dir: Path, name: str, shard: int, *, on_file: Callable[[], None] | None = None
+    run_dir: Path,
+    name: str,
+    shard: int,
+    *,
+    table: pa.Table | None = None,
+    on_file: Callable[[], None] | None = None,
 ) -> ShardSelection:
-    """Select every file of ``shard`` and write its record (the Snakemake job)."""
+    """Select every file of ``shard`` and write its record (the Snakemake job;
+    ``table``: the plan, loaded once by a caller that selects many shards)."""
     ctx = JobContext.load(run_dir)
     sel = selection.load_plan(ctx.run_dir, name)
     if sel is None:
@@ -119,7 +128,7 @@ def select_shard(
     max_repeats: dict[str, int] = {}
     other = 0
     attrs = attributes_root(ctx, name)
-    files = files_to_select(ctx.run_dir, sel, shard)
+    files = files_to_select(ctx.run_dir, sel, shard, table)
     for rel in files:
         one = select_file(ctx.output, sel, index, rel)
         _write(ctx.run_dir, sel, one, attrs)
@@ -164,9 +173,15 @@ def select_missing(run_dir: Path, sel: SelectionPlan, *, jobs: int = 4, progress
     if not todo:
         return []
     table = plan.load(run_dir)
-    total = int(sum(len(plan.files_of_shard(table, s)) for s in todo))
+    per_shard = plan.files_per_shard(table)
+    total = sum(per_shard.get(s, 0) for s in todo)
     bar = tqdm(total=total, unit="file", desc=f"select {sel.name}", disable=not progress)
+
+    def one(shard: int) -> None:
+        record = select_shard(run_dir, sel.name, shard, table=table, on_file=bar.update)
+        bar.update(per_shard.get(shard, 0) - record.files)  # files not selected from
+
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        list(pool.map(lambda s: select_shard(run_dir, sel.name, s, on_file=bar.update), todo))
+        list(pool.map(one, todo))
     bar.close()
     return todo

@@ -115,3 +115,10 @@ def test_bench_selection_prints_rows_per_second_and_peak_memory_per_size(tmp_pat
     line = rf"^\s+([\d,]+)\s+{NUMBER}\s+[\d,]+\s+{NUMBER}\s+{NUMBER}MB\s+{NUMBER}\s+[\d,]+$"
     rows = re.findall(line, out, re.MULTILINE)
     assert rows == ["2,000", "20,000"], out
+
+
+def test_bench_tokencount_prints_docs_per_second_with_and_without_the_tokenizer(tmp_path):
+    out = bench(tmp_path, "tokencount.py", "--files", "1", "--docs", "5", "--repeats", "1")
+    assert re.search(rf"^without domains.tokenizer +{NUMBER} docs/s$", out, re.MULTILINE), out
+    assert re.search(rf"^with domains.tokenizer +{NUMBER} docs/s$", out, re.MULTILINE), out
+    assert re.search(rf"with / without: {NUMBER}x the rate", out), out

@@ -344,3 +344,27 @@ def test_a_run_not_yet_complete_is_refused_unless_partial_and_then_every_line_sa
     assert main([*args, "--partial"]) == 0
     lines = [ln for ln in capsys.readouterr().out.splitlines() if "%" in ln]
     assert lines and all("[from what is labelled:" in ln for ln in lines)
+
+
+def test_weborganizer_statistics_of_a_complete_run_equal_counts_from_the_sidecars(counted_run):
+    from shardwise.ops.domains import weborganizer_ids
+
+    root, run_dir = counted_run["root"], counted_run["run_dir"]
+    ids = weborganizer_ids()
+    tokens: dict[tuple[int, int], int] = defaultdict(int)
+    docs: dict[tuple[int, int], int] = defaultdict(int)
+    for path in (root / "labels").rglob("*.labels.parquet"):
+        t = pq.read_table(path).to_pydict()
+        for topic, fmt, n in zip(t["topic_label"], t["format_label"], t["tokens"], strict=True):
+            cell = (ids["topic"][topic], ids["format"][fmt])
+            tokens[cell] += n
+            docs[cell] += 1
+    proc = subprocess.run(["shardwise", "domains", "--run-dir", str(run_dir), "--format",
+                           "weborganizer"], capture_output=True, text=True, check=True)  # fmt: skip
+    got = json.loads(proc.stdout)
+    assert {tuple(e["domain"]): (e["tokens"], e["documents"]) for e in got} == {
+        c: (tokens[c], docs[c]) for c in tokens
+    }
+    total = sum(tokens.values())
+    assert all(abs(e["weight"] - tokens[tuple(e["domain"])] / total) < 1e-12 for e in got)
+    assert not any("estimated" in e for e in got)

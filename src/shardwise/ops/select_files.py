@@ -169,7 +169,8 @@ def records(run_dir: Path, sel: SelectionPlan) -> dict[int, ShardSelection]:
 def select_missing(run_dir: Path, sel: SelectionPlan, *, jobs: int = 4, progress: bool = True):
     """Select here every shard of the plan not selected yet (resumable: a shard's record
     is written after its files); the shards selected now."""
-    todo = [s for s in sel.shards if s not in records(run_dir, sel)]
+    done = records(run_dir, sel)  # read once, not once per shard
+    todo = [s for s in sel.shards if s not in done]
     if not todo:
         return []
     table = plan.load(run_dir)

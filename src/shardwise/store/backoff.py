@@ -1,19 +1,10 @@
 """Bounded exponential backoff with full jitter for transient storage errors.
 
-Object stores fail transiently all the time: 5xx, ``SlowDown``/throttling, a reset
-connection, a timeout. Retrying such a request a few times is the difference between
-a job that survives a blip and one that fails a whole shard. Retrying forever would
-hide a dead endpoint, so the number of attempts is bounded; once it is spent the
-caller gets a ``RetriesExhaustedError`` (a ``StorageError``) that names the object
-key and the last error, which is what a person needs to act on.
-
-Exactly one layer retries. botocore's and s3fs's own retry loops are switched off
-where ``store/location.py`` builds the filesystem, so a request is tried at most
-``attempts`` times (and a test can count them at the server) instead of
-botocore x s3fs x ours.
-
-Delays use "full jitter" (``uniform(0, min(cap, base * 2**n))``): many shard jobs
-hitting the same throttled bucket spread out instead of retrying in lockstep.
+A retry is the difference between a job that survives a blip (5xx, ``SlowDown``, a reset
+connection) and one that fails a whole shard; a bound keeps a dead endpoint visible: the
+caller then gets a ``RetriesExhaustedError`` naming the key and the last error. Exactly
+one layer retries (botocore's and s3fs's loops are off, ``store/location.py``), so a test
+can count the attempts at the server. Full jitter spreads jobs hitting one throttled bucket.
 """
 
 from __future__ import annotations
@@ -34,47 +25,22 @@ T = TypeVar("T")
 
 log = logging.getLogger("shardwise.store.location")
 
-#: S3 error codes that mean "try again later", whatever the HTTP status says.
+#: S3 error codes that mean "try again later", whatever the HTTP status says. S3 answers
+#: 409 ConditionalRequestConflict while another conditional write to the key is in
+#: flight: the documented reaction is to retry (then 412 or 200 settles it).
 TRANSIENT_CODES = frozenset(
-    {
-        "SlowDown",
-        "Throttling",
-        "ThrottlingException",
-        "ThrottledException",
-        "RequestThrottled",
-        "RequestLimitExceeded",
-        "TooManyRequests",
-        "TooManyRequestsException",
-        "RequestTimeout",
-        "RequestTimeoutException",
-        "InternalError",
-        "ServiceUnavailable",
-        "ServerBusy",
-        "BadGateway",
-        "GatewayTimeout",
-        # S3 answers 409 when another conditional write to the same key is in flight;
-        # the documented client reaction is to retry (then 412 or 200 settles it).
-        "ConditionalRequestConflict",
-        "OperationAborted",
-    }
-)
-
+    {"SlowDown", "Throttling", "ThrottlingException", "ThrottledException", "RequestThrottled",
+     "RequestLimitExceeded", "TooManyRequests", "TooManyRequestsException", "RequestTimeout",
+     "RequestTimeoutException", "InternalError", "ServiceUnavailable", "ServerBusy",
+     "BadGateway", "GatewayTimeout", "ConditionalRequestConflict", "OperationAborted"}
+)  # fmt: skip
 #: HTTP statuses worth a retry (besides every 5xx other than 501 Not Implemented).
 TRANSIENT_STATUSES = frozenset({408, 429})
-
 #: errno values of connection-level failures.
 TRANSIENT_ERRNOS = frozenset(
-    {
-        errno.ECONNRESET,
-        errno.ECONNREFUSED,
-        errno.ECONNABORTED,
-        errno.EPIPE,
-        errno.ETIMEDOUT,
-        errno.EHOSTUNREACH,
-        errno.ENETUNREACH,
-        errno.ENETDOWN,
-    }
-)
+    {errno.ECONNRESET, errno.ECONNREFUSED, errno.ECONNABORTED, errno.EPIPE, errno.ETIMEDOUT,
+     errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ENETDOWN}
+)  # fmt: skip
 
 
 class RetriesExhaustedError(StorageError):
@@ -108,11 +74,7 @@ class RetryPolicy:
     @classmethod
     def of(cls, options: StorageOptions) -> RetryPolicy:
         """The configured bound and backoff (``storage.max_attempts``, ``backoff_*``)."""
-        return cls(
-            attempts=options.max_attempts,
-            base_delay=options.backoff_base,
-            max_delay=options.backoff_max,
-        )
+        return cls(options.max_attempts, options.backoff_base, options.backoff_max)
 
     def delays(self, rng: random.Random | None = None) -> Iterator[float]:
         """The sleeps between attempts: ``attempts - 1`` full-jitter values."""
@@ -122,11 +84,9 @@ class RetryPolicy:
 
 
 def error_chain(exc: BaseException, *, through_retries: bool = False) -> Iterator[BaseException]:
-    """``exc`` and its causes: s3fs wraps botocore errors in OSError with ``__cause__``.
-
-    ``through_retries`` also steps from a ``RetriesExhaustedError`` to its last error
-    (to read the S3 code behind a give-up); never for deciding whether to retry.
-    """
+    """``exc`` and its causes (s3fs wraps botocore errors in OSError); ``through_retries``
+    also steps from a ``RetriesExhaustedError`` to its last error (to read the S3 code
+    behind a give-up), never for deciding whether to retry."""
     seen: set[int] = set()
     cur: BaseException | None = exc
     while cur is not None and id(cur) not in seen:
@@ -136,6 +96,26 @@ def error_chain(exc: BaseException, *, through_retries: bool = False) -> Iterato
             cur = cur.last_error
         else:
             cur = cur.__cause__ or cur.__context__
+
+
+def s3_reply(exc: BaseException, *, through_retries: bool = False) -> tuple[str, int | None]:
+    """(S3 error code, HTTP status) of the first botocore error response behind ``exc``;
+    ("", None) when there is none."""
+    for err in error_chain(exc, through_retries=through_retries):
+        reply = _reply(err)
+        if reply is not None:
+            return reply
+    return "", None
+
+
+def _reply(err: BaseException) -> tuple[str, int | None] | None:
+    """(code, status) of one botocore ``ClientError``; None for any other error."""
+    response = getattr(err, "response", None)
+    if not isinstance(response, dict):
+        return None
+    status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+    code = str((response.get("Error") or {}).get("Code") or "")
+    return code, status if isinstance(status, int) else None
 
 
 #: botocore's errors for "no credentials anywhere in its chain" (matched by name: the
@@ -159,81 +139,50 @@ def no_credentials_message(key: str) -> str:
 
 
 def describe(exc: BaseException) -> str:
-    """``Type: message`` plus the S3 error code and HTTP status hidden in its causes.
-
-    s3fs turns a botocore ``ClientError`` into a bare ``OSError``; the code
-    (``SlowDown``, ``InternalError``) is what tells a person what happened.
-    """
+    """``Type: message`` plus the S3 error code and HTTP status hidden in its causes (s3fs
+    turns a ``ClientError`` into a bare OSError; the code is what tells a person why)."""
     text = f"{type(exc).__name__}: {str(exc) or repr(exc)}"
-    for err in error_chain(exc):
-        response = getattr(err, "response", None)
-        if isinstance(response, dict):
-            code = (response.get("Error") or {}).get("Code")
-            status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
-            extra = ", ".join(str(x) for x in (code, status and f"HTTP {status}") if x)
-            if extra and extra not in text:
-                text += f" ({extra})"
-            break
-    return text
-
-
-def _client_error_is_transient(exc: BaseException) -> bool | None:
-    """Verdict for an HTTP error response (botocore ``ClientError``), None if not one."""
-    response = getattr(exc, "response", None)
-    if not isinstance(response, dict):
-        return None
-    code = str((response.get("Error") or {}).get("Code") or "")
-    status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
-    if code in TRANSIENT_CODES:
-        return True
-    if isinstance(status, int):
-        return status in TRANSIENT_STATUSES or (status >= 500 and status != 501)
-    return False
+    code, status = s3_reply(exc)
+    extra = ", ".join(str(x) for x in (code, status and f"HTTP {status}") if x)
+    return f"{text} ({extra})" if extra and extra not in text else text
 
 
 def _connection_error_types() -> tuple[type[BaseException], ...]:
-    """Connection/timeout exception types of the HTTP stacks fsspec may use.
-
-    Built on the first transient-error check: aiohttp and botocore take ~0.2 s to import,
-    which a run on local disk never needs to pay.
-    """
+    """Connection/timeout exception types of the HTTP stacks fsspec may use (built on the
+    first check: a run on local disk never pays ~0.2 s for aiohttp and botocore)."""
     import aiohttp  # noqa: PLC0415 - ~0.15 s, object stores only
     import botocore.exceptions as boto  # noqa: PLC0415 - object stores only
     import fsspec.exceptions  # noqa: PLC0415 - object stores only
 
     return (
-        ConnectionError,
-        TimeoutError,
-        boto.ConnectionError,
-        boto.HTTPClientError,
-        boto.IncompleteReadError,
-        boto.ResponseStreamingError,
-        aiohttp.ClientConnectionError,
-        aiohttp.ClientPayloadError,
-        fsspec.exceptions.FSTimeoutError,
-        IncompleteRead,
+        ConnectionError, TimeoutError, boto.ConnectionError, boto.HTTPClientError,
+        boto.IncompleteReadError, boto.ResponseStreamingError, aiohttp.ClientConnectionError,
+        aiohttp.ClientPayloadError, fsspec.exceptions.FSTimeoutError, IncompleteRead,
         RemoteDisconnected,
-    )
+    )  # fmt: skip
 
 
 _CONNECTION_ERRORS: tuple[type[BaseException], ...] | None = None
 
 
 def is_transient(exc: BaseException) -> bool:
-    """True for errors a retry can fix: 5xx, throttling, resets, timeouts.
-
-    Missing objects, denied access, failed preconditions and bad requests are final:
-    retrying them only delays the real error message.
-    """
+    """True for errors a retry can fix: 5xx, throttling, resets, timeouts. Missing objects,
+    denied access, failed preconditions and bad requests are final: a retry only delays
+    the real message."""
     global _CONNECTION_ERRORS  # noqa: PLW0603 - computed once, imports are lazy
     if _CONNECTION_ERRORS is None:
         _CONNECTION_ERRORS = _connection_error_types()
     for err in error_chain(exc):
         if isinstance(err, FileNotFoundError | PermissionError | FileExistsError):
             return False
-        verdict = _client_error_is_transient(err)
-        if verdict is not None:
-            return verdict
+        reply = _reply(err)
+        if reply is not None:
+            code, status = reply
+            if code in TRANSIENT_CODES:
+                return True
+            return status is not None and (
+                status in TRANSIENT_STATUSES or (status >= 500 and status != 501)
+            )
         if isinstance(err, _CONNECTION_ERRORS):
             return True
         if isinstance(err, OSError) and err.errno in TRANSIENT_ERRNOS:
@@ -249,12 +198,9 @@ def call(
     sleep: Callable[[float], None] = time.sleep,
     transient: Callable[[BaseException], bool] = is_transient,
 ) -> T:
-    """Run ``fn`` until it succeeds, a final error occurs, or the attempts are spent.
-
-    Final (non-transient) errors propagate unchanged so callers can still tell
-    ``FileNotFoundError`` from the rest; exhausting the bound raises
-    ``RetriesExhaustedError`` naming ``key``.
-    """
+    """Run ``fn`` until it succeeds, a final error occurs (raised unchanged, so callers
+    still tell ``FileNotFoundError`` from the rest), or the attempts are spent
+    (``RetriesExhaustedError`` naming ``key``)."""
     delays = policy.delays()
     attempt = 0
     while True:
@@ -271,10 +217,6 @@ def call(
                 raise RetriesExhaustedError(key, attempt, exc) from exc
             log.warning(
                 "%s: transient error (attempt %d/%d), retrying in %.2fs: %s",
-                key,
-                attempt,
-                policy.attempts,
-                delay,
-                describe(exc),
-            )
+                key, attempt, policy.attempts, delay, describe(exc),
+            )  # fmt: skip
             sleep(delay)

@@ -1,38 +1,22 @@
 """One code path for local folders and object stores (``s3://``, any fsspec URL).
 
-A ``Location`` is a root plus a filesystem. Everything else in shardwise speaks in
-paths relative to a root (``cc/science/part-7.jsonl.gz``), so a corpus can move
-between a mount and a bucket without re-sharding, and a relative path can never
-escape its root (the planner refuses such names: ``run.manifest.unsafe_reason``).
-
-Local roots use plain ``os`` calls (atomic temp+rename, create-by-link). Remote
-roots go through fsspec; for S3 (and R2, MinIO, Ceph) shardwise talks to s3fs's
-client directly where that saves requests:
-
-* a listing is one paginated ``ListObjectsV2`` (1,000 keys a page), never a HEAD
-  per file, and never the extra HEAD/LIST s3fs's ``find`` adds for an empty prefix;
-* a whole-object PUT is atomic by nature: a reader sees the old object, the new one
-  or none, so no temp+rename is needed;
-* ``create_if_absent`` is a conditional PUT (``If-None-Match: *``), atomic on S3, R2
-  and MinIO; ``exists`` is one HEAD, ``remove`` one DELETE, ``read_bytes`` one GET.
-
-Every remote request is retried by ``shardwise.store.backoff`` (bounded exponential
-backoff with jitter) and by nothing else: botocore's and s3fs's own retry loops are
-switched off here, so a bound in config is the real bound, and a test can count the
-attempts at the server.
-
-Credentials are never part of this module's inputs: the config may not carry them
-(``config.StorageOptions.from_config``) and neither may a URL (``user:pass@``); botocore
-finds them in the environment, the AWS profile files, or the instance role.
+A ``Location`` is a root plus a filesystem; the rest of shardwise speaks in paths relative
+to a root, so a corpus moves between a mount and a bucket without re-sharding. On S3 (R2,
+MinIO, Ceph) it calls s3fs's client directly where that saves requests: a listing is one
+paginated ListObjectsV2 (never a HEAD per file), a whole-object PUT is atomic by nature,
+``create_if_absent`` is one conditional PUT (``If-None-Match: *``). Every remote request
+is retried by ``store.backoff`` and nothing else, so a bound in config is the real bound.
+Credentials are never inputs here: botocore finds them in the environment, the AWS
+profile files or the instance role (``config.StorageOptions`` refuses them in config).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import logging
 import os
-import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -40,21 +24,17 @@ from typing import IO, Any, TypeVar
 from shardwise.config import StorageOptions, reject_credentials_in_url
 from shardwise.errors import StorageError
 from shardwise.store.atomic import create_exclusive, write_atomic
-from shardwise.store.backoff import RetryPolicy, call, describe, error_chain
+from shardwise.store.backoff import RetryPolicy, call, describe, s3_reply
 
 T = TypeVar("T")
 
 log = logging.getLogger("shardwise.store.location")
 
-#: Read-buffer size for remote files. Big enough that a JSONL stream costs one GET
-#: per 16 MiB and a Parquet column chunk usually one GET; small enough to bound memory
-#: per open file (s3fs's default is 50 MiB).
+#: Remote read-ahead: a JSONL stream costs one GET per 16 MiB, memory per open file stays
+#: bounded (s3fs's default is 50 MiB).
 DEFAULT_BLOCK_SIZE = 16 * 2**20
-
-#: Parquet files up to this size are fetched whole in one GET (one round trip beats
-#: footer + column-chunk GETs when the unneeded columns cost only milliseconds).
+#: Parquet files up to this size are fetched whole: one round trip beats footer + chunks.
 SMALL_FILE_BYTES = 4 * 2**20
-
 #: Files read by seeking (footer first, then column chunks): no read-ahead for them.
 RANDOM_ACCESS_SUFFIXES = (".parquet", ".pq")
 
@@ -108,11 +88,8 @@ class Location:
 
     def inner_prefix(self, other: Location) -> str | None:
         """Where ``other``'s root lies inside this root: ``""`` (the same root), ``"a/b/"``
-        (a folder below it), or None (elsewhere: another store, bucket or folder).
-
-        Input and output may share a root or nest; the planner and ``verify`` must then
-        tell the corpus from shardwise's own outputs.
-        """
+        (below it) or None (elsewhere): input and output may nest, and the planner and
+        ``verify`` must then tell the corpus from shardwise's own outputs."""
         if self.protocol != other.protocol:
             return None
         if other.root == self.root:
@@ -122,9 +99,12 @@ class Location:
             return other.root[len(base) :] + "/"
         return None
 
-    def _key(self, rel: str) -> str:
-        """The object key of ``rel`` inside ``self.bucket`` (S3 only)."""
-        return f"{self.prefix}/{rel}" if self.prefix else rel
+    def _s3(self, rel: str, method: str, **kwargs: Any) -> Any:
+        """One retried S3 call on the object of ``rel``."""
+        key = f"{self.prefix}/{rel}" if self.prefix else rel
+        return self._retry(
+            rel, lambda: self.fs.call_s3(method, Bucket=self.bucket, Key=key, **kwargs)
+        )
 
     def _size(self, rel: str) -> int:
         """One HEAD for a remote file's size; FileNotFoundError if absent."""
@@ -161,13 +141,9 @@ class Location:
         return [(rel, size) for rel, size, _version in self.list_entries()]
 
     def list_entries(self) -> list[tuple[str, int, str]]:
-        """Every file below the root as (relative path, size, version), sorted; one listing.
-
-        ``version`` is what the listing says about a file's content besides its size,
-        at no extra request: the modification time (ns) locally, the ETag on S3,
-        whatever of the two another fsspec store lists ("" when none). A file changed
-        in place gets another (size, version).
-        """
+        """Every file below the root as (relative path, size, version), sorted; one
+        listing. ``version`` costs no extra request (mtime in ns locally, the ETag on S3,
+        "" when none): a file changed in place gets another (size, version)."""
         try:
             if self.is_s3:
                 out = list(self._list_s3())
@@ -177,7 +153,10 @@ class Location:
                 root = Path(self.root)
                 if not root.is_dir():
                     return []
-                out = list(_walk_local(root))
+                out = [
+                    (rel, (st := e.stat()).st_size, str(st.st_mtime_ns))
+                    for rel, e in _walk_local(root)
+                ]
         except StorageError:
             raise
         except (OSError, ValueError) as e:
@@ -224,7 +203,7 @@ class Location:
         if not root.is_dir():
             return []
         try:
-            return sorted(_walk_local_names(root))
+            return sorted(rel for rel, _entry in _walk_local(root))
         except OSError as e:
             raise self._fail("list", "", e) from e
 
@@ -234,12 +213,8 @@ class Location:
 
     # -- reading --------------------------------------------------------------
     def remember_sizes(self, sizes: Mapping[str, int]) -> None:
-        """Record file sizes known from a listing or the plan.
-
-        ``open`` then needs no HEAD to learn a remote file's size: over a shard of
-        1,000 files that is 1,000 requests saved. (Not filled by ``list_files``: a
-        planner's listing can hold millions of files it never opens.)
-        """
+        """Record sizes known from the plan: ``open`` then needs no HEAD per remote file
+        (not filled by ``list_files``: a listing can hold millions of files never opened)."""
         self._sizes.update(sizes)
 
     def open(
@@ -250,17 +225,10 @@ class Location:
         block_size: int | None = None,
         cache_type: str | None = None,
     ) -> IO[bytes]:
-        """Open ``rel`` for streaming reads: seekable and buffered on remote stores.
-
-        Remote Parquet files are opened without read-ahead (``cache_type="none"``):
-        pyarrow asks for the footer and then exactly the projected column chunks, one
-        ranged GET each, so unneeded columns are never downloaded. A small one (up to
-        ``SMALL_FILE_BYTES``) is fetched whole in one GET instead: one round trip beats
-        two or more. Other files (JSONL streams) get a ``block_size`` read-ahead
-        buffer: one GET per block, memory near one block per open file. The size comes
-        from ``size`` or ``remember_sizes``; only when unknown does a HEAD find it.
-        Every GET is retried on its own; FileNotFoundError if ``rel`` is absent.
-        """
+        """Open ``rel`` for streaming reads (FileNotFoundError if absent). Remote Parquet
+        has no read-ahead, so pyarrow fetches the footer and exactly the projected column
+        chunks (a small file: one GET whole); other files get a ``block_size`` read-ahead.
+        Every GET is retried on its own; a HEAD only when the size is unknown."""
         if not self.remote:
             with self._reading("open", rel):
                 return Path(self.path(rel)).open("rb")
@@ -310,21 +278,18 @@ class Location:
             return self._retry(rel, lambda: self.fs.cat_file(self.path(rel), max_concurrency=1))
 
     def exists(self, rel: str) -> bool:
-        """One probe (a HEAD remotely); prefer ``list_suffix`` for many files."""
+        """One probe (a HEAD remotely); prefer a listing for many files."""
         if not self.remote:
             return Path(self.path(rel)).exists()
         try:
             if self.is_s3:
-                self._retry(
-                    rel,
-                    lambda: self.fs.call_s3("head_object", Bucket=self.bucket, Key=self._key(rel)),
-                )
+                self._s3(rel, "head_object")
                 return True
             return bool(self._retry(rel, lambda: self.fs.exists(self.path(rel))))
         except FileNotFoundError:
             return False
         except (OSError, ValueError, StorageError) as e:
-            if _http_status(e) == 404:
+            if s3_reply(e, through_retries=True)[1] == 404:
                 return False
             raise self._fail("check", rel, e) from e
 
@@ -341,11 +306,8 @@ class Location:
 
     def create_if_absent(self, rel: str, data: bytes) -> bool:
         """Create ``rel`` unless it exists; False when it already did (never overwrites).
-
-        On S3 this is one conditional PUT (``If-None-Match: *``): of two racing writers
-        exactly one gets True. A retried PUT whose first try did land answers 412 and
-        so reports False; callers re-read and validate the content, which is theirs.
-        """
+        On S3 one conditional PUT: of two racing writers exactly one gets True (a retried
+        PUT whose first try landed says False: callers re-read and validate the content)."""
         try:
             if not self.remote:
                 return create_exclusive(Path(self.path(rel)), data)
@@ -357,21 +319,13 @@ class Location:
 
     def _create_conditional(self, rel: str, data: bytes) -> bool:
         try:
-            self._retry(
-                rel,
-                lambda: self.fs.call_s3(
-                    "put_object",
-                    Bucket=self.bucket,
-                    Key=self._key(rel),
-                    Body=data,
-                    IfNoneMatch="*",
-                ),
-            )
+            self._s3(rel, "put_object", Body=data, IfNoneMatch="*")
         except (OSError, StorageError) as e:
-            if isinstance(e, FileExistsError) or _http_status(e) == 412:
+            code, status = s3_reply(e, through_retries=True)
+            if isinstance(e, FileExistsError) or status == 412:
                 return False
-            if _http_status(e) == 501 or _error_code(e) == "NotImplemented":
-                _warn_no_conditional_writes(self)
+            if status == 501 or code == "NotImplemented":
+                _warn_no_conditional_writes(self.uri)
                 return self._create_check_then_put(rel, data)
             raise
         finally:
@@ -391,12 +345,7 @@ class Location:
             if not self.remote:
                 Path(self.path(rel)).unlink(missing_ok=True)
             elif self.is_s3:
-                self._retry(
-                    rel,
-                    lambda: self.fs.call_s3(
-                        "delete_object", Bucket=self.bucket, Key=self._key(rel)
-                    ),
-                )
+                self._s3(rel, "delete_object")
             elif self.exists(rel):
                 self._retry(rel, lambda: self.fs.rm_file(self.path(rel)))
         except FileNotFoundError:
@@ -419,8 +368,9 @@ class _RetryingFetcher:
         )
 
 
-def _walk_local(root: Path) -> Iterator[tuple[str, int, str]]:
-    """Recursive scandir: one stat per entry that scandir already returns."""
+def _walk_local(root: Path) -> Iterator[tuple[str, os.DirEntry[str]]]:
+    """Recursive scandir: each file's relative path and entry (its type comes with the
+    listing; a stat is the caller's choice)."""
     stack = [(str(root), "")]
     while stack:
         directory, prefix = stack.pop()
@@ -430,22 +380,7 @@ def _walk_local(root: Path) -> Iterator[tuple[str, int, str]]:
                 if _is_dir(entry, root, rel):
                     stack.append((entry.path, rel + "/"))
                 elif entry.is_file(follow_symlinks=True):
-                    stat = entry.stat()
-                    yield rel, stat.st_size, str(stat.st_mtime_ns)
-
-
-def _walk_local_names(root: Path) -> Iterator[str]:
-    """Recursive scandir, names only (the entry type comes with the listing)."""
-    stack = [(str(root), "")]
-    while stack:
-        directory, prefix = stack.pop()
-        with os.scandir(directory) as it:
-            for entry in it:
-                rel = f"{prefix}{entry.name}"
-                if _is_dir(entry, root, rel):
-                    stack.append((entry.path, rel + "/"))
-                elif entry.is_file(follow_symlinks=True):
-                    yield rel
+                    yield rel, entry
 
 
 def _is_dir(entry: os.DirEntry[str], root: Path, rel: str) -> bool:
@@ -465,60 +400,24 @@ def _is_dir(entry: os.DirEntry[str], root: Path, rel: str) -> bool:
     return True
 
 
-def _http_status(exc: BaseException) -> int | None:
-    """The HTTP status of the botocore error behind ``exc`` (s3fs wraps them)."""
-    for err in error_chain(exc, through_retries=True):
-        response = getattr(err, "response", None)
-        if isinstance(response, dict):
-            status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
-            if isinstance(status, int):
-                return status
-    return None
-
-
-def _error_code(exc: BaseException) -> str | None:
-    """The S3 error code behind ``exc``, e.g. ``PreconditionFailed``."""
-    for err in error_chain(exc, through_retries=True):
-        response = getattr(err, "response", None)
-        if isinstance(response, dict):
-            code = (response.get("Error") or {}).get("Code")
-            if code:
-                return str(code)
-    return None
-
-
-_warned: set[str] = set()
-_warned_lock = threading.Lock()
-
-
-def _warn_no_conditional_writes(loc: Location) -> None:
-    with _warned_lock:
-        if loc.uri in _warned:
-            return
-        _warned.add(loc.uri)
+@functools.cache  # once per store
+def _warn_no_conditional_writes(uri: str) -> None:
     log.warning(
         "%s: the store does not support conditional PUT (If-None-Match); falling back to "
         "HEAD-then-PUT, which two simultaneous writers can both win (see docs/storage.md)",
-        loc.uri,
+        uri,
     )
 
 
+@functools.cache
 def _s3_filesystem_class() -> type:
     """s3fs's filesystem with its own retry loop off: ``shardwise.store.backoff`` owns retries."""
-    global _S3FS_CLASS  # noqa: PLW0603 - built once, import of s3fs is lazy
-    if _S3FS_CLASS is None:
-        from s3fs import S3FileSystem  # noqa: PLC0415 - ~0.3 s, S3 only
+    from s3fs import S3FileSystem  # noqa: PLC0415 - ~0.3 s, S3 only
 
-        class ShardwiseS3FileSystem(S3FileSystem):
-            """S3FileSystem that tries each request once; the caller decides on retries."""
+    class ShardwiseS3FileSystem(S3FileSystem):
+        retries = 1  # one try per request; the caller decides on retries
 
-            retries = 1
-
-        _S3FS_CLASS = ShardwiseS3FileSystem
-    return _S3FS_CLASS
-
-
-_S3FS_CLASS: type | None = None
+    return ShardwiseS3FileSystem
 
 
 def _remote_filesystem(uri: str, options: StorageOptions) -> tuple[Any, str]:
@@ -527,11 +426,8 @@ def _remote_filesystem(uri: str, options: StorageOptions) -> tuple[Any, str]:
 
     protocol = uri.split("://", 1)[0].lower()
     if protocol not in _S3_PROTOCOLS:
-        fs, path = fsspec.core.url_to_fs(uri)
-        return fs, path
-    client_kwargs: dict[str, Any] = {}
-    if options.region:
-        client_kwargs["region_name"] = options.region
+        return fsspec.core.url_to_fs(uri)
+    client_kwargs = {"region_name": options.region} if options.region else {}
     config_kwargs: dict[str, Any] = {
         "connect_timeout": options.connect_timeout,
         "read_timeout": options.read_timeout,
@@ -551,5 +447,4 @@ def _remote_filesystem(uri: str, options: StorageOptions) -> tuple[Any, str]:
     if options.profile:
         kwargs["profile"] = options.profile
     cls = _s3_filesystem_class()
-    fs = cls(**kwargs)
-    return fs, cls._strip_protocol(uri)
+    return cls(**kwargs), cls._strip_protocol(uri)

@@ -1,12 +1,9 @@
-"""Run one SLURM client command with a timeout and parse its machine-readable output.
+"""Run one SLURM client command with a timeout, and parse its machine-readable replies.
 
-Every SLURM call shardwise makes goes through :func:`run`: a missing command, a
-command that does not answer in time (``sacct`` without working accounting hangs,
-a login node whose controller is down), a non-zero exit and a reply that hides
-data (``PrivateData``) all come back as a :class:`Reply` whose ``problem`` is one
-line a person can act on, never as an exception or a hang. Parsers take the text
-of ``-h -o 'a|b|c'``, ``--parsable2`` and ``scontrol -o`` replies and return plain
-values; they never run anything.
+Every SLURM call goes through :func:`run`: a missing command, one that hangs (``sacct``
+without accounting, a dead controller), a non-zero exit and data hidden by
+``PrivateData`` all come back as a :class:`Reply` whose ``problem`` is one line a
+person can act on, never an exception or a hang. The parsers never run anything.
 """
 
 from __future__ import annotations
@@ -51,62 +48,34 @@ class Reply:
 def run(
     argv: Sequence[str], *, timeout: float = DEFAULT_TIMEOUT, env: dict[str, str] | None = None
 ) -> Reply:
-    """Run ``argv`` (a SLURM client command) and say what happened, in one value.
-
-    ``SLURM_*`` variables that select another cluster's output format are left as
-    they are; callers always pass their own ``-o``/``--format`` so the reply parses.
-    """
+    """Run ``argv`` (a SLURM client command) and say what happened, in one value. Callers
+    pass their own ``-o``/``--format``, so a site's ``SLURM_*`` formats do not matter."""
     argv = tuple(argv)
-    name = argv[0]
+    name, line = argv[0], " ".join(argv)
     if shutil.which(name) is None:
-        return Reply(
-            argv,
-            returncode=None,
-            kind="missing",
-            problem=f"`{name}` is not installed or not on PATH (run this on a login node)",
-        )
+        why = f"`{name}` is not installed or not on PATH (run this on a login node)"
+        return Reply(argv, returncode=None, kind="missing", problem=why)
     try:
         proc = subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-            env={**os.environ, **(env or {})},
-            stdin=subprocess.DEVNULL,
-        )
+            argv, capture_output=True, text=True, timeout=timeout, check=False,
+            env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
     except subprocess.TimeoutExpired:
-        return Reply(
-            argv,
-            returncode=None,
-            kind="timeout",
-            problem=f"`{' '.join(argv)}` did not answer within {timeout:g} s",
-        )
+        why = f"`{line}` did not answer within {timeout:g} s"
+        return Reply(argv, returncode=None, kind="timeout", problem=why)
     except OSError as e:
         return Reply(argv, returncode=None, kind="failed", problem=f"`{name}` failed to start: {e}")
     if proc.returncode != 0:
         text = " ".join((proc.stderr or proc.stdout).split()) or "no message"
         kind = "hidden" if _HIDDEN.search(text) else "failed"
-        return Reply(
-            argv,
-            proc.stdout,
-            proc.stderr,
-            proc.returncode,
-            kind=kind,
-            problem=f"`{' '.join(argv)}` exited {proc.returncode}: {text}",
-        )
+        why = f"`{line}` exited {proc.returncode}: {text}"
+        return Reply(argv, proc.stdout, proc.stderr, proc.returncode, why, kind)
     return Reply(argv, proc.stdout, proc.stderr, proc.returncode)
 
 
-# ----------------------------------------------------------------------------- parsing
-
-
 def rows(text: str, names: Sequence[str], sep: str = "|") -> list[dict[str, str]]:
-    """Rows of a ``-h -o 'a|b|c'`` or ``--parsable2`` reply as dicts keyed by ``names``.
-
-    The last field may itself contain ``sep`` (a job comment, a reason list): lines are
-    split at most ``len(names) - 1`` times. Lines with fewer fields are skipped.
-    """
+    """Rows of a ``-h -o 'a|b|c'`` or ``--parsable2`` reply as dicts keyed by ``names``;
+    the last field may hold ``sep`` itself (a comment), lines with fewer fields are skipped."""
     out = []
     for line in text.splitlines():
         if not line.strip():
@@ -122,11 +91,8 @@ _KV = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_/:]*)=")
 
 
 def key_values(line: str) -> dict[str, str]:
-    """``Key=Value Key2=Value 2`` (one ``scontrol -o`` record) as a dict.
-
-    Values may contain spaces (``Reason=ReqNodeNotAvail, Reserved for maintenance``):
-    a value runs until the next `` Key=``.
-    """
+    """``Key=Value Key2=Value 2`` (one ``scontrol -o`` record) as a dict; a value may hold
+    spaces (``Reason=ReqNodeNotAvail, Reserved for maintenance``) up to the next `` Key=``."""
     matches = list(_KV.finditer(line))
     out: dict[str, str] = {}
     for i, m in enumerate(matches):
@@ -151,12 +117,8 @@ def is_null(value: str | None) -> bool:
 
 
 def minutes(value: str | None) -> int | None:
-    """A SLURM duration (``30``, ``1:00:00``, ``2-12:00:00``, ``UNLIMITED``) in minutes.
-
-    ``None`` for unlimited or unparseable values: callers treat that as "no limit".
-    Plain integers are minutes (sbatch ``-t 30``, ``TimelimitRaw``); ``M:SS`` is
-    minutes and seconds as squeue prints them.
-    """
+    """A SLURM duration (``30``, ``1:00:00``, ``2-12:00:00``) in minutes; None for
+    unlimited or unparseable ("no limit"). ``M:SS`` is minutes and seconds, as squeue says."""
     if is_null(value):
         return None
     text = str(value).strip()

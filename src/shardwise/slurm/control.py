@@ -18,6 +18,4 @@ def lower_time_limit(
     reply = command.run(
         ["scontrol", "update", f"JobId={job_id}", f"TimeLimit={minutes}"], timeout=timeout
     )
-    if not reply.ok:
-        return Answer(None, reply.problem, reply.kind)
-    return Answer(True)
+    return Answer(True) if reply.ok else Answer(None, reply.problem, reply.kind)

@@ -1,17 +1,11 @@
 """The SLURM profile as the plugin will see it: merged, expanded, and what it asks for.
 
-Snakemake merges several ``--profile`` directories per *top-level key*: a later
-profile that sets ``default-resources`` or ``set-resources`` replaces the whole
-mapping of an earlier one. :func:`load` does the same, expands ``$VARS`` as
-Snakemake does (an unset variable stays literally ``${NAME}``), and :func:`view`
-answers what one classify job will ask ``sbatch`` for.
-
-Site values that only one cluster has (partition, constraint, QOS) can also come
-from environment variables with safe empty defaults: the classify rule adds them
-as resources only when set (:func:`site_resources`), so a profile's
-``default-resources`` still applies when they are unset and ``set-resources``
-(an overlay) still wins when they are set. Excluded nodes and ``jobs`` come from a
-profile: the site overlay that ``shardwise cluster check --write-profile`` writes.
+Snakemake merges ``--profile`` directories per *top-level key* (a later
+``set-resources`` replaces the whole mapping) and expands ``$VARS`` (an unset one stays
+``${NAME}``): :func:`load` does the same, :func:`view` says what one classify job asks
+sbatch for. Site values (partition, constraint, QOS) may come from ``SHARDWISE_SLURM_*``
+variables, added as resources only when set, so ``default-resources`` still applies
+without them and an overlay's ``set-resources`` still wins.
 """
 
 from __future__ import annotations
@@ -76,12 +70,7 @@ def load(directories: list[Path]) -> dict[str, Any]:
 def expand(value: Any, environ: Mapping[str, str] | None = None) -> str:
     """``os.path.expandvars`` as Snakemake applies it (unset variables stay as written)."""
     env = os.environ if environ is None else environ
-    text = str(value)
-
-    def sub(m: re.Match[str]) -> str:
-        return env.get(m.group(1), m.group(0))
-
-    return _UNSET_VAR.sub(sub, text)
+    return _UNSET_VAR.sub(lambda m: env.get(m.group(1), m.group(0)), str(value))
 
 
 def resource_value(raw: Any, environ: Mapping[str, str] | None = None) -> Any:
@@ -150,9 +139,10 @@ def view(
     if profile.get("slurm-qos"):
         qos = expand(profile["slurm-qos"], env)
     # the rule itself sets these from config: only set-resources overrides them
-    gpus = resource_value(rule_set["gpu"], env) if "gpu" in rule_set else None
-    cpus = resource_value(rule_set["cpus_per_task"], env) if "cpus_per_task" in rule_set else None
-    mem = resource_value(rule_set["mem_mb"], env) if "mem_mb" in rule_set else None
+    gpus, cpus, mem = (
+        resource_value(rule_set[k], env) if k in rule_set else None
+        for k in ("gpu", "cpus_per_task", "mem_mb")
+    )
     exclude = expand(profile.get("slurm-exclude-failed-nodes") or "", env)
     k = (profile.get("group-components") or {}).get(RULE, 1)
     status = profile.get("slurm-status-command")
@@ -178,12 +168,8 @@ def view(
 
 def feature_names(constraint: str) -> list[str]:
     """Feature names in a constraint expression (``A100|H100``, ``[a&b]*2``, ``gpu:2``)."""
-    names = []
-    for raw in re.split(r"[|&,\[\]()]+", constraint):
-        token = re.sub(r"\*\d+$", "", raw.strip())
-        if token:
-            names.append(token)
-    return names
+    tokens = (re.sub(r"\*\d+$", "", raw.strip()) for raw in re.split(r"[|&,\[\]()]+", constraint))
+    return [token for token in tokens if token]
 
 
 def constraint_is_or(constraint: str) -> bool:

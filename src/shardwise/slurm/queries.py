@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import getpass
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Generic, TypeVar
@@ -21,44 +21,20 @@ T = TypeVar("T")
 
 #: Job states squeue lists by default: the job still holds (or waits for) resources.
 LIVE_STATES = frozenset(
-    {
-        "PENDING",
-        "RUNNING",
-        "CONFIGURING",
-        "COMPLETING",
-        "SUSPENDED",
-        "REQUEUED",
-        "REQUEUE_FED",
-        "REQUEUE_HOLD",
-        "RESIZING",
-        "SIGNALING",
-        "STAGE_OUT",
-        "STOPPED",
-        "SPECIAL_EXIT",
-        "RESV_DEL_HOLD",
-    }
-)
+    {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_FED",
+     "REQUEUE_HOLD", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "SPECIAL_EXIT",
+     "RESV_DEL_HOLD"}
+)  # fmt: skip
 
+#: squeue -O fields as (our name, squeue's name); the free-text comment last.
 _JOB_FIELDS = (
-    ("id", "JobID"),
-    ("state", "State"),
-    ("name", "Name"),
-    ("user", "UserName"),
-    ("partition", "Partition"),
-    ("time_limit", "TimeLimit"),
-    ("time_used", "TimeUsed"),
-    ("submit_time", "SubmitTime"),
-    ("start_time", "StartTime"),
-    ("nodes", "NodeList"),
-    ("tres_alloc", "tres-alloc"),
-    ("tres_per_job", "tres-per-job"),
-    ("tres_per_node", "tres-per-node"),
-    ("qos", "QOS"),
-    ("account", "Account"),
-    ("workdir", "WorkDir"),
-    ("reason", "Reason"),
-    ("comment", "Comment"),  # free text: last
-)
+    ("id", "JobID"), ("state", "State"), ("name", "Name"), ("user", "UserName"),
+    ("partition", "Partition"), ("time_limit", "TimeLimit"), ("time_used", "TimeUsed"),
+    ("submit_time", "SubmitTime"), ("start_time", "StartTime"), ("nodes", "NodeList"),
+    ("tres_alloc", "tres-alloc"), ("tres_per_job", "tres-per-job"),
+    ("tres_per_node", "tres-per-node"), ("qos", "QOS"), ("account", "Account"),
+    ("workdir", "WorkDir"), ("reason", "Reason"), ("comment", "Comment"),
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -79,20 +55,25 @@ def _failed(reply: command.Reply) -> Answer:
     return Answer(None, reply.problem, reply.kind)
 
 
+def _ask(argv: Sequence[str], timeout: float, parse: Callable[[str], T]) -> Answer[T]:
+    """One SLURM command's reply, parsed; or why there is none."""
+    reply = command.run(argv, timeout=timeout)
+    return Answer(parse(reply.stdout)) if reply.ok else _failed(reply)
+
+
+def _text(value: str | None) -> str:
+    """A field as text, "" for SLURM's spellings of no value."""
+    return "" if command.is_null(value) else str(value)
+
+
 def current_user() -> str:
     """The login name SLURM knows this user by."""
     return getpass.getuser()
 
 
-# ----------------------------------------------------------------------------- config
-
-
 def config(timeout: float = command.DEFAULT_TIMEOUT) -> Answer[dict[str, str]]:
     """``scontrol show config`` as a dict (MinJobAge, PrivateData, AccountingStorageType...)."""
-    reply = command.run(["scontrol", "show", "config"], timeout=timeout)
-    if not reply.ok:
-        return _failed(reply)
-    return Answer(command.config_values(reply.stdout))
+    return _ask(["scontrol", "show", "config"], timeout, command.config_values)
 
 
 def min_job_age_seconds(cfg: dict[str, str]) -> int | None:
@@ -125,9 +106,6 @@ def private_data(cfg: dict[str, str]) -> frozenset[str]:
     return frozenset(p.strip().lower() for p in raw.split(",") if p.strip())
 
 
-# ----------------------------------------------------------------------------- nodes
-
-
 @dataclass(frozen=True)
 class Node:
     """One node as one partition sees it (sinfo -N prints a row per node and partition)."""
@@ -156,11 +134,8 @@ class Node:
 
     @property
     def has_free_resources(self) -> bool:
-        """Idle or mixed (part of it unallocated), whatever the state's flag suffixes.
-
-        ``planned`` (SLURM 22.05+) is an idle node the backfill scheduler holds for a
-        pending job later on: a job that ends before then starts on it now.
-        """
+        """Idle or mixed, whatever the state's flag suffixes; ``planned`` (22.05+) is an
+        idle node backfill holds for a later job: a job that ends before then starts now."""
         free = {"idle", "mixed", "planned"}
         return self.state.lower().rstrip("+~#!%$@^-").split("+")[0] in free
 
@@ -194,10 +169,7 @@ def gpu_types(tres: str) -> dict[str, int]:
 
 def nodes(timeout: float = command.DEFAULT_TIMEOUT) -> Answer[list[Node]]:
     """Every node of every partition visible to this user, with state and drain reason."""
-    reply = command.run(["sinfo", "-h", "-N", "-o", "%N|%P|%a|%l|%G|%T|%f|%H|%E"], timeout=timeout)
-    if not reply.ok:
-        return _failed(reply)
-    return Answer(parse_nodes(reply.stdout))
+    return _ask(["sinfo", "-h", "-N", "-o", "%N|%P|%a|%l|%G|%T|%f|%H|%E"], timeout, parse_nodes)
 
 
 _NODE_FIELDS = ("node", "partition", "avail", "timelimit", "gres", "state", "features", "rtime")
@@ -205,29 +177,21 @@ _NODE_FIELDS = ("node", "partition", "avail", "timelimit", "gres", "state", "fea
 
 def parse_nodes(text: str) -> list[Node]:
     """``sinfo -h -N -o '%N|%P|%a|%l|%G|%T|%f|%H|%E'`` as nodes."""
-    out = []
-    for r in command.rows(text, (*_NODE_FIELDS, "reason")):
-        part = r["partition"]
-        feats = "" if command.is_null(r["features"]) else r["features"]
-        out.append(
-            Node(
-                name=r["node"],
-                partition=part.rstrip("*"),
-                default_partition=part.endswith("*"),
-                partition_up=r["avail"].lower() == "up",
-                max_minutes=command.minutes(r["timelimit"]),
-                gres="" if command.is_null(r["gres"]) else r["gres"],
-                state=r["state"],
-                features=frozenset(f for f in feats.split(",") if f),
-                reason="" if _no_reason(r["reason"]) else r["reason"],
-                reason_time="" if command.is_null(r["rtime"]) else r["rtime"],
-            )
+    return [
+        Node(
+            name=r["node"],
+            partition=r["partition"].rstrip("*"),
+            default_partition=r["partition"].endswith("*"),
+            partition_up=r["avail"].lower() == "up",
+            max_minutes=command.minutes(r["timelimit"]),
+            gres=_text(r["gres"]),
+            state=r["state"],
+            features=frozenset(f for f in _text(r["features"]).split(",") if f),
+            reason="" if r["reason"].strip().lower() == "none" else _text(r["reason"]),
+            reason_time=_text(r["rtime"]),
         )
-    return out
-
-
-def _no_reason(text: str) -> bool:
-    return command.is_null(text) or text.strip().lower() == "none"
+        for r in command.rows(text, (*_NODE_FIELDS, "reason"))
+    ]
 
 
 @dataclass(frozen=True)
@@ -262,9 +226,6 @@ def partitions(all_nodes: Sequence[Node]) -> dict[str, Partition]:
         )
         for name, ns in by.items()
     }
-
-
-# ----------------------------------------------------------------------------- jobs
 
 
 @dataclass(frozen=True)
@@ -303,63 +264,43 @@ class Job:
     @property
     def gpus(self) -> int:
         """GPUs allocated (running) or requested (pending)."""
-        return (
-            gpu_count(self.tres_alloc)
-            or gpu_count(self.tres_per_job)
-            or gpu_count(self.tres_per_node)
-        )
+        tres = (self.tres_alloc, self.tres_per_job, self.tres_per_node)
+        return next((n for t in tres if (n := gpu_count(t))), 0)
 
 
 def jobs(user: str | None = None, timeout: float = command.DEFAULT_TIMEOUT) -> Answer[list[Job]]:
     """The user's jobs that squeue still lists (pending, running, completing, ...)."""
     fmt = ",".join(f"{opt}:|" for _, opt in _JOB_FIELDS)
-    reply = command.run(["squeue", "-h", "-u", user or current_user(), "-O", fmt], timeout=timeout)
-    if not reply.ok:
-        return _failed(reply)
-    keys = [k for k, _ in _JOB_FIELDS]
-    out = []
-    for r in command.rows(reply.stdout, keys):
-        comment = r["comment"].removesuffix("|").strip()
-        out.append(
-            Job(
-                id=r["id"],
-                state=r["state"],
-                name=r["name"],
-                user=r["user"],
-                partition=r["partition"],
-                time_limit_minutes=command.minutes(r["time_limit"]),
-                elapsed_seconds=command.seconds(r["time_used"]),
-                submit_time=command.timestamp(r["submit_time"]),
-                start_time=command.timestamp(r["start_time"]),
-                nodes="" if command.is_null(r["nodes"]) else r["nodes"],
-                tres_alloc=r["tres_alloc"],
-                tres_per_job="" if command.is_null(r["tres_per_job"]) else r["tres_per_job"],
-                tres_per_node="" if command.is_null(r["tres_per_node"]) else r["tres_per_node"],
-                qos=r["qos"],
-                account=r["account"],
-                workdir=r["workdir"],
-                reason="" if command.is_null(r["reason"]) else r["reason"],
-                comment="" if command.is_null(comment) else comment,
-            )
-        )
-    return Answer(out)
+    argv = ["squeue", "-h", "-u", user or current_user(), "-O", fmt]
+    return _ask(argv, timeout, lambda out: [_job(r) for r in command.rows(out, _JOB_KEYS)])
+
+
+_JOB_KEYS = tuple(k for k, _ in _JOB_FIELDS)
+
+
+def _job(r: dict[str, str]) -> Job:
+    """One row of squeue's ``-O`` reply."""
+    plain = {k: r[k] for k in ("id", "state", "name", "user", "partition", "tres_alloc", "qos",
+                               "account", "workdir")}  # fmt: skip
+    blank = {k: _text(r[k]) for k in ("nodes", "tres_per_job", "tres_per_node", "reason")}
+    return Job(
+        **plain, **blank,
+        time_limit_minutes=command.minutes(r["time_limit"]),
+        elapsed_seconds=command.seconds(r["time_used"]),
+        submit_time=command.timestamp(r["submit_time"]),
+        start_time=command.timestamp(r["start_time"]),
+        comment=_text(r["comment"].removesuffix("|").strip()),
+    )  # fmt: skip
 
 
 def partition_jobs(
     partitions: Sequence[str], timeout: float = command.DEFAULT_TIMEOUT
 ) -> Answer[list[Job]]:
-    """Every user's pending and running jobs in ``partitions`` (id, state, user, partition).
-
-    Under ``PrivateData=jobs`` an ordinary user sees only their own: callers check first.
-    """
-    reply = command.run(
-        ["squeue", "-h", "-t", "PD,R", "-p", ",".join(partitions), "-o", "%i|%T|%u|%P"],
-        timeout=timeout,
-    )
-    if not reply.ok:
-        return _failed(reply)
-    rows = command.rows(reply.stdout, ("id", "state", "user", "partition"))
-    return Answer([_partial_job(**r) for r in rows])
+    """Every user's pending and running jobs in ``partitions`` (id, state, user, partition);
+    under ``PrivateData=jobs`` an ordinary user sees only their own: callers check first."""
+    argv = ["squeue", "-h", "-t", "PD,R", "-p", ",".join(partitions), "-o", "%i|%T|%u|%P"]
+    names = ("id", "state", "user", "partition")
+    return _ask(argv, timeout, lambda out: [_partial_job(**r) for r in command.rows(out, names)])
 
 
 def _partial_job(id: str, state: str, user: str, partition: str) -> Job:
@@ -388,10 +329,8 @@ def sacct_answers(user: str | None = None, timeout: float = 15.0) -> Answer[bool
 def job_states(
     job_ids: Sequence[str], timeout: float = command.DEFAULT_TIMEOUT
 ) -> Answer[dict[str, str]]:
-    """State of each listed job that squeue still knows (finished ones within MinJobAge).
-
-    A job id squeue no longer knows is absent from the result: it ended long ago.
-    """
+    """State of each listed job that squeue still knows (finished ones within MinJobAge);
+    a job id squeue no longer knows is absent: it ended long ago."""
     if not job_ids:
         return Answer({})
     reply = command.run(
@@ -407,32 +346,22 @@ def job_states(
 
 def steps(user: str | None = None, timeout: float = command.DEFAULT_TIMEOUT) -> Answer[set[str]]:
     """Ids (``<job>.<step>``) of the user's running job steps."""
-    reply = command.run(
-        ["squeue", "-h", "-s", "-u", user or current_user(), "-o", "%i"], timeout=timeout
-    )
-    if not reply.ok:
-        return _failed(reply)
-    return Answer({line.strip() for line in reply.stdout.splitlines() if line.strip()})
+    argv = ["squeue", "-h", "-s", "-u", user or current_user(), "-o", "%i"]
+    return _ask(argv, timeout, lambda out: set(out.split()))
 
 
 def job_detail(job_id: str, timeout: float = command.DEFAULT_TIMEOUT) -> Answer[dict[str, str]]:
     """``scontrol show job -o`` of one job (its full request: features, excluded nodes...)."""
-    reply = command.run(["scontrol", "show", "job", "-o", job_id], timeout=timeout)
-    if not reply.ok:
-        return _failed(reply)
-    line = reply.stdout.strip().splitlines()[0] if reply.stdout.strip() else ""
-    return Answer(command.key_values(line))
+    return _ask(
+        ["scontrol", "show", "job", "-o", job_id],
+        timeout,
+        lambda out: command.key_values(out.strip().splitlines()[0] if out.strip() else ""),
+    )
 
 
 def batch_script(job_id: str, timeout: float = command.DEFAULT_TIMEOUT) -> Answer[str]:
     """The batch script of a live job (for ``--wrap`` jobs: the wrapped command)."""
-    reply = command.run(["scontrol", "write", "batch_script", job_id, "-"], timeout=timeout)
-    if not reply.ok:
-        return _failed(reply)
-    return Answer(reply.stdout)
-
-
-# ----------------------------------------------------------------------------- limits
+    return _ask(["scontrol", "write", "batch_script", job_id, "-"], timeout, str)
 
 
 @dataclass(frozen=True)
@@ -474,60 +403,29 @@ class Limits:
 def limits(user: str | None = None, timeout: float = command.DEFAULT_TIMEOUT) -> Answer[Limits]:
     """Associations and QOS limits of ``user`` (needs slurmdbd; else the problem says so)."""
     user = user or current_user()
-    assoc = command.run(
-        [
-            "sacctmgr",
-            "-nP",
-            "show",
-            "assoc",
-            f"user={user}",
-            "format=account,partition,qos,defaultqos,maxsubmitjobs,maxjobs",
-        ],
-        timeout=timeout,
-    )
+    fmt = "format=account,partition,qos,defaultqos,maxsubmitjobs,maxjobs"
+    assoc = command.run(["sacctmgr", "-nP", "show", "assoc", f"user={user}", fmt], timeout=timeout)
     if not assoc.ok:
         return _failed(assoc)
-    qos = command.run(
-        [
-            "sacctmgr",
-            "-nP",
-            "show",
-            "qos",
-            "format=name,maxsubmitjobsperuser,maxjobsperuser,maxtrespu",
-        ],
-        timeout=timeout,
-    )
+    fmt = "format=name,maxsubmitjobsperuser,maxjobsperuser,maxtrespu"
+    qos = command.run(["sacctmgr", "-nP", "show", "qos", fmt], timeout=timeout)
     if not qos.ok:
         return _failed(qos)
-    who = command.run(
-        ["sacctmgr", "-nP", "show", "user", user, "format=defaultaccount"], timeout=timeout
-    )
+    fmt = "format=defaultaccount"
+    who = command.run(["sacctmgr", "-nP", "show", "user", user, fmt], timeout=timeout)
     names = ("account", "partition", "qos", "defqos", "maxsubmit", "maxjobs")
     associations = tuple(
-        Association(
-            account=r["account"],
-            partition=r["partition"],
-            qos=tuple(q for q in r["qos"].split(",") if q),
-            default_qos=r["defqos"],
-            max_submit_jobs=command.count(r["maxsubmit"]),
-            max_jobs=command.count(r["maxjobs"]),
-        )
+        Association(r["account"], r["partition"], tuple(q for q in r["qos"].split(",") if q),
+                    r["defqos"], command.count(r["maxsubmit"]), command.count(r["maxjobs"]))
         for r in command.rows(assoc.stdout, names)
-    )
+    )  # fmt: skip
     qos_map = {
-        r["name"]: Qos(
-            r["name"],
-            command.count(r["maxsubmit"]),
-            command.count(r["maxjobs"]),
-            r["maxtres"],
-        )
+        r["name"]: Qos(r["name"], command.count(r["maxsubmit"]), command.count(r["maxjobs"]),
+                       r["maxtres"])
         for r in command.rows(qos.stdout, ("name", "maxsubmit", "maxjobs", "maxtres"))
-    }
+    }  # fmt: skip
     default = who.stdout.strip().splitlines()[0].strip() if who.ok and who.stdout.strip() else ""
     return Answer(Limits(associations, qos_map, default))
-
-
-# ----------------------------------------------------------------------------- reservations
 
 
 @dataclass(frozen=True)
@@ -561,35 +459,28 @@ def reservations(timeout: float = command.DEFAULT_TIMEOUT) -> Answer[list[Reserv
 
 def parse_reservations(text: str) -> list[Reservation]:
     """``scontrol show reservation -o`` as reservations ("No reservations..." -> [])."""
-    out = []
-    for line in text.splitlines():
-        if not line.startswith("ReservationName="):
-            continue
-        kv = command.key_values(line)
-        out.append(
-            Reservation(
-                name=kv.get("ReservationName", ""),
-                start=command.timestamp(kv.get("StartTime")),
-                end=command.timestamp(kv.get("EndTime")),
-                nodes=kv.get("Nodes", ""),
-                flags=tuple(f for f in kv.get("Flags", "").split(",") if f),
-                partition="" if command.is_null(kv.get("PartitionName")) else kv["PartitionName"],
-                users="" if command.is_null(kv.get("Users")) else kv["Users"],
-                accounts="" if command.is_null(kv.get("Accounts")) else kv["Accounts"],
-            )
+    lines = (line for line in text.splitlines() if line.startswith("ReservationName="))
+    return [
+        Reservation(
+            name=kv.get("ReservationName", ""),
+            start=command.timestamp(kv.get("StartTime")),
+            end=command.timestamp(kv.get("EndTime")),
+            nodes=kv.get("Nodes", ""),
+            flags=tuple(f for f in kv.get("Flags", "").split(",") if f),
+            partition=_text(kv.get("PartitionName")),
+            users=_text(kv.get("Users")),
+            accounts=_text(kv.get("Accounts")),
         )
-    return out
+        for kv in map(command.key_values, lines)
+    ]
 
 
 def next_maintenance(
     found: Sequence[Reservation], now: datetime, partitions: Collection[str] = ()
 ) -> Reservation | None:
-    """The earliest MAINT reservation not yet over that may cover ``partitions``.
-
-    A reservation naming another partition is left out; node lists (``a[1-4]``, ``ALL``)
-    are kept rather than guessed, so a window on other nodes of the same partition still
-    counts: the warning errs toward caution.
-    """
+    """The earliest MAINT reservation not yet over that may cover ``partitions``: one
+    naming another partition is left out, node lists are kept rather than guessed (the
+    warning errs toward caution)."""
     windows = [
         r
         for r in found
@@ -600,8 +491,6 @@ def next_maintenance(
     ]
     return min(windows, key=lambda r: r.start or now, default=None)
 
-
-# ----------------------------------------------------------------------------- test-only
 
 _START = re.compile(r"to start at (\S+)")
 

@@ -1,20 +1,10 @@
 """Make SLURM's own refusal message visible when a *group* job cannot be submitted.
 
-When ``sbatch`` refuses a submission ("Invalid node name specified", "Job violates
-accounting/QOS policy", ...), the SLURM plugin (2.8.0) passes sbatch's stderr to
-Snakemake's ``report_job_error(job_info, msg)``, which calls ``job.log_error(msg)``.
-For a single job that prints the message; but ``snakemake.jobs.GroupJob.log_error``
-(Snakemake 9.27) accepts ``msg`` and never uses it: it logs each member's error info
-without it, so the console shows ``message: None`` and nothing else. Every classify
-job of the SLURM profile is a group job, so every refusal was silent.
-
-:func:`show_submit_errors` wraps ``GroupJob.log_error`` in the top-level Snakemake
-process so that a message that comes with a group's error is logged first, and is
-written into the log file of each member shard whose job never ran (an absent or
-empty log), where ``show-failed-logs`` prints it and ``logs/classify/<shard>.log``
-keeps it. Messages of groups that did run (e.g. "SLURM status is: TIMEOUT") are
-logged the same way. If Snakemake ever passes the message on itself, the wrapper
-only adds one line.
+The plugin (2.8.0) hands sbatch's stderr to ``job.log_error(msg)``, but Snakemake 9.27's
+``GroupJob.log_error`` never uses ``msg`` (the console says ``message: None``), and every
+classify job of the SLURM profile is a group job. :func:`show_submit_errors` wraps it in
+the top-level process: the message is logged, and written into each member shard's log
+that is absent or empty (it never ran), where ``show-failed-logs`` prints it.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """Configuration: safe YAML, JSON Schema validation with defaults, typed views.
 
-The bottom floor with ``errors``: every other layer may import it; it imports none.
-Besides the schema's checks it holds the checks of values that other layers take from
-the config: the storage options (no secrets, no credentials in URLs), the two numbers
-of a shard assignment, and the classifier pairs whose joint label counts are kept.
-
-The schema (``config/schema.yaml``) is the single description of every key; the
-Snakefile validates with ``snakemake.utils.validate`` and this module validates the
-same schema for the CLI, fills defaults, and adds the checks a schema cannot state
-(unique classifier names, bools refused as integers).
+The schema (``config/schema.yaml``) describes every key; this module validates it for the
+CLI, fills defaults, and adds what a schema cannot state (unique classifier names, bools
+refused as integers, storage without secrets, the shard numbers, the classifier pairs).
 """
 
 from __future__ import annotations
@@ -47,13 +41,8 @@ CREDENTIALS_HINT = (
 
 @dataclass(frozen=True)
 class StorageOptions:
-    """Non-secret storage settings from config (credentials come from the environment).
-
-    ``endpoint_url`` points at R2/MinIO/Ceph; ``addressing_style: path`` is what most
-    self-hosted stores need. ``max_attempts`` bounds tries per request (1 = no retry);
-    ``backoff_base``/``backoff_max`` shape the jittered exponential wait between
-    them. ``conditional_writes: false`` is for stores that reject ``If-None-Match``.
-    """
+    """Non-secret storage settings (credentials come from the environment); the keys are
+    described in config/schema.yaml."""
 
     endpoint_url: str | None = None
     region: str | None = None
@@ -113,11 +102,8 @@ class StorageOptions:
 
 
 def reject_secret_keys(cfg: Mapping[str, Any] | None, where: str = "storage") -> None:
-    """Refuse a ``storage`` mapping with a secret-looking key, naming the key only.
-
-    Call it before any schema validation: a schema error message echoes the offending
-    mapping, value included, into the terminal and Snakemake's log.
-    """
+    """Refuse a ``storage`` mapping with a secret-looking key, naming the key only; call
+    it before the schema, whose errors echo the mapping, values included, into the logs."""
     for path in _secret_looking_keys(dict(cfg or {}), where):
         msg = f"{path}: {CREDENTIALS_HINT}"
         raise ConfigError(msg)
@@ -208,9 +194,7 @@ def validate(cfg: dict[str, Any]) -> dict[str, Any]:
             why = f"{err.instance!r} is not allowed: {wanted}"
         msg = f"config {where}: {why}"
         raise ConfigError(msg)
-    if "{" in cfg["run_dir"] or "}" in cfg["run_dir"]:
-        # The run dir is part of the classify rule's output pattern, where Snakemake
-        # reads braces as wildcards: refuse here, before anything is planned or written.
+    if "{" in cfg["run_dir"] or "}" in cfg["run_dir"]:  # wildcards in the rule's output
         msg = f"config run_dir: {cfg['run_dir']!r} has '{{' or '}}'; use a path without braces"
         raise ConfigError(msg)
     sharding = cfg["sharding"]
@@ -242,9 +226,8 @@ def _check_regex(pattern: str) -> None:
 
 
 def _check_precision(inference: dict[str, Any]) -> None:
-    """float16 on a CPU: refused (slow there, and its re-check runs every document again
-    in fp32). bfloat16 stays possible: CPUs with native bf16 (AMX) run it, and the job log
-    says so when it runs on one without."""
+    """float16 on a CPU is refused (slow, and its re-check reruns every document in fp32);
+    bfloat16 stays possible: AMX CPUs run it natively, and the job log says when not."""
     dtype, device = inference.get("dtype", "auto"), inference.get("device", "auto")
     if device == "cpu" and dtype == "float16":
         msg = (
@@ -375,11 +358,8 @@ MAX_TOTAL_SHARDS = 200_000
 
 
 def check_shard_count(total_shards: int, tasks: int) -> None:
-    """Refuse an assignment that is mostly empty shards, or more than Snakemake can plan.
-
-    Checked by a new run's (or a re-pin's) dry run, when the number of tasks is known,
-    before anything is pinned or any empty-shard marker is written.
-    """
+    """Refuse an assignment that is mostly empty shards, or more than Snakemake can plan
+    (a new run's or a re-pin's dry run, before anything is pinned)."""
     ceiling = min(max(MAX_SHARDS_PER_TASK * tasks, MIN_SHARD_CEILING), MAX_TOTAL_SHARDS)
     if total_shards <= ceiling:
         return
@@ -401,12 +381,9 @@ def check_shard_count(total_shards: int, tasks: int) -> None:
 
 
 def resolve_pairs(names: Sequence[str], pairs: Sequence[Sequence[str]] | None) -> list[Pair]:
-    """The pairs to count: the configured ones, or the defaults whose classifiers exist.
-
-    ``pairs`` None means "not configured" (defaults apply); an empty list means none.
-    Refuses a pair naming an unknown classifier, a classifier paired with itself and
-    the same pair twice, naming the pair and what exists.
-    """
+    """The pairs to count: the configured ones (``[]``: none), or when None the defaults
+    whose classifiers exist; a pair naming an unknown classifier, one paired with itself or
+    the same pair twice is refused, naming the pair and what exists."""
     known = list(names)
     if pairs is None:
         return [p for p in DEFAULT_PAIRS if p[0] in known and p[1] in known]

@@ -37,12 +37,8 @@ class InputError(ShardwiseError):
 
 
 class FieldMissingError(InputError):
-    """A configured field (``input.text_field``, ...) is in no row of a file.
-
-    Usually a typo every file shares, so it carries what a caller needs to say it once
-    for many files: the config key, the configured path, the fields the file does have
-    and ``advice`` (the message without the file's name).
-    """
+    """A configured field (``input.text_field``, ...) is in no row of a file: usually a
+    typo every file shares, so it carries what a caller needs to say it once for many."""
 
     def __init__(
         self, message: str, *, config_key: str, path: str, found: tuple[str, ...], advice: str
@@ -75,13 +71,9 @@ class ShardClaimedError(ShardwiseError):
 
 
 class RecordError(ShardwiseError, ValueError):
-    """A file of the run (a marker, stats, settings.json) is not what its format says.
-
-    Raised by the typed records' ``from_json`` (``run/record.py``), naming the file
-    (``where``) and what is wrong with it (``reason``: the field, its value). Also a
-    ValueError: a damaged record vouches for nothing, and callers that treat an
-    unparsable file as absent catch it as one.
-    """
+    """A file of the run is not what its format says (``where``: the file; ``reason``: the
+    field, its value). Also a ValueError: callers that treat a damaged file as absent catch
+    it as one."""
 
     def __init__(self, where: str, reason: str) -> None:
         super().__init__(f"{where}: {reason}")

@@ -235,15 +235,9 @@ def test_the_json_document_follows_the_documented_schema():
     f = facts()
     found = cluster_check.findings(req, f, 60)
     values = cluster_check.overlay(req, f, found, 60)
-    doc = cluster_check.to_dict(
-        req,
-        found,
-        profiles=["profiles/slurm"],
-        configfile=None,
-        user="me",
-        overlay_values=values,
-        overlay_path="/tmp/site/config.yaml",
-    )
+    doc = cluster_check.CheckRun(
+        req, found, ["profiles/slurm"], None, "me", 60, values, "/tmp/site/config.yaml"
+    ).to_dict()
     schema = json.loads((REPO / "docs/schemas/cluster-check.schema.json").read_text())
     jsonschema.validate(json.loads(json.dumps(doc)), schema)
     assert doc["status"] == FAIL

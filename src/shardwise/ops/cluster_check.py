@@ -1,15 +1,13 @@
 """``shardwise cluster check``: does this cluster fit the profile, and what to change.
 
-:func:`check_facts` asks SLURM what the checks need (config, nodes and partitions,
-limits, reservations, the user's queue; a few calls, each with a timeout).
-:func:`findings` is pure: the profile's request and those facts in, one
-:class:`CheckResult` per check out (OK / WARN / FAIL, what was found, why it matters,
-the exact fix). :func:`overlay` builds the site profile that fixes what it can
-(only the top-level keys that differ), for ``--write-profile``.
+:func:`check_facts` asks SLURM (a few calls, each with a timeout); :func:`findings` is
+pure: one :class:`CheckResult` per check (OK / WARN / FAIL, what was found, why it
+matters, the exact fix); :func:`overlay` is the site profile that fixes what it can.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import shutil
 from dataclasses import asdict, dataclass, replace
@@ -71,12 +69,8 @@ def check_facts(request: JobRequest, *, timeout: float = command.DEFAULT_TIMEOUT
     cfg = queries.config(timeout=timeout)
     accounting = cfg.ok and queries.accounting_enabled(cfg.value or {})
     if cfg.ok and not accounting:
-        limits: Answer[queries.Limits] = Answer(
-            None,
-            "accounting is off (AccountingStorageType=accounting_storage/none): "
-            "sacctmgr has nothing to say",
-            "failed",
-        )
+        why = "accounting is off (AccountingStorageType=accounting_storage/none): sacctmgr has "
+        limits: Answer[queries.Limits] = Answer(None, why + "nothing to say", "failed")
     else:
         limits = queries.limits(user, timeout=timeout)
     facts = CheckFacts(
@@ -94,27 +88,18 @@ def check_facts(request: JobRequest, *, timeout: float = command.DEFAULT_TIMEOUT
     return facts
 
 
-# ----------------------------------------------------------------------------- findings
-
-
 def findings(request: JobRequest, facts: CheckFacts, max_minutes: int) -> list[CheckResult]:
     """Every check's finding, in a stable order."""
-    out: list[CheckResult] = []
     if not facts.config.ok:
-        out.append(
-            CheckResult(
-                "controller",
-                FAIL,
-                facts.config.problem or "no answer",
-                "nothing can be submitted or checked without the SLURM controller",
-                "run this on a login node of the cluster (where sbatch works)",
-            )
-        )
+        controller = CheckResult(
+            "controller", FAIL, facts.config.problem or "no answer",
+            "nothing can be submitted or checked without the SLURM controller",
+            "run this on a login node of the cluster (where sbatch works)",
+        )  # fmt: skip
     else:
         name = (facts.config.value or {}).get("ClusterName", "?")
-        out.append(CheckResult("controller", OK, f"cluster {name} answers (user {facts.user})"))
-    out.append(_account(request, facts))
-    out.append(_jobs(request, facts))
+        controller = CheckResult("controller", OK, f"cluster {name} answers (user {facts.user})")
+    out = [controller, _account(request, facts), _jobs(request, facts)]
     out.append(_status_command(request, facts))
     parts, part_findings = _partitions(request, facts, max_minutes)
     out += part_findings
@@ -132,8 +117,9 @@ def overall(found: list[CheckResult]) -> str:
 
 
 def _account(request: JobRequest, facts: CheckFacts) -> CheckResult:
-    accounts = facts.limits.value.accounts if facts.limits.ok and facts.limits.value else ()
-    default = facts.limits.value.default_account if facts.limits.ok and facts.limits.value else ""
+    limits = _limits(facts)
+    accounts = limits.accounts if limits else ()
+    default = limits.default_account if limits else ""
     hint = f"export {profile.ACCOUNT_ENV}={default or '<account>'}" + (
         f" (yours: {', '.join(accounts)})" if accounts else ""
     )
@@ -155,22 +141,12 @@ def _account(request: JobRequest, facts: CheckFacts) -> CheckResult:
     if unset:
         return CheckResult("account", level, f"${unset[0]} is not set", why, hint)
     if not facts.limits.ok:
-        return CheckResult(
-            "account",
-            WARN,
-            f"account {request.account}: cannot check ({facts.limits.problem})",
-            why,
-            "",
-        )
+        found = f"account {request.account}: cannot check ({facts.limits.problem})"
+        return CheckResult("account", WARN, found, why, "")
     if request.account in accounts:
         return CheckResult("account", OK, f"account {request.account} is one of yours")
-    return CheckResult(
-        "account",
-        level,
-        f"account {request.account} is not one of your associations ({', '.join(accounts)})",
-        why,
-        hint,
-    )
+    found = f"account {request.account} is not one of your associations ({', '.join(accounts)})"
+    return CheckResult("account", level, found, why, hint)
 
 
 def effective_qos(
@@ -225,228 +201,155 @@ def _jobs(request: JobRequest, facts: CheckFacts) -> CheckResult:  # noqa: PLR09
     cap, source = submit_cap(request.account, request.qos, _limits(facts))
     mine = len(facts.queue.value or []) if facts.queue.ok else None
     queued = f"; {mine} of your jobs are queued now" if mine is not None else ""
+    jobs = request.jobs
+    if cap is None and source == "unknown":
+        found = f"jobs {jobs}; the submit cap is unknown ({facts.limits.problem})"
+        fix = "ask the admins for MaxSubmitJobsPerUser and keep jobs 10% under it"
+        return CheckResult("jobs", WARN, found, why, fix)
     if cap is None:
-        if source == "unknown":
-            return CheckResult(
-                "jobs",
-                WARN,
-                f"jobs {request.jobs}; the submit cap is unknown ({facts.limits.problem})",
-                why,
-                "ask the admins for MaxSubmitJobsPerUser and keep jobs 10% under it",
-            )
-        return CheckResult("jobs", OK, f"jobs {request.jobs}; no submit cap is set{queued}")
-    good = max(1, math.floor(cap * (1 - HEADROOM)))
-    if request.jobs > cap:
-        return CheckResult(
-            "jobs",
-            FAIL,
-            f"jobs {request.jobs} is above the submit cap {cap} ({source}){queued}",
-            why,
-            f"jobs: {good}",
-        )
-    if cap - request.jobs < HEADROOM * cap:
-        return CheckResult(
-            "jobs",
-            WARN,
-            f"jobs {request.jobs} leaves {cap - request.jobs} of the cap {cap} ({source}) "
-            f"for your other jobs{queued}",
-            "less than 10% headroom: your other jobs and jobs ending between polls hit the cap",
-            f"jobs: {good}",
-        )
-    if mine and mine + request.jobs > cap:
-        return CheckResult(
-            "jobs",
-            WARN,
-            f"jobs {request.jobs} + your {mine} queued jobs exceed the cap {cap} ({source})",
-            why,
-            f"jobs: {max(1, cap - mine - math.ceil(HEADROOM * cap))} while those run",
-        )
-    return CheckResult(
-        "jobs", OK, f"jobs {request.jobs} under the submit cap {cap} ({source}){queued}"
-    )
+        return CheckResult("jobs", OK, f"jobs {jobs}; no submit cap is set{queued}")
+    good = f"jobs: {max(1, math.floor(cap * (1 - HEADROOM)))}"
+    if jobs > cap:
+        found = f"jobs {jobs} is above the submit cap {cap} ({source}){queued}"
+        return CheckResult("jobs", FAIL, found, why, good)
+    if cap - jobs < HEADROOM * cap:
+        found = f"jobs {jobs} leaves {cap - jobs} of the cap {cap} ({source}) for your other jobs"
+        why = "less than 10% headroom: your other jobs and jobs ending between polls hit the cap"
+        return CheckResult("jobs", WARN, found + queued, why, good)
+    if mine and mine + jobs > cap:
+        found = f"jobs {jobs} + your {mine} queued jobs exceed the cap {cap} ({source})"
+        fix = f"jobs: {max(1, cap - mine - math.ceil(HEADROOM * cap))} while those run"
+        return CheckResult("jobs", WARN, found, why, fix)
+    return CheckResult("jobs", OK, f"jobs {jobs} under the submit cap {cap} ({source}){queued}")
 
 
 _SQUEUE = (("slurm-status-command", "squeue"),)
+_SACCT = (("slurm-status-command", "sacct"),)
 
 
-def _status_command(request: JobRequest, facts: CheckFacts) -> CheckResult:
-    cmd = status_command(request, facts)
+def _status_command(request: JobRequest, facts: CheckFacts) -> CheckResult:  # noqa: PLR0911
+    row = functools.partial(CheckResult, "status_command")
     cfg = facts.config.value or {}
     age = queries.min_job_age_seconds(cfg) if facts.config.ok else None
     accounting = facts.config.ok and queries.accounting_enabled(cfg)
     need = max(3 * request.init_seconds, PLUGIN_MAX_POLL_GAP + 1)
     squeue_ok = age is not None and age >= 3 * request.init_seconds and age > PLUGIN_MAX_POLL_GAP
-    chosen = "" if request.status_command else " (the plugin's default)"
-    if cmd == "sacct":
+    default = "" if request.status_command else " (the plugin's default)"
+    sacct = f"slurm-status-command sacct{default}"
+    if status_command(request, facts) == "sacct":
         if facts.config.ok and not accounting:
-            return CheckResult(
-                "status_command",
-                FAIL,
-                f"slurm-status-command sacct{chosen}, but accounting is off "
-                f"({cfg.get('AccountingStorageType')}): sacct would hang",
-                "every status query fails, no job is ever seen finished, Snakemake waits forever",
-                "slurm-status-command: squeue"
-                + ("" if squeue_ok else f" (and MinJobAge >= {need} s: ask the admins)"),
-                _SQUEUE,
-            )
+            off = cfg.get("AccountingStorageType")
+            found = f"{sacct}, but accounting is off ({off}): sacct would hang"
+            why = "every status query fails, no job is ever seen finished, Snakemake waits forever"
+            more = "" if squeue_ok else f" (and MinJobAge >= {need} s: ask the admins)"
+            return row(FAIL, found, why, "slurm-status-command: squeue" + more, _SQUEUE)
         if facts.sacct is not None and not facts.sacct.ok:
-            return CheckResult(
-                "status_command",
-                FAIL,
-                f"slurm-status-command sacct{chosen}: {facts.sacct.problem}: sacct would hang",
-                "no job is ever seen finished and Snakemake waits forever",
-                "slurm-status-command: squeue",
-                _SQUEUE,
-            )
-        return CheckResult(
-            "status_command",
-            WARN if squeue_ok else OK,
-            f"slurm-status-command sacct{chosen}; accounting answers",
+            found = f"{sacct}: {facts.sacct.problem}: sacct would hang"
+            why = "no job is ever seen finished and Snakemake waits forever"
+            return row(FAIL, found, why, "slurm-status-command: squeue", _SQUEUE)
+        why = (
             "plugin 2.8.0 reads 'CANCELLED by <uid>' from sacct as still running: a job "
-            "cancelled by you or an admin is waited for forever",
-            "slurm-status-command: squeue" if squeue_ok else "",
-            _SQUEUE if squeue_ok else (),
+            "cancelled by you or an admin is waited for forever"
         )
+        fix, sets = ("slurm-status-command: squeue", _SQUEUE) if squeue_ok else ("", ())
+        return row(WARN if squeue_ok else OK, f"{sacct}; accounting answers", why, fix, sets)
     if age is None:
-        return CheckResult(
-            "status_command",
-            WARN,
-            "slurm-status-command squeue; MinJobAge unknown",
-            "squeue forgets finished jobs after MinJobAge; too short and they are waited for",
-            "check `scontrol show config | grep MinJobAge`",
-        )
+        why = "squeue forgets finished jobs after MinJobAge; too short and they are waited for"
+        found = "slurm-status-command squeue; MinJobAge unknown"
+        return row(WARN, found, why, "check `scontrol show config | grep MinJobAge`")
     if not squeue_ok:
-        fix = (
-            "slurm-status-command: sacct"
-            if accounting
-            else f"ask the admins for MinJobAge >= {need} s"
+        found = (
+            f"slurm-status-command squeue, MinJobAge {age} s < {need} s (3 x slurm-init-seconds-"
+            f"before-status-checks {request.init_seconds}, and > {PLUGIN_MAX_POLL_GAP} s)"
         )
-        return CheckResult(
-            "status_command",
-            FAIL,
-            f"slurm-status-command squeue, MinJobAge {age} s < {need} s (3 x "
-            f"slurm-init-seconds-before-status-checks {request.init_seconds}, and > "
-            f"{PLUGIN_MAX_POLL_GAP} s)",
+        why = (
             "a job can finish and vanish from squeue between two polls and is then waited "
-            "for forever (or the plugin quietly switches back to sacct)",
-            fix,
-            (("slurm-status-command", "sacct"),) if accounting else (),
+            "for forever (or the plugin quietly switches back to sacct)"
         )
-    return CheckResult(
-        "status_command",
-        OK,
-        f"slurm-status-command squeue; MinJobAge {age} s >= {need} s",
-    )
+        if accounting:
+            return row(FAIL, found, why, "slurm-status-command: sacct", _SACCT)
+        return row(FAIL, found, why, f"ask the admins for MinJobAge >= {need} s")
+    return row(OK, f"slurm-status-command squeue; MinJobAge {age} s >= {need} s")
 
 
 def _partitions(
     request: JobRequest, facts: CheckFacts, max_minutes: int
 ) -> tuple[dict[str, queries.Partition], list[CheckResult]]:
     if not facts.nodes.ok:
-        return {}, [
-            CheckResult("partitions", WARN, f"cannot list partitions ({facts.nodes.problem})")
-        ]
+        problem = f"cannot list partitions ({facts.nodes.problem})"
+        return {}, [CheckResult("partitions", WARN, problem)]
     parts = queries.partitions(facts.nodes.value or [])
-    names = list(request.partitions)
-    source = request.partition_source
+    names, source = list(request.partitions), request.partition_source
     if not names:
         names = [p.name for p in parts.values() if p.default]
         source = "the cluster's default partition"
     gpu_parts = sorted((p for p in parts.values() if p.gpus), key=lambda p: -p.usable_gpus)
     gpu_list = ",".join(p.name for p in gpu_parts) or "(none with GPUs)"
-    out: list[CheckResult] = []
-    rows = [
-        _partition_row(
-            n, parts.get(n), source=source, gpu_list=gpu_list, request=request,
-            max_minutes=max_minutes,
-        )
+    out = [
+        _partition(n, parts.get(n), source, gpu_list, request=request, max_minutes=max_minutes)
         for n in names
-    ]  # fmt: skip
-    if len(names) > 1 and any(r[0] == OK for r in rows):
+    ]
+    if len(names) > 1 and any(r.status == OK for r in out):
         # sbatch -p a,b runs the job wherever it can: one bad partition is a warning
-        rows = [(WARN if s == FAIL else s, f, w, x) for s, f, w, x in rows]
-    for status, found, why, fix in rows:
-        out.append(CheckResult("partition", status, found, why, fix))
+        out = [replace(r, status=WARN) if r.status == FAIL else r for r in out]
     if not names:
         out.append(
             CheckResult(
-                "partition",
-                FAIL,
-                "no partition given and the cluster has no default partition",
+                "partition", FAIL, "no partition given and the cluster has no default partition",
                 "sbatch refuses jobs without a partition",
                 f"export SHARDWISE_SLURM_PARTITION={gpu_list}",
             )
-        )
+        )  # fmt: skip
     usable = sum(parts[n].usable_gpus for n in names if n in parts)
     if names and request.gpus and not usable and any(n in parts for n in names):
         out.append(
             CheckResult(
-                "gpus",
-                WARN,
+                "gpus", WARN,
                 "no usable GPU in the partitions right now (all GPU nodes down or drained)",
                 "jobs will pend until nodes return",
                 f"see `sinfo -R`; partitions with GPUs: {gpu_list}",
             )
-        )
+        )  # fmt: skip
     return {n: parts[n] for n in names if n in parts}, out
 
 
-def _partition_row(
-    name: str,
-    p: queries.Partition | None,
-    *,
-    source: str,
-    gpu_list: str,
-    request: JobRequest,
+def _partition(
+    name: str, p: queries.Partition | None, source: str, gpu_list: str, *, request: JobRequest,
     max_minutes: int,
-) -> tuple[str, str, str, str]:
-    """(status, found, why, fix) of one partition the jobs ask for."""
+) -> CheckResult:  # fmt: skip
+    """One partition the jobs ask for."""
     if p is None:
-        return (
-            FAIL,
-            f"partition {name} ({source}) does not exist",
-            "sbatch refuses every job ('invalid partition specified')",
-            f"partitions with GPUs here: {gpu_list}",
-        )
-    limit = request.group_components * max_minutes
+        found = f"partition {name} ({source}) does not exist"
+        why = "sbatch refuses every job ('invalid partition specified')"
+        return CheckResult("partition", FAIL, found, why, f"partitions with GPUs here: {gpu_list}")
+    k = request.group_components
+    limit = k * max_minutes
     problems: list[tuple[str, str, str]] = []
     if not p.up:
         problems.append(("not UP", "no job starts in it", "use another partition"))
     if request.gpus and not p.gpus:
-        problems.append(
-            (
-                "has no GPUs (gres)",
-                "a --gpus job never starts there",
-                f"partitions with GPUs here: {gpu_list}",
-            )
-        )
+        problems.append(("has no GPUs (gres)", "a --gpus job never starts there",
+                         f"partitions with GPUs here: {gpu_list}"))  # fmt: skip
     if p.max_minutes is not None and p.max_minutes < limit:
-        fit_max = p.max_minutes // max(request.group_components, 1)
         fit_k = p.max_minutes // max(max_minutes, 1)
         problems.append(
             (
                 f"MaxTime {p.max_minutes} min < K x walltime.max_minutes = "
-                f"{request.group_components} x {max_minutes} = {limit} min",
+                f"{k} x {max_minutes} = {limit} min",
                 "a group job asking for more pends forever (PartitionTimeLimit)",
-                f"walltime.max_minutes: {max(fit_max, 1)}"
+                f"walltime.max_minutes: {max(p.max_minutes // max(k, 1), 1)}"
                 + (f", or --group-components classify={fit_k}" if fit_k >= 1 else ""),
             )
         )
     if problems:
-        return (
-            FAIL,
-            f"partition {name}: " + "; ".join(x[0] for x in problems),
-            "; ".join(x[1] for x in problems),
-            "; ".join(x[2] for x in problems),
-        )
+        found, why, fix = ("; ".join(x) for x in zip(*problems, strict=True))
+        return CheckResult("partition", FAIL, f"partition {name}: {found}", why, fix)
     max_time = "unlimited" if p.max_minutes is None else f"{p.max_minutes} min"
-    return (
-        OK,
+    found = (
         f"partition {name}: UP, {p.usable_gpus}/{p.gpus} GPUs usable, MaxTime "
-        f"{max_time} >= K x walltime.max_minutes = {limit} min",
-        "",
-        "",
+        f"{max_time} >= K x walltime.max_minutes = {limit} min"
     )
+    return CheckResult("partition", OK, found, "", "")
 
 
 def _constraint(
@@ -463,23 +366,16 @@ def _constraint(
     available = ", ".join(sorted(have)) or "(none)"
     if not missing:
         return CheckResult("constraint", OK, f"constraint {constraint}: every feature exists")
-    why = "sbatch refuses a feature no node has ('Invalid feature specification')"
+    found = f"constraint {constraint}: {', '.join(missing)} exist on no node of the partitions"
     if profile.constraint_is_or(constraint) and len(missing) < len(wanted):
-        return CheckResult(
-            "constraint",
-            WARN,
-            f"constraint {constraint}: {', '.join(missing)} exist on no node of the partitions",
-            "the other alternatives still match",
-            f"features here: {available}",
-        )
-    return CheckResult(
-        "constraint",
-        FAIL,
-        f"constraint {constraint}: {', '.join(missing)} exist on no node of the partitions",
-        why,
+        why = "the other alternatives still match"
+        return CheckResult("constraint", WARN, found, why, f"features here: {available}")
+    why = "sbatch refuses a feature no node has ('Invalid feature specification')"
+    fix = (
         f"drop it or use one of: {available} (set-resources classify.constraint or "
-        "$SHARDWISE_SLURM_CONSTRAINT)",
+        "$SHARDWISE_SLURM_CONSTRAINT)"
     )
+    return CheckResult("constraint", FAIL, found, why, fix)
 
 
 def _excluded(request: JobRequest, facts: CheckFacts) -> list[CheckResult]:
@@ -490,18 +386,14 @@ def _excluded(request: JobRequest, facts: CheckFacts) -> list[CheckResult]:
     known = {n.name for n in facts.nodes.value or []}
     unknown = [n for n in request.exclude if n not in known]
     if unknown:
-        keep = [n for n in request.exclude if n in known]
-        return [
-            CheckResult(
-                "exclude",
-                FAIL,
-                f"slurm-exclude-failed-nodes names {', '.join(unknown)}, which this cluster "
-                "does not have",
-                "sbatch refuses every job that excludes an unknown node ('Invalid node name "
-                "specified'): every classify job fails at once",
-                f"slurm-exclude-failed-nodes: '{','.join(keep)}'",
-            )
-        ]
+        keep = ",".join(n for n in request.exclude if n in known)
+        found = f"slurm-exclude-failed-nodes names {', '.join(unknown)}, which this cluster does"
+        why = (
+            "sbatch refuses every job that excludes an unknown node ('Invalid node name "
+            "specified'): every classify job fails at once"
+        )
+        fix = f"slurm-exclude-failed-nodes: '{keep}'"
+        return [CheckResult("exclude", FAIL, found + " not have", why, fix)]
     return [CheckResult("exclude", OK, f"excluded nodes exist: {', '.join(request.exclude)}")]
 
 
@@ -512,8 +404,8 @@ def _bad_nodes(
         return []
     seen: dict[str, queries.Node] = {}
     for n in facts.nodes.value or []:
-        if n.partition in parts and not n.usable and n.name not in seen:
-            seen[n.name] = n
+        if n.partition in parts and not n.usable:
+            seen.setdefault(n.name, n)
     return [
         CheckResult(
             "node",
@@ -530,20 +422,16 @@ def _bad_nodes(
 
 
 def _reservations(
-    request: JobRequest,
-    facts: CheckFacts,
-    parts: dict[str, queries.Partition],
-    max_minutes: int,
+    request: JobRequest, facts: CheckFacts, parts: dict[str, queries.Partition], max_minutes: int
 ) -> CheckResult:
     hidden = facts.config.ok and "reservations" in queries.private_data(facts.config.value or {})
     if not facts.reservations.ok:
-        return CheckResult(
-            "reservations",
-            WARN,
-            f"cannot list reservations ({facts.reservations.problem})",
+        why = (
             "maintenance then shows only as the pending reason 'ReqNodeNotAvail, Reserved "
-            "for maintenance' (shardwise cluster status explains it)",
+            "for maintenance' (shardwise cluster status explains it)"
         )
+        found = f"cannot list reservations ({facts.reservations.problem})"
+        return CheckResult("reservations", WARN, found, why)
     longest = request.group_components * max_minutes
     first = queries.next_maintenance(facts.reservations.value or [], facts.now, parts)
     hidden_note = (
@@ -559,12 +447,8 @@ def _reservations(
         "jobs to it"
     )
     if first is None:
-        return CheckResult(
-            "reservations",
-            WARN if hidden else OK,
-            "no maintenance reservation visible" + hidden_note,
-            blind if hidden else "",
-        )
+        found = "no maintenance reservation visible" + hidden_note
+        return CheckResult("reservations", WARN if hidden else OK, found, blind if hidden else "")
     start = first.start or facts.now
     gap = max(0, int((start - facts.now) / timedelta(minutes=1)))
     when = f"{start:%Y-%m-%d %H:%M}" + (f" (in {gap} min)" if start > facts.now else " (now)")
@@ -580,9 +464,6 @@ def _reservations(
         f"Reserved for maintenance'); the longest job asks for {longest} min",
         f"walltime.max_minutes: {fit} until the window (or wait for it to pass)",
     )
-
-
-# ----------------------------------------------------------------------------- overlay
 
 
 def overlay(
@@ -628,13 +509,8 @@ def overlay(
 def _good_partitions(request: JobRequest, facts: CheckFacts, max_minutes: int) -> list[str]:
     parts = queries.partitions(facts.nodes.value or [])
     limit = request.group_components * max_minutes
-    ok = [
-        p
-        for p in parts.values()
-        if p.up
-        and (p.gpus or not request.gpus)
-        and (p.max_minutes is None or p.max_minutes >= limit)
-    ]
+    fits = (p for p in parts.values() if p.up and (p.gpus or not request.gpus))
+    ok = [p for p in fits if p.max_minutes is None or p.max_minutes >= limit]
     return [p.name for p in sorted(ok, key=lambda p: (-p.usable_gpus, p.name))]
 
 
@@ -673,58 +549,6 @@ def overlay_header(profiles: list[str], found: list[CheckResult], values: dict[s
     return "\n".join(lines)
 
 
-# ----------------------------------------------------------------------------- output
-
-
-def to_dict(
-    request: JobRequest,
-    found: list[CheckResult],
-    *,
-    profiles: list[str],
-    configfile: str | None,
-    user: str,
-    overlay_values: dict[str, Any] | None,
-    overlay_path: str | None,
-) -> dict[str, Any]:
-    """The JSON document (schema: docs/schemas/cluster-check.schema.json)."""
-    req = asdict(request)
-    req.pop("raw", None)
-    req["partitions"] = list(request.partitions)
-    req["exclude"] = list(request.exclude)
-    return {
-        "format_version": 1,
-        "command": "cluster check",
-        "generated_at": datetime.now().isoformat(timespec="seconds"),
-        "user": user,
-        "profiles": profiles,
-        "configfile": configfile,
-        "status": overall(found),
-        "findings": [{**asdict(f), "sets": dict(f.sets)} for f in found],
-        "request": req,
-        "overlay": overlay_values,
-        "overlay_path": overlay_path,
-    }
-
-
-def format_table(found: list[CheckResult], *, header: str) -> str:
-    """One row per finding; WARN and FAIL rows add why it matters and the fix."""
-    lines = [header, ""]
-    width = max((len(f.check) for f in found), default=5)
-    for f in found:
-        lines.append(f"{f.status:<4}  {f.check:<{width}}  {f.found}")
-        pad = " " * (width + 8)
-        if f.status != OK and f.why:
-            lines.append(f"{pad}why: {f.why}")
-        if f.status != OK and f.fix:
-            lines.append(f"{pad}fix: {f.fix}")
-    counts = {s: sum(f.status == s for f in found) for s in (OK, WARN, FAIL)}
-    lines += ["", f"{overall(found)}: {counts[OK]} ok, {counts[WARN]} warn, {counts[FAIL]} fail"]
-    return "\n".join(lines)
-
-
-# ----------------------------------------------------------------------------- the verb
-
-
 @dataclass(frozen=True)
 class CheckRun:
     """``shardwise cluster check``: the request, the findings, the overlay if written."""
@@ -744,34 +568,49 @@ class CheckRun:
         return overall(self.found) == FAIL
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON document."""
-        return to_dict(
-            self.request,
-            self.found,
-            profiles=self.profiles,
-            configfile=self.configfile,
-            user=self.user,
-            overlay_values=self.overlay_values,
-            overlay_path=self.overlay_path,
-        )
+        """The JSON document (schema: docs/schemas/cluster-check.schema.json)."""
+        req = asdict(self.request)
+        req.pop("raw", None)
+        req.update(partitions=list(self.request.partitions), exclude=list(self.request.exclude))
+        return {
+            "format_version": 1,
+            "command": "cluster check",
+            "generated_at": datetime.now().isoformat(timespec="seconds"),
+            "user": self.user,
+            "profiles": self.profiles,
+            "configfile": self.configfile,
+            "status": overall(self.found),
+            "findings": [{**asdict(f), "sets": dict(f.sets)} for f in self.found],
+            "request": req,
+            "overlay": self.overlay_values,
+            "overlay_path": self.overlay_path,
+        }
 
     def text(self) -> str:
-        """The table, and how to use a written overlay."""
-        where = (
-            f"profile {' + '.join(self.profiles)}, config {self.configfile or '(schema defaults)'}"
-        )
-        header = (
-            f"shardwise cluster check: {where}; K={self.request.group_components} x "
-            f"walltime.max_minutes={self.max_minutes} min"
-        )
-        text = format_table(self.found, header=header)
+        """One row per finding (WARN and FAIL add why and the fix), and how to use a
+        written overlay."""
+        config = self.configfile or "(schema defaults)"
+        lines = [
+            f"shardwise cluster check: profile {' + '.join(self.profiles)}, config {config}; "
+            f"K={self.request.group_components} x walltime.max_minutes={self.max_minutes} min",
+            "",
+        ]
+        width = max((len(f.check) for f in self.found), default=5)
+        pad = " " * (width + 8)
+        for f in self.found:
+            lines.append(f"{f.status:<4}  {f.check:<{width}}  {f.found}")
+            lines += [f"{pad}why: {f.why}"] if f.status != OK and f.why else []
+            lines += [f"{pad}fix: {f.fix}"] if f.status != OK and f.fix else []
+        n = {s: sum(f.status == s for f in self.found) for s in (OK, WARN, FAIL)}
+        lines += ["", f"{overall(self.found)}: {n[OK]} ok, {n[WARN]} warn, {n[FAIL]} fail"]
         if self.overlay_path:
             extra = " ".join(f"--profile {p}" for p in self.profiles)
-            text += (
-                f"\n\nwrote {self.overlay_path} ({len(self.overlay_values or {})} key(s)); use: "
-                f"snakemake {extra} --profile {Path(self.overlay_path).parent} ..."
-            )
-        return text
+            lines += [
+                "",
+                f"wrote {self.overlay_path} ({len(self.overlay_values or {})} key(s)); use: "
+                f"snakemake {extra} --profile {Path(self.overlay_path).parent} ...",
+            ]
+        return "\n".join(lines)
 
 
 def check(
@@ -788,11 +627,7 @@ def check(
         if not Path(p).is_dir():
             msg = f"--profile {p}: no such directory (run from the workflow's directory)"
             raise ConfigError(msg)
-    cfg = (
-        config.defaults()
-        if configfile is None
-        else config.validate(config.load_yaml(Path(configfile)))
-    )
+    cfg = config.validate(config.load_yaml(Path(configfile))) if configfile else config.defaults()
     max_minutes = int(cfg["walltime"]["max_minutes"])
     request = profile.view(profile.load([Path(p) for p in profiles]), cfg)
     facts = check_facts(request, timeout=timeout)

@@ -1,15 +1,9 @@
 """``shardwise cluster status``: what SLURM is doing to this run, right now.
 
-The run's jobs are found the way restarts find them (:mod:`shardwise.planner.inflight`):
-the claims of running shards, and the user's queued jobs whose submit directory,
-Snakefile and config files are those of the run's last top-level invocation
-(recorded in ``<run_dir>/claims/workflow.json``), with the shards read from each
-job's ``--target-jobs``. The plugin's job names change with every invocation, so
-they are not used.
-
-:func:`status_facts` makes the SLURM calls (one ``squeue`` for the user's jobs, one
-``sinfo``, ``sacctmgr`` for the cap, and for one pending job (:func:`probed_job`) one
-``scontrol show job`` plus a few ``sbatch --test-only``); :func:`build` is pure.
+The run's jobs are found as restarts find them (``planner.inflight``): the claims of
+running shards, and the queued jobs of the run's last top-level invocation, with the
+shards read from each job's ``--target-jobs`` (job names change with every invocation).
+:func:`status_facts` makes the SLURM calls; :func:`build` reads only the run directory.
 """
 
 from __future__ import annotations
@@ -117,9 +111,6 @@ class StatusFacts:
     hidden_window: Answer[int] | None = None
 
 
-# ----------------------------------------------------------------------------- gather
-
-
 def run_jobs(
     run_dir: Path, queue: list[queries.Job], submitter: claims.Submitter | None
 ) -> dict[str, tuple[queries.Job, tuple[int, ...]]]:
@@ -186,8 +177,7 @@ def status_facts(run_dir: Path, *, timeout: float = command.DEFAULT_TIMEOUT) -> 
 
 def probed_job(mine: dict[str, tuple[queries.Job, tuple[int, ...]]]) -> queries.Job | None:
     """The pending job the walltime probe asks about: the oldest that waits for a
-    reservation, else the oldest. SLURM tests only some pending jobs each pass and gives
-    the rest the reason ``Priority``, so the oldest alone may not show the real wait."""
+    reservation, else the oldest (SLURM gives untested jobs the reason ``Priority``)."""
     pending = sorted(
         (j for j, _ in mine.values() if j.pending),
         key=lambda j: (j.submit_time or datetime.max, _int(j.id)),
@@ -205,8 +195,8 @@ def _visible_window(windows: Answer[list[queries.Reservation]] | None, job: quer
 
 
 def _locate_window(request: dict[str, str], asked: list[int], timeout: float) -> Answer[int]:
-    """Minutes until a hidden window, from small ``sbatch --test-only`` jobs (see
-    ``walltime_probe.window_options``): the longest limit at which one starts now."""
+    """Minutes until a hidden window: the longest limit at which a small ``--test-only``
+    job starts now (``walltime_probe.window_options``)."""
     small: dict[int, Answer[datetime]] = {}
     ask = _test_only(small, lambda m: walltime_probe.window_options(request, m), timeout)
     found = walltime_probe.longest_starting_now(ask, asked, datetime.now())
@@ -240,9 +230,6 @@ def _test_only(
 def _int(text: str) -> int:
     m = re.match(r"\d+", text)
     return int(m.group(0)) if m else 0
-
-
-# ----------------------------------------------------------------------------- build
 
 
 def build(run_dir: Path, facts: StatusFacts) -> Status:
@@ -296,19 +283,11 @@ def build(run_dir: Path, facts: StatusFacts) -> Status:
 
 def _run_job(j: queries.Job, shards: tuple[int, ...]) -> RunJob:
     """One of the run's jobs as the view shows it."""
-    return RunJob(
-        id=j.id,
-        state=j.state,
-        reason=j.reason,
-        shards=shards,
-        gpus=j.gpus,
-        gpu_types=queries.gpu_types(j.tres_alloc or j.tres_per_job),
-        partition=j.partition,
-        time_limit_minutes=j.time_limit_minutes,
-        submitted=j.submit_time.isoformat() if j.submit_time else "",
-        started=j.start_time.isoformat() if j.start_time and j.running else "",
-        nodes=j.nodes,
-    )
+    submitted = j.submit_time.isoformat() if j.submit_time else ""
+    started = j.start_time.isoformat() if j.start_time and j.running else ""
+    types = queries.gpu_types(j.tres_alloc or j.tres_per_job)
+    return RunJob(j.id, j.state, j.reason, shards, j.gpus, types, j.partition,
+                  j.time_limit_minutes, submitted, started, j.nodes)  # fmt: skip
 
 
 def _pending(jobs: tuple[RunJob, ...]) -> tuple[dict[str, Any], ...]:
@@ -369,14 +348,9 @@ def _unavailable_nodes(facts: StatusFacts, jobs: tuple[RunJob, ...]) -> tuple[di
     parts = {p for j in jobs for p in j.partition.split(",") if p}
     bad: dict[str, dict[str, str]] = {}
     for n in facts.nodes.value or [] if facts.nodes.ok else []:
-        if (not parts or n.partition in parts) and not n.usable and n.name not in bad:
-            bad[n.name] = {
-                "node": n.name,
-                "state": n.state,
-                "reason": n.reason,
-                "since": n.reason_time,
-                "gres": n.gres,
-            }
+        if (not parts or n.partition in parts) and not n.usable:
+            row = {"node": n.name, "state": n.state, "reason": n.reason, "since": n.reason_time}
+            bad.setdefault(n.name, {**row, "gres": n.gres})
     return tuple(bad.values())
 
 
@@ -395,31 +369,20 @@ def _main_process(submitter: claims.Submitter | None) -> dict[str, Any]:
 
 
 def _probe(
-    run_dir: Path,
-    facts: StatusFacts,
-    mine: dict[str, tuple[queries.Job, tuple[int, ...]]],
+    run_dir: Path, facts: StatusFacts, mine: dict[str, tuple[queries.Job, tuple[int, ...]]],
     now: datetime,
-) -> Probe | None:
+) -> Probe | None:  # fmt: skip
     """The walltime probe of :func:`probed_job`, if one of the run's jobs pends."""
     oldest = probed_job(mine)
     if oldest is None:
         return None
+    detail = facts.probe_detail
     return walltime_probe.probe(
-        oldest,
-        len(mine[oldest.id][1]) or 1,
-        facts.probe_starts if facts.probe_detail is not None else {},
-        reservations=facts.reservations,
-        nodes=facts.nodes,
-        now=now,
-        hidden=facts.hidden_window,
+        oldest, len(mine[oldest.id][1]) or 1, facts.probe_starts if detail is not None else {},
+        reservations=facts.reservations, nodes=facts.nodes, now=now, hidden=facts.hidden_window,
         run_dir=str(run_dir),
-        planned=walltime_probe.planned(
-            facts.probe_detail.value if facts.probe_detail is not None else None
-        ),
-    )
-
-
-# ----------------------------------------------------------------------------- output
+        planned=walltime_probe.planned(detail.value if detail is not None else None),
+    )  # fmt: skip
 
 
 def status(run_dir: Path, *, timeout: float = command.DEFAULT_TIMEOUT) -> Status:
@@ -450,11 +413,7 @@ def to_dict(status: Status) -> dict[str, Any]:
         },
         "jobs": [{**asdict(j), "shards": list(j.shards)} for j in status.jobs],
         "pending_reasons": [dict(p) for p in status.pending],
-        "walltime_probe": (
-            None
-            if status.probe is None
-            else {**asdict(status.probe), "rows": [asdict(r) for r in status.probe.rows]}
-        ),
+        "walltime_probe": None if status.probe is None else asdict(status.probe),
         "progress": asdict(status.progress),
         "in_flight": status.in_flight.to_dict(),
         "unavailable_nodes": [dict(n) for n in status.nodes],
@@ -510,14 +469,11 @@ def _head_lines(status: Status) -> list[str]:
     m = status.main_process
     if m["pid"]:
         alive = {True: "running", False: "GONE", None: "on another host: cannot check"}[m["alive"]]
-        extra = (
-            " (run snakemake again: shards that live jobs still hold are not submitted twice)"
-            if m["alive"] is False
-            else ""
-        )
-        lines.append(
-            f"main process  pid {m['pid']} on {m['host']} since {m['since']}: {alive}{extra}"
-        )
+        if m["alive"] is False:
+            alive += (
+                " (run snakemake again: shards that live jobs still hold are not submitted twice)"
+            )
+        lines.append(f"main process  pid {m['pid']} on {m['host']} since {m['since']}: {alive}")
     cap = (
         f"of cap {status.submit_cap:,} ({status.cap_source})"
         if status.submit_cap is not None

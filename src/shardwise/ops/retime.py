@@ -1,11 +1,8 @@
 """``shardwise cluster retime``: shorten the run's queued jobs so they start before a window.
 
-When the run's jobs pend behind a maintenance window, ``cluster status`` finds the
-longest time limit that starts now. Cancelling and resubmitting would lose the jobs'
-places in the queue; lowering their limit in place does not. This lowers the limit of
-each of the run's *pending* jobs that asks for more (decrease only; jobs of other
-workflows and users are never touched) and says what else to change: the config, so
-that the next submissions ask for the same, and what happens to a shard cut short.
+Lowering a pending job's limit in place keeps its place in the queue, which a cancel and
+resubmit would lose. Only the run's own pending jobs that ask for more are touched
+(decrease only), and the advice says what the next submissions should ask for.
 """
 
 from __future__ import annotations
@@ -81,9 +78,8 @@ class Retimed:
     @property
     def failed(self) -> bool:
         """The exit decision: the queue unknown, or a change SLURM refused."""
-        return self.queue_problem is not None or any(
-            o.status is Status.REFUSED for o in self.outcomes
-        )
+        refused = any(o.status is Status.REFUSED for o in self.outcomes)
+        return self.queue_problem is not None or refused
 
     def lines(self) -> list[str]:
         """One line per job, or the one line that says the queue could not be read."""
@@ -96,11 +92,10 @@ def apply(
     planned: list[Change], lower: Callable[[str, int], Answer[bool]], *, dry_run: bool
 ) -> list[Outcome]:
     """Lower each job's limit (or say what would be done), in order."""
+    if dry_run:
+        return [Outcome(c, Status.WOULD_LOWER) for c in planned]
     out = []
     for c in planned:
-        if dry_run:
-            out.append(Outcome(c, Status.WOULD_LOWER))
-            continue
         done = lower(c.job_id, c.new_minutes)
         out.append(
             Outcome(c, Status.LOWERED) if done.ok else Outcome(c, Status.REFUSED, done.problem)
@@ -124,13 +119,9 @@ def advice(planned: list[Change], max_minutes: int) -> list[str]:
 
 
 def retime(
-    run_dir: Path,
-    max_minutes: int,
-    lower: Callable[[str, int], Answer[bool]],
-    *,
-    dry_run: bool,
-    timeout: float,
-) -> Retimed:
+    run_dir: Path, max_minutes: int, lower: Callable[[str, int], Answer[bool]], *,
+    dry_run: bool, timeout: float,
+) -> Retimed:  # fmt: skip
     """Find the run's queued jobs over ``max_minutes`` and lower them."""
     queue = queries.jobs(queries.current_user(), timeout=timeout)
     if not queue.ok:

@@ -1,16 +1,10 @@
 """Would a shorter walltime start now? The walltime probe of ``shardwise cluster status``.
 
-For the oldest pending job of a run: ask ``sbatch --test-only`` (nothing is submitted)
-when a job with the same request but a shorter time limit would start, bisecting to the
-longest limit that starts now, and add what the maintenance windows imply: a visible
-one's start, or, when reservations are hidden (``PrivateData=reservations``), one
-located blind. ``sbatch --test-only`` places its hypothetical job behind the run's own
-pending jobs, so while they wait for a window every probe of the real request says
-"after the window". A *small* request (one CPU, 1 MB, no GPU, same partition,
-constraints, account and QOS) does not collide with them: the longest limit at which
-it starts now is where the window begins (:func:`window_options`). Whether the real
-request then starts now depends only on free resources, which ``sinfo`` shows every
-user. :func:`probe` turns the answers into rows and one line of advice; it is pure.
+For the oldest pending job: ``sbatch --test-only`` (nothing submitted) at shorter limits,
+bisected to the longest that starts now, plus what the maintenance windows imply: a
+visible one's start, or a hidden one (``PrivateData=reservations``) located blind with a
+*small* request (:func:`window_options`), which the run's own pending jobs, ahead of every
+``--test-only`` job, cannot stand in the way of. :func:`probe` is pure.
 """
 
 from __future__ import annotations
@@ -36,12 +30,8 @@ class Method(StrEnum):
 
 @dataclass(frozen=True)
 class ProbeRow:
-    """One answer to "when would a job asking for ``minutes`` start?".
-
-    ``source`` says who answered: ``sbatch --test-only`` (SLURM's own plan), or
-    ``reservation`` (the longest limit that ends before the next visible maintenance
-    window, which a job pending behind that window cannot be refused for).
-    """
+    """One answer to "when would a job asking for ``minutes`` start?" (``source``: who
+    answered, ``sbatch --test-only`` or a maintenance window)."""
 
     minutes: int
     label: str
@@ -75,14 +65,9 @@ def probe_minutes(own: int | None, shards: int) -> list[int]:
 def longest_starting_now(
     ask: Callable[[int], Answer[datetime]], asked: list[int], now: datetime
 ) -> int | None:
-    """The longest time limit SLURM would start now, between the limits already ``asked``.
-
-    When the job's own limit does not start now: bisect between the longest asked limit
-    that starts now and the next longer one that does not (or halve below the shortest
-    asked one until one starts now). At most ~2 log2(limit) more ``sbatch --test-only``
-    calls, to within 5%; never a submission. None when nothing starts now or SLURM
-    does not answer.
-    """
+    """The longest time limit SLURM would start now (to within 5%), bisecting between the
+    limits ``asked`` (or halving below the shortest until one starts): at most ~2 log2(limit)
+    ``sbatch --test-only`` calls. None when nothing starts now or SLURM does not answer."""
 
     def starts_now(minutes: int) -> bool | None:
         answer = ask(minutes)
@@ -138,11 +123,9 @@ def _placement(detail: dict[str, str]) -> list[str]:
 
 
 def planned(detail: dict[str, str] | None) -> bool:
-    """Whether SLURM's backfill scheduler has planned the pending job (``scontrol show
-    job``: ``Scheduler=Backfill`` or a known ``StartTime``). Until its first backfill pass
-    (every ``bf_interval``, 30 s by default) ``sbatch --test-only`` answers as if the
-    job's whole request were ahead of every test, so the probe's answers are provisional.
-    Unknown details count as planned: nothing to warn about."""
+    """Whether backfill has planned the pending job (``Scheduler=Backfill`` or a known
+    ``StartTime``): before its first pass ``--test-only`` answers as if the job's whole
+    request were ahead of every test (provisional). Unknown details count as planned."""
     if not detail:
         return True
     scheduler = detail.get("Scheduler") or ""
@@ -194,13 +177,9 @@ def probe(
     planned: bool = True,
 ) -> Probe | None:
     """Would a shorter walltime start ``oldest`` (a pending job of ``shards`` shards) now?
-
-    ``starts`` are ``sbatch --test-only``'s answers by time limit (bisection steps
-    included); the visible maintenance windows add a row of their own, and so does a
-    hidden one located blind (``hidden``: the longest limit at which a small job starts
-    now, see :func:`window_options`). ``planned``: see :func:`planned`. None when there
-    is nothing to show.
-    """
+    ``starts``: ``--test-only``'s answers by limit (bisection steps included); a visible
+    window adds a row, and so does a hidden one (``hidden``: minutes until it). None when
+    there is nothing to show."""
     own = oldest.time_limit_minutes or 0
     window = _window_row(reservations, nodes, oldest, own, now)
     if window is None and hidden is not None:
@@ -221,11 +200,8 @@ def probe(
             continue  # a bisection step
         label = _label(minutes, own, shards)
         if answer.ok and answer.value is not None:
-            rows.append(
-                ProbeRow(
-                    minutes, label, answer.value.isoformat(timespec="seconds"), answer.value <= soon
-                )
-            )
+            when = answer.value.isoformat(timespec="seconds")
+            rows.append(ProbeRow(minutes, label, when, answer.value <= soon))
         else:
             rows.append(ProbeRow(minutes, label, None, None, answer.problem))
     if window is not None:
@@ -248,21 +224,12 @@ def probe(
 
 
 def _window_row(
-    reservations: Answer[list[queries.Reservation]] | None,
-    nodes: Answer[list[queries.Node]],
-    job: queries.Job,
-    own: int,
-    now: datetime,
-) -> ProbeRow | None:
-    """The longest limit that ends before the next visible maintenance window.
-
-    ``sbatch --test-only`` places its hypothetical job behind this run's own pending
-    jobs, so while they pend behind a window it can answer "after the window" even for a
-    limit that would end before it. The window itself is a firmer fact: a job ending a
-    minute before it starts is not held back by it. Whether it starts *now* then depends
-    only on free resources: yes when a usable node of its partition is idle or mixed,
-    otherwise unknown. None when no window is visible or none is ahead of a shorter limit.
-    """
+    reservations: Answer[list[queries.Reservation]] | None, nodes: Answer[list[queries.Node]],
+    job: queries.Job, own: int, now: datetime,
+) -> ProbeRow | None:  # fmt: skip
+    """The longest limit that ends before the next visible maintenance window: a firmer
+    fact than ``--test-only``, which tests behind the run's own pending jobs. It starts now
+    when a usable node of its partition is idle or mixed. None when no window is ahead."""
     if reservations is None or not reservations.ok:
         return None
     parts = [p for p in job.partition.split(",") if p]
@@ -280,12 +247,9 @@ def _window_row(
 
 
 def _hidden_row(
-    hidden: Answer[int],
-    nodes: Answer[list[queries.Node]],
-    job: queries.Job,
-    own: int,
+    hidden: Answer[int], nodes: Answer[list[queries.Node]], job: queries.Job, own: int,
     now: datetime,
-) -> ProbeRow | None:
+) -> ProbeRow | None:  # fmt: skip
     """The row of a window located blind: it starts about ``hidden`` minutes from now."""
     if not hidden.ok or hidden.value is None or (own and hidden.value >= own):
         return None
@@ -301,15 +265,9 @@ def _hidden_row(
 
 
 def _window(
-    minutes: int,
-    *,
-    start: datetime,
-    source: str,
-    method: Method,
-    nodes: Answer[list[queries.Node]],
-    job: queries.Job,
-    now: datetime,
-) -> ProbeRow:
+    minutes: int, *, start: datetime, source: str, method: Method,
+    nodes: Answer[list[queries.Node]], job: queries.Job, now: datetime,
+) -> ProbeRow:  # fmt: skip
     """A limit that ends before a window starting at ``start``: now, if resources are free."""
     begins = f"{start:%H:%M}"
     if _free_in_partition(nodes, job):
@@ -344,14 +302,9 @@ def _label(minutes: int, own: int, shards: int) -> str:
 
 
 def _advice(
-    rows: list[ProbeRow],
-    *,
-    own: int,
-    shards: int,
-    job: queries.Job,
-    hidden: Answer[int] | None,
-    run_dir: str,
-) -> str:
+    rows: list[ProbeRow], *, own: int, shards: int, job: queries.Job,
+    hidden: Answer[int] | None, run_dir: str,
+) -> str:  # fmt: skip
     answered = [r for r in rows if r.start is not None]
     reserved = waits_for_reservation(job.reason)
     window = next((r for r in rows if r.label == WINDOW_LABEL), None)

@@ -1,35 +1,18 @@
 """The classification engine: load classifiers once, ``prepare()`` (CPU) then ``run()`` (device).
 
-Why it is shaped like this (see issues 3 and 13, and docs/ARCHITECTURE.md):
-
-* ``prepare`` only tokenizes (shared across classifiers, ``classify.tokenization``) and never
-  touches torch or the device, so the job can prepare file N+1 on a reader thread while ``run``
-  computes file N.
-* ``run`` sorts a whole file by token length (longest first), cuts batches under a padded-token
-  budget at the least padding plus per-batch cost (``classify.batching.plan_min_padding``),
-  runs every classifier that shares an id stream on the same collated batch, and scatters results
-  back to input order. Logits stay on the device until a classifier's whole pass is done: one
-  host synchronisation per classifier and pass, never one per batch.
-* The budget on CUDA is probed once per engine (= per job) at the longest length with an
-  attention mask (padded batches carry one, which decides the attention kernel), halved on OOM
-  with the failing batch retried (never dropped), and the working value is kept.
-* dtype: bf16 on compute capability >= 8.0, fp16 below, fp32 on CPU, unless configured; bf16 is
-  refused below 8.0 (no bf16 tensor cores there).
-* Near-tie re-check: half precision changes the argmax of documents whose top two logits are
-  close (measured: 4-5% of documents flip with bf16 on a synthetic checkpoint), so a label would
-  depend on the GPU generation that picked up the shard. After the half-precision pass, documents
-  whose top-two logit margin is below ``recheck_margin`` (and any row with a non-finite logit)
-  are run again in fp32 on the same device, in their own token-budget batches, and their label,
-  label id, score and probabilities come from that pass. The fp32 weights are a second resident
-  copy of each model (loaded from the checkpoint, not upcast from the half copy: upcast half
-  weights are a different model, see docs/engine.md).
-
-This module (with ``classify.models``, ``classify.device`` and ``demo.tinymodels``) is the only
-torch importer in shardwise.
+``prepare`` only tokenizes and never touches torch, so a reader thread prepares file N+1
+while ``run`` computes file N. ``run`` sorts a file longest first, cuts batches under a
+padded-token budget (probed once per job on CUDA, halved on OOM, the failing batch
+retried), runs every classifier sharing an id stream on the same batch, and keeps logits
+on the device until a classifier's pass is done. Half precision flips near ties, so rows
+whose top-two margin is small (or not finite) are run again in fp32 from a second,
+checkpoint-loaded copy of the model. docs/engine.md says why, with the measurements.
+This module (with ``classify.models``, ``classify.device``) is the only torch importer.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import socket
 import time
@@ -71,17 +54,6 @@ from shardwise.classify.tokenization import (
 )
 from shardwise.errors import DeviceError, ModelError
 from shardwise.run.sidecar import label_columns
-
-__all__ = [
-    "CPU_BATCH_COST",
-    "CPU_BATCH_TOKENS",
-    "ClassifierSpec",
-    "Engine",
-    "Inference",
-    "InferenceSettings",
-    "Labels",
-    "Prepared",
-]
 
 log = logging.getLogger("shardwise.classify.engine")
 
@@ -127,30 +99,8 @@ class InferenceSettings:
 
 @dataclass
 class Labels:
-    """Output columns (input order) and engine stats for one ``run``.
-
-    ``stats`` (written as ``engine`` in each file's ``.stats.json``):
-
-    * ``docs``; ``tokens`` = ``real_tokens``: real (unpadded) input tokens of the main pass,
-      counted once per classifier that reads them (four classifiers reading a 500-token
-      document count 2,000); ``padded_tokens`` the same with padding; ``pad_efficiency`` their
-      ratio; ``truncated_docs``: documents whose input was cut at ``max_length`` in any stream
-      (counted once per document).
-    * ``infer_s``: seconds ``run`` took (every pass and re-check, no tokenization);
-      ``infer_tokens_per_s`` = ``real_tokens / infer_s`` (tokens per second of inference,
-      not of the file's whole time: that is the stats' ``tokens_per_s``); ``tokenize_s``:
-      the ``prepare`` call's time.
-    * batching: ``batch_budget`` (tokens, or rows when ``batch_mode`` is 1), ``batch_cost``,
-      ``batches``, ``oom_retries`` (cumulative per job), ``probe_s``; ``attention_kernel`` /
-      ``attention_kernel_unmasked``: the scaled-dot-product kernel padded / unpadded batches use.
-    * re-check: ``recheck_margin``; per classifier ``rechecked_docs`` (re-run in fp32),
-      ``recheck_changed`` (finite labels the re-check changed), ``nonfinite_docs`` (rows with a
-      NaN/inf logit, always re-run) and ``recheck_max_margin_error`` (largest difference of the
-      top-two margin between the two passes among re-checked documents: if it nears the margin,
-      the margin is too small); ``recheck_tokens``, ``recheck_batches``, ``recheck_s``.
-    * tokenization: ``tokenize_fallback_docs``, ``tokenize_verified_docs``,
-      ``distinct_tokenizers``.
-    """
+    """Output columns (input order) and the engine's figures for one ``run`` (written as
+    ``engine`` in each file's stats; every key is described in docs/engine.md)."""
 
     columns: dict[str, pa.Array]
     stats: dict[str, Any]
@@ -218,25 +168,18 @@ class Engine:
     dtype_name: str
 
     def __init__(
-        self,
-        classifiers: list[_Classifier],
-        settings: InferenceSettings,
-        device: torch.device,
-        dtype: torch.dtype,
-        shared: SharedTokenizer,
-        *,
-        fp32: dict[str, LoadedClassifier] | None = None,
-        forward_hook: ForwardHook | None = None,
+        self, classifiers: list[_Classifier], settings: InferenceSettings, device: torch.device,
+        dtype: torch.dtype, shared: SharedTokenizer, *,
+        fp32: dict[str, LoadedClassifier] | None = None, forward_hook: ForwardHook | None = None,
         cache_root: Any = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         self._classifiers = classifiers
         self.settings = settings
         self.device = device
         self.dtype = dtype
         self.dtype_name = dtype_name(dtype)
-        self.device_name = (
-            torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
-        )
+        cuda = device.type == "cuda"
+        self.device_name = torch.cuda.get_device_name(device) if cuda else device.type
         self._shared = shared
         self._policy: BatchPolicy | None = None
         self._recheck_policy: BatchPolicy | None = None
@@ -251,23 +194,14 @@ class Engine:
         #: Per classifier, the job's calibration of the re-check threshold (auto only).
         self.calibrations: dict[str, Calibration] = {}
 
-    # ------------------------------------------------------------------ loading
     @classmethod
     def load(
-        cls,
-        specs: Sequence[ClassifierSpec],
-        settings: InferenceSettings,
-        *,
-        forward_hook: ForwardHook | None = None,
-        cache_root: Any = None,
-    ) -> Engine:
-        """Load every classifier (once per distinct model) on the selected device and dtype.
-
-        With a half-precision dtype and a re-check margin above 0, an fp32 copy of each distinct
-        model is loaded too (same device). ``forward_hook`` is for fault injection in tests (e.g.
-        raising ``torch.OutOfMemoryError`` for large batches); ``cache_root`` overrides where
-        rewritten configs are kept.
-        """
+        cls, specs: Sequence[ClassifierSpec], settings: InferenceSettings, *,
+        forward_hook: ForwardHook | None = None, cache_root: Any = None,
+    ) -> Engine:  # fmt: skip
+        """Load every classifier (once per distinct model) on the selected device and dtype,
+        and an fp32 copy when half precision is re-checked. ``forward_hook`` injects faults
+        in tests; ``cache_root`` overrides where rewritten configs are kept."""
         if not specs:
             raise ModelError("no classifiers configured")
         names = [spec.name for spec in specs]
@@ -303,35 +237,23 @@ class Engine:
         for spec in specs:
             loaded = loaded_by_ref.get(spec.model)
             if loaded is None:
-                loaded = load_classifier(
-                    spec.model, dtype=dtype, device=device, cache_root=cache_root
-                )
-                loaded_by_ref[spec.model] = loaded
+                load = functools.partial(load_classifier, spec.model, device=device,
+                                         cache_root=cache_root)  # fmt: skip
+                loaded = loaded_by_ref[spec.model] = load(dtype=dtype)
                 if recheck:
-                    fp32[spec.model] = load_classifier(
-                        spec.model, dtype=torch.float32, device=device, cache_root=cache_root
-                    )
-            if loaded.tokenizer_hash not in infos:
-                infos[loaded.tokenizer_hash] = TokenizerInfo.from_tokenizer(
-                    loaded.tokenizer, loaded.tokenizer_hash
-                )
+                    fp32[spec.model] = load(dtype=torch.float32)
+            tokenizer = loaded.tokenizer_hash
+            if tokenizer not in infos:
+                infos[tokenizer] = TokenizerInfo.from_tokenizer(loaded.tokenizer, tokenizer)
             max_length = settings.max_length
             if loaded.max_positions:
                 max_length = min(max_length, int(loaded.max_positions))
-            key = StreamKey(loaded.tokenizer_hash, spec.input, max_length)
+            key = StreamKey(tokenizer, spec.input, max_length)
             key_mask_4d = getattr(loaded.model.config, "model_type", "") == "gte"
             classifiers.append(_Classifier(spec, loaded, key, key_mask_4d))
         shared = SharedTokenizer(list(infos.values()))
-        return cls(
-            classifiers,
-            settings,
-            device,
-            dtype,
-            shared,
-            fp32=fp32,
-            forward_hook=forward_hook,
-            cache_root=cache_root,
-        )
+        return cls(classifiers, settings, device, dtype, shared, fp32=fp32,
+                   forward_hook=forward_hook, cache_root=cache_root)  # fmt: skip
 
     @property
     def labels(self) -> dict[str, tuple[str, ...]]:
@@ -358,7 +280,6 @@ class Engine:
             return None
         return self.calibrations.setdefault(name, Calibration())
 
-    # ------------------------------------------------------------------ tokenize
     def prepare(self, texts: Sequence[str], urls: Sequence[str]) -> Prepared:
         """Tokenize ``texts``/``urls`` for every classifier. CPU only; safe on another thread."""
         if len(texts) != len(urls):
@@ -379,7 +300,6 @@ class Engine:
             truncated_docs=int(truncated.sum()),
         )
 
-    # ------------------------------------------------------------------ batching state
     def _make_policy(self) -> BatchPolicy:
         settings = self.settings
         if settings.batch_size is not None:
@@ -414,20 +334,14 @@ class Engine:
                 batch_size=max(1, int(main.batch_size * shrink)), max_docs=main.max_docs
             )
         assert main.budget is not None  # BatchPolicy holds a budget or a batch size
-        return BatchPolicy(
-            budget=max(1, int(main.budget * shrink)),
-            max_docs=main.max_docs,
-            batch_cost=main.batch_cost,
-        )
+        budget = max(1, int(main.budget * shrink))
+        return BatchPolicy(budget=budget, max_docs=main.max_docs, batch_cost=main.batch_cost)
 
     def _probe_budget(self, *, masked: bool = True) -> tuple[int, str]:
-        """Largest padded-token budget (multiple of the longest length) that fits, by trial.
-
-        With ``masked`` (what the engine uses) the trial batches carry an additive key mask like
-        every padded batch does: a mask rules out the flash kernel, and if attention fell back to
-        the math kernel its (rows, heads, L, L) scores would need far more memory than the flash
-        probe measured. Returns the budget and the attention kernel the trial batch used.
-        """
+        """Largest padded-token budget (a multiple of the longest length) that fits, by trial,
+        and the attention kernel the trial used. With ``masked`` the trials carry a key mask
+        as padded batches do: a mask rules out flash attention, and the math kernel's scores
+        need far more memory than a flash probe would measure."""
         length = max(c.key.max_length for c in self._classifiers)
         biggest = max(self._classifiers, key=lambda c: c.loaded.num_parameters)
         config = biggest.loaded.model.config
@@ -451,11 +365,8 @@ class Engine:
             torch.cuda.synchronize(self.device)
             kernels[:] = recorder.kernels[:1]
 
-        def cleanup() -> None:
-            torch.cuda.empty_cache()
-
         try:
-            rows = probe_rows(attempt, max(1, candidate // length), cleanup)
+            rows = probe_rows(attempt, max(1, candidate // length), torch.cuda.empty_cache)
         except CannotShrinkError as exc:
             raise ModelError(
                 f"model {biggest.spec.model!r}: one document of {length} tokens does not "
@@ -464,11 +375,8 @@ class Engine:
         return rows * length, (kernels[0] if kernels else "none")
 
     def _detect_kernels(self) -> None:
-        """Record the attention kernel of padded and unpadded batches (one-row forwards).
-
-        The kernel choice depends on dtype, head size, device and whether a mask is passed, not
-        on the row count, so one row at the longest length (CUDA) or a short one (CPU) answers.
-        """
+        """Record the attention kernel of padded and unpadded batches: it depends on dtype,
+        head size, device and the mask, not on the row count, so a one-row forward answers."""
         clf = self._classifiers[0]
         length = clf.key.max_length if self.device.type == "cuda" else min(64, clf.key.max_length)
         ids = torch.full((1, length), 5, dtype=torch.long, device=self.device)
@@ -485,31 +393,18 @@ class Engine:
         """The fp32 copy of a classifier (loaded now if the re-check is off and a row is NaN)."""
         loaded = self._fp32.get(clf.spec.model)
         if loaded is None:
-            loaded = load_classifier(
-                clf.spec.model,
-                dtype=torch.float32,
-                device=self.device,
-                cache_root=self._cache_root,
-            )
+            loaded = load_classifier(clf.spec.model, dtype=torch.float32, device=self.device,
+                                     cache_root=self._cache_root)  # fmt: skip
             self._fp32[clf.spec.model] = loaded
         return loaded
 
-    # ------------------------------------------------------------------ forward
     def _forward(
-        self,
-        model: torch.nn.Module,
-        key_mask_4d: bool,
-        ids: torch.Tensor,
-        mask: torch.Tensor | None,
-        *,
-        hook: bool = True,
-    ) -> torch.Tensor:
-        """float32 logits (on the device) for one collated batch.
-
-        ``mask`` is an additive (rows, 1, 1, width) key mask in the model's dtype (see
-        ``device.key_mask``); models other than native GTE get the 2D padding mask instead.
-        ``None`` when the batch has no padding.
-        """
+        self, model: torch.nn.Module, key_mask_4d: bool, ids: torch.Tensor,
+        mask: torch.Tensor | None, *, hook: bool = True,
+    ) -> torch.Tensor:  # fmt: skip
+        """float32 logits (on the device) for one collated batch. ``mask``: an additive
+        (rows, 1, 1, width) key mask (None: no padding); models other than native GTE get
+        the 2D padding mask instead."""
         if hook and self._forward_hook is not None:
             self._forward_hook(int(ids.shape[0]), int(ids.numel()))
         if mask is not None and mask.dim() == 4 and not key_mask_4d:
@@ -518,22 +413,13 @@ class Engine:
         return out.logits.float()
 
     def _pass(
-        self,
-        models: Sequence[tuple[torch.nn.Module, bool]],
-        stream: TokenStream,
-        rows: np.ndarray,
-        lengths: np.ndarray,
-        *,
-        policy: BatchPolicy,
-        dtype: torch.dtype,
+        self, models: Sequence[tuple[torch.nn.Module, bool]], stream: TokenStream,
+        rows: np.ndarray, lengths: np.ndarray, *, policy: BatchPolicy, dtype: torch.dtype,
         what: str,
-    ) -> tuple[list[np.ndarray], _Pass]:
-        """Logits of ``models`` for documents ``rows`` (sorted longest first), in that order.
-
-        Batches are queued on the device without waiting; each model's logits come back to the
-        host once, at the end. On out-of-memory the policy halves and the plan is redone from
-        the failing batch, which is retried.
-        """
+    ) -> tuple[list[np.ndarray], _Pass]:  # fmt: skip
+        """Logits of ``models`` for documents ``rows`` (sorted longest first), in that order:
+        batches are queued without waiting, each model's logits fetched once at the end. On
+        out-of-memory the policy halves and the failing batch is retried."""
         work = _Pass()
         pieces: list[list[torch.Tensor]] = [[] for _ in models]
         plan = policy.plan(lengths, 0)
@@ -578,13 +464,9 @@ class Engine:
         return fetched, work
 
     def _recheck(
-        self,
-        clf: _Classifier,
-        stream: TokenStream,
-        order: np.ndarray,
-        lengths: np.ndarray,
+        self, clf: _Classifier, stream: TokenStream, order: np.ndarray, lengths: np.ndarray,
         first: np.ndarray,
-    ) -> tuple[np.ndarray, np.ndarray, _Recheck]:
+    ) -> tuple[np.ndarray, np.ndarray, _Recheck]:  # fmt: skip
         """Re-run near ties and non-finite rows of ``first`` (sorted order) in fp32
         (``recheck.recheck`` decides which); the final logits, those rows, what it did."""
         what = f"model {clf.spec.model!r} ({clf.spec.name})"
@@ -596,14 +478,8 @@ class Engine:
             return first, np.zeros(len(first), bool), info
 
         def run_fp32(positions: np.ndarray) -> np.ndarray:
-            (redo,), work = self._pass(
-                [(self._fp32_model(clf).model, clf.key_mask_4d)],
-                stream,
-                order[positions],
-                lengths[positions],
-                policy=self._policy_fp32(),
-                dtype=torch.float32,
-                what=f"{what}, fp32 re-check",
+            (redo,), work = self._fp32_pass(
+                clf, stream, order[positions], lengths[positions], f"{what}, fp32 re-check"
             )
             info.work.add(work)
             _require_finite(redo, order[positions], what, " too")
@@ -617,11 +493,8 @@ class Engine:
                 "%s: half and fp32 top-two margins differ by up to %.4f among re-checked "
                 "documents, more than %dx recheck_margin %.4f: labels with margins above it "
                 "may still depend on the GPU; use inference.recheck_margin: auto",
-                what,
-                info.outcome.max_margin_error,
-                WARN_ERROR_FACTOR,
-                margin,
-            )
+                what, info.outcome.max_margin_error, WARN_ERROR_FACTOR, margin,
+            )  # fmt: skip
         return final, done, info
 
     def _in_fp32(self, clf: _Classifier) -> bool:
@@ -634,25 +507,25 @@ class Engine:
     ) -> tuple[np.ndarray, _Recheck]:
         """One fp32 pass of a classifier the calibration sent to fp32 (no half pass)."""
         info = _Recheck(mode="float32")
-        (final,), info.work = self._pass(
-            [(self._fp32_model(clf).model, clf.key_mask_4d)],
-            stream,
-            order,
-            lengths,
-            policy=self._policy_fp32(),
-            dtype=torch.float32,
-            what=f"model {clf.spec.model!r} ({clf.spec.name}), fp32",
-        )
+        what = f"model {clf.spec.model!r} ({clf.spec.name}), fp32"
+        (final,), info.work = self._fp32_pass(clf, stream, order, lengths, what)
         info.outcome = Outcome(rechecked=len(order), residual=0.0, residual_upper=0.0)
         return final, info
 
-    def _policy_fp32(self) -> BatchPolicy:
+    def _fp32_pass(
+        self, clf: _Classifier, stream: TokenStream, rows: np.ndarray, lengths: np.ndarray,
+        what: str,
+    ) -> tuple[list[np.ndarray], _Pass]:  # fmt: skip
+        """One fp32 pass of one classifier, in the fp32 batches (made on first use)."""
         if self._recheck_policy is None:
             assert self._policy is not None  # run() made it
             self._recheck_policy = self._make_recheck_policy(self._policy)
-        return self._recheck_policy
+        model = [(self._fp32_model(clf).model, clf.key_mask_4d)]
+        policy = self._recheck_policy
+        return self._pass(
+            model, stream, rows, lengths, policy=policy, dtype=torch.float32, what=what
+        )
 
-    # ------------------------------------------------------------------ infer
     def run(self, prepared: Prepared) -> Labels:
         """Classify prepared documents; columns are in input order, nothing is dropped.
 
@@ -688,12 +561,8 @@ class Engine:
     def _infer(self, prepared: Prepared) -> Inference:
         if self._policy is None:
             self._policy = self._make_policy()  # on CUDA: the one-off budget probe (probe_s)
-        policy = self._policy
         started = time.perf_counter()
-        n = prepared.docs
-        logits: dict[str, np.ndarray] = {}
-        first_pass: dict[str, np.ndarray] = {}
-        rechecked: dict[str, np.ndarray] = {}
+        result = Inference({}, {}, {}, {})
         checks: dict[str, _Recheck] = {}
         work = _Pass()
         recheck_s = 0.0
@@ -703,66 +572,53 @@ class Engine:
         with torch.inference_mode():
             for key, group in groups.items():
                 stream = prepared.streams.get(key)
-                if stream is None or len(stream.lengths) != n:
-                    raise ModelError(
+                if stream is None or len(stream.lengths) != prepared.docs:
+                    msg = (
                         f"model {group[0].spec.model!r}: prepared input does not match this engine"
                     )
+                    raise ModelError(msg)
                 order = np.argsort(-stream.lengths, kind="stable")
                 lengths = stream.lengths[order]
                 half = [c for c in group if not self._in_fp32(c)]
                 full = [c for c in group if self._in_fp32(c)]
                 outs: list[np.ndarray] = []
                 if half:
+                    models = [(c.loaded.model, c.key_mask_4d) for c in half]
                     outs, done = self._pass(
-                        [(c.loaded.model, c.key_mask_4d) for c in half],
-                        stream,
-                        order,
-                        lengths,
-                        policy=policy,
-                        dtype=self.dtype,
+                        models, stream, order, lengths, policy=self._policy, dtype=self.dtype,
                         what=f"model {half[0].spec.model!r}",
-                    )
+                    )  # fmt: skip
                     work.add(done)
-                results: list[tuple[_Classifier, np.ndarray, np.ndarray, np.ndarray]] = []
-                for clf, first in zip(half, outs, strict=True):
-                    t0 = time.perf_counter()
-                    final, need, checks[clf.spec.name] = self._recheck(
-                        clf, stream, order, lengths, first
-                    )
-                    recheck_s += time.perf_counter() - t0
-                    results.append((clf, first, final, need))
-                for clf in full:  # the calibration said half precision buys nothing here
-                    t0 = time.perf_counter()
-                    final, checks[clf.spec.name] = self._fp32_only(clf, stream, order, lengths)
-                    recheck_s += time.perf_counter() - t0
-                    results.append((clf, final, final, np.ones(n, bool)))
-                for clf, first, final, need in results:
-                    for out, values in (
-                        (logits, final),
-                        (first_pass, first),
-                        (rechecked, need),
-                    ):
-                        restored = np.empty_like(values)
-                        restored[order] = values
-                        out[clf.spec.name] = restored
-        stats = self._stats(prepared, work, checks, time.perf_counter() - started, recheck_s)
-        return Inference(logits, first_pass, rechecked, stats)
+                t0 = time.perf_counter()
+                for i, clf in enumerate([*half, *full]):
+                    name = clf.spec.name
+                    if i < len(half):
+                        first = outs[i]
+                        final, need, checks[name] = self._recheck(
+                            clf, stream, order, lengths, first
+                        )
+                    else:  # the calibration said half precision buys nothing here
+                        final, checks[name] = self._fp32_only(clf, stream, order, lengths)
+                        first, need = final, np.ones(prepared.docs, bool)
+                    for into, values in (
+                        (result.logits, final), (result.first_pass, first), (result.rechecked, need)
+                    ):  # fmt: skip
+                        into[name] = np.empty_like(values)
+                        into[name][order] = values
+                recheck_s += time.perf_counter() - t0
+        result.stats = self._stats(prepared, work, checks, time.perf_counter() - started, recheck_s)
+        return result
 
     def _stats(
-        self,
-        prepared: Prepared,
-        work: _Pass,
-        checks: dict[str, _Recheck],
-        infer_s: float,
+        self, prepared: Prepared, work: _Pass, checks: dict[str, _Recheck], infer_s: float,
         recheck_s: float,
-    ) -> dict[str, Any]:
+    ) -> dict[str, Any]:  # fmt: skip
         """The engine's figures of one ``run`` (``Labels.stats``, every key documented there)."""
         policy = self._policy
         assert policy is not None  # run() made it
         n = prepared.docs
-        retries = policy.oom_retries + (
-            self._recheck_policy.oom_retries if self._recheck_policy else 0
-        )
+        fp32 = self._recheck_policy
+        retries = policy.oom_retries + (fp32.oom_retries if fp32 else 0)
         real, padded = work.real_tokens, work.padded_tokens
         return {
             "docs": n,

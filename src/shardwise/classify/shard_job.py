@@ -1,16 +1,10 @@
 """One logical shard, file by file: the body of the classify rule.
 
-For each file of the shard (from the cached plan) whose ``.done`` marker is absent:
-read only the needed columns, run every classifier, write the sidecar, the stats,
-then the marker. A reader thread reads and tokenizes file N+1 while the device
-runs file N (bounded queue of one). A file that cannot be read is recorded and the
-others still run; the shard then fails (so Snakemake retries it) with every failed
-file listed in ``<run_dir>/failures/<shard>/``. The shard marker is written only
-when every file of the shard has its marker.
-
-SIGTERM (sent by SLURM before a walltime or preemption kill) raises ``Interrupted``
-in the main thread: the current batch is abandoned, nothing partial is marked done,
-the interruption is recorded, and the process exits non-zero.
+Each file without a marker is read (a reader thread one file ahead), labelled, and its
+outputs written with the marker last. A file that cannot be read is recorded and the
+others go on; the shard then fails (Snakemake retries it). The shard marker is written
+only when every file has its marker. SIGTERM (SLURM's warning before a walltime or
+preemption kill) raises ``Interrupted``: nothing partial is marked done.
 """
 
 from __future__ import annotations
@@ -62,11 +56,8 @@ log = logging.getLogger("shardwise.classify.shard_job")
 
 
 class Interrupted(BaseException):
-    """The job received SIGTERM/SIGINT and stopped without marking partial work.
-
-    A BaseException, like KeyboardInterrupt, so that no ``except Exception`` on the
-    way (model loading, a reader) can swallow it and turn a stop into a failure.
-    """
+    """The job received SIGTERM/SIGINT and stopped without marking partial work (a
+    BaseException, so no ``except Exception`` on the way turns a stop into a failure)."""
 
 
 @dataclass(frozen=True)
@@ -109,13 +100,9 @@ def shard_files(run_dir: Path, shard: int) -> list[FileTask]:
 
 
 def files_done(ctx: JobContext, shard: int, files: list[FileTask]) -> dict[str, int | None]:
-    """Files of the shard that already have a marker, with their row counts if known.
-
-    Local output: each marker is read (cheap, authoritative). Object storage: no
-    request per file; the top-level process's one listing (``output-markers.txt``)
-    plus this shard's own progress journal say which files are done (row counts of
-    files finished elsewhere are unknown). Without that snapshot, markers are probed.
-    """
+    """Files of the shard that already have a marker, with their row counts if known: on
+    object storage no request per file, but the planner's snapshot of the markers and this
+    shard's journal (rows of files finished elsewhere unknown); else each marker is read."""
     listed = markers.read_snapshot(ctx.run_dir) if ctx.output.remote else None
     if listed is not None:
         known: dict[str, int | None] = {f.rel: None for f in files if f.rel in listed}
@@ -155,6 +142,14 @@ def _prefetch(
     q: queue.Queue[_Loaded | None] = queue.Queue(maxsize=1)
     stop = threading.Event()
 
+    def put(item: _Loaded | None) -> None:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.2)
+                return
+            except queue.Full:
+                continue
+
     def work() -> None:
         try:
             for task in todo:
@@ -181,21 +176,11 @@ def _prefetch(
                 except Exception as e:  # noqa: BLE001 - recorded per file; other files go on
                     item.error = f"{ctx.source.url(task.rel)}: {type(e).__name__}: {e}"
                     item.exc = e
-                while not stop.is_set():
-                    try:
-                        q.put(item, timeout=0.2)
-                        break
-                    except queue.Full:
-                        continue
+                put(item)
                 if item.fatal:
                     return
         finally:
-            while not stop.is_set():
-                try:
-                    q.put(None, timeout=0.2)
-                    break
-                except queue.Full:
-                    continue
+            put(None)
 
     thread = threading.Thread(target=work, name="shardwise-reader", daemon=True)
     thread.start()
@@ -235,31 +220,19 @@ def run_shard(
         run_dir, shard, [(f.rel, f.task_id) for f in files if f.rel not in left_out],
         lambda rel: ctx.output.read_bytes(outputs.STATS.rel(rel)),
     )  # fmt: skip
-    markers.write_shard_marker(
-        run_dir,
-        markers.ShardMarker(
-            shard=shard,
-            total_shards=meta.total_shards,
-            minimum_shard_index=meta.minimum_shard_index,
-            tasks=len({f.task_id for f in files}),
-            files=len(files),
-            docs=None if unknown_docs else report.docs,
-            quarantined=report.quarantined,
-            file_stats=file_stats,
-        ),
-    )
+    marker = markers.ShardMarker(
+        shard, meta.total_shards, meta.minimum_shard_index, len({f.task_id for f in files}),
+        len(files), None if unknown_docs else report.docs, quarantined=report.quarantined,
+        file_stats=file_stats,
+    )  # fmt: skip
+    markers.write_shard_marker(run_dir, marker)
     return report
 
 
 def _label_todo(
-    ctx: JobContext,
-    shard: int,
-    todo: list[FileTask],
-    report: ShardReport,
-    engine_factory: Callable[[JobContext], Any],
-    *,
-    progress: bool,
-) -> None:
+    ctx: JobContext, shard: int, todo: list[FileTask], report: ShardReport,
+    engine_factory: Callable[[JobContext], Any], *, progress: bool,
+) -> None:  # fmt: skip
     """Label ``todo`` in order, one file ahead on the reader thread, into ``report``. A file
     that cannot be read is recorded and the rest go on; anything else stops the shard,
     recorded with the file it stopped at."""
@@ -324,34 +297,20 @@ def _label_file(
     t0 = time.perf_counter()
     labels = engine.run(item.prepared)
     infer_s = time.perf_counter() - t0
-    rel = item.task.rel
-    stats = FileStats.of_labelled(
-        rel=rel,
-        task_id=item.task.task_id,
-        shard=shard,
-        size=item.task.size,
-        docs=len(item.docs),
-        timings={
-            "read": item.read_s,
-            "tokenize": item.tokenize_s,
-            "infer": infer_s,
-            **({"count_tokens": item.count_s} if item.tokens is not None else {}),
-        },
-        engine=labels.stats,
-        device=str(getattr(engine, "device", "")),
-        device_name=getattr(engine, "device_name", ""),
-        dtype=getattr(engine, "dtype_name", ""),
-        counts=item.docs.counts,
-        models=models,
-        identity=item.task.identity,
-        labelling=_labelling(ctx),
-        label_counts=labelcounts.count_labels(
-            labels.columns,
-            labelcounts.text_bytes(item.docs.texts),
-            *_counted(ctx),
-            tokens=item.tokens,
-        ),
+    rel, task = item.task.rel, item.task
+    timings = {"read": item.read_s, "tokenize": item.tokenize_s, "infer": infer_s}
+    if item.tokens is not None:
+        timings["count_tokens"] = item.count_s
+    counts = labelcounts.count_labels(
+        labels.columns, labelcounts.text_bytes(item.docs.texts), *_counted(ctx), tokens=item.tokens
     )
+    stats = FileStats.of_labelled(
+        rel=rel, task_id=task.task_id, shard=shard, size=task.size, docs=len(item.docs),
+        timings=timings, engine=labels.stats, device=str(getattr(engine, "device", "")),
+        device_name=getattr(engine, "device_name", ""), dtype=getattr(engine, "dtype_name", ""),
+        counts=item.docs.counts, models=models, identity=task.identity,
+        labelling=_labelling(ctx), label_counts=counts,
+    )  # fmt: skip
     columns = dict(labels.columns)
     if item.tokens is not None:
         columns[sidecar.TOKENS] = pa.array(item.tokens, pa.int64())
@@ -360,15 +319,10 @@ def _label_file(
         ctx.settings.dolma_name,
     )  # fmt: skip
     written = outputs.write_all(ctx.roots(), labelled)
-    if item.docs.counts:
-        # Recoverable input problems (reader policy) are labelled, not fatal; say so in
-        # the job log, naming the file, so they are not only visible in the stats.
+    if item.docs.counts:  # labelled, not fatal (the reader's policy): said in the job log too
         found = ", ".join(f"{k}={v}" for k, v in sorted(item.docs.counts.items()))
-        log.warning(
-            "%s: labelled despite input problems (%s); see counts in its stats",
-            ctx.source.url(rel),
-            found,
-        )
+        warning = "%s: labelled despite input problems (%s); see counts in its stats"
+        log.warning(warning, ctx.source.url(rel), found)
     return len(item.docs), written
 
 
@@ -410,10 +364,9 @@ def _counted(ctx: JobContext) -> tuple[list[str], list[Pair]]:
 
 def model_identities(ctx: JobContext) -> dict[str, Any]:
     """Each classifier's model identity (content hash, hub revision) for the stats."""
-    by_model: dict[str, dict[str, Any]] = {}
-    for _name, model, _kind in ctx.meta.classifiers:
-        if model not in by_model:
-            by_model[model] = identity(model)
+    by_model = {
+        model: identity(model) for model in dict.fromkeys(m for _, m, _ in ctx.meta.classifiers)
+    }
     return {name: by_model[model] for name, model, _kind in ctx.meta.classifiers}
 
 
@@ -438,19 +391,9 @@ def install_signal_handlers() -> None:
     signal.signal(signal.SIGINT, handler)
 
 
-class _NoBar:
-    def update(self, n: int) -> None:
-        """Ignore progress."""
-
-    def close(self) -> None:
-        """Nothing to close."""
-
-
 class _LogLines:
-    """Progress as plain lines, for a log file: a bar's carriage returns are noise there.
-
-    One line when a file is done, at most every ``interval`` seconds, and one at the end.
-    """
+    """Progress as plain lines for a log file, where a bar's carriage returns are noise:
+    one when a file is done, at most every ``interval`` seconds, and one at the end."""
 
     def __init__(self, total: int, shard: int, interval: float = 60.0) -> None:
         self.total, self.shard, self.interval = total, shard, interval
@@ -470,17 +413,12 @@ class _LogLines:
     def _say(self) -> None:
         self.said = time.monotonic()
         elapsed = self.said - self.started
-        print(
-            f"shard {self.shard}: {self.done}/{self.total} file(s) in {elapsed:.0f} s",
-            file=sys.stderr,
-            flush=True,
-        )
+        line = f"shard {self.shard}: {self.done}/{self.total} file(s) in {elapsed:.0f} s"
+        print(line, file=sys.stderr, flush=True)
 
 
 def _progress(total: int, shard: int, *, enabled: bool) -> Any:
     """A bar on a terminal, plain lines in a log file (the classify rule's ``2> log``)."""
-    if not enabled:
-        return _NoBar()
-    if not sys.stderr.isatty():
+    if enabled and not sys.stderr.isatty():
         return _LogLines(total, shard)
-    return tqdm(total=total, desc=f"shard {shard}", unit="file", mininterval=5)
+    return tqdm(total=total, desc=f"shard {shard}", unit="file", mininterval=5, disable=not enabled)

@@ -1,25 +1,12 @@
 """Shared tokenization: tokenize each text once and each url once, for every classifier.
 
-The four WebOrganizer classifiers see ``"{url}\\n\\n{text}"`` (URL variants) or ``"{text}"``
-(NoURL variants) through the same BERT-uncased WordPiece tokenizer. Tokenizing per classifier
-does the same work four times. For a BERT-style pipeline (BertNormalizer, whitespace/punctuation
-pre-tokenizer, WordPiece, ``[CLS] $A [SEP]`` template) the two blank lines are a hard word
-boundary, so the tokens of ``url + "\\n\\n" + text`` are exactly ``tokens(url) + tokens(text)``.
-We therefore encode the pieces once and assemble each classifier's ids (specials + right
-truncation) from them. Classifiers whose tokenizers have the same content hash share ids.
-
-Safety nets, because equality must be verified rather than assumed:
-
-* tokenizers whose pipeline is not recognised as BERT-style are never split: each document's
-  formatted string is encoded whole (the tokenizer's own output), counted as a fallback;
-* every call checks a few documents against the tokenizer's own output; on a mismatch that
-  tokenizer is switched to whole-string encoding for good and the call is redone.
-
-Long texts are cut before encoding (after an ASCII whitespace well past the truncation length):
-the tokens of that prefix are a prefix of the full text's tokens. If the prefix yields too few
-tokens (pathological text), the full text is encoded instead.
-
-No torch here: this runs on a reader thread while the model runs on another.
+For a BERT-style pipeline (BertNormalizer, whitespace pre-tokenizer, WordPiece, ``[CLS] $A
+[SEP]``) the blank lines of ``"{url}\\n\\n{text}"`` are a hard word boundary, so its tokens
+are ``tokens(url) + tokens(text)``: the pieces are encoded once and each classifier's ids
+assembled from them. That equality is verified, not assumed: another pipeline is encoded
+whole, and every call checks a sample against the tokenizer's own output (a mismatch
+switches that tokenizer to whole strings for good). Long texts are cut after whitespace
+well past the truncation length first. No torch here: this runs on a reader thread.
 """
 
 from __future__ import annotations
@@ -37,17 +24,6 @@ from typing import Any
 
 import numpy as np
 from tokenizers import Tokenizer
-
-__all__ = [
-    "INPUT_KINDS",
-    "TEMPLATES",
-    "SharedTokenizer",
-    "StreamKey",
-    "TokenStream",
-    "TokenizerInfo",
-    "format_input",
-    "labelling",
-]
 
 INPUT_KINDS: tuple[str, ...] = ("url_text", "text")
 #: What each input kind feeds its classifier, as ``format_input`` builds it (pinned in
@@ -72,11 +48,8 @@ _SPLITTABLE_POST = {None, "TemplateProcessing", "BertProcessing"}
 
 
 def backend_hash(backend: Tokenizer) -> str:
-    """Content hash of what a tokenizer does (vocab, normalizer, pre-tokenizer, template).
-
-    Runtime truncation/padding settings are excluded: they are not part of the
-    tokenizer's identity, and the engine truncates itself.
-    """
+    """Content hash of what a tokenizer does (vocab, normalizer, pre-tokenizer, template);
+    runtime truncation and padding are not part of its identity."""
     data = json.loads(backend.to_str())
     data.pop("truncation", None)
     data.pop("padding", None)
@@ -85,18 +58,12 @@ def backend_hash(backend: Tokenizer) -> str:
 
 
 def labelling(
-    id_field: str,
-    text_field: str,
-    url_field: str | None,
-    max_length: int,
-    kinds: Iterable[str],
-    *,
-    count_tokenizer: str | None = None,
-) -> dict[str, Any]:
+    id_field: str, text_field: str, url_field: str | None, max_length: int, kinds: Iterable[str],
+    *, count_tokenizer: str | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """Everything besides the models that decides a label, as run.json pins it and each
-    file's stats record it: the reader's fields (the url only when an input uses it),
-    the truncation length, each input kind's template, and the content hash of the
-    tokenizer that counts tokens (``domains.tokenizer``; only when one does)."""
+    file's stats record it: the reader's fields (the url only when an input uses it), the
+    truncation length, the templates, the counting tokenizer's hash (when there is one)."""
     used = sorted(set(kinds))
     out = {
         "id_field": id_field,
@@ -130,12 +97,9 @@ class StreamKey:
 
 @dataclass
 class TokenStream:
-    """Input ids of all documents for one :class:`StreamKey`, flat with offsets.
-
-    ``ids[offsets[i]:offsets[i + 1]]`` is document ``i`` including special tokens, already
-    truncated to ``max_length``; ``lengths[i]`` is its length; ``truncated[i]`` says whether
-    the input had more tokens than fit (a length equal to ``max_length`` alone cannot tell).
-    """
+    """Input ids of all documents for one :class:`StreamKey`, flat with offsets:
+    ``ids[offsets[i]:offsets[i + 1]]`` is document ``i`` with specials, truncated;
+    ``truncated[i]``: more tokens than fit (a length of ``max_length`` alone cannot tell)."""
 
     ids: np.ndarray  # int32, all documents concatenated
     offsets: np.ndarray  # int64, len n + 1
@@ -183,19 +147,8 @@ class TokenizerInfo:
         else:
             prefix = tuple(probe_full[:start])
             suffix = tuple(probe_full[start + len(probe_plain) :])
-        pad_id = tokenizer.pad_token_id
-        if pad_id is None:
-            pad_id = 0
-        return cls(
-            hash=tokenizer_hash,
-            backend=backend,
-            reference=reference,
-            prefix_ids=prefix,
-            suffix_ids=suffix,
-            pad_id=int(pad_id),
-            splittable=splittable,
-            reason=reason,
-        )
+        pad_id = int(tokenizer.pad_token_id or 0)
+        return cls(tokenizer_hash, backend, reference, prefix, suffix, pad_id, splittable, reason)
 
     def encode_reference(self, strings: list[str], max_length: int) -> list[list[int]]:
         """The tokenizer's own output: specials added, right-truncated to ``max_length``."""
@@ -285,11 +238,8 @@ class EncodeResult:
 
 
 class SharedTokenizer:
-    """Builds every requested :class:`StreamKey`'s ids from one encoding of texts and urls.
-
-    Thread-safe for one caller at a time per instance plus concurrent readers of results; it
-    never touches torch or a device.
-    """
+    """Builds every requested :class:`StreamKey`'s ids from one encoding of texts and urls
+    (one caller at a time per instance; never touches torch)."""
 
     def __init__(self, infos: Sequence[TokenizerInfo], *, verify_docs: int = 4) -> None:
         self.infos = {info.hash: info for info in infos}
@@ -307,8 +257,7 @@ class SharedTokenizer:
         urls = [u if isinstance(u, str) else "" for u in urls]
         with self._lock:
             streams: dict[StreamKey, TokenStream] = {}
-            fallback = 0
-            verified = 0
+            fallback = verified = 0
             by_hash: dict[str, list[StreamKey]] = {}
             for key in dict.fromkeys(keys):
                 by_hash.setdefault(key.tokenizer_hash, []).append(key)
@@ -321,11 +270,7 @@ class SharedTokenizer:
         return EncodeResult(streams, fallback, verified, time.perf_counter() - started)
 
     def _encode_one(
-        self,
-        info: TokenizerInfo,
-        texts: list[str],
-        urls: list[str],
-        keys: list[StreamKey],
+        self, info: TokenizerInfo, texts: list[str], urls: list[str], keys: list[StreamKey]
     ) -> tuple[dict[StreamKey, TokenStream], int, int]:
         if info.splittable:
             streams = self._assemble(info, texts, urls, keys)
@@ -343,11 +288,7 @@ class SharedTokenizer:
         return out, fallback, 0
 
     def _assemble(
-        self,
-        info: TokenizerInfo,
-        texts: list[str],
-        urls: list[str],
-        keys: list[StreamKey],
+        self, info: TokenizerInfo, texts: list[str], urls: list[str], keys: list[StreamKey]
     ) -> dict[StreamKey, TokenStream]:
         specials = len(info.prefix_ids) + len(info.suffix_ids)
         needed = max(key.max_length for key in keys) - specials
@@ -402,12 +343,9 @@ class SharedTokenizer:
         return out
 
     def _verify(
-        self,
-        info: TokenizerInfo,
-        texts: list[str],
-        urls: list[str],
+        self, info: TokenizerInfo, texts: list[str], urls: list[str],
         streams: dict[StreamKey, TokenStream],
-    ) -> str:
+    ) -> str:  # fmt: skip
         """Compare a sample (first and longest documents) with the tokenizer's own output."""
         if not texts or self.verify_docs <= 0:
             return ""

@@ -1,16 +1,9 @@
 """Check every classifier before a run pins it, and name what a file was labelled with.
 
-A typo in a model path used to pass the dry run, get pinned in both run.json copies,
-and then fail every shard job on the cluster. So the top-level process checks each
-configured classifier *before* anything is pinned, cheaply and without torch or
-transformers (the dry run must stay fast): a local directory must hold a readable
-``config.json`` of a sequence classifier with its labels (``id2label``), complete
-weights (every safetensors file's header and data length, or a ``.bin``), and
-tokenizer files; a hub id must be in the local Hugging Face cache (and then pass the
-same checks) or be reachable, and offline (``HF_HUB_OFFLINE``) that is said plainly.
-
-:func:`identity` gives what each file's stats record about a model: a content hash of
-its config and weights and, for hub snapshots, the revision (commit) it came from.
+A typo in a model path must not be pinned and then fail every job on the cluster: the dry
+run checks each classifier first, without torch (config and labels, complete weights from
+the safetensors headers, tokenizer files; a hub id in the local cache, or reachable).
+:func:`identity` is what each file's stats record: a content hash and the hub revision.
 """
 
 from __future__ import annotations
@@ -30,17 +23,12 @@ from tokenizers import Tokenizer
 from shardwise.errors import ModelError
 from shardwise.store.atomic import write_atomic
 
-__all__ = ["ModelIssue", "check_classifiers", "classifier_problems", "identity"]
-
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 #: Tokenizer files a fast tokenizer can be built from (any one set suffices).
 _TOKENIZER_SETS = (
-    ("tokenizer.json",),
-    ("vocab.txt",),
-    ("spiece.model",),
-    ("sentencepiece.bpe.model",),
+    ("tokenizer.json",), ("vocab.txt",), ("spiece.model",), ("sentencepiece.bpe.model",),
     ("vocab.json", "merges.txt"),
-)
+)  # fmt: skip
 #: Hashing reads whole weight files: in 8 MiB blocks.
 _BLOCK = 8 << 20
 
@@ -191,14 +179,12 @@ def _offline() -> bool:
 
 def cached_snapshot(model: str) -> Path | None:
     """The local Hugging Face cache's snapshot of hub id ``model``, or None."""
-    try:
-        from huggingface_hub import snapshot_download  # noqa: PLC0415 - ~0.07 s
-        from huggingface_hub.errors import LocalEntryNotFoundError  # noqa: PLC0415 - with hf_api
+    from huggingface_hub import snapshot_download  # noqa: PLC0415 - ~0.07 s
+    from huggingface_hub.errors import LocalEntryNotFoundError  # noqa: PLC0415 - with hf_api
 
+    try:
         return Path(snapshot_download(repo_id=model, local_files_only=True))
-    except LocalEntryNotFoundError:
-        return None
-    except (OSError, ValueError):
+    except (LocalEntryNotFoundError, OSError, ValueError):
         return None
 
 
@@ -234,18 +220,10 @@ def _hub_problems(model: str) -> list[str]:
     return problems
 
 
-# -- identity -----------------------------------------------------------------
-
-
 def identity(model: str, *, cache_root: Path | None = None) -> dict[str, Any]:
-    """``{model, content_hash, revision}`` of a classifier's model, for the stats.
-
-    ``content_hash`` is sha256 over ``config.json`` and every weight file (name and
-    bytes, in name order): equal hashes mean the same weights, wherever they lie.
-    Hashing reads the weights once; the result is cached under ``cache_root`` keyed
-    by each file's path, size and mtime, so a job pays it once per model version.
-    ``revision`` is the hub commit for a hub snapshot, else None.
-    """
+    """``{model, content_hash, revision}`` of a classifier's model, for the stats: sha256
+    over ``config.json`` and every weight file (name and bytes), cached under ``cache_root``
+    by path, size and mtime (paid once per model version); the hub commit of a snapshot."""
     path = Path(model).expanduser()
     revision = None
     if not path.exists() and _HUB_ID.match(model):

@@ -33,29 +33,12 @@ from transformers import (
 from shardwise.classify.tokenization import backend_hash
 from shardwise.errors import ModelError
 
-__all__ = [
-    "LoadedClassifier",
-    "default_cache_root",
-    "load_classifier",
-    "prepare_load_dir",
-    "resolve_model_dir",
-    "rewrite_new_config",
-    "tokenizer_hash",
-]
-
 #: Keys only the Alibaba custom code reads; dropped (after checking their values) on rewrite.
 _NEW_ONLY_KEYS = (
-    "auto_map",
-    "rope_scaling",
-    "rope_theta",
-    "layer_norm_type",
-    "logn_attention_scale",
-    "logn_attention_clip1",
-    "pack_qkv",
-    "unpad_inputs",
-    "use_memory_efficient_attention",
+    "auto_map", "rope_scaling", "rope_theta", "layer_norm_type", "logn_attention_scale",
+    "logn_attention_clip1", "pack_qkv", "unpad_inputs", "use_memory_efficient_attention",
     "position_embedding_type",
-)
+)  # fmt: skip
 
 #: Values of "new"-only options that the native GTE implements; anything else is refused,
 #: because loading would silently compute something different from the original model.
@@ -99,11 +82,8 @@ def default_cache_root() -> Path:
 
 
 def resolve_model_dir(model: str) -> Path:
-    """Return a local directory for ``model``: the directory itself, or a hub snapshot.
-
-    A hub id goes through ``huggingface_hub.snapshot_download``, which honours ``HF_HOME`` and
-    ``HF_HUB_OFFLINE`` (cluster nodes usually read a pre-filled cache).
-    """
+    """A local directory for ``model``: the directory itself, or a hub snapshot (which
+    honours ``HF_HOME`` and ``HF_HUB_OFFLINE``: nodes usually read a pre-filled cache)."""
     path = Path(model).expanduser()
     if path.exists():
         if not path.is_dir():
@@ -189,13 +169,9 @@ def _read_config(source: Path, model: str) -> dict[str, Any]:
 def prepare_load_dir(
     source: Path, model: str = "<model>", cache_root: Path | None = None
 ) -> tuple[Path, bool]:
-    """Return ``(directory to load, rewritten?)`` for the checkpoint in ``source``.
-
-    "new"-format checkpoints get a cache directory (keyed by source path and rewritten config)
-    holding the rewritten ``config.json`` and symlinks to every other file; it is built under a
-    temporary name and renamed into place, so concurrent jobs on a shared file system either
-    build it or reuse a complete one. Anything else loads from ``source`` unchanged.
-    """
+    """``(directory to load, rewritten?)`` for the checkpoint in ``source``: a "new"-format
+    one gets a cache directory (the rewritten ``config.json``, symlinks to the rest), built
+    under a temporary name and renamed into place, so concurrent jobs build or reuse it whole."""
     source = Path(source)
     config = _read_config(source, model)
     if not _is_new_format(config):
@@ -241,14 +217,11 @@ def prepare_load_dir(
 
 def _cache_dir_ok(target: Path, source: Path) -> bool:
     """A cache dir is reusable when its config exists and every source file is linked."""
-    if not (target / "config.json").is_file():
-        return False
-    for entry in source.iterdir():
-        if entry.name == "config.json" or entry.name.startswith("."):
-            continue
-        if not (target / entry.name).exists():
-            return False
-    return True
+    return (target / "config.json").is_file() and all(
+        (target / entry.name).exists()
+        for entry in source.iterdir()
+        if entry.name != "config.json" and not entry.name.startswith(".")
+    )
 
 
 def tokenizer_hash(tokenizer: Any) -> str:
@@ -301,20 +274,13 @@ def load_classifier(
     attn_implementation: str = "sdpa",
     cache_root: Path | None = None,
 ) -> LoadedClassifier:
-    """Load ``model`` (hub id or local directory) and its tokenizer for inference.
-
-    "new"-format GTE checkpoints load through a rewritten config as native
-    ``GteForSequenceClassification``; any other sequence classifier loads as is. Labels come from
-    ``id2label``. Every failure is a :class:`ModelError` naming the model.
-    """
+    """Load ``model`` (hub id or local directory) and its tokenizer for inference ("new"-format
+    GTE through a rewritten config); every failure is a :class:`ModelError` naming the model."""
     source = resolve_model_dir(model)
     load_dir, rewritten = prepare_load_dir(source, model, cache_root)
     config = _read_config(load_dir, model)
-    model_cls: Any = (
-        GteForSequenceClassification
-        if config.get("model_type") == "gte"
-        else AutoModelForSequenceClassification
-    )
+    gte = config.get("model_type") == "gte"
+    model_cls: Any = GteForSequenceClassification if gte else AutoModelForSequenceClassification
     kwargs: dict[str, Any] = {"dtype": dtype, "output_loading_info": True}
     try:
         try:

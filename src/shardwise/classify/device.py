@@ -25,14 +25,8 @@ GPU_ENV_VARS = ("CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS")
 #: Values of those variables that mean "no GPU".
 _NO_GPU_VALUES = {"", "none", "nodevfiles", "void", "n/a"}
 
-_DTYPES = {
-    "float32": torch.float32,
-    "fp32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "float16": torch.float16,
-    "fp16": torch.float16,
-}
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+           "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}  # fmt: skip
 
 
 def _names_gpus(value: str) -> bool:
@@ -69,13 +63,8 @@ def _no_cuda_reason() -> str:
 def select_device(
     requested: str = "auto", environ: Mapping[str, str] | None = None
 ) -> torch.device:
-    """Resolve ``auto|cpu|cuda|cuda:N``; CUDA indices are those CUDA_VISIBLE_DEVICES exposes.
-
-    ``auto`` is CUDA (the current device) when torch can use it. Otherwise it is the CPU only when
-    the job was given no GPU: if CUDA_VISIBLE_DEVICES, SLURM_JOB_GPUS or SLURM_STEP_GPUS names
-    one, falling back to the CPU would quietly run a GPU job 50x slower, so this fails instead,
-    naming ``torch.version.cuda`` and the fix.
-    """
+    """Resolve ``auto|cpu|cuda|cuda:N``. ``auto`` is the CPU only when the job was given no
+    GPU: a GPU job quietly on the CPU runs 50x slower, so that fails, naming the fix."""
     value = (requested or "auto").strip().lower()
     if value == "auto":
         if torch.cuda.is_available():
@@ -113,12 +102,8 @@ def select_device(
 def select_dtype(
     requested: str, device_type: str, capability: tuple[int, int] | None = None
 ) -> torch.dtype:
-    """Pick the compute dtype: explicit wins; ``auto``: bf16 on CC >= 8.0, fp16 below, fp32 on CPU.
-
-    ``capability`` is the CUDA compute capability (major, minor); passed in so the rule is
-    unit-testable without a GPU. Explicit bf16 below 8.0 is refused: those GPUs have no bf16
-    tensor cores, so every GEMM would be emulated (slow) for no accuracy gain over fp16.
-    """
+    """The compute dtype: explicit wins; ``auto``: bf16 on compute capability >= 8.0, fp16
+    below, fp32 on CPU. Explicit bf16 below 8.0 is refused (no bf16 tensor cores there)."""
     value = (requested or "auto").strip().lower()
     if value != "auto":
         if value not in _DTYPES:
@@ -126,12 +111,8 @@ def select_dtype(
                 f"inference dtype {requested!r}: expected auto, float32, bfloat16 or float16"
             )
         dtype = _DTYPES[value]
-        if (
-            dtype is torch.bfloat16
-            and device_type == "cuda"
-            and capability is not None
-            and tuple(capability) < (8, 0)
-        ):
+        old_gpu = device_type == "cuda" and capability is not None and tuple(capability) < (8, 0)
+        if dtype is torch.bfloat16 and old_gpu:
             major, minor = capability
             raise ModelError(
                 f"inference dtype {requested!r} on a GPU of compute capability {major}.{minor}: "
@@ -149,11 +130,9 @@ def select_dtype(
 def probe_rows(
     attempt: Callable[[int], None], rows: int, cleanup: Callable[[], None] | None = None
 ) -> int:
-    """Largest row count <= ``rows`` (halving) for which ``attempt(rows)`` does not OOM.
-
-    Raises :class:`CannotShrinkError` when even one row runs out of memory. ``cleanup`` runs
-    after each OOM, outside the except block so the failed attempt's tensors are released.
-    """
+    """Largest row count <= ``rows`` (halving) for which ``attempt(rows)`` does not OOM
+    (:class:`CannotShrinkError` when one row does); ``cleanup`` runs after each OOM, outside
+    the except block, so the failed attempt's tensors are released."""
     rows = max(1, rows)
     while True:
         message = ""
@@ -186,15 +165,10 @@ def _sdpa_backend(*args: Any, **kwargs: Any) -> str:
     params = dict(zip(_SDPA_ARGS, args, strict=False)) | kwargs
     try:
         index = choose(
-            params["query"],
-            params["key"],
-            params["value"],
-            params.get("attn_mask"),
-            params.get("dropout_p", 0.0),
-            params.get("is_causal", False),
-            scale=params.get("scale"),
-            enable_gqa=params.get("enable_gqa", False),
-        )
+            params["query"], params["key"], params["value"], params.get("attn_mask"),
+            params.get("dropout_p", 0.0), params.get("is_causal", False),
+            scale=params.get("scale"), enable_gqa=params.get("enable_gqa", False),
+        )  # fmt: skip
         return torch.nn.attention.SDPBackend(index).name.lower()
     except (KeyError, RuntimeError, TypeError, ValueError):
         return "unknown"
@@ -215,12 +189,9 @@ class SdpaRecorder(TorchFunctionMode):
 
 
 def key_mask(real: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Additive key-padding mask of shape (rows, 1, 1, width) in ``dtype``.
-
-    transformers passes a 4D mask through unchanged; given the 2D mask it would instead
-    expand it to (rows, 1, width, width) on every forward, which on CPU cost more than the
-    attention itself (measured 2.3x slower on 8 x 2048 batches). Same logits either way.
-    """
+    """Additive key-padding mask of shape (rows, 1, 1, width) in ``dtype``: transformers
+    expands a 2D mask to (rows, 1, width, width) on every forward, which cost more than the
+    attention itself on CPU (2.3x slower on 8 x 2048 batches). Same logits either way."""
     mask = torch.zeros(real.shape, dtype=dtype, device=real.device)
     mask.masked_fill_(~real, torch.finfo(dtype).min)
     return mask[:, None, None, :]
@@ -229,11 +200,8 @@ def key_mask(real: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 def collate(
     stream: TokenStream, rows: np.ndarray, width: int, dtype: torch.dtype, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Documents ``rows`` of ``stream`` as one padded batch on ``device``: ids and key mask.
-
-    The mask is None when no row is padded (then attention may take an unmasked kernel).
-    On CUDA the host tensors are pinned and copied without waiting.
-    """
+    """Documents ``rows`` of ``stream`` as one padded batch on ``device``: ids and key mask
+    (None when no row is padded); on CUDA pinned and copied without waiting."""
     starts = stream.offsets[rows]
     lengths = stream.lengths[rows].astype(np.int64)
     positions = np.arange(width, dtype=np.int64)

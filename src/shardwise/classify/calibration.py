@@ -1,23 +1,12 @@
 """The re-check threshold, measured per job and classifier (``recheck_margin: auto``).
 
-Half precision moves a classifier's top-two logit margin by an amount that depends on
-the model, the input length and the GPU; a label flips when that move exceeds the
-margin. A fixed threshold fits the models it was chosen on and no others. So each
-job measures: per classifier, a calibration sample of its documents (spread over the
-length range, where the error grows) runs in both the half-precision and the fp32
-copy, and the threshold is ``SAFETY`` times the largest margin error seen, per length
-bucket when the sample is large enough to tell them apart. Every document whose half
-margin is below its bucket's threshold is run again in fp32, as with a pinned number.
-
-What is left is estimated, not assumed: with the errors modelled as exponential (a
-heavier tail than the near-normal rounding errors, so an over-estimate), a document
-with half margin ``m`` above the threshold flips with probability ``exp(-m / beta)``
-(``beta`` the mean error); its 95% upper bound uses the upper confidence limit of
-``beta``. The per-file sums of both are the stats' ``fidelity``; the views add them up.
-
-When the calibrated threshold would send more than ``FALLBACK_SHARE`` of a file's
-documents to fp32, half precision buys nothing for that classifier: it runs in fp32
-for the rest of the job (``mode: float32``), and the stats say so.
+How far half precision moves the top-two margin depends on the model, the length and the
+GPU, so a fixed threshold fits only the models it was chosen on. Each job runs a sample
+spread over the lengths in both precisions; the threshold is ``SAFETY`` x the largest
+margin error, per length bucket. What is left is estimated (errors modelled as
+exponential, a heavier tail than rounding's: a document with margin ``m`` flips with
+probability ``exp(-m / beta)``, with a 95% bound). A classifier that would send more than
+``FALLBACK_SHARE`` of a file to fp32 runs in fp32 for the rest of the job. docs/engine.md.
 """
 
 from __future__ import annotations
@@ -94,12 +83,9 @@ class Calibration:
         self.lengths += [int(n) for n in lengths]
 
     def buckets(self) -> list[tuple[int, float]]:
-        """(up to this many tokens, threshold), shortest first; one bucket for a small sample.
-
-        Errors grow with length, so with enough documents the sample is split at its
-        median length and each half gets its own threshold; a longer bucket's is never
-        below a shorter one's.
-        """
+        """(up to this many tokens, threshold), shortest first: errors grow with length, so
+        a large enough sample is split at its median length (the longer bucket's threshold
+        never below the shorter's)."""
         if not self.errors:
             return []
         err, lens = np.asarray(self.errors), np.asarray(self.lengths)

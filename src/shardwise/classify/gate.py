@@ -1,19 +1,11 @@
 """A pause a shard job honours, so that tests which race a run wait for an event, not time.
 
-Never set in production. A test that kills, stops or restarts a run around its shard
-jobs sets ``SHARDWISE_TEST_GATE=<dir>`` in the jobs' environment; each shard job then
-stops at one point, says so by creating ``<dir>/<shard>.waiting`` (holding its pid and
-SLURM job id), and goes on only once
-``<dir>/open`` exists. The test waits for the ``.waiting`` files (the event: the job holds
-its claim and has done exactly what the test wants), does its kill or restart, and
-opens the gate. The race then happens at the same point on a fast machine and on one
-where every ``snakemake`` call takes ten seconds to start.
-
-``SHARDWISE_TEST_GATE_AFTER=N`` (default 0) puts the stop after the job's N-th labelled
-file (0: before the first), for kills mid-shard. A gate nobody opens lets the job go on
-after ``SHARDWISE_TEST_GATE_TIMEOUT`` seconds (default 900): a failed test must not leave
-jobs waiting forever. The wait sleeps in the main thread, so SIGTERM stops it as it
-stops labelling.
+Never set in production. With ``SHARDWISE_TEST_GATE=<dir>`` a shard job stops after its
+``SHARDWISE_TEST_GATE_AFTER``-th labelled file (default 0: before the first), creates
+``<dir>/<shard>.waiting`` (its pid and SLURM job id) and goes on once ``<dir>/open``
+exists (or after ``SHARDWISE_TEST_GATE_TIMEOUT`` s, default 900). The test waits for that
+event, kills or restarts, and opens the gate: the race happens at the same point on any
+machine. The wait sleeps in the main thread, so SIGTERM stops it.
 """
 
 from __future__ import annotations

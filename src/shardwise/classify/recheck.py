@@ -1,12 +1,9 @@
 """The fp32 re-check of half-precision near ties: which rows, and what it changed.
 
-Half precision moves a classifier's logits a little; where the top two are close,
-that can flip the label, so a label would depend on the GPU generation that ran the
-shard. The engine runs the rows whose top-two margin is below the re-check threshold
-(and any row with a non-finite logit) again in fp32. The threshold is measured per job
-and classifier (``recheck_margin: auto``, see ``classify/calibration.py``) or pinned as
-a number. This module holds that decision and its outcome; the engine supplies the
-fp32 pass (see docs/engine.md).
+Where the top two logits are close, half precision can flip a label, which would then
+depend on the GPU that ran the shard: rows below the threshold (measured,
+``classify/calibration.py``, or pinned) and non-finite rows run again in fp32. The engine
+supplies the fp32 pass (docs/engine.md).
 """
 
 from __future__ import annotations
@@ -44,10 +41,8 @@ def rechecks(recheck_margin: float | str, half_precision: bool) -> bool:
 
 
 def compare(was: np.ndarray, redo: np.ndarray) -> tuple[int, float]:
-    """(labels the fp32 pass changed, largest change of the top-two margin) of re-run rows.
-
-    Rows whose half-precision logits were not finite are left out: they have no margin.
-    """
+    """(labels the fp32 pass changed, largest change of the top-two margin) of re-run rows
+    (rows without finite half-precision logits have no margin: left out)."""
     ok = np.isfinite(was).all(axis=1)
     changed = int((was[ok].argmax(axis=1) != redo[ok].argmax(axis=1)).sum())
     errors = margin_errors(was[ok], redo[ok])
@@ -69,19 +64,13 @@ class Outcome:
 
 
 def recheck(
-    first: np.ndarray,
-    lengths: np.ndarray,
-    margin: float | str,
-    calibration: Calibration | None,
+    first: np.ndarray, lengths: np.ndarray, margin: float | str, calibration: Calibration | None,
     run_fp32: Callable[[np.ndarray], np.ndarray],
-) -> tuple[np.ndarray, np.ndarray, Outcome]:
-    """Final logits, rows labelled from fp32, and the outcome, for one classifier's pass.
-
-    Rows are in the pass's order (longest first). With ``calibration`` (auto), a sample
-    spread over the lengths runs in fp32 first (it is labelled from fp32 too), the
-    calibration learns from it, and its thresholds decide the near ties; else ``margin``
-    does. ``run_fp32(positions)`` returns fp32 logits of those rows.
-    """
+) -> tuple[np.ndarray, np.ndarray, Outcome]:  # fmt: skip
+    """Final logits, rows labelled from fp32, and the outcome, for one classifier's pass
+    (rows longest first). With ``calibration`` (auto) a sample runs in fp32 first and its
+    thresholds decide the near ties, else ``margin`` does; ``run_fp32(positions)`` returns
+    fp32 logits of those rows."""
     n = len(first)
     out = Outcome()
     finite = np.isfinite(first).all(axis=1)
@@ -123,14 +112,9 @@ def recheck(
 
 def fidelity(name: str, docs: int, mode: str, outcome: Outcome) -> dict[str, Any]:
     """One classifier's fidelity to fp32 on one file (the stats' ``fidelity`` entries).
-
-    ``mode``: ``recheck`` (a calibrated threshold), ``float32`` (the calibration sent the
-    classifier to fp32), ``fp32`` (the compute dtype is fp32), ``pinned`` (a configured
-    number). ``fp32_docs`` were labelled from an fp32 pass; ``residual`` is the expected
-    number of the others whose label differs from fp32 and ``residual_upper`` its 95%
-    upper bound (0 in fp32; None for a pinned margin: nothing measured it);
-    ``margin_too_small`` flags a pinned margin the errors it saw exceed several times.
-    """
+    ``mode``: ``recheck`` (calibrated), ``float32`` (sent to fp32), ``fp32`` (the dtype),
+    ``pinned``; ``residual``: the expected labels differing from fp32 among the others (None
+    when pinned: nothing measured it), ``residual_upper`` its 95% bound."""
     exact = mode in ("float32", "fp32")
     return {
         "classifier": name,

@@ -1,16 +1,10 @@
 """Token counts in the training tokenizer (``domains.tokenizer``).
 
-Every step after labelling weighs by tokens of the model being trained (WebOrganizer's
-``domain_statistics.py``, its selection, Dolma 3's mixes), not by the classifiers'
-truncated tokens. When a run sets ``domains.tokenizer`` (a local directory with a
-``tokenizer.json``, or a hub id in the local cache), each job counts every labelled
-document's full, untruncated tokens on its reader thread, beside the classifiers'
-tokenization and never on the GPU's path; the counts go into the sidecar (``tokens``)
-and the label counts. The tokenizer's content hash is pinned in run.json like a model.
-
-A text longer than ``CHUNK`` characters is counted in pieces cut before whitespace (so
-a 50 MB text never becomes one 10M-token encoding in memory). For whitespace-split
-pre-tokenizers (BERT's, byte-level BPE's leading-space words) that is the same count.
+Every step after labelling (WebOrganizer's statistics and selection, Dolma's mixes) weighs
+by tokens of the model being trained, not the classifiers' truncated ones: each job counts
+every document's full tokens on its reader thread, into the sidecar and the label counts;
+the tokenizer's content hash is pinned like a model. Long texts are counted in pieces cut
+before whitespace (the same count for whitespace-split pre-tokenizers).
 """
 
 from __future__ import annotations
@@ -59,18 +53,14 @@ class TokenCounter:
 
     def count(self, texts: Sequence[str]) -> np.ndarray:
         """Each text's full token count (no special tokens), int64."""
-        pieces: list[str] = []
-        owner: list[int] = []
-        for i, text in enumerate(texts):
-            for piece in _pieces(text if isinstance(text, str) else ""):
-                pieces.append(piece)
-                owner.append(i)
+        cut = [
+            (i, p) for i, t in enumerate(texts) for p in _pieces(t if isinstance(t, str) else "")
+        ]
         counts = np.zeros(len(texts), np.int64)
-        if pieces:
-            lengths = [
-                len(e.ids) for e in self.backend.encode_batch_fast(pieces, add_special_tokens=False)
-            ]
-            np.add.at(counts, np.asarray(owner, np.int64), np.asarray(lengths, np.int64))
+        if cut:
+            encoded = self.backend.encode_batch_fast([p for _, p in cut], add_special_tokens=False)
+            owner = np.asarray([i for i, _ in cut], np.int64)
+            np.add.at(counts, owner, np.asarray([len(e.ids) for e in encoded], np.int64))
         return counts
 
 

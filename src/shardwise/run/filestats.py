@@ -1,15 +1,9 @@
 """``<rel>.stats.json``: what labelling one source file took and found, as one record.
 
-:class:`FileStats` is the only builder and reader of the file: the shard job fills one
-from the engine's figures (:meth:`FileStats.of_labelled`), every reader parses one
-(:meth:`FileStats.from_json`), and the coverage report's bulk read of thousands of them
-(:func:`stats_from_json`, Arrow's JSON reader over the throughput fields) is here too.
-Stats written by older versions lack some fields: every field may be absent on read;
-one of the wrong type refuses the file, naming the field.
-
-``FIGURES`` are the fields the shard marker (``file_stats``) and the progress journal
-keep of each file, so the coverage report and the shard's summary need not read the
-stats back.
+:class:`FileStats` is the only builder and reader of the file, and the coverage report's
+bulk read of thousands of them (:func:`stats_from_json`) is here too. Every field may be
+absent (older versions); one of the wrong type refuses the file, naming the field.
+``FIGURES`` are what the shard marker and the journal keep of each file.
 """
 
 from __future__ import annotations
@@ -47,17 +41,8 @@ SUFFIX = ".stats.json"
 #: Packages whose versions go into every stats file (reproducibility).
 VERSIONED = ("shardwise", "torch", "transformers", "tokenizers", "pyarrow")
 #: What each file's throughput and data-quality figures are (shard marker, journal).
-FIGURES = (
-    "docs",
-    "tokens",
-    "seconds",
-    "bytes",
-    "device_name",
-    "finished_at",
-    "counts",
-    "truncated_docs",
-    "fidelity",
-)
+FIGURES = ("docs", "tokens", "seconds", "bytes", "device_name", "finished_at", "counts",
+           "truncated_docs", "fidelity")  # fmt: skip
 TOKENS_COUNTED = (
     "real (unpadded) tokens of each classifier's input, summed over classifiers; "
     "tokens_per_s: per second of the file's whole time (read to write); "
@@ -67,16 +52,10 @@ TOKENS_COUNTED = (
 
 @dataclass(frozen=True)
 class FileStats:
-    """The content of one ``<rel>.stats.json`` (every key is documented in
-    docs/ARCHITECTURE.md, which a test holds against these fields).
-
-    ``tokens`` (and so ``tokens_per_s``) counts real, unpadded tokens of every
-    classifier's input, summed over the classifiers. Two rates, one meaning each:
-    ``tokens_per_s`` per second of the file's whole time (read to write: what the
-    walltime and the ETA use); ``engine.infer_tokens_per_s`` per second of inference
-    alone. ``engine`` is the engine's own figures (``classify.engine.Labels``),
-    recorded as they are and never decided on outside the engine's tests.
-    """
+    """The content of one ``<rel>.stats.json`` (keys in docs/ARCHITECTURE.md, which a test
+    holds against these fields). ``tokens_per_s``: unpadded classifier tokens per second of
+    the file's whole time (what the walltime and the ETA use); ``engine``: the engine's own
+    figures (docs/engine.md), recorded as they are, never decided on."""
 
     file: str | None = None
     task_id: str | None = None
@@ -111,24 +90,11 @@ class FileStats:
 
     @classmethod
     def of_labelled(
-        cls,
-        *,
-        rel: str,
-        task_id: str,
-        shard: int,
-        size: int,
-        docs: int,
-        timings: Mapping[str, float],
-        engine: Mapping[str, Any],
-        device: str,
-        device_name: str,
-        dtype: str,
-        counts: Mapping[str, int],
-        models: Mapping[str, Any],
-        identity: str | None,
-        labelling: Mapping[str, Any],
-        label_counts: Mapping[str, Any],
-    ) -> FileStats:
+        cls, *, rel: str, task_id: str, shard: int, size: int, docs: int,
+        timings: Mapping[str, float], engine: Mapping[str, Any], device: str, device_name: str,
+        dtype: str, counts: Mapping[str, int], models: Mapping[str, Any], identity: str | None,
+        labelling: Mapping[str, Any], label_counts: Mapping[str, Any],
+    ) -> FileStats:  # fmt: skip
         """The stats of a file just labelled (``timings`` so far; see :meth:`with_write`)."""
         return cls(
             file=rel,
@@ -236,11 +202,8 @@ def versions() -> dict[str, str]:
 
 
 def stats_bytes(stats: Mapping[str, Any]) -> bytes:
-    """Serialise stats: indented, except ``label_counts``, which is one compact line.
-
-    ``label_counts`` holds hundreds of cells for a large file; indented it would be most
-    of the file and slow every reader of the stats.
-    """
+    """Serialise stats: indented, except ``label_counts`` (hundreds of cells: indented,
+    most of the file), on one compact line."""
     counts = stats.get("label_counts")
     if counts is None:
         return json_bytes(stats)
@@ -250,46 +213,24 @@ def stats_bytes(stats: Mapping[str, Any]) -> bytes:
     return f'{body}{sep}\n  "label_counts": {compact_json(counts)}\n}}\n'.encode()
 
 
-# ----------------------------------------------------------------------------- in bulk
-
 #: The stats fields rates need, as Arrow types for the bulk JSON parser.
+_F64, _STR = pa.float64(), pa.string()
 _FIDELITY = pa.struct(
-    [
-        ("classifier", pa.string()),
-        ("docs", pa.float64()),
-        ("fp32_docs", pa.float64()),
-        ("mode", pa.string()),
-        ("residual", pa.float64()),
-        ("residual_upper", pa.float64()),
-        ("margin_too_small", pa.bool_()),
-    ]
-)
+    [("classifier", _STR), ("docs", _F64), ("fp32_docs", _F64), ("mode", _STR),
+     ("residual", _F64), ("residual_upper", _F64), ("margin_too_small", pa.bool_())]
+)  # fmt: skip
 _ARROW_SCHEMA = pa.schema(
-    [
-        ("file", pa.string()),
-        ("shard", pa.float64()),
-        ("device_name", pa.string()),
-        ("docs", pa.float64()),
-        ("tokens", pa.float64()),
-        ("seconds", pa.float64()),
-        ("bytes", pa.float64()),
-        ("finished_at", pa.string()),
-        ("counts", pa.struct([(k, pa.float64()) for k in QUALITY_COUNTS])),
-        ("truncated_docs", pa.float64()),
-        ("fidelity", pa.list_(_FIDELITY)),
-    ]
-)
+    [("file", _STR), ("shard", _F64), ("device_name", _STR), ("docs", _F64), ("tokens", _F64),
+     ("seconds", _F64), ("bytes", _F64), ("finished_at", _STR),
+     ("counts", pa.struct([(k, _F64) for k in QUALITY_COUNTS])), ("truncated_docs", _F64),
+     ("fidelity", pa.list_(_FIDELITY))]
+)  # fmt: skip
 
 
 def stats_from_json(blobs: Iterable[bytes]) -> StatsTable:
-    """The figures of many ``.stats.json`` contents at once (Arrow's C++ JSON reader).
-
-    ~3x faster than a record per file, which is most of the coverage report's time on a
-    50k-file run. A raw newline can only be whitespace in JSON, so each document becomes
-    one NDJSON line. Anything Arrow refuses (a field of the wrong type, a truncated file)
-    falls back to reading each file, which skips what is not JSON and takes a figure of
-    the wrong type as unknown (NaN).
-    """
+    """The figures of many ``.stats.json`` contents at once, by Arrow's JSON reader (~3x
+    a record per file, most of the coverage report's time on a 50k-file run); anything
+    Arrow refuses falls back to each file, a figure of the wrong type then NaN."""
     docs = [b for b in blobs if b.strip()]
     if not docs:
         return stats_table(())
@@ -311,22 +252,18 @@ def stats_from_json(blobs: Iterable[bytes]) -> StatsTable:
         return table[name].to_numpy().astype(np.float64)  # nulls -> NaN
 
     shard = floats("shard")
+    devices = table["device_name"].fill_null(UNKNOWN_DEVICE).to_pylist()
     return latest_per_file(
         StatsTable(
             file=np.array(table["file"].fill_null("").to_pylist(), dtype=object),
             shard=np.where(np.isfinite(shard), shard, -1).astype(np.int64),
-            device_name=np.array(
-                table["device_name"].fill_null(UNKNOWN_DEVICE).to_pylist(), dtype=object
-            ),
-            docs=floats("docs"),
-            tokens=floats("tokens"),
-            seconds=floats("seconds"),
-            bytes=floats("bytes"),
-            finished_at=_epoch_seconds(table["finished_at"]),
+            device_name=np.array(devices, dtype=object),
+            docs=floats("docs"), tokens=floats("tokens"), seconds=floats("seconds"),
+            bytes=floats("bytes"), finished_at=_epoch_seconds(table["finished_at"]),
             quality=_quality_columns(table),
             fidelity=objects([v or [] for v in table["fidelity"].to_pylist()]),
         )
-    )
+    )  # fmt: skip
 
 
 def _quality_columns(table: pa.Table) -> np.ndarray:

@@ -1,10 +1,8 @@
 """``.done`` markers: the only proof that work is complete, so always written last.
 
-Per source file, ``<output>/<rel>.done`` vouches that the sidecar and stats beside
-it are whole; per logical shard, ``<run_dir>/shards/<shard>.done`` (the Snakemake
-target) vouches that every file of the shard has its marker. For object-store
-outputs the planner also keeps ``<run_dir>/output-markers.txt``, the file markers
-its one listing found, so jobs need not ask for each marker.
+``<output>/<rel>.done`` vouches for a file's other outputs; ``<run_dir>/shards/<shard>.done``
+(the Snakemake target) for every file of the shard. ``output-markers.txt`` is the planner's
+listing of an object store's file markers, so jobs need not ask for each.
 """
 
 from __future__ import annotations
@@ -29,13 +27,9 @@ OUTPUT_MARKERS = "output-markers.txt"
 
 @dataclass(frozen=True)
 class FileMarker:
-    """``<output>/<rel>.done``: every other output of source file ``file`` is whole.
-
-    ``rows`` is the number of documents labelled; ``source_identity`` the source's
-    identity as planned (``plan.identity``). Every field is typed when present; an
-    absent one is None, and :meth:`problems` names it (markers written by hand or by
-    older versions are checked, not refused unread).
-    """
+    """``<output>/<rel>.done``: every other output of source file ``file`` is whole (``rows``
+    labelled; the source's identity as planned). An absent field is None, and
+    :meth:`problems` names it: markers by hand or by older versions are checked, not refused."""
 
     file: str | None
     task_id: str | None
@@ -87,10 +81,8 @@ SOURCES = ("job", "empty", "remote")
 @dataclass(frozen=True)
 class ShardMarker:
     """``<run_dir>/shards/<shard>.done``: every file of the shard has its marker (or is
-    quarantined). ``docs`` is None when the shard was finished elsewhere and its count is
-    unknown here. ``file_stats`` (file -> its stats' ``FIGURES``, written by jobs) lets
-    the coverage report take throughput and data quality from the marker instead of
-    each file's stats."""
+    quarantined); ``docs`` None when finished elsewhere; ``file_stats`` (file -> its stats'
+    ``FIGURES``) spares the coverage report each file's stats."""
 
     shard: int
     total_shards: int
@@ -153,12 +145,8 @@ def write_shard_marker(run_dir: Path, marker: ShardMarker) -> None:
 
 
 def done_shards(run_dir: Path) -> set[int]:
-    """Shards with a ``<shard>.done`` marker, from one directory listing.
-
-    Only names are read (no stat, no open): on Lustre or NFS a stat per shard of a
-    10,000-shard run costs seconds. Names that are not ``<int>.done`` (temp files of an
-    atomic write, editor droppings) are ignored. A missing directory means nothing done.
-    """
+    """Shards with a ``<shard>.done`` marker, from names alone (a stat per shard costs
+    seconds on Lustre at 10,000 shards); other names are ignored."""
     done: set[int] = set()
     try:
         with os.scandir(Path(run_dir) / SHARDS_DIR) as entries:
@@ -181,15 +169,10 @@ def shard_of_marker(name: str) -> int | None:
 
 @dataclass(frozen=True)
 class DoneShards:
-    """The run's done shards, in the one meaning every view uses.
-
-    A shard is done when its marker exists, parses and agrees with the plan: the
-    assignment (``total_shards``, ``minimum_shard_index``) and the number of files. A
-    garbled marker vouches for nothing, and a marker left by another assignment (a
-    re-pin interrupted before the run-directory state was reset) vouches for other
-    files: neither shard is done. Snakemake only sees that the file exists, so the
-    planner removes stale markers and ``shardwise verify --repair`` garbled ones.
-    """
+    """The run's done shards, in the one meaning every view uses: the marker exists, parses
+    and agrees with the plan (assignment, number of files). A garbled marker, or one of
+    another assignment, vouches for nothing; Snakemake sees only that the file exists, so
+    the planner removes stale ones and ``verify --repair`` garbled ones."""
 
     markers: dict[int, ShardMarker]  # every done shard's marker
     unreadable: tuple[int, ...] = ()  # shards whose marker does not parse
@@ -205,8 +188,7 @@ def read_done(run_dir: Path, within: range, files: Mapping[int, int]) -> DoneSha
     """Every shard marker of the pinned range ``within``, judged against the plan's
     ``files`` per shard (absent shards have none); see :class:`DoneShards`."""
     found: dict[int, ShardMarker] = {}
-    bad: list[int] = []
-    stale: list[int] = []
+    bad, stale = [], []
     for shard in sorted(done_shards(run_dir)):
         if shard not in within:
             continue
@@ -226,12 +208,9 @@ def read_done(run_dir: Path, within: range, files: Mapping[int, int]) -> DoneSha
 
 def remove_shard_markers(run_dir: Path, shards: Iterable[int]) -> list[int]:
     """Remove the markers of ``shards`` (those present); the ones removed."""
-    removed = []
-    for shard in shards:
-        path = shard_marker_path(run_dir, shard)
-        if path.exists():
-            path.unlink()
-            removed.append(shard)
+    removed = [shard for shard in shards if shard_marker_path(run_dir, shard).exists()]
+    for shard in removed:
+        shard_marker_path(run_dir, shard).unlink()
     return removed
 
 

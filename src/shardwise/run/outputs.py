@@ -1,17 +1,12 @@
 """The per-file output contract: every file a run writes beside a labelled source file.
 
-For a source file ``<rel>``, each output kind is ``<rel><suffix>`` under the output
-root. One registry, :data:`KINDS`, names them in the order they are written: the data
-kinds (today the sidecar), then the stats (which time the writes before them), then
-the marker, last, which vouches for every other. Each kind says how it is built from a
-labelled file, how its bytes parse into a typed record, and how a record is checked
-against the plan and the input.
-
-Whoever asks "is this a shardwise output?", "what must a labelled file have?" or
-"write a labelled file's outputs" asks here: the manifest (what is not an input),
-``verify`` (presence, orphans, contents), coverage, the planner's walltime. A new
-kind is one entry of :data:`KINDS` with its builder, parser and checker (and tests);
-nothing else names a suffix.
+One registry, :data:`KINDS`, names the kinds in write order: the data kinds (sidecar,
+Dolma attributes), the stats (which time the writes before them), the marker last, which
+vouches for every other. Each kind says how it is built, how its bytes parse into a typed
+record, and how a record is checked against the plan and the input. Whoever asks "is this
+an output?", "what must a labelled file have?" or "write a file's outputs" asks here
+(manifest, verify, coverage, walltime): a new kind is one entry, and nothing else names a
+suffix.
 """
 
 from __future__ import annotations
@@ -30,25 +25,6 @@ from shardwise.run.filestats import FileStats
 from shardwise.run.markers import FileMarker
 from shardwise.store.atomic import is_temp_name
 from shardwise.store.location import Location
-
-__all__ = [
-    "DOLMA",
-    "KINDS",
-    "MARKER",
-    "SIDECAR",
-    "STATS",
-    "Expected",
-    "Labelled",
-    "OutputKind",
-    "Scan",
-    "kind_of",
-    "kinds",
-    "marked",
-    "read_marker",
-    "rebuild",
-    "scan",
-    "write_all",
-]
 
 
 @dataclass(frozen=True)
@@ -166,11 +142,8 @@ def wanted(rel: str, roots: Iterable[str]) -> tuple[OutputKind, ...]:
 
 
 def kind_of(name: str) -> tuple[OutputKind, str] | None:
-    """(kind, source file) for the name of a shardwise output, else None.
-
-    The longest suffix wins, so ``x.labels.parquet`` is never read as an output of ``x``
-    of some shorter kind.
-    """
+    """(kind, source file) for the name of a shardwise output, else None (the longest
+    suffix wins: ``x.labels.parquet`` is never an output of ``x`` of a shorter kind)."""
     return _matcher(tuple(k for k in kinds() if k.root == "output"))(name)
 
 
@@ -228,11 +201,9 @@ def rebuild(roots: Mapping[str, Location], rel: str, dolma_name: str | None) -> 
 
 
 def write_all(roots: Mapping[str, Location], labelled: Labelled) -> FileStats:
-    """Write every output of a labelled file, each atomically, in registry order, each
-    under its root (``roots``: name -> Location; a kind whose root is absent, or that
-    does not apply to the file, is not written): the marker last, so that it never
-    vouches for an output not yet whole. The stats record the time the outputs before
-    them took; they are returned as written."""
+    """Write every output of a labelled file that applies, each atomically under its root,
+    in registry order: the marker last, so it never vouches for an output not yet whole. The
+    stats record the time the writes before them took; they are returned as written."""
     started = time.perf_counter()
     for kind in kinds():
         if kind.root not in roots or not kind.applies(labelled.rel):
@@ -269,8 +240,7 @@ class Scan:
 
 
 def scan(names: Iterable[str], sizes: Mapping[str, int] | None = None) -> Scan:
-    """The outputs among the names of a listing of the output root (with their sizes
-    when known, else 0)."""
+    """The outputs among the names of a listing of the output root (sizes when known)."""
     found: dict[str, dict[str, int]] = {kind.name: {} for kind in kinds()}
     match = _matcher(tuple(k for k in kinds() if k.root == "output"))
     for name in names:
@@ -281,9 +251,8 @@ def scan(names: Iterable[str], sizes: Mapping[str, int] | None = None) -> Scan:
 
 
 def scan_roots(roots: Mapping[str, Location]) -> Scan:
-    """One listing of each root: the output root by suffix, and every other root's files
-    as outputs of the kinds that live there (a file there is the output of the source of
-    the same name)."""
+    """One listing of each root: the output root by suffix, every other root's files as
+    outputs of the kinds that live there (of the source of the same name)."""
     listing = dict(roots["output"].list_files())
     found = scan(listing, listing)
     for name, loc in roots.items():

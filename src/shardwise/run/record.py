@@ -1,11 +1,9 @@
 """Reading the run's JSON files into typed records: each field checked once, by name.
 
-Every file shardwise writes beside the labels (markers, stats, settings.json) is a
-frozen dataclass with one ``to_json`` and one ``from_json``; ``from_json`` reads the
-object through :class:`Fields`, whose getters refuse a field of the wrong type with
-the file and the field's name (a bool is never an int), as NeMo Curator's
-``_require_manifest_int`` does. Fields written by older versions may be absent: each
-record says which ones have defaults.
+Every file shardwise writes is a frozen dataclass with one ``to_json`` and one
+``from_json``, which reads through :class:`Fields`: a field of the wrong type is refused
+naming the file and the field (a bool is never an int), as NeMo Curator's
+``_require_manifest_int`` does; a field with a default may be absent (older versions).
 """
 
 from __future__ import annotations
@@ -18,8 +16,6 @@ import typing
 from typing import Any, TypeVar
 
 from shardwise.errors import RecordError
-
-__all__ = ["Fields", "load_object"]
 
 T = TypeVar("T")
 
@@ -38,10 +34,19 @@ def load_object(raw: bytes | str, where: str) -> dict[str, Any]:
     return data
 
 
+def _default(f: dataclasses.Field[Any]) -> Any:
+    """A field's default (a fresh one from its factory), or ``_REQUIRED``."""
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return _REQUIRED
+
+
 @functools.cache
 def _fields_of(cls: type) -> tuple[tuple[str, Any, dataclasses.Field[Any]], ...]:
-    """A dataclass's fields with their resolved type hints (once per class: resolving
-    them costs more than reading a record)."""
+    """A dataclass's fields with their type hints (resolved once per class: that costs
+    more than reading a record)."""
     hints = typing.get_type_hints(cls)
     return tuple((f.name, hints[f.name], f) for f in dataclasses.fields(cls))
 
@@ -59,8 +64,8 @@ class Fields:
         return cls(load_object(raw, where), where)
 
     def _get(self, key: str, default: Any, ok: type | tuple[type, ...], what: str) -> Any:
-        """The value of ``key`` if it is of type ``ok``; ``default`` when absent or null
-        (a required field absent is refused, and so is a bool where a number belongs)."""
+        """The value of ``key`` if it is of type ``ok``; ``default`` when absent or null (a
+        required field absent is refused, and so is a bool where a number belongs)."""
         value = self.data.get(key)
         if value is None and default is not _REQUIRED:
             return default
@@ -115,21 +120,13 @@ class Fields:
         return RecordError(self.where, f"field {key!r} {what}")
 
     def into(self, cls: type[T], **given: Any) -> T:
-        """The dataclass ``cls`` with every field read by its annotation (``given`` ones
-        as they are): ``int`` is a count (>= 0, never a bool), ``float`` any number, a
-        ``tuple`` is read from an array; ``X | None`` and a field with a default may be
-        absent."""
+        """The dataclass ``cls`` with every field read by its annotation (``given`` ones as
+        they are): ``int`` is a count (>= 0, never a bool), ``float`` any number, a ``tuple``
+        is read from an array; ``X | None`` and a field with a default may be absent."""
         values = dict(given)
         for name, hint, f in _fields_of(cls):
-            if name in values:
-                continue
-            if f.default is not dataclasses.MISSING:
-                default = f.default
-            elif f.default_factory is not dataclasses.MISSING:
-                default = f.default_factory()
-            else:
-                default = _REQUIRED
-            values[name] = self._typed(name, hint, default)
+            if name not in values:
+                values[name] = self._typed(name, hint, _default(f))
         return cls(**values)
 
     def _typed(self, key: str, hint: Any, default: Any) -> Any:

@@ -1,26 +1,17 @@
-"""Shard claims: which live job is working on a shard right now.
+"""Everything under ``claims/``: which live job works on a shard, and the workflow's jobs.
 
-A shard job creates ``<run_dir>/claims/<shard>.json`` when it starts (atomically:
-create-if-absent, so of two racing jobs exactly one wins) and removes it when it
-ends, whatever the outcome (success, failure, SIGTERM). A job killed with SIGKILL
-(``kill -9``, the walltime's final kill, a lost node) leaves its claim behind; such a
-claim is *stale* and is ignored once its holder is known to be gone:
-
-- a claim with a SLURM job id is live while ``squeue`` lists that job (and, when the
-  claim names a job step, that step);
-- a claim without one (local executor) is live while its process runs on this host
-  and is the same process (pid plus the process's start time and the boot id, so a
-  reused pid is not mistaken for the holder);
-- a claim from another host without a SLURM job id cannot be checked from here: it
-  counts as live, and the message says how to remove it.
-
-The judgement is a pure function (:func:`judge`) over what ``squeue`` said, so plan
-time makes at most two ``squeue`` calls for all claims together.
+A shard job creates ``claims/<shard>.json`` when it starts (create-if-absent: of two racing
+jobs one wins) and removes it however it ends; SIGKILL leaves it behind, *stale* once its
+holder is known gone: a SLURM job squeue no longer lists (or its step), a local process no
+longer running as the same process (pid, start time, boot id). A claim from another host
+without a job id cannot be checked: it counts as live. :func:`judge` is pure over what
+squeue said. ``workflow.json`` and ``jobs.json`` find the workflow's queued jobs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import secrets
@@ -33,7 +24,7 @@ from shardwise.errors import RecordError, ShardClaimedError
 from shardwise.run import markers
 from shardwise.run.record import Fields
 from shardwise.slurm import queries
-from shardwise.store.atomic import create_exclusive, write_atomic
+from shardwise.store.atomic import create_exclusive, json_bytes, write_atomic
 
 CLAIMS_DIR = "claims"
 #: The workflow that plans this run: lets `cluster status` and `coverage` find its jobs.
@@ -59,26 +50,14 @@ class Claim:
 
     def to_bytes(self) -> bytes:
         """The file content."""
-        return (json.dumps(asdict(self), indent=2, sort_keys=True) + "\n").encode()
+        return json_bytes(asdict(self))
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> Claim:
-        """Parse a claim file; ValueError when it is not one."""
-        try:
-            body: Any = json.loads(data)
-            return cls(
-                shard=int(body["shard"]),
-                host=str(body["host"]),
-                pid=int(body["pid"]),
-                started_at=str(body["started_at"]),
-                token=str(body["token"]),
-                slurm_job_id=_opt(body.get("slurm_job_id")),
-                slurm_step_id=_opt(body.get("slurm_step_id")),
-                process=_opt(body.get("process")),
-            )
-        except (KeyError, TypeError, ValueError, json.JSONDecodeError) as e:
-            msg = f"not a shard claim: {e}"
-            raise ValueError(msg) from e
+    def from_bytes(cls, data: bytes, where: str = "claim") -> Claim:
+        """Parse a claim file; RecordError (a ValueError) when it is not one."""
+        claim = Fields.parse(data, where).into(cls)
+        ids = ("slurm_job_id", "slurm_step_id", "process")
+        return dataclasses.replace(claim, **{k: _opt(getattr(claim, k)) for k in ids})
 
     @property
     def step(self) -> str | None:
@@ -112,11 +91,8 @@ class Submitter:
 
     @classmethod
     def of(cls, workflow: Any) -> Submitter:
-        """From Snakemake's ``workflow`` object at parse time (top-level process).
-
-        The executor is not known yet at parse time; ``--jobs`` (``resources.nodes``)
-        is, and any cluster executor needs it.
-        """
+        """From Snakemake's ``workflow`` at parse time (top-level process): the executor is
+        not known yet, but ``--jobs`` (``resources.nodes``) is, and any cluster one needs it."""
         resources = getattr(workflow, "resource_settings", None)
         settings = getattr(workflow, "config_settings", None)
         nodes = getattr(resources, "nodes", None)
@@ -146,10 +122,7 @@ class Submitter:
 
     def record(self, run_dir: Path) -> None:
         """Write ``claims/workflow.json`` (the main process, once per invocation)."""
-        body = {**asdict(self), "configfiles": list(self.configfiles)}
-        write_atomic(
-            run_dir / CLAIMS_DIR / WORKFLOW_JSON, (json.dumps(body, indent=2) + "\n").encode()
-        )
+        write_atomic(run_dir / CLAIMS_DIR / WORKFLOW_JSON, json_bytes(asdict(self)))
 
 
 def read_jobs_cache(run_dir: Path) -> dict[str, Any]:
@@ -198,23 +171,16 @@ def process_identity(pid: int) -> str | None:
 
 def for_this_process(shard: int) -> Claim:
     """The claim this process would make (SLURM ids from the environment, if any)."""
-    pid = os.getpid()
-    return Claim(
-        shard=shard,
-        host=hostname(),
-        pid=pid,
-        started_at=markers.now(),
-        token=secrets.token_hex(8),
-        slurm_job_id=_opt(os.environ.get("SLURM_JOB_ID")),
-        slurm_step_id=_opt(os.environ.get("SLURM_STEP_ID")),
-        process=process_identity(pid),
-    )
+    pid, env = os.getpid(), os.environ
+    return Claim(shard, hostname(), pid, markers.now(), secrets.token_hex(8),
+                 _opt(env.get("SLURM_JOB_ID")), _opt(env.get("SLURM_STEP_ID")),
+                 process_identity(pid))  # fmt: skip
 
 
 def read_claim(path: Path) -> Claim | None:
     """The claim at ``path``; None when it vanished or is unreadable."""
     try:
-        return Claim.from_bytes(path.read_bytes())
+        return Claim.from_bytes(path.read_bytes(), str(path))
     except (OSError, ValueError):
         return None
 
@@ -234,9 +200,6 @@ def read_claims(run_dir: Path) -> dict[int, Claim]:
             if claim is not None:
                 out[claim.shard] = claim
     return out
-
-
-# ----------------------------------------------------------------------------- liveness
 
 
 @dataclass(frozen=True)
@@ -261,19 +224,12 @@ def process_alive(pid: int, identity: str | None) -> bool:
     return now is None or now == identity
 
 
-def judge(  # noqa: PLR0911 - one return per case of the docstring's table
-    claim: Claim,
-    *,
-    live_jobs: dict[str, str] | None,
-    live_steps: set[str] | None = None,
+def judge(  # noqa: PLR0911 - one return per case of the module docstring
+    claim: Claim, *, live_jobs: dict[str, str] | None, live_steps: set[str] | None = None,
     here: str | None = None,
-) -> Verdict:
-    """Is ``claim``'s holder alive? Pure, given what squeue said.
-
-    ``live_jobs``: job id -> state of the jobs squeue lists as not finished (None when
-    squeue could not be asked); ``live_steps``: ``<job>.<step>`` ids squeue lists
-    (None when not asked).
-    """
+) -> Verdict:  # fmt: skip
+    """Is ``claim``'s holder alive? Pure, given what squeue said: ``live_jobs`` (job id ->
+    state of unfinished jobs) and ``live_steps`` (``<job>.<step>``); None: not asked."""
     here = here or hostname()
     same_host = claim.host == here
     if claim.slurm_job_id:
@@ -313,9 +269,6 @@ def judge_now(claim: Claim) -> Verdict:
     return judge(claim, live_jobs=live, live_steps=steps)
 
 
-# ----------------------------------------------------------------------------- holding
-
-
 def acquire(run_dir: Path, shard: int, *, tries: int = 3) -> Claim:
     """Claim ``shard`` for this process, taking over a stale claim; refuse a live one."""
     path = claim_path(run_dir, shard)
@@ -353,11 +306,8 @@ def _refusal(path: Path, other: Claim, verdict: Verdict) -> str:
 
 
 def _remove_if_same(path: Path, stale: Claim) -> None:
-    """Remove ``path`` if it still holds ``stale`` (never a claim made since we read it).
-
-    The claim is renamed aside first (atomic); if what was renamed is not the stale
-    claim (another job took it over and claimed it in between), it is put back.
-    """
+    """Remove ``path`` if it still holds ``stale``: renamed aside first (atomic), and put
+    back when what was renamed is another job's newer claim."""
     aside = path.with_name(f".{path.name}.stale-{secrets.token_hex(4)}")
     try:
         path.rename(aside)

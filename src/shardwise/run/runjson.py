@@ -1,15 +1,10 @@
 """run.json: the pinned contract of a logical run, created once and validated always.
 
-It pins what decides where work goes and what it means: the shard assignment
-(``total_shards``, ``minimum_shard_index``, ``files_per_task``), the input (root,
-task count, fingerprint of the sorted task ids), the output root, and the
-classifiers. A later run with any of these different is refused before a job is
-submitted; the message names each field with the old and new value.
-
-Create-or-validate, as in NeMo Curator: read and compare; if absent, create it
-without ever replacing (hard link locally, ``If-None-Match: *`` on object stores);
-a writer that lost the race re-reads and compares. The one exception is an explicit
-``shardwise plan --repin`` while no file of the run is labelled (``workflow``).
+It pins what decides where work goes and what it means (the assignment, the input's task
+set, the output root, the classifiers and the labelling); a later run that differs is
+refused before a job is submitted, naming each field. Create-or-validate, as in NeMo
+Curator: if absent, create it without ever replacing; a writer that lost the race re-reads
+and compares. Only ``plan --repin`` (nothing labelled) and ``relocate`` replace it.
 """
 
 from __future__ import annotations
@@ -44,8 +39,7 @@ def fingerprint(task_ids: Iterable[str]) -> str:
     """sha256 over the sorted task ids, newline-joined: equal iff the task set is equal."""
     h = hashlib.sha256()
     for tid in sorted(task_ids):
-        h.update(tid.encode("utf-8"))
-        h.update(b"\n")
+        h.update(tid.encode("utf-8") + b"\n")
     return h.hexdigest()
 
 
@@ -137,17 +131,12 @@ def change_lines(diffs: list[tuple[str, Any, Any]]) -> list[str]:
 
 
 def check_same(
-    old: RunMeta,
-    new: RunMeta,
-    where: str,
+    old: RunMeta, new: RunMeta, where: str,
     task_change: Callable[[], tuple[int, int]] | None = None,
     hints: Callable[[list[tuple[str, Any, Any]]], list[str]] | None = None,
-) -> None:
-    """Raise RunMismatchError naming every differing field (and tasks added/removed).
-
-    ``hints`` may add lines that say how to go on (quarantine a removed file, re-pin a
-    run nothing of which is labelled yet); it is only called when there is a mismatch.
-    """
+) -> None:  # fmt: skip
+    """Raise RunMismatchError naming every differing field (and tasks added/removed);
+    ``hints`` add how to go on (called only on a mismatch)."""
     diffs = differences(old, new)
     if not diffs:
         return
@@ -166,9 +155,7 @@ def check_same(
 
 
 def create_or_validate(
-    loc: Location,
-    meta: RunMeta,
-    task_change: Callable[[], tuple[int, int]] | None = None,
+    loc: Location, meta: RunMeta, task_change: Callable[[], tuple[int, int]] | None = None
 ) -> RunMeta:
     """Return the pinned RunMeta at ``loc``/run.json, creating it from ``meta`` if absent."""
     where = loc.url(RUN_JSON)
@@ -294,19 +281,11 @@ def read_copy(loc: Location) -> Copy:
 
 
 def check_copies(
-    local: Copy,
-    output: Copy,
-    run_dir: Path,
-    *,
-    repin: bool = False,
+    local: Copy, output: Copy, run_dir: Path, *, repin: bool = False,
     evidence: Callable[[], Evidence] | None = None,
-) -> None:
-    """Refuse, with the way forward, a damaged copy or two copies that disagree.
-
-    Disagreeing copies are what an interrupted re-pin or extension leaves (``repin``
-    then finishes it: not refused here); otherwise the copy to keep is the one the run
-    directory's plan and shard markers vouch for (``trusted``).
-    """
+) -> None:  # fmt: skip
+    """Refuse, with the way forward, a damaged copy or two copies that disagree (what an
+    interrupted re-pin or extension leaves: ``repin`` then finishes it, not refused)."""
     for bad, other in ((local, output), (output, local)):
         if bad.damage is None:
             continue
@@ -349,12 +328,8 @@ def check_copies(
 def restore(
     local: Location, output: Location, evidence: Callable[[], Evidence] | None = None
 ) -> list[str]:
-    """Make the two copies one again (``verify --repair``); what was restored, a line each.
-
-    A damaged or absent copy is written from the intact one; of two intact copies that
-    disagree, the one ``trusted`` keeps. Both damaged: nothing to restore from
-    (DamagedError).
-    """
+    """Make the two copies one again (``verify --repair``): a damaged or absent copy from
+    the intact one, of two that disagree the one ``trusted`` keeps; a line per copy written."""
     ours, theirs = read_copy(local), read_copy(output)
     if ours.meta is None and theirs.meta is None:
         if ours.damage or theirs.damage:
@@ -365,12 +340,9 @@ def restore(
         trust.other.loc.write_bytes(RUN_JSON, trust.keep.loc.read_bytes(RUN_JSON))
         return [f"restored {trust.other.where} from {trust.keep.where} (they disagreed; "
                 f"{trust.why})"]  # fmt: skip
-    if theirs.meta is not None and ours.meta is None:
-        local.write_bytes(RUN_JSON, output.read_bytes(RUN_JSON))
-        how = "was damaged" if ours.damage else "was missing"
-        return [f"restored {ours.where} from {theirs.where} (it {how})"]
-    if ours.meta is not None and theirs.meta is None:
-        output.write_bytes(RUN_JSON, local.read_bytes(RUN_JSON))
-        how = "was damaged" if theirs.damage else "was missing"
-        return [f"restored {theirs.where} from {ours.where} (it {how})"]
+    for bad, good in ((ours, theirs), (theirs, ours)):
+        if good.meta is not None and bad.meta is None:
+            bad.loc.write_bytes(RUN_JSON, good.loc.read_bytes(RUN_JSON))
+            how = "was damaged" if bad.damage else "was missing"
+            return [f"restored {bad.where} from {good.where} (it {how})"]
     return []

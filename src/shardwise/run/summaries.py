@@ -1,35 +1,10 @@
-"""Per-shard summaries: one small local file per finished shard, so that reading the
-corpus's domain distribution never reads one object per source file.
+"""``summaries/<shard>.arrow``: one small local file per finished shard, so that the
+domain distribution never reads one object per source file.
 
-``<run_dir>/summaries/<shard>.arrow`` (Arrow IPC file) is written by the shard job just
-before the shard's ``.done`` marker, from the label counts of *every* file of the shard,
-including files finished by earlier attempts: the shard's progress journal
-(``<run_dir>/progress/<shard>.jsonl``) carries each labelled file's counts, so no object
-is read back from an object store; only a file finished outside this run directory
-(another cluster) costs one read of its ``.stats.json``.
-
-Layout: one row per non-zero (task, view, cell):
-
-==========  =======  ==================================================================
-column      type     meaning
-==========  =======  ==================================================================
-``task``    int32    index into the metadata's ``tasks``
-``view``    int16    index into ``views``: classifiers first, then pairs (``a,b``);
-                     rows are sorted by view (``view_rows``: each view's slice)
-``a``       int16    label index into ``labels[<classifier>]`` (the pair's first)
-``b``       int16    the pair's second label index; -1 for a single classifier
-``docs``    int64    documents of the task in that cell
-``bytes``   int64    UTF-8 text bytes of those documents
-``tokens``  int64    their tokens in the training tokenizer (0 unless counted)
-==========  =======  ==================================================================
-
-The schema metadata ``shardwise`` is JSON: ``format_version``, ``shard``,
-``written_at``, ``labels`` (classifier -> label names), ``pairs``, ``views``, ``tasks``
-(``[{task_id, docs, text_bytes, tokens, files}]``, tasks whose every file has counts),
-``tokens_counted`` (every such task's files counted tokens: ``domains.tokenizer``) and
-``incomplete_tasks`` (task ids with a file without counts: not labelled, for the
-estimate). Each file's figures go into the shard marker instead (``file_stats``),
-which the coverage report reads anyway.
+Written by the shard job just before its marker, from the label counts of every file of
+the shard (the progress journal carries those of files finished by earlier attempts: no
+object is read back). One row per non-zero (task, view, cell), sorted by view; the schema
+metadata says the labels, views, tasks and each view's rows (docs/ARCHITECTURE.md).
 """
 
 from __future__ import annotations
@@ -57,16 +32,9 @@ SUFFIX = ".arrow"
 FORMAT_VERSION = 1
 META_KEY = b"shardwise"
 SCHEMA = pa.schema(
-    [
-        ("task", pa.int32()),
-        ("view", pa.int16()),
-        ("a", pa.int16()),
-        ("b", pa.int16()),
-        ("docs", pa.int64()),
-        ("bytes", pa.int64()),
-        ("tokens", pa.int64()),
-    ]
-)
+    [("task", pa.int32()), ("view", pa.int16()), ("a", pa.int16()), ("b", pa.int16()),
+     ("docs", pa.int64()), ("bytes", pa.int64()), ("tokens", pa.int64())]
+)  # fmt: skip
 
 log = logging.getLogger("shardwise.run.summaries")
 
@@ -90,9 +58,6 @@ def summarized_shards(run_dir: Path) -> set[int]:
     return found
 
 
-# ----------------------------------------------------------------------------- build
-
-
 def _task_totals(
     tasks: Sequence[tuple[str, Sequence[str]]], counts: Mapping[str, Mapping[str, Any]]
 ) -> tuple[list[tuple[str, dict[str, Any], int]], list[str]]:
@@ -112,15 +77,10 @@ def _task_totals(
 
 
 def build(
-    shard: int,
-    tasks: Sequence[tuple[str, Sequence[str]]],
-    counts: Mapping[str, Mapping[str, Any]],
+    shard: int, tasks: Sequence[tuple[str, Sequence[str]]], counts: Mapping[str, Mapping[str, Any]]
 ) -> bytes:
-    """The summary of ``shard`` as Arrow IPC bytes (pure).
-
-    ``tasks`` are (task id, its files); ``counts`` maps a file to its ``label_counts``
-    (a file without one makes its task incomplete).
-    """
+    """The summary of ``shard`` as Arrow IPC bytes (pure): ``tasks`` are (task id, its
+    files); ``counts`` a file's ``label_counts`` (one without makes its task incomplete)."""
     complete, incomplete = _task_totals(tasks, counts)
     seen: dict[str, set[str]] = {}
     pairs: list[tuple[str, str]] = []
@@ -141,13 +101,10 @@ def build(
     cols: dict[str, list[int]] = {name: [] for name in SCHEMA.names}
 
     def row(task: int, view: int, a: int, b: int, cell: Sequence[int]) -> None:
-        cols["task"].append(task)
-        cols["view"].append(view)
-        cols["a"].append(a)
-        cols["b"].append(b)
-        cols["docs"].append(int(cell[0]))
-        cols["bytes"].append(int(cell[1]))
-        cols["tokens"].append(int(cell[2]) if len(cell) > 2 else 0)
+        tokens = int(cell[2]) if len(cell) > 2 else 0
+        for name, value in zip(SCHEMA.names, (task, view, a, b, int(cell[0]), int(cell[1]), tokens),
+                               strict=True):  # fmt: skip
+            cols[name].append(value)
 
     for t, (_, total, _) in enumerate(complete):
         for name, cells in total.get("classifiers", {}).items():
@@ -167,16 +124,7 @@ def build(
         "labels": {name: list(labels[name]) for name in names},
         "pairs": [list(p) for p in pairs],
         "views": views,
-        "tasks": [
-            {
-                "task_id": task_id,
-                "docs": int(total.get("docs", 0)),
-                "text_bytes": int(total.get("text_bytes", 0)),
-                "tokens": int(total.get("tokens", 0)),
-                "files": n_files,
-            }
-            for task_id, total, n_files in complete
-        ],
+        "tasks": [_task_entry(task_id, total, n_files) for task_id, total, n_files in complete],
         "tokens_counted": bool(complete) and all("tokens" in t for _i, t, _n in complete),
         "incomplete_tasks": incomplete,
     }
@@ -195,7 +143,11 @@ def build(
     return sink.getvalue().to_pybytes()
 
 
-# ----------------------------------------------------------------------------- read
+def _task_entry(task_id: str, total: Mapping[str, Any], files: int) -> dict[str, Any]:
+    """One task of the metadata's ``tasks``."""
+    docs, text_bytes, tokens = (int(total.get(k, 0)) for k in ("docs", "text_bytes", "tokens"))
+    return {"task_id": task_id, "docs": docs, "text_bytes": text_bytes, "tokens": tokens,
+            "files": files}  # fmt: skip
 
 
 @dataclass(frozen=True, eq=False)
@@ -266,23 +218,12 @@ def read_many(run_dir: Path, shards: Iterable[int]) -> tuple[list[Summary], list
     return got, missing
 
 
-# ----------------------------------------------------------------------------- write
-
-
 def write_for_shard(
-    run_dir: Path,
-    shard: int,
-    files: Sequence[tuple[str, str]],
-    read_stats: Callable[[str], bytes],
+    run_dir: Path, shard: int, files: Sequence[tuple[str, str]], read_stats: Callable[[str], bytes]
 ) -> dict[str, dict[str, Any]]:
-    """Write ``summaries/<shard>.arrow`` for a shard whose files are all done.
-
-    ``files`` are (file, task id) pairs of the shard; ``read_stats(rel)`` returns a
-    file's ``.stats.json`` bytes, used only for files the journal does not cover.
-    Returns each file's figures (``filestats.FIGURES``, for the shard marker).
-    Never raises: the labels are done whatever happens here; a shard without a summary
-    counts as unlabelled in ``shardwise domains``, which says so.
-    """
+    """Write ``summaries/<shard>.arrow`` for a shard whose files (file, task id) are all done
+    (``read_stats`` only for files the journal does not cover); each file's ``FIGURES``
+    for the shard marker. Never raises: the labels are done, a missing summary is said."""
     rows: dict[str, dict[str, Any]] = {}
     try:
         journal_lines = journal.entries(run_dir, shard)

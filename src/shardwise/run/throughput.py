@@ -1,13 +1,8 @@
-"""Per-file stats -> rates per GPU, ETA, and the rate a SLURM walltime is sized on.
+"""Per-file stats -> rates per GPU, ETA, and the rate a SLURM walltime is sized on (pure).
 
-Every labelled file leaves a ``<rel>.stats.json`` (see docs/ARCHITECTURE.md). Rates are
-per *file* and per *GPU type* (``device_name``) because one run often mixes node types
-and a mean over all files hides a slow partition. Percentiles are over files: the p10
-(slow side) is what sizes a SLURM walltime, the aggregate (sum of work / sum of seconds)
-is what an ETA needs, since the total time is a sum, not a median.
-
-Everything here is pure: callers pass the stats figures (or a :class:`StatsTable`) in;
-reading them from the files is ``run/filestats.py``'s.
+Rates are per file and per GPU type (a mean over a run that mixes node types hides a slow
+partition). Percentiles are over files: the p10 (slow side) sizes a walltime; an ETA needs
+the aggregate (sum of work / sum of seconds): total time is a sum, not a median.
 """
 
 from __future__ import annotations
@@ -22,29 +17,13 @@ import numpy as np
 
 from shardwise.run.reader import QUALITY_COUNTS
 
-__all__ = [
-    "DeviceRate",
-    "Eta",
-    "Percentiles",
-    "StatsTable",
-    "Throughput",
-    "concat",
-    "eta",
-    "parse_time",
-    "rate_for_walltime",
-    "stats_table",
-    "summarize",
-]
-
 #: ``device_name`` used when a stats file has none (CPU runs, old stats).
 UNKNOWN_DEVICE = "unknown"
 
 
 def parse_time(value: object) -> float:
-    """ISO 8601 -> POSIX seconds; NaN when absent or unreadable (naive means UTC).
-
-    NaN rather than an exception: one malformed stats file must not hide the report.
-    """
+    """ISO 8601 -> POSIX seconds (naive means UTC); NaN when absent or unreadable: one
+    malformed stats file must not hide the report."""
     if not isinstance(value, str) or not value:
         return math.nan
     try:
@@ -58,10 +37,8 @@ def parse_time(value: object) -> float:
 
 @dataclass(frozen=True, eq=False)
 class StatsTable:
-    """Stats as columns (one row per file), so every rate is a numpy expression.
-
-    Missing numbers are NaN; ``bytes`` is the input file's size (NaN when unknown).
-    """
+    """Stats as columns (one row per file), so every rate is a numpy expression; missing
+    numbers are NaN; ``bytes`` is the input file's size."""
 
     file: np.ndarray  # object (str)
     shard: np.ndarray  # int64, -1 when unknown
@@ -88,18 +65,8 @@ class StatsTable:
         return StatsTable(**{**{n: getattr(self, n) for n in _COLUMNS}, "bytes": filled})
 
 
-_COLUMNS = (
-    "file",
-    "shard",
-    "device_name",
-    "docs",
-    "tokens",
-    "seconds",
-    "bytes",
-    "finished_at",
-    "quality",
-    "fidelity",
-)
+_COLUMNS = ("file", "shard", "device_name", "docs", "tokens", "seconds", "bytes", "finished_at",
+            "quality", "fidelity")  # fmt: skip
 #: The columns of ``StatsTable.quality``: the reader's counts, then ``truncated_docs``.
 QUALITY = (*QUALITY_COUNTS, "truncated_docs")
 
@@ -123,34 +90,29 @@ def number(value: Any) -> float:
 
 
 def stats_table(stats: Iterable[dict[str, Any]] | StatsTable) -> StatsTable:
-    """Columnar view of stats dicts; a file seen twice keeps its latest ``finished_at``.
-
-    Duplicates happen when a listing catches a rewrite or when several output roots are
-    merged; counting both would double the docs.
-    """
+    """Columnar view of stats dicts; a file seen twice (a listing that caught a rewrite,
+    merged roots) keeps its latest ``finished_at``: both would double the docs."""
     if isinstance(stats, StatsTable):
         return stats
     rows = list(stats)
     shard = [row.get("shard") for row in rows]
+
+    def floats(key: str) -> np.ndarray:
+        return np.array([number(row.get(key)) for row in rows], dtype=np.float64)
+
+    quality = np.array([_quality_row(row) for row in rows], np.float64)
     table = StatsTable(
         file=np.array([str(row.get("file") or "") for row in rows], dtype=object),
-        shard=np.array(
-            [s if isinstance(s, int) and not isinstance(s, bool) else -1 for s in shard],
-            dtype=np.int64,
-        ),
-        device_name=np.array(
-            [str(row.get("device_name") or UNKNOWN_DEVICE) for row in rows], dtype=object
-        ),
-        docs=np.array([number(row.get("docs")) for row in rows], dtype=np.float64),
-        tokens=np.array([number(row.get("tokens")) for row in rows], dtype=np.float64),
-        seconds=np.array([number(row.get("seconds")) for row in rows], dtype=np.float64),
-        bytes=np.array([number(row.get("bytes")) for row in rows], dtype=np.float64),
+        shard=np.array([s if isinstance(s, int) and not isinstance(s, bool) else -1 for s in shard],
+                       dtype=np.int64),
+        device_name=np.array([str(row.get("device_name") or UNKNOWN_DEVICE) for row in rows],
+                             dtype=object),
+        docs=floats("docs"), tokens=floats("tokens"), seconds=floats("seconds"),
+        bytes=floats("bytes"),
         finished_at=np.array([parse_time(row.get("finished_at")) for row in rows], np.float64),
-        quality=np.array([_quality_row(row) for row in rows], np.float64).reshape(
-            len(rows), len(QUALITY)
-        ),
+        quality=quality.reshape(len(rows), len(QUALITY)),
         fidelity=objects([_fidelity_of(row) for row in rows]),
-    )
+    )  # fmt: skip
     return latest_per_file(table)
 
 
@@ -245,22 +207,15 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
 def _device_rate(name: str, t: StatsTable) -> DeviceRate:
     seconds = float(np.nansum(t.seconds))
     sized = np.isfinite(t.bytes)
-    bytes_total = (
-        float(t.bytes[sized].sum() / t.seconds[sized].sum())
-        if sized.any() and t.seconds[sized].sum() > 0
-        else None
-    )
+    sized_s = t.seconds[sized].sum()
+    bytes_total = float(t.bytes[sized].sum() / sized_s) if sized.any() and sized_s > 0 else None
     return DeviceRate(
-        device_name=name,
-        files=len(t),
-        seconds=seconds,
-        docs_per_s=Percentiles.of(_ratio(t.docs, t.seconds)),
-        tokens_per_s=Percentiles.of(_ratio(t.tokens, t.seconds)),
-        bytes_per_s=Percentiles.of(_ratio(t.bytes, t.seconds)),
+        name, len(t), seconds, Percentiles.of(_ratio(t.docs, t.seconds)),
+        Percentiles.of(_ratio(t.tokens, t.seconds)), Percentiles.of(_ratio(t.bytes, t.seconds)),
         files_per_hour=3600.0 * len(t) / seconds if seconds > 0 else math.nan,
         docs_per_s_total=float(np.nansum(t.docs)) / seconds if seconds > 0 else math.nan,
         bytes_per_s_total=bytes_total,
-    )
+    )  # fmt: skip
 
 
 def _timed(stats: Iterable[dict[str, Any]] | StatsTable) -> StatsTable:
@@ -270,12 +225,8 @@ def _timed(stats: Iterable[dict[str, Any]] | StatsTable) -> StatsTable:
 
 
 def summarize(stats: Iterable[dict[str, Any]] | StatsTable) -> Throughput:
-    """Rates per GPU type and overall, computed from the per-file docs/tokens/seconds.
-
-    Rates are recomputed from ``docs``/``tokens``/``seconds`` rather than trusting the
-    stored ``docs_per_s``: the ratio of the raw fields is what the aggregate uses too,
-    so the two can never disagree.
-    """
+    """Rates per GPU type and overall, from each file's docs, tokens and seconds (not its
+    stored ``docs_per_s``: the aggregate uses the raw fields too, so they never disagree)."""
     t = _timed(stats)
     if len(t) == 0:
         return Throughput(devices=(), overall=None)
@@ -301,19 +252,11 @@ class Eta:
 
 
 def eta(
-    remaining: float,
-    throughput: Throughput,
-    gpus: int,
-    *,
-    unit: Literal["files", "bytes"] = "files",
-    per: str = "GPU",
-) -> Eta | None:
-    """ETA = remaining / (aggregate rate per GPU x gpus); None without a usable rate.
-
-    Bytes are the better unit when the plan knows the sizes (files vary 100x in a web
-    crawl); files is the fallback. Job start-up and model loading are not counted:
-    they are paid once per shard and are small against a shard's hours.
-    """
+    remaining: float, throughput: Throughput, gpus: int, *,
+    unit: Literal["files", "bytes"] = "files", per: str = "GPU",
+) -> Eta | None:  # fmt: skip
+    """ETA = remaining / (aggregate rate per GPU x gpus); None without a usable rate. Bytes
+    are the better unit (files vary 100x in a crawl); start-up per shard is not counted."""
     if gpus <= 0:
         raise ValueError(f"gpus must be positive, got {gpus}")
     overall = throughput.overall
@@ -322,22 +265,12 @@ def eta(
     rate = overall.files_per_hour / 3600.0 if unit == "files" else overall.bytes_per_s_total
     if rate is None or not rate > 0:
         return None
-    return Eta(
-        seconds=float(remaining) / (rate * gpus),
-        remaining=float(remaining),
-        unit=unit,
-        gpus=gpus,
-        rate_per_gpu=float(rate),
-        per=per,
-    )
+    return Eta(float(remaining) / (rate * gpus), float(remaining), unit, gpus, float(rate), per)
 
 
 def rate_for_walltime(stats: Iterable[dict[str, Any]] | StatsTable) -> float | None:
-    """Input bytes per second per GPU at the slow end (p10 over files); None if unknown.
-
-    The slow end, not the median: a walltime sized on the median kills every shard
-    that lands on a slow node or a file full of long documents.
-    """
+    """Input bytes per second per GPU at the slow end (p10 over files; the median would
+    kill every shard on a slow node or of long documents); None if unknown."""
     t = _timed(stats)
     rates = Percentiles.of(_ratio(t.bytes, t.seconds))
     return rates.p10 if rates and rates.p10 > 0 else None

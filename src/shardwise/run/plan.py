@@ -1,10 +1,7 @@
-"""The cached plan: every source file with its size, task, shard and category.
-
-Built once per run by the top-level Snakemake process from one listing of the
-input, stored as ``<run_dir>/plan.parquet`` (+ ``plan.json`` summary), and read by
-every later parse and every shard job, so nobody lists 56k objects twice and no
-source file is ever a Snakemake input (Snakemake stats every input each round).
-"""
+"""The cached plan (``plan.parquet`` + ``plan.json``): every source file with its size,
+task, shard and category, built once from one listing of the input and read by every
+later parse and job, so nobody lists 56k objects twice and no source file is ever a
+Snakemake input (Snakemake stats every input each round)."""
 
 from __future__ import annotations
 
@@ -28,29 +25,18 @@ from shardwise.store.atomic import json_bytes, write_atomic
 PLAN_PARQUET = "plan.parquet"
 PLAN_JSON = "plan.json"
 
+#: ``identity``: what identified the file's content when it was planned, "<size>:<version>"
+#: (mtime in ns locally, the ETag on S3); null in plans from before.
 SCHEMA = pa.schema(
-    [
-        ("file", pa.string()),
-        ("size", pa.int64()),
-        ("task_id", pa.string()),
-        ("shard", pa.int64()),
-        ("category", pa.string()),
-        # what identified the file's content when it was planned: "<size>:<version>"
-        # (version: mtime in ns locally, the ETag on S3); null in plans from before
-        ("identity", pa.string()),
-    ]
-)
+    [("file", pa.string()), ("size", pa.int64()), ("task_id", pa.string()),
+     ("shard", pa.int64()), ("category", pa.string()), ("identity", pa.string())]
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
 class PlanSummary:
-    """What plan.json records (and the dry-run prints).
-
-    It records the assignment the plan was built for, so that a plan and a run.json that
-    disagree (a re-pin interrupted between the two writes) are told apart before any
-    shard is counted or labelled by the wrong one. Plans written before this field
-    existed carry None there and are checked on ``shards_total`` and the fingerprint.
-    """
+    """What plan.json records, with the assignment the plan was built for: a plan and a
+    run.json that disagree (an interrupted re-pin) are told apart before anything counts."""
 
     fingerprint: str
     tasks: int
@@ -75,37 +61,24 @@ class PlanSummary:
 
 
 def build(
-    files: list[tuple[str, int]],
-    *,
-    files_per_task: int,
-    total_shards: int,
-    minimum_shard_index: int,
-    category_regex: str,
-    tasks: list[Task] | None = None,
+    files: list[tuple[str, int]], *, files_per_task: int, total_shards: int,
+    minimum_shard_index: int, category_regex: str, tasks: list[Task] | None = None,
     versions: Mapping[str, str] | None = None,
-) -> pa.Table:
-    """One row per file, sorted by file; each task's files share its id and shard.
-
-    ``tasks`` may pass the grouping already made from ``files`` (to avoid redoing it);
-    ``versions`` (file -> what the listing said of its content) make each file's identity.
-    """
+) -> pa.Table:  # fmt: skip
+    """One row per file, sorted by file; each task's files share its id and shard
+    (``tasks``: the grouping already made; ``versions`` make each file's identity)."""
     sizes = dict(files)
-    rows: dict[str, list] = {name: [] for name in SCHEMA.names}
-    if tasks is None:
-        tasks = build_tasks(list(sizes), files_per_task)
-    for task in tasks:
+    rows: list[tuple[str, int, str, int, str, str | None]] = []
+    for task in tasks if tasks is not None else build_tasks(list(sizes), files_per_task):
         shard = shard_for_task(task.task_id, total_shards, minimum_shard_index)
         category = category_of(task.files[0], category_regex)
-        for rel in task.files:
-            rows["file"].append(rel)
-            rows["size"].append(sizes[rel])
-            rows["task_id"].append(task.task_id)
-            rows["shard"].append(shard)
-            rows["category"].append(category)
-            rows["identity"].append(
-                identity(sizes[rel], versions[rel]) if versions is not None else None
-            )
-    return pa.Table.from_pydict(rows, schema=SCHEMA)
+        rows += [
+            (rel, sizes[rel], task.task_id, shard, category,
+             identity(sizes[rel], versions[rel]) if versions is not None else None)
+            for rel in task.files
+        ]  # fmt: skip
+    columns = zip(*rows, strict=True) if rows else ([] for _ in SCHEMA.names)
+    return pa.Table.from_pydict(dict(zip(SCHEMA.names, map(list, columns), strict=True)), SCHEMA)
 
 
 def identity(size: int, version: str) -> str:
@@ -201,11 +174,9 @@ def with_identities(table: pa.Table, identities: Mapping[str, str]) -> pa.Table:
 def changed_files(table: pa.Table, now: Mapping[str, str]) -> dict[str, tuple[str, str]]:
     """Files whose identity in ``now`` (a new listing) differs from the planned one:
     file -> (planned, now). Files planned without an identity are not compared."""
-    out = {}
-    for rel, planned in zip(table["file"].to_pylist(), table["identity"].to_pylist(), strict=True):
-        if planned is not None and rel in now and now[rel] != planned:
-            out[rel] = (planned, now[rel])
-    return out
+    planned = zip(table["file"].to_pylist(), table["identity"].to_pylist(), strict=True)
+    return {rel: (was, now[rel]) for rel, was in planned
+            if was is not None and rel in now and now[rel] != was}  # fmt: skip
 
 
 def task_ids(table: pa.Table) -> set[str]:
@@ -247,10 +218,8 @@ def dictionary(column: pa.ChunkedArray | pa.Array) -> tuple[list[str], np.ndarra
 
 @dataclass(frozen=True, eq=False)
 class TaskIndex:
-    """A plan's tasks as arrays, for the views that count per task (coverage, domains).
-
-    A task's category is its first file's; ``file_task`` maps each plan row to its task.
-    """
+    """A plan's tasks as arrays, for the views that count per task (coverage, domains); a
+    task's category is its first file's; ``file_task`` maps each plan row to its task."""
 
     task_ids: list[str]
     file_task: np.ndarray  # int64, per plan row
@@ -272,12 +241,6 @@ def task_index(table: pa.Table, categories: pa.Array | pa.ChunkedArray | None = 
     names, codes = dictionary(column.fill_null(""))
     size = table["size"].to_numpy().astype(np.float64)
     shard = table["shard"].to_numpy().astype(np.int64)
-    return TaskIndex(
-        task_ids=task_ids,
-        file_task=file_task,
-        first_row=first_row.astype(np.int64),
-        categories=names,
-        task_category=codes[first_row],
-        task_shard=shard[first_row],
-        task_bytes=np.bincount(file_task, weights=size, minlength=len(task_ids)),
-    )
+    task_bytes = np.bincount(file_task, weights=size, minlength=len(task_ids))
+    return TaskIndex(task_ids, file_task, first_row.astype(np.int64), names, codes[first_row],
+                     shard[first_row], task_bytes)  # fmt: skip

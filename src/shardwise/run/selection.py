@@ -1,25 +1,13 @@
 """A selection: which labelled documents a training mix takes, and how many times each.
 
-``shardwise select`` writes, under ``<run_dir>/selections/<name>/``:
-
-- ``selection.json`` (:class:`SelectionPlan`): the request (target weights, token
-  budget, repeat cap, seed) and per domain the tokens available (from the shard
-  summaries) and the **rate** each of its documents is taken at; written once, before
-  any file is selected, and never rewritten under the same name;
-- ``shards/<shard>.json`` (:class:`ShardSelection`): one shard's files selected (the
-  Snakemake target of ``select_all``), with per domain the documents and tokens seen
-  and selected, counted from the sidecars;
-- ``files/<rel>.parquet`` per labelled source file: its selected rows, ``row`` (int64,
-  the document's position in the file), ``id`` (string) and ``repeats`` (int16, >= 1);
-- for JSON Lines sources of a run with ``output.dolma``, the Dolma attribute set
-  ``<name>`` beside the labels' (``.../attributes/<name>/<rel>``): every document's
-  ``<name>__repeats``, 0 for one not selected (dolma mix reads attributes row by row).
-
-A document of a domain with rate ``r`` is taken ``k = floor(r) + 1[h(seed, id) <
-frac(r)]`` times, where ``h`` is a keyed BLAKE2b of its id mapped to [0, 1): the same
-seed gives the same selection byte for byte, and a file's selection depends only on
-its own rows (files are selected independently, in any order, on any machine). A
-document without an id is hashed as ``<rel>#<row>``.
+Under ``<run_dir>/selections/<name>/``: ``selection.json`` (:class:`SelectionPlan`: the
+request and each domain's **rate**, written once), ``shards/<shard>.json``
+(:class:`ShardSelection`: one shard's files selected, counted from the sidecars), and
+``files/<rel>.parquet`` (the rows taken: ``row``, ``id``, ``repeats``); with
+``output.dolma``, the attribute set ``<name>`` with every row's count (0: not taken).
+A document of rate ``r`` is taken ``floor(r) + 1[h(seed, id) < frac(r)]`` times, ``h`` a
+keyed BLAKE2b of its id (``<rel>#<row>`` without one): the same seed gives the same bytes,
+and each file's selection depends on its own rows alone.
 """
 
 from __future__ import annotations
@@ -44,7 +32,6 @@ SELECTIONS_DIR = "selections"
 PLAN_JSON = "selection.json"
 FILES_DIR = "files"
 SHARDS_DIR = "shards"
-FILE_SUFFIX = ".parquet"
 FORMAT_VERSION = 1
 #: A selection's name: a directory name and a Dolma attribute set's name.
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -65,9 +52,6 @@ def names(run_dir: Path) -> list[str]:
 def repeats_key(name: str) -> str:
     """The Dolma attribute key of a selection's repeat count (a jq identifier)."""
     return dolma.key(name, "selection", "repeats")
-
-
-# ----------------------------------------------------------------------------- records
 
 
 @dataclass(frozen=True)
@@ -152,10 +136,8 @@ def save_plan(run_dir: Path, plan: SelectionPlan) -> None:
 
 @dataclass(frozen=True)
 class ShardSelection:
-    """``shards/<shard>.json``: one shard's files selected, counted from their sidecars.
-
-    The lists are per domain of the plan, in its order.
-    """
+    """``shards/<shard>.json``: one shard's files selected, counted from their sidecars
+    (the lists are per domain of the plan, in its order)."""
 
     shard: int
     plan: str  # SelectionPlan.digest() of the plan followed
@@ -207,9 +189,6 @@ def save_shard(run_dir: Path, name: str, record: ShardSelection) -> None:
     write_atomic(shard_path(run_dir, name, record.shard), record.to_json())
 
 
-# ----------------------------------------------------------------------------- per file
-
-
 def uniform(ids: Sequence[str | None], seed: int, rel: str) -> np.ndarray:
     """``h(seed, id)`` in [0, 1) per document: a keyed BLAKE2b of its id (``<rel>#<row>``
     for a document without one), stable across machines and versions of Python."""
@@ -231,14 +210,8 @@ def repeats(rate: np.ndarray, u: np.ndarray) -> np.ndarray:
 def file_table(ids: Sequence[str | None], k: np.ndarray) -> pa.Table:
     """A file's selection: the rows taken at least once, with their id and count."""
     rows = np.flatnonzero(k > 0)
-    return pa.table(
-        {
-            "row": pa.array(rows, pa.int64()),
-            "id": pa.array([ids[r] for r in rows.tolist()], pa.string()),
-            "repeats": pa.array(k[rows], pa.int16()),
-        },
-        schema=SCHEMA,
-    )
+    taken = [ids[r] for r in rows.tolist()]
+    return pa.table([rows, pa.array(taken, pa.string()), k[rows].astype(np.int16)], schema=SCHEMA)
 
 
 def file_bytes(table: pa.Table) -> bytes:

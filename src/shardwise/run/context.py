@@ -1,11 +1,9 @@
 """What a run's readers need besides run.json: ``<run_dir>/settings.json`` and the roots.
 
-The top-level Snakemake process writes ``settings.json`` (:class:`RunSettings`: the
-settings that are not pinned: reader fields, storage options, inference, domain pairs,
-and the input and output roots resolved where it ran) on every run; shard jobs,
-``verify``, ``quarantine`` and the views read it back here. This is the one place that turns the
-pinned URIs into :class:`Location`s: a relative local root is resolved once, in the
-Snakemake working directory, never guessed from where a later command runs.
+The top-level process writes :class:`RunSettings` (what is not pinned, and the roots
+resolved where it ran) on every run; jobs and views read it back here. This is the one
+place that turns the pinned URIs into :class:`Location`s: a relative local root is
+resolved once, in the Snakemake working directory, never guessed later.
 """
 
 from __future__ import annotations
@@ -27,12 +25,8 @@ SETTINGS_JSON = "settings.json"
 
 @dataclass(frozen=True)
 class RunSettings:
-    """``settings.json``: what the jobs and views use besides run.json's pins.
-
-    Not pinned (batch sizes may change between runs), so the top-level process writes
-    it on every run, with the input and output roots resolved where it ran
-    (``roots``): the one resolution every job and view opens.
-    """
+    """``settings.json``: what jobs and views use besides run.json's pins (batch sizes may
+    change between runs), with the roots resolved where the top-level process ran."""
 
     format: str
     id_field: str
@@ -57,20 +51,14 @@ class RunSettings:
         source, output = open_roots(settings)
         dolma = settings.dolma
         attributes = Location(dolma.uri, settings.storage) if dolma is not None else None
+        inp = settings.input
         return cls(
-            format=settings.input.format,
-            id_field=settings.input.id_field,
-            text_field=settings.input.text_field,
-            url_field=settings.input.url_field,
-            storage=settings.storage,
-            inference=dict(settings.inference),
-            pairs=tuple(tuple(p) for p in settings.domain_pairs),  # type: ignore[misc]
-            input_root=resolved_uri(source),
-            output_root=resolved_uri(output),
-            dolma_name=dolma.name if dolma is not None else None,
-            attributes_root=resolved_uri(attributes) if attributes is not None else None,
-            count_tokenizer=settings.count_tokenizer,
-        )
+            inp.format, inp.id_field, inp.text_field, inp.url_field, settings.storage,
+            dict(settings.inference), tuple(tuple(p) for p in settings.domain_pairs),  # type: ignore[misc]
+            resolved_uri(source), resolved_uri(output), dolma.name if dolma is not None else None,
+            resolved_uri(attributes) if attributes is not None else None,
+            settings.count_tokenizer,
+        )  # fmt: skip
 
     def to_json(self) -> bytes:
         """The file's bytes."""
@@ -108,19 +96,13 @@ class RunSettings:
         if not all(isinstance(p, list) and len(p) == 2 for p in pairs or ()):
             raise f.refuse("domains", "pairs must be [a, b] lists")
         return cls(
-            format=inp.str("format"),
-            id_field=inp.str("id_field"),
-            text_field=inp.str("text_field"),
-            url_field=inp.str("url_field", None),
-            storage=StorageOptions.from_config(f.dict("storage", {})),
-            inference=f.dict("inference", {}),
-            pairs=None if pairs is None else tuple((str(a), str(b)) for a, b in pairs),
-            input_root=roots.str("input", None),
-            output_root=roots.str("output", None),
-            dolma_name=dolma.str("name", None),
-            attributes_root=dolma.str("root", None),
-            count_tokenizer=domains.str("tokenizer", None),
-        )
+            inp.str("format"), inp.str("id_field"), inp.str("text_field"),
+            inp.str("url_field", None), StorageOptions.from_config(f.dict("storage", {})),
+            f.dict("inference", {}),
+            None if pairs is None else tuple((str(a), str(b)) for a, b in pairs),
+            roots.str("input", None), roots.str("output", None), dolma.str("name", None),
+            dolma.str("root", None), domains.str("tokenizer", None),
+        )  # fmt: skip
 
     def attributes(self) -> Location | None:
         """The Dolma attributes root, when ``output.dolma`` is on."""
@@ -133,10 +115,8 @@ class RunSettings:
     def roots(self, meta: runjson.RunMeta) -> tuple[Location, Location]:
         """The input and output roots as the planner resolved them; run.json's URIs as
         written when these settings record none (older settings.json)."""
-        return (
-            Location(self.input_root or meta.input_uri, self.storage),
-            Location(self.output_root or meta.output_uri, self.storage),
-        )
+        source = Location(self.input_root or meta.input_uri, self.storage)
+        return source, Location(self.output_root or meta.output_uri, self.storage)
 
 
 @dataclass(frozen=True)
@@ -162,16 +142,9 @@ class JobContext:
             msg = f"{run_dir / SETTINGS_JSON} is missing: start the run with snakemake"
             raise InputError(msg)
         source, output = settings.roots(meta)
-        return cls(
-            run_dir=run_dir,
-            meta=meta,
-            settings=settings,
-            source=source,
-            output=output,
-            fields=fields_for(settings, meta.classifiers),
-            fmt=settings.format,
-            attributes=settings.attributes(),
-        )
+        fields = fields_for(settings, meta.classifiers)
+        return cls(run_dir, meta, settings, source, output, fields, settings.format,
+                   settings.attributes())  # fmt: skip
 
     def roots(self) -> dict[str, Location]:
         """The roots a file's outputs go to, by name (``outputs.OutputKind.root``)."""
@@ -184,9 +157,8 @@ class JobContext:
 def open_roots(settings: Settings) -> tuple[Location, Location]:
     """The input and output roots a config names, opened once by the planner; what it
     records (``RunSettings``) is what every job and view opens afterwards."""
-    return Location(settings.input.uri, settings.storage), Location(
-        settings.output_uri, settings.storage
-    )
+    storage = settings.storage
+    return Location(settings.input.uri, storage), Location(settings.output_uri, storage)
 
 
 def read_settings(run_dir: Path) -> RunSettings | None:

@@ -1,14 +1,10 @@
 """Failure records: ``<run_dir>/failures/<shard>/<utc time>-<pid>.json``, one per failed attempt.
 
-A shard job that fails (files it could not read, a model or device error, SIGTERM)
-writes ``{shard, failed: [{file, error}], interrupted, kind, reason, shared,
-slurm_job_id, attempt, hostname, at}`` before it exits, so a person sees which file
-stopped it and why without opening the job log. ``reason`` is one line: what the
-console shows when the job fails (see ``ops/failed_jobs.py``). ``shared`` says that
-the cause is the same for every shard and no retry can fix it (a field no file has, a
-model that cannot load, no CUDA): the run stops early on it. Records are kept; a
-shard with records and no marker is "failing" in the views, or "interrupted" when its
-latest attempt was stopped by a signal.
+Written before a failing job exits, so a person sees which file stopped it and why without
+the job log: ``reason`` is the one line the console shows (``ops/failed_jobs.py``);
+``shared`` says no retry can fix it (a field no file has, a model that cannot load): the
+run stops early on it. A shard with records and no marker is "failing" in the views, or
+"interrupted" when its latest attempt was stopped by a signal.
 """
 
 from __future__ import annotations
@@ -54,12 +50,9 @@ def first_line(text: str) -> str:
 
 
 def cause_of(exc: BaseException, where: str = "") -> Cause:
-    """The cause of a whole-shard failure (raised before or between files).
-
-    A model that cannot be loaded or a device that is not there (``ModelError``) and a
-    config error are shared; a device that fails mid-run (``DeviceError``: one GPU, one
-    node), storage and everything else may be fixed by a retry elsewhere.
-    """
+    """The cause of a whole-shard failure: a model that cannot load, a missing device and
+    a config error are shared; a device failing mid-run (one GPU), storage and the rest may
+    be fixed by a retry elsewhere."""
     text = first_line(
         str(exc) if isinstance(exc, ShardwiseError) else f"{type(exc).__name__}: {exc}"
     )
@@ -78,13 +71,9 @@ def cause_of(exc: BaseException, where: str = "") -> Cause:
 
 
 def cause_of_files(errors: Sequence[BaseException], files: int, labelled: int, hint: str) -> Cause:
-    """The cause of a shard whose files failed one by one (``errors``, one per file).
-
-    When no file was labelled and every one failed for the same absent field, it is a
-    config mistake the shard shares with the rest of the corpus: said once, without the
-    file names (so that every shard says the same words). Otherwise the files are the
-    cause: how many, the first error, and ``hint`` (how to leave such a file out).
-    """
+    """The cause of a shard whose files failed one by one: the same absent field in every
+    file and none labelled is a shared config mistake (said in the same words by every
+    shard); else the files: how many, the first error, and ``hint``."""
     fields = {(e.config_key, e.path) for e in errors if isinstance(e, FieldMissingError)}
     if errors and not labelled and len(fields) == 1 and len(errors) == files:
         first = errors[0]
@@ -109,23 +98,14 @@ def record_failure(
     """Write a failure record for this attempt under ``<run_dir>/failures/<shard>/``."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
     path = Path(run_dir) / FAILURES_DIR / str(shard) / f"{stamp}-{os.getpid()}.json"
-    write_atomic(
-        path,
-        json_bytes(
-            {
-                "shard": shard,
-                "failed": failed,
-                "interrupted": cause.kind == "interrupted",
-                "kind": cause.kind,
-                "reason": cause.reason,
-                "shared": cause.shared,
-                "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
-                "attempt": os.environ.get("SHARDWISE_ATTEMPT"),
-                "hostname": os.uname().nodename,
-                "at": markers.now(),
-            }
-        ),
-    )
+    body = {
+        "shard": shard, "failed": failed, "interrupted": cause.kind == "interrupted",
+        "kind": cause.kind, "reason": cause.reason, "shared": cause.shared,
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+        "attempt": os.environ.get("SHARDWISE_ATTEMPT"), "hostname": os.uname().nodename,
+        "at": markers.now(),
+    }  # fmt: skip
+    write_atomic(path, json_bytes(body))
     return path
 
 
@@ -152,22 +132,12 @@ class FailureRecord:
         failed = tuple(data.get("failed") or ())
         interrupted = bool(data.get("interrupted"))
         kind = data.get("kind") or ("interrupted" if interrupted else "error")
-        reason = data.get("reason") or (
-            INTERRUPTED.reason
-            if interrupted
-            else first_line(failed[0].get("error", ""))
-            if failed
-            else "no reason recorded"
-        )
-        return cls(
-            shard=int(data.get("shard", -1)),
-            failed=failed,
-            kind=kind,
-            reason=reason,
-            shared=bool(data.get("shared")),
-            at=str(data.get("at") or ""),
-            path=path,
-        )
+        reason = data.get("reason")
+        if not reason:
+            derived = first_line(failed[0].get("error", "")) if failed else "no reason recorded"
+            reason = INTERRUPTED.reason if interrupted else derived
+        shard, at = int(data.get("shard", -1)), str(data.get("at") or "")
+        return cls(shard, failed, kind, reason, bool(data.get("shared")), at, path)
 
 
 def latest(run_dir: Path, shard: int) -> FailureRecord | None:

@@ -1,20 +1,9 @@
-"""Per-file label counts: documents and text bytes per label and per label pair.
+"""Per-file label counts (the stats' ``label_counts``), pure and vectorised.
 
-When a file is labelled, its ``.stats.json`` gains one key, ``label_counts``, so that the
-corpus's domain distribution never has to be rebuilt from the sidecars:
-
-.. code-block:: json
-
-    {"format_version": 1, "docs": 3, "text_bytes": 9120,
-     "classifiers": {"topic": {"Health": [2, 8000], "Travel": [1, 1120]}},
-     "pairs": {"topic,format": {"Health": {"Listicle": [2, 8000]},
-                                "Travel": {"Tutorial": [1, 1120]}}}}
-
-Every cell is ``[documents, UTF-8 bytes of the text field as read]`` (and, when
-``domains.tokenizer`` is set, ``tokens``: the documents' full token count in the
-training tokenizer, and a top-level ``tokens`` sum); only non-zero cells are written
-(sparse). Pairs are the config's ``domains.pairs``. Everything here
-is pure and vectorised: a file may hold 100k documents.
+So that the domain distribution is never rebuilt from the sidecars, each file's stats
+keep ``{format_version, docs, text_bytes, [tokens], classifiers: {name: {label: cell}},
+pairs: {"a,b": {label a: {label b: cell}}}}``; a cell is ``[documents, UTF-8 text bytes]``
+(``, tokens]`` with ``domains.tokenizer``); only non-zero cells are written.
 """
 
 from __future__ import annotations
@@ -80,19 +69,11 @@ def _cells(keys: np.ndarray, weights: list[np.ndarray], size: int) -> tuple[np.n
 
 
 def count_labels(
-    columns: Mapping[str, pa.Array],
-    nbytes: np.ndarray,
-    classifiers: Sequence[str],
-    pairs: Sequence[Pair] = (),
-    tokens: np.ndarray | None = None,
-) -> dict[str, Any]:
-    """The ``label_counts`` of one file, from its label columns and text byte lengths.
-
-    ``columns`` are the sidecar's ``<name>_label_id`` (int) and ``<name>_label`` (str)
-    columns, row-aligned with ``nbytes`` (see :func:`text_bytes`) and, when the run
-    counts them (``domains.tokenizer``), each document's ``tokens``: every cell is then
-    ``[documents, bytes, tokens]``.
-    """
+    columns: Mapping[str, pa.Array], nbytes: np.ndarray, classifiers: Sequence[str],
+    pairs: Sequence[Pair] = (), tokens: np.ndarray | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """The ``label_counts`` of one file, from the sidecar's ``<name>_label_id`` and
+    ``<name>_label`` columns, row-aligned with ``nbytes`` (and ``tokens`` when counted)."""
     nbytes = np.asarray(nbytes, dtype=np.float64)
     weights = [nbytes] + ([np.asarray(tokens, dtype=np.float64)] if tokens is not None else [])
     ids: dict[str, tuple[np.ndarray, list[str]]] = {
@@ -155,9 +136,6 @@ def add_counts(into: dict[str, Any] | None, more: Mapping[str, Any]) -> dict[str
 
 
 def compact_json(counts: Mapping[str, Any]) -> str:
-    """``label_counts`` as one compact JSON line.
-
-    The pair tables of a large file hold hundreds of cells; indented, they would make
-    the stats file ~20x larger (and every reader of the stats slower).
-    """
+    """``label_counts`` as one compact JSON line (hundreds of pair cells, indented, made
+    the stats file ~20x larger)."""
     return json.dumps(counts, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

@@ -1,10 +1,8 @@
 """Source tasks: which files of the corpus are work, and their ids.
 
-A task is one file, or ``files_per_task`` consecutive files in sorted order; its id
-is the file's path relative to the input root (for a group, the paths joined by
-``|``). Relative ids make the assignment independent of the mount or bucket the
-corpus lives in. Paths that could escape the output prefix are refused here, at
-plan time, before anything is written.
+A task is one file, or ``files_per_task`` consecutive sorted files; its id is the path
+relative to the input root (a group's joined by ``|``), so the assignment does not depend
+on the mount or bucket. Names that could escape the output prefix are refused at plan time.
 """
 
 from __future__ import annotations
@@ -49,38 +47,17 @@ def unsafe_reason(rel: str) -> str | None:
 @cache
 def _glob_regex(pattern: str) -> re.Pattern[str]:
     """Translate a path glob where ``**/`` spans folders and ``*`` stays within one."""
-    out = []
-    i = 0
-    while i < len(pattern):
-        if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif pattern[i] == "*":
-            out.append("[^/]*")
-            i += 1
-        elif pattern[i] == "?":
-            out.append("[^/]")
-            i += 1
-        else:
-            out.append(re.escape(pattern[i]))
-            i += 1
-    return re.compile("".join(out) + r"\Z")
+    parts = {"**/": "(?:.*/)?", "**": ".*", "*": "[^/]*", "?": "[^/]"}
+    tokens = re.split(r"(\*\*/|\*\*|\*|\?)", pattern)
+    return re.compile("".join(parts.get(t, re.escape(t)) for t in tokens) + r"\Z")
 
 
 @dataclass(frozen=True)
 class Selection:
-    """The corpus's source files, and what the listing held that is not one (with why).
-
-    Nothing is dropped without a word: ``hidden`` (names starting with ``.`` or ``_``,
-    temp files and markers of other tools), ``outputs`` (shardwise's own outputs under
-    the output root), ``unsafe`` (names that cannot be used in an output path, left
-    out only when the config says so) and ``other`` (files ``input.glob`` matches that
-    are not of ``input.format``: an unknown suffix, or the other format) are reported
-    by the planner; ``other`` also by coverage (``run/skipped.py``).
-    """
+    """The corpus's source files, and what else the listing held (nothing is dropped
+    without a word): ``hidden`` (``.`` or ``_`` names), ``outputs`` (shardwise's own),
+    ``unsafe`` (with why; left out only when the config says so), ``other`` (``input.glob``
+    matches not of ``input.format``, which coverage reports too)."""
 
     files: list[tuple[str, int]]
     hidden: list[str] = field(default_factory=list)
@@ -90,30 +67,18 @@ class Selection:
 
 
 def select_files(
-    listing: list[tuple[str, int]],
-    *,
-    glob: str = "**/*",
-    fmt: str = "auto",
-    output_prefix: str | None = None,
-    other_roots: tuple[str, ...] = (),
+    listing: list[tuple[str, int]], *, glob: str = "**/*", fmt: str = "auto",
+    output_prefix: str | None = None, other_roots: tuple[str, ...] = (),
     skip_unsafe: bool = False,
-) -> Selection:
+) -> Selection:  # fmt: skip
     """The listing's source files: matching ``glob`` and ``fmt``, not hidden, not outputs.
-
-    ``output_prefix`` is where the output root lies inside the input root (``""``: the
-    same root, ``"labels/"``: a folder of it, None: elsewhere); a file named like one of
-    shardwise's outputs is skipped only there, and is a normal input anywhere else.
-    ``other_roots`` are where the run's other roots (the Dolma attributes) lie inside the
-    input root: everything there is an output.
-    Names that cannot be used safely raise InputError listing every one with its reason
-    and the fix, unless ``skip_unsafe`` (``input.skip_unsafe_names``) leaves them out.
-    """
+    ``output_prefix``: where the output root lies inside the input root (``""``, a folder,
+    or None: elsewhere): a name like an output is one only there. ``other_roots`` (the Dolma
+    attributes) hold only outputs. Unsafe names are refused unless ``skip_unsafe``."""
     rx = _glob_regex(glob)
     chosen: list[tuple[str, int]] = []
-    hidden: list[str] = []
-    own: list[str] = []
+    hidden, own, other = [], [], []
     unsafe: list[tuple[str, str]] = []
-    other: list[str] = []
     for rel, size in listing:
         name = rel.rsplit("/", 1)[-1]
         if name.startswith((".", "_")):

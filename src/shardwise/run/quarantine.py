@@ -1,21 +1,10 @@
 """Files left out of a run on purpose: ``<run_dir>/quarantine.json``.
 
-In a corpus of 56k files some are simply broken (a truncated upload nobody can
-re-fetch). Before this, the choices were a shard that fails forever, or relabelling
-everything in a new run, because removing the file changes the pinned input set.
-A quarantine records the file as *left out of this run* instead: the assignment of
-every task stays as pinned (the file stays in the plan and the fingerprint), the
-file gets no sidecar, its shard can finish, and every view (coverage, verify,
-retry-array, the report, the dry run) lists it apart from done and failed files, with
-its reason. A quarantined file may then even be deleted from the input.
-
-Format (``format_version`` 1)::
-
-    {"format_version": 1,
-     "files": {"<rel>": {"reason": "...", "at": "<iso time>", "by": "user@host"}}}
-
-Releasing a file reopens its shard (the shard marker is removed) so that the next
-``snakemake`` run labels it.
+A broken file nobody can re-fetch would otherwise fail its shard forever, and removing it
+changes the pinned input set. Quarantined, it stays in the plan (no task moves), gets no
+labels, its shard can finish, and every view lists it apart with its reason:
+``{"format_version": 1, "files": {"<rel>": {"reason", "at", "by"}}}``. Releasing a file
+reopens its shard, so the next ``snakemake`` labels it.
 """
 
 from __future__ import annotations
@@ -96,22 +85,15 @@ def _who() -> str:
 
 
 def resolve(names: Iterable[str], planned: Iterable[str], input_uri: str) -> list[str]:
-    """Plan paths of ``names``: as the plan writes them, or prefixed by the input root.
-
-    Unknown names are an error listing each one with the closest planned file.
-    """
+    """Plan paths of ``names`` (as the plan writes them, or prefixed by the input root);
+    unknown names are refused, each with the closest planned file."""
     known = set(planned)
     roots = [input_uri.rstrip("/") + "/"]
     if "://" not in input_uri:
         roots.append(str(Path(input_uri).absolute()).rstrip("/") + "/")
-    out: list[str] = []
-    unknown: list[str] = []
-    for name in names:
-        rel = _relative(name, roots)
-        if rel in known:
-            out.append(rel)
-        else:
-            unknown.append(name)
+    resolved = [(name, _relative(name, roots)) for name in names]
+    unknown = [name for name, rel in resolved if rel not in known]
+    out = [rel for _name, rel in resolved if rel in known]
     if unknown:
         lines = [f"{len(unknown)} file(s) are not in this run's plan:"]
         for name in unknown:
@@ -158,13 +140,9 @@ def add(run_dir: Path, names: Iterable[str], reason: str) -> list[Entry]:
 
 
 def release(run_dir: Path, names: Iterable[str]) -> tuple[list[str], list[int]]:
-    """Take ``names`` out of the quarantine and reopen their shards.
-
-    Returns the released files and the shards whose marker was removed (the next
-    ``snakemake`` run labels the released files there). The shard markers go first: a
-    release interrupted after them leaves the files quarantined in open shards (run it
-    again), never released files in a shard still marked done.
-    """
+    """Take ``names`` out of the quarantine; the files released and the shards reopened.
+    The shard markers go first: an interrupted release leaves quarantined files in open
+    shards (run it again), never released files in a shard still marked done."""
     run_dir = Path(run_dir)
     meta = runjson.read_run_dir(run_dir)
     table = plan.load(run_dir)

@@ -1,25 +1,12 @@
 """Dolma attributes: the labels as ``dolma mix`` reads them, derived from the sidecar.
 
-For a JSON Lines source ``<rel>`` (``.json``, ``.jsonl``, either gzipped or zstd'ed)
-the attributes root (``output.dolma``: by default ``<root>/attributes/<name>`` beside
-``<root>/documents``) holds ``<rel>``: the same relative path, file name and compression,
-one JSON line per document in the documents' order::
-
-    {"id": "<the document's id>", "attributes": {"<name>__topic__label": "Health",
-     "<name>__topic__label_id": 7, "<name>__topic__prob": 0.91, ...}}
-
-per classifier ``c`` of the run: ``<name>__<c>__label`` (the label's name),
-``<name>__<c>__label_id`` (its index in the model's labels), ``<name>__<c>__prob`` (its
-probability) and, with ``inference.probs``, ``<name>__<c>__probs`` (every label's, in id
-order). Keys keep only ``[A-Za-z0-9_]`` (``dolma tag``'s rule; valid jq identifiers).
-
-Everything comes from the sidecar (the same rows, ids and labels): writing the
-attributes of a labelled file reads no document and needs no GPU. Measured with dolma
-1.2.1: ids out of order are an error, a short file leaves the rest of the documents
-without attributes, and a **missing file is silently ignored** (an ``include`` filter
-then drops all its documents): ``verify`` checks every one. Ids are compared by JSON
-type as well: sidecars hold ids as strings, so documents must have string ids (Dolma's
-own do).
+For a JSON Lines source ``<rel>``, the attributes root (by default ``<root>/attributes/
+<name>`` beside ``<root>/documents``) holds ``<rel>`` with the same compression, one line
+per document in order: ``{"id", "attributes": {"<name>__<c>__label", "__label_id",
+"__prob"[, "__probs"]}}`` per classifier ``c`` (keys kept to ``[A-Za-z0-9_]``, as ``dolma
+tag`` does). Built from the sidecar alone (no document read, no GPU). dolma 1.2.1 ignores
+a **missing file in silence** (an include filter drops all its documents) and compares ids
+by JSON type: ``verify`` checks every file (docs/reference: dolma-and-mixtures).
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """Files that joined or left the input since it was planned: ``<run_dir>/drift.json``.
 
-The hash assignment is per task, so a corpus that grows or shrinks moves no planned
-task: ``shardwise plan --extend`` takes the new set in under the same pin. Until then,
-every dry run that lists the input refuses, naming the files, and records them here so
-that ``shardwise coverage`` says so too without listing the input (``verify``, which
-lists it anyway, checks the record against its own listing).
-
-Format (``format_version`` 1)::
-
-    {"format_version": 1, "checked_at": "<iso time>",
-     "added_files": ["<rel>", ...], "gone_files": ["<rel>", ...]}
+A corpus that grows or shrinks moves no planned task (the assignment is per task), and
+``shardwise plan --extend`` takes the new set in. Until then every relisting dry run
+refuses, naming the files, and records them here, so that coverage says so without
+listing the input: ``{format_version, checked_at, added_files, gone_files}``.
 """
 
 from __future__ import annotations

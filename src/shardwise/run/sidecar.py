@@ -1,10 +1,7 @@
 """The labels-only sidecar ``<rel>.labels.parquet``: its columns, bytes and checks.
 
-Row-aligned with the input (same order, same count): the document id, then per
-classifier ``<name>_label``, ``<name>_label_id``, ``<name>_score`` and, when asked,
-``<name>_probs``; with ``domains.tokenizer``, ``tokens`` (int64: each document's full
-token count in the training tokenizer). Which outputs a file has, and the order they
-are written in, is ``run/outputs.py``'s.
+Row-aligned with the input: ``id``, then per classifier ``<name>_label``, ``_label_id``,
+``_score`` (and ``_probs`` when asked); with ``domains.tokenizer``, ``tokens``.
 """
 
 from __future__ import annotations
@@ -38,11 +35,8 @@ def build_table(ids: list[str | None], columns: dict[str, pa.Array]) -> pa.Table
 def label_columns(
     name: str, probs: np.ndarray, labels: Sequence[str], with_probs: bool
 ) -> dict[str, pa.Array]:
-    """One classifier's sidecar columns from its probabilities (documents x labels).
-
-    ``<name>_label`` (string), ``<name>_label_id`` (int32, the argmax), ``<name>_score``
-    (float32, its probability) and, with ``with_probs``, ``<name>_probs`` (list<float16>).
-    """
+    """One classifier's sidecar columns from its probabilities (documents x labels): the
+    argmax's name and id (int32), its probability (float32), every one (list<float16>)."""
     label_ids = probs.argmax(axis=1).astype(np.int32)
     scores = probs[np.arange(len(probs)), label_ids].astype(np.float32)
     names = pa.array(list(labels), type=pa.string())
@@ -53,9 +47,7 @@ def label_columns(
     }
     if with_probs:
         flat = pa.array(probs.astype(np.float16).reshape(-1), type=pa.float16())
-        offsets = pa.array(
-            np.arange(len(probs) + 1, dtype=np.int32) * probs.shape[1], type=pa.int32()
-        )
+        offsets = pa.array(np.arange(len(probs) + 1, dtype=np.int32) * probs.shape[1], pa.int32())
         columns[f"{name}_probs"] = pa.ListArray.from_arrays(offsets, flat)
     return columns
 
@@ -89,12 +81,9 @@ def read_columns(data: bytes, columns: Sequence[str], where: str = "sidecar") ->
 
 
 def problems(
-    table: pa.Table,
-    classifiers: Iterable[str],
-    ids: list[str | None] | None,
-    *,
+    table: pa.Table, classifiers: Iterable[str], ids: list[str | None] | None, *,
     tokens: bool = False,
-) -> list[str]:
+) -> list[str]:  # fmt: skip
     """What is wrong with a sidecar: rows and ids against the input's, label columns,
     and (``tokens``: the run counts them) the token counts."""
     found: list[str] = []

@@ -1,9 +1,7 @@
 """A run as every view opens it: run.json, the plan it pins, the done shards, quarantine.
 
-Coverage, domains, the report and ``retry-array`` start from these same reads, so a
-done shard means one thing everywhere: a marker that parses and agrees with the
-plan and the pinned assignment (``markers.DoneShards``); a stale marker of another
-assignment or a garbled one is done nowhere.
+Coverage, domains, the report and ``retry-array`` start from these same reads, so a done
+shard means one thing everywhere (``markers.DoneShards``).
 """
 
 from __future__ import annotations
@@ -56,9 +54,8 @@ def load(run_dir: Path) -> PinnedRun:
 
 
 def vouching(run_dir: Path) -> runjson.Evidence:
-    """What the run directory's own state says a run.json should pin: the cached plan
-    (its assignment and task set) and the shard markers (the assignment they were made
-    under). Deciding between two copies that disagree: the one these agree with."""
+    """What the run directory's own state says a run.json should pin (the plan's assignment
+    and task set, the shard markers' assignment): of two copies, the one these agree with."""
     run_dir = Path(run_dir)
     summary = plan.load_summary_or_none(run_dir)
     made_under: dict[tuple[int, int], int] = {}
@@ -79,9 +76,8 @@ def vouching(run_dir: Path) -> runjson.Evidence:
         ]
         return found
 
-    support = (["the plan"] if summary else []) + (
-        [f"{sum(made_under.values()):,} shard marker(s)"] if made_under else []
-    )
+    support = ["the plan"] if summary else []
+    support += [f"{sum(made_under.values()):,} shard marker(s)"] if made_under else []
     return runjson.Evidence(against, " and ".join(support))
 
 

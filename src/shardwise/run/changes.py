@@ -1,19 +1,10 @@
 """Input files changed in place after they were labelled: ``<run_dir>/changed.json``.
 
-A source file rewritten under the same name (more rows, new text under the same ids)
-keeps its labels' markers, so nothing would run again and the labels would describe
-content that no longer exists. The plan records each file's identity when it is
-planned (size and modification time locally, size and ETag on S3: both come with the
-listing the planner makes anyway); every dry run that lists the input compares, and
-writes the labelled files whose identity changed here, for ``shardwise coverage`` to
-show without listing the input itself. ``shardwise verify`` finds them too and offers
-the two ways on: relabel them (``--repair``) or keep the labels on purpose
-(``--accept-changed``). Nothing is ever relabelled silently.
-
-Format (``format_version`` 1)::
-
-    {"format_version": 1, "checked_at": "<iso time>",
-     "files": {"<rel>": {"planned": "<size>:<version>", "now": "<size>:<version>"}}}
+A file rewritten under the same name keeps its markers: its labels would describe content
+that no longer exists. The plan records each file's identity (size and mtime, or ETag: free
+with the listing); every relisting dry run records here the labelled files whose identity
+changed (``{format_version, checked_at, files: {rel: {planned, now}}}``), for coverage.
+``verify`` offers the two ways on: relabel (``--repair``) or keep (``--accept-changed``).
 """
 
 from __future__ import annotations
@@ -70,12 +61,10 @@ def lines(changed: Mapping[str, tuple[str, str]], run_dir: Path, limit: int = 3)
     if not changed:
         return []
     shown = "; ".join(f"{rel} ({a} -> {b})" for rel, (a, b) in sorted(changed.items())[:limit])
-    more = (
-        f"; ... {len(changed) - limit} more (all: `shardwise coverage --run-dir {run_dir} "
-        "--format json`, changed_files)"
-        if len(changed) > limit
-        else ""
-    )
+    more = ""
+    if len(changed) > limit:
+        more = f"; ... {len(changed) - limit} more (all: `shardwise coverage --run-dir {run_dir} "
+        more += "--format json`, changed_files)"
     return [
         f"changed  {len(changed):,} labelled input file(s) changed in place since they were "
         f"labelled (size:version): {shown}{more}. Relabel them: `shardwise verify --run-dir "

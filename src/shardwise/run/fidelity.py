@@ -1,12 +1,7 @@
-"""How close a run's labels are to fp32's, per classifier, from each file's ``fidelity``.
-
-Each labelled file's stats say, per classifier (``classify/recheck.py`` ``fidelity``):
-how many documents were labelled from an fp32 pass, and how many of the others are
-expected to differ from fp32 (with a 95% upper bound) under the job's measured
-half-precision error. Summed over files, that is the run's fidelity: the share of
-documents re-checked, and the estimated share of labels that differ from an fp32 run.
-Files whose threshold was pinned by a number carry no estimate (nothing measured it);
-they are counted apart, and so are pinned margins the errors exceeded.
+"""How close a run's labels are to fp32's, per classifier: the sum over files of each
+file's ``fidelity`` (``classify/recheck.py``): documents labelled from fp32, and the
+expected labels differing from fp32 among the others (with a 95% bound). Files with a
+pinned margin carry no estimate: counted apart, as are pinned margins found too small.
 """
 
 from __future__ import annotations
@@ -72,18 +67,10 @@ def totals(per_file: Iterable[list[dict[str, Any]]]) -> list[Fidelity]:
             a["fallback"] += e.get("mode") == "float32"
             a["small"] += bool(e.get("margin_too_small"))
     return [
-        Fidelity(
-            name,
-            int(a["docs"]),
-            int(a["fp32"]),
-            a["res"],
-            a["up"],
-            int(a["unmeasured"]),
-            int(a["fallback"]),
-            int(a["small"]),
-        )
+        Fidelity(name, int(a["docs"]), int(a["fp32"]), a["res"], a["up"], int(a["unmeasured"]),
+                 int(a["fallback"]), int(a["small"]))
         for name, a in acc.items()
-    ]
+    ]  # fmt: skip
 
 
 def _num(value: Any) -> float:

@@ -1,10 +1,8 @@
 """The progress journal: ``<run_dir>/progress/<shard>.jsonl``, one line per finished file.
 
-A shard job appends a line after a file's marker is written: ``{file, rows,
-label_counts, stats: {...}}``. A retry skips the files it lists (on object stores it
-trusts the journal instead of asking for each marker), and the shard's summary is
-built from it without reading anything back from the output. A line torn by a killed
-attempt is ignored; the last line for a file wins.
+Appended after each file's marker (``{file, rows, label_counts, stats}``): a retry skips
+what it lists (on object stores without asking for each marker), and the shard's summary
+is built from it without reading the output back. A torn line is ignored; the last wins.
 """
 
 from __future__ import annotations
@@ -26,11 +24,8 @@ def journal_path(run_dir: Path, shard: int) -> Path:
 def append(
     run_dir: Path, shard: int, rel: str, rows: int, extra: dict[str, Any] | None = None
 ) -> None:
-    """Append a finished file to the shard's journal (after its marker).
-
-    ``extra`` (its label counts and throughput fields) lets the shard's summary be built
-    without reading anything back from the output (see ``summaries``).
-    """
+    """Append a finished file (after its marker), with ``extra``: its label counts and
+    figures, for the shard's summary."""
     path = journal_path(run_dir, shard)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as fh:

@@ -1,10 +1,5 @@
-"""Range expressions for shard sets: ``1-2,5-10,99``.
-
-This is the notation SLURM's ``--array`` and NeMo Curator's ``retry_array.py`` use, so
-the same string can be read by a person, pasted into ``sbatch --array=`` and parsed back.
-Runs of two consecutive numbers are written ``a-b`` (``1-2``), never ``1,2``, to match
-the reference vectors of ``retry_array.py``.
-"""
+"""Range expressions for shard sets: ``1-2,5-10,99``, the notation of SLURM's ``--array``
+and NeMo Curator's ``retry_array.py`` (two consecutive numbers are ``1-2``, as there)."""
 
 from __future__ import annotations
 
@@ -12,15 +7,10 @@ from collections.abc import Iterable
 
 import numpy as np
 
-__all__ = ["compress", "expand", "runs"]
-
 
 def runs(numbers: Iterable[int]) -> list[tuple[int, int]]:
-    """Return the maximal runs ``(first, last)`` of consecutive values, ascending.
-
-    Duplicates are ignored and order does not matter: callers pass sets of shard
-    numbers gathered from directory listings, which come in no useful order.
-    """
+    """The maximal runs ``(first, last)`` of consecutive values, ascending (duplicates and
+    order do not matter: listings come in no useful order)."""
     values = np.unique(np.fromiter((int(n) for n in numbers), dtype=np.int64))
     if values.size == 0:
         return []
@@ -41,11 +31,8 @@ def compress(numbers: Iterable[int]) -> str:
 
 
 def expand(expression: str) -> list[int]:
-    """Parse a range expression into its sorted, de-duplicated numbers.
-
-    Accepts what :func:`compress` writes plus whitespace around items and overlapping
-    or unsorted items (hand-written input). Raises ``ValueError`` naming the bad item
-    rather than guessing, because a wrong shard list silently skips work.
+    """Parse a range expression (spaces, overlaps and any order allowed) into its sorted
+    numbers; ValueError naming a bad item rather than guessing (a wrong list skips work).
 
     >>> expand("1-2, 5-7,99")
     [1, 2, 5, 6, 7, 99]

@@ -1,14 +1,8 @@
 """Files that left the input after they were labelled, their outputs kept: ``retired.json``.
 
-``shardwise plan --extend --gone keep`` takes a shrunken input into the run and leaves
-the labels of the gone files where they are, on purpose: they are no longer part of the
-run (no view counts them, the completeness check does not ask for them), and ``verify``
-reads this record so that their outputs are not orphans. ``--gone remove`` deletes the
-outputs instead and records nothing.
-
-Format (``format_version`` 1)::
-
-    {"format_version": 1, "files": ["<rel>", ...]}
+``plan --extend --gone keep`` leaves the labels of gone files where they are, on purpose:
+no view counts them, and ``verify`` reads ``{format_version, files}`` so that they are not
+orphans (``--gone remove`` deletes them and records nothing).
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """Listed input files that are neither inputs nor shardwise outputs: ``skipped.json``.
 
-A corpus in a layout shardwise does not expect (another suffix, files of the other
-format under ``input.format: parquet``) must never look complete while part of it was
-never listed as work. Every dry run that lists the input records here how many files
-``input.glob`` matched that were not taken, with a few of their names, so that
-``shardwise coverage`` says so too, without listing the input itself.
-
-Format (``format_version`` 1)::
-
-    {"format_version": 1, "checked_at": "<iso time>", "count": N, "examples": ["<rel>", ...]}
+A corpus in an unexpected layout (another suffix, the other format) must never look
+complete while part of it was never work: every relisting dry run records how many files
+``input.glob`` matched and did not take, with a few names, for coverage to say so too.
 """
 
 from __future__ import annotations
@@ -47,11 +41,8 @@ class Skipped:
         if not self.count:
             return []
         shown = ", ".join(repr(n) for n in self.examples)
-        more = (
-            f", ... {self.count - len(self.examples):,} more"
-            if self.count > len(self.examples)
-            else ""
-        )
+        hidden = self.count - len(self.examples)
+        more = f", ... {hidden:,} more" if hidden > 0 else ""
         take = (
             "set input.format: auto to take both formats"
             if fmt != "auto"

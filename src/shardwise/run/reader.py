@@ -1,29 +1,12 @@
 """Read one source file's documents: id, text and url, nothing else.
 
-Parquet is read with column projection (only the top-level columns that hold the
-fields), JSONL (.jsonl, .jsonl.gz, .jsonl.zst) is streamed line by line. Field names
-may be dotted paths into nested objects or Parquet structs (``metadata.url``).
-
-A configured field that is in *no* row of a non-empty file is an operator mistake (a
-typo in ``input.text_field``), not bad data: labelling every document as empty text
-would be a wrong result that looks right. Such a file fails with an error that names
-the field, the file, the fields that do exist and the closest match. Presence is
-decided the same way for both formats: from the schema for Parquet (nested struct
-paths included), from the rows read for JSONL. The url is only read (and required)
-when a classifier uses it (``Fields.url`` is None otherwise).
-
-Policy for imperfect data (counted in ``Documents.counts`` and in the file's stats):
-a field present in some rows but absent from others -> labelled, ``missing_<field>``
-(``missing_id``, ``missing_text``, ``missing_url``); null text -> labelled as empty text
-(``null_texts``); an empty or whitespace-only text -> labelled as it is
-(``empty_texts``); null id / url -> ``null_ids`` / ``null_urls``; non-string text (an
-int64 column, a JSON number) -> ``str(value)``, ``non_string_texts``; invalid UTF-8 ->
-replaced with U+FFFD (raw bytes in a JSONL line, ``\\ud800``-style escapes of lone
-surrogates, invalid bytes in a Parquet string or binary column); a UTF-8 byte-order
-mark at the start of a JSONL line -> dropped, ``utf8_bom_lines``; duplicate ids are
-kept (the sidecar is row-aligned, not keyed; null ids are not duplicates). A file that
-cannot be parsed at all (corrupt Parquet, truncated gzip or zstd, a line that is not
-JSON) raises InputError naming the file and, for JSONL, the line.
+Parquet with column projection, JSON Lines (plain, .gz, .zst) streamed; fields may be
+dotted paths (``metadata.url``). A configured field in *no* row of a non-empty file is an
+operator's typo, not bad data: refused, naming the field, the fields found and the closest
+one. Imperfect data is labelled and counted (``Documents.counts``): a field missing from
+some rows, null or empty or non-string text, null ids and urls, invalid UTF-8 (replaced),
+a byte-order mark (dropped), duplicate ids (kept: the sidecar is row-aligned). A file that
+cannot be parsed raises InputError naming it (and the line).
 """
 
 from __future__ import annotations
@@ -50,12 +33,9 @@ from shardwise.store.location import Location
 #: File types the reader reads, longest suffix first (``input.format: auto``). Dolma names
 #: its JSON Lines ``.json.gz`` / ``.json.zst`` (and ``.json``): they are JSON Lines too.
 SUFFIXES: dict[str, str] = {
-    ".jsonl.zst": "jsonl",
-    ".jsonl.gz": "jsonl",
-    ".jsonl": "jsonl",
-    ".json.zst": "jsonl",
-    ".json.gz": "jsonl",
-    ".json": "jsonl",
+    **dict.fromkeys(
+        (".jsonl.zst", ".jsonl.gz", ".jsonl", ".json.zst", ".json.gz", ".json"), "jsonl"
+    ),
     ".parquet": "parquet",
 }
 #: How the formats are named in messages.
@@ -63,19 +43,10 @@ SUFFIX_LIST = ", ".join(SUFFIXES)
 
 #: Data-quality counts a file's stats hold under ``counts`` (views add them up).
 QUALITY_COUNTS = (
-    "missing_text",
-    "null_texts",
-    "empty_texts",
-    "non_string_texts",
-    "missing_id",
-    "null_ids",
-    "duplicate_ids",
-    "missing_url",
-    "null_urls",
-    "invalid_utf8_lines",
-    "invalid_utf8_values",
+    "missing_text", "null_texts", "empty_texts", "non_string_texts", "missing_id", "null_ids",
+    "duplicate_ids", "missing_url", "null_urls", "invalid_utf8_lines", "invalid_utf8_values",
     "utf8_bom_lines",
-)
+)  # fmt: skip
 #: The config key behind each field, for messages that say what to fix.
 CONFIG_KEYS = {"id": "input.id_field", "text": "input.text_field", "url": "input.url_field"}
 #: JSONL rows whose key paths are collected to list the fields a file does have.
@@ -87,11 +58,8 @@ _BOM = b"\xef\xbb\xbf"
 
 @dataclass(frozen=True)
 class Fields:
-    """Where the values live in a record (dotted paths allowed).
-
-    ``url`` is None when no classifier reads the url: it is then neither read nor
-    required.
-    """
+    """Where the values live in a record (dotted paths allowed); ``url`` None when no
+    classifier reads it (then neither read nor required)."""
 
     id: str = "id"
     text: str = "text"
@@ -190,13 +158,8 @@ def field_advice(
 def check_fields(
     loc: Location, rel: str, fields: Fields, fmt: str = "auto", *, rows: int = 100
 ) -> None:
-    """Check that every configured field is in ``rel``, reading as little as possible.
-
-    The planner's sample: a Parquet file's schema (its footer: one or two small range
-    reads on object storage), a JSONL file's first ``rows`` rows. The rule and the
-    message are the job's own (:func:`absent_field_error`); raises FieldMissingError,
-    or InputError when the file cannot be read at all.
-    """
+    """Check that every configured field is in ``rel``, reading as little as possible (a
+    Parquet footer, a JSONL file's first ``rows`` rows), by the job's own rule and message."""
     kind = file_format(rel) if fmt == "auto" else fmt
     where = loc.url(rel)
     try:
@@ -236,10 +199,8 @@ def schema_paths(schema: pa.Schema) -> set[str]:
 
 
 def arrow_owned(data: bytes) -> pa.Buffer:
-    """``data`` copied into memory Arrow allocated. A buffer over Python ``bytes`` is freed
-    by whichever thread drops it last: an Arrow I/O thread doing so while the interpreter
-    exits cannot take the GIL and aborts the process ("terminate called without an active
-    exception", after the result was printed)."""
+    """``data`` copied into memory Arrow allocated: a buffer over Python ``bytes`` freed by
+    an Arrow thread at interpreter exit cannot take the GIL and aborts the process."""
     sink = pa.BufferOutputStream()
     sink.write(data)
     return sink.getvalue()
@@ -247,14 +208,9 @@ def arrow_owned(data: bytes) -> pa.Buffer:
 
 @contextlib.contextmanager
 def _parquet_source(loc: Location, rel: str) -> Iterator[pa.NativeFile]:
-    """``rel`` as a file Arrow reads without calling back into Python where it can.
-
-    Arrow reads a Python file object through the GIL, from its own threads too; one of
-    those still holding the file at interpreter exit aborted the process after a result
-    had been printed ("terminate called without an active exception", exit 134). A local
-    file is opened by Arrow itself, a small remote one is a buffer; only a large remote
-    one stays a Python file, read on the calling thread alone (``use_threads`` off).
-    """
+    """``rel`` as a file Arrow reads without calling back into Python where it can (an
+    Arrow thread holding a Python file at exit aborted the process, exit 134): local files
+    natively, small remote ones as a buffer, large remote ones on the calling thread only."""
     if not loc.remote:
         with pa.OSFile(loc.path(rel), "rb") as native:
             yield native
@@ -308,11 +264,8 @@ def _check_schema(schema: pa.Schema, rows: int, fields: Fields, where: str) -> N
 
 
 def _column(table: pa.Table, path: str) -> tuple[pa.ChunkedArray | None, int]:
-    """The column at a dotted path, and in how many rows it is absent.
-
-    A row whose parent struct is null does not have the nested field at all (as a JSON
-    line without the key); a null leaf is a null value (as ``"text": null``).
-    """
+    """The column at a dotted path, and in how many rows it is absent (a null parent struct:
+    absent, as a JSON line without the key; a null leaf is a null value)."""
     if path in table.column_names:
         return table[path], 0
     top, *rest = path.split(".")
@@ -331,21 +284,11 @@ def _column(table: pa.Table, path: str) -> tuple[pa.ChunkedArray | None, int]:
 
 
 def _strings(
-    col: pa.ChunkedArray | None,
-    n: int = 0,
-    *,
-    keep_null: bool = False,
-    counts: Counter[str] | None = None,
-    role: str = "",
-    where: str = "",
-) -> list:
-    """A column as Python strings; invalid UTF-8 is replaced (and counted), not fatal.
-
-    Parquet writers do not all validate UTF-8, and binary columns are common for text:
-    one bad byte must not fail a whole file (the policy is "replace and count"). For the
-    text (``role="text"``) a non-string, non-binary column (int64, say) is cast to
-    strings and its non-null values counted as ``non_string_texts``.
-    """
+    col: pa.ChunkedArray | None, n: int = 0, *, keep_null: bool = False,
+    counts: Counter[str] | None = None, role: str = "", where: str = "",
+) -> list:  # fmt: skip
+    """A column as Python strings: invalid UTF-8 replaced and counted (writers do not all
+    validate it), a non-string text column cast (``non_string_texts``)."""
     if col is None:
         return [None] * n if keep_null else [""] * n
     if pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
@@ -398,12 +341,8 @@ def _decompressed(fh: IO[bytes], rel: str) -> IO[bytes]:
 
 
 class _ZstdFrames(io.RawIOBase):
-    """Concatenated zstd frames as one stream; EOFError when the last frame is cut short.
-
-    zstandard's ``stream_reader`` returns a clean EOF on a truncated frame, so a cut
-    ``.jsonl.zst`` would be labelled with silently fewer rows (and ``verify``, which
-    reads the same way, could not tell). gzip raises EOFError there; so does this.
-    """
+    """Concatenated zstd frames as one stream; EOFError when the last frame is cut short
+    (``stream_reader`` ends cleanly there: a cut file would be labelled with fewer rows)."""
 
     def __init__(self, fh: IO[bytes], chunk_size: int = 1 << 20) -> None:
         self._fh = fh
@@ -453,10 +392,8 @@ _ABSENT = object()
 
 
 def _lookup(record: dict[str, Any], path: str) -> Any:
-    """The value at a dotted path, or ``_ABSENT`` when a key on the way is missing.
-
-    A literal key holding dots wins over the nested path (``{"a.b": 1}``).
-    """
+    """The value at a dotted path, or ``_ABSENT`` when a key on the way is missing (a
+    literal key holding dots wins: ``{"a.b": 1}``)."""
     if path in record:
         return record[path]
     value: Any = record
@@ -551,8 +488,7 @@ def _read_jsonl(
     ids: list[str | None] = []
     texts: list[str] = []
     urls: list[str] = []
-    counts: Counter[str] = Counter()
-    missing: Counter[str] = Counter()
+    counts, missing = Counter[str](), Counter[str]()
     seen_paths: set[str] = set()
     url_path = fields.url
     rows = 0

@@ -1,13 +1,9 @@
 """What the Snakefile calls at parse time: plan or read the run, nothing else.
 
-The top-level Snakemake process (a dry run or a real run from the command line)
-lists the input once, validates or creates run.json (locally and at the output
-root), caches the plan, records the job settings, marks shards that need no job
-(empty ones, and ones whose every file is already marked done in the output,
-e.g. by another cluster) and prints the coverage report.
-
-A Snakemake process inside a cluster job re-parses the Snakefile too; there this
-module only reads run.json from the run directory: no listing, no printing.
+The top-level process lists the input once, validates or creates both run.json copies,
+caches the plan, records the job settings and marks shards that need no job (empty ones,
+and ones whose files are all marked done already). A cluster job re-parses the Snakefile
+too: there only run.json is read (no listing, no printing).
 """
 
 from __future__ import annotations
@@ -63,11 +59,8 @@ class RunInfo:
     shards: tuple[int, ...]
     output_uri: str
     in_flight: tuple[int, ...] = ()  # held by live jobs of an earlier invocation
-    #: What planning has to tell the operator, in order: re-pin changes, then notes on
-    #: the listing (top-level process only; the caller prints them).
-    messages: tuple[str, ...] = ()
-    #: The "in flight" block of the planning report (see ``inflight.InFlight.lines``).
-    in_flight_lines: tuple[str, ...] = ()
+    messages: tuple[str, ...] = ()  # what planning tells the operator (the caller prints)
+    in_flight_lines: tuple[str, ...] = ()  # the report's "in flight" block
 
     def targets(self) -> list[str]:
         """The shard markers, the run's Snakemake targets (in-flight shards left out)."""
@@ -82,30 +75,18 @@ class RunInfo:
 
 
 def prepare_run(
-    config: dict[str, Any],
-    *,
-    main_process: bool,
-    dryrun: bool = False,
-    repin: bool = False,
+    config: dict[str, Any], *, main_process: bool, dryrun: bool = False, repin: bool = False,
     submitter: inflight.Submitter | None = None,
-) -> RunInfo:
+) -> RunInfo:  # fmt: skip
     """Plan (top-level process) or read (cluster job) the run described by ``config``.
-
-    ``repin`` (``shardwise plan --repin``) replaces a pinned run.json whose settings
-    differ, but only while no file of the run is labelled. ``submitter`` (from the
-    Snakefile) lets planning leave out shards that live jobs of an earlier invocation
-    hold (see inflight.py). Nothing is printed: what the operator should read comes
-    back in ``RunInfo.messages`` and ``RunInfo.in_flight_lines``.
-    """
+    ``repin`` replaces a run.json that differs while nothing is labelled; ``submitter``
+    leaves out shards live jobs of an earlier invocation hold. Nothing is printed."""
     settings = Settings.from_config(config)
     run_dir = settings.run_dir
     if not main_process:
         meta = runjson.read_run_dir(run_dir)
-        return RunInfo(
-            run_dir,
-            tuple(shard_range(meta.total_shards, meta.minimum_shard_index)),
-            meta.output_uri,
-        )
+        shards = tuple(shard_range(meta.total_shards, meta.minimum_shard_index))
+        return RunInfo(run_dir, shards, meta.output_uri)
     said: list[str] = []
     run_dir.mkdir(parents=True, exist_ok=True)
     if not dryrun or repin:
@@ -129,12 +110,8 @@ def prepare_run(
     if planned.input_drift:  # the new set is the pinned one (an extension half done)
         drift.record(run_dir, drift.InputDrift())
     if planned.fresh:
-        summary = plan.summarize(
-            planned.table,
-            settings.total_shards,
-            settings.minimum_shard_index,
-            settings.input.files_per_task,
-        )
+        assignment = (settings.minimum_shard_index, settings.input.files_per_task)
+        summary = plan.summarize(planned.table, settings.total_shards, *assignment)
         plan.save(run_dir, planned.table, summary)
     context.write_settings(run_dir, recorded)
     if planned.changed is not None:
@@ -177,24 +154,18 @@ def _dolma_notes(settings: Settings, table: pa.Table) -> list[str]:
 
 def run_meta(settings: Settings, task_count: int, fingerprint: str) -> runjson.RunMeta:
     """The run.json this config pins for a task set of ``task_count`` tasks."""
+    inp, classifiers = settings.input, settings.classifiers
+    pinned = labelling(
+        inp.id_field, inp.text_field, inp.url_field, settings.inference["max_length"],
+        (c["input"] for c in classifiers),
+        count_tokenizer=_counter_identity(settings.count_tokenizer),
+    )  # fmt: skip
     return runjson.RunMeta.new(
-        total_shards=settings.total_shards,
-        minimum_shard_index=settings.minimum_shard_index,
-        files_per_task=settings.input.files_per_task,
-        input_uri=settings.input.uri,
-        output_uri=settings.output_uri,
-        task_count=task_count,
-        fingerprint=fingerprint,
-        classifiers=[(c["name"], c["model"], c["input"]) for c in settings.classifiers],
-        labelling=labelling(
-            settings.input.id_field,
-            settings.input.text_field,
-            settings.input.url_field,
-            settings.inference["max_length"],
-            (c["input"] for c in settings.classifiers),
-            count_tokenizer=_counter_identity(settings.count_tokenizer),
-        ),
-    )
+        total_shards=settings.total_shards, minimum_shard_index=settings.minimum_shard_index,
+        files_per_task=inp.files_per_task, input_uri=inp.uri, output_uri=settings.output_uri,
+        task_count=task_count, fingerprint=fingerprint,
+        classifiers=[(c["name"], c["model"], c["input"]) for c in classifiers], labelling=pinned,
+    )  # fmt: skip
 
 
 def _counter_identity(source: str | None) -> str | None:
@@ -215,26 +186,18 @@ def _loaded_identity(source: str, _version: int) -> str:
 
 
 def _check_sample(
-    settings: Settings,
-    recorded: context.RunSettings,
-    source: Location,
-    table: pa.Table,
+    settings: Settings, recorded: context.RunSettings, source: Location, table: pa.Table,
     quarantined: set[str],
-) -> tuple[str, ...]:
+) -> tuple[str, ...]:  # fmt: skip
     """Read a few files per format (see fieldcheck.py); ConfigError for a field none has."""
-    if not settings.input.sample_files:
+    inp = settings.input
+    if not inp.sample_files:
         return ()
-    files = [
-        (rel, size)
-        for rel, size in zip(table["file"].to_pylist(), table["size"].to_pylist(), strict=True)
-        if rel not in quarantined
-    ]
-    fields = context.fields_for(
-        recorded, tuple((c["name"], c["model"], c["input"]) for c in settings.classifiers)
-    )
-    return fieldcheck.check_sample(
-        source, files, fields, settings.input.format, settings.input.sample_files
-    ).notes
+    listed = zip(table["file"].to_pylist(), table["size"].to_pylist(), strict=True)
+    files = [(rel, size) for rel, size in listed if rel not in quarantined]
+    kinds = tuple((c["name"], c["model"], c["input"]) for c in settings.classifiers)
+    fields = context.fields_for(recorded, kinds)
+    return fieldcheck.check_sample(source, files, fields, inp.format, inp.sample_files).notes
 
 
 @dataclass(frozen=True)
@@ -246,26 +209,17 @@ class _Planned:
     fingerprint: str
     fresh: bool  # built now (save it once run.json agrees), not the cached one
     notes: list[str]
-    #: Labelled files changed in place since planned: file -> (planned, now) identity;
-    #: None when the input was not listed (``relist: false``): nothing was compared.
+    #: Labelled files changed in place (file -> (planned, now)); None: not listed.
     changed: dict[str, tuple[str, str]] | None = None
     input_drift: drift.InputDrift | None = None  # files added or gone since planned
 
 
 def _plan_table(
-    settings: Settings,
-    source: Location,
-    output: Location,
-    quarantined: set[str],
-    *,
+    settings: Settings, source: Location, output: Location, quarantined: set[str], *,
     fresh: bool = False,
-) -> _Planned:
-    """The cached plan when listing is off or the listed task set matches it, else a new
-    one (not yet saved: run.json is checked first). ``fresh`` always builds a new one.
-
-    When the only files gone from the input are quarantined ones, the cached plan is
-    kept: a quarantined file may be deleted without changing the pinned assignment.
-    """
+) -> _Planned:  # fmt: skip
+    """The cached plan when listing is off or the listed task set matches it (quarantined
+    files may be gone), else a new one (not yet saved: run.json is checked first)."""
     run_dir = settings.run_dir
     cached = None if fresh else plan.load_summary(run_dir)
     notes: list[str] = []
@@ -303,27 +257,22 @@ def _plan_table(
             return _Planned(table, len(tasks_now), fingerprint, fresh, notes, labelled)
     else:
         kept, labelled, found = {}, {}, drift.InputDrift()
-    tasks = build_tasks([rel for rel, _ in listed.files], settings.input.files_per_task)
+    inp = settings.input
+    tasks = build_tasks([rel for rel, _ in listed.files], inp.files_per_task)
     fingerprint = runjson.fingerprint(t.task_id for t in tasks)
     table = plan.build(
-        listed.files,
-        files_per_task=settings.input.files_per_task,
-        total_shards=settings.total_shards,
-        minimum_shard_index=settings.minimum_shard_index,
-        category_regex=settings.input.category_regex,
-        tasks=tasks,
-        versions=versions,
-    )
+        listed.files, files_per_task=inp.files_per_task, total_shards=settings.total_shards,
+        minimum_shard_index=settings.minimum_shard_index, category_regex=inp.category_regex,
+        tasks=tasks, versions=versions,
+    )  # fmt: skip
     return _Planned(plan.with_identities(table, kept), len(tasks), fingerprint, True, notes,
                     labelled, found)  # fmt: skip
 
 
 def _unknown(table: pa.Table, now: dict[str, str]) -> dict[str, str]:
     """Identities for files planned before identities were recorded."""
-    files, ids = table["file"].to_pylist(), table["identity"].to_pylist()
-    return {
-        rel: now[rel] for rel, known in zip(files, ids, strict=True) if known is None and rel in now
-    }
+    planned = zip(table["file"].to_pylist(), table["identity"].to_pylist(), strict=True)
+    return {rel: now[rel] for rel, known in planned if known is None and rel in now}
 
 
 def _changed_in_place(
@@ -359,20 +308,11 @@ _NEVER_REPINNED = ("format_version",)
 
 
 def _pin(
-    settings: Settings,
-    meta: runjson.RunMeta,
-    planned: _Planned,
-    copies: tuple[runjson.Copy, runjson.Copy],
-    *,
-    repin: bool = False,
-    say: Callable[[str], None],
-) -> None:
-    """Validate run.json in the run dir and at the output root (``copies``, as read);
-    create where absent.
-
-    Both are checked before either is created, so a refused run writes nothing. With
-    ``repin`` and nothing labelled, copies that differ are replaced instead.
-    """
+    settings: Settings, meta: runjson.RunMeta, planned: _Planned,
+    copies: tuple[runjson.Copy, runjson.Copy], *, repin: bool = False, say: Callable[[str], None],
+) -> None:  # fmt: skip
+    """Validate both run.json copies (as read), create where absent: both are checked
+    before either is created, so a refused run writes nothing (``repin``: replaced)."""
     run_dir = settings.run_dir
 
     def task_change() -> tuple[int, int]:
@@ -393,15 +333,8 @@ def _pin(
             absent.append(copy.loc)
             continue
         if not repin:
-            runjson.check_same(
-                existing,
-                meta,
-                copy.where,
-                task_change,
-                lambda diffs, old=existing: _refusal_hints(
-                    settings, old, diffs, planned.input_drift
-                ),
-            )
+            hints = functools.partial(_refusal_hints, settings, existing, found=planned.input_drift)
+            runjson.check_same(existing, meta, copy.where, task_change, hints)
         elif runjson.differences(existing, meta):
             changed.append((copy.loc, existing))
     if changed:
@@ -429,11 +362,9 @@ def _labelled(roots: list[Location]) -> list[str]:
 
 
 def _refusal_hints(
-    settings: Settings,
-    pinned: runjson.RunMeta,
-    diffs: list[tuple[str, Any, Any]],
+    settings: Settings, pinned: runjson.RunMeta, diffs: list[tuple[str, Any, Any]],
     found: drift.InputDrift | None,
-) -> list[str]:
+) -> list[str]:  # fmt: skip
     """How to go on from a refused run: extend it to the input's new file set, quarantine,
     or re-pin while nothing is labelled."""
     lines = []
@@ -489,17 +420,11 @@ def _refusal_hints(
 
 
 def _repin(
-    settings: Settings,
-    meta: runjson.RunMeta,
-    changed: list[tuple[Location, runjson.RunMeta]],
+    settings: Settings, meta: runjson.RunMeta, changed: list[tuple[Location, runjson.RunMeta]],
     say: Callable[[str], None],
-) -> None:
-    """Replace the run.json copies that differ, if no file of the run is labelled yet.
-
-    The run directory's per-shard state (shard markers, progress journals, the marker
-    snapshot) belongs to the old assignment and is removed; failure records are kept
-    under ``failures-before-repin-<time>/``.
-    """
+) -> None:  # fmt: skip
+    """Replace the run.json copies that differ, if no file of the run is labelled yet; the
+    old assignment's per-shard state goes (failure records set aside)."""
     labelled = _labelled(_outputs_of(settings, [old for _, old in changed]))
     if labelled:
         msg = (
@@ -539,18 +464,11 @@ def remove_stale_markers(run_dir: Path, table: pa.Table, meta: runjson.RunMeta) 
 
 
 def mark_shards_without_work(
-    run_dir: Path,
-    table: pa.Table,
-    meta: runjson.RunMeta,
-    output: Location,
+    run_dir: Path, table: pa.Table, meta: runjson.RunMeta, output: Location,
     quarantined: set[str] | None = None,
-) -> dict[str, int]:
+) -> dict[str, int]:  # fmt: skip
     """Mark empty shards, and shards whose every file has an output marker or is
-    quarantined, as done.
-
-    The output is listed once (not probed per file), and only when some shard with
-    work is still open: a finished run costs nothing here.
-    """
+    quarantined, as done (the output listed once, only while such a shard is open)."""
     quarantined = quarantined or set()
     done = markers.done_shards(run_dir)
     counts = {"empty": 0, "remote": 0}
@@ -582,28 +500,19 @@ def mark_shards_without_work(
     for shard, idx in per_shard.items():
         if all(rows["file"][i] in settled for i in idx):
             left_out = sum(1 for i in idx if rows["file"][i] in quarantined)
+            tasks = len({rows["task_id"][i] for i in idx})
             marker = markers.ShardMarker(
-                shard,
-                tasks=len({rows["task_id"][i] for i in idx}),
-                files=len(idx),
-                docs=None,
-                source="remote",
-                quarantined=left_out,
-                **assignment,
-            )
+                shard, tasks=tasks, files=len(idx), docs=None, source="remote",
+                quarantined=left_out, **assignment,
+            )  # fmt: skip
             markers.write_shard_marker(run_dir, marker)
             counts["remote"] += 1
     return counts
 
 
 def is_dry_run(workflow: Any) -> bool:
-    """Whether this Snakemake invocation is a dry run, already at parse time.
-
-    ``workflow.dryrun`` is only known once Snakemake has picked its executor, after the
-    Snakefile was parsed; its output settings carry ``--dry-run`` from the start. A dry
-    run (the coverage report) must never take the run directory's lock: it is what an
-    operator runs while the real run is going.
-    """
+    """Whether this invocation is a dry run, already at parse time (``workflow.dryrun`` is
+    known only later): a dry run, what an operator runs beside a live run, never locks."""
     output = getattr(workflow, "output_settings", None)
     return bool(workflow.dryrun or getattr(output, "dryrun", False))
 

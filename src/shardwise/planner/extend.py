@@ -1,18 +1,12 @@
 """``shardwise plan --extend``: a grown or shrunken input, taken into its pinned run.
 
-The assignment is per task (``sha256(task_id)``, NeMo Curator's rule), so new files
-move no planned task: they form tasks of their own (``files_per_task`` at a time, in
-name order) that join the shards the hash gives them. Those shards reopen; every file
-already labelled keeps its marker and is skipped. Planned files that are gone leave the
-run: with ``gone="keep"`` their outputs stay (recorded in ``retired.json`` so that
-``verify`` does not call them orphans), with ``gone="remove"`` they are deleted.
-run.json keeps the assignment and takes the new task count and fingerprint, with one
-``input_changes`` entry per extension (when, tasks added and removed, the fingerprint).
-
-State changes, in an order that an interruption anywhere leaves either the old state
-(the next dry run refuses as before and says to run this again) or the new one:
-retired.json, the gone files' outputs (marker first), the reopened shards' markers,
-run.json at the output root, then in the run directory, then the plan.
+The assignment is per task, so new files move no planned task: they form tasks of their
+own, in the shards the hash gives them, which reopen (labelled files keep their markers).
+Gone files leave the run, their outputs kept (``retired.json``) or removed. run.json keeps
+the assignment, takes the new task set, and records an ``input_changes`` entry. The writes
+are ordered so that an interruption anywhere leaves the old state (the next dry run says
+to run this again) or the new one: retired.json, gone outputs, reopened shards, run.json
+(output root first), the plan.
 """
 
 from __future__ import annotations
@@ -92,9 +86,12 @@ def extend(config: dict[str, Any], *, gone: str | None = None) -> Extension:
     quarantined = set(quarantine.load(run_dir))
     listed = listing.list_input(settings, source, output)
     table, added, gone_files = _extended(old, listed, settings, quarantined)
-    summary = plan.summarize(
-        table, settings.total_shards, settings.minimum_shard_index, settings.input.files_per_task
+    assignment = (
+        settings.total_shards,
+        settings.minimum_shard_index,
+        settings.input.files_per_task,
     )
+    summary = plan.summarize(table, *assignment)
     meta = run_meta(settings, summary.tasks, summary.fingerprint)
     _check_only_the_input(pinned, meta, run_dir)
     roots = context.JobContext.load(run_dir).roots()
@@ -115,21 +112,14 @@ def extend(config: dict[str, Any], *, gone: str | None = None) -> Extension:
         return Extension()  # nothing to take in (or an earlier extension finished)
     old_tasks, new_tasks = plan.task_ids(old), plan.task_ids(table)
     change = runjson.InputChange(
-        at=markers.now(),
-        tasks_added=len(new_tasks - old_tasks),
-        tasks_removed=len(old_tasks - new_tasks),
-        task_count=summary.tasks,
-        fingerprint=summary.fingerprint,
-        gone_outputs=(gone or "") if labelled else "",
-    )
+        markers.now(), len(new_tasks - old_tasks), len(old_tasks - new_tasks), summary.tasks,
+        summary.fingerprint, (gone or "") if labelled else "",
+    )  # fmt: skip
     done = Extension(
-        added=tuple(added),
-        gone=tuple(gone_files),
-        tasks_added=change.tasks_added,
-        tasks_removed=change.tasks_removed,
-        reopened=tuple(_reopened(old, table, added, gone_files)),
+        tuple(added), tuple(gone_files), change.tasks_added, change.tasks_removed,
+        tuple(_reopened(old, table, added, gone_files)),
         kept=tuple(labelled) if gone == "keep" else (),
-    )
+    )  # fmt: skip
     removed = _apply(run_dir, roots, done, labelled, gone)
     for copy in (copies[1], copies[0]):  # the output root's first: it vouches for labels
         runjson.replace(copy.loc, _with_history(copy.meta or pinned[0].meta, meta, change))
@@ -149,15 +139,13 @@ def _extended(
     added = sorted(set(sizes) - planned)
     gone = sorted(planned - set(sizes) - quarantined)
     keep = pc.invert(pc.is_in(old["file"], value_set=pa.array(gone, pa.string())))
+    inp = settings.input
     new = plan.build(
-        [(rel, sizes[rel]) for rel in added],
-        files_per_task=settings.input.files_per_task,
-        total_shards=settings.total_shards,
-        minimum_shard_index=settings.minimum_shard_index,
-        category_regex=settings.input.category_regex,
-        tasks=build_tasks(added, settings.input.files_per_task),
+        [(rel, sizes[rel]) for rel in added], files_per_task=inp.files_per_task,
+        total_shards=settings.total_shards, minimum_shard_index=settings.minimum_shard_index,
+        category_regex=inp.category_regex, tasks=build_tasks(added, inp.files_per_task),
         versions=listed.versions,
-    )
+    )  # fmt: skip
     table = pa.concat_tables([old.filter(keep), new]).sort_by("file")
     return table, added, gone
 
@@ -199,12 +187,9 @@ def _reopened(old: pa.Table, table: pa.Table, added: list[str], gone: list[str])
 
 
 def _apply(
-    run_dir: Path,
-    roots: dict[str, Location],
-    done: Extension,
-    labelled: list[str],
+    run_dir: Path, roots: dict[str, Location], done: Extension, labelled: list[str],
     gone: str | None,
-) -> list[str]:
+) -> list[str]:  # fmt: skip
     """The changes before run.json's: the gone files' record or outputs, reopened shards."""
     if labelled and gone == "keep":
         retired.add(run_dir, labelled)
@@ -228,9 +213,5 @@ def _with_history(
     history = old.input_changes
     if not history or history[-1].fingerprint != change.fingerprint:
         history = (*history, change)
-    return replace(
-        new,
-        created_at=old.created_at,
-        shardwise_version=old.shardwise_version,
-        input_changes=history,
-    )
+    created = {"created_at": old.created_at, "shardwise_version": old.shardwise_version}
+    return replace(new, **created, input_changes=history)

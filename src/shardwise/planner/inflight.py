@@ -1,23 +1,12 @@
 """Shards that live jobs are already working on: left out of a new invocation's targets.
 
-A Snakemake main process that dies without Ctrl-C (``kill -9``, a lost login node, a
-reaped process, a launcher job's walltime) leaves its SLURM jobs running and pending.
-The SLURM plugin names jobs with a new uuid per invocation, so the next invocation
-would submit their shards again. At plan time this module finds them:
-
-1. **Claims** (:mod:`shardwise.run.claims`): a running shard job holds
-   ``<run_dir>/claims/<shard>.json``; a claim whose holder is alive means in flight.
-2. **The queue**: the user's jobs that ``squeue`` lists with the submit working
-   directory (``%Z``) of this workflow and a plugin comment (``rule_...``). A group
-   job's comment does not name its shards, so each candidate's batch script
-   (``scontrol write batch_script``: the plugin's ``--wrap`` command) is read once
-   and its ``--target-jobs classify:shard=N`` taken, if its ``--snakefile`` and
-   ``--configfiles`` are this workflow's. What was read is cached per job in
-   ``<run_dir>/claims/jobs.json``, so a restart reads each job's script once.
-
-Cost: with no claims and no cluster executor nothing is called; otherwise one
-``squeue`` call, plus one ``squeue -s`` when a claim names a job step, plus one
-``scontrol`` call per new candidate job. Nothing here runs inside cluster jobs.
+A main process that dies without Ctrl-C leaves its SLURM jobs running and pending, and the
+plugin names jobs anew per invocation, so the next one would submit their shards again.
+Found at plan time from the **claims** of running shard jobs whose holder lives, and from
+**the queue**: the user's plugin jobs from this workflow's directory, whose batch script
+(read once per job, cached in ``claims/jobs.json``) names this Snakefile, these config
+files and ``--target-jobs classify:shard=N``. Cost: nothing without claims or a cluster
+executor, else one squeue (and ``squeue -s`` for steps) and one scontrol per new job.
 """
 
 from __future__ import annotations
@@ -74,10 +63,8 @@ class InFlight:
         return out
 
     def lines(self, *, notes: bool = True, planning: bool = True) -> list[str]:
-        """The "in flight" block of the coverage printout (empty when nothing flies).
-
-        ``planning``: printed by a new invocation, which leaves these shards out.
-        """
+        """The "in flight" block of the coverage printout (empty when nothing flies);
+        ``planning``: printed by a new invocation, which leaves these shards out."""
         out: list[str] = []
         if self.shards:
             groups = self.jobs()
@@ -105,9 +92,6 @@ class InFlight:
         return [asdict(f) for f in sorted(self.shards.values(), key=lambda f: f.shard)]
 
 
-# ----------------------------------------------------------------------------- finding
-
-
 def local_time(iso: str) -> str:
     """An ISO time with an offset (claims are UTC) as local time, as SLURM prints times."""
     try:
@@ -120,17 +104,11 @@ def local_time(iso: str) -> str:
 
 
 def find(
-    run_dir: Path,
-    submitter: Submitter | None,
-    *,
-    done: Iterable[int] = (),
+    run_dir: Path, submitter: Submitter | None, *, done: Iterable[int] = (),
     queue: queries.Answer[list[queries.Job]] | None = None,
-) -> InFlight:
-    """Shards held by live claims or queued by an earlier invocation of this workflow.
-
-    ``queue``: the user's jobs when the caller already asked squeue (cluster status);
-    otherwise squeue is asked only when there are SLURM claims or a cluster executor.
-    """
+) -> InFlight:  # fmt: skip
+    """Shards held by live claims or queued by an earlier invocation of this workflow
+    (``queue``: squeue's answer when the caller has one; else asked only when needed)."""
     done = set(done)
     held = {s: c for s, c in claims.read_claims(run_dir).items() if s not in done}
     wants_queue = any(c.slurm_job_id for c in held.values()) or (
@@ -158,27 +136,16 @@ def find(
             stale.append(shard)
             continue
         state = (live_jobs or {}).get(claim.slurm_job_id or "", "running")
-        flying[shard] = Flying(
-            shard,
-            claim.slurm_job_id,
-            state,
-            local_time(claim.started_at),
-            claim.holder(),
-            certain=verdict.alive is True,
-        )
+        since, certain = local_time(claim.started_at), verdict.alive is True
+        flying[shard] = Flying(shard, claim.slurm_job_id, state, since, claim.holder(), certain)
     if queue is not None and queue.ok and submitter is not None:
         for job, shards in queued_shards(run_dir, submitter, queue.value or []).items():
             since = job.start_time if job.running and job.start_time else job.submit_time
+            when = since.isoformat() if since else ""
+            holder = f"SLURM job {job.id}" + (f" on {job.nodes}" if job.nodes else "")
             for shard in shards:
-                if shard in done or shard in flying:
-                    continue
-                flying[shard] = Flying(
-                    shard,
-                    job.id,
-                    job.state,
-                    since.isoformat() if since else "",
-                    f"SLURM job {job.id}" + (f" on {job.nodes}" if job.nodes else ""),
-                )
+                if shard not in done and shard not in flying:
+                    flying[shard] = Flying(shard, job.id, job.state, when, holder)
     if stale:
         notes.append(
             f"{len(stale)} stale claim(s) ignored (their jobs are gone): shards "
@@ -286,18 +253,11 @@ SNAKEMAKE_INCOMPLETE = Path(".snakemake") / "incomplete"
 
 
 def clear_stale_incomplete(run_dir: Path, workdir: str, flight: InFlight) -> list[int]:
-    """Drop Snakemake's "incomplete" flag of shards whose marker a job wrote after all.
-
-    A Snakemake killed with SIGKILL leaves a flag under ``.snakemake/incomplete/`` for
-    every job it had started. Under the SLURM executor the job's own Snakemake clears
-    it when the job ends; under the local executor the orphaned shard process finishes
-    with no Snakemake to do so, and the next invocation would rerun the shard
-    (``--rerun-incomplete``) or refuse to start. The shard marker is written last and
-    atomically, so a marker that exists proves the flag stale; flags of shards still in
-    flight are kept. Only Snakemake's file backend (the default) is handled: one listing
-    of the flags, each name decoded (url-safe base64 of the output path, split into
-    ``@``-prefixed parts when long).
-    """
+    """Drop Snakemake's "incomplete" flag of shards whose marker a job wrote after all: a
+    SIGKILLed Snakemake leaves one per started job, and an orphaned local job finishes with
+    no Snakemake to clear it, so the next invocation would rerun the shard or refuse. The
+    marker is written last, so one that exists proves the flag stale (in-flight shards
+    keep theirs). Snakemake's file backend: names are url-safe base64 of the output path."""
     root = Path(workdir) / SNAKEMAKE_INCOMPLETE
     try:
         names = [p for p in root.rglob("*") if p.is_file() and not p.name.startswith("@")]

@@ -1,14 +1,9 @@
 """The dry run reads a sample: a field no file has fails planning, not every shard job.
 
-A typo in ``input.text_field`` is in every file. Caught per file in the jobs (as it
-still is for files that differ from the rest), it costs a GPU allocation and its
-retries per shard before anyone reads a log. So before anything is pinned, the
-planner reads a few files of each input format, spread over the sorted listing (the
-corpus's folders, not just its first one): a Parquet file's footer, a JSONL file's
-first rows, with the reader's own check (:func:`shardwise.run.reader.check_fields`).
-A configured field absent from *every* sampled file of a format fails planning with
-the field, the files and the fields they do have. A field absent from only some of
-them is a note: those files will fail in their jobs, named there.
+A typo in ``input.text_field`` caught in the jobs costs a GPU allocation and its retries
+per shard. So before anything is pinned a few files per format, spread over the sorted
+listing, are read with the reader's own check: a field absent from every sampled file of
+a format is refused; one absent from only some is a note (those files fail in their jobs).
 """
 
 from __future__ import annotations
@@ -54,18 +49,11 @@ class SampleResult:
 
 
 def check_sample(
-    source: Location,
-    files: Sequence[tuple[str, int]],
-    fields: Fields,
-    fmt: str = "auto",
+    source: Location, files: Sequence[tuple[str, int]], fields: Fields, fmt: str = "auto",
     count: int = SAMPLE_FILES,
-) -> SampleResult:
-    """Read the sample; ConfigError when a field is in none of a format's sampled files
-    (one line per field and format).
-
-    A sampled file that cannot be read at all (corrupt, truncated) says nothing about
-    the config: it is left to its job (which names it) and noted here.
-    """
+) -> SampleResult:  # fmt: skip
+    """Read the sample; ConfigError when a field is in none of a format's sampled files (a
+    line per field and format). An unreadable file says nothing of the config: noted."""
     source.remember_sizes(dict(files))  # no HEAD per sampled file on object storage
     picked = sample(files, fmt, count)
     notes: list[str] = []

@@ -32,14 +32,12 @@ def list_input(settings: Settings, source: Location, output: Location) -> Listed
     entries = source.list_entries()
     if not entries:
         raise InputError(_empty_input_message(source))
+    inp = settings.input
     selection = select_files(
-        [(rel, size) for rel, size, _version in entries],
-        glob=settings.input.glob,
-        fmt=settings.input.format,
-        output_prefix=source.inner_prefix(output),
-        other_roots=_inner(source, settings),
-        skip_unsafe=settings.input.skip_unsafe_names,
-    )
+        [(rel, size) for rel, size, _version in entries], glob=inp.glob, fmt=inp.format,
+        output_prefix=source.inner_prefix(output), other_roots=_inner(source, settings),
+        skip_unsafe=inp.skip_unsafe_names,
+    )  # fmt: skip
     notes = _selection_notes(selection, output)
     if not selection.files:
         left_out = skipped.Skipped.of(selection.other).lines(settings.input.format)
@@ -101,11 +99,8 @@ def _selection_notes(selection: Selection, output: Location, limit: int = 5) -> 
         )
     if selection.unsafe:
         shown = "; ".join(f"{rel!r}: {why}" for rel, why in selection.unsafe[:limit])
-        more = (
-            f"; ... and {len(selection.unsafe) - limit} more"
-            if len(selection.unsafe) > limit
-            else ""
-        )
+        hidden = len(selection.unsafe) - limit
+        more = f"; ... and {hidden} more" if hidden > 0 else ""
         notes.append(
             f"skipped {len(selection.unsafe):,} file(s) whose names cannot be used safely "
             f"(input.skip_unsafe_names: true): {shown}{more}"

@@ -1,17 +1,16 @@
 """Walltime of a classify job, from the shard's input size and the measured speed.
 
-``minutes = size / rate * safety_factor * attempt``, clamped to
-``[min_minutes, max_minutes]``. The rate is the slow end (p10) of the input bytes
-per second measured in the run's ``.stats.json`` files, or the configured
-``default_mb_per_minute`` before any exist. Short, honest walltimes get jobs
-scheduled before maintenance reservations and backfilled; ``attempt`` grows it
-when a job was killed at its limit. A group of K shards asks for the sum.
+``minutes = size / rate * safety_factor * attempt``, clamped to ``[min_minutes,
+max_minutes]``; the rate is the p10 of input bytes per second over the run's stats, or
+``default_mb_per_minute`` before any. Short, honest walltimes get jobs backfilled and
+started before maintenance windows; a group of K shards asks for the sum.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 import random
 from dataclasses import dataclass
 from functools import cache
@@ -79,10 +78,10 @@ def measured_rate(output: Location, sample: int = RATE_SAMPLE, seed: int = 0) ->
 def _context(run_dir: str, output_uri: str, storage: Any) -> tuple[dict[int, int], float | None]:
     """Per-shard input bytes and the measured rate, computed once per process."""
     table = plan.load(Path(run_dir))
-    sizes: dict[int, int] = {}
+    sizes: Counter[int] = Counter()
     for shard, size in zip(table["shard"].to_pylist(), table["size"].to_pylist(), strict=True):
-        sizes[shard] = sizes.get(shard, 0) + size
-    return sizes, measured_rate(Location(output_uri, storage))
+        sizes[shard] += size
+    return dict(sizes), measured_rate(Location(output_uri, storage))
 
 
 def estimate(settings: Settings, shard: int, attempt: int = 1) -> Runtime:

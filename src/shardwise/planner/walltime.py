@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections import Counter
 import random
+from collections import Counter
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -14,93 +15,54 @@ from shardwise.ops.coverage import CategoryCoverage, Coverage, Report
 from shardwise.ops.text import format_duration, human_bytes, human_count
 from shardwise.run import changes, fidelity, ranges, throughput
 
+#: Coverage fields written to JSON as they are (the rest are shaped below).
+_PLAIN = (
+    "name", "run_dir", "total_shards", "minimum_shard_index", "shards_total", "shards_done",
+    "shards_empty", "shards_remaining", "shards_failing", "shards_interrupted", "tasks_total",
+    "tasks_done", "files_total", "files_done", "bytes_total", "bytes_done", "docs_done",
+    "tokens_done", "incomplete_shards", "files_quarantined", "tasks_quarantined", "tasks_left",
+    "outputs_missing",
+)  # fmt: skip
+
 
 def to_dict(cov: Coverage) -> dict[str, Any]:
-    """The JSON document (schema in docs/coverage.md)."""
-    out: dict[str, Any] = {
-        "format_version": 1,
-        "name": cov.name,
-        "run_dir": cov.run_dir,
-        "total_shards": cov.total_shards,
-        "minimum_shard_index": cov.minimum_shard_index,
-        "shards_total": cov.shards_total,
-        "shards_done": cov.shards_done,
-        "shards_empty": cov.shards_empty,
-        "shards_remaining": cov.shards_remaining,
-        "shards_failing": cov.shards_failing,
-        "shards_interrupted": cov.shards_interrupted,
-        "tasks_total": cov.tasks_total,
-        "tasks_done": cov.tasks_done,
-        "files_total": cov.files_total,
-        "files_done": cov.files_done,
-        "bytes_total": cov.bytes_total,
-        "bytes_done": cov.bytes_done,
-        "docs_done": cov.docs_done,
-        "tokens_done": cov.tokens_done,
-        "percent_done": round(cov.overall_percent, 3),
-        "incomplete_shards": cov.incomplete_shards,
-        "skew_flagged": list(cov.skew_flagged),
-        "categories": {
-            c.name: {
-                "tasks_total": c.tasks_total,
-                "tasks_done": c.tasks_done,
-                "percent": round(c.percent, 3),
-                "flagged": c.flagged,
-            }
+    """The JSON document (schema: docs/schemas/coverage.schema.json)."""
+    out: dict[str, Any] = {"format_version": 1, **{k: getattr(cov, k) for k in _PLAIN}}
+    out.update(
+        percent_done=round(cov.overall_percent, 3),
+        skew_flagged=list(cov.skew_flagged),
+        categories={
+            c.name: {"tasks_total": c.tasks_total, "tasks_done": c.tasks_done,
+                     "percent": round(c.percent, 3), "flagged": c.flagged}
             for c in cov.categories
         },
-    }
-    out["files_quarantined"] = cov.files_quarantined
-    out["tasks_quarantined"] = cov.tasks_quarantined
-    out["quarantined"] = [
-        {"file": e.file, "reason": e.reason, "at": e.at, "by": e.by} for e in cov.quarantined
-    ]
-    out["data_quality"] = dict(cov.data_quality)
-    out["fidelity"] = [_fidelity_dict(f) for f in cov.fidelity]
-    out["unreadable_markers"] = list(cov.unreadable_markers)
-    out["stale_markers"] = list(cov.stale_markers)
-    out["changed_files"] = {rel: {"planned": a, "now": b} for rel, (a, b) in cov.changed.items()}
-    out["tasks_left"] = cov.tasks_left
-    out["outputs_missing"] = cov.outputs_missing
-    out["skipped_files"] = {"count": cov.skipped.count, "examples": list(cov.skipped.examples)}
-    out["run_json_copies"] = cov.copies
-    out["input_drift"] = cov.drift.counted()
-    out["failing_reasons"] = [
-        {"reason": reason, "shards": list(shards)} for reason, shards in cov.failing_reasons
-    ]
-    out["failing_files"] = [
-        {"file": rel, "shard": shard, "error": error} for rel, shard, error in cov.failing_files
-    ]
+        quarantined=[asdict(e) for e in cov.quarantined],
+        data_quality=dict(cov.data_quality),
+        fidelity=[_fidelity_dict(f) for f in cov.fidelity],
+        unreadable_markers=list(cov.unreadable_markers),
+        stale_markers=list(cov.stale_markers),
+        changed_files={rel: {"planned": a, "now": b} for rel, (a, b) in cov.changed.items()},
+        skipped_files={"count": cov.skipped.count, "examples": list(cov.skipped.examples)},
+        run_json_copies=cov.copies,
+        input_drift=cov.drift.counted(),
+        failing_reasons=[{"reason": r, "shards": list(s)} for r, s in cov.failing_reasons],
+        failing_files=[{"file": f, "shard": s, "error": e} for f, s, e in cov.failing_files],
+    )  # fmt: skip
     if cov.throughput is not None and cov.throughput.overall is not None:
-        out["throughput"] = {
-            "overall": _rate_dict(cov.throughput.overall),
-            "devices": {d.device_name: _rate_dict(d) for d in cov.throughput.devices},
-        }
+        devices = {d.device_name: _rate_dict(d) for d in cov.throughput.devices}
+        out["throughput"] = {"overall": _rate_dict(cov.throughput.overall), "devices": devices}
     if cov.eta is not None:
-        out["eta"] = {
-            "seconds": round(cov.eta.seconds, 1),
-            "gpus": cov.eta.gpus,
-            "per": cov.eta.per,
-            "remaining": cov.eta.remaining,
-            "unit": cov.eta.unit,
-            "rate_per_gpu": cov.eta.rate_per_gpu,
-        }
+        out["eta"] = {**asdict(cov.eta), "seconds": round(cov.eta.seconds, 1)}
     return out
 
 
 def _fidelity_dict(f: fidelity.Fidelity) -> dict[str, Any]:
+    """Shares, not the raw sums: the sums' denominators differ per classifier."""
+    out = {k: v for k, v in asdict(f).items() if k not in ("residual", "residual_upper")}
     return {
-        "classifier": f.classifier,
-        "docs": f.docs,
-        "fp32_docs": f.fp32_docs,
-        "fp32_share": round(f.fp32_share, 6),
-        "residual_share": f.residual_share,
-        "residual_upper_share": f.residual_upper_share,
-        "unmeasured_docs": f.unmeasured_docs,
-        "fallback_files": f.fallback_files,
-        "too_small_files": f.too_small_files,
-        "flagged": f.flagged,
-    }
+        **out, "fp32_share": round(f.fp32_share, 6), "residual_share": f.residual_share,
+        "residual_upper_share": f.residual_upper_share, "flagged": f.flagged,
+    }  # fmt: skip
 
 
 def _rate_dict(rate: throughput.DeviceRate) -> dict[str, Any]:
@@ -108,15 +70,12 @@ def _rate_dict(rate: throughput.DeviceRate) -> dict[str, Any]:
         return None if p is None else {"p10": p.p10, "median": p.median, "p90": p.p90}
 
     return {
-        "files": rate.files,
-        "gpu_seconds": rate.seconds,
-        "docs_per_s": pct(rate.docs_per_s),
-        "tokens_per_s": pct(rate.tokens_per_s),
-        "bytes_per_s": pct(rate.bytes_per_s),
+        "files": rate.files, "gpu_seconds": rate.seconds, "docs_per_s": pct(rate.docs_per_s),
+        "tokens_per_s": pct(rate.tokens_per_s), "bytes_per_s": pct(rate.bytes_per_s),
         "files_per_hour": _finite(rate.files_per_hour),
         "docs_per_s_total": _finite(rate.docs_per_s_total),
         "bytes_per_s_total": rate.bytes_per_s_total,
-    }
+    }  # fmt: skip
 
 
 def _finite(x: float) -> float | None:
@@ -157,20 +116,20 @@ def summary_lines(cov: Coverage, *, max_expression: int = 160) -> list[str]:
             f" outside the 99% band of the overall {cov.overall_percent:.1f}%: {worst}"
         )
     if cov.incomplete_shards:
-        lines.append(f"left     shards {shorten(cov.incomplete_shards, max_expression)}")
+        left = f"shards {shorten(cov.incomplete_shards, max_expression)}"
     elif cov.tasks_left > 0:
-        lines.append(
-            f"left     {cov.tasks_left:,} planned task(s) are not labelled although every "
-            "shard is marked done: `shardwise verify --run-dir <run_dir>` names them"
+        left = (
+            f"{cov.tasks_left:,} planned task(s) are not labelled although every shard is "
+            "marked done: `shardwise verify --run-dir <run_dir>` names them"
         )
     elif cov.drift.added:
-        lines.append(
-            f"left     every planned shard is done, but {cov.drift.added:,} file(s) in the "
-            "input are not in the run yet (see `input` above)"
+        left = (
+            f"every planned shard is done, but {cov.drift.added:,} file(s) in the input are "
+            "not in the run yet (see `input` above)"
         )
     else:
-        lines.append("left     nothing: every shard is done")
-    return lines
+        left = "nothing: every shard is done"
+    return [*lines, f"left     {left}"]
 
 
 def _state_lines(cov: Coverage) -> list[str]:
@@ -210,33 +169,22 @@ def _state_lines(cov: Coverage) -> list[str]:
 def _rate_lines(cov: Coverage) -> list[str]:
     """Throughput per GPU type, and the ETA while anything is left."""
     lines: list[str] = []
-    if cov.throughput is not None:
-        for dev in cov.throughput.devices:
-            docs = dev.docs_per_s
-            rate = (
-                f"{docs.median:,.0f} docs/s/GPU (p10 {docs.p10:,.0f}, p90 {docs.p90:,.0f})"
-                if docs
-                else "docs/s unknown"
-            )
-            lines.append(
-                f"rate     {dev.device_name}: {rate}, {dev.files_per_hour:,.1f} files/h/GPU"
-                f"  [{dev.files:,} files]"
-            )
-    if cov.eta is not None and cov.eta.remaining > 0:
-        left = (
-            human_bytes(cov.eta.remaining)
-            if cov.eta.unit == "bytes"
-            else f"{cov.eta.remaining:,.0f} files"
-        )
-        per = (
-            f"{human_bytes(cov.eta.rate_per_gpu)}/s"
-            if cov.eta.unit == "bytes"
-            else f"{cov.eta.rate_per_gpu * 3600:,.1f} files/h"
-        )
-        unit = cov.eta.per
+    for dev in cov.throughput.devices if cov.throughput is not None else ():
+        d = dev.docs_per_s
+        rate = f"{d.median:,.0f} docs/s/GPU (p10 {d.p10:,.0f}, p90 {d.p90:,.0f})" if d else None
         lines.append(
-            f"ETA      {format_duration(cov.eta.seconds)} on {cov.eta.gpus} {unit}"
-            f"{'s' if cov.eta.gpus != 1 else ''} ({left} left at {per} per {unit})"
+            f"rate     {dev.device_name}: {rate or 'docs/s unknown'}, "
+            f"{dev.files_per_hour:,.1f} files/h/GPU  [{dev.files:,} files]"
+        )
+    eta = cov.eta
+    if eta is not None and eta.remaining > 0:
+        if eta.unit == "bytes":
+            left, per = human_bytes(eta.remaining), f"{human_bytes(eta.rate_per_gpu)}/s"
+        else:
+            left, per = f"{eta.remaining:,.0f} files", f"{eta.rate_per_gpu * 3600:,.1f} files/h"
+        lines.append(
+            f"ETA      {format_duration(eta.seconds)} on {eta.gpus} {eta.per}"
+            f"{'s' if eta.gpus != 1 else ''} ({left} left at {per} per {eta.per})"
         )
     return lines
 
@@ -259,14 +207,12 @@ def fidelity_lines(fidelities: Iterable[fidelity.Fidelity]) -> list[str]:
             said.append(f"{f.unmeasured_docs:,} docs under a pinned recheck_margin: not measured")
         if f.fallback_files:
             said.append(f"{f.fallback_files:,} file(s) run wholly in fp32 (bf16 bought nothing)")
-        flag = ""
+        flag = f"  ! above {_share(fidelity.TARGET_RESIDUAL)}" if f.flagged else ""
         if f.too_small_files:
             flag = (
                 f"  ! the pinned recheck_margin is too small for this model in "
                 f"{f.too_small_files:,} file(s): use inference.recheck_margin: auto"
             )
-        elif f.flagged:
-            flag = f"  ! above {_share(fidelity.TARGET_RESIDUAL)}"
         lines.append(f"fidelity {f.classifier}: " + ", ".join(said) + flag)
     return lines
 
@@ -282,22 +228,17 @@ def _share(x: float) -> str:
 def failing_lines(cov: Coverage, shown: int = 3) -> list[str]:
     """Why shards fail (a reason per line, with its shards) and which files, with the way
     to leave out a file that cannot be fixed; interrupted shards are not failing."""
-    lines = []
-    for reason, shards in cov.failing_reasons[:shown]:
-        lines.append(
-            f"failing  {len(shards):,} shard(s) (shards {ranges.compress(list(shards))}): {reason}"
-        )
+    lines = [
+        f"failing  {len(shards):,} shard(s) (shards {ranges.compress(list(shards))}): {reason}"
+        for reason, shards in cov.failing_reasons[:shown]
+    ]
     if len(cov.failing_reasons) > shown:
-        lines.append(
-            f"failing  ... {len(cov.failing_reasons) - shown} more reason(s) (--format json)"
-        )
+        hidden = len(cov.failing_reasons) - shown
+        lines.append(f"failing  ... {hidden} more reason(s) (--format json)")
     if cov.failing_files:
         named = "; ".join(f"{rel} (shard {shard})" for rel, shard, _e in cov.failing_files[:shown])
-        more = (
-            f"; ... {len(cov.failing_files) - shown} more (all: --format json, failing_files)"
-            if len(cov.failing_files) > shown
-            else ""
-        )
+        hidden = len(cov.failing_files) - shown
+        more = f"; ... {hidden} more (all: --format json, failing_files)" if hidden > 0 else ""
         lines.append(
             f"files    {len(cov.failing_files):,} failing: {named}{more}. Fix a file and run "
             f"again, or leave it out: `shardwise quarantine --run-dir {cov.run_dir} FILE "
@@ -316,11 +257,8 @@ NO_TEXT_WARN = 0.05
 
 
 def quality_lines(quality: dict[str, int], docs: int) -> list[str]:
-    """The data-quality line: what the labelled documents lacked, as counts and shares.
-
-    Without it, a run whose text field was missing in 30% of rows would look as clean as
-    any other: those documents were labelled, as empty text.
-    """
+    """The data-quality line: what the labelled documents lacked, as counts and shares
+    (a run whose text field was missing in 30% of rows must not look clean)."""
     if not quality:
         return []
 
@@ -337,16 +275,14 @@ def quality_lines(quality: dict[str, int], docs: int) -> list[str]:
         parts.append(f"{no_text:,} without text{share(no_text)}: " + ", ".join(said))
     pairs = (
         ("non_string_texts", "non-string texts read as strings"),
-        ("missing_id", "missing the id field"),
-        ("null_ids", "null ids"),
-        ("duplicate_ids", "duplicate ids"),
-        ("missing_url", "missing the url field"),
+        ("missing_id", "missing the id field"), ("null_ids", "null ids"),
+        ("duplicate_ids", "duplicate ids"), ("missing_url", "missing the url field"),
         ("null_urls", "null urls"),
         ("invalid_utf8_lines", "JSONL lines with invalid UTF-8 (replaced)"),
         ("invalid_utf8_values", "Parquet values with invalid UTF-8 (replaced)"),
         ("utf8_bom_lines", "UTF-8 byte-order marks dropped"),
         ("truncated_docs", "truncated at max_length"),
-    )
+    )  # fmt: skip
     parts += [f"{quality[k]:,} {what}" for k, what in pairs if quality.get(k)]
     line = "data     " + "; ".join(parts)
     if docs and no_text / docs > NO_TEXT_WARN:
@@ -414,10 +350,8 @@ def report_dict(found: Report) -> dict[str, Any]:
 
 def report_text(found: Report, fmt: str) -> str:
     """``coverage`` as a table or Markdown, then the in-flight block (when any)."""
-    text = FORMATTERS[fmt](found.coverage)
-    lines = found.in_flight.lines()
+    text, lines = FORMATTERS[fmt](found.coverage), found.in_flight.lines()
     if not lines:
         return text
-    if fmt == "markdown":
-        return text + "\n\n```\n" + "\n".join(lines) + "\n```"
-    return text + "\n\n" + "\n".join(lines)
+    block = "\n".join(lines)
+    return text + (f"\n\n```\n{block}\n```" if fmt == "markdown" else f"\n\n{block}")

@@ -1,20 +1,10 @@
 """What is done and what is left, per category: the run's coverage report.
 
-Inputs are the run directory's files (docs/ARCHITECTURE.md): ``run.json``,
-``plan.parquet``, the shard markers ``shards/<shard>.done`` and, when available, the
-per-file ``<rel>.stats.json`` and ``<rel>.done`` under the output root.
-
-Split in two so the arithmetic is testable without a file system:
-
-* :func:`load_state` does all I/O, and as little as possible: one Parquet read, one
-  directory listing of ``shards/`` (never a stat per shard), one small read per *done*
-  shard marker, and one recursive listing of a local output root for the stats.
-* :func:`compute` is pure and vectorised (numpy over the plan's rows); formatting is
-  pure too, in :mod:`shardwise.ops.coverage_format`.
-
-"Done" means what Snakemake means: a shard is done when its marker exists, whether or
-not it had files (``prepare_run`` marks empty shards done). A file is done when its
-shard is done or its own ``<rel>.done`` marker exists; a task when all its files are.
+:func:`load_state` does all I/O, as little as possible (one plan read, one listing of
+``shards/``, the done shard markers, one listing of a local output root); :func:`compute`
+is pure and vectorised over the plan's rows (formatting: ``coverage_format``). A file is
+done when its shard is (``markers.DoneShards``) or its own marker exists; a task when
+all its files are.
 """
 
 from __future__ import annotations
@@ -49,17 +39,12 @@ from shardwise.run import plan as run_plan
 from shardwise.run import state as run_state
 from shardwise.store.location import Location
 
-__all__ = ["CategoryCoverage", "Coverage", "Report", "RunState", "compute", "load_state", "report"]
-
 #: Two-sided 99% normal quantile used by the skew flag.
 SKEW_Z = 2.576
 #: Categories with fewer tasks are never flagged: too noisy to say anything.
 SKEW_MIN_TASKS = 50
 #: Category name for files the ``category_regex`` does not match.
 UNMATCHED = "(unmatched)"
-
-
-# ----------------------------------------------------------------------------- state
 
 
 @dataclass(frozen=True, eq=False)
@@ -76,12 +61,8 @@ class ShardMarkers:
 
 @dataclass(frozen=True, eq=False)
 class RunState:
-    """Everything :func:`compute` and the report need, read once from disk.
-
-    ``stats`` is None when no stats were available (remote output without a reader);
-    ``output_markers`` is None when the per-file markers were not listed, in which case
-    only whole shards count as done.
-    """
+    """Everything :func:`compute` and the report need, read once from disk (``stats``
+    None: none available; ``output_markers`` None: not listed, only whole shards count)."""
 
     run_dir: Path
     name: str
@@ -134,11 +115,8 @@ def _marker_columns(found: dict[int, markers.ShardMarker]) -> ShardMarkers:
 def _readable_file_markers(
     output: Location, names: set[str], plan: pa.Table, done_shards: np.ndarray
 ) -> tuple[set[str], list[str]]:
-    """Per-file markers that parse, among those of shards not done (the ones that count).
-
-    A done shard's marker vouches for its files; only the few markers of unfinished
-    shards are read, so a finished 56k-file run costs nothing here.
-    """
+    """Per-file markers that parse, among those of shards not done (a done shard vouches
+    for its files: a finished 56k-file run reads none here)."""
     if not names:
         return names, []
     files = plan["file"]
@@ -182,19 +160,11 @@ def _read_all(output: Location, rels: Iterable[str]) -> Iterator[bytes]:
 
 
 def load_state(
-    run_dir: Path,
-    *,
-    read_stats: Callable[[], Iterable[dict[str, Any]]] | None = None,
+    run_dir: Path, *, read_stats: Callable[[], Iterable[dict[str, Any]]] | None = None,
     output_markers: set[str] | None = None,
-) -> RunState:
-    """Read a run directory (and a local output root) into a :class:`RunState`.
-
-    ``read_stats`` yields the stats figures; pass it for remote output (the caller owns
-    the storage client) or ``lambda: ()`` to skip stats when only counts are needed
-    (the dry-run printout). When it is None and the output root is local, it is listed
-    once (``outputs.scan``) and its stats files read; the same listing supplies the
-    per-file markers unless ``output_markers`` is given.
-    """
+) -> RunState:  # fmt: skip
+    """Read a run directory (and a local output root, listed once) into a
+    :class:`RunState`; ``read_stats`` replaces reading the stats (``lambda: ()``: none)."""
     pinned = run_state.load(run_dir)
     run_dir, meta, plan, done_markers = pinned.run_dir, pinned.meta, pinned.plan, pinned.done
     total, minimum = meta.total_shards, meta.minimum_shard_index
@@ -228,29 +198,17 @@ def load_state(
     if stats is not None:
         stats = stats.with_bytes(_plan_values(plan, stats.file, "size"))
     return RunState(
-        run_dir=run_dir,
-        name=run_dir.resolve().name,
-        total_shards=total,
-        minimum_shard_index=minimum,
-        plan=plan,
-        done_shards=done,
-        markers=shard_markers,
-        failing_shards=failing,
-        last_failures=last,
-        parallel=recorded_parallel(run_dir),
+        run_dir=run_dir, name=run_dir.resolve().name, total_shards=total,
+        minimum_shard_index=minimum, plan=plan, done_shards=done, markers=shard_markers,
+        failing_shards=failing, last_failures=last, parallel=recorded_parallel(run_dir),
         stats=stats if stats is not None and len(stats) else None,
         output_markers=frozenset(output_markers) if output_markers is not None else None,
-        output_scan=found,
-        roots=scanned_roots,
-        quarantined=pinned.quarantined,
-        unreadable_markers=tuple(unreadable),
-        stale_markers=tuple(stale),
-        changed=changes.load(run_dir)[0],
-        skipped=skipped.load(run_dir),
-        drift=drift.load(run_dir),
+        output_scan=found, roots=scanned_roots, quarantined=pinned.quarantined,
+        unreadable_markers=tuple(unreadable), stale_markers=tuple(stale),
+        changed=changes.load(run_dir)[0], skipped=skipped.load(run_dir),
+        drift=drift.load(run_dir), input_format=_input_format(run_dir),
         copies=run_state.copies_disagree(run_dir, meta, run_state.output_copy(output)),
-        input_format=_input_format(run_dir),
-    )
+    )  # fmt: skip
 
 
 def _plan_index(plan: pa.Table, files: np.ndarray) -> np.ndarray:
@@ -266,9 +224,6 @@ def _plan_values(plan: pa.Table, files: np.ndarray, column: str) -> np.ndarray:
     known = idx >= 0
     out[known] = plan[column].to_numpy().astype(np.float64)[idx[known]]
     return out
-
-
-# ----------------------------------------------------------------------------- compute
 
 
 @dataclass(frozen=True)
@@ -363,7 +318,7 @@ def reasons_of(
     records: dict[int, failures.FailureRecord], *, interrupted: bool
 ) -> tuple[tuple[str, tuple[int, ...]], ...]:
     """Failing shards grouped by the reason of their newest record, most shards first."""
-    by_reason: dict[str, list[int]] = {}
+    by_reason: dict[str, list[int]] = {}  # in shard order
     for shard, record in sorted(records.items()):
         if record.interrupted == interrupted:
             by_reason.setdefault(record.reason, []).append(shard)
@@ -372,11 +327,8 @@ def reasons_of(
 
 
 def failing_files(records: dict[int, failures.FailureRecord]) -> tuple[tuple[str, int, str], ...]:
-    """The files named by failing (not interrupted) shards' newest records, in file order.
-
-    A shard stopped for a reason every file shares (``shared``: a config error, a model
-    that cannot load) names no file of its own: the reason is the whole story.
-    """
+    """The files named by failing (not interrupted) shards' newest records, in file order
+    (a shard stopped for a shared reason names no file: the reason is the whole story)."""
     out = [
         (f.get("file", "?"), shard, failures.first_line(f.get("error", "")))
         for shard, record in records.items()
@@ -406,30 +358,19 @@ def _percent(done: float, total: float) -> float:
 def categorize(files: pa.Array | pa.ChunkedArray, category_regex: str) -> pa.Array:
     """Category of each file by ``category_regex``: first group, else the whole match."""
     pattern = re.compile(category_regex)
-    out: list[str] = []
-    for rel in files.to_pylist():
-        match = pattern.search(rel)
-        if match is None:
-            out.append(UNMATCHED)
-        else:
-            out.append(match.group(1) if pattern.groups else match.group(0))
+    matches = (pattern.search(rel) for rel in files.to_pylist())
+    out = [UNMATCHED if m is None else m.group(1 if pattern.groups else 0) for m in matches]
     return pa.array(out, pa.string())
 
 
 def skew_flags(
     done: np.ndarray, total: np.ndarray, overall: float, effective_n: np.ndarray | None = None
 ) -> np.ndarray:
-    """Which categories deviate from ``overall`` by more than a binomial 99% interval.
-
-    With failures spread at random, each category's completion is a binomial sample of
-    the overall rate, so it lies within ``z * sqrt(p(1-p)/n)`` of ``p`` 99% of the time;
-    a category outside it is failing *systematically* (bad encoding, a broken
-    directory). Categories with fewer than 50 tasks are never flagged.
-
-    ``effective_n`` replaces ``n`` in the interval (default: the task counts). Mid-run,
-    whole shards are done or not, so a category with several tasks in one shard moves in
-    clusters; :func:`effective_tasks` gives the ``n`` that keeps the 99% promise then.
-    """
+    """Which categories deviate from ``overall`` by more than a binomial 99% interval: with
+    failures spread at random a category's completion lies within ``z * sqrt(p(1-p)/n)`` of
+    ``p``; outside it, it fails *systematically*. Under 50 tasks: never flagged.
+    ``effective_n`` (:func:`effective_tasks`) keeps that promise mid-run, when a category's
+    tasks in one shard are done together."""
     total = np.asarray(total, dtype=np.float64)
     n = total if effective_n is None else np.asarray(effective_n, dtype=np.float64)
     frac = np.divide(done, total, out=np.zeros_like(total), where=total > 0)
@@ -440,14 +381,9 @@ def skew_flags(
 def effective_tasks(
     task_category: np.ndarray, task_shard: np.ndarray, n_categories: int
 ) -> np.ndarray:
-    """Kish effective sample size per category when shards are the unit of completion.
-
-    ``n_eff = n^2 / sum_s n_s^2`` over the shards ``s`` holding ``n_s`` of the
-    category's tasks: equal to ``n`` when no shard holds two of them (the usual case,
-    and then the flag is exactly the binomial rule), smaller when a large category has
-    several tasks per shard, which would otherwise be flagged by chance on a run that
-    is merely half way.
-    """
+    """Kish effective sample size per category when shards are the unit of completion:
+    ``n_eff = n^2 / sum_s n_s^2`` over the shards ``s`` holding ``n_s`` of its tasks (``n``
+    when no shard holds two: exactly the binomial rule; smaller for a large category)."""
     if task_category.size == 0:
         return np.zeros(n_categories)
     shard_span = int(task_shard.max()) + 1
@@ -532,24 +468,18 @@ def _tasks(state: RunState, f: _Files, category_regex: str | None) -> _Tasks:
     flags = skew_flags(cat_done, cat_total, overall, effective_tasks(cat, task_shard, len(names)))
     cats = sorted(
         (
-            CategoryCoverage(
-                name=names[i],
-                tasks_total=int(cat_total[i]),
-                tasks_done=int(cat_done[i]),
-                percent=_percent(int(cat_done[i]), int(cat_total[i])),
-                flagged=bool(flags[i]),
-            )
+            CategoryCoverage(names[i], int(cat_total[i]), int(cat_done[i]),
+                             _percent(int(cat_done[i]), int(cat_total[i])), bool(flags[i]))
             for i in range(len(names))
         ),
         key=lambda c: (c.percent, -c.tasks_total, c.name),
-    )
+    )  # fmt: skip
     return _Tasks(n_tasks, done, int(task_quarantined.sum()), tuple(cats))
 
 
 def _docs(state: RunState, f: _Files) -> tuple[int, int | None]:
-    """Documents and tokens labelled. The shard marker is authoritative for a done shard;
-    per-file stats fill in files done inside unfinished shards and markers without a
-    docs count."""
+    """Documents and tokens labelled: a done shard's marker counts; per-file stats fill in
+    files done in unfinished shards and markers without a count."""
     stats, total, n_files = state.stats, state.total_shards, state.plan.num_rows
     stat_docs, stat_tokens = np.zeros(n_files), np.zeros(n_files)
     if stats is not None:
@@ -593,12 +523,8 @@ def _eta(
 def compute(
     state: RunState, *, category_regex: str | None = None, gpus: int | None = None
 ) -> Coverage:
-    """Coverage of ``state``: pure, vectorised over the plan rows.
-
-    ``category_regex`` re-derives categories from the file paths (first capture group,
-    else the whole match) instead of the plan's ``category`` column. ``gpus`` only
-    scales the ETA; None takes the parallelism the run's last invocation had.
-    """
+    """Coverage of ``state``: pure, vectorised over the plan rows. ``category_regex``
+    re-derives categories from the paths; ``gpus`` scales the ETA (None: the last run's)."""
     per = "GPU"
     if gpus is None:
         gpus, per = state.parallel
@@ -612,46 +538,27 @@ def compute(
     incomplete = np.flatnonzero(~f.shard_done) + state.minimum_shard_index
     interrupted = sum(1 for r in state.last_failures.values() if r.interrupted)
     return Coverage(
-        outputs_missing=_outputs_missing(state),
-        name=state.name,
-        run_dir=str(state.run_dir),
-        total_shards=total,
-        minimum_shard_index=state.minimum_shard_index,
-        shards_total=total,
-        shards_done=int(f.shard_done.sum()),
-        shards_empty=int((files_per_shard == 0).sum()),
+        outputs_missing=_outputs_missing(state), name=state.name, run_dir=str(state.run_dir),
+        total_shards=total, minimum_shard_index=state.minimum_shard_index, shards_total=total,
+        shards_done=int(f.shard_done.sum()), shards_empty=int((files_per_shard == 0).sum()),
         shards_remaining=int(total - f.shard_done.sum()),
         shards_failing=int(state.failing_shards.size) - interrupted,
         shards_interrupted=interrupted,
         failing_reasons=reasons_of(state.last_failures, interrupted=False),
-        failing_files=failing_files(state.last_failures),
-        tasks_total=tasks.total,
-        tasks_done=tasks.done,
-        files_total=state.plan.num_rows,
-        files_done=int(f.done.sum()),
-        bytes_total=int(f.size.sum()),
-        bytes_done=int(f.size[f.done].sum()),
-        docs_done=docs_done,
-        tokens_done=tokens_done,
-        categories=tasks.categories,
+        failing_files=failing_files(state.last_failures), tasks_total=tasks.total,
+        tasks_done=tasks.done, files_total=state.plan.num_rows, files_done=int(f.done.sum()),
+        bytes_total=int(f.size.sum()), bytes_done=int(f.size[f.done].sum()),
+        docs_done=docs_done, tokens_done=tokens_done, categories=tasks.categories,
         incomplete_shards=ranges.compress(incomplete.tolist()),
         skew_flagged=tuple(c.name for c in tasks.categories if c.flagged),
-        overall_percent=100.0 * tasks.overall,
-        throughput=rates,
-        eta=_eta(rates, f, gpus, per),
-        files_quarantined=int(f.quarantined.sum()),
-        tasks_quarantined=tasks.quarantined,
+        overall_percent=100.0 * tasks.overall, throughput=rates, eta=_eta(rates, f, gpus, per),
+        files_quarantined=int(f.quarantined.sum()), tasks_quarantined=tasks.quarantined,
         quarantined=tuple(sorted(state.quarantined.values(), key=lambda e: e.file)),
-        data_quality=quality,
-        fidelity=tuple(fidelities),
-        unreadable_markers=state.unreadable_markers,
-        stale_markers=state.stale_markers,
-        changed=dict(state.changed),
-        skipped=state.skipped,
-        drift=state.drift,
-        copies=state.copies,
-        input_format=state.input_format,
-    )
+        data_quality=quality, fidelity=tuple(fidelities),
+        unreadable_markers=state.unreadable_markers, stale_markers=state.stale_markers,
+        changed=dict(state.changed), skipped=state.skipped, drift=state.drift,
+        copies=state.copies, input_format=state.input_format,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -663,12 +570,8 @@ class Report:
 
 
 def report(run_dir: Path, *, category_regex: str | None = None, gpus: int | None = None) -> Report:
-    """The coverage of the run in ``run_dir``, with its in-flight shards (the workflow the
-    last top-level invocation recorded; squeue only when it used a cluster executor or a
-    claim names a SLURM job)."""
-    state = load_state(run_dir)
-    cov = compute(state, category_regex=category_regex, gpus=gpus)
-    flight = inflight.find(
-        run_dir, claims.Submitter.recorded(run_dir), done=markers.done_shards(run_dir)
-    )
-    return Report(cov, flight)
+    """The coverage of the run in ``run_dir``, with its in-flight shards (squeue only when
+    the last invocation used a cluster executor or a claim names a SLURM job)."""
+    cov = compute(load_state(run_dir), category_regex=category_regex, gpus=gpus)
+    submitter = claims.Submitter.recorded(run_dir)
+    return Report(cov, inflight.find(run_dir, submitter, done=markers.done_shards(run_dir)))

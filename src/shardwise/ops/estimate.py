@@ -1,37 +1,12 @@
 """The corpus's label distribution from the tasks labelled so far, with 95% intervals.
 
-Pure and vectorised; the method and its assumptions are written up in docs/domains.md.
-
-Tasks are assigned to shards by a hash, so the tasks of the finished shards are a random
-sample of the corpus's tasks (as long as which shards finish first does not depend on
-their content). A task's documents are a cluster: the sampling unit is the task.
-
-For one cell ``c`` (a label, or a pair of labels) and labelled task ``i`` with
-``n_i`` documents (or text bytes), ``y_i`` of them in ``c``, and ``s_i`` input bytes
-(known from the plan for every task, labelled or not):
-
-* strata ``g`` are the categories (small ones pooled, see :data:`MIN_STRATUM_TASKS`);
-  ``B_g`` is the stratum's input bytes (plan), ``S_g``, ``N_g``, ``Y_g`` the sums of
-  ``s``, ``n``, ``y`` over its ``m_g`` labelled tasks out of ``M_g``;
-* estimated totals ``T_g = B_g N_g / S_g`` (documents per input byte, scaled to the
-  stratum's bytes) and ``T_gc = B_g Y_g / S_g``; the share is
-  ``p = sum_g T_gc / sum_g T_g`` (post-stratified ratio estimator: equal to
-  ``sum_g W_g p_g`` with ``W_g`` the stratum's estimated share of documents);
-* its variance by linearisation, without replacement within each stratum:
-  ``Var(p) = sum_g (1 - m_g/M_g) (B_g/S_g)^2 m_g/(m_g-1) sum_i d_i^2 / T^2`` with
-  ``d_i = y_i - p n_i - R_g s_i`` and ``R_g = (Y_g - p N_g) / S_g``: the between-task
-  variance, including the uncertainty of each stratum's weight; zero when all is done;
-* 95% interval ``p +- t sqrt(Var)``, Student t with Satterthwaite's degrees of freedom,
-  capped by the number of labelled tasks that hold the cell (a rare cell seen in two
-  tasks has two tasks' worth of information, however many tasks were labelled);
-* never narrower than a simple random sample of the labelled documents would be:
-  ``Var(p) >= (1 - m/M) p (1 - p) / D`` (``D`` labelled documents), so labelled tasks
-  that agree by chance (two tasks each 1 in 10) give no zero-width interval;
-* a cell seen in no labelled task gets ``[0, u]`` with ``u = 1 - 0.025^(1/m')``,
-  ``m' = m / (1 - m/M)`` (it is in none of m random tasks); symmetrically at 100%;
-* categories with no labelled task: the estimate covers the other categories, and every
-  interval is widened to ``[(1-W) lo, (1-W) hi + W]`` (W: their estimated weight), so
-  that any distribution of the missing categories stays inside it.
+Pure and vectorised; the method, its formulas and its assumptions are in docs/domains.md.
+Tasks go to shards by a hash, so the tasks of the finished shards are a random sample of
+the corpus's tasks, each a cluster of documents. The share of a cell is a post-stratified
+ratio estimate (strata: the categories, small ones pooled; weights: the plan's input
+bytes); its variance by linearisation, the interval on the logit scale with Student t and
+Satterthwaite's degrees of freedom, floored at a simple random sample's; unseen cells and
+categories with nothing labelled get bounds that hold whatever they hold.
 """
 
 from __future__ import annotations
@@ -40,16 +15,6 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-
-__all__ = [
-    "MIN_STRATUM_TASKS",
-    "CategoryEstimate",
-    "Estimate",
-    "Population",
-    "Sample",
-    "estimate",
-    "t975",
-]
 
 #: A category with fewer labelled tasks (and not complete) is pooled with the others
 #: like it: a variance from two or three tasks is too noisy to weight on its own.
@@ -70,11 +35,8 @@ _Z975 = 1.959963984540054
 
 
 def t975(df: np.ndarray | float) -> np.ndarray:
-    """Student t 97.5% quantile; fractional df are rounded down (wider, never narrower).
-
-    Exact table to 30 degrees of freedom, Cornish-Fisher expansion above (error below
-    1e-5 there), the normal quantile for infinite df.
-    """
+    """Student t 97.5% quantile (fractional df rounded down: wider, never narrower): a
+    table to 30 df, Cornish-Fisher above (error < 1e-5), the normal quantile at infinity."""
     d = np.floor(np.maximum(np.asarray(df, dtype=np.float64), 1.0))
     z = _Z975
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -101,11 +63,8 @@ class Population:
 
 @dataclass(frozen=True, eq=False)
 class Sample:
-    """What is labelled: per task its total, per (task, cell) the amount in the cell.
-
-    Totals and amounts are documents or text bytes (the weight). Tasks not labelled have
-    ``labelled`` False; their rows must not appear in ``cell_task``.
-    """
+    """What is labelled: per task its total, per (task, cell) the amount in the cell (in
+    the weight's unit); tasks not labelled have no rows in ``cell_task``."""
 
     labelled: np.ndarray  # bool, one per task
     task_total: np.ndarray  # float64, n_i (0 where not labelled)
@@ -139,20 +98,14 @@ class Estimate:
     low: np.ndarray
     high: np.ndarray
     total: np.ndarray  # share x estimated corpus total
-    observed: np.ndarray  # labelled documents (or bytes) in the cell
-    tasks_with: np.ndarray  # labelled tasks holding the cell
     tasks_total: int
     tasks_labelled: int
-    bytes_total: float
-    bytes_labelled: float
-    observed_total: float  # labelled documents (or bytes)
     corpus_total: float  # estimated documents (or bytes) of the whole corpus
     corpus_low: float
     corpus_high: float
     exact: bool  # every task labelled: the shares are counts, not estimates
     uncovered: list[str]  # categories with no labelled task
     uncovered_weight: float  # their estimated share of the corpus (0..1)
-    pooled: list[str]  # categories pooled into one stratum (few labelled tasks)
     by_category: CategoryEstimate
     warnings: list[str] = field(default_factory=list)
 
@@ -234,22 +187,12 @@ def _sums(pop: Population, sample: Sample) -> _Sums:
         return np.bincount(key, weights=w, minlength=size).reshape(H, C).astype(np.float64)
 
     return _Sums(
-        M=per_h(np.ones_like(s)),
-        m=per_h(lab.astype(np.float64)),
-        B=per_h(s),
-        S=per_h(np.where(lab, s, 0.0)),
-        N=per_h(n),
-        NN=per_h(n * n),
-        SS=per_h(np.where(lab, s * s, 0.0)),
-        NS=per_h(n * s),
-        D=per_h(docs),
-        Y=per_hc(y),
-        YY=per_hc(y * y),
-        YN=per_hc(y * n[t]),
-        YS=per_hc(y * s[t]),
-        K=per_hc(None),
+        M=per_h(np.ones_like(s)), m=per_h(lab.astype(np.float64)), B=per_h(s),
+        S=per_h(np.where(lab, s, 0.0)), N=per_h(n), NN=per_h(n * n),
+        SS=per_h(np.where(lab, s * s, 0.0)), NS=per_h(n * s), D=per_h(docs), Y=per_hc(y),
+        YY=per_hc(y * y), YN=per_hc(y * n[t]), YS=per_hc(y * s[t]), K=per_hc(None),
         KF=per_hc((y >= n[t]).astype(np.float64)),
-    )
+    )  # fmt: skip
 
 
 def _scale(x: _Sums) -> np.ndarray:
@@ -262,15 +205,8 @@ def _var_terms(x: _Sums, p: np.ndarray) -> np.ndarray:
     S = x.S[:, None]
     N = x.N[:, None]
     R = np.divide(x.Y - p * N, S, out=np.zeros_like(x.Y), where=S > 0)
-    d2 = (
-        x.YY
-        - 2 * p * x.YN
-        - 2 * R * x.YS
-        + p * p * x.NN[:, None]
-        + 2 * p * R * x.NS[:, None]
-        + R * R * x.SS[:, None]
-    )
-    d2 = np.maximum(d2, 0.0)
+    d2 = x.YY - 2 * p * x.YN - 2 * R * x.YS + p * p * x.NN[:, None]
+    d2 = np.maximum(d2 + 2 * p * R * x.NS[:, None] + R * R * x.SS[:, None], 0.0)
     m = x.m
     fpc = np.clip(1.0 - np.divide(m, x.M, out=np.ones_like(m), where=x.M > 0), 0.0, 1.0)
     factor = np.divide(fpc * _scale(x) ** 2 * m, m - 1, out=np.zeros_like(m), where=m > 1)
@@ -278,23 +214,12 @@ def _var_terms(x: _Sums, p: np.ndarray) -> np.ndarray:
 
 
 def _interval(
-    p: np.ndarray,
-    var: np.ndarray,
-    df: np.ndarray,
-    *,
-    k: np.ndarray,
-    kf: np.ndarray,
-    m: np.ndarray,
-    M: np.ndarray,
-    docs: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    """95% bounds (see module doc); arrays broadcast (cells, or categories x cells).
-
-    On the logit scale: a rare cell's estimate is skewed (it rests on the few tasks that
-    hold it), and a symmetric interval would miss high far more often than low. The
-    variance is floored at a simple random sample's of the ``docs`` labelled documents:
-    tasks are clusters, which tell no more than as many independent documents would.
-    """
+    p: np.ndarray, var: np.ndarray, df: np.ndarray, *, k: np.ndarray, kf: np.ndarray,
+    m: np.ndarray, M: np.ndarray, docs: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """95% bounds; arrays broadcast (cells, or categories x cells). On the logit scale (a
+    rare cell's estimate is skewed: a symmetric interval misses high far more often), the
+    variance floored at a simple random sample's of the ``docs`` labelled documents."""
     complete = m >= M
     fpc = np.clip(1.0 - np.divide(m, M, out=np.ones(np.broadcast(m, M).shape), where=M > 0), 0, 1)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -325,17 +250,15 @@ def _interval(
 
 
 def _satterthwaite(terms: np.ndarray, dof: np.ndarray) -> np.ndarray:
-    """Degrees of freedom of a sum of per-stratum variance terms (cells in columns).
-
-    ``dof`` are each term's own degrees of freedom (strata in rows).
-    """
+    """Degrees of freedom of a sum of per-stratum variance terms (cells in columns; ``dof``:
+    each term's own, strata in rows)."""
     dof = np.maximum(dof, 1.0)
     num = terms.sum(axis=0) ** 2
     den = (terms**2 / dof).sum(axis=0)
     return np.divide(num, den, out=np.full(num.shape, np.inf), where=den > 0)
 
 
-def _strata(x: _Sums) -> tuple[np.ndarray, int, list[int], list[int]]:
+def _strata(x: _Sums) -> tuple[np.ndarray, int, list[int]]:
     """Map categories to strata: own, pooled (few tasks), or -1 (no labelled task)."""
     m, M = x.m, x.M
     own = (m >= MIN_STRATUM_TASKS) | ((m >= M) & (m > 0))
@@ -350,7 +273,7 @@ def _strata(x: _Sums) -> tuple[np.ndarray, int, list[int], list[int]]:
             n_groups += 1
         else:  # a lone task: pool it with the largest stratum rather than leave m = 1
             group[small] = int(group[own_idx[np.argmax(m[own_idx])]])
-    return group, n_groups, np.flatnonzero(small).tolist(), np.flatnonzero(m == 0).tolist()
+    return group, n_groups, np.flatnonzero(m == 0).tolist()
 
 
 def _by_category(x: _Sums) -> CategoryEstimate:
@@ -365,20 +288,15 @@ def _by_category(x: _Sums) -> CategoryEstimate:
     )
     none = x.m[:, None] == 0
     return CategoryEstimate(
-        share=p,
-        low=np.where(none, np.nan, low),
-        high=np.where(none, np.nan, high),
-        total=p * T[:, None],
-        tasks_labelled=x.m.astype(np.int64),
-        tasks_total=x.M.astype(np.int64),
-        estimated_total=np.where(x.m > 0, T, np.nan),
-    )
+        p, np.where(none, np.nan, low), np.where(none, np.nan, high), p * T[:, None],
+        x.m.astype(np.int64), x.M.astype(np.int64), np.where(x.m > 0, T, np.nan),
+    )  # fmt: skip
 
 
 def estimate(pop: Population, sample: Sample) -> Estimate:
     """Post-stratified shares of every cell, their 95% intervals and estimated totals."""
     per_cat = _sums(pop, sample)
-    group, n_groups, pooled, uncovered = _strata(per_cat)
+    group, n_groups, uncovered = _strata(per_cat)
     x = per_cat.grouped(group, n_groups)
     C = int(sample.n_cells)
     T_g = _scale(x) * x.N
@@ -422,26 +340,13 @@ def estimate(pop: Population, sample: Sample) -> Estimate:
     exact = bool(per_cat.M.size) and bool((per_cat.m >= per_cat.M).all())
 
     est = Estimate(
-        share=p,
-        low=low,
-        high=high,
-        total=p * corpus,
-        observed=x.Y.sum(axis=0) if n_groups else np.zeros(C),
-        tasks_with=x.K.sum(axis=0).astype(np.int64) if n_groups else np.zeros(C, np.int64),
-        tasks_total=int(per_cat.M.sum()),
-        tasks_labelled=int(per_cat.m.sum()),
-        bytes_total=float(per_cat.B.sum()),
-        bytes_labelled=float(per_cat.S.sum()),
-        observed_total=float(per_cat.N.sum()),
-        corpus_total=corpus,
+        share=p, low=low, high=high, total=p * corpus, tasks_total=int(per_cat.M.sum()),
+        tasks_labelled=int(per_cat.m.sum()), corpus_total=corpus,
         corpus_low=max(corpus - tot_half, float(per_cat.N.sum())),
-        corpus_high=corpus + tot_half if W == 0 else math.inf,
-        exact=exact,
-        uncovered=[pop.categories[i] for i in uncovered],
-        uncovered_weight=W,
-        pooled=[pop.categories[i] for i in pooled],
+        corpus_high=corpus + tot_half if W == 0 else math.inf, exact=exact,
+        uncovered=[pop.categories[i] for i in uncovered], uncovered_weight=W,
         by_category=_by_category(per_cat),
-    )
+    )  # fmt: skip
     est.warnings.extend(_warnings(est, per_cat, uncovered))
     return est
 
@@ -453,9 +358,8 @@ def _warnings(est: Estimate, x: _Sums, uncovered: list[int]) -> list[str]:
         return out
     if uncovered:
         share = float(x.B[uncovered].sum() / x.B.sum()) if x.B.sum() > 0 else 1.0
-        names = ", ".join(est.uncovered[:5]) + (
-            f" and {len(est.uncovered) - 5} more" if len(est.uncovered) > 5 else ""
-        )
+        more = f" and {len(est.uncovered) - 5} more" if len(est.uncovered) > 5 else ""
+        names = ", ".join(est.uncovered[:5]) + more
         out.append(
             f"{len(est.uncovered)} categor{'y has' if len(uncovered) == 1 else 'ies have'} "
             f"no labelled task yet ({names}; {100 * share:.1f}% of the input bytes): the "

@@ -1,15 +1,9 @@
 """``shardwise domains``: the corpus's label distribution while the run is going.
 
-Reads the plan, the shard markers (one directory listing), one summary per finished
-shard (``summaries``) and ``quarantine.json`` if present: never a file per source
-file. :func:`load` does that I/O; :func:`compute` selects a view (one classifier, or a
-pair of classifiers) and a weight (documents or text bytes) and hands arrays to the
-pure estimator (``estimate``); the formatters are pure.
-
-Tasks in shards that are done without a summary (finished by another cluster,
-``source: remote``, or by a version without label counts) and tasks whose files lack
-counts count as not labelled: still random tasks (shards are hash-assigned), so the
-estimate stays honest, only less precise; the output says how many.
+:func:`load` reads the plan, the done shards and one summary per finished shard (never a
+file per source file); :func:`compute` picks a view (a classifier or a pair) and a weight
+and hands arrays to the estimator. Tasks of done shards without a summary (finished
+elsewhere) count as not labelled: still a random sample, only a smaller one, and said.
 """
 
 from __future__ import annotations
@@ -35,25 +29,10 @@ from shardwise.run import plan as run_plan
 from shardwise.run import state, summaries
 from shardwise.run.labelcounts import pair_key
 
-__all__ = [
-    "DomainData",
-    "Domains",
-    "compute",
-    "format_csv",
-    "format_markdown",
-    "format_table",
-    "headline",
-    "load",
-    "view",
-]
-
 #: Rows a table shows per view unless ``--top`` says otherwise (csv and json show all).
 DEFAULT_TOP = 30
 WEIGHTS = ("docs", "bytes", "tokens")
 TIMES = " \u00d7 "  # between the classifiers of a pair, as in "topic x format"
-
-
-# ----------------------------------------------------------------------------- load
 
 
 @dataclass(frozen=True, eq=False)
@@ -114,25 +93,11 @@ def load(run_dir: Path) -> DomainData:
     index = {t: i for i, t in enumerate(task_names)}
     task_index = [np.array([index.get(t, -1) for t in s.task_ids], np.int64) for s in got]
     return DomainData(
-        run_dir=run_dir,
-        name=run_dir.resolve().name,
-        total_shards=meta.total_shards,
-        shards_done=len(done),
-        shards_unsummarized=shards_without,
-        tasks_unsummarized=tasks_without,
-        categories=tasks.categories,
-        task_ids=task_names,
-        task_category=tasks.task_category,
-        task_bytes=tasks.task_bytes,
-        in_population=in_population,
-        quarantined_tasks=int((~in_population).sum()),
-        summaries=got,
-        task_index=task_index,
-        incomplete_tasks=sum(len(s.incomplete_tasks) for s in got),
-    )
-
-
-# ----------------------------------------------------------------------------- compute
+        run_dir, run_dir.resolve().name, meta.total_shards, len(done), shards_without,
+        tasks_without, tasks.categories, task_names, tasks.task_category, tasks.task_bytes,
+        in_population, int((~in_population).sum()), got, task_index,
+        sum(len(s.incomplete_tasks) for s in got),
+    )  # fmt: skip
 
 
 @dataclass(frozen=True, eq=False)
@@ -220,11 +185,8 @@ def choose_view(data: DomainData, pair: str | None, classifier: str | None) -> s
 
 
 def _sample(data: DomainData, view: str, weight: str) -> tuple[Sample, tuple[list[str], ...], str]:
-    """Gather the view's rows from every summary into one sparse sample.
-
-    Per summary only small lookups (its tasks, its label lists); the rows of all
-    summaries are then selected and mapped in a few vectorised passes.
-    """
+    """Gather the view's rows from every summary into one sparse sample: per summary only
+    small lookups, then all rows mapped in a few vectorised passes."""
     axes = tuple(view.split(","))
     labels: tuple[dict[str, int], ...] = tuple({} for _ in axes)
     remaps: dict[tuple[int, tuple[str, ...]], np.ndarray] = {}
@@ -273,15 +235,9 @@ def _sample(data: DomainData, view: str, weight: str) -> tuple[Sample, tuple[lis
     row_keep = keep_task[task] & (value > 0)
     if not row_keep.all():
         task, cell, value = task[row_keep], cell[row_keep], value[row_keep]
-    sample = Sample(
-        labelled=labelled[keep_task],
-        task_total=totals[keep_task],
-        cell_task=task if keep_task.all() else new_index[task],
-        cell=cell,
-        value=value,
-        n_cells=n_cells,
-        task_docs=docs[keep_task],
-    )
+    cell_task = task if keep_task.all() else new_index[task]
+    sample = Sample(labelled[keep_task], totals[keep_task], cell_task, cell, value, n_cells,
+                    docs[keep_task])  # fmt: skip
     return sample, tuple(list(d) for d in labels), note
 
 
@@ -293,12 +249,9 @@ def _offsets(parts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _rows_of_view(
-    tables: list[pa.Table],
-    tmaps: list[np.ndarray],
-    label_maps: list[list[np.ndarray]],
-    widths: list[int],
-    weight: str,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    tables: list[pa.Table], tmaps: list[np.ndarray], label_maps: list[list[np.ndarray]],
+    widths: list[int], weight: str,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
     """(global task, cell, value) of every row of one view's slices, vectorised."""
     if not tables:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
@@ -324,13 +277,9 @@ def _rows_of_view(
 
 
 def view(
-    run_dir: Path,
-    *,
-    pair: str | None = None,
-    classifier: str | None = None,
-    weight: str | None = "docs",
-    fmt: str = "table",
-) -> Domains:
+    run_dir: Path, *, pair: str | None = None, classifier: str | None = None,
+    weight: str | None = "docs", fmt: str = "table",
+) -> Domains:  # fmt: skip
     """``shardwise domains``: load the run, refuse one with nothing labelled, estimate
     (``weight`` None: the default for ``fmt``, see :func:`default_weight`)."""
     data = load(run_dir)
@@ -340,12 +289,9 @@ def view(
 
 
 def compute(
-    data: DomainData,
-    *,
-    pair: str | None = None,
-    classifier: str | None = None,
+    data: DomainData, *, pair: str | None = None, classifier: str | None = None,
     weight: str = "docs",
-) -> Domains:
+) -> Domains:  # fmt: skip
     """Estimate one view (default: the first pair, else the first classifier)."""
     if weight not in WEIGHTS:
         msg = f"weight must be one of {', '.join(WEIGHTS)}, got {weight!r}"
@@ -357,19 +303,12 @@ def compute(
     keep = data.in_population
     pop = Population(data.categories, data.task_category[keep], data.task_bytes[keep])
     est = estimate(pop, sample)
-    widths = [max(len(x), 1) for x in labels]
-    cell_labels: list[tuple[str, ...]] = []
-    for c in range(sample.n_cells):
-        parts: list[str] = []
-        rest = c
-        for axis in reversed(range(len(labels))):
-            i = rest % widths[axis]
-            rest //= widths[axis]
-            parts.append(labels[axis][i] if i < len(labels[axis]) else "")
-        cell_labels.append(tuple(reversed(parts)))
-    notes = [*est.warnings]
-    if note:
-        notes.append(note)
+    widths = [max(len(x), 1) for x in labels]  # a cell's index: its labels, first most significant
+    cell_labels = [
+        tuple(labels[axis][i] if i < len(labels[axis]) else "" for axis, i in enumerate(ix))
+        for ix in zip(*np.unravel_index(np.arange(sample.n_cells), widths), strict=True)
+    ]
+    notes = [*est.warnings, *([note] if note else [])]
     if data.tasks_unsummarized:
         notes.append(
             f"{data.tasks_unsummarized:,} task(s) in {data.shards_unsummarized:,} finished "
@@ -386,19 +325,7 @@ def compute(
             f"{data.quarantined_tasks:,} task(s) with quarantined files are left out of "
             "the corpus (quarantine.json)"
         )
-    return Domains(
-        data=data,
-        view=view,
-        axes=tuple(view.split(",")),
-        labels=labels,
-        weight=weight,
-        est=est,
-        cell_labels=cell_labels,
-        notes=notes,
-    )
-
-
-# ----------------------------------------------------------------------------- format
+    return Domains(data, view, tuple(view.split(",")), labels, weight, est, cell_labels, notes)
 
 
 def default_weight(data: DomainData, fmt: str) -> str:
@@ -482,19 +409,12 @@ def _pct(x: float) -> str:
 def _rows(
     d: Domains, share: np.ndarray, low: np.ndarray, high: np.ndarray, total: np.ndarray
 ) -> list[list[str]]:
-    out = []
-    for c in _order(d, share).tolist():
-        if not share[c] > 0:
-            continue
-        out.append(
-            [
-                *d.cell_labels[c],
-                _pct(share[c]),
-                f"{_pct(low[c])} - {_pct(high[c])}",
-                _amount(float(total[c]), d.weight),
-            ]
-        )
-    return out
+    return [
+        [*d.cell_labels[c], _pct(share[c]), f"{_pct(low[c])} - {_pct(high[c])}",
+         _amount(float(total[c]), d.weight)]
+        for c in _order(d, share).tolist()
+        if share[c] > 0
+    ]  # fmt: skip
 
 
 def _sections(d: Domains, by_category: bool) -> list[tuple[str, list[list[str]]]]:
@@ -571,20 +491,12 @@ def _num(x: float) -> float | None:
 def _cell_dicts(
     d: Domains, share: np.ndarray, low: np.ndarray, high: np.ndarray, total: np.ndarray
 ) -> list[dict[str, Any]]:
-    out = []
-    for c in _order(d, share).tolist():
-        if not share[c] > 0:
-            continue
-        out.append(
-            {
-                "labels": dict(zip(d.axes, d.cell_labels[c], strict=True)),
-                "share": _num(share[c]),
-                "low": _num(low[c]),
-                "high": _num(high[c]),
-                "total": _num(total[c]),
-            }
-        )
-    return out
+    return [
+        {"labels": dict(zip(d.axes, d.cell_labels[c], strict=True)), "share": _num(share[c]),
+         "low": _num(low[c]), "high": _num(high[c]), "total": _num(total[c])}
+        for c in _order(d, share).tolist()
+        if share[c] > 0
+    ]  # fmt: skip
 
 
 def to_dict(d: Domains, *, by_category: bool = False) -> dict[str, Any]:
@@ -660,15 +572,9 @@ def format_csv(d: Domains, *, by_category: bool = False, top: int | None = None)
 FORMATS = ("table", "json", "csv", "markdown", "weborganizer")
 
 
-# ----------------------------------------------------------------------------- headline
-
-
 def headline(run_dir: Path, top: int = 3) -> str | None:
-    """One line for the dry-run printout: the largest labels of two classifiers so far.
-
-    The first pair's two classifiers (topic and format by default), else the first two
-    classifiers; None when no shard has a summary yet.
-    """
+    """One line for the dry-run printout: the largest labels so far of the first pair's
+    two classifiers (else the first two); None when no shard has a summary yet."""
     try:
         data = load(run_dir)
     except (ShardwiseError, OSError):
@@ -687,9 +593,6 @@ def headline(run_dir: Path, top: int = 3) -> str | None:
         parts.append(f"{name}: {labels}")
         done = "exact" if d.est.exact else f"estimated, {d.percent_done:.1f}% of tasks labelled"
     return f"domains  {'  ·  '.join(parts)}  ({done}; shardwise domains)"
-
-
-# ----------------------------------------------------------------------------- WebOrganizer
 
 
 def weborganizer_ids() -> dict[str, dict[str, int]]:
@@ -717,13 +620,9 @@ def _ids_of_axis(d: Domains, axis: int) -> dict[str, int]:
 
 
 def to_weborganizer(d: Domains) -> list[dict[str, Any]]:
-    """WebOrganizer's ``domain_statistics`` list, one entry per domain seen:
-    ``{"domain": id or [topic id, format id], "tokens", "documents", "weight"}``, sorted by
-    domain. ``weight`` is the share of what ``--weight`` says: tokens (WebOrganizer's
-    choice, the default when the run counts them: ``domains.tokenizer``), documents or
-    text bytes; ``documents`` (and ``tokens`` when counted) are filled in; exact when the
-    run is complete,
-    else the estimate with ``weight_low``/``weight_high`` (95%) and ``estimated: true``."""
+    """WebOrganizer's ``domain_statistics`` list, one entry per domain seen, sorted by
+    domain: ``{"domain": id or [topic id, format id], "tokens", "documents", "weight"}``
+    (the share of what ``--weight`` says); before completion with its 95% interval."""
     ids = [_ids_of_axis(d, axis) for axis in range(len(d.axes))]
     e = d.est
     docs = _totals(d, "docs") if d.weight != "bytes" else {}
@@ -747,16 +646,11 @@ def to_weborganizer(d: Domains) -> list[dict[str, Any]]:
 
 def _totals(d: Domains, weight: str) -> dict[tuple[str, ...], int]:
     """Each cell's estimated total in another weight (the same view), by its labels."""
-    other = (
-        d
-        if d.weight == weight
-        else compute(
-            d.data,
-            pair=d.view if "," in d.view else None,
-            classifier=None if "," in d.view else d.view,
-            weight=weight,
-        )
-    )
+    is_pair = "," in d.view
+    other = d if d.weight == weight else compute(
+        d.data, pair=d.view if is_pair else None, classifier=None if is_pair else d.view,
+        weight=weight,
+    )  # fmt: skip
     return {labels: round(float(t)) for labels, t in zip(other.cell_labels, other.est.total,
                                                           strict=True)}  # fmt: skip
 
@@ -771,8 +665,6 @@ def format_weborganizer(d: Domains, *, by_category: bool = False, top: int | Non
 
 
 FORMATTERS: dict[str, Callable[..., str]] = {
-    "table": format_table,
-    "csv": format_csv,
-    "markdown": format_markdown,
+    "table": format_table, "csv": format_csv, "markdown": format_markdown,
     "weborganizer": format_weborganizer,
-}
+}  # fmt: skip

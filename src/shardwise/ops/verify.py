@@ -1,37 +1,18 @@
 """``shardwise verify``: an fsck for a run, from the outside, trusting no marker.
 
-Markers are the workflow's only proof of work (``markers``), so this module checks
-that what they vouch for is really there, without assuming the code that wrote
-them was right:
-
-* every shard marked done: it belongs to this run's assignment, and each file the
-  plan gives it has a ``.done`` marker;
-* every file marker: its sidecar and stats exist; the marker, the stats and the
-  sidecar agree with the plan (file, task, shard) and with the *input* (row count,
-  and the ids in order, read again through ``reader.read_documents``); every
-  classifier's ``_label``/``_label_id``/``_score`` columns are present and non-null;
-  the stats file parses;
-* orphans, from one listing of the output: sidecars or stats without a marker,
-  outputs of files that are not in the plan, anything else under the output prefix
-  that belongs to no task, and temp files left by interrupted atomic writes.
-
-Severity. A *problem* is a contradiction (a marker that vouches for something
-missing or wrong, an output that belongs to no task) and makes the exit status 1.
-A *warning* is a state a retry clears by itself: a sidecar without a marker in a
-shard that is not done yet (the retry rewrites it), a temp file of an interrupted
-write. ``--complete`` adds "every shard is done" to the problems; ``--sample F``
-reads the contents of a random fraction ``F`` of the marked files (the existence
-checks, which cost nothing beyond the one listing, always cover every file).
-
-The run directory tells everything: run.json (input/output URIs, classifiers),
-settings.json (reader fields, storage options, roots), plan.parquet (the files). Every
-read goes through ``store.location.Location``, so an S3 run is verified the same way.
-The command line (``shardwise verify``, exit 0 consistent, 1 problems found, 2 the run
-cannot be verified at all) is :mod:`shardwise.cli.verify`.
+Markers are the only proof of work, so what they vouch for is checked without assuming
+the code that wrote them was right: every done shard belongs to the assignment and its
+files are marked; every marked file's outputs exist and agree with the plan and with the
+*input* (rows and ids, read again), each through its kind's parser and checker
+(``run/outputs``); one listing of each root finds orphans and temp files. A *problem*
+contradicts a marker (exit 1); a *warning* is a state a retry clears by itself.
+``--sample F`` reads the contents of a fraction of the files (presence is always checked
+for all); ``--complete`` wants every shard done. Local and S3 runs alike.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from collections import defaultdict
@@ -74,7 +55,7 @@ class Finding:
     what: str
 
     def line(self, level: str) -> str:
-        """The one-line form printed by the CLI."""
+        """The one-line form the CLI prints."""
         return f"{level}: {self.where}: {self.what}"
 
 
@@ -97,23 +78,17 @@ class VerifyReport:
     quarantined: list[Finding] = field(default_factory=list)
     data_quality: dict[str, int] = field(default_factory=dict)  # over the checked files
     fidelity: list[fidelity.Fidelity] = field(default_factory=list)  # over the checked files
-    #: What ``--repair`` would reset: files whose marker vouches for something broken,
-    #: and shards whose marker does (their files relabel only where needed).
+    #: What ``--repair`` resets: files and shards whose marker vouches for something broken.
     broken_files: set[str] = field(default_factory=set)
     broken_shards: set[int] = field(default_factory=set)
     repairable: int = 0  # problems that removing those markers (or rebuilding) resolves
-    #: Labelled files whose derived outputs (Dolma attributes) are missing or damaged:
-    #: ``--repair`` writes them again from the sidecar, relabelling nothing.
+    #: Labelled files whose derived outputs are broken: rewritten from the sidecar.
     rebuild: set[str] = field(default_factory=set)
-    #: Input files changed in place since planned: file -> (planned, now) identity.
-    changed: dict[str, tuple[str, str]] = field(default_factory=dict)
-    #: Labelled files whose input is gone (``plan --extend --gone`` retires them).
-    inputs_gone: list[str] = field(default_factory=list)
-    #: Files added to or gone from the input, as the last dry run found (``plan --extend``).
-    input_drift: dict[str, Any] = field(default_factory=dict)
+    changed: dict[str, tuple[str, str]] = field(default_factory=dict)  # file -> (planned, now)
+    inputs_gone: list[str] = field(default_factory=list)  # labelled, input gone (--extend)
+    input_drift: dict[str, Any] = field(default_factory=dict)  # added and gone files
     retired: int = 0  # outputs of files retired with --gone keep: no orphans
-    #: The two run.json copies disagree: how, which to keep and the command ("" if not).
-    copies: str = ""
+    copies: str = ""  # the two run.json copies disagree: how, and which to keep
 
     @property
     def ok(self) -> bool:
@@ -121,17 +96,11 @@ class VerifyReport:
         return not self.problems
 
     def problem(
-        self,
-        where: str,
-        what: str,
-        *,
-        file: str | None = None,
-        shard: int | None = None,
+        self, where: str, what: str, *, file: str | None = None, shard: int | None = None,
         rebuild: str | None = None,
-    ) -> None:
-        """Record a contradiction; ``file``/``shard`` name the marker that ``--repair``
-        removes so the next run redoes exactly that; ``rebuild`` the file whose derived
-        outputs it writes again."""
+    ) -> None:  # fmt: skip
+        """Record a contradiction; ``file``/``shard``: the marker ``--repair`` removes (the
+        next run redoes exactly that); ``rebuild``: the file whose derived outputs it rewrites."""
         self.problems.append(Finding(where, what))
         if file is not None:
             self.broken_files.add(file)
@@ -163,25 +132,22 @@ class VerifyReport:
         out = [f.line("problem") for f in self.problems]
         out += [f.line("warning") for f in self.warnings]
         out += [f.line("quarantined") for f in self.quarantined]
-        out += [
-            line.replace("data     ", f"data: over the {self.files_checked} checked file(s): ", 1)
-            for line in [
-                *quality_lines(self.data_quality, self.rows_checked),
-                *fidelity_lines(self.fidelity),
-            ]
+        over = f"data: over the {self.files_checked} checked file(s): "
+        data = [
+            *quality_lines(self.data_quality, self.rows_checked),
+            *fidelity_lines(self.fidelity),
         ]
+        out += [line.replace("data     ", over, 1) for line in data]
         out.append(self.summary())
         return out
 
     def to_json(self) -> dict[str, Any]:
         """A machine-readable form (``--format json``; docs/schemas/verify.schema.json)."""
-        data = asdict(self)
-        data["format_version"] = 1
-        data["broken_files"] = sorted(self.broken_files)
-        data["broken_shards"] = sorted(self.broken_shards)
-        data["rebuild"] = sorted(self.rebuild)
-        data["ok"] = self.ok
-        return data
+        return {
+            **asdict(self), "format_version": 1, "broken_files": sorted(self.broken_files),
+            "broken_shards": sorted(self.broken_shards), "rebuild": sorted(self.rebuild),
+            "ok": self.ok,
+        }  # fmt: skip
 
 
 @dataclass
@@ -199,18 +165,11 @@ class _FileCheck:
 
 
 def verify_run(
-    run_dir: Path,
-    *,
-    sample: float = 1.0,
-    seed: int | None = None,
-    jobs: int = 4,
+    run_dir: Path, *, sample: float = 1.0, seed: int | None = None, jobs: int = 4,
     complete: bool = False,
-) -> VerifyReport:
-    """Check a run's markers against its outputs and inputs; see the module docstring.
-
-    Raises ShardwiseError only when the run cannot be verified at all (no run.json,
-    settings.json or plan; the output cannot be listed).
-    """
+) -> VerifyReport:  # fmt: skip
+    """Check a run's markers against its outputs and inputs (module docstring); a
+    ShardwiseError only when it cannot be verified at all (no run.json, plan, listing)."""
     if not 0 < sample <= 1:
         msg = f"--sample must be in (0, 1], got {sample}"
         raise ConfigError(msg)
@@ -246,14 +205,11 @@ def verify_run(
     )  # fmt: skip
     report.shards_done = len(done & set(in_run))
     if complete:
+        open_shards = set(in_run) - done
         _check_complete(
-            report,
-            run_dir,
-            open_shards=set(in_run) - done,
-            files_by_shard=files_by_shard,
-            found=found,
+            report, run_dir, open_shards, files_by_shard=files_by_shard, found=found,
             left_out=left_out,
-        )
+        )  # fmt: skip
 
     marked = sorted(rel for rel, kinds in found.items() if outputs.MARKER.name in kinds)
     report.files_marked = len(marked)
@@ -266,12 +222,8 @@ def verify_run(
 
     names = [name for name, _model, _input in meta.classifiers]
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        checks = list(
-            pool.map(
-                lambda rel: _check_file(ctx, rel, planned[rel], names, found[rel]),
-                _choose(marked, sample, seed),
-            )
-        )
+        check = lambda rel: _check_file(ctx, rel, planned[rel], names, found[rel])  # noqa: E731
+        checks = list(pool.map(check, _choose(marked, sample, seed)))
     marker_rows = _add_checks(report, checks)
     _check_shard_docs(report, run_dir, job_shards, files_by_shard, marker_rows)
     return report
@@ -285,14 +237,10 @@ _LABELLED_QUARANTINED = "quarantined, yet labelled (`shardwise quarantine --rele
 
 
 def _check_complete(
-    report: VerifyReport,
-    run_dir: Path,
-    *,
-    open_shards: set[int],
-    files_by_shard: dict[int, list[str]],
-    found: dict[str, dict[str, int]],
+    report: VerifyReport, run_dir: Path, open_shards: set[int], *,
+    files_by_shard: dict[int, list[str]], found: dict[str, dict[str, int]],
     left_out: Mapping[str, Any],
-) -> None:
+) -> None:  # fmt: skip
     """``--complete``: every shard not done is a problem, with its files left."""
     for shard in sorted(open_shards):
         files = files_by_shard.get(shard, ())
@@ -334,14 +282,8 @@ def _planned(ctx: JobContext, table: pa.Table) -> dict[str, tuple[str, int]]:
     return {f: (t, s) for f, t, s in zip(rows["file"], rows["task_id"], rows["shard"], strict=True)}
 
 
-# -- run level ---------------------------------------------------------------
-
-
 def _check_plan(
-    report: VerifyReport,
-    run_dir: Path,
-    meta: runjson.RunMeta,
-    planned: dict[str, tuple[str, int]],
+    report: VerifyReport, run_dir: Path, meta: runjson.RunMeta, planned: dict[str, tuple[str, int]]
 ) -> None:
     """The cached plan must be the one run.json pins: same tasks, same shard rule."""
     where = str(run_dir / plan.PLAN_PARQUET)
@@ -357,11 +299,9 @@ def _check_plan(
     tasks = {task for task, _shard in planned.values()}
     if runjson.fingerprint(tasks) != meta.fingerprint:
         report.problem(where, "its task set does not match run.json's fingerprint")
-    moved = {
-        task
-        for task, shard in planned.values()
-        if shard != shard_for_task(task, meta.total_shards, meta.minimum_shard_index)
-    }
+    rule = functools.partial(shard_for_task, total_shards=meta.total_shards,
+                             minimum_shard_index=meta.minimum_shard_index)  # fmt: skip
+    moved = {task for task, shard in planned.values() if shard != rule(task)}
     if moved:
         example = sorted(moved)[0]
         report.problem(where, f"{len(moved)} task(s) in the wrong shard (e.g. {example!r})")
@@ -387,9 +327,8 @@ def _check_drift(
 def _check_identities(
     report: VerifyReport, ctx: JobContext, table: pa.Table, marked: set[str]
 ) -> set[str]:
-    """Input files changed in place since planned (one listing of the input): labelled
-    ones are problems (their labels describe content that no longer exists). Returns the
-    files listed."""
+    """Input files changed in place since planned (one listing of the input; labelled ones
+    are problems); the files listed."""
     now = {rel: plan.identity(size, v) for rel, size, v in ctx.source.list_entries()}
     report.changed = plan.changed_files(table, now)
     for rel, (planned, current) in sorted(report.changed.items()):
@@ -429,12 +368,9 @@ def _check_mirror(
 
 
 def _index_outputs(
-    report: VerifyReport,
-    ctx: JobContext,
-    listing: dict[str, int],
-    planned: dict[str, tuple[str, int]],
-    retired_files: set[str],
-) -> dict[str, dict[str, int]]:
+    report: VerifyReport, ctx: JobContext, listing: dict[str, int],
+    planned: dict[str, tuple[str, int]], retired_files: set[str],
+) -> dict[str, dict[str, int]]:  # fmt: skip
     """Planned file -> {kind: size} of its outputs; everything else is an orphan (but the
     outputs of retired files, kept on purpose)."""
     found: dict[str, dict[str, int]] = {rel: {} for rel in planned}
@@ -491,20 +427,11 @@ def _index_other_roots(
                 report.warn(loc.url(rel), f"not the {name} of any file of this run")
 
 
-# -- shards ------------------------------------------------------------------
-
-
 def _check_shards(
-    report: VerifyReport,
-    run_dir: Path,
-    *,
-    meta: runjson.RunMeta,
-    done: set[int],
-    files_by_shard: dict[int, list[str]],
-    found: dict[str, dict[str, int]],
-    output: Location,
+    report: VerifyReport, run_dir: Path, *, meta: runjson.RunMeta, done: set[int],
+    files_by_shard: dict[int, list[str]], found: dict[str, dict[str, int]], output: Location,
     left_out: set[str],
-) -> dict[int, int]:
+) -> dict[int, int]:  # fmt: skip
     """Each shard marker fits the assignment and its files are marked (or quarantined);
     returns the docs each job-written marker claims."""
     in_run = shard_range(meta.total_shards, meta.minimum_shard_index)
@@ -544,12 +471,9 @@ def _check_shards(
 
 
 def _check_shard_docs(
-    report: VerifyReport,
-    run_dir: Path,
-    job_docs: dict[int, int],
-    files_by_shard: dict[int, list[str]],
-    marker_rows: dict[str, int | None],
-) -> None:
+    report: VerifyReport, run_dir: Path, job_docs: dict[int, int],
+    files_by_shard: dict[int, list[str]], marker_rows: dict[str, int | None],
+) -> None:  # fmt: skip
     """A job's shard marker counts the rows of its files' markers (when all were read)."""
     for shard, docs in sorted(job_docs.items()):
         rows = [marker_rows.get(rel) for rel in files_by_shard.get(shard, [])]
@@ -562,9 +486,6 @@ def _check_shard_docs(
                 f"says {docs} docs, its files' markers add up to {total}",
                 shard=shard,
             )
-
-
-# -- files -------------------------------------------------------------------
 
 
 def _check_presence(
@@ -614,21 +535,15 @@ def _choose(marked: list[str], sample: float, seed: int | None) -> list[str]:
 
 
 def _ids_only(fields: Fields) -> Fields:
-    """Reader fields that fetch only the id (text and url point at it too).
-
-    Parquet projection then skips the text column, by far the largest; the row
-    count and ids, all that is compared, are the same as the job's read.
-    """
+    """Reader fields that fetch only the id (text and url point at it too): Parquet then
+    skips the text column, by far the largest; rows and ids are the job's read."""
     return Fields(id=fields.id, text=fields.id, url=None)
 
 
 def _check_file(
-    ctx: JobContext,
-    rel: str,
-    plan_row: tuple[str, int],
-    classifiers: Iterable[str],
+    ctx: JobContext, rel: str, plan_row: tuple[str, int], classifiers: Iterable[str],
     kinds: dict[str, int],
-) -> _FileCheck:
+) -> _FileCheck:  # fmt: skip
     """Read one marked file's outputs and its input's ids, and check each output against
     them (``outputs``: each kind's parser and checker), the marker first."""
     check = _FileCheck(rel)
@@ -641,9 +556,8 @@ def _check_file(
             check.gone = Finding(ctx.source.url(rel), _INPUT_GONE)
             return check
         check.problems.append(Finding(ctx.source.url(rel), f"input unreadable: {e}"))
-    want = outputs.Expected(
-        rel, task_id, shard, docs.ids if docs else None, tuple(classifiers), ctx.meta.labelling
-    )
+    ids = docs.ids if docs else None
+    want = outputs.Expected(rel, task_id, shard, ids, tuple(classifiers), ctx.meta.labelling)
     roots = ctx.roots()
     for kind in reversed(outputs.kinds()):
         if kind.name not in kinds or kind.root not in roots:
@@ -679,25 +593,11 @@ def _read_output(output: Location, kind: outputs.OutputKind, rel: str, check: _F
     return None
 
 
-# -- repair ------------------------------------------------------------------
-
-
 def repair(run_dir: Path, report: VerifyReport) -> list[str]:
-    """Remove exactly the markers that vouch for broken work, and write derived outputs
-    (Dolma attributes) of intact files again from their sidecars; return what was done.
-
-    Each broken file's ``.done`` marker goes (its sidecar and stats stay until the
-    relabel overwrites them), and so does the marker of every shard that holds a broken
-    file or is broken itself, so the next ``snakemake`` run reruns just those shards and
-    the jobs, which skip every file with a marker, relabel only the broken files. The
-    shard's progress journal and the marker snapshot forget the files too.
-
-    The shard markers go first, then what the jobs on object stores trust instead of the
-    file markers (journal, snapshot), then the file markers: a repair interrupted
-    anywhere leaves at worst shards that run again while a broken file still has its
-    marker, which the next ``verify`` finds and ``--repair`` finishes; never a shard
-    marked done over a file without a marker.
-    """
+    """Remove exactly the markers that vouch for broken work (so the next run relabels
+    only those files), and rewrite broken derived outputs from their sidecars; a line per
+    thing done. Shard markers go first, then the journal and snapshot, then file markers:
+    an interruption anywhere never leaves a shard marked done over a file without one."""
     run_dir = Path(run_dir)
     ctx = JobContext.load(run_dir)
     by_shard = _broken_by_shard(run_dir, report)
@@ -760,12 +660,8 @@ def _take_identities(run_dir: Path, changed: dict[str, tuple[str, str]]) -> None
 
 
 def restore_run_json(run_dir: Path) -> list[str]:
-    """Make the run directory's and the output root's run.json one again (``--repair``):
-    a damaged or missing copy from the intact one; the output root's when they disagree.
-
-    The output root comes from ``settings.json`` (the planner resolved it there), so a
-    run directory whose own run.json is damaged still finds the other copy.
-    """
+    """Make the two run.json copies one again (``--repair``); the output root comes from
+    ``settings.json``, so a damaged run-directory copy still finds the other."""
     output = context.recorded_output(Path(run_dir))
     if output is None:
         return []  # never planned by this version: nothing says where the other copy is

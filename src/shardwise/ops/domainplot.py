@@ -1,16 +1,11 @@
 """The domain picture: a pair's heatmap with marginal bars, as in the WebOrganizer paper.
 
-Rows are the first classifier's labels, columns the second's, both sorted by share;
-each cell shows its estimated share; the bars on the top and right are the marginal
-shares with their 95% intervals. While the run is going the figure says what it was
-estimated from ("estimated from N of M tasks (p% done), 95% CI +-x").
-
-matplotlib is imported inside the functions (Agg canvas, no pyplot state).
+Rows and columns are the two classifiers' labels sorted by share, each cell its share, the
+bars the marginal shares with their 95% intervals; the title says what it is estimated from.
 """
 
 from __future__ import annotations
 
-import io
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -18,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from shardwise.errors import ShardwiseError
+from shardwise.ops import picture
 from shardwise.ops.domains import (
     TIMES,
     DomainData,
@@ -28,9 +24,8 @@ from shardwise.ops.domains import (
     status_line,
 )
 
-#: Picture size in inches and resolution (1400 x 1300 px).
+#: Picture size in inches (1400 x 1300 px).
 FIGSIZE = (14.0, 13.0)
-DPI = 100
 BAR_COLOUR = "#3b75af"
 #: Cells with a share below this are left unlabelled (they would be unreadable).
 MIN_LABELLED_SHARE = 0.001
@@ -55,11 +50,7 @@ def _marginal(
 
 def render_png(data: DomainData, d: Domains) -> bytes:
     """The picture of view ``d`` as PNG bytes (a bar chart for a single classifier)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415 - ~0.4 s, pictures only
-    from matplotlib.figure import Figure  # noqa: PLC0415 - with the canvas
-
-    fig = Figure(figsize=FIGSIZE if len(d.axes) > 1 else (10.0, 8.0), dpi=DPI)
-    FigureCanvasAgg(fig)
+    fig = picture.figure(FIGSIZE if len(d.axes) > 1 else (10.0, 8.0))
     unit = "documents" if d.weight == "docs" else "text bytes"
     title = f"{TIMES.join(d.axes)}: share of {unit}, run {d.data.name}"
     fig.text(0.02, 0.985, title, fontsize=15, fontweight="bold", va="top")
@@ -72,9 +63,7 @@ def render_png(data: DomainData, d: Domains) -> bytes:
         _bars_only(fig, d)
     else:
         _heatmap(fig, data, d)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI)
-    return buf.getvalue()
+    return picture.png(fig)
 
 
 def _bars_only(fig: Any, d: Domains) -> None:
@@ -137,12 +126,8 @@ def _marginal_bars(ax: Any, marginal: tuple[np.ndarray, ...], *, horizontal: boo
 
 
 def report_figure(run_dir: Path) -> tuple[bytes, str, bool]:
-    """The default view's picture and table for the HTML report (never raises).
-
-    The flag says whether there was anything to show. A run without summaries yet (or
-    an unreadable one) gets a picture saying so: the workflow's report rule declares the
-    PNG as an output, so one must always exist.
-    """
+    """The default view's picture and table for the HTML report, and whether there was
+    anything to show; never raises: the report rule's PNG output must always exist."""
     try:
         data = load(run_dir)
         d = compute(data)
@@ -153,12 +138,6 @@ def report_figure(run_dir: Path) -> tuple[bytes, str, bool]:
 
 def placeholder_png(message: str) -> bytes:
     """A small picture holding one line of text."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415 - ~0.4 s, pictures only
-    from matplotlib.figure import Figure  # noqa: PLC0415 - with the canvas
-
-    fig = Figure(figsize=(10.0, 1.5), dpi=DPI)
-    FigureCanvasAgg(fig)
+    fig = picture.figure((10.0, 1.5))
     fig.text(0.02, 0.5, textwrap.fill(message, 130), fontsize=11, va="center")
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI)
-    return buf.getvalue()
+    return picture.png(fig)

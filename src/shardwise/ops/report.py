@@ -1,20 +1,15 @@
 """``shardwise report``: one picture (PNG) and a self-contained HTML page of a run.
 
-The picture is for a person who has five seconds: a headline (how far, how long to
-go, what is wrong), per-category completion bars with the skewed ones in red, shard
-completion over time with the ETA projected, and throughput per GPU type over time
-(a slow partition or a regression shows as a step). The HTML embeds the same PNG
-(base64) plus the full tables, so it can be mailed or attached to an issue as is.
-
-matplotlib is imported inside the functions (Agg backend): ``shardwise`` builds every
-subcommand's parser at start-up, and no other command should pay for it (~0.3 s).
+The picture is for a person who has five seconds: a headline (how far, how long, what is
+wrong), completion per category (skewed ones in red), shards done over time with the ETA,
+and throughput per GPU type over time (a slow partition shows as a step). The HTML embeds
+it with the full tables. matplotlib is imported inside the functions (~0.3 s).
 """
 
 from __future__ import annotations
 
 import base64
 import html
-import io
 import math
 import time
 from dataclasses import dataclass
@@ -23,28 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from shardwise.ops import coverage
+from shardwise.ops import coverage, picture
 from shardwise.ops.coverage_format import summary_lines
 from shardwise.ops.domainplot import report_figure
 from shardwise.ops.text import format_duration, human_count
 from shardwise.run import throughput
 
-__all__ = [
-    "DPI",
-    "FIGSIZE",
-    "CompletionSeries",
-    "RateSeries",
-    "completion_series",
-    "rate_series",
-    "render_html",
-    "render_png",
-    "write",
-    "write_report",
-]
-
-#: Figure size in inches and resolution: the PNG is 1600 x 1000 pixels.
+#: Figure size in inches: the PNG is 1600 x 1000 pixels.
 FIGSIZE = (16.0, 10.0)
-DPI = 100
 #: Categories drawn as bars; the rest are summarised in one line.
 MAX_BARS = 30
 MIN_ROWS = 15
@@ -87,11 +68,8 @@ class RateSeries:
 
 
 def rate_series(stats: throughput.StatsTable | None, *, bins: int = 48) -> list[RateSeries]:
-    """Per-GPU-type docs/s over time: median per time bin (most files first).
-
-    A median per bin rather than a scatter of every file: 50k points are a grey cloud,
-    a line per GPU type shows a step when a node pool or a release changes speed.
-    """
+    """Per-GPU-type docs/s over time: the median per time bin (most files first): 50k
+    points are a grey cloud, a line per GPU type shows a step when the speed changes."""
     if stats is None or len(stats) == 0:
         return []
     ok = np.isfinite(stats.finished_at) & (stats.seconds > 0) & np.isfinite(stats.docs)
@@ -126,25 +104,23 @@ def headline(cov: coverage.Coverage) -> tuple[str, str]:
             f"  ·  ETA {format_duration(cov.eta.seconds)} on {cov.eta.gpus} "
             f"GPU{'s' if cov.eta.gpus != 1 else ''}"
         )
-    notes = []
-    if cov.skew_flagged:
-        n = len(cov.skew_flagged)
-        notes.append(
-            f"{n} categor{'y' if n == 1 else 'ies'} outside the 99% band of the overall "
-            f"{cov.overall_percent:.1f}% (red): "
-            + ", ".join(cov.skew_flagged[:4])
-            + (", ..." if n > 4 else "")
-        )
-    else:
-        notes.append("no category skew")
-    if cov.shards_failing:
-        notes.append(f"{cov.shards_failing:,} shards have failure records")
+    n = len(cov.skew_flagged)
+    notes = [
+        f"{n} categor{'y' if n == 1 else 'ies'} outside the 99% band of the overall "
+        f"{cov.overall_percent:.1f}% (red): "
+        + ", ".join(cov.skew_flagged[:4])
+        + (", ..." if n > 4 else "")
+        if n
+        else "no category skew"
+    ]
+    notes += [f"{cov.shards_failing:,} shards have failure records"] if cov.shards_failing else []
     if cov.files_quarantined:
         notes.append(f"{cov.files_quarantined:,} files quarantined (left out)")
-    if cov.shards_remaining:
-        notes.append(f"{cov.shards_remaining:,} shards left (shardwise retry-array lists them)")
-    else:
-        notes.append("every shard is done")
+    notes.append(
+        f"{cov.shards_remaining:,} shards left (shardwise retry-array lists them)"
+        if cov.shards_remaining
+        else "every shard is done"
+    )
     return first, "  ·  ".join(notes)
 
 
@@ -280,13 +256,7 @@ def render_png(
     state: coverage.RunState, cov: coverage.Coverage, *, now: float | None = None
 ) -> bytes:
     """The 1600 x 1000 px picture as PNG bytes (``now`` anchors the ETA projection)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415 - ~0.4 s, pictures only
-    from matplotlib.figure import Figure  # noqa: PLC0415 - with the canvas
-
-    # An explicit Agg canvas, not pyplot: no global backend switch, no GUI, no state
-    # left behind in the caller's process.
-    fig = Figure(figsize=FIGSIZE, dpi=DPI)
-    FigureCanvasAgg(fig)
+    fig = picture.figure(FIGSIZE)
     grid = fig.add_gridspec(
         2, 2, left=0.17, right=0.97, top=0.87, bottom=0.07, wspace=0.28, hspace=0.32,
         width_ratios=(1.0, 1.15),
@@ -301,9 +271,7 @@ def render_png(
     _completion(fig.add_subplot(grid[0, 1]), completion_series(state), cov,
                 time.time() if now is None else now)  # fmt: skip
     _rates(fig.add_subplot(grid[1, 1]), rate_series(state.stats))
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI)
-    return buf.getvalue()
+    return picture.png(fig)
 
 
 def _rates_html(cov: coverage.Coverage) -> str:
@@ -351,10 +319,8 @@ def _quarantine_html(cov: coverage.Coverage) -> str:
 def render_html(
     cov: coverage.Coverage, png: bytes, domains: tuple[bytes, str] | None = None
 ) -> str:
-    """A self-contained page: the picture (inline), the summary and the full tables.
-
-    ``domains`` (picture, table) adds the domain distribution (``shardwise domains``).
-    """
+    """A self-contained page: the picture (inline), the summary and the full tables, and
+    with ``domains`` (picture, table) the domain distribution."""
     e = html.escape
     domains_html = (
         "<h2>Domain distribution</h2>"
@@ -409,19 +375,11 @@ code {{ word-break: break-all; }}
 
 
 def write_report(
-    state: coverage.RunState,
-    cov: coverage.Coverage,
-    out_html: Path,
-    *,
-    out_png: Path | None = None,
-    now: float | None = None,
-    domains_png: Path | None = None,
-) -> tuple[Path, Path]:
-    """Write the PNG (default: beside the HTML, ``.png``) and the HTML; return both paths.
-
-    The HTML includes the domain distribution when some shard has label counts;
-    ``domains_png`` also writes its picture there (a placeholder when there is none).
-    """
+    state: coverage.RunState, cov: coverage.Coverage, out_html: Path, *,
+    out_png: Path | None = None, now: float | None = None, domains_png: Path | None = None,
+) -> tuple[Path, Path]:  # fmt: skip
+    """Write the PNG (default: beside the HTML) and the HTML, with the domain distribution
+    when some shard has label counts (``domains_png``: its picture too, or a placeholder)."""
     out_html = Path(out_html)
     out_png = Path(out_png) if out_png is not None else out_html.with_suffix(".png")
     png = render_png(state, cov, now=now)
@@ -452,14 +410,9 @@ class Written:
 
 
 def write(
-    run_dir: Path,
-    out_html: Path,
-    *,
-    out_png: Path | None = None,
-    domains_png: Path | None = None,
-    category_regex: str | None = None,
-    gpus: int | None = None,
-) -> Written:
+    run_dir: Path, out_html: Path, *, out_png: Path | None = None,
+    domains_png: Path | None = None, category_regex: str | None = None, gpus: int | None = None,
+) -> Written:  # fmt: skip
     """Load the run, compute its coverage and write the report (see :func:`write_report`)."""
     state = coverage.load_state(run_dir)
     cov = coverage.compute(state, category_regex=category_regex, gpus=gpus)

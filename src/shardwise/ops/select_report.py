@@ -10,7 +10,6 @@ it was selected.
 
 from __future__ import annotations
 
-import io
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from shardwise.errors import ConfigError
+from shardwise.ops import picture
 from shardwise.ops import select as planning
 from shardwise.ops.dolma import check_where_dolma_looks, mix_yaml
 from shardwise.ops.select_files import attributes_root, records, select_missing, select_shard
@@ -249,13 +249,9 @@ def run_shard(run_dir: Path, name: str, shard: int) -> ShardSelection:
 
 def render_png(r: Report, top: int = 30) -> bytes:
     """Target against selected share per domain (the largest targets), as PNG bytes."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415 - ~0.4 s, pictures only
-    from matplotlib.figure import Figure  # noqa: PLC0415 - with the canvas
-
     rows = sorted((x for x in r.rows if x.target_share > 0 or x.selected_tokens),
                   key=lambda x: -x.target_share)[:top][::-1]  # fmt: skip
-    fig = Figure(figsize=(11.0, 2.0 + 0.32 * max(len(rows), 1)), dpi=100)
-    FigureCanvasAgg(fig)
+    fig = picture.figure((11.0, 2.0 + 0.32 * max(len(rows), 1)))
     ax = fig.add_axes((0.34, 0.08, 0.62, 0.80))
     y = np.arange(len(rows))
     ax.barh(y + 0.2, [100 * x.target_share for x in rows], 0.4, label="target", color="#9ab8d6")
@@ -271,6 +267,4 @@ def render_png(r: Report, top: int = 30) -> bytes:
     if r.partial:
         title += f" (from {r.labelled_tasks:,} of {r.population_tasks:,} labelled tasks)"
     fig.text(0.02, 0.98, title, fontsize=12, fontweight="bold", va="top")
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()
+    return picture.png(fig)

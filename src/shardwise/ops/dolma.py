@@ -1,15 +1,9 @@
 """``shardwise dolma``: Dolma attributes for a labelled run, and a ``dolma mix`` config.
 
-``export`` writes the attributes file (``run/dolma.py``) of every labelled JSON Lines
-file that lacks one, from its sidecar alone: for a run labelled before ``output.dolma``
-was on, or whose attributes were deleted. It lists the attributes root once, writes
-each file atomically (in parallel threads; every object-store request is retried by
-``store.location``), and is resumable and idempotent: what exists is kept unless
-``force``. A run that has ``output.dolma`` on from the start writes them as it goes.
-
-``mix_config`` is the ``dolma mix`` configuration that keeps the documents of chosen
-domains: labels of one classifier, cells of several (all must hold), and a probability
-floor, over this run's labelled documents, with their attributes where the mixer looks.
+``export`` writes the missing attributes of every labelled JSON Lines file from its
+sidecar alone (a run labelled before ``output.dolma`` was on), in threads; resumable and
+idempotent (what exists is kept unless ``force``). ``mix_config`` keeps the documents of
+chosen labels or cells, with their attributes where the mixer looks.
 """
 
 from __future__ import annotations
@@ -67,13 +61,9 @@ def attributes_of(ctx: JobContext) -> Location:
 
 
 def export(
-    run_dir: Path,
-    *,
-    shard: int | None = None,
-    jobs: int = 8,
-    force: bool = False,
+    run_dir: Path, *, shard: int | None = None, jobs: int = 8, force: bool = False,
     progress: bool = True,
-) -> Exported:
+) -> Exported:  # fmt: skip
     """Write the missing attributes of the run's labelled files (``shard``'s only)."""
     ctx = JobContext.load(run_dir)
     attributes = attributes_of(ctx)
@@ -96,13 +86,8 @@ def export(
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         list(pool.map(one, todo))
     bar.close()
-    done = Exported(
-        written=len(todo),
-        present=len(jsonl) - len(todo),
-        not_jsonl=len(labelled) - len(jsonl),
-        unlabelled=len(files) - len(labelled),
-        root=attributes.uri,
-    )
+    done = Exported(len(todo), len(jsonl) - len(todo), len(labelled) - len(jsonl),
+                    len(files) - len(labelled), attributes.uri)  # fmt: skip
     if shard is not None:
         if done.unlabelled:
             msg = (
@@ -147,14 +132,9 @@ class Selection:
 
 
 def mix_config(
-    run_dir: Path,
-    keep: Sequence[Selection],
-    output: str,
-    *,
-    min_prob: float | None = None,
-    stream: str = "weborganizer",
-    processes: int = 1,
-) -> dict[str, Any]:
+    run_dir: Path, keep: Sequence[Selection], output: str, *, min_prob: float | None = None,
+    stream: str = "weborganizer", processes: int = 1,
+) -> dict[str, Any]:  # fmt: skip
     """The ``dolma mix`` config keeping the documents of ``keep`` (any of them)."""
     if not keep:
         raise ConfigError("give at least one --keep CLASSIFIER=LABEL (or a cell)")
@@ -177,18 +157,15 @@ def mix_config(
         raise ConfigError(msg)
     if not labelled:
         raise ConfigError(f"{run_dir}: no JSON Lines file of this run is labelled yet")
+    include = [s.jq(name, min_prob) for s in keep]
     return {
         "streams": [
-            {
-                "name": stream,
-                "documents": [ctx.source.address(rel) for rel in labelled],
-                "attributes": [name],
-                "output": {"path": output, "max_size_in_bytes": 1_000_000_000},
-                "filter": {"syntax": "jq", "include": [s.jq(name, min_prob) for s in keep]},
-            }
+            {"name": stream, "documents": [ctx.source.address(rel) for rel in labelled],
+             "attributes": [name], "output": {"path": output, "max_size_in_bytes": 1_000_000_000},
+             "filter": {"syntax": "jq", "include": include}}
         ],
         "processes": processes,
-    }
+    }  # fmt: skip
 
 
 def mix_yaml(config: dict[str, Any]) -> str:

@@ -1,28 +1,12 @@
 """A failed shard job's reason on the console; the run stops early on a shared one.
 
-Snakemake reports a failed job as ``Error in rule classify: message: None ... log:
-...`` on the local executor and on SLURM alike: the job's own error is in its log,
-and the ``message`` field is the rule's ``message:`` directive, which never knows it.
-Every shard job records its reason in a failure record (``run/failures.py``), one
-line, the first of the error the shard's log holds. :func:`install` hooks the one
-place both executors report a failed job (``Job.log_error`` and
-``GroupJob.log_error``, called by ``report_job_error`` in the top-level process, on the
-shared file system that holds the run directory) and
-
-- puts the shard's reason in the ``message`` of Snakemake's own error block: a single
-  job's, or each failed member's block of a group job (the SLURM profile's);
-- says a reason once: later shards that fail for the same reason get "the same reason
-  as shard N (K shards so far)", and :meth:`FailureLog.summary` (the Snakefile's
-  ``onerror``) ends the run with one line per reason and its count;
-- stops the run when the first ``stop_after`` shards to fail, before any succeeded,
-  failed for one *shared* reason (a field no file has, a model that cannot load, no
-  CUDA: see ``failures.cause_of``): the scheduler stops starting jobs (``keepgoing``
-  off). A job that failed for such a reason is never retried (it would fail the same
-  way). Running jobs finish. ``failures.stop_after: 0`` in the config keeps going
-  regardless, retries included.
-
-The hook patches Snakemake (9.27) because nothing of its own passes a job's reason on;
-if a later Snakemake does, the hook only adds the count and the early stop.
+Snakemake 9.27 reports a failed job as ``Error in rule classify: message: None``, local
+and SLURM alike: the reason is only in the job's log. :func:`install` wraps
+``Job.log_error`` and ``GroupJob.log_error`` in the top-level process to put each shard's
+reason (its failure record, ``run/failures.py``) in that ``message``, once per reason
+("the same reason as shard N (K so far)"), and to stop the run when the first
+``stop_after`` shards to fail, before any succeeded, failed for one *shared* reason (no
+retry, no new job; running ones finish). :meth:`FailureLog.summary` is the ``onerror`` line.
 """
 
 from __future__ import annotations
@@ -57,21 +41,15 @@ class FailureLog:
     stopped: str | None = None  # the reason the run was stopped for
 
     def reason_of(self, shard: int) -> failures.Cause | None:
-        """The cause of the shard's failure in this invocation, from its newest record
-        (None when the shard wrote none since the invocation started)."""
+        """The cause of the shard's failure in this invocation (its newest record), if any."""
         record = failures.latest(self.run_dir, shard)
         if record is not None and _epoch(record.at) >= self.since - _CLOCK_SLACK_S:
             return failures.Cause(record.kind, record.reason, record.shared)
         return None
 
     def causes(self, members: list[tuple[int, str | None]]) -> list[tuple[int, failures.Cause]]:
-        """The failed shards of one job and their causes.
-
-        Members of a group job that wrote no record did not run (the group stopped at
-        an earlier member's failure): they are left out when another member says why.
-        When none wrote one, the job was killed (or never started): each member gets
-        that, with the last line of its log.
-        """
+        """The failed shards of one job and their causes: members without a record did not
+        run (left out when another says why); when none has one, the job was killed."""
         found = [(shard, self.reason_of(shard)) for shard, _log in members]
         known = [(shard, cause) for shard, cause in found if cause is not None]
         if known:
@@ -134,11 +112,8 @@ def _killed(log: str | None) -> failures.Cause:
     """The cause of a job that wrote no failure record, with its log's last line."""
     last = _last_line(log)
     said = f"; its log ends: {last}" if last else ""
-    return failures.Cause(
-        "killed",
-        "the job wrote no failure record (killed before it could: out of memory, a node "
-        f"failure, or it never started){said}",
-    )
+    why = "the job wrote no failure record (killed before it could: out of memory, a node "
+    return failures.Cause("killed", f"{why}failure, or it never started){said}")
 
 
 def _epoch(stamp: str) -> float:

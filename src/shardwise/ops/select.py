@@ -1,18 +1,11 @@
 """``shardwise select``, pass 1: from target domain weights and a token budget to a rate
-per domain, from the shard summaries alone (never a file per source file).
+per domain, from the shard summaries alone.
 
-The weights come in WebOrganizer's shape (what ``domains --format weborganizer``
-writes and ``select_training_data.py --ref_distribution`` reads): a JSON list of
-``{"domain": D, "weight": w}``, ``D`` a topic x format cell (``[topic, format]``) or one
-classifier's label, each given by its WebOrganizer id or by its name. Every domain
-the run holds that the weights leave out gets weight 0.
-
-Per domain with ``A`` labelled tokens and target ``T = budget x weight`` the rate is
-``min(T / A, max_repeat)``; a domain that cannot reach its target (capped, or empty)
-is reported with its shortfall, and with ``redistribute`` the shortfall is spread over
-the uncapped domains in proportion to their weights until none is left or every
-domain is capped. Pass 2 (``ops/select_files.py``) takes each document ``k`` times
-from its domain's rate.
+The weights are WebOrganizer's ``[{"domain": D, "weight": w}]`` (``D`` a label or a
+``[topic, format]`` cell, by id or name; a domain left out weighs 0). A domain's rate is
+``min(budget x weight / its tokens, max_repeat)``; a capped or empty one is reported with
+its shortfall, which ``redistribute`` spreads over the others by weight. Pass 2 is
+``ops/select_files.py``.
 """
 
 from __future__ import annotations
@@ -125,9 +118,6 @@ def read_weights(path: Path) -> tuple[tuple[tuple[Any, ...], float], ...]:
     return tuple(out)
 
 
-# ----------------------------------------------------------------------------- available
-
-
 @dataclass(frozen=True)
 class Available:
     """Labelled tokens and documents per domain of one view, from the summaries."""
@@ -165,18 +155,11 @@ def available(data: dom.DomainData, view: str) -> Available:
             names = tuple(s.labels[axes[a]][i] for a, i in enumerate(idx))
             totals[names] = totals.get(names, np.zeros(2)) + np.array([sums[0][j], sums[1][j]])
     order = sorted(totals)
-    return Available(
-        axes=axes,
-        labels=tuple(order),
-        tokens=np.array([round(totals[k][0]) for k in order], np.int64),
-        docs=np.array([round(totals[k][1]) for k in order], np.int64),
-        labelled_tasks=int(labelled.sum()),
-        population_tasks=int(data.in_population.sum()),
-        shards=tuple(sorted(shards)),
-    )
-
-
-# ----------------------------------------------------------------------------- weights
+    tokens = np.array([round(totals[k][0]) for k in order], np.int64)
+    docs = np.array([round(totals[k][1]) for k in order], np.int64)
+    population = int(data.in_population.sum())
+    return Available(axes, tuple(order), tokens, docs, int(labelled.sum()), population,
+                     tuple(sorted(shards)))  # fmt: skip
 
 
 def _axis_ids(name: str, seen: Sequence[str]) -> dict[int, str]:
@@ -225,18 +208,12 @@ def resolve_weights(
     return out
 
 
-# ----------------------------------------------------------------------------- rates
-
-
 def rates(
     weights: Sequence[float], tokens: Sequence[int], budget: int, cap: int, redistribute: bool
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Each domain's target tokens and rate (expected copies per document, <= ``cap``).
-
-    Without ``redistribute`` the target is ``budget x weight``; with it, what capped
-    domains cannot give is moved to the others in proportion to their weights, again
-    until nothing is left to move or every weighted domain is capped.
-    """
+    """Each domain's target tokens and rate (expected copies per document, <= ``cap``);
+    ``redistribute`` moves what capped domains cannot give to the others by weight, until
+    nothing is left or every weighted domain is capped."""
     w = np.asarray(weights, np.float64)
     a = np.asarray(tokens, np.float64)
     target = budget * w / max(w.sum(), 1e-300)
@@ -318,11 +295,8 @@ def plan(run_dir: Path, request: Request) -> SelectionPlan:
 
 
 def planned(run_dir: Path, request: Request | None, name: str) -> SelectionPlan:
-    """The plan of selection ``name``: made and saved now (``request``), or the one saved.
-
-    A name is planned once: another request under it is refused (its files would mix
-    two selections).
-    """
+    """The plan of selection ``name``: made and saved now (``request``), or the one saved;
+    a name is planned once (another request's files would mix with its)."""
     existing = selection.load_plan(run_dir, name)
     if request is None:
         if existing is None:
@@ -334,10 +308,8 @@ def planned(run_dir: Path, request: Request | None, name: str) -> SelectionPlan:
         return existing
     new = plan(run_dir, request)
     if existing is not None:
-        same = request.same_as(existing) and [(d.labels, d.weight) for d in existing.domains] == [
-            (d.labels, d.weight) for d in new.domains
-        ]
-        if not same:
+        weights = [(d.labels, d.weight) for d in existing.domains]
+        if not request.same_as(existing) or weights != [(d.labels, d.weight) for d in new.domains]:
             msg = (
                 f"selection {name!r} of {run_dir} was planned with other settings "
                 f"({selection.root(run_dir, name) / selection.PLAN_JSON}): give another --name, "

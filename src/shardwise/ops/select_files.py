@@ -1,11 +1,9 @@
 """``shardwise select``, pass 2: each labelled file's selection, from its sidecar alone.
 
-A shard's files are selected one after another (a Snakemake job of ``select_all`` per
-shard on a cluster, or threads here): per file its sidecar's ids, labels and token
-counts are read, each document's domain gives its rate, and ``run/selection.py``'s
-stable hash the number of copies. The file's selection Parquet (and its Dolma repeat
-counts) are written, then, after every file, the shard's record. Memory is one
-sidecar's columns at a time, whatever the corpus's size.
+Per file (a shard per Snakemake job, or threads here): the sidecar's ids, labels and token
+counts give each document its domain's rate, and ``run/selection.py``'s stable hash its
+copies; the file's selection (and Dolma repeat counts) is written, the shard's record after
+every file. Memory holds one sidecar's columns at a time.
 """
 
 from __future__ import annotations
@@ -88,13 +86,9 @@ def files_to_select(
     rows = plan.files_of_shard(table if table is not None else plan.load(run_dir), shard)
     complete = set(summaries.read(run_dir, shard).task_ids)
     left_out = set(quarantine.load(run_dir))
-    bad_tasks = {t for f, t in zip(rows["file"].to_pylist(), rows["task_id"].to_pylist(),
-                                   strict=True) if f in left_out}  # fmt: skip
-    return [
-        f
-        for f, t in zip(rows["file"].to_pylist(), rows["task_id"].to_pylist(), strict=True)
-        if t in complete and t not in bad_tasks
-    ]
+    pairs = list(zip(rows["file"].to_pylist(), rows["task_id"].to_pylist(), strict=True))
+    bad_tasks = {t for f, t in pairs if f in left_out}
+    return [f for f, t in pairs if t in complete and t not in bad_tasks]
 
 
 def _write(run_dir: Path, sel: SelectionPlan, one: FileSelection, attrs: Location | None) -> None:
@@ -108,13 +102,9 @@ def _write(run_dir: Path, sel: SelectionPlan, one: FileSelection, attrs: Locatio
 
 
 def select_shard(
-    run_dir: Path,
-    name: str,
-    shard: int,
-    *,
-    table: pa.Table | None = None,
+    run_dir: Path, name: str, shard: int, *, table: pa.Table | None = None,
     on_file: Callable[[], None] | None = None,
-) -> ShardSelection:
+) -> ShardSelection:  # fmt: skip
     """Select every file of ``shard`` and write its record (the Snakemake job;
     ``table``: the plan, loaded once by a caller that selects many shards)."""
     ctx = JobContext.load(run_dir)
@@ -155,15 +145,9 @@ def select_shard(
 
 
 def records(run_dir: Path, sel: SelectionPlan) -> dict[int, ShardSelection]:
-    """The shards of the plan selected already (by this plan: a record of another is
-    not counted)."""
-    found = {}
-    digest = sel.digest()
-    for shard in sel.shards:
-        record = selection.load_shard(run_dir, sel.name, shard)
-        if record is not None and record.plan == digest:
-            found[shard] = record
-    return found
+    """The shards of the plan selected already (by this plan: another's record not counted)."""
+    got = {shard: selection.load_shard(run_dir, sel.name, shard) for shard in sel.shards}
+    return {s: r for s, r in got.items() if r is not None and r.plan == sel.digest()}
 
 
 def select_missing(run_dir: Path, sel: SelectionPlan, *, jobs: int = 4, progress: bool = True):

@@ -1,11 +1,9 @@
 """``shardwise select``: the report of a selection, its picture and its ``dolma mix`` config.
 
-Everything selected is *counted*: the shard records (``run/selection.py``) carry per
-domain the documents and tokens each shard's sidecars gave, so the report sums a file
-per shard, never one per source file. The mix config has one stream per repeat:
-stream *i* keeps the documents taken at least *i* times (a dolma mixer emits a
-document once per stream), so the mixed output holds each document as many times as
-it was selected.
+Everything selected is *counted* (the shard records carry each domain's documents and
+tokens: a file per shard is read, never one per source file). The mix config has one
+stream per repeat: stream *i* keeps the documents taken at least *i* times, so the mixed
+output holds each document as many times as it was selected.
 """
 
 from __future__ import annotations
@@ -122,11 +120,8 @@ def _pct(x: float) -> str:
 def lines(r: Report, *, top: int | None = TOP) -> list[str]:
     """The report for the console: a headline, then one line per domain with a target
     or a selection (largest target first)."""
-    scope = (
-        f" [from what is labelled: {r.labelled_tasks:,} of {r.population_tasks:,} tasks]"
-        if r.partial
-        else ""
-    )
+    scope = f" [from what is labelled: {r.labelled_tasks:,} of {r.population_tasks:,} tasks]"
+    scope = scope if r.partial else ""
     head = [
         f"selection {r.name!r}: {human_count(r.selected_tokens)} tokens selected of a "
         f"{human_count(r.budget_tokens)} budget ({r.selected_tokens / r.budget_tokens:.1%}), "
@@ -180,15 +175,12 @@ def mix_config(
         return None, "no JSON Lines document was selected (dolma mix reads no Parquet)"
     key = selection.repeats_key(sel.name)
     streams = [
-        {
-            "name": f"{sel.name}-{i}",
-            "documents": [ctx.source.address(rel) for rel in sorted(jsonl) if jsonl[rel] >= i],
-            "attributes": [sel.name],
-            "output": {"path": output, "max_size_in_bytes": 1_000_000_000},
-            "filter": {"syntax": "jq", "include": [f".attributes.{key} >= {i}"]},
-        }
+        {"name": f"{sel.name}-{i}",
+         "documents": [ctx.source.address(rel) for rel in sorted(jsonl) if jsonl[rel] >= i],
+         "attributes": [sel.name], "output": {"path": output, "max_size_in_bytes": 1_000_000_000},
+         "filter": {"syntax": "jq", "include": [f".attributes.{key} >= {i}"]}}
         for i in range(1, max(jsonl.values()) + 1)
-    ]
+    ]  # fmt: skip
     return {"streams": streams, "processes": 1}, None
 
 
@@ -209,22 +201,16 @@ def finish(run_dir: Path, sel: SelectionPlan, mix_output: str | None = None) -> 
     report = Report(**{**vars(report), "mix_config": str(path) if path else None,
                        "mix_note": note})  # fmt: skip
     (base / "report.json").write_text(json.dumps(report.to_dict(), indent=2, sort_keys=True))
-    picture = ctx.run_dir / "report" / f"selection-{sel.name}.png"
-    picture.parent.mkdir(parents=True, exist_ok=True)
-    picture.write_bytes(render_png(report))
+    png = ctx.run_dir / "report" / f"selection-{sel.name}.png"
+    png.parent.mkdir(parents=True, exist_ok=True)
+    png.write_bytes(render_png(report))
     return report
 
 
 def run(
-    run_dir: Path,
-    request: planning.Request | None,
-    name: str,
-    *,
-    plan_only: bool = False,
-    jobs: int = 4,
-    mix_output: str | None = None,
-    progress: bool = True,
-) -> Report:
+    run_dir: Path, request: planning.Request | None, name: str, *, plan_only: bool = False,
+    jobs: int = 4, mix_output: str | None = None, progress: bool = True,
+) -> Report:  # fmt: skip
     """``shardwise select``: plan selection ``name`` (or take its saved plan), select
     every shard not selected yet here (unless ``plan_only``: ``snakemake select_all``
     does it as jobs), and report."""

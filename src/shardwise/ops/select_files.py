@@ -146,8 +146,8 @@ def select_shard(
 
 def records(run_dir: Path, sel: SelectionPlan) -> dict[int, ShardSelection]:
     """The shards of the plan selected already (by this plan: another's record not counted)."""
-    got = {shard: selection.load_shard(run_dir, sel.name, shard) for shard in sel.shards}
-    return {s: r for s, r in got.items() if r is not None and r.plan == sel.digest()}
+    got, digest = {s: selection.load_shard(run_dir, sel.name, s) for s in sel.shards}, sel.digest()
+    return {s: r for s, r in got.items() if r is not None and r.plan == digest}
 
 
 def select_missing(run_dir: Path, sel: SelectionPlan, *, jobs: int = 4, progress: bool = True):

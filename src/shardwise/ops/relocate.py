@@ -1,17 +1,10 @@
 """Move a run's output to another root: checked first, then re-pinned in one order.
 
-The output root is pinned in run.json (a run writes one place; other clusters and
-``verify`` find the labels there), so after a disk filled up the labels cannot simply
-move: a config with another ``output.uri`` is refused. ``shardwise relocate`` is the
-way: the operator copies the output (``rsync -a``, ``aws s3 sync``), then relocate
-
-1. checks, before it writes anything, that the new root holds every file of the old
-   one (same relative path, same size) and the same run.json, naming what is missing;
-2. re-pins ``output_uri``: the new root's run.json first (it vouches for the labels
-   there), then the run directory's, then ``settings.json``'s resolved root.
-
-An interrupted relocate leaves the two copies disagreeing; the planner says so, and
-running relocate again finishes it (the new root's copy may already name itself).
+The output root is pinned, so a config with another ``output.uri`` is refused. After the
+operator copies the output (``rsync -a``, ``aws s3 sync``), relocate checks, before writing
+anything, that the new root holds every file of the old one (path and size) and the same
+run.json, then re-pins: the new root's run.json first (it vouches for the labels there),
+the run directory's, settings.json. Run again, it finishes an interrupted relocate.
 """
 
 from __future__ import annotations
@@ -62,9 +55,8 @@ def relocate(run_dir: Path, new_uri: str, options: StorageOptions | None = None)
     lines.append(f"wrote {local.url(runjson.RUN_JSON)} (output_uri: {new_uri})")
     if settings is not None:
         context.write_settings(run_dir, settings.with_output(new))
-        lines.append(
-            f"wrote {run_dir / context.SETTINGS_JSON} (output root: {context.resolved_uri(new)})"
-        )
+        resolved = context.resolved_uri(new)
+        lines.append(f"wrote {run_dir / context.SETTINGS_JSON} (output root: {resolved})")
     return Relocation(meta.output_uri, new_uri, copied, tuple(lines))
 
 

@@ -1,21 +1,11 @@
-"""Retry lines for SLURM job arrays, compatible with NeMo Curator's ``retry_array.py``.
+"""Retry lines for SLURM job arrays, in the exact format of NeMo Curator's ``retry_array.py``.
 
-A shardwise run can be driven outside Snakemake by a plain ``sbatch --array`` script that
-runs ``shardwise classify-shard --shard $((SLURM_ARRAY_TASK_ID + SHARD_INDEX_OFFSET))``.
-After a partial run, this module lists what to resubmit, in the exact format of
-NeMo Curator's ``retry_array.py`` so existing submit scripts keep working:
-
-* ``expression``: one line, the range expression of the missing shard numbers.
-* ``fields``: one line per submission,
-  ``ARRAY_EXPRESSION SHARD_INDEX_OFFSET MINIMUM_SHARD_INDEX TOTAL_SHARDS``.
-  Without a maximum array size there is one line with offset 0 and the shard numbers
-  themselves as array indices. With ``max_array_size=M`` (SLURM's ``MaxArraySize`` caps
-  the array *index*, not the count) each missing shard ``s`` goes to the window
-  ``offset = s // M * M`` with array index ``s - offset``; one line per window, windows
-  ascending.
-
-Shard numbers are absolute (``minimum .. minimum + total - 1``), never relative to the
-minimum: ``total 4, min 1, done {1, 3}`` gives ``2,4 0 1 4``.
+For a plain ``sbatch --array`` script running ``shardwise classify-shard --shard
+$((SLURM_ARRAY_TASK_ID + SHARD_INDEX_OFFSET))``: ``expression`` is one range expression
+of the missing shards; ``fields`` is ``ARRAY_EXPRESSION SHARD_INDEX_OFFSET
+MINIMUM_SHARD_INDEX TOTAL_SHARDS`` per submission, one window per ``max_array_size``
+(SLURM's ``MaxArraySize`` caps the *index*). Shard numbers are absolute: ``total 4, min 1,
+done {1, 3}`` gives ``2,4 0 1 4``.
 """
 
 from __future__ import annotations
@@ -27,26 +17,16 @@ from typing import Literal
 
 from shardwise.run import ranges, state
 
-__all__ = ["Format", "Retry", "missing_shards", "retry", "retry_lines"]
-
 Format = Literal["expression", "fields"]
 
 
 def retry_lines(
-    missing: Iterable[int],
-    *,
-    total_shards: int,
-    minimum_shard_index: int,
-    max_array_size: int | None = None,
-    fmt: Format = "expression",
-) -> list[str]:
-    """Return the lines to print for ``missing`` shards; ``[]`` when nothing is missing.
-
-    Raises ``ValueError`` for a shard outside the run's range (a marker from another
-    run would otherwise produce a submission that classifies the wrong shard), for a
-    non-positive ``max_array_size``, and for ``max_array_size`` with the expression
-    format (a bare expression cannot carry the offset, so the windows would be lost).
-    """
+    missing: Iterable[int], *, total_shards: int, minimum_shard_index: int,
+    max_array_size: int | None = None, fmt: Format = "expression",
+) -> list[str]:  # fmt: skip
+    """The lines to print for ``missing`` shards (``[]``: none). ValueError for a shard
+    outside the range (it would classify the wrong shard), a non-positive
+    ``max_array_size``, or one with the expression format (which cannot carry offsets)."""
     if total_shards <= 0:
         raise ValueError(f"total_shards must be positive, got {total_shards}")
     if max_array_size is not None and max_array_size <= 0:
@@ -79,11 +59,8 @@ def retry_lines(
 def missing_shards(
     done: Iterable[int], *, total_shards: int, minimum_shard_index: int
 ) -> list[int]:
-    """Shards of the run's range ``minimum .. minimum + total - 1`` not in ``done``.
-
-    Done shards outside the range are ignored: they belong to another assignment and
-    say nothing about this one.
-    """
+    """Shards of the run's range not in ``done`` (done shards outside it, of another
+    assignment, say nothing of this one)."""
     done_set = set(done)
     return [
         s
@@ -106,15 +83,10 @@ def retry(run_dir: Path, *, fmt: Format, max_array_size: int | None) -> Retry:
     """The retry lines of the run in ``run_dir``: its shards not done, in the one meaning
     coverage and domains use (``run/state.py``)."""
     run = state.load(run_dir)
-    lines = retry_lines(
-        missing_shards(
-            run.done.shards,
-            total_shards=run.meta.total_shards,
-            minimum_shard_index=run.meta.minimum_shard_index,
-        ),
-        total_shards=run.meta.total_shards,
-        minimum_shard_index=run.meta.minimum_shard_index,
-        max_array_size=max_array_size,
-        fmt=fmt,
-    )
+    pinned = {
+        "total_shards": run.meta.total_shards,
+        "minimum_shard_index": run.meta.minimum_shard_index,
+    }
+    missing = missing_shards(run.done.shards, **pinned)
+    lines = retry_lines(missing, **pinned, max_array_size=max_array_size, fmt=fmt)
     return Retry(tuple(lines), run.done.unreadable, run.done.stale, len(run.quarantined))

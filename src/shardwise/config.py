@@ -8,6 +8,7 @@ refused as integers, storage without secrets, the shard numbers, the classifier 
 from __future__ import annotations
 
 import copy
+import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -137,6 +138,14 @@ def schema() -> dict[str, Any]:
     """The config JSON Schema shipped with the package (same file as config/schema.yaml)."""
     text = resources.files("shardwise").joinpath("data/config.schema.yaml").read_text("utf-8")
     return yaml.safe_load(text)
+
+
+def weborganizer_labels() -> dict[str, list[str]]:
+    """WebOrganizer's ``topic`` and ``format`` labels in its classifiers' ``id2label`` order
+    (package data: the demo models are built with them, ids are mapped by them)."""
+    text = resources.files("shardwise").joinpath("data/weborganizer-labels.json").read_text("utf-8")
+    data = json.loads(text)
+    return {kind: list(data[kind]) for kind in ("topic", "format")}
 
 
 def load_yaml(path: Path) -> dict[str, Any]:

@@ -1,10 +1,5 @@
-"""What the Snakefile and its rules import from shardwise, in one place.
-
-The Snakefile stays a table of contents: it validates the config, calls
-:func:`prepare_run` once at parse time and includes the rules; the rules' input
-functions and resource callables are the other names here. This module (with
-``cli``) is the top floor: it may import every layer, and nothing imports it.
-"""
+"""What the Snakefile and its rules import from shardwise, in one place (the top floor,
+with ``cli``): the Snakefile stays a table of contents that calls :func:`prepare_run`."""
 
 from __future__ import annotations
 
@@ -42,26 +37,13 @@ __all__ = [
 
 
 def prepare_run(
-    config: dict[str, Any],
-    *,
-    main_process: bool,
-    dryrun: bool = False,
-    report: bool = True,
-    out: IO[str] | None = None,
-    repin: bool = False,
-    submitter: Submitter | None = None,
+    config: dict[str, Any], *, main_process: bool, dryrun: bool = False, report: bool = True,
+    out: IO[str] | None = None, repin: bool = False, submitter: Submitter | None = None,
     exit_on_refusal: bool = False,
-) -> RunInfo:
-    """Plan (top-level process) or read (cluster job) the run, and print what planning found.
-
-    The top-level process prints the planning report (notes, coverage, in-flight shards)
-    to ``out`` (stderr by default) unless ``report`` is off; a cluster job prints nothing.
-    With ``exit_on_refusal`` (the Snakefile), a refusal (a ShardwiseError: it names the
-    file, field or value and the fix) is its message and exit status 1, as from
-    ``shardwise`` itself: Snakemake would print it with frames of the package's own code
-    (and of botocore, for a storage error), which say nothing to an operator. Any other
-    exception keeps its traceback: that is a bug.
-    """
+) -> RunInfo:  # fmt: skip
+    """Plan (top-level process) or read (cluster job) the run, and print the planning report
+    to ``out`` (stderr). With ``exit_on_refusal`` (the Snakefile) a refusal is one line and
+    exit 1, not Snakemake's frames of package code; any other exception is a bug: traceback."""
     try:
         info = prepare.prepare_run(
             config, main_process=main_process, dryrun=dryrun, repin=repin, submitter=submitter

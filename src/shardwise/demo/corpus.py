@@ -1,12 +1,6 @@
-"""The built-in demo: a small Dolma-style corpus and four tiny offline classifiers.
-
-``shardwise demo DIR`` writes ``DIR/corpus/<source>/<category>/part-NNNN.<ext>``
-(Parquet, JSONL, JSONL.gz and JSONL.zst; long-tailed text lengths; URLs),
-``DIR/models/<name>`` for the four default classifier names (random weights, the
-WebOrganizer label sets, a WordPiece tokenizer trained on the corpus) and
-``DIR/config.yaml`` that runs them. The labels are meaningless: the weights are
-random. The demo exists to exercise the real code path end to end, offline.
-"""
+"""The built-in demo: a small corpus in every input format, four tiny offline classifiers
+(random weights, WebOrganizer's label sets: the labels mean nothing) and the config that
+runs them, to exercise the real code path end to end, offline."""
 
 from __future__ import annotations
 
@@ -45,12 +39,8 @@ EXTENSIONS = (".parquet", ".jsonl.gz", ".parquet", ".jsonl.zst", ".jsonl")
 #: Dolma's names (``shardwise demo --dolma``): JSON Lines under ``.json.gz`` / ``.json.zst``.
 DOLMA_EXTENSIONS = (".json.gz", ".json.zst")
 
-CLASSIFIERS = (
-    ("topic", "url_text"),
-    ("topic_nourl", "text"),
-    ("format", "url_text"),
-    ("format_nourl", "text"),
-)
+CLASSIFIERS = (("topic", "url_text"), ("topic_nourl", "text"), ("format", "url_text"),
+               ("format_nourl", "text"))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -66,11 +56,7 @@ class DemoSize:
 def _text(rng: random.Random, topic: tuple[str, ...], size: DemoSize) -> str:
     n = min(size.max_words, max(3, int(size.median_words * math.exp(rng.gauss(0, 1.0)))))
     words = [rng.choice(topic) if rng.random() < 0.2 else rng.choice(COMMON) for _ in range(n)]
-    sentences = []
-    for i in range(0, n, 12):
-        chunk = words[i : i + 12]
-        sentences.append(" ".join(chunk).capitalize() + ".")
-    return " ".join(sentences)
+    return " ".join(" ".join(words[i : i + 12]).capitalize() + "." for i in range(0, n, 12))
 
 
 def _records(
@@ -133,18 +119,15 @@ def demo_config(
         output = {"uri": str(directory / "labels"), "dolma": {"enabled": True}}
     else:
         source, output = {"uri": str(directory / "corpus")}, {"uri": str(directory / "labels")}
+    classifiers = [{"name": name, "model": str(directory / "models" / name), "input": kind}
+                   for name, kind in CLASSIFIERS]  # fmt: skip
     return {
-        "run_dir": str(directory / "run"),
-        "input": source,
-        "output": output,
+        "run_dir": str(directory / "run"), "input": source, "output": output,
         "sharding": {"total_shards": total_shards, "minimum_shard_index": 0},
-        "classifiers": [
-            {"name": name, "model": str(directory / "models" / name), "input": kind}
-            for name, kind in CLASSIFIERS
-        ],
+        "classifiers": classifiers,
         "inference": {"max_length": 512, "batch_tokens": 8192, "device": "auto"},
         **({"domains": {"tokenizer": str(tokenizer.absolute())}} if tokenizer else {}),
-    }
+    }  # fmt: skip
 
 
 def write_demo(

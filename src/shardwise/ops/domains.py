@@ -14,7 +14,6 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from shardwise.config import weborganizer_labels
 from shardwise.errors import DomainsError, ShardwiseError
 from shardwise.ops.estimate import Estimate, Population, Sample, estimate
 from shardwise.ops.text import human_bytes, human_count
@@ -596,11 +596,10 @@ def headline(run_dir: Path, top: int = 3) -> str | None:
 
 
 def weborganizer_ids() -> dict[str, dict[str, int]]:
-    """WebOrganizer's label ids, by label set: ``{"topic": {name: id}, "format": {...}}``
-    (the order of the released classifiers' ``id2label``, package data)."""
-    text = resources.files("shardwise").joinpath("data/weborganizer-labels.json").read_text()
-    data = json.loads(text)
-    return {kind: {name: i for i, name in enumerate(data[kind])} for kind in ("topic", "format")}
+    """WebOrganizer's label ids, by label set: ``{"topic": {name: id}, "format": {...}}``."""
+    return {
+        kind: {n: i for i, n in enumerate(names)} for kind, names in weborganizer_labels().items()
+    }
 
 
 def _ids_of_axis(d: Domains, axis: int) -> dict[str, int]:

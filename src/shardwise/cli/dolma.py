@@ -13,10 +13,9 @@ from shardwise.ops import dolma
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Add ``shardwise dolma`` (``export``, ``mix-config``)."""
     parser = subparsers.add_parser(
-        "dolma",
-        help="labels as Dolma attributes, and the dolma mix config that filters on them",
+        "dolma", help="labels as Dolma attributes, and the dolma mix config that filters on them",
         description="The labels as Dolma attributes (output.dolma), which `dolma mix` filters on.",
-    )
+    )  # fmt: skip
     sub = parser.add_subparsers(dest="dolma_command", metavar="COMMAND", required=True)
     p = sub.add_parser(
         "export",
@@ -32,27 +31,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true", help="write every file again")
     p.set_defaults(func=_export)
     p = sub.add_parser(
-        "mix-config",
-        help="print a dolma mix config that keeps the documents of chosen domains",
+        "mix-config", help="print a dolma mix config that keeps the documents of chosen domains",
         description="Print (or write) the `dolma mix` config whose stream keeps this run's "
         "labelled documents of the domains named by --keep (any of them): a label of one "
         "classifier (topic=Health) or a cell of several (topic=Health,format=Tutorial).",
-    )
+    )  # fmt: skip
     add_run_dir(p)
     p.add_argument(
-        "--keep",
-        action="append",
-        default=[],
-        metavar="CLASSIFIER=LABEL[,CLASSIFIER=LABEL]",
+        "--keep", action="append", default=[], metavar="CLASSIFIER=LABEL[,CLASSIFIER=LABEL]",
         help="a domain to keep (repeatable: a document is kept when any holds)",
-    )
+    )  # fmt: skip
     p.add_argument(
-        "--min-prob",
-        type=float,
-        default=None,
-        metavar="P",
+        "--min-prob", type=float, default=None, metavar="P",
         help="also require each named classifier's probability >= P",
-    )
+    )  # fmt: skip
     p.add_argument("--output", required=True, help="where dolma mix writes the mixed documents")
     p.add_argument("--stream", default="weborganizer", help="the stream's name (weborganizer)")
     p.add_argument("--processes", type=positive_int, default=1, help="dolma mix processes (1)")

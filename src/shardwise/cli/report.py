@@ -14,11 +14,10 @@ from shardwise.ops.coverage_format import shorten
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``report``."""
     parser = sub.add_parser(
-        "report",
-        help="write an HTML page and a PNG picture of a run's progress",
+        "report", help="write an HTML page and a PNG picture of a run's progress",
         description="Per-category completion, shards done over time and throughput per "
         "GPU type, as a PNG and a self-contained HTML page embedding it.",
-    )
+    )  # fmt: skip
     add_run_dir(parser)
     parser.add_argument("--out", type=Path, default=Path("report.html"), help="HTML to write")
     parser.add_argument(
@@ -26,18 +25,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     add_coverage_options(parser)
     parser.add_argument(
-        "--domains-png",
-        type=Path,
-        default=None,
+        "--domains-png", type=Path, default=None,
         help="also write the domain distribution's picture (shardwise domains --png) here; "
         "the HTML includes it either way",
-    )
+    )  # fmt: skip
     parser.add_argument(
-        "--require-complete",
-        action="store_true",
+        "--require-complete", action="store_true",
         help="exit 1 (after writing) when a planned task is neither labelled nor quarantined: "
         "the workflow's last step, so a run never ends in exit 0 with work left",
-    )
+    )  # fmt: skip
     parser.set_defaults(func=run)
 
 

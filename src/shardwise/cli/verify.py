@@ -25,20 +25,16 @@ EXIT_CANNOT_VERIFY = 2
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``verify``."""
     parser = sub.add_parser(
-        "verify",
-        help="check a run's outputs against its markers and inputs (an fsck)",
+        "verify", help="check a run's outputs against its markers and inputs (an fsck)",
         description="Check every done shard and file marker: sidecar, stats, row counts, "
         "ids in order, classifier columns; list orphans. Exit 0 when consistent, 1 with "
         "one line per problem, 2 when the run cannot be verified.",
-    )
+    )  # fmt: skip
     add_run_dir(parser)
     parser.add_argument(
-        "--sample",
-        type=float,
-        default=1.0,
-        metavar="FRACTION",
+        "--sample", type=float, default=1.0, metavar="FRACTION",
         help="read the contents of this random fraction of marked files (default 1: all)",
-    )
+    )  # fmt: skip
     parser.add_argument("--seed", type=int, default=None, help="seed for --sample")
     parser.add_argument(
         "--jobs", type=int, default=4, help="files checked in parallel (I/O bound on S3)"
@@ -47,19 +43,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--complete", action="store_true", help="also a problem: any shard not done yet"
     )
     parser.add_argument(
-        "--repair",
-        action="store_true",
+        "--repair", action="store_true",
         help="remove exactly the markers of the broken files (and their shard markers), "
         "printing each, so the next snakemake run relabels only those files; first, make the "
         "two run.json copies one again (a damaged or missing one from the intact one, the "
         "output root's when they disagree)",
-    )
+    )  # fmt: skip
     parser.add_argument(
-        "--accept-changed",
-        action="store_true",
+        "--accept-changed", action="store_true",
         help="keep the labels of input files changed in place since they were labelled (on "
         "purpose): the plan takes their new identity; --repair relabels them instead",
-    )
+    )  # fmt: skip
     add_format(parser, ("table", "json"), "table: one line per finding (default); json")
     parser.set_defaults(func=run)
 

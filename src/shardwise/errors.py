@@ -17,8 +17,6 @@ Callers catch one base; the CLI turns it into one line and exit 1.
     └── DomainsError       the domain distribution cannot be computed yet (nothing labelled)
 """
 
-from __future__ import annotations
-
 
 class ShardwiseError(Exception):
     """Base of every error shardwise raises on purpose."""

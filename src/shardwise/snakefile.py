@@ -1,8 +1,6 @@
 """What the Snakefile and its rules import from shardwise, in one place (the top floor,
 with ``cli``): the Snakefile stays a table of contents that calls :func:`prepare_run`."""
 
-from __future__ import annotations
-
 import sys
 import time
 from pathlib import Path

@@ -9,8 +9,6 @@ probability ``exp(-m / beta)``, with a 95% bound). A classifier that would send 
 ``FALLBACK_SHARE`` of a file to fp32 runs in fp32 for the rest of the job. docs/engine.md.
 """
 
-from __future__ import annotations
-
 import math
 from dataclasses import dataclass, field
 from typing import Any

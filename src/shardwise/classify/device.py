@@ -6,8 +6,6 @@ Also the small torch helpers the engine's budget probe and stats use: the larges
 count that fits (:func:`probe_rows`) and the attention kernel a call dispatches to.
 """
 
-from __future__ import annotations
-
 import os
 from collections.abc import Callable, Mapping
 from typing import Any

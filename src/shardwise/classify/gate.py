@@ -8,8 +8,6 @@ event, kills or restarts, and opens the gate: the race happens at the same point
 machine. The wait sleeps in the main thread, so SIGTERM stops it.
 """
 
-from __future__ import annotations
-
 import os
 import time
 from pathlib import Path

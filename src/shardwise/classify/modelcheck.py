@@ -6,8 +6,6 @@ the safetensors headers, tokenizer files; a hub id in the local cache, or reacha
 :func:`identity` is what each file's stats record: a content hash and the hub revision.
 """
 
-from __future__ import annotations
-
 import contextlib
 import hashlib
 import json

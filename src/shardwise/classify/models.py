@@ -9,8 +9,6 @@ other files are symlinks to the originals, and transformers loads that directory
 ``trust_remote_code`` is never used.
 """
 
-from __future__ import annotations
-
 import contextlib
 import hashlib
 import json

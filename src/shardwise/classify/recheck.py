@@ -6,8 +6,6 @@ depend on the GPU that ran the shard: rows below the threshold (measured,
 supplies the fp32 pass (docs/engine.md).
 """
 
-from __future__ import annotations
-
 import time
 from collections.abc import Callable
 from dataclasses import dataclass

@@ -7,8 +7,6 @@ only when every file has its marker. SIGTERM (SLURM's warning before a walltime 
 preemption kill) raises ``Interrupted``: nothing partial is marked done.
 """
 
-from __future__ import annotations
-
 import logging
 import queue
 import signal

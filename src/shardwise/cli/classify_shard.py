@@ -1,7 +1,5 @@
 """``shardwise classify-shard``: label one logical shard (what the classify rule runs)."""
 
-from __future__ import annotations
-
 import argparse
 import os
 import sys

@@ -3,8 +3,6 @@
 The work is in :mod:`shardwise.ops.cluster_check` and :mod:`shardwise.ops.cluster_status`.
 """
 
-from __future__ import annotations
-
 import argparse
 import sys
 import time

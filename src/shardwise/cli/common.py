@@ -9,8 +9,6 @@ is one object, keys sorted, indented by two (one line per document in JSON Lines
 documented in ``docs/schemas/<verb>.schema.json``.
 """
 
-from __future__ import annotations
-
 import argparse
 import json
 import re

@@ -1,7 +1,5 @@
 """``shardwise coverage``: what is done and what is left, per category."""
 
-from __future__ import annotations
-
 import argparse
 
 from shardwise.cli.common import (

@@ -1,7 +1,5 @@
 """``shardwise demo DIR``: the demo corpus, tiny offline models and a config that runs them."""
 
-from __future__ import annotations
-
 import argparse
 from pathlib import Path
 

@@ -1,7 +1,5 @@
 """``shardwise dolma export|mix-config``: Dolma attributes and a ``dolma mix`` config."""
 
-from __future__ import annotations
-
 import argparse
 import sys
 from pathlib import Path

@@ -1,7 +1,5 @@
 """``shardwise domains``: the corpus's label distribution so far, with 95% intervals."""
 
-from __future__ import annotations
-
 import argparse
 import sys
 from pathlib import Path

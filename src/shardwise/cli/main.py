@@ -4,8 +4,6 @@ Exit codes: 0 success, 1 a ShardwiseError (one line on stderr), 2 usage errors,
 143 interrupted by SIGTERM (the shard will be retried).
 """
 
-from __future__ import annotations
-
 import argparse
 import os
 import sys

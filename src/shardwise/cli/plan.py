@@ -1,7 +1,5 @@
 """``shardwise plan``: what a dry run does first (check, list, pin, plan, report)."""
 
-from __future__ import annotations
-
 import argparse
 import sys
 from pathlib import Path

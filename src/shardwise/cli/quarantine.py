@@ -1,7 +1,5 @@
 """``shardwise quarantine``: leave broken files out of a run, list them, take them back."""
 
-from __future__ import annotations
-
 import argparse
 import sys
 

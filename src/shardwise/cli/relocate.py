@@ -1,7 +1,5 @@
 """``shardwise relocate``: move a run's output to another root, checked before re-pinning."""
 
-from __future__ import annotations
-
 import argparse
 
 from shardwise.cli.common import add_run_dir

@@ -1,7 +1,5 @@
 """``shardwise report``: the run's picture (PNG) and a self-contained HTML page."""
 
-from __future__ import annotations
-
 import argparse
 import sys
 from pathlib import Path

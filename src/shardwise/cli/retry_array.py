@@ -1,7 +1,5 @@
 """``shardwise retry-array``: what to resubmit, in NeMo Curator's ``retry_array.py`` format."""
 
-from __future__ import annotations
-
 import argparse
 import sys
 

@@ -1,8 +1,6 @@
 """``shardwise select``: a selection of the labelled documents that hits target domain
 weights at a token budget, with its report and ``dolma mix`` config."""
 
-from __future__ import annotations
-
 import argparse
 import sys
 from pathlib import Path

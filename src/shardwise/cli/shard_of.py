@@ -1,7 +1,5 @@
 """``shardwise shard-of``: the logical shard of task ids, by the pinned hash rule."""
 
-from __future__ import annotations
-
 import argparse
 
 from shardwise.config import check_shard_params

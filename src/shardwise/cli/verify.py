@@ -1,7 +1,5 @@
 """``shardwise verify``: an fsck of a run; ``--repair`` removes exactly the broken markers."""
 
-from __future__ import annotations
-
 import argparse
 import functools
 import sys

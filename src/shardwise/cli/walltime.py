@@ -1,7 +1,5 @@
 """``shardwise walltime``: the runtime each group of K shards would ask SLURM for."""
 
-from __future__ import annotations
-
 import argparse
 from pathlib import Path
 

@@ -2,8 +2,6 @@
 (random weights, WebOrganizer's label sets: the labels mean nothing) and the config that
 runs them, to exercise the real code path end to end, offline."""
 
-from __future__ import annotations
-
 import gzip
 import json
 import math

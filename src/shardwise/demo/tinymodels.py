@@ -6,8 +6,6 @@ head, ``id2label``, and (``new_format``) Alibaba's "new" layout, which the loade
 (:mod:`shardwise.classify.models`) must rewrite before transformers loads it natively.
 """
 
-from __future__ import annotations
-
 import json
 import math
 import random

@@ -5,8 +5,6 @@ pure: one :class:`CheckResult` per check (OK / WARN / FAIL, what was found, why 
 matters, the exact fix); :func:`overlay` is the site profile that fixes what it can.
 """
 
-from __future__ import annotations
-
 import functools
 import math
 import shutil

@@ -6,8 +6,6 @@ shards read from each job's ``--target-jobs`` (job names change with every invoc
 :func:`status_facts` makes the SLURM calls; :func:`build` reads only the run directory.
 """
 
-from __future__ import annotations
-
 import re
 from collections import Counter
 from collections.abc import Callable

@@ -3,8 +3,6 @@
 Pure functions of a :class:`~shardwise.ops.coverage.Coverage`; nothing here reads a file.
 """
 
-from __future__ import annotations
-
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import asdict

@@ -4,8 +4,6 @@ Rows and columns are the two classifiers' labels sorted by share, each cell its 
 bars the marginal shares with their 95% intervals; the title says what it is estimated from.
 """
 
-from __future__ import annotations
-
 import textwrap
 from pathlib import Path
 from typing import Any

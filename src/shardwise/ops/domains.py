@@ -6,8 +6,6 @@ and hands arrays to the estimator. Tasks of done shards without a summary (finis
 elsewhere) count as not labelled: still a random sample, only a smaller one, and said.
 """
 
-from __future__ import annotations
-
 import csv
 import io
 import json

@@ -9,8 +9,6 @@ reason (its failure record, ``run/failures.py``) in that ``message``, once per r
 retry, no new job; running ones finish). :meth:`FailureLog.summary` is the ``onerror`` line.
 """
 
-from __future__ import annotations
-
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field

@@ -3,8 +3,6 @@
 matplotlib is imported only here, when a picture is drawn: no other command pays ~0.4 s.
 """
 
-from __future__ import annotations
-
 import io
 from typing import Any
 

@@ -1,7 +1,5 @@
 """What a dry run prints after planning: the planner's notes, coverage, domains, in flight."""
 
-from __future__ import annotations
-
 from shardwise.ops import coverage, domains
 from shardwise.ops.coverage_format import format_table
 from shardwise.planner.prepare import RunInfo

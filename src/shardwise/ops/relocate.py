@@ -7,8 +7,6 @@ run.json, then re-pins: the new root's run.json first (it vouches for the labels
 the run directory's, settings.json. Run again, it finishes an interrupted relocate.
 """
 
-from __future__ import annotations
-
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path

@@ -6,8 +6,6 @@ and throughput per GPU type over time (a slow partition shows as a step). The HT
 it with the full tables. matplotlib is imported inside the functions (~0.3 s).
 """
 
-from __future__ import annotations
-
 import base64
 import html
 import math

@@ -5,8 +5,6 @@ resubmit would lose. Only the run's own pending jobs that ask for more are touch
 (decrease only), and the advice says what the next submissions should ask for.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum

@@ -8,8 +8,6 @@ MINIMUM_SHARD_INDEX TOTAL_SHARDS`` per submission, one window per ``max_array_si
 done {1, 3}`` gives ``2,4 0 1 4``.
 """
 
-from __future__ import annotations
-
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path

@@ -8,8 +8,6 @@ its shortfall, which ``redistribute`` spreads over the others by weight. Pass 2 
 ``ops/select_files.py``.
 """
 
-from __future__ import annotations
-
 import difflib
 import json
 import re

@@ -6,8 +6,6 @@ copies; the file's selection (and Dolma repeat counts) is written, the shard's r
 every file. Memory holds one sidecar's columns at a time.
 """
 
-from __future__ import annotations
-
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor

@@ -6,8 +6,6 @@ stream per repeat: stream *i* keeps the documents taken at least *i* times, so t
 output holds each document as many times as it was selected.
 """
 
-from __future__ import annotations
-
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path

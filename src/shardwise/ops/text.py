@@ -1,7 +1,5 @@
 """Numbers, sizes and durations for people: one set of formatters for every view."""
 
-from __future__ import annotations
-
 import math
 
 

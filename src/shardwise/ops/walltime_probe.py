@@ -7,8 +7,6 @@ visible one's start, or a hidden one (``PrivateData=reservations``) located blin
 ``--test-only`` job, cannot stand in the way of. :func:`probe` is pure.
 """
 
-from __future__ import annotations
-
 import math
 import re
 from collections.abc import Callable

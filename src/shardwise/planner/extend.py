@@ -9,8 +9,6 @@ to run this again) or the new one: retired.json, gone outputs, reopened shards, 
 (output root first), the plan.
 """
 
-from __future__ import annotations
-
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any

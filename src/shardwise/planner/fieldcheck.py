@@ -6,8 +6,6 @@ listing, are read with the reader's own check: a field absent from every sampled
 a format is refused; one absent from only some is a note (those files fail in their jobs).
 """
 
-from __future__ import annotations
-
 from collections.abc import Sequence
 from dataclasses import dataclass
 

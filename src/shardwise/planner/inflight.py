@@ -9,8 +9,6 @@ files and ``--target-jobs classify:shard=N``. Cost: nothing without claims or a 
 executor, else one squeue (and ``squeue -s`` for steps) and one scontrol per new job.
 """
 
-from __future__ import annotations
-
 import base64
 import contextlib
 import shlex

@@ -5,8 +5,6 @@ name an output after, or of another format: each kind but the inputs is said in 
 note (and recorded for coverage, ``skipped.json``), never left out in silence.
 """
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 from pathlib import Path
 

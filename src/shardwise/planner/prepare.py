@@ -6,8 +6,6 @@ and ones whose files are all marked done already). A cluster job re-parses the S
 too: there only run.json is read (no listing, no printing).
 """
 
-from __future__ import annotations
-
 import fcntl
 import functools
 import os

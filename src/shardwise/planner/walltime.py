@@ -6,8 +6,6 @@ max_minutes]``; the rate is the p10 of input bytes per second over the run's sta
 started before maintenance windows; a group of K shards asks for the sum.
 """
 
-from __future__ import annotations
-
 import json
 import math
 import random

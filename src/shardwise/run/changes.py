@@ -7,8 +7,6 @@ changed (``{format_version, checked_at, files: {rel: {planned, now}}}``), for co
 ``verify`` offers the two ways on: relabel (``--repair``) or keep (``--accept-changed``).
 """
 
-from __future__ import annotations
-
 import json
 from collections.abc import Mapping
 from pathlib import Path

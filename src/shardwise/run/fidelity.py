@@ -4,8 +4,6 @@ expected labels differing from fp32 among the others (with a 95% bound). Files w
 pinned margin carry no estimate: counted apart, as are pinned margins found too small.
 """
 
-from __future__ import annotations
-
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass

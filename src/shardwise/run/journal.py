@@ -5,8 +5,6 @@ what it lists (on object stores without asking for each marker), and the shard's
 is built from it without reading the output back. A torn line is ignored; the last wins.
 """
 
-from __future__ import annotations
-
 import json
 from pathlib import Path
 from typing import Any

@@ -6,8 +6,6 @@ pairs: {"a,b": {label a: {label b: cell}}}}``; a cell is ``[documents, UTF-8 tex
 (``, tokens]`` with ``domains.tokenizer``); only non-zero cells are written.
 """
 
-from __future__ import annotations
-
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any

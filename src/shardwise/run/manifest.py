@@ -5,8 +5,6 @@ relative to the input root (a group's joined by ``|``), so the assignment does n
 on the mount or bucket. Names that could escape the output prefix are refused at plan time.
 """
 
-from __future__ import annotations
-
 import re
 from dataclasses import dataclass, field
 from functools import cache

@@ -9,8 +9,6 @@ an output?", "what must a labelled file have?" or "write a file's outputs" asks 
 suffix.
 """
 
-from __future__ import annotations
-
 import functools
 import time
 from collections.abc import Callable, Iterable, Mapping

@@ -3,8 +3,6 @@ task, shard and category, built once from one listing of the input and read by e
 later parse and job, so nobody lists 56k objects twice and no source file is ever a
 Snakemake input (Snakemake stats every input each round)."""
 
-from __future__ import annotations
-
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass

@@ -7,8 +7,6 @@ labels, its shard can finish, and every view lists it apart with its reason:
 reopens its shard, so the next ``snakemake`` labels it.
 """
 
-from __future__ import annotations
-
 import contextlib
 import difflib
 import fcntl

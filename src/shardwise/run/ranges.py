@@ -1,8 +1,6 @@
 """Range expressions for shard sets: ``1-2,5-10,99``, the notation of SLURM's ``--array``
 and NeMo Curator's ``retry_array.py`` (two consecutive numbers are ``1-2``, as there)."""
 
-from __future__ import annotations
-
 from collections.abc import Iterable
 
 import numpy as np

@@ -9,8 +9,6 @@ a byte-order mark (dropped), duplicate ids (kept: the sidecar is row-aligned). A
 cannot be parsed raises InputError naming it (and the line).
 """
 
-from __future__ import annotations
-
 import contextlib
 import difflib
 import gzip

@@ -5,8 +5,6 @@ no view counts them, and ``verify`` reads ``{format_version, files}`` so that th
 orphans (``--gone remove`` deletes them and records nothing).
 """
 
-from __future__ import annotations
-
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path

@@ -6,8 +6,6 @@ shard is a uniform random sample of the corpus, results agree with Curator for t
 same ids, and a retry never moves work to another shard.
 """
 
-from __future__ import annotations
-
 import hashlib
 
 

@@ -4,8 +4,6 @@ Row-aligned with the input: ``id``, then per classifier ``<name>_label``, ``_lab
 ``_score`` (and ``_probs`` when asked); with ``domains.tokenizer``, ``tokens``.
 """
 
-from __future__ import annotations
-
 from collections.abc import Iterable, Sequence
 
 import numpy as np

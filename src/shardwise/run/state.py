@@ -4,8 +4,6 @@ Coverage, domains, the report and ``retry-array`` start from these same reads, s
 shard means one thing everywhere (``markers.DoneShards``).
 """
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 from pathlib import Path
 

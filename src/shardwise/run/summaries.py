@@ -7,8 +7,6 @@ object is read back). One row per non-zero (task, view, cell), sorted by view; t
 metadata says the labels, views, tasks and each view's rows (docs/ARCHITECTURE.md).
 """
 
-from __future__ import annotations
-
 import json
 import logging
 import os

@@ -6,8 +6,6 @@ without accounting, a dead controller), a non-zero exit and data hidden by
 person can act on, never an exception or a hang. The parsers never run anything.
 """
 
-from __future__ import annotations
-
 import os
 import re
 import shutil

@@ -5,8 +5,6 @@ own pending job (raising it needs an operator), and the job keeps its place in t
 queue, which a cancel and resubmit would lose. Used by ``shardwise cluster retime``.
 """
 
-from __future__ import annotations
-
 from shardwise.slurm import command
 from shardwise.slurm.queries import Answer
 

@@ -6,8 +6,6 @@ SLURM shows one reason per pending job: the one its last scheduling pass hit
 systems, so act on a reason that persists. Unknown reasons are shown verbatim.
 """
 
-from __future__ import annotations
-
 import re
 from dataclasses import dataclass
 

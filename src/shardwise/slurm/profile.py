@@ -8,8 +8,6 @@ variables, added as resources only when set, so ``default-resources`` still appl
 without them and an overlay's ``set-resources`` still wins.
 """
 
-from __future__ import annotations
-
 import ast
 import os
 import re

@@ -6,8 +6,6 @@ out, refused, hidden by ``PrivateData``). Nothing here decides what is good or b
 that is :mod:`shardwise.ops.cluster_check` and :mod:`shardwise.ops.cluster_status`.
 """
 
-from __future__ import annotations
-
 import getpass
 import re
 from collections.abc import Callable, Collection, Sequence

@@ -7,8 +7,6 @@ the top-level process: the message is logged, and written into each member shard
 that is absent or empty (it never ran), where ``show-failed-logs`` prints it.
 """
 
-from __future__ import annotations
-
 import contextlib
 from pathlib import Path
 from typing import Any

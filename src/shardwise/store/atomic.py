@@ -6,8 +6,6 @@ hard-links it to the target (create-if-absent, never replaces; the loser of a ra
 learns it lost). Cleanup never masks the first error.
 """
 
-from __future__ import annotations
-
 import contextlib
 import json
 import os

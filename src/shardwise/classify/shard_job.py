@@ -28,13 +28,7 @@ from shardwise.classify.modelcheck import identity
 from shardwise.classify.tokencount import TokenCounter
 from shardwise.classify.tokenization import labelling
 from shardwise.config import Pair, resolve_pairs
-from shardwise.errors import (
-    InputError,
-    ModelError,
-    ShardFailedError,
-    ShardwiseError,
-    StorageError,
-)
+from shardwise.errors import InputError, ModelError, ShardFailedError, ShardwiseError, StorageError
 from shardwise.run import (
     failures,
     journal,

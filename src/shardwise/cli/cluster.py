@@ -8,14 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from shardwise.cli.common import (
-    add_format,
-    add_run_dir,
-    emit,
-    json_text,
-    not_a_run_dir,
-    positive_int,
-)
+from shardwise.cli.common import add_format, add_run_dir, emit, json_text, positive_int
 from shardwise.ops import cluster_check, cluster_status, retime
 from shardwise.slurm import control
 
@@ -83,7 +76,7 @@ def _add_status(sub: argparse._SubParsersAction) -> None:
         "start now (sbatch --test-only; nothing is submitted), progress and the ETA at the "
         "GPUs running now, in-flight shards and unavailable nodes.",
     )
-    add_run_dir(p)
+    add_run_dir(p, "cluster status")
     add_format(p)
     p.add_argument(
         "--watch", type=positive_int, default=None, metavar="SECONDS",
@@ -104,7 +97,7 @@ def _add_retime(sub: argparse._SubParsersAction) -> None:
         "start before a maintenance window instead of after it. Prints the config change "
         "that makes the next submissions ask for the same. `cluster status` says which N.",
     )  # fmt: skip
-    add_run_dir(p)
+    add_run_dir(p, "cluster retime")
     p.add_argument(
         "--max-minutes", type=positive_int, required=True, metavar="N",
         help="the new time limit of every queued job of the run that asks for more",
@@ -127,9 +120,6 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    if not_a_run_dir(args.run_dir, "cluster status"):
-        return 2
-
     if not args.watch:
         status = cluster_status.status(args.run_dir, timeout=args.timeout)
         emit(args.format, lambda: cluster_status.to_dict(status), lambda _fmt: status.text())
@@ -159,8 +149,6 @@ def _status(args: argparse.Namespace) -> int:
 
 def _retime(args: argparse.Namespace) -> int:
     """Lower the queued jobs' limits (or say what would be); 1 when one could not be."""
-    if not_a_run_dir(args.run_dir, "cluster retime"):
-        return 2
     done = retime.retime(
         args.run_dir,
         args.max_minutes,

@@ -49,8 +49,10 @@ def positive_int(text: str) -> int:
     return value
 
 
-def add_run_dir(parser: argparse.ArgumentParser) -> None:
-    """``--run-dir DIR`` (required): the run directory that holds run.json."""
+def add_run_dir(parser: argparse.ArgumentParser, command: str | None = None) -> None:
+    """``--run-dir DIR`` (required): the run directory that holds run.json; with
+    ``command``, ``main`` refuses one that holds none (exit 2) before the verb runs."""
+    parser.set_defaults(planned_run=command)
     parser.add_argument(
         "--run-dir", required=True, type=Path,
         help="the run directory (the one holding run.json, plan.parquet and shards/)",

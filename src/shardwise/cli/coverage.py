@@ -2,13 +2,7 @@
 
 import argparse
 
-from shardwise.cli.common import (
-    add_coverage_options,
-    add_format,
-    add_run_dir,
-    emit,
-    not_a_run_dir,
-)
+from shardwise.cli.common import add_coverage_options, add_format, add_run_dir, emit
 from shardwise.ops import coverage
 from shardwise.ops.coverage_format import FORMATS, report_dict, report_text
 
@@ -20,7 +14,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Report shards/tasks/files/docs done, per-category completion "
         "with skew flags, throughput per GPU type and an ETA.",
     )  # fmt: skip
-    add_run_dir(parser)
+    add_run_dir(parser, "coverage")
     add_format(
         parser,
         FORMATS,
@@ -32,8 +26,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the report; exit 2 when the run directory is not one."""
-    if not_a_run_dir(args.run_dir, "coverage"):
-        return 2
     found = coverage.report(args.run_dir, category_regex=args.category_regex, gpus=args.gpus)
     emit(args.format, lambda: report_dict(found), lambda fmt: report_text(found, fmt))
     return 0

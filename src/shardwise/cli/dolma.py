@@ -4,7 +4,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from shardwise.cli.common import add_run_dir, not_a_run_dir, positive_int
+from shardwise.cli.common import add_run_dir, positive_int
 from shardwise.ops import dolma
 
 
@@ -23,7 +23,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "idempotent (existing files are kept unless --force); in parallel on object stores. "
         "`snakemake dolma_all` runs it per shard as jobs.",
     )
-    add_run_dir(p)
+    add_run_dir(p, "dolma export")
     p.add_argument("--shard", type=int, default=None, help="only this shard's files")
     p.add_argument("--jobs", type=positive_int, default=8, help="files written at once (8)")
     p.add_argument("--force", action="store_true", help="write every file again")
@@ -34,7 +34,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "labelled documents of the domains named by --keep (any of them): a label of one "
         "classifier (topic=Health) or a cell of several (topic=Health,format=Tutorial).",
     )  # fmt: skip
-    add_run_dir(p)
+    add_run_dir(p, "dolma mix-config")
     p.add_argument(
         "--keep", action="append", default=[], metavar="CLASSIFIER=LABEL[,CLASSIFIER=LABEL]",
         help="a domain to keep (repeatable: a document is kept when any holds)",
@@ -51,8 +51,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _export(args: argparse.Namespace) -> int:
-    if not_a_run_dir(args.run_dir, "dolma export"):
-        return 2
     done = dolma.export(
         args.run_dir, shard=args.shard, jobs=args.jobs, force=args.force,
         progress=sys.stderr.isatty(),
@@ -62,8 +60,6 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _mix_config(args: argparse.Namespace) -> int:
-    if not_a_run_dir(args.run_dir, "dolma mix-config"):
-        return 2
     keep = [dolma.Selection.parse(text) for text in args.keep]
     config = dolma.mix_config(
         args.run_dir, keep, args.output, min_prob=args.min_prob, stream=args.stream,

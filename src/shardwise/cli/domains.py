@@ -4,7 +4,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from shardwise.cli.common import add_format, add_run_dir, emit, not_a_run_dir, positive_int
+from shardwise.cli.common import add_format, add_run_dir, emit, positive_int
 from shardwise.ops import domains
 from shardwise.ops.domainplot import render_png
 
@@ -18,7 +18,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "95% confidence intervals that shrink to zero as the last shard lands. Reads one "
         "summary per finished shard. Method: docs/domains.md.",
     )  # fmt: skip
-    add_run_dir(parser)
+    add_run_dir(parser, "domains")
     view = parser.add_mutually_exclusive_group()
     view.add_argument(
         "--pair", metavar="A,B",
@@ -51,8 +51,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the estimate (and write the picture); exit 2 when the run directory is not one."""
-    if not_a_run_dir(args.run_dir, "domains"):
-        return 2
     d = domains.view(
         args.run_dir,
         pair=args.pair,

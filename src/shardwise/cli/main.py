@@ -27,6 +27,7 @@ from shardwise.cli import (
     verify,
     walltime,
 )
+from shardwise.cli.common import not_a_run_dir
 from shardwise.errors import ShardwiseError
 
 #: The verbs in the order ``shardwise --help`` lists them.
@@ -66,6 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``shardwise`` console command."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, "planned_run", None) and not_a_run_dir(args.run_dir, args.planned_run):
+        return 2
     try:
         code = int(args.func(args) or 0)
         sys.stdout.flush()

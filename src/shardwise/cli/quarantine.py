@@ -3,7 +3,7 @@
 import argparse
 import sys
 
-from shardwise.cli.common import add_format, add_run_dir, emit, not_a_run_dir
+from shardwise.cli.common import add_format, add_run_dir, emit
 from shardwise.run import quarantine
 
 
@@ -17,7 +17,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "apart from done and failed files. --release takes files back and reopens their "
         "shards so the next snakemake run labels them.",
     )  # fmt: skip
-    add_run_dir(parser)
+    add_run_dir(parser, "quarantine")
     parser.add_argument(
         "files", nargs="*", metavar="FILE",
         help="files relative to the input root (as the plan and error messages name them), "
@@ -33,8 +33,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """Add, list or release; usage errors exit 2 through ``parser.error``."""
-    if not_a_run_dir(args.run_dir, "quarantine"):
-        return 2
     if args.list:
         entries = quarantine.load(args.run_dir)
         emit(

@@ -4,7 +4,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from shardwise.cli.common import add_coverage_options, add_run_dir, not_a_run_dir
+from shardwise.cli.common import add_coverage_options, add_run_dir
 from shardwise.ops import report
 from shardwise.ops.coverage_format import shorten
 
@@ -16,7 +16,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Per-category completion, shards done over time and throughput per "
         "GPU type, as a PNG and a self-contained HTML page embedding it.",
     )  # fmt: skip
-    add_run_dir(parser)
+    add_run_dir(parser, "report")
     parser.add_argument("--out", type=Path, default=Path("report.html"), help="HTML to write")
     parser.add_argument(
         "--png", type=Path, default=None, help="PNG to write (default: beside --out)"
@@ -37,8 +37,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Write the files; exit 2 when the run directory is not one."""
-    if not_a_run_dir(args.run_dir, "report"):
-        return 2
     done = report.write(
         args.run_dir,
         args.out,

@@ -3,7 +3,7 @@
 import argparse
 import sys
 
-from shardwise.cli.common import add_run_dir, not_a_run_dir
+from shardwise.cli.common import add_run_dir
 from shardwise.errors import RunMismatchError
 from shardwise.ops.retry_array import retry
 from shardwise.run import ranges
@@ -16,7 +16,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Print what to resubmit after a partial run, in NeMo Curator retry_array.py "
             "format. Prints nothing when every shard is done.",
     )  # fmt: skip
-    add_run_dir(parser)
+    add_run_dir(parser, "retry-array")
     parser.add_argument(
         "--format", choices=("expression", "fields"), default="expression",
         help="expression: the range expression; fields: "
@@ -36,8 +36,6 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             parser.error("--max-array-size needs --format fields (the offset is a field)")
         if args.max_array_size <= 0:
             parser.error(f"--max-array-size must be positive, got {args.max_array_size}")
-    if not_a_run_dir(args.run_dir, "retry-array"):
-        return 2
     try:
         found = retry(args.run_dir, fmt=args.format, max_array_size=args.max_array_size)
     except RunMismatchError as exc:

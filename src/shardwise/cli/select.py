@@ -5,7 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from shardwise.cli.common import add_format, add_run_dir, emit, not_a_run_dir, positive_int
+from shardwise.cli.common import add_format, add_run_dir, emit, positive_int
 from shardwise.errors import ConfigError
 from shardwise.ops import select, select_report
 
@@ -24,7 +24,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "<run_dir>/selections/NAME. Without --weights: finish and report the saved selection "
         "NAME. `snakemake select_all` runs pass 2 as jobs (after --plan-only).",
     )
-    add_run_dir(p)
+    add_run_dir(p, "select")
     p.add_argument("--weights", type=Path, default=None, help="the target weights (JSON)")
     p.add_argument("--tokens", default=None, metavar="N", help="the token budget: 100B, 2.5M, ...")
     p.add_argument(
@@ -75,8 +75,6 @@ def _request(args: argparse.Namespace) -> select.Request | None:
 
 
 def _select(args: argparse.Namespace) -> int:
-    if not_a_run_dir(args.run_dir, "select"):
-        return 2
     if args.shard is not None:
         record = select_report.run_shard(args.run_dir, args.name, args.shard)
         print(f"selection {args.name!r} shard {args.shard}: {record.files:,} file(s) selected")

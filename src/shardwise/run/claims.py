@@ -187,19 +187,10 @@ def read_claim(path: Path) -> Claim | None:
 
 def read_claims(run_dir: Path) -> dict[int, Claim]:
     """Every claim in the run directory (one listing; nothing when there is no claims/)."""
-    out: dict[int, Claim] = {}
-    try:
-        with os.scandir(run_dir / CLAIMS_DIR) as entries:
-            names = [e.name for e in entries]
-    except (FileNotFoundError, NotADirectoryError):
-        return out
-    for name in names:
-        stem, dot, ext = name.partition(".")
-        if dot and ext == "json" and stem.isascii() and stem.isdigit():
-            claim = read_claim(run_dir / CLAIMS_DIR / name)
-            if claim is not None:
-                out[claim.shard] = claim
-    return out
+    found = (
+        read_claim(claim_path(run_dir, n)) for n in markers.numbered(run_dir / CLAIMS_DIR, ".json")
+    )
+    return {claim.shard: claim for claim in found if claim is not None}
 
 
 @dataclass(frozen=True)

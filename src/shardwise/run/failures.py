@@ -157,12 +157,7 @@ def latest(run_dir: Path, shard: int) -> FailureRecord | None:
 
 def failing_shards(run_dir: Path, done: np.ndarray) -> np.ndarray:
     """Shards with a ``failures/<shard>/`` folder and no marker (one listing)."""
-    found: list[int] = []
-    try:
-        with os.scandir(Path(run_dir) / FAILURES_DIR) as entries:
-            found = [int(e.name) for e in entries if e.name.isascii() and e.name.isdigit()]
-    except (FileNotFoundError, NotADirectoryError):
-        return np.zeros(0, np.int64)
+    found = sorted(markers.numbered(Path(run_dir) / FAILURES_DIR))
     return np.setdiff1d(np.array(found, dtype=np.int64), done)
 
 

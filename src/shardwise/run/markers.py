@@ -144,19 +144,22 @@ def write_shard_marker(run_dir: Path, marker: ShardMarker) -> None:
     write_atomic(shard_marker_path(run_dir, marker.shard), stamped.to_json())
 
 
-def done_shards(run_dir: Path) -> set[int]:
-    """Shards with a ``<shard>.done`` marker, from names alone (a stat per shard costs
-    seconds on Lustre at 10,000 shards); other names are ignored."""
-    done: set[int] = set()
+def numbered(directory: Path, suffix: str = "") -> set[int]:
+    """The numbers ``n`` of the ``<n><suffix>`` names in ``directory``, from names alone (a
+    stat per shard costs seconds on Lustre at 10,000 shards); other names are ignored."""
     try:
-        with os.scandir(Path(run_dir) / SHARDS_DIR) as entries:
-            for entry in entries:
-                shard = shard_of_marker(entry.name)
-                if shard is not None:
-                    done.add(shard)
-    except FileNotFoundError:
-        pass
-    return done
+        with os.scandir(directory) as entries:
+            stems = [
+                e.name[: len(e.name) - len(suffix)] for e in entries if e.name.endswith(suffix)
+            ]
+    except (FileNotFoundError, NotADirectoryError):
+        return set()
+    return {int(stem) for stem in stems if stem.isascii() and stem.isdigit()}
+
+
+def done_shards(run_dir: Path) -> set[int]:
+    """Shards with a ``<shard>.done`` marker (one listing)."""
+    return numbered(Path(run_dir) / SHARDS_DIR, FILE_MARKER_SUFFIX)
 
 
 def shard_of_marker(name: str) -> int | None:

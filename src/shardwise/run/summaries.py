@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from shardwise.run import journal
+from shardwise.run import journal, markers
 from shardwise.run.filestats import FIGURES, FileStats
 from shardwise.run.labelcounts import add_counts, pair_key
 from shardwise.run.reader import arrow_owned
@@ -43,17 +43,8 @@ def summary_path(run_dir: Path, shard: int) -> Path:
 
 
 def summarized_shards(run_dir: Path) -> set[int]:
-    """Shards with a summary, from one directory listing (names only)."""
-    found: set[int] = set()
-    try:
-        with os.scandir(Path(run_dir) / SUMMARIES_DIR) as entries:
-            for entry in entries:
-                stem = entry.name.removesuffix(SUFFIX)
-                if entry.name.endswith(SUFFIX) and stem.isascii() and stem.isdigit():
-                    found.add(int(stem))
-    except FileNotFoundError:
-        pass
-    return found
+    """Shards with a summary (one listing)."""
+    return markers.numbered(Path(run_dir) / SUMMARIES_DIR, SUFFIX)
 
 
 def _task_totals(

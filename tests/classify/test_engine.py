@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import torch
+from textsynth import synthetic_corpus
 
 from shardwise import config as configmod
 from shardwise.classify import calibration, recheck
@@ -26,7 +27,6 @@ from shardwise.demo.tinymodels import (
     build_tiny_gte_classifier,
     build_weborganizer_demo_models,
     build_wordpiece_tokenizer,
-    synthetic_corpus,
 )
 from shardwise.errors import DeviceError, ModelError
 

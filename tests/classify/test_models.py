@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
+from textsynth import synthetic_corpus
 
 from shardwise.classify.models import load_classifier, rewrite_new_config, tokenizer_hash
 from shardwise.demo.tinymodels import (
     build_tiny_gte_classifier,
     build_wordpiece_tokenizer,
-    synthetic_corpus,
 )
 from shardwise.errors import ModelError
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from textsynth import synthetic_corpus
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from shardwise.classify.models import tokenizer_hash
 from shardwise.classify.tokenization import SharedTokenizer, StreamKey, TokenizerInfo, format_input
-from shardwise.demo.tinymodels import build_wordpiece_tokenizer, synthetic_corpus
+from shardwise.demo.tinymodels import build_wordpiece_tokenizer
 
 EDGE_TEXTS = [
     "",

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from textsynth import synthetic_corpus
 from transformers import AutoTokenizer
 
 from shardwise.classify.models import load_classifier
@@ -14,7 +15,6 @@ from shardwise.demo.tinymodels import (
     build_tiny_gte_classifier,
     build_weborganizer_demo_models,
     build_wordpiece_tokenizer,
-    synthetic_corpus,
     weborganizer_labels,
 )
 

@@ -318,21 +318,16 @@ class Settings:
         """Validate ``cfg`` and build the typed view."""
         cfg = validate(cfg)
         return cls(
-            run_dir=Path(cfg["run_dir"]),
-            input=InputSettings(**cfg["input"]),
-            output_uri=cfg["output"]["uri"],
-            storage=StorageOptions.from_config(cfg["storage"]),
+            run_dir=Path(cfg["run_dir"]), input=InputSettings(**cfg["input"]),
+            output_uri=cfg["output"]["uri"], storage=StorageOptions.from_config(cfg["storage"]),
             total_shards=cfg["sharding"]["total_shards"],
             minimum_shard_index=cfg["sharding"]["minimum_shard_index"],
             classifiers=tuple(dict(c) for c in cfg["classifiers"]),
-            inference=dict(cfg["inference"]),
-            resources=dict(cfg["resources"]),
-            walltime=dict(cfg["walltime"]),
-            domain_pairs=tuple(_domain_pairs(cfg)),
-            stop_after=cfg["failures"]["stop_after"],
-            dolma=DolmaSettings.from_config(cfg),
+            inference=dict(cfg["inference"]), resources=dict(cfg["resources"]),
+            walltime=dict(cfg["walltime"]), domain_pairs=tuple(_domain_pairs(cfg)),
+            stop_after=cfg["failures"]["stop_after"], dolma=DolmaSettings.from_config(cfg),
             count_tokenizer=cfg.get("domains", {}).get("tokenizer"),
-        )
+        )  # fmt: skip
 
 
 def _domain_pairs(cfg: dict[str, Any]) -> list[tuple[str, str]]:

@@ -292,13 +292,10 @@ class Engine:
             if flags is not None:
                 truncated |= flags
         return Prepared(
-            docs=len(texts),
-            streams=result.streams,
-            tokenize_s=result.seconds,
-            fallback_docs=result.fallback_docs,
-            verified_docs=result.verified_docs,
+            docs=len(texts), streams=result.streams, tokenize_s=result.seconds,
+            fallback_docs=result.fallback_docs, verified_docs=result.verified_docs,
             truncated_docs=int(truncated.sum()),
-        )
+        )  # fmt: skip
 
     def _make_policy(self) -> BatchPolicy:
         settings = self.settings

@@ -309,15 +309,10 @@ def load_classifier(
     with contextlib.suppress(AttributeError, NotImplementedError):
         embedding_params = sum(p.numel() for p in model_obj.get_input_embeddings().parameters())
     return LoadedClassifier(
-        model_ref=model,
-        model=model_obj,
-        tokenizer=tokenizer,
-        labels=labels,
-        tokenizer_hash=tokenizer_hash(tokenizer),
-        source_dir=source,
-        load_dir=load_dir,
+        model_ref=model, model=model_obj, tokenizer=tokenizer, labels=labels,
+        tokenizer_hash=tokenizer_hash(tokenizer), source_dir=source, load_dir=load_dir,
         rewritten=rewritten,
         max_positions=getattr(model_obj.config, "max_position_embeddings", None),
         num_parameters=sum(p.numel() for p in model_obj.parameters()),
         num_embedding_parameters=embedding_params,
-    )
+    )  # fmt: skip

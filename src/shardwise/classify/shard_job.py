@@ -321,13 +321,11 @@ def _label_file(
 def _labelling(ctx: JobContext) -> dict[str, Any]:
     """What this job labels with besides the models (the same shape run.json pins)."""
     return labelling(
-        ctx.fields.id,
-        ctx.fields.text,
-        ctx.settings.url_field,
+        ctx.fields.id, ctx.fields.text, ctx.settings.url_field,
         ctx.settings.inference["max_length"],
         (kind for _name, _model, kind in ctx.meta.classifiers),
         count_tokenizer=(ctx.meta.labelling or {}).get("count_tokenizer"),
-    )
+    )  # fmt: skip
 
 
 def load_counter(ctx: JobContext) -> TokenCounter | None:

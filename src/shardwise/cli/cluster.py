@@ -110,11 +110,9 @@ def _add_retime(sub: argparse._SubParsersAction) -> None:
 def _check(args: argparse.Namespace) -> int:
     configfile = args.configfile or (DEFAULT_CONFIG if Path(DEFAULT_CONFIG).is_file() else None)
     run = cluster_check.check(
-        args.profile or [DEFAULT_PROFILE],
-        configfile,
-        timeout=args.timeout,
+        args.profile or [DEFAULT_PROFILE], configfile, timeout=args.timeout,
         write_profile=Path(args.write_profile) if args.write_profile else None,
-    )
+    )  # fmt: skip
     emit(args.format, run.to_dict, lambda _fmt: run.text())
     return 1 if run.failed else 0
 
@@ -150,12 +148,10 @@ def _status(args: argparse.Namespace) -> int:
 def _retime(args: argparse.Namespace) -> int:
     """Lower the queued jobs' limits (or say what would be); 1 when one could not be."""
     done = retime.retime(
-        args.run_dir,
-        args.max_minutes,
+        args.run_dir, args.max_minutes,
         lambda job_id, minutes: control.lower_time_limit(job_id, minutes, timeout=args.timeout),
-        dry_run=args.dry_run,
-        timeout=args.timeout,
-    )
+        dry_run=args.dry_run, timeout=args.timeout,
+    )  # fmt: skip
     for line in done.lines():
         print(line)
     if done.queue_problem is None and not done.outcomes:

@@ -16,10 +16,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     add_run_dir(parser, "coverage")
     add_format(
-        parser,
-        FORMATS,
-        "table (terminal), json (schema in docs/coverage.md) or markdown",
-    )
+        parser, FORMATS, "table (terminal), json (schema in docs/coverage.md) or markdown",
+    )  # fmt: skip
     add_coverage_options(parser)
     parser.set_defaults(func=run)
 

@@ -52,12 +52,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print the estimate (and write the picture); exit 2 when the run directory is not one."""
     d = domains.view(
-        args.run_dir,
-        pair=args.pair,
-        classifier=args.classifier,
-        weight=args.weight,
+        args.run_dir, pair=args.pair, classifier=args.classifier, weight=args.weight,
         fmt=args.format,
-    )
+    )  # fmt: skip
     by_category = args.by == "category"
     emit(
         args.format,

@@ -38,13 +38,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Write the files; exit 2 when the run directory is not one."""
     done = report.write(
-        args.run_dir,
-        args.out,
-        out_png=args.png,
-        domains_png=args.domains_png,
-        category_regex=args.category_regex,
-        gpus=args.gpus,
-    )
+        args.run_dir, args.out, out_png=args.png, domains_png=args.domains_png,
+        category_regex=args.category_regex, gpus=args.gpus,
+    )  # fmt: skip
     print(f"wrote {done.html} and {done.png}")
     if args.domains_png is not None:
         print(f"wrote {args.domains_png}")

@@ -60,13 +60,9 @@ def run(args: argparse.Namespace) -> int:
     """Findings on stdout, the summary last; 0 consistent, 1 problems, 2 cannot verify."""
     notes = sys.stderr if args.format == "json" else sys.stdout  # json keeps stdout clean
     check = functools.partial(
-        verify_run,
-        args.run_dir,
-        sample=args.sample,
-        seed=args.seed,
-        jobs=args.jobs,
+        verify_run, args.run_dir, sample=args.sample, seed=args.seed, jobs=args.jobs,
         complete=args.complete,
-    )
+    )  # fmt: skip
     try:
         if args.repair:  # first: every check below reads run.json
             for line in restore_run_json(args.run_dir):

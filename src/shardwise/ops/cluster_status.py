@@ -261,22 +261,13 @@ def build(run_dir: Path, facts: StatusFacts) -> Status:
         c = Counter(j.state for j in facts.others.value or [])
         others = {"pending": c.get("PENDING", 0), "running": c.get("RUNNING", 0)}
     return Status(
-        run_dir=str(run_dir),
-        generated_at=now.isoformat(timespec="seconds"),
-        user=facts.user,
-        main_process=_main_process(submitter),
-        jobs=jobs,
-        user_jobs=len(queue) if facts.queue.ok else None,
-        submit_cap=cap,
-        cap_source=source,
-        pending=_pending(jobs),
-        probe=_probe(run_dir, facts, mine, now),
-        progress=_progress(run_dir, jobs, now),
-        in_flight=flight,
-        nodes=_unavailable_nodes(facts, jobs),
-        others=others,
-        notes=tuple(notes) + flight.notes,
-    )
+        run_dir=str(run_dir), generated_at=now.isoformat(timespec="seconds"), user=facts.user,
+        main_process=_main_process(submitter), jobs=jobs,
+        user_jobs=len(queue) if facts.queue.ok else None, submit_cap=cap, cap_source=source,
+        pending=_pending(jobs), probe=_probe(run_dir, facts, mine, now),
+        progress=_progress(run_dir, jobs, now), in_flight=flight,
+        nodes=_unavailable_nodes(facts, jobs), others=others, notes=tuple(notes) + flight.notes,
+    )  # fmt: skip
 
 
 def _run_job(j: queries.Job, shards: tuple[int, ...]) -> RunJob:
@@ -331,14 +322,12 @@ def _progress(run_dir: Path, jobs: tuple[RunJob, ...], now: datetime) -> Progres
     last = float(finished.max()) if finished.size else None
     eta = cov.eta.seconds if cov.eta is not None and gpus_running else None
     return Progress(
-        shards_done=cov.shards_done,
-        shards_total=cov.shards_total,
+        shards_done=cov.shards_done, shards_total=cov.shards_total,
         last_finished=datetime.fromtimestamp(last).isoformat(timespec="seconds") if last else None,
         seconds_since_last=round(now.timestamp() - last, 1) if last else None,
         finished_last_hour=int((finished >= now.timestamp() - 3600).sum()),
-        gpus_running=gpus_running,
-        eta_seconds=round(eta, 1) if eta is not None else None,
-    )
+        gpus_running=gpus_running, eta_seconds=round(eta, 1) if eta is not None else None,
+    )  # fmt: skip
 
 
 def _unavailable_nodes(facts: StatusFacts, jobs: tuple[RunJob, ...]) -> tuple[dict[str, str], ...]:

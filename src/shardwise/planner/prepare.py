@@ -128,13 +128,11 @@ def prepare_run(
         submitter.record(run_dir)
         inflight.clear_stale_incomplete(run_dir, submitter.workdir, flight)
     return RunInfo(
-        run_dir,
-        tuple(shard_range(meta.total_shards, meta.minimum_shard_index)),
-        settings.output_uri,
-        tuple(sorted(flight.shards)),
+        run_dir, tuple(shard_range(meta.total_shards, meta.minimum_shard_index)),
+        settings.output_uri, tuple(sorted(flight.shards)),
         messages=(*said, *(f"note: {note}" for note in (*planned.notes, *sampled))),
         in_flight_lines=tuple(flight.lines()),
-    )
+    )  # fmt: skip
 
 
 def _dolma_notes(settings: Settings, table: pa.Table) -> list[str]:

@@ -127,13 +127,11 @@ class FileStats:
         seconds = sum(timings.values())
         tokens, docs = self.tokens or 0, self.docs or 0
         return dataclasses.replace(
-            self,
-            timings={k: round(v, 4) for k, v in timings.items()},
-            seconds=round(seconds, 4),
+            self, timings={k: round(v, 4) for k, v in timings.items()}, seconds=round(seconds, 4),
             docs_per_s=round(docs / seconds, 3) if seconds > 0 else None,
             tokens_per_s=round(tokens / seconds, 1) if seconds > 0 else None,
             finished_at=datetime.now(UTC).isoformat(timespec="seconds"),
-        )
+        )  # fmt: skip
 
     def with_write(self, write_s: float) -> FileStats:
         """These stats with the time the outputs before them took to write."""

@@ -96,12 +96,9 @@ SIDECAR = OutputKind(
     nonempty=True,
 )
 STATS = OutputKind(
-    "stats",
-    filestats.SUFFIX,
-    build=lambda f: f.stats.to_json(),
-    parse=FileStats.from_json,
+    "stats", filestats.SUFFIX, build=lambda f: f.stats.to_json(), parse=FileStats.from_json,
     check=lambda stats, want: stats.problems(want.rel, want.rows, want.labelling),
-)
+)  # fmt: skip
 MARKER = OutputKind(
     "marker",
     markers.FILE_MARKER_SUFFIX,

@@ -92,16 +92,11 @@ def summarize(
     task_ids = pc.unique(table["task_id"]).to_pylist()
     used = len(pc.unique(table["shard"])) if table.num_rows else 0
     return PlanSummary(
-        fingerprint=fingerprint(task_ids),
-        tasks=len(task_ids),
-        files=table.num_rows,
-        bytes=int(pc.sum(table["size"]).as_py() or 0),
-        shards_total=total_shards,
-        shards_empty=total_shards - used,
-        built_at=datetime.now(UTC).isoformat(timespec="seconds"),
-        minimum_shard_index=minimum_shard_index,
-        files_per_task=files_per_task,
-    )
+        fingerprint=fingerprint(task_ids), tasks=len(task_ids), files=table.num_rows,
+        bytes=int(pc.sum(table["size"]).as_py() or 0), shards_total=total_shards,
+        shards_empty=total_shards - used, built_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        minimum_shard_index=minimum_shard_index, files_per_task=files_per_task,
+    )  # fmt: skip
 
 
 def save(run_dir: Path, table: pa.Table, summary: PlanSummary) -> None:

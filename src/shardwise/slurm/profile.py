@@ -148,8 +148,7 @@ def view(
     jobs = profile.get("jobs")
     return JobRequest(
         jobs=int(jobs) if isinstance(jobs, int | str) and str(jobs).isdigit() else None,
-        group_components=int(k),
-        partitions=partitions,
+        group_components=int(k), partitions=partitions,
         partition_source=source or "the cluster's default partition",
         account=None if account in (None, "") else str(account),
         constraint=None if constraint in (None, "") else str(constraint),
@@ -158,10 +157,8 @@ def view(
         gpus=int(gpus if gpus is not None else classify_cfg.get("gpu", 0) or 0),
         cpus=int(cpus) if cpus is not None else classify_cfg.get("cpus_per_task"),
         mem_mb=int(mem) if mem is not None else classify_cfg.get("mem_mb"),
-        status_command=str(status) if status else None,
-        init_seconds=int(init),
-        raw=profile,
-    )
+        status_command=str(status) if status else None, init_seconds=int(init), raw=profile,
+    )  # fmt: skip
 
 
 def feature_names(constraint: str) -> list[str]:

@@ -1,10 +1,8 @@
 """Length-sorted batching under a padded-token budget, and the OOM policy (no torch).
 
-Web documents have heavy-tailed lengths: fixed-count batches in input order spend most of
-the compute on padding. A file sorted longest first, cut under a padded-token budget (rows
-x longest row), keeps every batch about the same memory and time; :func:`plan_min_padding`
-cuts where padding plus a per-batch cost is least (a greedy fill left 0.83 of computed
-tokens real at 300 documents per file), exactly, in O(n).
+A file sorted longest first and cut under a padded-token budget keeps every batch about
+the same memory and time; :func:`plan_min_padding` cuts where padding plus a per-batch
+cost is least, exactly, in O(n) (a greedy fill left 0.83 of the tokens real).
 """
 
 from collections import deque

@@ -1,11 +1,8 @@
 """The re-check threshold, measured per job and classifier (``recheck_margin: auto``).
 
-How far half precision moves the top-two margin depends on the model, the length and the
-GPU, so a fixed threshold fits only the models it was chosen on. Each job runs a sample
-spread over the lengths in both precisions; the threshold is ``SAFETY`` x the largest
-margin error, per length bucket. What is left is estimated (errors modelled as
-exponential, a heavier tail than rounding's: a document with margin ``m`` flips with
-probability ``exp(-m / beta)``, with a 95% bound). A classifier that would send more than
+A sample spread over the lengths runs in both precisions; the threshold is ``SAFETY`` x
+the largest margin error per length bucket, and what is left is estimated (errors taken
+as exponential, a heavier tail than rounding's). A classifier that would send more than
 ``FALLBACK_SHARE`` of a file to fp32 runs in fp32 for the rest of the job. docs/engine.md.
 """
 

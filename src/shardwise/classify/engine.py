@@ -1,13 +1,10 @@
 """The classification engine: load classifiers once, ``prepare()`` (CPU) then ``run()`` (device).
 
-``prepare`` only tokenizes and never touches torch, so a reader thread prepares file N+1
-while ``run`` computes file N. ``run`` sorts a file longest first, cuts batches under a
-padded-token budget (probed once per job on CUDA, halved on OOM, the failing batch
-retried), runs every classifier sharing an id stream on the same batch, and keeps logits
-on the device until a classifier's pass is done. Half precision flips near ties, so rows
-whose top-two margin is small (or not finite) are run again in fp32 from a second,
-checkpoint-loaded copy of the model. docs/engine.md says why, with the measurements.
-This module (with ``classify.models``, ``classify.device``) is the only torch importer.
+``prepare`` only tokenizes (a reader thread prepares file N+1 while ``run`` computes file
+N); ``run`` batches a file sorted longest first under a padded-token budget, runs every
+classifier sharing an id stream on the same batch, and re-runs near ties in fp32 from a
+checkpoint-loaded copy. docs/engine.md says why, with the measurements. With
+``classify.models`` and ``classify.device``, the only torch importer.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """A pause a shard job honours, so that tests which race a run wait for an event, not time.
 
-Never set in production. With ``SHARDWISE_TEST_GATE=<dir>`` a shard job stops after its
-``SHARDWISE_TEST_GATE_AFTER``-th labelled file (default 0: before the first), creates
-``<dir>/<shard>.waiting`` (its pid and SLURM job id) and goes on once ``<dir>/open``
-exists (or after ``SHARDWISE_TEST_GATE_TIMEOUT`` s, default 900). The test waits for that
-event, kills or restarts, and opens the gate: the race happens at the same point on any
-machine. The wait sleeps in the main thread, so SIGTERM stops it.
+Never set in production. With ``SHARDWISE_TEST_GATE=<dir>`` a job stops after its
+``SHARDWISE_TEST_GATE_AFTER``-th labelled file, writes ``<dir>/<shard>.waiting`` and goes
+on once ``<dir>/open`` exists (or after ``SHARDWISE_TEST_GATE_TIMEOUT`` s, default 900).
 """
 
 import os

@@ -1,12 +1,9 @@
 """Load sequence classifiers faithfully, including Alibaba "new"-format GTE checkpoints.
 
-The WebOrganizer classifiers are fine-tuned ``gte-base-en-v1.5`` checkpoints whose config says
-``model_type: "new"`` and points ``auto_map`` at custom code that no longer runs on transformers
-5.x. transformers >= 5.23 ships a native GTE and converts the "new" weight names on load, so all
-that is needed is a rewritten ``config.json``. We never edit the user's files (they may be a
-shared, read-only hub cache): the rewritten config goes into a cache directory of its own whose
-other files are symlinks to the originals, and transformers loads that directory natively.
-``trust_remote_code`` is never used.
+The WebOrganizer checkpoints say ``model_type: "new"`` and point at custom code that no
+longer runs; transformers 5 loads them as its native GTE given a rewritten
+``config.json``, written into a cache directory of its own (the other files symlinked:
+the user's files, maybe a read-only hub cache, are never edited; no remote code runs).
 """
 
 import contextlib

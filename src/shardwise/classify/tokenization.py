@@ -1,12 +1,8 @@
 """Shared tokenization: tokenize each text once and each url once, for every classifier.
 
-For a BERT-style pipeline (BertNormalizer, whitespace pre-tokenizer, WordPiece, ``[CLS] $A
-[SEP]``) the blank lines of ``"{url}\\n\\n{text}"`` are a hard word boundary, so its tokens
-are ``tokens(url) + tokens(text)``: the pieces are encoded once and each classifier's ids
-assembled from them. That equality is verified, not assumed: another pipeline is encoded
-whole, and every call checks a sample against the tokenizer's own output (a mismatch
-switches that tokenizer to whole strings for good). Long texts are cut after whitespace
-well past the truncation length first. No torch here: this runs on a reader thread.
+For a BERT-style pipeline the blank lines of ``"{url}\n\n{text}"`` are a hard word
+boundary, so each classifier's ids are assembled from the two pieces; that is verified on
+a sample of every call (a mismatch, or another pipeline, encodes whole strings). No torch.
 """
 
 from __future__ import annotations

@@ -1,13 +1,6 @@
-"""What several verbs share: ``--run-dir``, ``--format`` (one vocabulary), number types,
-and the one way a result is printed (:func:`emit`).
-
-Every verb that prints a report takes ``--format`` from the same words: ``table`` (for
-people: aligned text, the default), ``json`` (for scripts), and where the verb has
-them ``markdown`` and ``csv``. ``text``, the word ``verify`` and ``quarantine --list``
-used before, is accepted as ``table`` so scripts keep working. The JSON of every verb
-is one object, keys sorted, indented by two (one line per document in JSON Lines),
-documented in ``docs/schemas/<verb>.schema.json``.
-"""
+"""What several verbs share: ``--run-dir``, ``--format`` (one vocabulary: ``table``, ``json``,
+``markdown``, ``csv``; ``text`` is read as ``table``), number types, and the one way a
+result is printed (:func:`emit`: one JSON object, keys sorted; docs/schemas/)."""
 
 import argparse
 import json

@@ -1,12 +1,8 @@
 """The corpus's label distribution from the tasks labelled so far, with 95% intervals.
 
-Pure and vectorised; the method, its formulas and its assumptions are in docs/domains.md.
-Tasks go to shards by a hash, so the tasks of the finished shards are a random sample of
-the corpus's tasks, each a cluster of documents. The share of a cell is a post-stratified
-ratio estimate (strata: the categories, small ones pooled; weights: the plan's input
-bytes); its variance by linearisation, the interval on the logit scale with Student t and
-Satterthwaite's degrees of freedom, floored at a simple random sample's; unseen cells and
-categories with nothing labelled get bounds that hold whatever they hold.
+Pure and vectorised; the method, its formulas and assumptions are in docs/domains.md:
+the finished shards' tasks are a random sample of clusters, each cell's share a
+post-stratified ratio estimate with a linearised variance and a logit-scale interval.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """A failed shard job's reason on the console; the run stops early on a shared one.
 
-Snakemake 9.27 reports a failed job as ``Error in rule classify: message: None``, local
-and SLURM alike: the reason is only in the job's log. :func:`install` wraps
-``Job.log_error`` and ``GroupJob.log_error`` in the top-level process to put each shard's
-reason (its failure record, ``run/failures.py``) in that ``message``, once per reason
-("the same reason as shard N (K so far)"), and to stop the run when the first
-``stop_after`` shards to fail, before any succeeded, failed for one *shared* reason (no
-retry, no new job; running ones finish). :meth:`FailureLog.summary` is the ``onerror`` line.
+Snakemake 9.27 says ``message: None`` for a failed job: :func:`install` wraps
+``Job.log_error`` and ``GroupJob.log_error`` to put each shard's reason (its failure
+record) there, once per reason, and stops the run when the first ``stop_after`` shards to
+fail, before any succeeded, failed for one *shared* reason (no retry fixes it).
 """
 
 import threading

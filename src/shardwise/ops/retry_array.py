@@ -1,12 +1,6 @@
-"""Retry lines for SLURM job arrays, in the exact format of NeMo Curator's ``retry_array.py``.
-
-For a plain ``sbatch --array`` script running ``shardwise classify-shard --shard
-$((SLURM_ARRAY_TASK_ID + SHARD_INDEX_OFFSET))``: ``expression`` is one range expression
-of the missing shards; ``fields`` is ``ARRAY_EXPRESSION SHARD_INDEX_OFFSET
-MINIMUM_SHARD_INDEX TOTAL_SHARDS`` per submission, one window per ``max_array_size``
-(SLURM's ``MaxArraySize`` caps the *index*). Shard numbers are absolute: ``total 4, min 1,
-done {1, 3}`` gives ``2,4 0 1 4``.
-"""
+"""Retry lines for SLURM job arrays, in the format of NeMo Curator's ``retry_array.py``:
+``expression`` (one range expression) or ``fields`` (``ARRAY_EXPRESSION SHARD_INDEX_OFFSET
+MINIMUM_SHARD_INDEX TOTAL_SHARDS``, one window per ``max_array_size``); absolute shards."""
 
 from collections.abc import Iterable
 from dataclasses import dataclass

@@ -1,12 +1,6 @@
-"""``shardwise select``, pass 1: from target domain weights and a token budget to a rate
-per domain, from the shard summaries alone.
-
-The weights are WebOrganizer's ``[{"domain": D, "weight": w}]`` (``D`` a label or a
-``[topic, format]`` cell, by id or name; a domain left out weighs 0). A domain's rate is
-``min(budget x weight / its tokens, max_repeat)``; a capped or empty one is reported with
-its shortfall, which ``redistribute`` spreads over the others by weight. Pass 2 is
-``ops/select_files.py``.
-"""
+"""``shardwise select``, pass 1: from target domain weights (WebOrganizer's shape) and a
+token budget to a rate per domain, from the shard summaries alone: ``min(budget x weight
+/ tokens, max_repeat)``, a capped domain's shortfall reported (or redistributed)."""
 
 import difflib
 import json

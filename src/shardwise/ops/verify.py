@@ -1,13 +1,9 @@
 """``shardwise verify``: an fsck for a run, from the outside, trusting no marker.
 
-Markers are the only proof of work, so what they vouch for is checked without assuming
-the code that wrote them was right: every done shard belongs to the assignment and its
-files are marked; every marked file's outputs exist and agree with the plan and with the
-*input* (rows and ids, read again), each through its kind's parser and checker
-(``run/outputs``); one listing of each root finds orphans and temp files. A *problem*
-contradicts a marker (exit 1); a *warning* is a state a retry clears by itself.
-``--sample F`` reads the contents of a fraction of the files (presence is always checked
-for all); ``--complete`` wants every shard done. Local and S3 runs alike.
+Every done shard and every marked file is checked against the plan and the *input*,
+each output through its kind's parser and checker (``run/outputs``); one listing of each
+root finds orphans. A *problem* contradicts a marker (exit 1); a *warning* is a state a
+retry clears by itself.
 """
 
 from __future__ import annotations

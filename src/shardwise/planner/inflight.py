@@ -1,12 +1,9 @@
 """Shards that live jobs are already working on: left out of a new invocation's targets.
 
-A main process that dies without Ctrl-C leaves its SLURM jobs running and pending, and the
-plugin names jobs anew per invocation, so the next one would submit their shards again.
-Found at plan time from the **claims** of running shard jobs whose holder lives, and from
-**the queue**: the user's plugin jobs from this workflow's directory, whose batch script
-(read once per job, cached in ``claims/jobs.json``) names this Snakefile, these config
-files and ``--target-jobs classify:shard=N``. Cost: nothing without claims or a cluster
-executor, else one squeue (and ``squeue -s`` for steps) and one scontrol per new job.
+A main process that dies leaves its jobs running, and the next invocation would submit
+their shards again. They are the live **claims**, and **the queue**'s plugin jobs of this
+workflow, whose batch script (read once, cached) names this Snakefile, these config files
+and the shards.
 """
 
 import base64

@@ -1,11 +1,8 @@
 """Everything under ``claims/``: which live job works on a shard, and the workflow's jobs.
 
-A shard job creates ``claims/<shard>.json`` when it starts (create-if-absent: of two racing
-jobs one wins) and removes it however it ends; SIGKILL leaves it behind, *stale* once its
-holder is known gone: a SLURM job squeue no longer lists (or its step), a local process no
-longer running as the same process (pid, start time, boot id). A claim from another host
-without a job id cannot be checked: it counts as live. :func:`judge` is pure over what
-squeue said. ``workflow.json`` and ``jobs.json`` find the workflow's queued jobs.
+A job creates ``claims/<shard>.json`` (create-if-absent) and removes it however it ends;
+one left by SIGKILL is stale once its holder is known gone (squeue, or the same local
+process); one from another host without a job id counts as live. :func:`judge` is pure.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
-"""Dolma attributes: the labels as ``dolma mix`` reads them, derived from the sidecar.
+"""Dolma attributes: the labels as ``dolma mix`` reads them, from the sidecar alone.
 
-For a JSON Lines source ``<rel>``, the attributes root (by default ``<root>/attributes/
-<name>`` beside ``<root>/documents``) holds ``<rel>`` with the same compression, one line
-per document in order: ``{"id", "attributes": {"<name>__<c>__label", "__label_id",
-"__prob"[, "__probs"]}}`` per classifier ``c`` (keys kept to ``[A-Za-z0-9_]``, as ``dolma
-tag`` does). Built from the sidecar alone (no document read, no GPU). dolma 1.2.1 ignores
-a **missing file in silence** (an include filter drops all its documents) and compares ids
-by JSON type: ``verify`` checks every file (docs/reference: dolma-and-mixtures).
+Beside ``<root>/documents/<rel>``, ``<root>/attributes/<name>/<rel>`` (same compression),
+one line per document: ``{"id", "attributes": {"<name>__<c>__label", ...}}``. dolma 1.2.1
+ignores a **missing file in silence** and compares ids by JSON type: verify checks each.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """The per-file output contract: every file a run writes beside a labelled source file.
 
-One registry, :data:`KINDS`, names the kinds in write order: the data kinds (sidecar,
-Dolma attributes), the stats (which time the writes before them), the marker last, which
-vouches for every other. Each kind says how it is built, how its bytes parse into a typed
-record, and how a record is checked against the plan and the input. Whoever asks "is this
-an output?", "what must a labelled file have?" or "write a file's outputs" asks here
-(manifest, verify, coverage, walltime): a new kind is one entry, and nothing else names a
-suffix.
+:data:`KINDS` names them in write order (data, stats, the marker last), each with how it is
+built, parsed into a typed record and checked. Whoever asks "is this an output?" or
+"write a file's outputs" asks here: a new kind is one entry; nothing else names a suffix.
 """
 
 import functools

@@ -1,12 +1,8 @@
 """Read one source file's documents: id, text and url, nothing else.
 
-Parquet with column projection, JSON Lines (plain, .gz, .zst) streamed; fields may be
-dotted paths (``metadata.url``). A configured field in *no* row of a non-empty file is an
-operator's typo, not bad data: refused, naming the field, the fields found and the closest
-one. Imperfect data is labelled and counted (``Documents.counts``): a field missing from
-some rows, null or empty or non-string text, null ids and urls, invalid UTF-8 (replaced),
-a byte-order mark (dropped), duplicate ids (kept: the sidecar is row-aligned). A file that
-cannot be parsed raises InputError naming it (and the line).
+Parquet with column projection, JSON Lines streamed; fields may be dotted paths. A field in
+*no* row of a file is a config typo, refused with the fields found; imperfect rows are
+labelled and counted (``Documents.counts``); an unparsable file is an InputError naming it.
 """
 
 import contextlib

@@ -1,13 +1,9 @@
 """A selection: which labelled documents a training mix takes, and how many times each.
 
-Under ``<run_dir>/selections/<name>/``: ``selection.json`` (:class:`SelectionPlan`: the
-request and each domain's **rate**, written once), ``shards/<shard>.json``
-(:class:`ShardSelection`: one shard's files selected, counted from the sidecars), and
-``files/<rel>.parquet`` (the rows taken: ``row``, ``id``, ``repeats``); with
-``output.dolma``, the attribute set ``<name>`` with every row's count (0: not taken).
-A document of rate ``r`` is taken ``floor(r) + 1[h(seed, id) < frac(r)]`` times, ``h`` a
-keyed BLAKE2b of its id (``<rel>#<row>`` without one): the same seed gives the same bytes,
-and each file's selection depends on its own rows alone.
+``selections/<name>/``: ``selection.json`` (:class:`SelectionPlan`, each domain's rate),
+``shards/<shard>.json`` (:class:`ShardSelection`, counted) and ``files/<rel>.parquet``. A
+document of rate ``r`` is taken ``floor(r) + 1[h(seed, id) < frac(r)]`` times (``h`` a keyed
+BLAKE2b): the same seed gives the same bytes, each file's selection its own rows alone.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""The SLURM profile as the plugin will see it: merged, expanded, and what it asks for.
-
-Snakemake merges ``--profile`` directories per *top-level key* (a later
-``set-resources`` replaces the whole mapping) and expands ``$VARS`` (an unset one stays
-``${NAME}``): :func:`load` does the same, :func:`view` says what one classify job asks
-sbatch for. Site values (partition, constraint, QOS) may come from ``SHARDWISE_SLURM_*``
-variables, added as resources only when set, so ``default-resources`` still applies
-without them and an overlay's ``set-resources`` still wins.
-"""
+"""The SLURM profile as the plugin will see it: merged per top-level key and ``$VARS``
+expanded, as Snakemake does (:func:`load`), and what one classify job asks sbatch for
+(:func:`view`); site values may come from ``SHARDWISE_SLURM_*`` (added only when set)."""
 
 import ast
 import os

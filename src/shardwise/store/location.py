@@ -1,13 +1,9 @@
 """One code path for local folders and object stores (``s3://``, any fsspec URL).
 
-A ``Location`` is a root plus a filesystem; the rest of shardwise speaks in paths relative
-to a root, so a corpus moves between a mount and a bucket without re-sharding. On S3 (R2,
-MinIO, Ceph) it calls s3fs's client directly where that saves requests: a listing is one
-paginated ListObjectsV2 (never a HEAD per file), a whole-object PUT is atomic by nature,
-``create_if_absent`` is one conditional PUT (``If-None-Match: *``). Every remote request
-is retried by ``store.backoff`` and nothing else, so a bound in config is the real bound.
-Credentials are never inputs here: botocore finds them in the environment, the AWS
-profile files or the instance role (``config.StorageOptions`` refuses them in config).
+A root plus relative paths, so a corpus moves between a mount and a bucket unchanged. On
+S3 the client is called where that saves requests (one paginated listing, whole-object
+PUTs, ``create_if_absent`` as one conditional PUT); every request is retried by
+``store.backoff`` alone. Credentials are never inputs here.
 """
 
 from __future__ import annotations

@@ -84,19 +84,15 @@ def check_facts(request: JobRequest, *, timeout: float = command.DEFAULT_TIMEOUT
 
 def findings(request: JobRequest, facts: CheckFacts, max_minutes: int) -> list[CheckResult]:
     """Every check's finding, in a stable order."""
+    name = (facts.config.value or {}).get("ClusterName", "?")
+    controller = CheckResult("controller", OK, f"cluster {name} answers (user {facts.user})")
     if not facts.config.ok:
-        controller = CheckResult(
-            "controller", FAIL, facts.config.problem or "no answer",
-            "nothing can be submitted or checked without the SLURM controller",
-            "run this on a login node of the cluster (where sbatch works)",
-        )  # fmt: skip
-    else:
-        name = (facts.config.value or {}).get("ClusterName", "?")
-        controller = CheckResult("controller", OK, f"cluster {name} answers (user {facts.user})")
-    out = [controller, _account(request, facts), _jobs(request, facts)]
-    out.append(_status_command(request, facts))
+        why = "nothing can be submitted or checked without the SLURM controller"
+        fix = "run this on a login node of the cluster (where sbatch works)"
+        controller = CheckResult("controller", FAIL, facts.config.problem or "no answer", why, fix)
     parts, part_findings = _partitions(request, facts, max_minutes)
-    out += part_findings
+    out = [controller, _account(request, facts), _jobs(request, facts),
+           _status_command(request, facts), *part_findings]  # fmt: skip
     if request.constraint:
         out.append(_constraint(request, facts, parts))
     out += _excluded(request, facts)
@@ -287,24 +283,17 @@ def _partitions(
         # sbatch -p a,b runs the job wherever it can: one bad partition is a warning
         out = [replace(r, status=WARN) if r.status == FAIL else r for r in out]
     if not names:
+        found = "no partition given and the cluster has no default partition"
+        fix = f"export SHARDWISE_SLURM_PARTITION={gpu_list}"
         out.append(
-            CheckResult(
-                "partition", FAIL, "no partition given and the cluster has no default partition",
-                "sbatch refuses jobs without a partition",
-                f"export SHARDWISE_SLURM_PARTITION={gpu_list}",
-            )
-        )  # fmt: skip
-    usable = sum(parts[n].usable_gpus for n in names if n in parts)
-    if names and request.gpus and not usable and any(n in parts for n in names):
-        out.append(
-            CheckResult(
-                "gpus", WARN,
-                "no usable GPU in the partitions right now (all GPU nodes down or drained)",
-                "jobs will pend until nodes return",
-                f"see `sinfo -R`; partitions with GPUs: {gpu_list}",
-            )
-        )  # fmt: skip
-    return {n: parts[n] for n in names if n in parts}, out
+            CheckResult("partition", FAIL, found, "sbatch refuses jobs without a partition", fix)
+        )
+    asked = {n: parts[n] for n in names if n in parts}
+    if asked and request.gpus and not sum(p.usable_gpus for p in asked.values()):
+        found = "no usable GPU in the partitions right now (all GPU nodes down or drained)"
+        fix = f"see `sinfo -R`; partitions with GPUs: {gpu_list}"
+        out.append(CheckResult("gpus", WARN, found, "jobs will pend until nodes return", fix))
+    return asked, out
 
 
 def _partition(
@@ -326,14 +315,13 @@ def _partition(
                          f"partitions with GPUs here: {gpu_list}"))  # fmt: skip
     if p.max_minutes is not None and p.max_minutes < limit:
         fit_k = p.max_minutes // max(max_minutes, 1)
+        found = f"MaxTime {p.max_minutes} min < K x walltime.max_minutes = {k} x {max_minutes}"
+        found += f" = {limit} min"
+        fix = f"walltime.max_minutes: {max(p.max_minutes // max(k, 1), 1)}" + (
+            f", or --group-components classify={fit_k}" if fit_k >= 1 else ""
+        )
         problems.append(
-            (
-                f"MaxTime {p.max_minutes} min < K x walltime.max_minutes = "
-                f"{k} x {max_minutes} = {limit} min",
-                "a group job asking for more pends forever (PartitionTimeLimit)",
-                f"walltime.max_minutes: {max(p.max_minutes // max(k, 1), 1)}"
-                + (f", or --group-components classify={fit_k}" if fit_k >= 1 else ""),
-            )
+            (found, "a group job asking for more pends forever (PartitionTimeLimit)", fix)
         )
     if problems:
         found, why, fix = ("; ".join(x) for x in zip(*problems, strict=True))
@@ -343,7 +331,7 @@ def _partition(
         f"partition {name}: UP, {p.usable_gpus}/{p.gpus} GPUs usable, MaxTime "
         f"{max_time} >= K x walltime.max_minutes = {limit} min"
     )
-    return CheckResult("partition", OK, found, "", "")
+    return CheckResult("partition", OK, found)
 
 
 def _constraint(
@@ -400,19 +388,19 @@ def _bad_nodes(
     for n in facts.nodes.value or []:
         if n.partition in parts and not n.usable:
             seen.setdefault(n.name, n)
-    return [
-        CheckResult(
-            "node",
-            OK if n.name in request.exclude else WARN,
-            f"node {n.name} is {n.state} ({n.gres or 'no gres'}), reason: "
-            f"{n.reason or 'none given'}"
-            + (f" since {n.reason_time}" if n.reason_time else "")
-            + (" (excluded by the profile)" if n.name in request.exclude else ""),
-            "its GPUs are not available to the run",
-            "nothing to do unless it stays so; the admins own it",
+    out = []
+    for n in seen.values():
+        excluded = n.name in request.exclude
+        found = f"node {n.name} is {n.state} ({n.gres or 'no gres'}), reason: "
+        found += f"{n.reason or 'none given'}" + (
+            f" since {n.reason_time}" if n.reason_time else ""
         )
-        for n in seen.values()
-    ]
+        found += " (excluded by the profile)" if excluded else ""
+        why, fix = "its GPUs are not available to the run", "nothing to do unless it stays so"
+        out.append(
+            CheckResult("node", OK if excluded else WARN, found, why, fix + "; the admins own it")
+        )
+    return out
 
 
 def _reservations(
@@ -450,14 +438,12 @@ def _reservations(
     if start > facts.now and gap >= longest:
         return CheckResult("reservations", OK, found)
     fit = max(1, gap // max(request.group_components, 1))
-    return CheckResult(
-        "reservations",
-        WARN,
-        found,
+    why = (
         f"a job asking for more than {gap} min pends until the window ends ('ReqNodeNotAvail, "
-        f"Reserved for maintenance'); the longest job asks for {longest} min",
-        f"walltime.max_minutes: {fit} until the window (or wait for it to pass)",
+        f"Reserved for maintenance'); the longest job asks for {longest} min"
     )
+    fix = f"walltime.max_minutes: {fit} until the window (or wait for it to pass)"
+    return CheckResult("reservations", WARN, found, why, fix)
 
 
 def overlay(

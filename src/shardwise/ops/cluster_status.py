@@ -6,9 +6,10 @@ shards read from each job's ``--target-jobs`` (job names change with every invoc
 :func:`status_facts` makes the SLURM calls; :func:`build` reads only the run directory.
 """
 
+import functools
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -149,25 +150,19 @@ def status_facts(run_dir: Path, *, timeout: float = command.DEFAULT_TIMEOUT) -> 
         if detail.ok and detail.value:
             shards = len(mine[oldest.id][1]) or 1
             request = detail.value
-            ask = _test_only(
-                starts, lambda m: walltime_probe.test_only_options(request, m), timeout
-            )
+            options = functools.partial(walltime_probe.test_only_options, request)
             asked = walltime_probe.probe_minutes(oldest.time_limit_minutes, shards)
+            ask = _test_only(starts, options, timeout)
             walltime_probe.longest_starting_now(ask, asked, datetime.now())
-            if walltime_probe.waits_for_reservation(oldest.reason) and not _visible_window(
-                windows, oldest
-            ):
+            reserved = walltime_probe.waits_for_reservation(oldest.reason)
+            if reserved and not _visible_window(windows, oldest):
                 hidden = _locate_window(request, asked, timeout)
     others = None
     private = cfg.ok and "jobs" in queries.private_data(cfg.value or {})
     parts = sorted({p for j, _ in mine.values() for p in j.partition.split(",") if p})
     if parts and not private:
         found = queries.partition_jobs(parts, timeout=timeout)
-        others = (
-            Answer([j for j in found.value or [] if j.user != user])
-            if found.ok
-            else Answer(None, found.problem, found.kind)
-        )
+        others = Answer([j for j in found.value or [] if j.user != user]) if found.ok else found
     return StatusFacts(
         user, datetime.now(), queue, cfg, nodes, limits, others, detail, starts, windows, hidden
     )
@@ -196,7 +191,7 @@ def _locate_window(request: dict[str, str], asked: list[int], timeout: float) ->
     """Minutes until a hidden window: the longest limit at which a small ``--test-only``
     job starts now (``walltime_probe.window_options``)."""
     small: dict[int, Answer[datetime]] = {}
-    ask = _test_only(small, lambda m: walltime_probe.window_options(request, m), timeout)
+    ask = _test_only(small, functools.partial(walltime_probe.window_options, request), timeout)
     found = walltime_probe.longest_starting_now(ask, asked, datetime.now())
     if found is not None:
         return Answer(found)
@@ -253,10 +248,8 @@ def build(run_dir: Path, facts: StatusFacts) -> Status:
         notes.append(f"sinfo did not answer ({facts.nodes.problem})")
     others = None
     if facts.config.ok and "jobs" in queries.private_data(facts.config.value or {}):
-        notes.append(
-            "other users' jobs are hidden (PrivateData=jobs): how many jobs are ahead of "
-            "yours is unknown"
-        )
+        notes.append("other users' jobs are hidden (PrivateData=jobs): how many jobs are ahead "
+                     "of yours is unknown")  # fmt: skip
     elif facts.others is not None and facts.others.ok:
         c = Counter(j.state for j in facts.others.value or [])
         others = {"pending": c.get("PENDING", 0), "running": c.get("RUNNING", 0)}
@@ -286,14 +279,10 @@ def _pending(jobs: tuple[RunJob, ...]) -> tuple[dict[str, Any], ...]:
         if j.state == "PENDING":
             groups.setdefault(j.reason or "(none)", []).append(j)
     return tuple(
-        {
-            "reason": reason,
-            "jobs": [j.id for j in js],
-            "shards": sum(len(j.shards) for j in js),
-            **{k: v for k, v in asdict(explain(reason)).items() if k != "reason"},
-        }
+        {**asdict(explain(reason)), "reason": reason, "jobs": [j.id for j in js],
+         "shards": sum(len(j.shards) for j in js)}
         for reason, js in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
-    )
+    )  # fmt: skip
 
 
 def _submit_cap(
@@ -301,16 +290,19 @@ def _submit_cap(
 ) -> tuple[int | None, str]:
     """The submit cap of the account and QOS the run's jobs use most, and where it is from."""
     limits = facts.limits.value if facts.limits.ok else None
-    accounts = Counter(j.account for j, _ in mine.values())
-    qoses = Counter(j.qos for j, _ in mine.values())
-    account = accounts.most_common(1)[0][0] if accounts else None
+    account = _most_common(j.account for j, _ in mine.values())
+    qos = _most_common(j.qos for j, _ in mine.values())
     if account is None and limits is not None:
         account = limits.default_account or None
-    qos = qoses.most_common(1)[0][0] if qoses else None
     cap, source = cluster_check.submit_cap(account, qos, limits)
     if limits is None:
         source = f"unknown ({facts.limits.problem})"
     return cap, source
+
+
+def _most_common(values: Iterable[str]) -> str | None:
+    found = Counter(values).most_common(1)
+    return found[0][0] if found else None
 
 
 def _progress(run_dir: Path, jobs: tuple[RunJob, ...], now: datetime) -> Progress:
@@ -347,12 +339,8 @@ def _main_process(submitter: claims.Submitter | None) -> dict[str, Any]:
     alive: bool | None = None
     if submitter.host == claims.hostname() and submitter.pid:
         alive = claims.process_alive(submitter.pid, None)
-    return {
-        "host": submitter.host,
-        "pid": submitter.pid,
-        "alive": alive,
-        "since": inflight.local_time(submitter.started_at),
-    }
+    since = inflight.local_time(submitter.started_at)
+    return {"host": submitter.host, "pid": submitter.pid, "alive": alive, "since": since}
 
 
 def _probe(
@@ -379,6 +367,14 @@ def status(run_dir: Path, *, timeout: float = command.DEFAULT_TIMEOUT) -> Status
 
 def to_dict(status: Status) -> dict[str, Any]:
     """The JSON document (schema: docs/schemas/cluster-status.schema.json)."""
+    gpus = sum(j.gpus for j in status.running)
+    counts = {
+        "running": len(status.running),
+        "pending": len(status.pending_jobs),
+        "gpus_in_use": gpus,
+    }
+    slots = {"run": len(status.jobs), "user": status.user_jobs, "cap": status.submit_cap,
+             "cap_source": status.cap_source}  # fmt: skip
     return {
         "format_version": 1,
         "command": "cluster status",
@@ -386,18 +382,9 @@ def to_dict(status: Status) -> dict[str, Any]:
         "generated_at": status.generated_at,
         "user": status.user,
         "main_process": status.main_process,
-        "counts": {
-            "running": len(status.running),
-            "pending": len(status.pending_jobs),
-            "gpus_in_use": sum(j.gpus for j in status.running),
-        },
+        "counts": counts,
         "gpus_in_use": _gpu_usage(status),
-        "submit_slots": {
-            "run": len(status.jobs),
-            "user": status.user_jobs,
-            "cap": status.submit_cap,
-            "cap_source": status.cap_source,
-        },
+        "submit_slots": slots,
         "jobs": [{**asdict(j), "shards": list(j.shards)} for j in status.jobs],
         "pending_reasons": [dict(p) for p in status.pending],
         "walltime_probe": None if status.probe is None else asdict(status.probe),
@@ -450,22 +437,19 @@ def format_table(status: Status) -> str:
     return "\n".join(lines)
 
 
+_GONE = "GONE (run snakemake again: shards that live jobs still hold are not submitted twice)"
+
+
 def _head_lines(status: Status) -> list[str]:
     """The main process, job and slot counts, GPUs in use, shard progress, other users."""
     lines = []
     m = status.main_process
     if m["pid"]:
-        alive = {True: "running", False: "GONE", None: "on another host: cannot check"}[m["alive"]]
-        if m["alive"] is False:
-            alive += (
-                " (run snakemake again: shards that live jobs still hold are not submitted twice)"
-            )
+        alive = {True: "running", None: "on another host: cannot check"}.get(m["alive"], _GONE)
         lines.append(f"main process  pid {m['pid']} on {m['host']} since {m['since']}: {alive}")
-    cap = (
-        f"of cap {status.submit_cap:,} ({status.cap_source})"
-        if status.submit_cap is not None
-        else f"(submit cap: {status.cap_source})"
-    )
+    cap = f"(submit cap: {status.cap_source})"
+    if status.submit_cap is not None:
+        cap = f"of cap {status.submit_cap:,} ({status.cap_source})"
     user_jobs = "?" if status.user_jobs is None else f"{status.user_jobs:,}"
     lines.append(
         f"jobs          {len(status.running)} running, {len(status.pending_jobs)} pending "
@@ -475,11 +459,9 @@ def _head_lines(status: Status) -> list[str]:
     types = ", ".join(f"{u['partition']} {u['type']} x{u['gpus']}" for u in usage)
     lines.append(f"GPUs in use   {sum(u['gpus'] for u in usage)}" + (f": {types}" if usage else ""))
     p = status.progress
-    eta = (
-        f"ETA {format_duration(p.eta_seconds)} at the {p.gpus_running} GPU(s) running now"
-        if p.eta_seconds is not None
-        else ("no ETA: no GPU of this run is running" if p.shards_done < p.shards_total else "")
-    )
+    eta = "no ETA: no GPU of this run is running" if p.shards_done < p.shards_total else ""
+    if p.eta_seconds is not None:
+        eta = f"ETA {format_duration(p.eta_seconds)} at the {p.gpus_running} GPU(s) running now"
     lines.append(
         f"shards        {p.shards_done:,} / {p.shards_total:,} done; last finished "
         f"{_ago(p.seconds_since_last)}; {p.finished_last_hour:,} in the last hour; {eta}"
@@ -523,9 +505,8 @@ def _probe_lines(pr: Probe) -> list[str]:
         f"{sources}, nothing submitted)",
     ]
     for r in pr.rows:
-        when = (
-            "now" if r.starts_now else (r.start.replace("T", " ") if r.start else f"? {r.problem}")
-        )
+        when = r.start.replace("T", " ") if r.start else f"? {r.problem}"
+        when = "now" if r.starts_now else when
         origin = f"  [{r.source}]" if r.method is not walltime_probe.Method.TEST_ONLY else ""
         lines.append(f"  {r.minutes:>6} min  ({r.label:<23})  expected start: {when}{origin}")
     lines.append(f"  => {pr.advice}")

@@ -219,7 +219,6 @@ def _sample(data: DomainData, view: str, weight: str) -> tuple[Sample, tuple[lis
             label_maps[axis].append(remaps[key])
     widths = [max(len(d), 1) for d in labels]
     task, cell, value = _rows_of_view(tables, tmaps, label_maps, widths, weight)
-    widths = [max(len(d), 1) for d in labels]
     note = ""
     if missing_view:
         note = (
@@ -513,11 +512,9 @@ def to_dict(d: Domains, *, by_category: bool = False) -> dict[str, Any]:
         "percent_done": round(d.percent_done, 3),
         "shards_total": d.data.total_shards,
         "shards_done": d.data.shards_done,
-        "corpus_total": {
-            "estimate": _num(e.corpus_total),
-            "low": _num(e.corpus_low),
-            "high": _num(e.corpus_high),
-        },
+        "corpus_total": dict(
+            estimate=_num(e.corpus_total), low=_num(e.corpus_low), high=_num(e.corpus_high)
+        ),
         "uncovered_categories": e.uncovered,
         "uncovered_weight": e.uncovered_weight,
         "quarantined_tasks": d.data.quarantined_tasks,

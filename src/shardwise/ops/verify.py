@@ -174,17 +174,14 @@ def verify_run(
         raise ConfigError(msg)
     run_dir = Path(run_dir)
     ctx = JobContext.load(run_dir)
-    meta = ctx.meta
-    table = plan.load(run_dir)
+    meta, table, left_out = ctx.meta, plan.load(run_dir), quarantine.load(run_dir)
     planned = _planned(ctx, table)
-    report = VerifyReport(run_dir=str(run_dir), sample=sample, files_planned=len(planned))
     in_run = shard_range(meta.total_shards, meta.minimum_shard_index)
-    report.shards_total = len(in_run)
+    report = VerifyReport(str(run_dir), sample, shards_total=len(in_run),
+                          files_planned=len(planned), files_quarantined=len(left_out))  # fmt: skip
     _check_plan(report, run_dir, meta, planned)
-    left_out = quarantine.load(run_dir)
-    report.files_quarantined = len(left_out)
     report.quarantined = [
-        Finding(ctx.source.url(rel), entry.reason) for rel, entry in sorted(left_out.items())
+        Finding(ctx.source.url(rel), e.reason) for rel, e in sorted(left_out.items())
     ]
 
     listing = dict(ctx.output.list_files())  # the one listing of the output
@@ -201,11 +198,8 @@ def verify_run(
     )  # fmt: skip
     report.shards_done = len(done & set(in_run))
     if complete:
-        open_shards = set(in_run) - done
-        _check_complete(
-            report, run_dir, open_shards, files_by_shard=files_by_shard, found=found,
-            left_out=left_out,
-        )  # fmt: skip
+        _check_complete(report, run_dir, set(in_run) - done, files_by_shard=files_by_shard,
+                        found=found, left_out=left_out)  # fmt: skip
 
     marked = sorted(rel for rel, kinds in found.items() if outputs.MARKER.name in kinds)
     report.files_marked = len(marked)
@@ -240,9 +234,7 @@ def _check_complete(
     """``--complete``: every shard not done is a problem, with its files left."""
     for shard in sorted(open_shards):
         files = files_by_shard.get(shard, ())
-        left = sum(
-            1 for rel in files if outputs.MARKER.name not in found[rel] and rel not in left_out
-        )
+        left = sum(outputs.MARKER.name not in found[rel] and rel not in left_out for rel in files)
         report.problem(
             str(markers.shard_marker_path(run_dir, shard)),
             f"shard {shard} is not done ({left} of {len(files)} file(s) without a marker)",
@@ -292,15 +284,13 @@ def _check_plan(
             "run `snakemake -n` (or `shardwise plan --configfile <config>`) to rebuild the "
             "plan; --repair cannot (it needs the config's input settings)",
         )
-    tasks = {task for task, _shard in planned.values()}
-    if runjson.fingerprint(tasks) != meta.fingerprint:
+    if runjson.fingerprint({task for task, _shard in planned.values()}) != meta.fingerprint:
         report.problem(where, "its task set does not match run.json's fingerprint")
     rule = functools.partial(shard_for_task, total_shards=meta.total_shards,
                              minimum_shard_index=meta.minimum_shard_index)  # fmt: skip
     moved = {task for task, shard in planned.values() if shard != rule(task)}
     if moved:
-        example = sorted(moved)[0]
-        report.problem(where, f"{len(moved)} task(s) in the wrong shard (e.g. {example!r})")
+        report.problem(where, f"{len(moved)} task(s) in the wrong shard (e.g. {min(moved)!r})")
 
 
 def _check_drift(
@@ -440,10 +430,8 @@ def _check_shards(
     for shard in sorted(done):
         where = str(markers.shard_marker_path(run_dir, shard))
         if shard not in in_run:
-            report.problem(
-                where,
-                f"marks shard {shard}, outside this run's shards {in_run.start}..{in_run.stop - 1}",
-            )
+            outside = f"outside this run's shards {in_run.start}..{in_run.stop - 1}"
+            report.problem(where, f"marks shard {shard}, {outside}")
             continue
         try:
             marker = markers.read_shard_marker(run_dir, shard)
@@ -456,11 +444,8 @@ def _check_shards(
             report.problem(where, what, shard=shard)
         for rel in files:
             if outputs.MARKER.name not in found[rel] and rel not in left_out:
-                report.problem(
-                    output.url(outputs.MARKER.rel(rel)),
-                    f"missing, but shard {shard} is marked done",
-                    shard=shard,
-                )
+                where = output.url(outputs.MARKER.rel(rel))
+                report.problem(where, f"missing, but shard {shard} is marked done", shard=shard)
         if marker.source == "job" and marker.docs is not None:
             job_docs[shard] = marker.docs
     return job_docs
@@ -477,10 +462,9 @@ def _check_shard_docs(
             continue  # not every marker was read (sampling, or already reported)
         total = sum(r for r in rows if r is not None)
         if total != docs:
+            where = str(markers.shard_marker_path(run_dir, shard))
             report.problem(
-                str(markers.shard_marker_path(run_dir, shard)),
-                f"says {docs} docs, its files' markers add up to {total}",
-                shard=shard,
+                where, f"says {docs} docs, its files' markers add up to {total}", shard=shard
             )
 
 

@@ -62,7 +62,6 @@ def job(job_id: str, state: str = "PENDING", **over):
         "user": "me",
         "partition": "gpu",
         "time_limit_minutes": 60,
-        "elapsed_seconds": 0,
         "submit_time": datetime(2026, 12, 1, 6, 0),
         "start_time": None,
         "nodes": "",

@@ -35,10 +35,10 @@ def facts(**over):
         nodes=Answer(queries.parse_nodes(HEALTHY_NODES)),
         limits=Answer(
             queries.Limits(
-                (queries.Association("proj", "", ("normal", "cap2"), "normal", None, None),),
+                (queries.Association("proj", "", ("normal", "cap2"), "normal", None),),
                 {
-                    "normal": queries.Qos("normal", None, None, ""),
-                    "cap2": queries.Qos("cap2", 2, None, ""),
+                    "normal": queries.Qos("normal", None),
+                    "cap2": queries.Qos("cap2", 2),
                 },
                 "proj",
             )
@@ -104,8 +104,8 @@ def test_jobs_above_the_qos_submit_cap_fails_with_the_fix():
 
 def test_less_than_ten_percent_headroom_warns_and_association_caps_count():
     lim = queries.Limits(
-        (queries.Association("proj", "", ("normal",), "normal", 500, None),),
-        {"normal": queries.Qos("normal", None, None, "")},
+        (queries.Association("proj", "", ("normal",), "normal", 500),),
+        {"normal": queries.Qos("normal", None)},
         "proj",
     )
     (jobs,) = by_check(cluster_check.findings(request(jobs=460), facts(limits=Answer(lim)), 60))[

@@ -134,8 +134,8 @@ def _facts(run_dir):
         nodes=Answer(queries.parse_nodes(SINFO_NODES)),
         limits=Answer(
             queries.Limits(
-                (queries.Association("shardwise", "", ("normal",), "normal", None, None),),
-                {"normal": queries.Qos("normal", 500, None, "")},
+                (queries.Association("shardwise", "", ("normal",), "normal", None),),
+                {"normal": queries.Qos("normal", 500)},
                 "shardwise",
             )
         ),

@@ -81,14 +81,6 @@ def test_minutes_reads_every_slurm_duration_form(text, minutes):
     assert command.minutes(text) == minutes
 
 
-@pytest.mark.parametrize(
-    ("text", "seconds"),
-    [("5:03", 303), ("1:02:03", 3723), ("2-01:02:03", 176523), ("0:00", 0), ("N/A", None)],
-)
-def test_seconds_reads_squeue_elapsed_times(text, seconds):
-    assert command.seconds(text) == seconds
-
-
 def test_timestamps_and_counts_treat_slurm_nulls_as_none():
     assert command.timestamp("2026-12-01T06:17:22") == datetime(2026, 12, 1, 6, 17, 22)
     assert [command.timestamp(v) for v in ("Unknown", "N/A", "(null)", "soon")] == [None] * 4

@@ -144,19 +144,6 @@ def minutes(value: str | None) -> int | None:
     return days * 1440 + total
 
 
-def seconds(value: str | None) -> int | None:
-    """A SLURM elapsed time (``5:03``, ``1:02:03``, ``2-01:02:03``) in seconds."""
-    if is_null(value):
-        return None
-    days, _, rest = str(value).strip().rpartition("-")
-    total = 0
-    for part in rest.split(":"):
-        if not part.isdigit():
-            return None
-        total = total * 60 + int(part)
-    return total + (int(days) * 86400 if days.isdigit() else 0)
-
-
 def timestamp(value: str | None) -> datetime | None:
     """``2026-12-01T06:17:22`` (local time, as SLURM prints it) or None."""
     if is_null(value):

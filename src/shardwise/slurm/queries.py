@@ -27,7 +27,7 @@ LIVE_STATES = frozenset(
 #: squeue -O fields as (our name, squeue's name); the free-text comment last.
 _JOB_FIELDS = (
     ("id", "JobID"), ("state", "State"), ("name", "Name"), ("user", "UserName"),
-    ("partition", "Partition"), ("time_limit", "TimeLimit"), ("time_used", "TimeUsed"),
+    ("partition", "Partition"), ("time_limit", "TimeLimit"),
     ("submit_time", "SubmitTime"), ("start_time", "StartTime"), ("nodes", "NodeList"),
     ("tres_alloc", "tres-alloc"), ("tres_per_job", "tres-per-job"),
     ("tres_per_node", "tres-per-node"), ("qos", "QOS"), ("account", "Account"),
@@ -236,7 +236,6 @@ class Job:
     user: str
     partition: str
     time_limit_minutes: int | None
-    elapsed_seconds: int | None
     submit_time: datetime | None
     start_time: datetime | None
     nodes: str
@@ -284,7 +283,6 @@ def _job(r: dict[str, str]) -> Job:
     return Job(
         **plain, **blank,
         time_limit_minutes=command.minutes(r["time_limit"]),
-        elapsed_seconds=command.seconds(r["time_used"]),
         submit_time=command.timestamp(r["submit_time"]),
         start_time=command.timestamp(r["start_time"]),
         comment=_text(r["comment"].removesuffix("|").strip()),
@@ -308,9 +306,7 @@ def _partial_job(id: str, state: str, user: str, partition: str) -> Job:
          "workdir", "reason", "comment"),
         "",
     )  # fmt: skip
-    times = dict.fromkeys(
-        ("time_limit_minutes", "elapsed_seconds", "submit_time", "start_time"), None
-    )
+    times = dict.fromkeys(("time_limit_minutes", "submit_time", "start_time"), None)
     return Job(id=id, state=state, user=user, partition=partition, **blank, **times)
 
 
@@ -368,8 +364,6 @@ class Qos:
 
     name: str
     max_submit_per_user: int | None
-    max_jobs_per_user: int | None
-    max_tres_per_user: str
 
 
 @dataclass(frozen=True)
@@ -381,7 +375,6 @@ class Association:
     qos: tuple[str, ...]
     default_qos: str
     max_submit_jobs: int | None
-    max_jobs: int | None
 
 
 @dataclass(frozen=True)
@@ -401,27 +394,24 @@ class Limits:
 def limits(user: str | None = None, timeout: float = command.DEFAULT_TIMEOUT) -> Answer[Limits]:
     """Associations and QOS limits of ``user`` (needs slurmdbd; else the problem says so)."""
     user = user or current_user()
-    fmt = "format=account,partition,qos,defaultqos,maxsubmitjobs,maxjobs"
+    fmt = "format=account,partition,qos,defaultqos,maxsubmitjobs"
     assoc = command.run(["sacctmgr", "-nP", "show", "assoc", f"user={user}", fmt], timeout=timeout)
     if not assoc.ok:
         return _failed(assoc)
-    fmt = "format=name,maxsubmitjobsperuser,maxjobsperuser,maxtrespu"
+    fmt = "format=name,maxsubmitjobsperuser"
     qos = command.run(["sacctmgr", "-nP", "show", "qos", fmt], timeout=timeout)
     if not qos.ok:
         return _failed(qos)
     fmt = "format=defaultaccount"
     who = command.run(["sacctmgr", "-nP", "show", "user", user, fmt], timeout=timeout)
-    names = ("account", "partition", "qos", "defqos", "maxsubmit", "maxjobs")
+    names = ("account", "partition", "qos", "defqos", "maxsubmit")
     associations = tuple(
         Association(r["account"], r["partition"], tuple(q for q in r["qos"].split(",") if q),
-                    r["defqos"], command.count(r["maxsubmit"]), command.count(r["maxjobs"]))
+                    r["defqos"], command.count(r["maxsubmit"]))
         for r in command.rows(assoc.stdout, names)
     )  # fmt: skip
-    qos_map = {
-        r["name"]: Qos(r["name"], command.count(r["maxsubmit"]), command.count(r["maxjobs"]),
-                       r["maxtres"])
-        for r in command.rows(qos.stdout, ("name", "maxsubmit", "maxjobs", "maxtres"))
-    }  # fmt: skip
+    qos_map = {r["name"]: Qos(r["name"], command.count(r["maxsubmit"]))
+               for r in command.rows(qos.stdout, ("name", "maxsubmit"))}  # fmt: skip
     default = who.stdout.strip().splitlines()[0].strip() if who.ok and who.stdout.strip() else ""
     return Answer(Limits(associations, qos_map, default))
 
@@ -436,8 +426,6 @@ class Reservation:
     nodes: str
     flags: tuple[str, ...]
     partition: str
-    users: str
-    accounts: str
 
     @property
     def maintenance(self) -> bool:
@@ -466,8 +454,6 @@ def parse_reservations(text: str) -> list[Reservation]:
             nodes=kv.get("Nodes", ""),
             flags=tuple(f for f in kv.get("Flags", "").split(",") if f),
             partition=_text(kv.get("PartitionName")),
-            users=_text(kv.get("Users")),
-            accounts=_text(kv.get("Accounts")),
         )
         for kv in map(command.key_values, lines)
     ]

@@ -9,8 +9,10 @@ it with the full tables. matplotlib is imported inside the functions (~0.3 s).
 import base64
 import html
 import math
+import string
 import time
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -336,40 +338,15 @@ def render_html(
         for c in cov.categories
     )
     encoded = base64.b64encode(png).decode("ascii")
-    incomplete = e(cov.incomplete_shards) or "none"
-    rates_html, quarantine_html = _rates_html(cov), _quarantine_html(cov)
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<title>shardwise report: {e(cov.name)}</title>
-<style>
-body {{ font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 1650px; }}
-h1 {{ font-size: 1.4em; margin-bottom: 0.2em; }}
-.note {{ color: {FLAG_COLOUR if cov.skew_flagged else "#444"}; margin-top: 0; }}
-img {{ width: 100%; max-width: 1600px; border: 1px solid #ddd; }}
-table {{ border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }}
-td, th {{ border-bottom: 1px solid #ddd; padding: 0.2em 0.8em; text-align: right; }}
-td:first-child, th:first-child {{ text-align: left; }}
-tr.flag td {{ color: {FLAG_COLOUR}; font-weight: bold; }}
-pre {{ background: #f6f6f6; padding: 0.8em; overflow-x: auto; }}
-code {{ word-break: break-all; }}
-</style></head><body>
-<h1>{e(first)}</h1>
-<p class="note">{e(second)}</p>
-<img alt="coverage of run {e(cov.name)}" src="data:image/png;base64,{encoded}">
-<h2>Summary</h2>
-<pre>{e(chr(10).join(summary_lines(cov)))}</pre>
-{rates_html}
-{quarantine_html}
-<h2>Categories ({len(cov.categories):,}, least covered first)</h2>
-<table><tr><th>category</th><th>done</th><th>tasks</th><th>%</th><th></th></tr>
-{rows}
-</table>
-{domains_html}
-<h2>Incomplete shards ({cov.shards_remaining:,})</h2>
-<p><code>{incomplete}</code></p>
-<p>Run directory: <code>{e(cov.run_dir)}</code></p>
-</body></html>
-"""
+    page = resources.files("shardwise").joinpath("data/report.html").read_text("utf-8")
+    return string.Template(page).substitute(
+        name=e(cov.name), note_colour=FLAG_COLOUR if cov.skew_flagged else "#444",
+        flag_colour=FLAG_COLOUR, first=e(first), second=e(second), png=encoded,
+        summary=e("\n".join(summary_lines(cov))), rates=_rates_html(cov),
+        quarantine=_quarantine_html(cov), categories=f"{len(cov.categories):,}", rows=rows,
+        domains=domains_html, remaining=f"{cov.shards_remaining:,}",
+        incomplete=e(cov.incomplete_shards) or "none", run_dir=e(cov.run_dir),
+    )  # fmt: skip
 
 
 def write_report(

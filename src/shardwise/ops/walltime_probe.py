@@ -126,9 +126,12 @@ def planned(detail: dict[str, str] | None) -> bool:
     request were ahead of every test (provisional). Unknown details count as planned."""
     if not detail:
         return True
-    scheduler = detail.get("Scheduler") or ""
     start = detail.get("StartTime") or ""
-    return scheduler.startswith("Backfill") or (start not in ("", "Unknown", "None"))
+    return (detail.get("Scheduler") or "").startswith("Backfill") or start not in (
+        "",
+        "Unknown",
+        "None",
+    )
 
 
 def waits_for_reservation(reason: str) -> bool:
@@ -152,8 +155,7 @@ def test_only_options(detail: dict[str, str], minutes: int) -> list[str]:
         opts.append(f"--mem={mem_node}")
     elif mem_cpu and not null(mem_cpu):
         opts.append(f"--mem-per-cpu={mem_cpu}")
-    per_job = detail.get("TresPerJob", "")
-    per_node = detail.get("TresPerNode", "")
+    per_job, per_node = detail.get("TresPerJob", ""), detail.get("TresPerNode", "")
     m = re.search(r"gpu(?::([^:,=]+))?[:=](\d+)", per_job or "")
     if m:
         opts.append(f"--gpus={m.group(1) + ':' if m.group(1) else ''}{m.group(2)}")
@@ -163,17 +165,11 @@ def test_only_options(detail: dict[str, str], minutes: int) -> list[str]:
 
 
 def probe(
-    oldest: queries.Job,
-    shards: int,
-    starts: dict[int, Answer[datetime]],
-    *,
-    reservations: Answer[list[queries.Reservation]] | None,
-    nodes: Answer[list[queries.Node]],
-    now: datetime,
-    hidden: Answer[int] | None = None,
-    run_dir: str = "<run_dir>",
+    oldest: queries.Job, shards: int, starts: dict[int, Answer[datetime]], *,
+    reservations: Answer[list[queries.Reservation]] | None, nodes: Answer[list[queries.Node]],
+    now: datetime, hidden: Answer[int] | None = None, run_dir: str = "<run_dir>",
     planned: bool = True,
-) -> Probe | None:
+) -> Probe | None:  # fmt: skip
     """Would a shorter walltime start ``oldest`` (a pending job of ``shards`` shards) now?
     ``starts``: ``--test-only``'s answers by limit (bisection steps included); a visible
     window adds a row, and so does a hidden one (``hidden``: minutes until it). None when
@@ -205,20 +201,15 @@ def probe(
     if window is not None:
         rows.append(window)
         rows.sort(key=lambda r: -r.minutes)
-    return Probe(
-        job_id=oldest.id,
-        shards=shards,
-        submitted=oldest.submit_time.isoformat() if oldest.submit_time else "",
-        rows=tuple(rows),
-        advice=(
-            ""
-            if planned
-            else f"SLURM has not planned job {oldest.id} yet (its first backfill pass comes "
-            "within bf_interval, 30 s by default): these answers are provisional, ask again "
-            "in a minute. "
+    advice = _advice(rows, own=own, shards=shards, job=oldest, hidden=hidden, run_dir=run_dir)
+    if not planned:
+        advice = (
+            f"SLURM has not planned job {oldest.id} yet (its first backfill pass comes within "
+            "bf_interval, 30 s by default): these answers are provisional, ask again in a "
+            f"minute. {advice}"
         )
-        + _advice(rows, own=own, shards=shards, job=oldest, hidden=hidden, run_dir=run_dir),
-    )
+    submitted = oldest.submit_time.isoformat() if oldest.submit_time else ""
+    return Probe(oldest.id, shards, submitted, tuple(rows), advice)
 
 
 def _window_row(
@@ -253,13 +244,10 @@ def _hidden_row(
         return None
     minutes = max(1, hidden.value - 1)  # a minute to schedule, as for a visible window
     start = now + timedelta(minutes=hidden.value)
-    source = (
-        f"inferred: a small job ending before {start:%H:%M} starts now; reservations are "
-        "hidden from you"
-    )
-    return _window(
-        minutes, start=start, source=source, method=Method.INFERRED, nodes=nodes, job=job, now=now
-    )
+    source = f"inferred: a small job ending before {start:%H:%M} starts now; reservations are "
+    source += "hidden from you"
+    return _window(minutes, start=start, source=source, method=Method.INFERRED, nodes=nodes,
+                   job=job, now=now)  # fmt: skip
 
 
 def _window(
@@ -328,10 +316,8 @@ def _advice(
                 "found that starts earlier: the window may already be open, or its nodes "
                 "are busy; see the pending reason"
             )
-        return (
-            "no shorter walltime starts earlier: the wait is not about time (see the pending "
-            "reason)"
-        )
+        why = "the wait is not about time (see the pending reason)"
+        return f"no shorter walltime starts earlier: {why}"
     best = max((r for r in answered if r.start == first), key=lambda r: r.minutes)
     when = "now" if best.starts_now else f"at {first.replace('T', ' ')}"
     behind = ""

@@ -62,29 +62,20 @@ class RunSettings:
 
     def to_json(self) -> bytes:
         """The file's bytes."""
+        inp = {"format": self.format, "id_field": self.id_field, "text_field": self.text_field,
+               "url_field": self.url_field}  # fmt: skip
+        pairs = None if self.pairs is None else [list(p) for p in self.pairs]
+        domains = {
+            "pairs": pairs,
+            **({"tokenizer": self.count_tokenizer} if self.count_tokenizer else {}),
+        }
         roots = {"input": self.input_root, "output": self.output_root}
-        return json_bytes(
-            {
-                "input": {
-                    "format": self.format,
-                    "id_field": self.id_field,
-                    "text_field": self.text_field,
-                    "url_field": self.url_field,
-                },
-                "storage": {k: v for k, v in vars(self.storage).items() if v is not None},
-                "inference": self.inference,
-                "domains": {
-                    "pairs": None if self.pairs is None else [list(p) for p in self.pairs],
-                    **({"tokenizer": self.count_tokenizer} if self.count_tokenizer else {}),
-                },
-                "roots": {k: v for k, v in roots.items() if v is not None},
-                **(
-                    {"dolma": {"name": self.dolma_name, "root": self.attributes_root}}
-                    if self.dolma_name is not None
-                    else {}
-                ),
-            }
-        )
+        storage = {k: v for k, v in vars(self.storage).items() if v is not None}
+        doc = {"input": inp, "storage": storage, "inference": self.inference, "domains": domains,
+               "roots": {k: v for k, v in roots.items() if v is not None}}  # fmt: skip
+        if self.dolma_name is not None:
+            doc["dolma"] = {"name": self.dolma_name, "root": self.attributes_root}
+        return json_bytes(doc)
 
     @classmethod
     def from_json(cls, raw: bytes, where: str) -> RunSettings:

@@ -124,11 +124,9 @@ class _Loaded:
 
 
 def _prefetch(
-    ctx: JobContext,
-    todo: list[FileTask],
-    prepare: Callable[[list[str], list[str]], Any],
+    ctx: JobContext, todo: list[FileTask], prepare: Callable[[list[str], list[str]], Any],
     counter: TokenCounter | None = None,
-) -> Iterator[_Loaded]:
+) -> Iterator[_Loaded]:  # fmt: skip
     """Read + tokenize files (and count their tokens in the training tokenizer) on a
     background thread, one file ahead of the consumer."""
     q: queue.Queue[_Loaded | None] = queue.Queue(maxsize=1)
@@ -185,24 +183,17 @@ def _prefetch(
 
 
 def run_shard(
-    run_dir: Path,
-    shard: int,
-    *,
-    engine_factory: Callable[[JobContext], Any] | None = None,
+    run_dir: Path, shard: int, *, engine_factory: Callable[[JobContext], Any] | None = None,
     progress: bool = True,
-) -> ShardReport:
+) -> ShardReport:  # fmt: skip
     """Label every unfinished file of ``shard``, then mark the shard done."""
-    ctx = JobContext.load(run_dir)
-    meta = ctx.meta
-    files = shard_files(run_dir, shard)
+    ctx, files = JobContext.load(run_dir), shard_files(run_dir, shard)
     ctx.source.remember_sizes({f.rel: f.size for f in files})  # no HEAD per file
-    report = ShardReport(shard=shard, files=len(files))
-    done = files_done(ctx, shard, files)
-    report.skipped = len(done)
+    done, left_out = files_done(ctx, shard, files), quarantine.load(run_dir)
+    quarantined = sum(f.rel in left_out and f.rel not in done for f in files)
+    report = ShardReport(shard, len(files), skipped=len(done), quarantined=quarantined,
+                         docs=sum(rows or 0 for rows in done.values()))  # fmt: skip
     unknown_docs = any(rows is None for rows in done.values())
-    report.docs = sum(rows or 0 for rows in done.values())
-    left_out = quarantine.load(run_dir)
-    report.quarantined = sum(1 for f in files if f.rel in left_out and f.rel not in done)
     todo = [f for f in files if f.rel not in done and f.rel not in left_out]
     if todo:
         _label_todo(ctx, shard, todo, report, engine_factory or load_engine, progress=progress)
@@ -213,7 +204,7 @@ def run_shard(
         lambda rel: ctx.output.read_bytes(outputs.STATS.rel(rel)),
     )  # fmt: skip
     marker = markers.ShardMarker(
-        shard, meta.total_shards, meta.minimum_shard_index, len({f.task_id for f in files}),
+        shard, ctx.meta.total_shards, ctx.meta.minimum_shard_index, len({f.task_id for f in files}),
         len(files), None if unknown_docs else report.docs, quarantined=report.quarantined,
         file_stats=file_stats,
     )  # fmt: skip
@@ -306,10 +297,8 @@ def _label_file(
     columns = dict(labels.columns)
     if item.tokens is not None:
         columns[sidecar.TOKENS] = pa.array(item.tokens, pa.int64())
-    labelled = outputs.Labelled(
-        rel, item.task.task_id, shard, item.task.identity, item.docs.ids, columns, stats,
-        ctx.settings.dolma_name,
-    )  # fmt: skip
+    labelled = outputs.Labelled(rel, task.task_id, shard, task.identity, item.docs.ids, columns,
+                                stats, ctx.settings.dolma_name)  # fmt: skip
     written = outputs.write_all(ctx.roots(), labelled)
     if item.docs.counts:  # labelled, not fatal (the reader's policy): said in the job log too
         found = ", ".join(f"{k}={v}" for k, v in sorted(item.docs.counts.items()))
@@ -354,9 +343,7 @@ def _counted(ctx: JobContext) -> tuple[list[str], list[Pair]]:
 
 def model_identities(ctx: JobContext) -> dict[str, Any]:
     """Each classifier's model identity (content hash, hub revision) for the stats."""
-    by_model = {
-        model: identity(model) for model in dict.fromkeys(m for _, m, _ in ctx.meta.classifiers)
-    }
+    by_model = {model: identity(model) for model in {m for _, m, _ in ctx.meta.classifiers}}
     return {name: by_model[model] for name, model, _kind in ctx.meta.classifiers}
 
 

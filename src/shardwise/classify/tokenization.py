@@ -75,11 +75,9 @@ def labelling(
 
 def format_input(kind: str, text: str, url: str) -> str:
     """The WebOrganizer input string for one document (the reference the ids must equal)."""
-    if kind == "url_text":
-        return f"{url}\n\n{text}"
-    if kind == "text":
-        return text
-    raise ValueError(f"unknown input kind {kind!r} (expected one of {INPUT_KINDS})")
+    if kind not in TEMPLATES:
+        raise ValueError(f"unknown input kind {kind!r} (expected one of {INPUT_KINDS})")
+    return TEMPLATES[kind].format(url=url, text=text)
 
 
 @dataclass(frozen=True)
@@ -181,12 +179,9 @@ def _component_types(node: Any) -> list[str | None]:
 
 def _is_splittable(spec: dict[str, Any]) -> tuple[bool, str]:
     """True when url and text can be encoded separately and concatenated (see module doc)."""
-    checks = (
-        ("normalizer", _SPLITTABLE_NORMALIZERS),
-        ("pre_tokenizer", _SPLITTABLE_PRE_TOKENIZERS),
-        ("post_processor", _SPLITTABLE_POST),
-    )
-    for key, allowed in checks:
+    checks = {"normalizer": _SPLITTABLE_NORMALIZERS, "pre_tokenizer": _SPLITTABLE_PRE_TOKENIZERS,
+              "post_processor": _SPLITTABLE_POST}  # fmt: skip
+    for key, allowed in checks.items():
         for kind in _component_types(spec.get(key)):
             if kind not in allowed:
                 return False, f"{key} {kind!r} is not known to split at blank lines"
@@ -208,9 +203,7 @@ def _cut_text(text: str, needed_tokens: int) -> str:
     if len(text) <= limit:
         return text
     match = _CUT_AFTER.search(text, limit)
-    if match is None:
-        return text
-    return text[: match.end()]
+    return text if match is None else text[: match.end()]
 
 
 def _pack(rows: list[list[int]], pad_id: int, truncated: Sequence[bool]) -> TokenStream:
@@ -258,11 +251,11 @@ class SharedTokenizer:
             for key in dict.fromkeys(keys):
                 by_hash.setdefault(key.tokenizer_hash, []).append(key)
             for tok_hash, tok_keys in by_hash.items():
-                info = self.infos[tok_hash]
-                part, part_fallback, part_verified = self._encode_one(info, texts, urls, tok_keys)
+                part, more_fallback, more_verified = self._encode_one(
+                    self.infos[tok_hash], texts, urls, tok_keys
+                )
                 streams.update(part)
-                fallback += part_fallback
-                verified += part_verified
+                fallback, verified = fallback + more_fallback, verified + more_verified
         return EncodeResult(streams, fallback, verified, time.perf_counter() - started)
 
     def _encode_one(
@@ -312,8 +305,7 @@ class SharedTokenizer:
             encoded = info.backend.encode_batch_fast(unique, add_special_tokens=False)
             lookup = {u: e.ids for u, e in zip(unique, encoded, strict=True)}
             url_ids = [lookup[u] for u in urls]
-        prefix = list(info.prefix_ids)
-        suffix = list(info.suffix_ids)
+        prefix, suffix = list(info.prefix_ids), list(info.suffix_ids)
         out: dict[StreamKey, TokenStream] = {}
         for key in keys:
             room = key.max_length - specials

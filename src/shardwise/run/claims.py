@@ -91,22 +91,15 @@ class Submitter:
         """From Snakemake's ``workflow`` at parse time (top-level process): the executor is
         not known yet, but ``--jobs`` (``resources.nodes``) is, and any cluster one needs it."""
         resources = getattr(workflow, "resource_settings", None)
-        settings = getattr(workflow, "config_settings", None)
+        configfiles = getattr(getattr(workflow, "config_settings", None), "configfiles", None)
         nodes = getattr(resources, "nodes", None)
-        cores = getattr(resources, "cores", None)
-        parallel = nodes if nodes is not None else cores
+        parallel = nodes if nodes is not None else getattr(resources, "cores", None)
         return cls(
-            workdir=str(Path.cwd()),
-            snakefile=str(Path(str(workflow.main_snakefile)).resolve()),
-            configfiles=tuple(
-                str(Path(p).resolve()) for p in (getattr(settings, "configfiles", None) or ())
-            ),
-            cluster=nodes is not None,
+            str(Path.cwd()), str(Path(str(workflow.main_snakefile)).resolve()),
+            tuple(str(Path(p).resolve()) for p in configfiles or ()), cluster=nodes is not None,
             parallel=parallel if isinstance(parallel, int) and parallel > 0 else 1,
-            host=hostname(),
-            pid=os.getpid(),
-            started_at=markers.now(),
-        )
+            host=hostname(), pid=os.getpid(), started_at=markers.now(),
+        )  # fmt: skip
 
     @classmethod
     def recorded(cls, run_dir: Path) -> Submitter | None:
@@ -184,9 +177,8 @@ def read_claim(path: Path) -> Claim | None:
 
 def read_claims(run_dir: Path) -> dict[int, Claim]:
     """Every claim in the run directory (one listing; nothing when there is no claims/)."""
-    found = (
-        read_claim(claim_path(run_dir, n)) for n in markers.numbered(run_dir / CLAIMS_DIR, ".json")
-    )
+    numbers = markers.numbered(run_dir / CLAIMS_DIR, ".json")
+    found = (read_claim(claim_path(run_dir, n)) for n in numbers)
     return {claim.shard: claim for claim in found if claim is not None}
 
 
@@ -280,13 +272,10 @@ def acquire(run_dir: Path, shard: int, *, tries: int = 3) -> Claim:
 
 
 def _refusal(path: Path, other: Claim, verdict: Verdict) -> str:
-    certain = verdict.alive is True
-    tail = (
-        "it is still working on it"
-        if certain
-        else f"it cannot be checked from here ({verdict.why}); if that process is gone, "
-        f"delete {path} and run again"
-    )
+    tail = "it is still working on it"
+    if verdict.alive is not True:
+        tail = f"it cannot be checked from here ({verdict.why}); if that process is gone, "
+        tail += f"delete {path} and run again"
     return (
         f"shard {other.shard} is claimed by {other.holder()} since {other.started_at} "
         f"({path}); {tail}. This job stopped without touching any output."

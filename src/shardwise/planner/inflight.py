@@ -64,20 +64,17 @@ class InFlight:
         if self.shards:
             groups = self.jobs()
             head = f"in flight {len(self.shards):,} shard(s) held by {len(groups):,} live job(s)"
-            out.append(
-                head + " of an earlier invocation: left out of this run; run snakemake again "
-                "after they end to pick up whatever they leave"
-                if planning
-                else head
-            )
+            if planning:
+                head += " of an earlier invocation: left out of this run; run snakemake again "
+                head += "after they end to pick up whatever they leave"
+            out.append(head)
             for flying in groups.values():
                 first = flying[0]
                 shards = ranges.compress([f.shard for f in flying])
                 what = f"job {first.job_id}" if first.job_id else first.holder
                 check = "" if first.certain else "  (cannot be checked from here)"
-                out.append(
-                    f"  shards {shards:<12} {what:<22} {first.state:<10} since {first.since}{check}"
-                )
+                line = f"  shards {shards:<12} {what:<22} {first.state:<10} since {first.since}"
+                out.append(line + check)
         if notes:
             out += [f"note     {n}" for n in self.notes]
         return out
@@ -106,9 +103,8 @@ def find(
     (``queue``: squeue's answer when the caller has one; else asked only when needed)."""
     done = set(done)
     held = {s: c for s, c in claims.read_claims(run_dir).items() if s not in done}
-    wants_queue = any(c.slurm_job_id for c in held.values()) or (
-        submitter is not None and submitter.cluster
-    )
+    cluster = submitter is not None and submitter.cluster
+    wants_queue = cluster or any(c.slurm_job_id for c in held.values())
     notes: list[str] = []
     if queue is None and wants_queue and shutil.which("squeue") is not None:
         queue = queries.jobs(timeout=SQUEUE_TIMEOUT)
@@ -142,20 +138,15 @@ def find(
                 if shard not in done and shard not in flying:
                     flying[shard] = Flying(shard, job.id, job.state, when, holder)
     if stale:
-        notes.append(
-            f"{len(stale)} stale claim(s) ignored (their jobs are gone): shards "
-            f"{ranges.compress(stale)}"
-        )
+        gone = f"shards {ranges.compress(stale)}"
+        notes.append(f"{len(stale)} stale claim(s) ignored (their jobs are gone): {gone}")
     return InFlight(flying, tuple(notes), tuple(stale))
 
 
 def candidate(job: queries.Job, submitter: Submitter) -> bool:
     """A live job submitted by the SLURM plugin from this workflow's directory."""
-    return (
-        job.state in queries.LIVE_STATES
-        and job.comment.startswith("rule_")
-        and _same_path(job.workdir, submitter.workdir)
-    )
+    live = job.state in queries.LIVE_STATES and job.comment.startswith("rule_")
+    return live and _same_path(job.workdir, submitter.workdir)
 
 
 def queued_shards(
@@ -214,11 +205,9 @@ def parse_wrap(script: str) -> dict[str, Any]:
                 name, _, value = item.partition("=")
                 if name == "shard" and value.isdigit():
                     shards.append(int(value))
-        return {
-            "snakefile": (values.get("--snakefile") or [""])[0],
-            "configfiles": values.get("--configfiles", []),
-            "shards": sorted(shards),
-        }
+        snakefile = (values.get("--snakefile") or [""])[0]
+        return {"snakefile": snakefile, "configfiles": values.get("--configfiles", []),
+                "shards": sorted(shards)}  # fmt: skip
     return {"snakefile": "", "configfiles": [], "shards": []}
 
 
@@ -238,9 +227,7 @@ def _resolved(path: str, workdir: str) -> str:
 
 
 def _same_path(a: str, b: str) -> bool:
-    if not a or not b:
-        return False
-    return a == b or Path(a).resolve() == Path(b).resolve()
+    return bool(a and b) and (a == b or Path(a).resolve() == Path(b).resolve())
 
 
 #: Snakemake's flags of outputs whose job started and never finished (file backend).
@@ -268,9 +255,9 @@ def clear_stale_incomplete(run_dir: Path, workdir: str, flight: InFlight) -> lis
             continue
         path = Path(text) if Path(text).is_absolute() else Path(workdir) / text
         shard = markers.shard_of_marker(path.name)
-        if shard is None or path.parent.resolve() != shards_dir:
+        if shard is None or path.parent.resolve() != shards_dir or shard in flight.shards:
             continue
-        if shard in flight.shards or not path.exists():
+        if not path.exists():
             continue
         with contextlib.suppress(OSError):
             flag.unlink()

@@ -57,20 +57,20 @@ class FileMarker:
 
     def problems(self, rel: str, task_id: str, shard: int, rows: int | None) -> list[str]:
         """How this marker disagrees with the plan row and the input's ``rows``."""
-        found = [
-            f"{key} is {got!r}, the plan says {want!r}"
-            for key, got, want in (
-                ("file", self.file, rel),
-                ("task_id", self.task_id, task_id),
-                ("shard", self.shard, shard),
-            )
-            if got != want
-        ]
+        got, want = (self.file, self.task_id, self.shard), (rel, task_id, shard)
+        found = _differ("the plan says", ("file", "task_id", "shard"), got, want)
         if self.rows is None:
             found.append("rows is None, not a count")
         elif rows is not None and self.rows != rows:
             found.append(f"says {self.rows} rows, the input has {rows}")
         return found
+
+
+def _differ(says: str, keys: Iterable[str], got: Iterable[Any], want: Iterable[Any]) -> list[str]:
+    """``key is <got>, <says> <want>`` for each key whose values differ."""
+    return [
+        f"{k} is {g!r}, {says} {w!r}" for k, g, w in zip(keys, got, want, strict=True) if g != w
+    ]
 
 
 #: Who marked a shard done: its job, the planner for a shard without files, or the
@@ -117,15 +117,9 @@ class ShardMarker:
 
     def problems(self, shard: int, within: range, planned_files: int) -> list[str]:
         """How this marker disagrees with its name, the pinned assignment and the plan."""
-        found = [
-            f"{key} is {got!r}, run.json says {want!r}"
-            for key, got, want in (
-                ("shard", self.shard, shard),
-                ("total_shards", self.total_shards, len(within)),
-                ("minimum_shard_index", self.minimum_shard_index, within.start),
-            )
-            if got != want
-        ]
+        keys = ("shard", "total_shards", "minimum_shard_index")
+        got = (self.shard, self.total_shards, self.minimum_shard_index)
+        found = _differ("run.json says", keys, got, (shard, len(within), within.start))
         if self.source == "empty" and planned_files:
             found.append(f"marked empty, but the plan gives it {planned_files} file(s)")
         if self.files is not None and self.files != planned_files:
@@ -149,9 +143,8 @@ def numbered(directory: Path, suffix: str = "") -> set[int]:
     stat per shard costs seconds on Lustre at 10,000 shards); other names are ignored."""
     try:
         with os.scandir(directory) as entries:
-            stems = [
-                e.name[: len(e.name) - len(suffix)] for e in entries if e.name.endswith(suffix)
-            ]
+            names = [e.name for e in entries if e.name.endswith(suffix)]
+        stems = [name[: len(name) - len(suffix)] for name in names]
     except (FileNotFoundError, NotADirectoryError):
         return set()
     return {int(stem) for stem in stems if stem.isascii() and stem.isdigit()}

@@ -107,16 +107,13 @@ def build(
                 for lb, cell in cols_b.items():
                     row(t, view_of[key], ia[la], ib[lb], cell)
     meta = {
-        "format_version": FORMAT_VERSION,
-        "shard": shard,
+        "format_version": FORMAT_VERSION, "shard": shard, "views": views,
         "written_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "labels": {name: list(labels[name]) for name in names},
-        "pairs": [list(p) for p in pairs],
-        "views": views,
+        "labels": {name: list(labels[name]) for name in names}, "pairs": [list(p) for p in pairs],
         "tasks": [_task_entry(task_id, total, n_files) for task_id, total, n_files in complete],
         "tokens_counted": bool(complete) and all("tokens" in t for _i, t, _n in complete),
         "incomplete_tasks": incomplete,
-    }
+    }  # fmt: skip
     # Sorted by view, so that a reader takes one view as one slice of each file.
     table = pa.table(
         {name: pa.array(cols[name], SCHEMA.field(name).type) for name in SCHEMA.names},
@@ -169,21 +166,19 @@ def parse(data: bytes | pa.Buffer | pa.NativeFile, where: str = "summary") -> Su
         table = reader.read_all()
         meta = json.loads((table.schema.metadata or {})[META_KEY])
         tasks = meta["tasks"]
+
+        def per_task(key: str) -> np.ndarray:
+            return np.array([int(t[key]) for t in tasks], np.int64)
+
+        tokens = np.array([int(t.get("tokens", 0)) for t in tasks], np.int64)
+        counted = meta.get("tokens_counted") and "tokens" in table.column_names
         return Summary(
-            shard=int(meta["shard"]),
-            labels={k: list(v) for k, v in meta["labels"].items()},
-            pairs=[(str(a), str(b)) for a, b in meta["pairs"]],
-            views=list(meta["views"]),
-            task_ids=[str(t["task_id"]) for t in tasks],
-            task_docs=np.array([int(t["docs"]) for t in tasks], np.int64),
-            task_bytes=np.array([int(t["text_bytes"]) for t in tasks], np.int64),
-            incomplete_tasks=[str(t) for t in meta.get("incomplete_tasks", [])],
-            cells=table,
-            view_rows=[(int(a), int(b)) for a, b in meta["view_rows"]],
-            task_tokens=np.array([int(t.get("tokens", 0)) for t in tasks], np.int64)
-            if meta.get("tokens_counted") and "tokens" in table.column_names
-            else None,
-        )
+            int(meta["shard"]), {k: list(v) for k, v in meta["labels"].items()},
+            [(str(a), str(b)) for a, b in meta["pairs"]], list(meta["views"]),
+            [str(t["task_id"]) for t in tasks], per_task("docs"), per_task("text_bytes"),
+            [str(t) for t in meta.get("incomplete_tasks", [])], table,
+            [(int(a), int(b)) for a, b in meta["view_rows"]], tokens if counted else None,
+        )  # fmt: skip
     except (pa.ArrowInvalid, OSError, KeyError, TypeError, ValueError) as e:
         msg = f"{where} is not a shardwise summary: {e}"
         raise ValueError(msg) from e

@@ -309,11 +309,8 @@ class Engine:
             self.attention_kernels["masked"] = kernel
             policy = BatchPolicy(budget=budget)
         if self.batch_cost is None and policy.budget is not None:
-            self.batch_cost = (
-                max(1024, policy.budget // CUDA_BATCH_COST_DIVISOR)
-                if self.device.type == "cuda"
-                else CPU_BATCH_COST
-            )
+            cuda_cost = max(1024, policy.budget // CUDA_BATCH_COST_DIVISOR)
+            self.batch_cost = cuda_cost if self.device.type == "cuda" else CPU_BATCH_COST
         policy.batch_cost = self.batch_cost
         self._detect_kernels()
         return policy
@@ -349,10 +346,8 @@ class Engine:
 
         def attempt(rows: int) -> None:
             ids = torch.randint(5, max(6, vocab), (rows, length), device=self.device)
-            mask = None
-            if masked:
-                real = torch.ones((rows, length), dtype=torch.bool, device=self.device)
-                mask = key_mask(real, self.dtype)
+            real = torch.ones((rows, length), dtype=torch.bool, device=self.device)
+            mask = key_mask(real, self.dtype) if masked else None
             recorder = SdpaRecorder()
             with torch.inference_mode(), recorder:
                 self._forward(biggest.loaded.model, biggest.key_mask_4d, ids, mask)
@@ -362,10 +357,8 @@ class Engine:
         try:
             rows = probe_rows(attempt, max(1, candidate // length), torch.cuda.empty_cache)
         except CannotShrinkError as exc:
-            raise ModelError(
-                f"model {biggest.spec.model!r}: one document of {length} tokens does not "
-                f"fit in GPU memory ({exc})"
-            ) from None
+            msg = f"model {biggest.spec.model!r}: one document of {length} tokens does not fit "
+            raise ModelError(f"{msg}in GPU memory ({exc})") from None
         return rows * length, (kernels[0] if kernels else "none")
 
     def _detect_kernels(self) -> None:
@@ -448,13 +441,11 @@ class Engine:
             work.padded_tokens += padded * len(models)
             work.real_tokens += int(lengths[start:end].sum()) * len(models)
             index += 1
-        fetched = []
-        for (model, _), bucket in zip(models, pieces, strict=True):
-            if bucket:
-                fetched.append(torch.cat(bucket).cpu().numpy())
-            else:
-                labels = int(getattr(model.config, "num_labels", 1))
-                fetched.append(np.zeros((0, labels), dtype=np.float32))
+        fetched = [
+            torch.cat(bucket).cpu().numpy() if bucket
+            else np.zeros((0, int(getattr(model.config, "num_labels", 1))), dtype=np.float32)
+            for (model, _), bucket in zip(models, pieces, strict=True)
+        ]  # fmt: skip
         return fetched, work
 
     def _recheck(
@@ -515,10 +506,8 @@ class Engine:
             assert self._policy is not None  # run() made it
             self._recheck_policy = self._make_recheck_policy(self._policy)
         model = [(self._fp32_model(clf).model, clf.key_mask_4d)]
-        policy = self._recheck_policy
-        return self._pass(
-            model, stream, rows, lengths, policy=policy, dtype=torch.float32, what=what
-        )
+        return self._pass(model, stream, rows, lengths, policy=self._recheck_policy,
+                          dtype=torch.float32, what=what)  # fmt: skip
 
     def run(self, prepared: Prepared) -> Labels:
         """Classify prepared documents; columns are in input order, nothing is dropped.

@@ -91,8 +91,6 @@ def test_list_files_sorted_with_sizes(make_loc: MakeLoc) -> None:
     for rel, data in files.items():
         loc.write_bytes(rel, data)
     assert loc.list_files() == sorted((rel, len(data)) for rel, data in files.items())
-    assert loc.list_suffix(".done") == {"a/x.parquet.done"}
-    assert loc.list_suffix(".missing") == set()
 
 
 def test_sibling_prefix_is_not_listed(make_loc: MakeLoc) -> None:
@@ -395,7 +393,7 @@ def test_s3_listing_is_paginated_not_probed(s3: Any) -> None:
         list(pool.map(lambda k: client.put_object(Bucket=s3.name, Key=k, Body=b"{}"), keys))
     loc = Location(s3.url("big"), s3.options())
     s3.reset()
-    assert len(loc.list_suffix(".done")) == 2001
+    assert len(loc.list_files()) == 2001
     assert s3.counts() == {"LIST": 3}
 
 
@@ -428,10 +426,12 @@ def test_s3_small_parquet_is_one_get(s3: Any) -> None:
     loc = Location(s3.url("pq"), s3.options())
     loc.write_bytes("small.parquet", data)
     s3.reset()
-    with loc.open("small.parquet", size=len(data)) as fh:
+    loc.remember_sizes({"small.parquet": len(data)})
+    with loc.open("small.parquet") as fh:
         assert pq.ParquetFile(fh).read(columns=["id"]).num_rows == 100
     assert s3.counts() == {"GET": 1}
     s3.reset()
+    loc = Location(s3.url("pq"), s3.options())
     with loc.open("small.parquet") as fh:  # size unknown: one HEAD to learn it
         assert pq.ParquetFile(fh).read(columns=["id"]).num_rows == 100
     assert s3.counts() == {"HEAD": 1, "GET": 1}
@@ -448,7 +448,8 @@ def test_s3_parquet_projection_gets(s3: Any, monkeypatch: pytest.MonkeyPatch) ->
     pf = pq.ParquetFile(io.BytesIO(data))
     junk = sum(pf.metadata.row_group(g).column(1).total_compressed_size for g in range(3))
     s3.reset()
-    with loc.open("p.parquet", size=len(data)) as fh:
+    loc.remember_sizes({"p.parquet": len(data)})
+    with loc.open("p.parquet") as fh:
         table = pq.ParquetFile(fh).read(columns=["id", "text"])
     assert table.num_rows == 600
     counts = s3.counts()
@@ -463,7 +464,7 @@ def test_s3_parquet_projection_gets(s3: Any, monkeypatch: pytest.MonkeyPatch) ->
         pq.ParquetFile(fh).read(columns=["id"])
     assert s3.counts().get("HEAD", 0) == 0
     s3.reset()
-    with loc.open("p.parquet", size=None) as fh:  # remembered size still applies
+    with loc.open("p.parquet") as fh:  # remembered size still applies
         fh.read(4)
     assert s3.counts().get("HEAD", 0) == 0
 
@@ -476,7 +477,8 @@ def test_s3_jsonl_stream_gets_one_per_block(s3: Any) -> None:
     loc = Location(s3.url("j"), s3.options())
     loc.write_bytes("f.jsonl.gz", data)
     s3.reset()
-    with loc.open("f.jsonl.gz", size=len(data), block_size=2**20) as fh:
+    loc.remember_sizes({"f.jsonl.gz": len(data)})
+    with loc.open("f.jsonl.gz", block_size=2**20) as fh:
         assert len(gzip.GzipFile(fileobj=fh).read()) == 3 * 2**20
     gets = s3.counts()["GET"]
     assert gets <= len(data) // 2**20 + 2
@@ -502,7 +504,8 @@ def test_s3_transient_errors_are_retried(s3: Any, op: str, kind: str) -> None:
     elif op == "exists":
         assert loc.exists("k.json")
     else:
-        with loc.open("k.json", size=9) as fh:
+        loc.remember_sizes({"k.json": 9})
+        with loc.open("k.json") as fh:
             assert fh.read() == b'{"ok": 1}'
     assert s3.counts()[kind] == 3  # 2 x 503, then success: one retry layer only
     assert [r.status for r in s3.server.log(s3.name)][:2] == [503, 503]
@@ -594,7 +597,8 @@ def test_s3_server_stopped_mid_read(s3: Any) -> None:
     data = os.urandom(3 * 2**20)
     loc = Location(s3.url("mid"), s3.options(max_attempts=2))
     loc.write_bytes("f.jsonl", data)
-    with loc.open("f.jsonl", size=len(data), block_size=2**20) as fh:
+    loc.remember_sizes({"f.jsonl": len(data)})
+    with loc.open("f.jsonl", block_size=2**20) as fh:
         first = fh.read(10)
         s3.server.stop()
         try:

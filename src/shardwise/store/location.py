@@ -86,14 +86,10 @@ class Location:
         """Where ``other``'s root lies inside this root: ``""`` (the same root), ``"a/b/"``
         (below it) or None (elsewhere): input and output may nest, and the planner and
         ``verify`` must then tell the corpus from shardwise's own outputs."""
-        if self.protocol != other.protocol:
-            return None
-        if other.root == self.root:
-            return ""
         base = self.root.rstrip("/") + "/"
-        if other.root.startswith(base):
-            return other.root[len(base) :] + "/"
-        return None
+        if self.protocol != other.protocol or not f"{other.root}/".startswith(base):
+            return None
+        return other.root[len(base) :] + "/" if other.root != self.root else ""
 
     def _s3(self, rel: str, method: str, **kwargs: Any) -> Any:
         """One retried S3 call on the object of ``rel``."""
@@ -203,24 +199,13 @@ class Location:
         except OSError as e:
             raise self._fail("list", "", e) from e
 
-    def list_suffix(self, suffix: str) -> set[str]:
-        """Relative paths of files ending in ``suffix`` (one listing, no per-file probes)."""
-        return {rel for rel, _ in self.list_files() if rel.endswith(suffix)}
-
     # -- reading --------------------------------------------------------------
     def remember_sizes(self, sizes: Mapping[str, int]) -> None:
         """Record sizes known from the plan: ``open`` then needs no HEAD per remote file
         (not filled by ``list_files``: a listing can hold millions of files never opened)."""
         self._sizes.update(sizes)
 
-    def open(
-        self,
-        rel: str,
-        *,
-        size: int | None = None,
-        block_size: int | None = None,
-        cache_type: str | None = None,
-    ) -> IO[bytes]:
+    def open(self, rel: str, *, block_size: int | None = None) -> IO[bytes]:
         """Open ``rel`` for streaming reads (FileNotFoundError if absent). Remote Parquet
         has no read-ahead, so pyarrow fetches the footer and exactly the projected column
         chunks (a small file: one GET whole); other files get a ``block_size`` read-ahead.
@@ -228,9 +213,8 @@ class Location:
         if not self.remote:
             with self._reading("open", rel):
                 return Path(self.path(rel)).open("rb")
-        if size is None:
-            size = self._sizes.get(rel)
-        if cache_type is None and rel.endswith(RANDOM_ACCESS_SUFFIXES):
+        size, cache_type = self._sizes.get(rel), "readahead"
+        if rel.endswith(RANDOM_ACCESS_SUFFIXES):
             if size is None:  # s3fs would HEAD for it anyway; learn it first to choose
                 with self._reading("open", rel):
                     size = self._size(rel)
@@ -240,11 +224,11 @@ class Location:
         return self._open_remote(rel, size, block_size or DEFAULT_BLOCK_SIZE, cache_type)
 
     def _open_remote(
-        self, rel: str, size: int | None, block_size: int, cache_type: str | None
+        self, rel: str, size: int | None, block_size: int, cache_type: str
     ) -> IO[bytes]:
         """An fsspec file with a read-ahead buffer whose every GET is retried."""
         path = self.path(rel)
-        kwargs: dict[str, Any] = {"block_size": block_size, "cache_type": cache_type or "readahead"}
+        kwargs: dict[str, Any] = {"block_size": block_size, "cache_type": cache_type}
         if size is not None:
             kwargs["size"] = size
         with self._reading("open", rel):
@@ -354,9 +338,7 @@ class _RetryingFetcher:
     """Wraps a remote file's ranged-GET function so each GET is retried on its own."""
 
     def __init__(self, fetcher: Callable[[int, int], bytes], key: str, policy: RetryPolicy):
-        self.fetcher = fetcher
-        self.key = key
-        self.policy = policy
+        self.fetcher, self.key, self.policy = fetcher, key, policy
 
     def __call__(self, start: int, end: int) -> bytes:
         return call(
@@ -433,13 +415,10 @@ def _remote_filesystem(uri: str, options: StorageOptions) -> tuple[Any, str]:
     if options.addressing_style != "auto":
         config_kwargs["s3"] = {"addressing_style": options.addressing_style}
     kwargs: dict[str, Any] = {
-        "anon": options.anon,
-        "endpoint_url": options.endpoint_url,
-        "client_kwargs": client_kwargs,
-        "config_kwargs": config_kwargs,
-        "use_listings_cache": False,
+        "anon": options.anon, "endpoint_url": options.endpoint_url, "client_kwargs": client_kwargs,
+        "config_kwargs": config_kwargs, "use_listings_cache": False,
         "default_block_size": DEFAULT_BLOCK_SIZE,
-    }
+    }  # fmt: skip
     if options.profile:
         kwargs["profile"] = options.profile
     cls = _s3_filesystem_class()

@@ -137,9 +137,11 @@ def prepare_run(
 
 def _dolma_notes(settings: Settings, table: pa.Table) -> list[str]:
     """What ``output.dolma`` will not cover: Parquet sources (dolma reads no Parquet)."""
-    if settings.dolma is None:
-        return []
-    parquet = sum(1 for rel in table["file"].to_pylist() if not dolma.applies(rel))
+    parquet = (
+        0
+        if settings.dolma is None
+        else sum(not dolma.applies(r) for r in table["file"].to_pylist())
+    )
     if not parquet:
         return []
     return [
@@ -366,18 +368,15 @@ def _refusal_hints(
     lines = []
     names = {name for name, _, _ in diffs}
     if found and names <= runjson.INPUT_SET_FIELDS:
+        gone = "."
+        if found.gone:
+            gone = "; --gone keep leaves the outputs of gone files in place, --gone remove "
+            gone += "deletes them (either way they leave the run)."
         lines = [
             f"The input changed since it was planned: {found.summary()}. The assignment is "
-            "per task, so no planned task moves: "
-            f"{drift.extend_command(found, '<this config>')} takes the new set into this "
-            "run (new files join the shards the hash gives them; nothing labelled is "
-            "touched)"
-            + (
-                "; --gone keep leaves the outputs of gone files in place, --gone remove "
-                "deletes them (either way they leave the run)."
-                if found.gone
-                else "."
-            )
+            f"per task, so no planned task moves: {drift.extend_command(found, '<this config>')} "
+            "takes the new set into this run (new files join the shards the hash gives them; "
+            f"nothing labelled is touched){gone}"
         ]
     if "fingerprint" in names:
         lines.append(
@@ -402,17 +401,11 @@ def _refusal_hints(
         return lines
     labelled = _labelled(_outputs_of(settings, [pinned]))
     if labelled:
-        lines.append(
-            f"{len(labelled):,} file(s) of this run are already labelled (e.g. {labelled[0]}), "
-            "so its pinned settings stay."
-        )
-    else:
-        lines.append(
-            "Nothing of this run is labelled yet (no per-file .done marker in its output): "
-            "`shardwise plan --repin --configfile <this config>` re-pins it with these "
-            "settings."
-        )
-    return lines
+        return [*lines, f"{len(labelled):,} file(s) of this run are already labelled (e.g. "
+                f"{labelled[0]}), so its pinned settings stay."]  # fmt: skip
+    return [*lines, "Nothing of this run is labelled yet (no per-file .done marker in its "
+            "output): `shardwise plan --repin --configfile <this config>` re-pins it with "
+            "these settings."]  # fmt: skip
 
 
 def _repin(
@@ -468,16 +461,13 @@ def mark_shards_without_work(
     quarantined = quarantined or set()
     done = markers.done_shards(run_dir)
     counts = {"empty": 0, "remote": 0}
-    assignment = {
-        "total_shards": meta.total_shards,
-        "minimum_shard_index": meta.minimum_shard_index,
-    }
+    assignment = dict(total_shards=meta.total_shards, minimum_shard_index=meta.minimum_shard_index)
     for shard in plan.empty_shards(table, meta.total_shards, meta.minimum_shard_index):
         if shard not in done:
-            marker = markers.ShardMarker(
+            empty = markers.ShardMarker(
                 shard, tasks=0, files=0, docs=0, source="empty", **assignment
             )
-            markers.write_shard_marker(run_dir, marker)
+            markers.write_shard_marker(run_dir, empty)
             counts["empty"] += 1
     open_shards = plan.nonempty_shards(table) - done
     if not open_shards:

@@ -526,16 +526,12 @@ def to_dict(d: Domains, *, by_category: bool = False) -> dict[str, Any]:
     if by_category:
         b = e.by_category
         out["categories"] = {
-            name: {
-                "tasks_total": int(b.tasks_total[h]),
-                "tasks_labelled": int(b.tasks_labelled[h]),
-                "estimated_total": _num(float(b.estimated_total[h])),
-                "cells": _cell_dicts(d, b.share[h], b.low[h], b.high[h], b.total[h])
-                if b.tasks_labelled[h]
-                else [],
-            }
+            name: {"tasks_total": int(b.tasks_total[h]), "tasks_labelled": int(b.tasks_labelled[h]),
+                   "estimated_total": _num(float(b.estimated_total[h])),
+                   "cells": _cell_dicts(d, b.share[h], b.low[h], b.high[h], b.total[h])
+                   if b.tasks_labelled[h] else []}
             for h, name in enumerate(d.data.categories)
-        }
+        }  # fmt: skip
     return out
 
 
@@ -544,15 +540,12 @@ def format_csv(d: Domains, *, by_category: bool = False, top: int | None = None)
     del top
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(
-        [*(["category"] if by_category else []), *d.axes, "share", "low", "high", "total"]
-    )
+    head = ["category"] if by_category else []
+    writer.writerow([*head, *d.axes, "share", "low", "high", "total"])
     doc = to_dict(d, by_category=by_category)
-    groups = (
-        [(name, c["cells"]) for name, c in doc["categories"].items()]
-        if by_category
-        else [(None, doc["cells"])]
-    )
+    groups = [(None, doc["cells"])]
+    if by_category:
+        groups = [(name, c["cells"]) for name, c in doc["categories"].items()]
     for name, cells in groups:
         for cell in cells:
             writer.writerow(

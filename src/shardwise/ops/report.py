@@ -105,22 +105,16 @@ def headline(cov: coverage.Coverage) -> tuple[str, str]:
             f"GPU{'s' if cov.eta.gpus != 1 else ''}"
         )
     n = len(cov.skew_flagged)
-    notes = [
-        f"{n} categor{'y' if n == 1 else 'ies'} outside the 99% band of the overall "
-        f"{cov.overall_percent:.1f}% (red): "
-        + ", ".join(cov.skew_flagged[:4])
-        + (", ..." if n > 4 else "")
-        if n
-        else "no category skew"
-    ]
+    notes = ["no category skew"]
+    if n:
+        named = ", ".join(cov.skew_flagged[:4]) + (", ..." if n > 4 else "")
+        band = f"outside the 99% band of the overall {cov.overall_percent:.1f}% (red)"
+        notes = [f"{n} categor{'y' if n == 1 else 'ies'} {band}: {named}"]
     notes += [f"{cov.shards_failing:,} shards have failure records"] if cov.shards_failing else []
     if cov.files_quarantined:
         notes.append(f"{cov.files_quarantined:,} files quarantined (left out)")
-    notes.append(
-        f"{cov.shards_remaining:,} shards left (shardwise retry-array lists them)"
-        if cov.shards_remaining
-        else "every shard is done"
-    )
+    left = f"{cov.shards_remaining:,} shards left (shardwise retry-array lists them)"
+    notes.append(left if cov.shards_remaining else "every shard is done")
     return first, "  ·  ".join(notes)
 
 
@@ -322,14 +316,13 @@ def render_html(
     """A self-contained page: the picture (inline), the summary and the full tables, and
     with ``domains`` (picture, table) the domain distribution."""
     e = html.escape
-    domains_html = (
-        "<h2>Domain distribution</h2>"
-        f"<img alt='domain distribution' src='data:image/png;base64,"
-        f"{base64.b64encode(domains[0]).decode('ascii')}'>"
-        f"<pre>{e(domains[1])}</pre>"
-        if domains is not None
-        else ""
-    )
+    domains_html = ""
+    if domains is not None:
+        picture = base64.b64encode(domains[0]).decode("ascii")
+        domains_html = (
+            "<h2>Domain distribution</h2><img alt='domain distribution' "
+            f"src='data:image/png;base64,{picture}'><pre>{e(domains[1])}</pre>"
+        )
     first, second = headline(cov)
     rows = "\n".join(
         f"<tr class='{'flag' if c.flagged else ''}'><td>{e(c.name)}</td>"

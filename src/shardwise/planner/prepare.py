@@ -137,11 +137,9 @@ def prepare_run(
 
 def _dolma_notes(settings: Settings, table: pa.Table) -> list[str]:
     """What ``output.dolma`` will not cover: Parquet sources (dolma reads no Parquet)."""
-    parquet = (
-        0
-        if settings.dolma is None
-        else sum(not dolma.applies(r) for r in table["file"].to_pylist())
-    )
+    if settings.dolma is None:
+        return []
+    parquet = sum(not dolma.applies(rel) for rel in table["file"].to_pylist())
     if not parquet:
         return []
     return [

@@ -40,6 +40,16 @@ CREDENTIALS_HINT = (
 )
 
 
+#: What each annotation of :class:`StorageOptions` admits (a bool is never a number).
+_FIELD_TYPES = {
+    "bool": bool,
+    "int": int,
+    "float": int | float,
+    "str": str,
+    "str | None": str | None,
+}
+
+
 @dataclass(frozen=True)
 class StorageOptions:
     """Non-secret storage settings (credentials come from the environment); the keys are
@@ -59,18 +69,9 @@ class StorageOptions:
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            value = getattr(self, f.name)
-            kind = str(f.type)
-            ok = True
-            if kind == "bool":
-                ok = isinstance(value, bool)
-            elif kind == "int":
-                ok = isinstance(value, int) and not isinstance(value, bool)
-            elif kind == "float":
-                ok = isinstance(value, int | float) and not isinstance(value, bool)
-            elif kind in ("str", "str | None"):
-                ok = isinstance(value, str) or (value is None and kind != "str")
-            if not ok:
+            value, kind = getattr(self, f.name), str(f.type)
+            wanted = _FIELD_TYPES.get(kind, object)
+            if not isinstance(value, wanted) or (isinstance(value, bool) and kind != "bool"):
                 msg = f"storage.{f.name}: expected {kind}, got {value!r}"
                 raise ConfigError(msg)
         if self.max_attempts < 1:

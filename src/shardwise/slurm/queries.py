@@ -176,20 +176,12 @@ _NODE_FIELDS = ("node", "partition", "avail", "timelimit", "gres", "state", "fea
 def parse_nodes(text: str) -> list[Node]:
     """``sinfo -h -N -o '%N|%P|%a|%l|%G|%T|%f|%H|%E'`` as nodes."""
     return [
-        Node(
-            name=r["node"],
-            partition=r["partition"].rstrip("*"),
-            default_partition=r["partition"].endswith("*"),
-            partition_up=r["avail"].lower() == "up",
-            max_minutes=command.minutes(r["timelimit"]),
-            gres=_text(r["gres"]),
-            state=r["state"],
-            features=frozenset(f for f in _text(r["features"]).split(",") if f),
-            reason="" if r["reason"].strip().lower() == "none" else _text(r["reason"]),
-            reason_time=_text(r["rtime"]),
-        )
+        Node(r["node"], r["partition"].rstrip("*"), r["partition"].endswith("*"),
+             r["avail"].lower() == "up", command.minutes(r["timelimit"]), _text(r["gres"]),
+             r["state"], frozenset(f for f in _text(r["features"]).split(",") if f),
+             "" if r["reason"].strip().lower() == "none" else _text(r["reason"]), _text(r["rtime"]))
         for r in command.rows(text, (*_NODE_FIELDS, "reason"))
-    ]
+    ]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -213,17 +205,12 @@ def partitions(all_nodes: Sequence[Node]) -> dict[str, Partition]:
         by.setdefault(n.partition, []).append(n)
     return {
         name: Partition(
-            name=name,
-            default=any(n.default_partition for n in ns),
-            up=all(n.partition_up for n in ns),
-            max_minutes=ns[0].max_minutes,
-            nodes=tuple(sorted({n.name for n in ns})),
-            gpus=sum(n.gpus for n in ns),
-            usable_gpus=sum(n.gpus for n in ns if n.usable),
-            features=frozenset().union(*(n.features for n in ns)),
+            name, any(n.default_partition for n in ns), all(n.partition_up for n in ns),
+            ns[0].max_minutes, tuple(sorted({n.name for n in ns})), sum(n.gpus for n in ns),
+            sum(n.gpus for n in ns if n.usable), frozenset().union(*(n.features for n in ns)),
         )
         for name, ns in by.items()
-    }
+    }  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -301,23 +288,28 @@ def partition_jobs(
 
 def _partial_job(id: str, state: str, user: str, partition: str) -> Job:
     """A job as another user's queue shows it: no request, no times."""
-    blank = dict.fromkeys(
-        ("name", "nodes", "tres_alloc", "tres_per_job", "tres_per_node", "qos", "account",
-         "workdir", "reason", "comment"),
-        "",
-    )  # fmt: skip
+    blank = dict.fromkeys(("name", "nodes", "tres_alloc", "tres_per_job", "tres_per_node", "qos",
+                           "account", "workdir", "reason", "comment"), "")  # fmt: skip
     times = dict.fromkeys(("time_limit_minutes", "submit_time", "start_time"), None)
     return Job(id=id, state=state, user=user, partition=partition, **blank, **times)
 
 
 def sacct_answers(user: str | None = None, timeout: float = 15.0) -> Answer[bool]:
     """Whether ``sacct`` answers for this user now (the plugin's status command needs it)."""
-    reply = command.run(
-        ["sacct", "-n", "-X", "-P", "-u", user or current_user(), "-S", "now-1minutes",
-         "-o", "JobIDRaw"],
-        timeout=timeout,
-    )  # fmt: skip
-    return Answer(True) if reply.ok else Answer(None, reply.problem, reply.kind)
+    argv = [
+        "sacct",
+        "-n",
+        "-X",
+        "-P",
+        "-u",
+        user or current_user(),
+        "-S",
+        "now-1minutes",
+        "-o",
+        "JobIDRaw",
+    ]
+    reply = command.run(argv, timeout=timeout)
+    return Answer(True) if reply.ok else _failed(reply)
 
 
 def job_states(
@@ -327,10 +319,8 @@ def job_states(
     a job id squeue no longer knows is absent: it ended long ago."""
     if not job_ids:
         return Answer({})
-    reply = command.run(
-        ["squeue", "-h", "--states=all", "-j", ",".join(job_ids), "-o", "%i|%T"],
-        timeout=timeout,
-    )
+    argv = ["squeue", "-h", "--states=all", "-j", ",".join(job_ids), "-o", "%i|%T"]
+    reply = command.run(argv, timeout=timeout)
     if not reply.ok:
         if "Invalid job id" in (reply.stderr or ""):
             return Answer({})  # every id is unknown: all of them ended long ago
@@ -346,11 +336,8 @@ def steps(user: str | None = None, timeout: float = command.DEFAULT_TIMEOUT) -> 
 
 def job_detail(job_id: str, timeout: float = command.DEFAULT_TIMEOUT) -> Answer[dict[str, str]]:
     """``scontrol show job -o`` of one job (its full request: features, excluded nodes...)."""
-    return _ask(
-        ["scontrol", "show", "job", "-o", job_id],
-        timeout,
-        lambda out: command.key_values(out.strip().splitlines()[0] if out.strip() else ""),
-    )
+    first = lambda out: command.key_values(out.strip().splitlines()[0] if out.strip() else "")  # noqa: E731
+    return _ask(["scontrol", "show", "job", "-o", job_id], timeout, first)
 
 
 def batch_script(job_id: str, timeout: float = command.DEFAULT_TIMEOUT) -> Answer[str]:
@@ -447,16 +434,12 @@ def parse_reservations(text: str) -> list[Reservation]:
     """``scontrol show reservation -o`` as reservations ("No reservations..." -> [])."""
     lines = (line for line in text.splitlines() if line.startswith("ReservationName="))
     return [
-        Reservation(
-            name=kv.get("ReservationName", ""),
-            start=command.timestamp(kv.get("StartTime")),
-            end=command.timestamp(kv.get("EndTime")),
-            nodes=kv.get("Nodes", ""),
-            flags=tuple(f for f in kv.get("Flags", "").split(",") if f),
-            partition=_text(kv.get("PartitionName")),
-        )
+        Reservation(kv.get("ReservationName", ""), command.timestamp(kv.get("StartTime")),
+                    command.timestamp(kv.get("EndTime")), kv.get("Nodes", ""),
+                    tuple(f for f in kv.get("Flags", "").split(",") if f),
+                    _text(kv.get("PartitionName")))
         for kv in map(command.key_values, lines)
-    ]
+    ]  # fmt: skip
 
 
 def next_maintenance(
@@ -466,13 +449,10 @@ def next_maintenance(
     naming another partition is left out, node lists are kept rather than guessed (the
     warning errs toward caution)."""
     windows = [
-        r
-        for r in found
-        if r.maintenance
-        and r.start is not None
-        and (r.end is None or r.end >= now)
+        r for r in found
+        if r.maintenance and r.start is not None and (r.end is None or r.end >= now)
         and not (r.partition and partitions and r.partition not in partitions)
-    ]
+    ]  # fmt: skip
     return min(windows, key=lambda r: r.start or now, default=None)
 
 

@@ -38,12 +38,9 @@ _NEW_ONLY_KEYS = (
 #: Values of "new"-only options that the native GTE implements; anything else is refused,
 #: because loading would silently compute something different from the original model.
 _NEW_SUPPORTED = {
-    "layer_norm_type": ("layer_norm",),
-    "logn_attention_scale": (False,),
-    "logn_attention_clip1": (False,),
-    "pack_qkv": (True,),
-    "position_embedding_type": ("rope",),
-}
+    "layer_norm_type": ("layer_norm",), "logn_attention_scale": (False,),
+    "logn_attention_clip1": (False,), "pack_qkv": (True,), "position_embedding_type": ("rope",),
+}  # fmt: skip
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _HUB_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model"]
@@ -53,7 +50,6 @@ _HUB_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model"]
 class LoadedClassifier:
     """A classifier ready for inference, with what the engine needs to feed and label it."""
 
-    model_ref: str  # what the user wrote: hub id or local directory
     model: torch.nn.Module
     tokenizer: Any  # a transformers fast tokenizer (has ``backend_tokenizer``)
     labels: tuple[str, ...]  # index = logit position, from config.id2label
@@ -238,9 +234,8 @@ def _labels(model_obj: torch.nn.Module, model: str) -> tuple[str, ...]:
         raise ModelError(f"model {model!r}: id2label keys are not 0..n-1: {id2label!r}")
     num_labels = getattr(config, "num_labels", len(ordered))
     if len(ordered) != num_labels or not ordered:
-        raise ModelError(
-            f"model {model!r}: id2label has {len(ordered)} labels but num_labels={num_labels}"
-        )
+        msg = f"model {model!r}: id2label has {len(ordered)} labels but num_labels={num_labels}"
+        raise ModelError(msg)
     return tuple(label for _, label in ordered)
 
 
@@ -256,19 +251,16 @@ def _check_loading_info(info: dict[str, Any], model: str) -> None:
         )
     unexpected = [k for k in info.get("unexpected_keys", []) if not ignorable.search(k)]
     if unexpected:
-        raise ModelError(
+        msg = (
             f"model {model!r}: checkpoint weights the model does not use: {sorted(unexpected)[:8]}"
         )
+        raise ModelError(msg)
 
 
 def load_classifier(
-    model: str,
-    *,
-    dtype: torch.dtype = torch.float32,
-    device: str | torch.device = "cpu",
-    attn_implementation: str = "sdpa",
-    cache_root: Path | None = None,
-) -> LoadedClassifier:
+    model: str, *, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
+    attn_implementation: str = "sdpa", cache_root: Path | None = None,
+) -> LoadedClassifier:  # fmt: skip
     """Load ``model`` (hub id or local directory) and its tokenizer for inference ("new"-format
     GTE through a rewritten config); every failure is a :class:`ModelError` naming the model."""
     source = resolve_model_dir(model)
@@ -306,7 +298,7 @@ def load_classifier(
     with contextlib.suppress(AttributeError, NotImplementedError):
         embedding_params = sum(p.numel() for p in model_obj.get_input_embeddings().parameters())
     return LoadedClassifier(
-        model_ref=model, model=model_obj, tokenizer=tokenizer, labels=labels,
+        model=model_obj, tokenizer=tokenizer, labels=labels,
         tokenizer_hash=tokenizer_hash(tokenizer), source_dir=source, load_dir=load_dir,
         rewritten=rewritten,
         max_positions=getattr(model_obj.config, "max_position_embeddings", None),

@@ -21,7 +21,8 @@ from tokenizers import Tokenizer
 from shardwise.errors import ModelError
 from shardwise.store.atomic import write_atomic
 
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+#: A Hugging Face hub id (``owner/name``).
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 #: Tokenizer files a fast tokenizer can be built from (any one set suffices).
 _TOKENIZER_SETS = (
     ("tokenizer.json",), ("vocab.txt",), ("spiece.model",), ("sentencepiece.bpe.model",),
@@ -62,7 +63,7 @@ def classifier_problems(name: str, model: str) -> list[ModelIssue]:
     path = Path(model).expanduser()
     if path.exists():
         return [ModelIssue(name, model, p) for p in directory_problems(path)]
-    if not _HUB_ID.match(model):
+    if not HUB_ID.match(model):
         why = f"no such directory ({path.absolute()}) and not a hub id (owner/name)"
         return [ModelIssue(name, model, why)]
     return [
@@ -152,11 +153,8 @@ def _safetensors_problem(path: Path) -> str | None:
             header = json.loads(fh.read(length))
     except (OSError, ValueError) as e:
         return f"{path} is not a readable safetensors file: {e}"
-    ends = [
-        int(v["data_offsets"][1])
-        for k, v in header.items()
-        if k != "__metadata__" and isinstance(v, dict) and "data_offsets" in v
-    ]
+    tensors = [v for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)]
+    ends = [int(v["data_offsets"][1]) for v in tensors if "data_offsets" in v]
     need = 8 + length + max(ends, default=0)
     if need > size:
         return f"{path} is truncated: its header needs {need:,} bytes, the file has {size:,}"
@@ -218,13 +216,24 @@ def _hub_problems(model: str) -> list[str]:
     return problems
 
 
+def default_cache_root() -> Path:
+    """Where rewritten configs and model identities live: ``$SHARDWISE_MODEL_CACHE`` or
+    ``~/.cache/shardwise/models``."""
+    env = os.environ.get("SHARDWISE_MODEL_CACHE")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "shardwise" / "models"
+
+
 def identity(model: str, *, cache_root: Path | None = None) -> dict[str, Any]:
     """``{model, content_hash, revision}`` of a classifier's model, for the stats: sha256
     over ``config.json`` and every weight file (name and bytes), cached under ``cache_root``
     by path, size and mtime (paid once per model version); the hub commit of a snapshot."""
     path = Path(model).expanduser()
     revision = None
-    if not path.exists() and _HUB_ID.match(model):
+    if not path.exists() and HUB_ID.match(model):
         snapshot = cached_snapshot(model)
         if snapshot is None:
             return {"model": model, "content_hash": None, "revision": None}
@@ -241,12 +250,7 @@ def _content_hash(files: list[Path], cache_root: Path | None) -> str:
     for f in files:
         st = f.stat()
         stamp.update(f"{f.resolve()}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
-    if cache_root is None:
-        # torch loads with it: only jobs ask for the cache root, never the dry run
-        from shardwise.classify.models import default_cache_root  # noqa: PLC0415
-
-        cache_root = default_cache_root()
-    cached = Path(cache_root) / f"identity-{stamp.hexdigest()[:32]}.txt"
+    cached = Path(cache_root or default_cache_root()) / f"identity-{stamp.hexdigest()[:32]}.txt"
     try:
         return cached.read_text("ascii").strip()
     except OSError:

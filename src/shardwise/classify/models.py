@@ -9,7 +9,6 @@ the user's files, maybe a read-only hub cache, are never edited; no remote code 
 import contextlib
 import hashlib
 import json
-import os
 import re
 import shutil
 import tempfile
@@ -25,6 +24,7 @@ from transformers import (
     GteForSequenceClassification,
 )
 
+from shardwise.classify.modelcheck import HUB_ID, default_cache_root
 from shardwise.classify.tokenization import backend_hash
 from shardwise.errors import ModelError
 
@@ -42,7 +42,6 @@ _NEW_SUPPORTED = {
     "logn_attention_clip1": (False,), "pack_qkv": (True,), "position_embedding_type": ("rope",),
 }  # fmt: skip
 
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _HUB_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model"]
 
 
@@ -62,16 +61,6 @@ class LoadedClassifier:
     num_embedding_parameters: int
 
 
-def default_cache_root() -> Path:
-    """Where rewritten configs live: ``$SHARDWISE_MODEL_CACHE`` or ``~/.cache/shardwise/models``."""
-    env = os.environ.get("SHARDWISE_MODEL_CACHE")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "shardwise" / "models"
-
-
 def resolve_model_dir(model: str) -> Path:
     """A local directory for ``model``: the directory itself, or a hub snapshot (which
     honours ``HF_HOME`` and ``HF_HUB_OFFLINE``: nodes usually read a pre-filled cache)."""
@@ -82,7 +71,7 @@ def resolve_model_dir(model: str) -> Path:
         if not (path / "config.json").is_file():
             raise ModelError(f"model {model!r}: directory has no config.json")
         return path.resolve()
-    if not _HUB_ID.match(model):
+    if not HUB_ID.match(model):
         raise ModelError(f"model {model!r}: no such directory and not a hub id (owner/name)")
     try:
         snapshot = snapshot_download(repo_id=model, allow_patterns=_HUB_PATTERNS)

@@ -8,6 +8,7 @@ absent (older versions); one of the wrong type refuses the file, naming the fiel
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import platform
@@ -97,30 +98,16 @@ class FileStats:
     ) -> FileStats:  # fmt: skip
         """The stats of a file just labelled (``timings`` so far; see :meth:`with_write`)."""
         return cls(
-            file=rel,
-            task_id=task_id,
-            shard=shard,
-            bytes=size,
-            docs=docs,
-            tokens=int(engine.get("tokens", 0)),
-            tokens_counted=TOKENS_COUNTED,
-            counts=dict(counts),
+            file=rel, task_id=task_id, shard=shard, bytes=size, docs=docs,
+            tokens=int(engine.get("tokens", 0)), tokens_counted=TOKENS_COUNTED, counts=dict(counts),
             truncated_docs=int(engine.get("truncated_docs", 0)),
-            fidelity=tuple(engine.get("fidelity", ())),
-            models=dict(models),
-            device=device,
-            device_name=device_name,
-            dtype=dtype,
-            hostname=socket.gethostname(),
-            platform=platform.platform(),
-            slurm_job_id=os.environ.get("SLURM_JOB_ID"),
-            versions=versions(),
-            source_identity=identity,
-            labelling=dict(labelling),
+            fidelity=tuple(engine.get("fidelity", ())), models=dict(models), device=device,
+            device_name=device_name, dtype=dtype, hostname=socket.gethostname(),
+            platform=platform.platform(), slurm_job_id=os.environ.get("SLURM_JOB_ID"),
+            versions=versions(), source_identity=identity, labelling=dict(labelling),
             precision={"dtype": dtype, "recheck_margin": engine.get("recheck_margin")},
-            engine=dict(engine),
-            label_counts=dict(label_counts),
-        ).with_timings(timings)
+            engine=dict(engine), label_counts=dict(label_counts),
+        ).with_timings(timings)  # fmt: skip
 
     def with_timings(self, timings: Mapping[str, float]) -> FileStats:
         """These stats with ``timings`` and the rates and time they imply, stamped now."""
@@ -190,12 +177,10 @@ class FileStats:
 
 def versions() -> dict[str, str]:
     """Installed versions of the packages that decide the labels."""
-    out = {}
+    out = dict.fromkeys(VERSIONED, "not installed")
     for name in VERSIONED:
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):
             out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = "not installed"
     return out
 
 
@@ -233,14 +218,10 @@ def stats_from_json(blobs: Iterable[bytes]) -> StatsTable:
     if not docs:
         return stats_table(())
     blob = b"\n".join(b.replace(b"\r", b" ").replace(b"\n", b" ") for b in docs)
+    read = pa_json.ReadOptions(use_threads=True, block_size=1 << 24)
+    parse = pa_json.ParseOptions(explicit_schema=_ARROW_SCHEMA, unexpected_field_behavior="ignore")
     try:
-        table = pa_json.read_json(
-            pa.BufferReader(arrow_owned(blob)),
-            read_options=pa_json.ReadOptions(use_threads=True, block_size=1 << 24),
-            parse_options=pa_json.ParseOptions(
-                explicit_schema=_ARROW_SCHEMA, unexpected_field_behavior="ignore"
-            ),
-        )
+        table = pa_json.read_json(pa.BufferReader(arrow_owned(blob)), read, parse)
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         return stats_table(_each(docs))
     if table.num_rows != len(docs):

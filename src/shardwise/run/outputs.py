@@ -51,6 +51,11 @@ class Expected:
         """The input's row count, when it was read."""
         return None if self.ids is None else len(self.ids)
 
+    @property
+    def counts_tokens(self) -> bool:
+        """The labelling pins a counting tokenizer: the sidecar has a ``tokens`` column."""
+        return bool((self.labelling or {}).get("count_tokenizer"))
+
 
 @dataclass(frozen=True, eq=False)  # compared by identity: a kind is one registry entry
 class OutputKind:
@@ -79,39 +84,24 @@ class OutputKind:
 
 
 SIDECAR = OutputKind(
-    "sidecar",
-    sidecar.SUFFIX,
+    "sidecar", sidecar.SUFFIX, parse=sidecar.read_sidecar, nonempty=True,
     build=lambda f: sidecar.to_parquet_bytes(sidecar.build_table(f.ids, dict(f.columns))),
-    parse=sidecar.read_sidecar,
-    check=lambda table, want: sidecar.problems(
-        table,
-        want.classifiers,
-        want.ids,
-        tokens=bool((want.labelling or {}).get("count_tokenizer")),
-    ),
-    nonempty=True,
-)
+    check=lambda t, want: sidecar.problems(t, want.classifiers, want.ids, tokens=want.counts_tokens),
+)  # fmt: skip
 STATS = OutputKind(
     "stats", filestats.SUFFIX, build=lambda f: f.stats.to_json(), parse=FileStats.from_json,
     check=lambda stats, want: stats.problems(want.rel, want.rows, want.labelling),
 )  # fmt: skip
 MARKER = OutputKind(
-    "marker",
-    markers.FILE_MARKER_SUFFIX,
+    "marker", markers.FILE_MARKER_SUFFIX, parse=FileMarker.from_json,
     build=lambda f: FileMarker.now(f.rel, f.task_id, f.shard, len(f.ids), f.identity).to_json(),
-    parse=FileMarker.from_json,
     check=lambda marker, want: marker.problems(want.rel, want.task_id, want.shard, want.rows),
-)
-DOLMA = OutputKind(
-    "dolma",
-    "",  # the documents' own relative path, under the attributes root
+)  # fmt: skip
+DOLMA = OutputKind(  # suffix "": the documents' own relative path, under the attributes root
+    "dolma", "", parse=dolma.AttributesFile.from_bytes, root="attributes", applies=dolma.applies,
     build=lambda f: dolma.build(f.rel, f.ids, f.columns, f.dolma_name or "weborganizer"),
-    parse=dolma.AttributesFile.from_bytes,
-    check=lambda attrs, want: attrs.problems(want.ids, want.classifiers),
-    root="attributes",
-    applies=dolma.applies,
-    derived=True,
-)
+    check=lambda attrs, want: attrs.problems(want.ids, want.classifiers), derived=True,
+)  # fmt: skip
 #: Every per-file output, in write order: data kinds, then STATS, then MARKER (last).
 KINDS: tuple[OutputKind, ...] = (SIDECAR, DOLMA, STATS, MARKER)
 
@@ -200,9 +190,8 @@ def write_all(roots: Mapping[str, Location], labelled: Labelled) -> FileStats:
         if kind.root not in roots or not kind.applies(labelled.rel):
             continue
         if kind is STATS:
-            labelled = replace(
-                labelled, stats=labelled.stats.with_write(time.perf_counter() - started)
-            )
+            stats = labelled.stats.with_write(time.perf_counter() - started)
+            labelled = replace(labelled, stats=stats)
         roots[kind.root].write_bytes(kind.rel(labelled.rel), kind.build(labelled))
     return labelled.stats
 

@@ -86,7 +86,7 @@ class OutputKind:
 SIDECAR = OutputKind(
     "sidecar", sidecar.SUFFIX, parse=sidecar.read_sidecar, nonempty=True,
     build=lambda f: sidecar.to_parquet_bytes(sidecar.build_table(f.ids, dict(f.columns))),
-    check=lambda t, want: sidecar.problems(t, want.classifiers, want.ids, tokens=want.counts_tokens),
+    check=lambda table, w: sidecar.problems(table, w.classifiers, w.ids, tokens=w.counts_tokens),
 )  # fmt: skip
 STATS = OutputKind(
     "stats", filestats.SUFFIX, build=lambda f: f.stats.to_json(), parse=FileStats.from_json,

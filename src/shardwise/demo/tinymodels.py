@@ -40,12 +40,11 @@ _TOKENIZER_FILES = (
 )
 
 #: What the real checkpoints' ``auto_map`` points to; the code is deliberately not shipped.
+_NEW_IMPL = "Alibaba-NLP/new-impl--"
 _NEW_AUTO_MAP = {
-    "AutoConfig": "Alibaba-NLP/new-impl--configuration.NewConfig",
-    "AutoModel": "Alibaba-NLP/new-impl--modeling.NewModel",
-    "AutoModelForSequenceClassification": (
-        "Alibaba-NLP/new-impl--modeling.NewForSequenceClassification"
-    ),
+    "AutoConfig": f"{_NEW_IMPL}configuration.NewConfig",
+    "AutoModel": f"{_NEW_IMPL}modeling.NewModel",
+    "AutoModelForSequenceClassification": f"{_NEW_IMPL}modeling.NewForSequenceClassification",
 }
 
 #: The rope of the real gte-base-en-v1.5 checkpoints (fixed NTK scaling).
@@ -60,9 +59,8 @@ def build_wordpiece_tokenizer(
     ``texts`` into ``out_dir``; printable ASCII is in the alphabet (no URL is all ``[UNK]``)."""
     out_dir = Path(out_dir)
     tok = Tokenizer(models.WordPiece(unk_token=SPECIAL_TOKENS[1], max_input_chars_per_word=100))
-    tok.normalizer = normalizers.BertNormalizer(
-        clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=True
-    )
+    tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
+                                                strip_accents=None, lowercase=True)  # fmt: skip
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     alphabet = sorted(set(string.printable.lower()) - set(string.whitespace))
     trainer = trainers.WordPieceTrainer(
@@ -76,9 +74,8 @@ def build_wordpiece_tokenizer(
     )
     tok.decoder = decoders.WordPiece(prefix="##")
     roles = ("pad_token", "unk_token", "cls_token", "sep_token", "mask_token")
-    fast = BertTokenizerFast(
-        tokenizer_object=tok, model_max_length=8192, **dict(zip(roles, SPECIAL_TOKENS, strict=True))
-    )
+    specials_by_role = dict(zip(roles, SPECIAL_TOKENS, strict=True))
+    fast = BertTokenizerFast(tokenizer_object=tok, model_max_length=8192, **specials_by_role)
     out_dir.mkdir(parents=True, exist_ok=True)
     fast.save_pretrained(str(out_dir))
     return fast
@@ -103,15 +100,13 @@ def native_to_new_state_dict(state: dict[str, torch.Tensor]) -> dict[str, torch.
     for index, parts in sorted(layers.items()):
         prefix = f"new.encoder.layer.{index}."
         for kind in ("weight", "bias"):
-            out[prefix + f"attention.qkv_proj.{kind}"] = torch.cat(
-                [parts[f"self_attn.{p}_proj.{kind}"] for p in ("q", "k", "v")], dim=0
-            )
+            qkv = [parts[f"self_attn.{p}_proj.{kind}"] for p in ("q", "k", "v")]
+            out[prefix + f"attention.qkv_proj.{kind}"] = torch.cat(qkv, dim=0)
             out[prefix + f"attention.o_proj.{kind}"] = parts[f"self_attn.o_proj.{kind}"]
             out[prefix + f"attn_ln.{kind}"] = parts[f"post_attention_layernorm.{kind}"]
             out[prefix + f"mlp_ln.{kind}"] = parts[f"post_mlp_layernorm.{kind}"]
-        out[prefix + "mlp.up_gate_proj.weight"] = torch.cat(
-            [parts["mlp.up_proj.weight"], parts["mlp.gate_proj.weight"]], dim=0
-        )
+        up_gate = [parts["mlp.up_proj.weight"], parts["mlp.gate_proj.weight"]]
+        out[prefix + "mlp.up_gate_proj.weight"] = torch.cat(up_gate, dim=0)
         out[prefix + "mlp.down_proj.weight"] = parts["mlp.down_proj.weight"]
         out[prefix + "mlp.down_proj.bias"] = parts["mlp.down_proj.bias"]
     return {k: v.detach().clone().contiguous() for k, v in out.items()}
@@ -201,8 +196,9 @@ def build_weborganizer_demo_models(
     out: dict[str, Path] = {}
     for offset, name in enumerate(("topic", "topic_nourl", "format", "format_nourl")):
         labels = label_sets[name.removesuffix("_nourl")]
+        seeded = seed * 100 + offset
         out[name] = build_tiny_gte_classifier(
-            models_dir / name, labels, tokenizer_dir, seed=seed * 100 + offset, new_format=True
+            models_dir / name, labels, tokenizer_dir, seed=seeded, new_format=True
         )
     # Each model directory carries its own copy of the tokenizer files, like the hub repos.
     shutil.rmtree(tokenizer_dir)

@@ -8,7 +8,6 @@ chosen labels or cells, with their attributes where the mixer looks.
 
 from __future__ import annotations
 
-import difflib
 import json
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +19,7 @@ import yaml
 from tqdm import tqdm
 
 from shardwise.errors import ConfigError, InputError
+from shardwise.ops.text import near_labels
 from shardwise.run import dolma, outputs, plan, quarantine, summaries
 from shardwise.run.context import JobContext
 from shardwise.store.atomic import json_bytes, write_atomic
@@ -191,11 +191,8 @@ def check_where_dolma_looks(source: Location, attributes: Location, name: str) -
 def _check_labels(ctx: JobContext, keep: Sequence[Selection]) -> None:
     """Every classifier is the run's, every label one the run's documents were given."""
     classifiers = [n for n, _m, _k in ctx.meta.classifiers]
-    seen: dict[str, set[str]] = {}
     got, _ = summaries.read_many(ctx.run_dir, summaries.summarized_shards(ctx.run_dir))
-    for summary in got:
-        for c, labels in summary.labels.items():
-            seen.setdefault(c, set()).update(labels)
+    seen = summaries.label_sets(got)
     for selection in keep:
         for classifier, label in selection.conditions:
             if classifier not in classifiers:
@@ -204,11 +201,9 @@ def _check_labels(ctx: JobContext, keep: Sequence[Selection]) -> None:
                 raise ConfigError(msg)
             known = seen.get(classifier, set())
             if label not in known:
-                folded = {k.lower(): k for k in sorted(known)}  # labels differ in case often
-                near = [folded[k] for k in difflib.get_close_matches(label.lower(), folded, n=3)]
-                hint = f"; did you mean {', '.join(repr(n) for n in near)}?" if near else ""
                 msg = (
-                    f"--keep: no labelled document has {classifier} {label!r}{hint} "
+                    f"--keep: no labelled document has {classifier} {label!r}"
+                    f"{near_labels(label, known)} "
                     f"(labels seen: {', '.join(sorted(known)) or 'none yet'})"
                 )
                 raise ConfigError(msg)

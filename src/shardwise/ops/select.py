@@ -2,7 +2,6 @@
 token budget to a rate per domain, from the shard summaries alone: ``min(budget x weight
 / tokens, max_repeat)``, a capped domain's shortfall reported (or redistributed)."""
 
-import difflib
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -15,8 +14,8 @@ import numpy as np
 
 from shardwise.errors import ConfigError
 from shardwise.ops import domains as dom
-from shardwise.ops.text import human_count
-from shardwise.run import selection
+from shardwise.ops.text import human_count, near_labels
+from shardwise.run import selection, summaries
 from shardwise.run.selection import Domain, SelectionPlan
 
 #: How far the weights may sum from 1 (rounding in a hand-written or exported file).
@@ -171,10 +170,7 @@ def _resolve_part(part: Any, axis: str, seen: Sequence[str], ids: Mapping[int, s
         raise ConfigError(f"--weights: {axis} id {part} is not a label id (ids: {known})")
     if part in seen:
         return part
-    folded = {s.lower(): s for s in seen}
-    near = [folded[k] for k in difflib.get_close_matches(part.lower(), folded, n=3)]
-    hint = f"; did you mean {', '.join(repr(n) for n in near)}?" if near else ""
-    msg = f"--weights: {axis} {part!r} is no label of this run's documents{hint}"
+    msg = f"--weights: {axis} {part!r} is no label of this run's documents{near_labels(part, seen)}"
     raise ConfigError(msg)
 
 
@@ -255,11 +251,7 @@ def plan(run_dir: Path, request: Request) -> SelectionPlan:
     view = dom.choose_view(data, request.pair, request.classifier)
     avail = available(data, view)
     _require_complete(request, avail)
-    label_sets: dict[str, set[str]] = {}
-    for s in data.summaries:
-        for name, labels in s.labels.items():
-            label_sets.setdefault(name, set()).update(labels)
-    sets = {k: sorted(v) for k, v in label_sets.items()}
+    sets = {k: sorted(v) for k, v in summaries.label_sets(data.summaries).items()}
     wanted = resolve_weights(request, avail, sets)
     keys = sorted(set(avail.labels) | set(wanted))
     index = {k: i for i, k in enumerate(avail.labels)}

@@ -1,6 +1,8 @@
 """Numbers, sizes and durations for people: one set of formatters for every view."""
 
+import difflib
 import math
+from collections.abc import Iterable
 
 
 def human_bytes(n: float) -> str:
@@ -36,3 +38,11 @@ def format_duration(seconds: float) -> str:
         return f"{hours}h {minutes:02d}m"
     days, hours = divmod(hours, 24)
     return f"{days}d {hours}h"
+
+
+def near_labels(label: str, known: Iterable[str]) -> str:
+    """``; did you mean 'A', 'B'?`` for up to three of ``known`` close to ``label`` (case
+    folded: labels often differ in case only), else ""."""
+    folded = {k.lower(): k for k in sorted(known)}
+    near = [folded[k] for k in difflib.get_close_matches(label.lower(), folded, n=3)]
+    return f"; did you mean {', '.join(repr(n) for n in near)}?" if near else ""

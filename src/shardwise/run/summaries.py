@@ -190,6 +190,15 @@ def read(run_dir: Path, shard: int) -> Summary:
     return parse(pa.memory_map(path), path)
 
 
+def label_sets(got: Iterable[Summary]) -> dict[str, set[str]]:
+    """Every label each classifier gave in the summaries ``got``."""
+    seen: dict[str, set[str]] = {}
+    for summary in got:
+        for name, labels in summary.labels.items():
+            seen.setdefault(name, set()).update(labels)
+    return seen
+
+
 def read_many(run_dir: Path, shards: Iterable[int]) -> tuple[list[Summary], list[int]]:
     """The summaries of ``shards`` that exist and parse; and the shards whose don't."""
     got: list[Summary] = []

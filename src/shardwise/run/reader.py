@@ -230,21 +230,14 @@ def _read_parquet(source: pa.NativeFile, fields: Fields, where: str) -> Document
     table = pf.read(columns=columns, use_threads=not isinstance(source, pa.PythonFile))
     n = table.num_rows
     counts: Counter[str] = Counter()
-    ids_raw, missing_ids = _column(table, fields.id)
-    ids = _strings(ids_raw, n=n, keep_null=True, counts=counts, role="id", where=where)
-    texts_raw, missing_texts = _column(table, fields.text)
-    texts = _strings(texts_raw, n=n, counts=counts, role="text", where=where)
-    counts["missing_id"] = missing_ids
-    counts["null_ids"] = ids.count(None) - missing_ids
-    counts["missing_text"] = missing_texts
-    counts["null_texts"] = (texts_raw.null_count if texts_raw is not None else 0) - missing_texts
-    urls = [""] * n
-    if fields.url is not None:
-        urls_raw, missing_urls = _column(table, fields.url)
-        urls = _strings(urls_raw, n=n, counts=counts, role="url", where=where)
-        counts["missing_url"] = missing_urls
-        counts["null_urls"] = (urls_raw.null_count if urls_raw is not None else 0) - missing_urls
-    return Documents(ids, texts, urls, +counts)
+    values: dict[str, list] = {"url": [""] * n}
+    for role, path in fields.wanted().items():
+        raw, missing = _column(table, path)
+        keep = role == "id"  # an absent id stays None; text and url read as ""
+        values[role] = _strings(raw, n=n, keep_null=keep, counts=counts, role=role, where=where)
+        nulls = values[role].count(None) if keep else raw.null_count if raw is not None else 0
+        counts[f"missing_{role}"], counts[_NULL_COUNTS[role]] = missing, nulls - missing
+    return Documents(values["id"], values["text"], values["url"], +counts)
 
 
 def _check_schema(schema: pa.Schema, rows: int, fields: Fields, where: str) -> None:
@@ -339,8 +332,7 @@ class _ZstdFrames(io.RawIOBase):
     (``stream_reader`` ends cleanly there: a cut file would be labelled with fewer rows)."""
 
     def __init__(self, fh: IO[bytes], chunk_size: int = 1 << 20) -> None:
-        self._fh = fh
-        self._chunk_size = chunk_size
+        self._fh, self._chunk_size = fh, chunk_size
         self._dctx = zstandard.ZstdDecompressor()
         self._frame: Any = None  # the decompressobj of the current frame
         self._pending = b""  # input left over after a frame ended
@@ -453,11 +445,8 @@ def _parse_line(raw: bytes, lineno: int, where: str) -> tuple[dict[str, Any], bo
         msg = f"{where}: line {lineno} is not valid JSON: {e}{_one_document(where, lineno)}"
         raise InputError(msg) from e
     if not isinstance(record, dict):
-        msg = (
-            f"{where}: line {lineno} is a JSON {type(record).__name__}, not an object"
-            f"{_one_document(where, lineno)}"
-        )
-        raise InputError(msg)
+        what = f"a JSON {type(record).__name__}, not an object"
+        raise InputError(f"{where}: line {lineno} is {what}{_one_document(where, lineno)}")
     return record, bad_unicode
 
 
@@ -503,11 +492,8 @@ def _read_jsonl(
         text = _value(record, fields.text, "text", missing, counts)
         url = "" if url_path is None else _value(record, url_path, "url", missing, counts)
         if b"\\u" in raw and _SURROGATE_ESCAPE.search(raw):
-            text, bad_text = _no_surrogates(text)
-            url, bad_url = _no_surrogates(url)
-            bad_id = False
-            if doc_id is not None:
-                doc_id, bad_id = _no_surrogates(doc_id)
+            (text, bad_text), (url, bad_url) = _no_surrogates(text), _no_surrogates(url)
+            doc_id, bad_id = _no_surrogates(doc_id) if doc_id is not None else (None, False)
             bad_unicode = bad_unicode or bad_text or bad_url or bad_id
         if bad_unicode:
             counts["invalid_utf8_lines"] += 1

@@ -289,17 +289,14 @@ def check_copies(
     for bad, other in ((local, output), (output, local)):
         if bad.damage is None:
             continue
+        fix = (
+            "No intact copy is left: if nothing of the run is labelled, delete it and plan "
+            "again; otherwise restore it from a backup (it pins the assignment the labels "
+            "were made under)."
+        )
         if other.meta is not None:
-            fix = (
-                f"The copy at {other.where} is intact: `shardwise verify --run-dir {run_dir} "
-                "--repair` restores this one from it."
-            )
-        else:
-            fix = (
-                "No intact copy is left: if nothing of the run is labelled, delete it and plan "
-                "again; otherwise restore it from a backup (it pins the assignment the labels "
-                "were made under)."
-            )
+            fix = f"The copy at {other.where} is intact: `shardwise verify --run-dir {run_dir} "
+            fix += "--repair` restores this one from it."
         raise DamagedError(f"{bad.damage}. {fix}")
     if repin or local.meta is None or output.meta is None:
         return
@@ -307,13 +304,10 @@ def check_copies(
     if not diffs:
         return
     trust = trusted(local, output, evidence)
-    if {name for name, _, _ in diffs} <= INPUT_SET_FIELDS:
-        unfinished = "An interrupted `shardwise plan --extend` leaves them so: run it again"
-    else:
-        unfinished = (
-            "An interrupted `shardwise plan --repin` leaves them so: run it again to finish "
-            "it (possible while nothing is labelled)"
-        )
+    unfinished = "An interrupted `shardwise plan --extend` leaves them so: run it again"
+    if not {name for name, _, _ in diffs} <= INPUT_SET_FIELDS:
+        unfinished = "An interrupted `shardwise plan --repin` leaves them so: run it again to "
+        unfinished += "finish it (possible while nothing is labelled)"
     lines = [
         f"the two run.json copies disagree (run directory -> output root: {local.where} -> "
         f"{output.where}):",

@@ -603,41 +603,32 @@ class Engine:
         fp32 = self._recheck_policy
         retries = policy.oom_retries + (fp32.oom_retries if fp32 else 0)
         real, padded = work.real_tokens, work.padded_tokens
+        outcomes = {name: c.outcome for name, c in checks.items()}
+        margin_errors = {name: round(o.max_margin_error, 6) for name, o in outcomes.items()}
         return {
-            "docs": n,
-            "tokens": real,
-            "real_tokens": real,
-            "padded_tokens": padded,
+            "docs": n, "tokens": real, "real_tokens": real, "padded_tokens": padded,
             "pad_efficiency": (real / padded) if padded else 1.0,
-            "truncated_docs": prepared.truncated_docs,
-            "tokenize_s": prepared.tokenize_s,
-            "infer_s": infer_s,
-            "infer_tokens_per_s": real / infer_s if infer_s > 0 else 0.0,
-            "batch_budget": policy.limit,
-            "batch_mode": 1 if policy.batch_size is not None else 0,
+            "truncated_docs": prepared.truncated_docs, "tokenize_s": prepared.tokenize_s,
+            "infer_s": infer_s, "infer_tokens_per_s": real / infer_s if infer_s > 0 else 0.0,
+            "batch_budget": policy.limit, "batch_mode": 1 if policy.batch_size is not None else 0,
             "batch_cost": policy.batch_cost if policy.batch_size is None else None,
-            "oom_retries": retries,
-            "batches": work.batches,
-            "probe_s": self.probe_s,
+            "oom_retries": retries, "batches": work.batches, "probe_s": self.probe_s,
             "attention_kernel": self.attention_kernels.get("masked", "none"),
             "attention_kernel_unmasked": self.attention_kernels.get("unmasked", "none"),
             "recheck_margin": self.recheck_margin,
-            "rechecked_docs": {name: c.outcome.rechecked for name, c in checks.items()},
-            "recheck_changed": {name: c.outcome.changed for name, c in checks.items()},
-            "nonfinite_docs": {name: c.outcome.nonfinite for name, c in checks.items()},
-            "recheck_max_margin_error": {
-                name: round(c.outcome.max_margin_error, 6) for name, c in checks.items()
-            },
+            "rechecked_docs": {name: o.rechecked for name, o in outcomes.items()},
+            "recheck_changed": {name: o.changed for name, o in outcomes.items()},
+            "nonfinite_docs": {name: o.nonfinite for name, o in outcomes.items()},
+            "recheck_max_margin_error": margin_errors,
             "calibration": {name: cal.summary() for name, cal in self.calibrations.items()},
-            "calibration_s": sum(c.outcome.sample_s for c in checks.values()),
+            "calibration_s": sum(o.sample_s for o in outcomes.values()),
             "fidelity": [fidelity(name, n, c.mode, c.outcome) for name, c in checks.items()],
             "recheck_tokens": sum(c.work.real_tokens for c in checks.values()),
-            "recheck_batches": sum(c.work.batches for c in checks.values()),
-            "recheck_s": recheck_s,
+            "recheck_batches": sum(c.work.batches for c in checks.values()), "recheck_s": recheck_s,
             "tokenize_fallback_docs": prepared.fallback_docs,
             "tokenize_verified_docs": prepared.verified_docs,
             "distinct_tokenizers": self.distinct_tokenizers,
-        }
+        }  # fmt: skip
 
 
 def _require_finite(logits: np.ndarray, rows: np.ndarray, what: str, also: str) -> None:

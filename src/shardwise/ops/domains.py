@@ -499,30 +499,21 @@ def _cell_dicts(
 def to_dict(d: Domains, *, by_category: bool = False) -> dict[str, Any]:
     """The JSON document (format_version 1; schema in docs/domains.md)."""
     e = d.est
-    out: dict[str, Any] = {
-        "format_version": 1,
-        "run": d.data.name,
-        "run_dir": str(d.data.run_dir),
-        "view": d.view,
-        "axes": list(d.axes),
-        "weight": d.weight,
-        "exact": e.exact,
-        "tasks_total": e.tasks_total,
-        "tasks_labelled": e.tasks_labelled,
-        "percent_done": round(d.percent_done, 3),
-        "shards_total": d.data.total_shards,
-        "shards_done": d.data.shards_done,
-        "corpus_total": dict(
-            estimate=_num(e.corpus_total), low=_num(e.corpus_low), high=_num(e.corpus_high)
-        ),
-        "uncovered_categories": e.uncovered,
-        "uncovered_weight": e.uncovered_weight,
-        "quarantined_tasks": d.data.quarantined_tasks,
-        "unseen_cells": int((~(np.nan_to_num(e.share) > 0)).sum()),
-        "unseen_upper": e.unseen_upper,
-        "notes": d.notes,
-        "cells": _cell_dicts(d, e.share, e.low, e.high, e.total),
+    corpus = {
+        "estimate": _num(e.corpus_total),
+        "low": _num(e.corpus_low),
+        "high": _num(e.corpus_high),
     }
+    out: dict[str, Any] = {
+        "format_version": 1, "run": d.data.name, "run_dir": str(d.data.run_dir), "view": d.view,
+        "axes": list(d.axes), "weight": d.weight, "exact": e.exact, "tasks_total": e.tasks_total,
+        "tasks_labelled": e.tasks_labelled, "percent_done": round(d.percent_done, 3),
+        "shards_total": d.data.total_shards, "shards_done": d.data.shards_done,
+        "corpus_total": corpus, "uncovered_categories": e.uncovered,
+        "uncovered_weight": e.uncovered_weight, "quarantined_tasks": d.data.quarantined_tasks,
+        "unseen_cells": int((~(np.nan_to_num(e.share) > 0)).sum()), "unseen_upper": e.unseen_upper,
+        "notes": d.notes, "cells": _cell_dicts(d, e.share, e.low, e.high, e.total),
+    }  # fmt: skip
     if by_category:
         b = e.by_category
         out["categories"] = {

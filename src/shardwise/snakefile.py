@@ -20,18 +20,10 @@ from shardwise.slurm.profile import site_resources
 from shardwise.slurm.submiterrors import show_submit_errors
 
 __all__ = [
-    "FailureLog",
-    "RunInfo",
-    "Submitter",
-    "is_dry_run",
-    "prepare_run",
-    "reject_secret_keys",
-    "runtime_minutes_for",
-    "selection_targets",
-    "show_failed_jobs",
-    "show_submit_errors",
+    "FailureLog", "RunInfo", "Submitter", "is_dry_run", "prepare_run", "reject_secret_keys",
+    "runtime_minutes_for", "selection_targets", "show_failed_jobs", "show_submit_errors",
     "site_resources",
-]
+]  # fmt: skip
 
 
 def prepare_run(

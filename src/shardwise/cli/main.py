@@ -31,23 +31,8 @@ from shardwise.cli.common import not_a_run_dir
 from shardwise.errors import ShardwiseError
 
 #: The verbs in the order ``shardwise --help`` lists them.
-VERBS = (
-    shard_of,
-    demo,
-    plan,
-    classify_shard,
-    walltime,
-    coverage,
-    domains,
-    dolma,
-    select,
-    retry_array,
-    quarantine,
-    relocate,
-    cluster,
-    report,
-    verify,
-)
+VERBS = (shard_of, demo, plan, classify_shard, walltime, coverage, domains, dolma, select,
+         retry_array, quarantine, relocate, cluster, report, verify)  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -296,18 +296,8 @@ def _partial_job(id: str, state: str, user: str, partition: str) -> Job:
 
 def sacct_answers(user: str | None = None, timeout: float = 15.0) -> Answer[bool]:
     """Whether ``sacct`` answers for this user now (the plugin's status command needs it)."""
-    argv = [
-        "sacct",
-        "-n",
-        "-X",
-        "-P",
-        "-u",
-        user or current_user(),
-        "-S",
-        "now-1minutes",
-        "-o",
-        "JobIDRaw",
-    ]
+    who = user or current_user()
+    argv = ["sacct", "-n", "-X", "-P", "-u", who, "-S", "now-1minutes", "-o", "JobIDRaw"]
     reply = command.run(argv, timeout=timeout)
     return Answer(True) if reply.ok else _failed(reply)
 

@@ -496,13 +496,10 @@ def _good_partitions(request: JobRequest, facts: CheckFacts, max_minutes: int) -
 
 #: Which overlay key answers which check.
 _OVERLAY_KEYS = {
-    "jobs": "jobs",
-    "status_command": "slurm-status-command",
-    "exclude": "slurm-exclude-failed-nodes",
-    "partition": "set-resources",
-    "constraint": "set-resources",
-    "account": "default-resources",
-}
+    "jobs": "jobs", "status_command": "slurm-status-command",
+    "exclude": "slurm-exclude-failed-nodes", "partition": "set-resources",
+    "constraint": "set-resources", "account": "default-resources",
+}  # fmt: skip
 
 
 def overlay_header(profiles: list[str], found: list[CheckResult], values: dict[str, Any]) -> str:

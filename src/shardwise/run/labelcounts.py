@@ -95,13 +95,8 @@ def count_labels(
         for c, row in zip(cells.tolist(), sums.tolist(), strict=True):
             table.setdefault(na[c // width], {})[nb[c % width]] = row
         joint[pair_key((a, b))] = table
-    out = {
-        "format_version": FORMAT_VERSION,
-        "docs": int(nbytes.size),
-        "text_bytes": int(nbytes.sum()),
-        "classifiers": singles,
-        "pairs": joint,
-    }
+    out = {"format_version": FORMAT_VERSION, "docs": int(nbytes.size),
+           "text_bytes": int(nbytes.sum()), "classifiers": singles, "pairs": joint}  # fmt: skip
     if tokens is not None:
         out["tokens"] = int(np.asarray(tokens, dtype=np.int64).sum())
     return out

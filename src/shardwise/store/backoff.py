@@ -47,9 +47,7 @@ class RetriesExhaustedError(StorageError):
     """A transient error outlived the retry bound; names the key and the last error."""
 
     def __init__(self, key: str, attempts: int, last_error: BaseException) -> None:
-        self.key = key
-        self.attempts = attempts
-        self.last_error = last_error
+        self.key, self.attempts, self.last_error = key, attempts, last_error
         super().__init__(
             f"{key}: gave up after {attempts} attempt(s); last error: {describe(last_error)}"
         )
@@ -191,18 +189,14 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def call(
-    fn: Callable[[], T],
-    *,
-    key: str,
-    policy: RetryPolicy,
+    fn: Callable[[], T], *, key: str, policy: RetryPolicy,
     sleep: Callable[[float], None] = time.sleep,
     transient: Callable[[BaseException], bool] = is_transient,
-) -> T:
+) -> T:  # fmt: skip
     """Run ``fn`` until it succeeds, a final error occurs (raised unchanged, so callers
     still tell ``FileNotFoundError`` from the rest), or the attempts are spent
     (``RetriesExhaustedError`` naming ``key``)."""
-    delays = policy.delays()
-    attempt = 0
+    delays, attempt = policy.delays(), 0
     while True:
         attempt += 1
         try:

@@ -36,11 +36,7 @@ def _names_gpus(value: str) -> bool:
 def gpus_assigned(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The GPU variables (:data:`GPU_ENV_VARS`) that say this process was given GPUs."""
     env = os.environ if environ is None else environ
-    return {
-        name: env[name]
-        for name in GPU_ENV_VARS
-        if name in env and env[name].strip() and _names_gpus(env[name])
-    }
+    return {k: env[k] for k in GPU_ENV_VARS if k in env and env[k].strip() and _names_gpus(env[k])}
 
 
 def _no_cuda_reason() -> str:
@@ -81,9 +77,8 @@ def select_device(
         return torch.device("cpu")
     if value.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise ModelError(
-                f"inference device {requested!r}: CUDA is not available here: {_no_cuda_reason()}"
-            )
+            msg = f"inference device {requested!r}: CUDA is not available here: {_no_cuda_reason()}"
+            raise ModelError(msg)
         if value == "cuda":
             return torch.device("cuda", torch.cuda.current_device())
         try:
@@ -105,9 +100,8 @@ def select_dtype(
     value = (requested or "auto").strip().lower()
     if value != "auto":
         if value not in _DTYPES:
-            raise ModelError(
-                f"inference dtype {requested!r}: expected auto, float32, bfloat16 or float16"
-            )
+            msg = f"inference dtype {requested!r}: expected auto, float32, bfloat16 or float16"
+            raise ModelError(msg)
         dtype = _DTYPES[value]
         old_gpu = device_type == "cuda" and capability is not None and tuple(capability) < (8, 0)
         if dtype is torch.bfloat16 and old_gpu:
@@ -133,14 +127,12 @@ def probe_rows(
     the except block, so the failed attempt's tensors are released."""
     rows = max(1, rows)
     while True:
-        message = ""
         try:
             attempt(rows)
+            return rows
         except torch.OutOfMemoryError as exc:
             message = str(exc) or "out of memory"
-        if not message:
-            return rows
-        if cleanup is not None:
+        if cleanup is not None:  # outside the except block: the traceback is gone
             cleanup()
         if rows == 1:
             raise CannotShrinkError(message)

@@ -82,10 +82,8 @@ class StorageOptions:
                 msg = f"storage.{name}: must be >= 0, got {getattr(self, name)}"
                 raise ConfigError(msg)
         if self.addressing_style not in _ADDRESSING_STYLES:
-            msg = (
-                f"storage.addressing_style: {self.addressing_style!r} is not one of "
-                f"{list(_ADDRESSING_STYLES)}"
-            )
+            msg = f"storage.addressing_style: {self.addressing_style!r} is not one of "
+            msg += f"{list(_ADDRESSING_STYLES)}"
             raise ConfigError(msg)
         if self.endpoint_url is not None:
             reject_credentials_in_url(self.endpoint_url, "storage.endpoint_url")
@@ -227,11 +225,9 @@ def _check_regex(pattern: str) -> None:
         re.compile(pattern)
     except re.error as e:
         default = schema()["properties"]["input"]["properties"]["category_regex"]["default"]
-        msg = (
-            f"config input.category_regex: {pattern!r} is not a valid regular expression "
-            f"({e}); fix it, or drop the key for the default {default!r} "
-            "(the first two path components)"
-        )
+        msg = f"config input.category_regex: {pattern!r} is not a valid regular expression "
+        msg += f"({e}); fix it, or drop the key for the default {default!r} "
+        msg += "(the first two path components)"
         raise ConfigError(msg) from e
 
 
@@ -240,11 +236,9 @@ def _check_precision(inference: dict[str, Any]) -> None:
     bfloat16 stays possible: AMX CPUs run it natively, and the job log says when not."""
     dtype, device = inference.get("dtype", "auto"), inference.get("device", "auto")
     if device == "cpu" and dtype == "float16":
-        msg = (
-            f"config inference.dtype: {dtype!r} with inference.device 'cpu': half precision "
-            "is slower than float32 on a CPU, and its re-check runs every document again in "
-            "float32 (~10x the time); use dtype auto (float32 on the CPU) or float32"
-        )
+        msg = f"config inference.dtype: {dtype!r} with inference.device 'cpu': half precision "
+        msg += "is slower than float32 on a CPU, and its re-check runs every document again in "
+        msg += "float32 (~10x the time); use dtype auto (float32 on the CPU) or float32"
         raise ConfigError(msg)
 
 
@@ -284,12 +278,10 @@ class DolmaSettings:
         root = str(cfg["input"]["uri"]).rstrip("/")
         parent, _, last = root.rpartition("/")
         if last != "documents":
-            msg = (
-                f"config output.dolma: input.uri {cfg['input']['uri']!r} does not end in "
-                "/documents, so the attributes have no default place: set output.dolma.uri. "
-                "(dolma mix finds attributes only at <root>/attributes/<name>/<rel> beside "
-                "<root>/documents/<rel>.)"
-            )
+            msg = f"config output.dolma: input.uri {cfg['input']['uri']!r} does not end in "
+            msg += "/documents, so the attributes have no default place: set output.dolma.uri. "
+            msg += "(dolma mix finds attributes only at <root>/attributes/<name>/<rel> beside "
+            msg += "<root>/documents/<rel>.)"
             raise ConfigError(msg)
         return cls(name, f"{parent}/attributes/{name}" if parent else f"attributes/{name}")
 
@@ -368,20 +360,16 @@ def check_shard_count(total_shards: int, tasks: int) -> None:
     ceiling = min(max(MAX_SHARDS_PER_TASK * tasks, MIN_SHARD_CEILING), MAX_TOTAL_SHARDS)
     if total_shards <= ceiling:
         return
-    cost = (
-        "each shard is a Snakemake target and a marker file (a dry run takes ~5 s at "
-        "5,000 targets and ~37 s at 60,000)"
-    )
+    cost = "each shard is a Snakemake target and a marker file (a dry run takes ~5 s at "
+    cost += "5,000 targets and ~37 s at 60,000)"
     if total_shards > MAX_TOTAL_SHARDS and tasks * MAX_SHARDS_PER_TASK >= MAX_TOTAL_SHARDS:
         why = f"more than Snakemake can plan in reasonable time ({MAX_TOTAL_SHARDS:,} at most)"
         fix = "or raise input.files_per_task to group files into fewer tasks"
     else:
         why = f"at least {total_shards - tasks:,} of them would be empty"
         fix = f"e.g. {min(tasks, ceiling):,} for one task per shard"
-    msg = (
-        f"config sharding.total_shards: {total_shards:,} for {tasks:,} task(s): {why}; "
-        f"{cost}. Set it to at most {ceiling:,} ({fix}); nothing was pinned"
-    )
+    msg = f"config sharding.total_shards: {total_shards:,} for {tasks:,} task(s): {why}; "
+    msg += f"{cost}. Set it to at most {ceiling:,} ({fix}); nothing was pinned"
     raise ConfigError(msg)
 
 
@@ -400,10 +388,8 @@ def resolve_pairs(names: Sequence[str], pairs: Sequence[Sequence[str]] | None) -
         a, b = str(pair[0]), str(pair[1])
         unknown = [n for n in (a, b) if n not in known]
         if unknown:
-            msg = (
-                f"config domains.pairs[{i}]: {a},{b} names unknown classifier(s) "
-                f"{', '.join(unknown)}; the classifiers are {', '.join(known)}"
-            )
+            msg = f"config domains.pairs[{i}]: {a},{b} names unknown classifier(s) "
+            msg += f"{', '.join(unknown)}; the classifiers are {', '.join(known)}"
             raise ConfigError(msg)
         if a == b:
             msg = f"config domains.pairs[{i}]: {a},{b} pairs a classifier with itself"

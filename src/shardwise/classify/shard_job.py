@@ -264,10 +264,8 @@ def _fail(run_dir: Path, report: ShardReport, todo: int) -> None:
     names = ", ".join(f["file"] for f in report.failed)
     details = "\n".join(f"  {f['error']}" for f in report.failed)
     fix = "" if cause.shared else f"\n{hint}"
-    msg = (
-        f"shard {report.shard}: {len(report.failed)} of {report.files} file(s) failed ({names}); "
-        f"every other finished file stays done; the shard will be retried:\n{details}{fix}"
-    )
+    msg = f"shard {report.shard}: {len(report.failed)} of {report.files} file(s) failed ({names}); "
+    msg += f"every other finished file stays done; the shard will be retried:\n{details}{fix}"
     raise ShardFailedError(msg)
 
 
@@ -326,11 +324,9 @@ def load_counter(ctx: JobContext) -> TokenCounter | None:
     counter = TokenCounter.load(source)
     pinned = (ctx.meta.labelling or {}).get("count_tokenizer")
     if counter.identity != pinned:
-        msg = (
-            f"domains.tokenizer {source!r} is not the tokenizer run.json pins (content hash "
-            f"{counter.identity[:12]} != {str(pinned)[:12]}): it changed since the run was "
-            "planned; restore it, or use a new output.uri for another tokenizer"
-        )
+        msg = f"domains.tokenizer {source!r} is not the tokenizer run.json pins (content hash "
+        msg += f"{counter.identity[:12]} != {str(pinned)[:12]}): it changed since the run was "
+        msg += "planned; restore it, or use a new output.uri for another tokenizer"
         raise ModelError(msg)
     return counter
 

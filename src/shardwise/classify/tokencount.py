@@ -41,11 +41,9 @@ class TokenCounter:
         try:
             backend = Tokenizer.from_file(str(where / "tokenizer.json"))
         except Exception as exc:  # tokenizers raises its own exception types
-            msg = (
-                f"config domains.tokenizer {source!r}: cannot load {where}/tokenizer.json "
-                f"({exc}); give a directory or hub id of a fast tokenizer (save_pretrained "
-                "writes tokenizer.json)"
-            )
+            msg = f"config domains.tokenizer {source!r}: cannot load {where}/tokenizer.json "
+            msg += f"({exc}); give a directory or hub id of a fast tokenizer (save_pretrained "
+            msg += "writes tokenizer.json)"
             raise ModelError(msg) from exc
         backend.no_truncation()
         backend.no_padding()
@@ -86,9 +84,7 @@ def _cached_snapshot(source: str) -> Path:
     try:
         return Path(snapshot_download(source, local_files_only=True))
     except Exception as exc:  # huggingface_hub raises many types
-        msg = (
-            f"config domains.tokenizer {source!r}: no such directory, and not in the local "
-            f"Hugging Face cache ({exc}); download it first (huggingface-cli download "
-            f"{source}) or give a directory"
-        )
+        msg = f"config domains.tokenizer {source!r}: no such directory, and not in the local "
+        msg += f"Hugging Face cache ({exc}); download it first (huggingface-cli download "
+        msg += f"{source}) or give a directory"
         raise ModelError(msg) from exc

@@ -25,12 +25,10 @@ CATEGORIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("wiki", "technology", ("software", "chip", "network", "protocol", "compiler", "server")),
     ("forum", "games", ("level", "boss", "quest", "patch", "console", "speedrun", "guild")),
 )
-_COMMON_TEXT = (
-    "the of and to in a is that for it as was with be by on not he this are or his "
-    "from at which but have an they you were her she there been one all we their "
-    "has would when if so no will about up out more what said who can its other "
-    "into time some could them "
-)
+_COMMON_TEXT = "the of and to in a is that for it as was with be by on not he this are or his "
+_COMMON_TEXT += "from at which but have an they you were her she there been one all we their "
+_COMMON_TEXT += "has would when if so no will about up out more what said who can its other "
+_COMMON_TEXT += "into time some could them "
 COMMON = tuple(_COMMON_TEXT.split())
 #: Extensions cycled through per category, so every reader path runs.
 EXTENSIONS = (".parquet", ".jsonl.gz", ".parquet", ".jsonl.zst", ".jsonl")

@@ -182,10 +182,8 @@ def _limits(facts: CheckFacts) -> queries.Limits | None:
 
 
 def _jobs(request: JobRequest, facts: CheckFacts) -> CheckResult:  # noqa: PLR0911 - one per case
-    why = (
-        "above the cap sbatch is refused (QOSMaxSubmitJobPerUserLimit) and Snakemake fails "
-        "the job at once, burning a retry"
-    )
+    why = "above the cap sbatch is refused (QOSMaxSubmitJobPerUserLimit) and Snakemake fails "
+    why += "the job at once, burning a retry"
     if request.jobs is None:
         return CheckResult("jobs", FAIL, "the profile sets no `jobs`", why, "jobs: <under the cap>")
     cap, source = submit_cap(request.account, request.qos, _limits(facts))
@@ -237,10 +235,8 @@ def _status_command(request: JobRequest, facts: CheckFacts) -> CheckResult:  # n
             found = f"{sacct}: {facts.sacct.problem}: sacct would hang"
             why = "no job is ever seen finished and Snakemake waits forever"
             return row(FAIL, found, why, "slurm-status-command: squeue", _SQUEUE)
-        why = (
-            "plugin 2.8.0 reads 'CANCELLED by <uid>' from sacct as still running: a job "
-            "cancelled by you or an admin is waited for forever"
-        )
+        why = "plugin 2.8.0 reads 'CANCELLED by <uid>' from sacct as still running: a job "
+        why += "cancelled by you or an admin is waited for forever"
         fix, sets = ("slurm-status-command: squeue", _SQUEUE) if squeue_ok else ("", ())
         return row(WARN if squeue_ok else OK, f"{sacct}; accounting answers", why, fix, sets)
     if age is None:
@@ -252,10 +248,8 @@ def _status_command(request: JobRequest, facts: CheckFacts) -> CheckResult:  # n
             f"slurm-status-command squeue, MinJobAge {age} s < {need} s (3 x slurm-init-seconds-"
             f"before-status-checks {request.init_seconds}, and > {PLUGIN_MAX_POLL_GAP} s)"
         )
-        why = (
-            "a job can finish and vanish from squeue between two polls and is then waited "
-            "for forever (or the plugin quietly switches back to sacct)"
-        )
+        why = "a job can finish and vanish from squeue between two polls and is then waited "
+        why += "for forever (or the plugin quietly switches back to sacct)"
         if accounting:
             return row(FAIL, found, why, "slurm-status-command: sacct", _SACCT)
         return row(FAIL, found, why, f"ask the admins for MinJobAge >= {need} s")
@@ -327,10 +321,8 @@ def _partition(
         found, why, fix = ("; ".join(x) for x in zip(*problems, strict=True))
         return CheckResult("partition", FAIL, f"partition {name}: {found}", why, fix)
     max_time = "unlimited" if p.max_minutes is None else f"{p.max_minutes} min"
-    found = (
-        f"partition {name}: UP, {p.usable_gpus}/{p.gpus} GPUs usable, MaxTime "
-        f"{max_time} >= K x walltime.max_minutes = {limit} min"
-    )
+    found = f"partition {name}: UP, {p.usable_gpus}/{p.gpus} GPUs usable, MaxTime "
+    found += f"{max_time} >= K x walltime.max_minutes = {limit} min"
     return CheckResult("partition", OK, found)
 
 
@@ -353,10 +345,8 @@ def _constraint(
         why = "the other alternatives still match"
         return CheckResult("constraint", WARN, found, why, f"features here: {available}")
     why = "sbatch refuses a feature no node has ('Invalid feature specification')"
-    fix = (
-        f"drop it or use one of: {available} (set-resources classify.constraint or "
-        "$SHARDWISE_SLURM_CONSTRAINT)"
-    )
+    fix = f"drop it or use one of: {available} (set-resources classify.constraint or "
+    fix += "$SHARDWISE_SLURM_CONSTRAINT)"
     return CheckResult("constraint", FAIL, found, why, fix)
 
 
@@ -370,10 +360,8 @@ def _excluded(request: JobRequest, facts: CheckFacts) -> list[CheckResult]:
     if unknown:
         keep = ",".join(n for n in request.exclude if n in known)
         found = f"slurm-exclude-failed-nodes names {', '.join(unknown)}, which this cluster does"
-        why = (
-            "sbatch refuses every job that excludes an unknown node ('Invalid node name "
-            "specified'): every classify job fails at once"
-        )
+        why = "sbatch refuses every job that excludes an unknown node ('Invalid node name "
+        why += "specified'): every classify job fails at once"
         fix = f"slurm-exclude-failed-nodes: '{keep}'"
         return [CheckResult("exclude", FAIL, found + " not have", why, fix)]
     return [CheckResult("exclude", OK, f"excluded nodes exist: {', '.join(request.exclude)}")]
@@ -408,10 +396,8 @@ def _reservations(
 ) -> CheckResult:
     hidden = facts.config.ok and "reservations" in queries.private_data(facts.config.value or {})
     if not facts.reservations.ok:
-        why = (
-            "maintenance then shows only as the pending reason 'ReqNodeNotAvail, Reserved "
-            "for maintenance' (shardwise cluster status explains it)"
-        )
+        why = "maintenance then shows only as the pending reason 'ReqNodeNotAvail, Reserved "
+        why += "for maintenance' (shardwise cluster status explains it)"
         found = f"cannot list reservations ({facts.reservations.problem})"
         return CheckResult("reservations", WARN, found, why)
     longest = request.group_components * max_minutes
@@ -422,12 +408,10 @@ def _reservations(
         if hidden
         else ""
     )
-    blind = (
-        "when the run's jobs pend with that reason, `shardwise cluster status` locates the "
-        "hidden window with small `sbatch --test-only` probes (nothing submitted) and says "
-        "the longest limit that starts now; `shardwise cluster retime` lowers the queued "
-        "jobs to it"
-    )
+    blind = "when the run's jobs pend with that reason, `shardwise cluster status` locates the "
+    blind += "hidden window with small `sbatch --test-only` probes (nothing submitted) and says "
+    blind += "the longest limit that starts now; `shardwise cluster retime` lowers the queued "
+    blind += "jobs to it"
     if first is None:
         found = "no maintenance reservation visible" + hidden_note
         return CheckResult("reservations", WARN if hidden else OK, found, blind if hidden else "")
@@ -438,10 +422,8 @@ def _reservations(
     if start > facts.now and gap >= longest:
         return CheckResult("reservations", OK, found)
     fit = max(1, gap // max(request.group_components, 1))
-    why = (
-        f"a job asking for more than {gap} min pends until the window ends ('ReqNodeNotAvail, "
-        f"Reserved for maintenance'); the longest job asks for {longest} min"
-    )
+    why = f"a job asking for more than {gap} min pends until the window ends ('ReqNodeNotAvail, "
+    why += f"Reserved for maintenance'); the longest job asks for {longest} min"
     fix = f"walltime.max_minutes: {fit} until the window (or wait for it to pass)"
     return CheckResult("reservations", WARN, found, why, fix)
 

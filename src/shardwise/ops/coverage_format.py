@@ -116,15 +116,11 @@ def summary_lines(cov: Coverage, *, max_expression: int = 160) -> list[str]:
     if cov.incomplete_shards:
         left = f"shards {shorten(cov.incomplete_shards, max_expression)}"
     elif cov.tasks_left > 0:
-        left = (
-            f"{cov.tasks_left:,} planned task(s) are not labelled although every shard is "
-            "marked done: `shardwise verify --run-dir <run_dir>` names them"
-        )
+        left = f"{cov.tasks_left:,} planned task(s) are not labelled although every shard is "
+        left += "marked done: `shardwise verify --run-dir <run_dir>` names them"
     elif cov.drift.added:
-        left = (
-            f"every planned shard is done, but {cov.drift.added:,} file(s) in the input are "
-            "not in the run yet (see `input` above)"
-        )
+        left = f"every planned shard is done, but {cov.drift.added:,} file(s) in the input are "
+        left += "not in the run yet (see `input` above)"
     else:
         left = "nothing: every shard is done"
     return [*lines, f"left     {left}"]
@@ -207,10 +203,8 @@ def fidelity_lines(fidelities: Iterable[fidelity.Fidelity]) -> list[str]:
             said.append(f"{f.fallback_files:,} file(s) run wholly in fp32 (bf16 bought nothing)")
         flag = f"  ! above {_share(fidelity.TARGET_RESIDUAL)}" if f.flagged else ""
         if f.too_small_files:
-            flag = (
-                f"  ! the pinned recheck_margin is too small for this model in "
-                f"{f.too_small_files:,} file(s): use inference.recheck_margin: auto"
-            )
+            flag = "  ! the pinned recheck_margin is too small for this model in "
+            flag += f"{f.too_small_files:,} file(s): use inference.recheck_margin: auto"
         lines.append(f"fidelity {f.classifier}: " + ", ".join(said) + flag)
     return lines
 

@@ -51,11 +51,9 @@ class Exported:
 def attributes_of(ctx: JobContext) -> Location:
     """The run's attributes root; ConfigError saying how to turn ``output.dolma`` on."""
     if ctx.attributes is None:
-        msg = (
-            f"{ctx.run_dir}: output.dolma is off in this run's settings: set "
-            "output.dolma.enabled: true in the config (and output.dolma.uri unless input.uri "
-            "ends in /documents), run `snakemake -n` to record it, then run this again"
-        )
+        msg = f"{ctx.run_dir}: output.dolma is off in this run's settings: set "
+        msg += "output.dolma.enabled: true in the config (and output.dolma.uri unless input.uri "
+        msg += "ends in /documents), run `snakemake -n` to record it, then run this again"
         raise ConfigError(msg)
     return ctx.attributes
 
@@ -90,10 +88,8 @@ def export(
                     len(files) - len(labelled), attributes.uri)  # fmt: skip
     if shard is not None:
         if done.unlabelled:
-            msg = (
-                f"shard {shard}: {done.unlabelled:,} file(s) are not labelled yet, so their "
-                "attributes cannot be written: run snakemake to label them first"
-            )
+            msg = f"shard {shard}: {done.unlabelled:,} file(s) are not labelled yet, so their "
+            msg += "attributes cannot be written: run snakemake to label them first"
             raise InputError(msg)
         write_atomic(ctx.run_dir / DOLMA_DIR / f"{shard}.done", json_bytes(vars(done)))
     return done
@@ -149,11 +145,9 @@ def mix_config(
     have = {rel for rel, _ in attributes.list_files()}
     missing = [rel for rel in labelled if rel not in have]
     if missing:
-        msg = (
-            f"{len(missing):,} labelled file(s) have no attributes yet (e.g. "
-            f"{attributes.url(missing[0])}): dolma mix would silently drop their documents. "
-            f"Run `shardwise dolma export --run-dir {run_dir}` first"
-        )
+        msg = f"{len(missing):,} labelled file(s) have no attributes yet (e.g. "
+        msg += f"{attributes.url(missing[0])}): dolma mix would silently drop their documents. "
+        msg += f"Run `shardwise dolma export --run-dir {run_dir}` first"
         raise ConfigError(msg)
     if not labelled:
         raise ConfigError(f"{run_dir}: no JSON Lines file of this run is labelled yet")
@@ -179,12 +173,10 @@ def check_where_dolma_looks(source: Location, attributes: Location, name: str) -
     root = source.address("").rstrip("/")
     parent, _, last = root.rpartition("/")
     if last != "documents" or attributes.address("").rstrip("/") != f"{parent}/attributes/{name}":
-        msg = (
-            f"dolma mix looks for the attributes of {root}/<rel> at "
-            f"{parent}/attributes/{name}/<rel> (it replaces /documents/ in the path), but this "
-            f"run writes them to {attributes.uri}: keep the documents under .../documents and "
-            "leave output.dolma.uri unset"
-        )
+        msg = f"dolma mix looks for the attributes of {root}/<rel> at "
+        msg += f"{parent}/attributes/{name}/<rel> (it replaces /documents/ in the path), but this "
+        msg += f"run writes them to {attributes.uri}: keep the documents under .../documents and "
+        msg += "leave output.dolma.uri unset"
         raise ConfigError(msg)
 
 
@@ -201,9 +193,7 @@ def _check_labels(ctx: JobContext, keep: Sequence[Selection]) -> None:
                 raise ConfigError(msg)
             known = seen.get(classifier, set())
             if label not in known:
-                msg = (
-                    f"--keep: no labelled document has {classifier} {label!r}"
-                    f"{near_labels(label, known)} "
-                    f"(labels seen: {', '.join(sorted(known)) or 'none yet'})"
-                )
+                msg = f"--keep: no labelled document has {classifier} {label!r}"
+                msg += f"{near_labels(label, known)} "
+                msg += f"(labels seen: {', '.join(sorted(known)) or 'none yet'})"
                 raise ConfigError(msg)

@@ -120,37 +120,29 @@ class Domains:
 def require_labels(data: DomainData) -> None:
     """Refuse (DomainsError) a run with no finished shard, or none with label counts."""
     if data.shards_done == 0:
-        msg = (
-            f"no shard of {data.run_dir} is done yet (0 of {data.total_shards:,}); "
-            "run this again when shards finish"
-        )
+        msg = f"no shard of {data.run_dir} is done yet (0 of {data.total_shards:,}); "
+        msg += "run this again when shards finish"
         raise DomainsError(msg)
     if not data.summaries and not data.shards_unsummarized:
-        msg = (
-            f"no file of {data.run_dir} is labelled yet: the {data.shards_done:,} shard(s) "
-            "marked done have no files (empty shards are marked done at planning); run this "
-            "again when shards finish"
-        )
+        msg = f"no file of {data.run_dir} is labelled yet: the {data.shards_done:,} shard(s) "
+        msg += "marked done have no files (empty shards are marked done at planning); run this "
+        msg += "again when shards finish"
         raise DomainsError(msg)
     if not data.summaries:
-        msg = (
-            f"none of the {data.shards_unsummarized:,} finished shard(s) with files of "
-            f"{data.run_dir} has a readable summary ({data.run_dir / summaries.SUMMARIES_DIR}"
-            "/<shard>.arrow): a shard marked done because its files were labelled elsewhere "
-            "(another cluster, `source: remote`) or by a version without label counts has "
-            "none; shards this run finishes will have one"
-        )
+        msg = f"none of the {data.shards_unsummarized:,} finished shard(s) with files of "
+        msg += f"{data.run_dir} has a readable summary ({data.run_dir / summaries.SUMMARIES_DIR}"
+        msg += "/<shard>.arrow): a shard marked done because its files were labelled elsewhere "
+        msg += "(another cluster, `source: remote`) or by a version without label counts has "
+        msg += "none; shards this run finishes will have one"
         raise DomainsError(msg)
 
 
 def choose_view(data: DomainData, pair: str | None, classifier: str | None) -> str:
     views = data.views()
     if not views:
-        msg = (
-            f"{data.run_dir}: none of the {data.shards_done:,} finished shards has label "
-            "counts yet (summaries/ is empty); they appear as shards finish with this "
-            "version of shardwise"
-        )
+        msg = f"{data.run_dir}: none of the {data.shards_done:,} finished shards has label "
+        msg += "counts yet (summaries/ is empty); they appear as shards finish with this "
+        msg += "version of shardwise"
         raise DomainsError(msg)
     if pair is not None:
         a, _, b = pair.partition(",")
@@ -163,15 +155,11 @@ def choose_view(data: DomainData, pair: str | None, classifier: str | None) -> s
         singles = [v for v in views if "," not in v]
         unknown = [n for n in (a, b) if n.strip() not in singles]
         if unknown:
-            msg = (
-                f"--pair {pair}: unknown classifier(s) {', '.join(unknown)}; "
-                f"the classifiers are {', '.join(singles)}"
-            )
+            msg = f"--pair {pair}: unknown classifier(s) {', '.join(unknown)}; "
+            msg += f"the classifiers are {', '.join(singles)}"
         else:
-            msg = (
-                f"--pair {pair}: this pair's joint counts were not kept (config domains.pairs); "
-                f"pairs available: {', '.join(data.pairs()) or 'none'}"
-            )
+            msg = f"--pair {pair}: this pair's joint counts were not kept (config domains.pairs); "
+            msg += f"pairs available: {', '.join(data.pairs()) or 'none'}"
         raise DomainsError(msg)
     if classifier is not None:
         if classifier in views and "," not in classifier:
@@ -221,10 +209,8 @@ def _sample(data: DomainData, view: str, weight: str) -> tuple[Sample, tuple[lis
     task, cell, value = _rows_of_view(tables, tmaps, label_maps, widths, weight)
     note = ""
     if missing_view:
-        note = (
-            f"{missing_view:,} finished shard(s) have no {view} counts (written before "
-            "this pair was configured): their tasks count as not labelled"
-        )
+        note = f"{missing_view:,} finished shard(s) have no {view} counts (written before "
+        note += "this pair was configured): their tasks count as not labelled"
     n_cells = int(np.prod(widths))
     # Quarantined tasks leave the population: drop them and renumber.
     keep_task = data.in_population
@@ -426,10 +412,8 @@ def _sections(d: Domains, by_category: bool) -> list[tuple[str, list[list[str]]]
         if b.tasks_labelled[h] == 0:
             out.append((f"{name}: no labelled task yet ({b.tasks_total[h]:,} tasks)", []))
             continue
-        head = (
-            f"{name}: {b.tasks_labelled[h]:,} of {b.tasks_total[h]:,} tasks, "
-            f"~{_amount(float(b.estimated_total[h]), d.weight)} {_unit(d.weight)}"
-        )
+        head = f"{name}: {b.tasks_labelled[h]:,} of {b.tasks_total[h]:,} tasks, "
+        head += f"~{_amount(float(b.estimated_total[h]), d.weight)} {_unit(d.weight)}"
         out.append((head, _rows(d, b.share[h], b.low[h], b.high[h], b.total[h])))
     return out
 
@@ -589,11 +573,9 @@ def _ids_of_axis(d: Domains, axis: int) -> dict[str, int]:
         if seen <= set(ids):
             return ids
     extra = sorted(seen - set(weborganizer_ids()["topic"]))[:3]
-    msg = (
-        f"--format weborganizer: classifier {d.axes[axis]!r} has labels that are neither "
-        f"WebOrganizer's topics nor its formats (e.g. {extra}); its domain ids would mean "
-        "nothing to domain_statistics.py and select_training_data.py. Use --format json"
-    )
+    msg = f"--format weborganizer: classifier {d.axes[axis]!r} has labels that are neither "
+    msg += f"WebOrganizer's topics nor its formats (e.g. {extra}); its domain ids would mean "
+    msg += "nothing to domain_statistics.py and select_training_data.py. Use --format json"
     raise DomainsError(msg)
 
 

@@ -63,10 +63,8 @@ def _check_copy(old: Location, new: Location, meta: runjson.RunMeta) -> int:
     number of files checked. RunMismatchError naming what is missing; nothing written."""
     theirs = dict(new.list_files())
     if not theirs:
-        msg = (
-            f"{new.uri} holds no files: copy the output there first (e.g. `rsync -a "
-            f"{old.uri}/ {new.uri}/` or `aws s3 sync {old.uri} {new.uri}`), then run this again"
-        )
+        msg = f"{new.uri} holds no files: copy the output there first (e.g. `rsync -a "
+        msg += f"{old.uri}/ {new.uri}/` or `aws s3 sync {old.uri} {new.uri}`), then run this again"
         raise RunMismatchError(msg)
     ours = {rel: size for rel, size in old.list_files() if not is_temp_name(Path(rel).name)}
     missing = sorted(rel for rel in ours if rel not in theirs)
@@ -74,11 +72,9 @@ def _check_copy(old: Location, new: Location, meta: runjson.RunMeta) -> int:
     differ = [rel for rel in differ if rel != runjson.RUN_JSON]  # a resumed relocate
     if missing or differ:
         shown = ", ".join((missing + differ)[:_SHOWN])
-        msg = (
-            f"{new.uri} is not a complete copy of {old.uri}: {len(missing):,} file(s) missing "
-            f"and {len(differ):,} of another size (e.g. {shown}). Finish the copy, then run "
-            "this again; nothing was changed"
-        )
+        msg = f"{new.uri} is not a complete copy of {old.uri}: {len(missing):,} file(s) missing "
+        msg += f"and {len(differ):,} of another size (e.g. {shown}). Finish the copy, then run "
+        msg += "this again; nothing was changed"
         raise RunMismatchError(msg)
     copy = runjson.read_copy(new)
     if copy.meta is not None:

@@ -94,11 +94,9 @@ def rate_series(stats: throughput.StatsTable | None, *, bins: int = 48) -> list[
 
 def headline(cov: coverage.Coverage) -> tuple[str, str]:
     """The two lines at the top of the picture: state, then what needs attention."""
-    first = (
-        f"{cov.name}: {cov.shards_percent:.1f}% of shards done "
-        f"({cov.shards_done:,} / {cov.shards_total:,})  ·  files {cov.files_percent:.1f}% "
-        f"({cov.files_done:,} / {cov.files_total:,})  ·  {human_count(cov.docs_done)} docs"
-    )
+    first = f"{cov.name}: {cov.shards_percent:.1f}% of shards done "
+    first += f"({cov.shards_done:,} / {cov.shards_total:,})  ·  files {cov.files_percent:.1f}% "
+    first += f"({cov.files_done:,} / {cov.files_total:,})  ·  {human_count(cov.docs_done)} docs"
     if cov.eta is not None and cov.eta.remaining > 0:
         first += (
             f"  ·  ETA {format_duration(cov.eta.seconds)} on {cov.eta.gpus} "
@@ -319,10 +317,8 @@ def render_html(
     domains_html = ""
     if domains is not None:
         picture = base64.b64encode(domains[0]).decode("ascii")
-        domains_html = (
-            "<h2>Domain distribution</h2><img alt='domain distribution' "
-            f"src='data:image/png;base64,{picture}'><pre>{e(domains[1])}</pre>"
-        )
+        domains_html = "<h2>Domain distribution</h2><img alt='domain distribution' "
+        domains_html += f"src='data:image/png;base64,{picture}'><pre>{e(domains[1])}</pre>"
     first, second = headline(cov)
     rows = "\n".join(
         f"<tr class='{'flag' if c.flagged else ''}'><td>{e(c.name)}</td>"

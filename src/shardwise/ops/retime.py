@@ -59,10 +59,8 @@ class Outcome:
     def line(self) -> str:
         """``lowered job 9 (shards 3): 240 -> 120 min`` (and SLURM's reason when refused)."""
         c = self.change
-        what = (
-            f"job {c.job_id} (shards {ranges.compress(list(c.shards))}): "
-            f"{c.minutes} -> {c.new_minutes} min"
-        )
+        what = f"job {c.job_id} (shards {ranges.compress(list(c.shards))}): "
+        what += f"{c.minutes} -> {c.new_minutes} min"
         return f"{self.status} {what}" + (f": {self.problem}" if self.problem else "")
 
 

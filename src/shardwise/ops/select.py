@@ -61,10 +61,8 @@ def parse_budget(text: str) -> int:
 def check_name(name: str) -> str:
     """A selection's name (a directory and a Dolma attribute set name)."""
     if not selection.NAME.match(name):
-        msg = (
-            f"--name {name!r}: use letters, digits, '_', '-' and '.' (up to 64, starting "
-            "with a letter or digit): it names a directory and a Dolma attribute set"
-        )
+        msg = f"--name {name!r}: use letters, digits, '_', '-' and '.' (up to 64, starting "
+        msg += "with a letter or digit): it names a directory and a Dolma attribute set"
         raise ConfigError(msg)
     return name
 
@@ -79,10 +77,8 @@ def read_weights(path: Path) -> tuple[tuple[tuple[Any, ...], float], ...]:
     except (OSError, ValueError) as e:
         raise ConfigError(f"--weights {path}: not readable JSON: {e}") from e
     if not isinstance(data, list) or not data:
-        msg = (
-            f'--weights {path}: give a JSON list of {{"domain": ..., "weight": ...}} entries '
-            "(what `shardwise domains --format weborganizer` writes)"
-        )
+        msg = f'--weights {path}: give a JSON list of {{"domain": ..., "weight": ...}} entries '
+        msg += "(what `shardwise domains --format weborganizer` writes)"
         raise ConfigError(msg)
     out = []
     for i, entry in enumerate(data):
@@ -99,10 +95,8 @@ def read_weights(path: Path) -> tuple[tuple[tuple[Any, ...], float], ...]:
         out.append((parts, float(w)))
     total = sum(w for _, w in out)
     if abs(total - 1.0) > WEIGHT_SUM_TOLERANCE:
-        msg = (
-            f"--weights {path}: the weights sum to {total:.4g}, not 1 (within "
-            f"{WEIGHT_SUM_TOLERANCE}): they are shares of the budget; divide each by {total:.4g}"
-        )
+        msg = f"--weights {path}: the weights sum to {total:.4g}, not 1 (within "
+        msg += f"{WEIGHT_SUM_TOLERANCE}): they are shares of the budget; divide each by {total:.4g}"
         raise ConfigError(msg)
     if len({d for d, _ in out}) != len(out):
         raise ConfigError(f"--weights {path}: a domain is listed twice")
@@ -221,12 +215,10 @@ def _check_budget(request: Request, weights: np.ndarray, tokens: np.ndarray) -> 
     """Refuse a budget that the weighted domains cannot give even at the cap."""
     most = int(request.max_repeat * tokens[weights > 0].sum())
     if request.budget_tokens > most:
-        msg = (
-            f"--tokens {human_count(request.budget_tokens)}: the domains the weights ask for "
-            f"hold {human_count(most / request.max_repeat)} labelled tokens, "
-            f"{human_count(most)} at --max-repeat {request.max_repeat}: lower --tokens to at "
-            f"most {most:,}, or raise --max-repeat"
-        )
+        msg = f"--tokens {human_count(request.budget_tokens)}: the domains the weights ask for "
+        msg += f"hold {human_count(most / request.max_repeat)} labelled tokens, "
+        msg += f"{human_count(most)} at --max-repeat {request.max_repeat}: lower --tokens to at "
+        msg += f"most {most:,}, or raise --max-repeat"
         raise ConfigError(msg)
 
 
@@ -234,12 +226,10 @@ def _require_complete(request: Request, avail: Available) -> None:
     """A run not yet labelled whole is refused unless asked to select from what is."""
     if avail.labelled_tasks < avail.population_tasks and not request.partial:
         pct = 100.0 * avail.labelled_tasks / max(avail.population_tasks, 1)
-        msg = (
-            f"the run is labelled for {avail.labelled_tasks:,} of {avail.population_tasks:,} "
-            f"task(s) ({pct:.1f}%): a selection now leaves the rest out. Finish the run "
-            "(snakemake), or pass --partial to select from what is labelled (every line of "
-            "the report then says so)"
-        )
+        msg = f"the run is labelled for {avail.labelled_tasks:,} of {avail.population_tasks:,} "
+        msg += f"task(s) ({pct:.1f}%): a selection now leaves the rest out. Finish the run "
+        msg += "(snakemake), or pass --partial to select from what is labelled (every line of "
+        msg += "the report then says so)"
         raise ConfigError(msg)
 
 
@@ -284,21 +274,17 @@ def planned(run_dir: Path, request: Request | None, name: str) -> SelectionPlan:
     existing = selection.load_plan(run_dir, name)
     if request is None:
         if existing is None:
-            msg = (
-                f"{run_dir}: no selection named {name!r} (none of {selection.names(run_dir)}); "
-                "give --weights and --tokens to plan one"
-            )
+            msg = f"{run_dir}: no selection named {name!r} (none of {selection.names(run_dir)}); "
+            msg += "give --weights and --tokens to plan one"
             raise ConfigError(msg)
         return existing
     new = plan(run_dir, request)
     if existing is not None:
         weights = [(d.labels, d.weight) for d in existing.domains]
         if not request.same_as(existing) or weights != [(d.labels, d.weight) for d in new.domains]:
-            msg = (
-                f"selection {name!r} of {run_dir} was planned with other settings "
-                f"({selection.root(run_dir, name) / selection.PLAN_JSON}): give another --name, "
-                "or remove that directory to plan it anew"
-            )
+            msg = f"selection {name!r} of {run_dir} was planned with other settings "
+            msg += f"({selection.root(run_dir, name) / selection.PLAN_JSON}): give another --name, "
+            msg += "or remove that directory to plan it anew"
             raise ConfigError(msg)
         return existing
     selection.save_plan(run_dir, new)

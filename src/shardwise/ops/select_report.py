@@ -215,10 +215,8 @@ def run(
     ctx = JobContext.load(run_dir)
     planning.check_name(name)
     if name == ctx.settings.dolma_name:
-        msg = (
-            f"--name {name!r} is the name of the run's own Dolma attributes (output.dolma."
-            "name): the selection's repeat counts would overwrite them; choose another name"
-        )
+        msg = f"--name {name!r} is the name of the run's own Dolma attributes (output.dolma."
+        msg += "name): the selection's repeat counts would overwrite them; choose another name"
         raise ConfigError(msg)
     sel = planning.planned(ctx.run_dir, request, name)
     if not plan_only:

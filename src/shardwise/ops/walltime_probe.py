@@ -203,11 +203,9 @@ def probe(
         rows.sort(key=lambda r: -r.minutes)
     advice = _advice(rows, own=own, shards=shards, job=oldest, hidden=hidden, run_dir=run_dir)
     if not planned:
-        advice = (
-            f"SLURM has not planned job {oldest.id} yet (its first backfill pass comes within "
-            "bf_interval, 30 s by default): these answers are provisional, ask again in a "
-            f"minute. {advice}"
-        )
+        advice = f"SLURM has not planned job {oldest.id} yet (its first backfill pass comes within "
+        advice += "bf_interval, 30 s by default): these answers are provisional, ask again in a "
+        advice += f"minute. {advice}"
     submitted = oldest.submit_time.isoformat() if oldest.submit_time else ""
     return Probe(oldest.id, shards, submitted, tuple(rows), advice)
 
@@ -324,10 +322,8 @@ def _advice(
     if best.label == WINDOW_LABEL and not any(
         r.starts_now for r in answered if r.method is Method.TEST_ONLY
     ):
-        behind = (
-            " (sbatch --test-only found no limit that starts now: it places its test behind "
-            "this run's own pending jobs, which wait for the window)"
-        )
+        behind = " (sbatch --test-only found no limit that starts now: it places its test behind "
+        behind += "this run's own pending jobs, which wait for the window)"
     instead = f" instead of {own_row.start.replace('T', ' ')}" if own_row and own_row.start else ""
     share = math.ceil(own / max(shards, 1))  # one shard's walltime in this job
     options = [f"walltime.max_minutes: {max(1, best.minutes // max(shards, 1))} (K={shards})"]

@@ -96,11 +96,9 @@ def extend(config: dict[str, Any], *, gone: str | None = None) -> Extension:
     labelled = _with_outputs(roots, gone_files)
     if labelled and gone is None:
         shown = ", ".join(repr(f) for f in labelled[:5]) + (", ..." if len(labelled) > 5 else "")
-        msg = (
-            f"{len(labelled):,} planned file(s) that are gone from the input have outputs "
-            f"({shown}): say what becomes of them: --gone keep leaves them in place, "
-            "--gone remove deletes them (either way the files leave the run)"
-        )
+        msg = f"{len(labelled):,} planned file(s) that are gone from the input have outputs "
+        msg += f"({shown}): say what becomes of them: --gone keep leaves them in place, "
+        msg += "--gone remove deletes them (either way the files leave the run)"
         raise RunMismatchError(msg)
     if (
         not (added or gone_files)

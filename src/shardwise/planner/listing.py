@@ -56,10 +56,8 @@ def _inner(source: Location, settings: Settings) -> tuple[str, ...]:
         return ()
     inner = source.inner_prefix(Location(settings.dolma.uri, settings.storage))
     if inner == "":
-        msg = (
-            f"config output.dolma.uri {settings.dolma.uri!r} is the input root itself: the "
-            "attributes would be read as documents. Use a folder beside the documents"
-        )
+        msg = f"config output.dolma.uri {settings.dolma.uri!r} is the input root itself: the "
+        msg += "attributes would be read as documents. Use a folder beside the documents"
         raise ConfigError(msg)
     return () if inner is None else (inner,)
 

@@ -414,11 +414,9 @@ def _repin(
     old assignment's per-shard state goes (failure records set aside)."""
     labelled = _labelled(_outputs_of(settings, [old for _, old in changed]))
     if labelled:
-        msg = (
-            f"cannot re-pin: {len(labelled):,} file(s) of this run are already labelled "
-            f"(e.g. {labelled[0]}); labels made under the pinned settings would mix with new "
-            "ones. Use a new run_dir and output.uri for the new settings."
-        )
+        msg = f"cannot re-pin: {len(labelled):,} file(s) of this run are already labelled "
+        msg += f"(e.g. {labelled[0]}); labels made under the pinned settings would mix with new "
+        msg += "ones. Use a new run_dir and output.uri for the new settings."
         raise RunMismatchError(msg)
     for loc, old in changed:
         diffs = runjson.differences(old, meta)
@@ -549,10 +547,8 @@ def lock_run_dir(run_dir: Path) -> None:
         fh.seek(0)
         holder = fh.read().strip() or "another process"
         fh.close()
-        msg = (
-            f"{run_dir} is in use by {holder}; two runs on one run directory would race. "
-            "Wait for it to finish (or stop it), then run again."
-        )
+        msg = f"{run_dir} is in use by {holder}; two runs on one run directory would race. "
+        msg += "Wait for it to finish (or stop it), then run again."
         raise RunMismatchError(msg) from e
     fh.seek(0)
     fh.truncate()

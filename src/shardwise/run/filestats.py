@@ -44,11 +44,9 @@ VERSIONED = ("shardwise", "torch", "transformers", "tokenizers", "pyarrow")
 #: What each file's throughput and data-quality figures are (shard marker, journal).
 FIGURES = ("docs", "tokens", "seconds", "bytes", "device_name", "finished_at", "counts",
            "truncated_docs", "fidelity")  # fmt: skip
-TOKENS_COUNTED = (
-    "real (unpadded) tokens of each classifier's input, summed over classifiers; "
-    "tokens_per_s: per second of the file's whole time (read to write); "
-    "engine.infer_tokens_per_s: per second of inference alone"
-)
+TOKENS_COUNTED = "real (unpadded) tokens of each classifier's input, summed over classifiers; "
+TOKENS_COUNTED += "tokens_per_s: per second of the file's whole time (read to write); "
+TOKENS_COUNTED += "engine.infer_tokens_per_s: per second of inference alone"
 
 
 @dataclass(frozen=True)

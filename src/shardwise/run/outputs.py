@@ -164,10 +164,8 @@ def rebuild(roots: Mapping[str, Location], rel: str, dolma_name: str | None) -> 
     try:
         table = SIDECAR.parse(roots["output"].read_bytes(SIDECAR.rel(rel)), where)
     except FileNotFoundError as e:
-        msg = (
-            f"{where} is missing although {rel} has a marker: its labels are gone, so nothing "
-            "can be derived from them; `shardwise verify --repair` relabels the file"
-        )
+        msg = f"{where} is missing although {rel} has a marker: its labels are gone, so nothing "
+        msg += "can be derived from them; `shardwise verify --repair` relabels the file"
         raise InputError(msg) from e
     columns = {name: table[name].combine_chunks() for name in table.column_names if name != "id"}
     labelled = Labelled(

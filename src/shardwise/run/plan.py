@@ -132,11 +132,9 @@ def check_matches(run_dir: Path, meta: RunMeta) -> None:
     summary = load_summary(run_dir)
     problems = summary.mismatch(meta) if summary is not None else []
     if problems:
-        msg = (
-            f"{Path(run_dir) / PLAN_JSON} was built for another assignment than run.json pins "
-            f"({'; '.join(problems)}), e.g. after an interrupted `shardwise plan --repin`: "
-            "run `snakemake -n` (or `shardwise plan --configfile <config>`) to rebuild it"
-        )
+        msg = f"{Path(run_dir) / PLAN_JSON} was built for another assignment than run.json pins "
+        msg += f"({'; '.join(problems)}), e.g. after an interrupted `shardwise plan --repin`: "
+        msg += "run `snakemake -n` (or `shardwise plan --configfile <config>`) to rebuild it"
         raise InputError(msg)
 
 

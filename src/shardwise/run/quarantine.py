@@ -50,10 +50,8 @@ def load(run_dir: Path) -> dict[str, Entry]:
     except FileNotFoundError:
         return {}
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        msg = (
-            f"{path} is not a readable quarantine file ({type(e).__name__}: {e}); "
-            "fix or remove it (it lists the files left out of this run)"
-        )
+        msg = f"{path} is not a readable quarantine file ({type(e).__name__}: {e}); "
+        msg += "fix or remove it (it lists the files left out of this run)"
         raise InputError(msg) from e
 
 
@@ -123,11 +121,9 @@ def add(run_dir: Path, names: Iterable[str], reason: str) -> list[Entry]:
     output = context.output_location(run_dir, meta)
     labelled = [rel for rel in files if output.exists(outputs.MARKER.rel(rel))]
     if labelled:
-        msg = (
-            f"{len(labelled)} file(s) are already labelled: {', '.join(labelled)}; "
-            "there is nothing to leave out (if a labelled file's outputs are broken, "
-            f"`shardwise verify --run-dir {run_dir} --repair` relabels it)"
-        )
+        msg = f"{len(labelled)} file(s) are already labelled: {', '.join(labelled)}; "
+        msg += "there is nothing to leave out (if a labelled file's outputs are broken, "
+        msg += f"`shardwise verify --run-dir {run_dir} --repair` relabels it)"
         raise ConfigError(msg)
     with _locked(run_dir):
         entries = load(run_dir)

@@ -189,10 +189,8 @@ def read(loc: Location) -> RunMeta:
     try:
         raw = loc.read_bytes(RUN_JSON)
     except FileNotFoundError as e:
-        msg = (
-            f"{where} not found: pass the original run directory (the one holding "
-            "run.json, plan.parquet and shards/), or plan the run first (`snakemake -n`)"
-        )
+        msg = f"{where} not found: pass the original run directory (the one holding "
+        msg += "run.json, plan.parquet and shards/), or plan the run first (`snakemake -n`)"
         raise RunMismatchError(msg) from e
     return RunMeta.from_json(raw, where)
 
@@ -209,10 +207,8 @@ def read_run_dir(run_dir: Path) -> RunMeta:
 
 
 #: How to restore a damaged run.json from the other copy (verify's ``--repair``).
-RESTORE_HINT = (
-    "`shardwise verify --run-dir {run_dir} --repair` restores it from the output root's "
-    "copy when that one is intact"
-)
+RESTORE_HINT = "`shardwise verify --run-dir {run_dir} --repair` restores it from the output root's "
+RESTORE_HINT += "copy when that one is intact"
 
 
 @dataclass(frozen=True)
@@ -289,11 +285,9 @@ def check_copies(
     for bad, other in ((local, output), (output, local)):
         if bad.damage is None:
             continue
-        fix = (
-            "No intact copy is left: if nothing of the run is labelled, delete it and plan "
-            "again; otherwise restore it from a backup (it pins the assignment the labels "
-            "were made under)."
-        )
+        fix = "No intact copy is left: if nothing of the run is labelled, delete it and plan "
+        fix += "again; otherwise restore it from a backup (it pins the assignment the labels "
+        fix += "were made under)."
         if other.meta is not None:
             fix = f"The copy at {other.where} is intact: `shardwise verify --run-dir {run_dir} "
             fix += "--repair` restores this one from it."

@@ -370,10 +370,8 @@ def _is_dir(entry: os.DirEntry[str], root: Path, rel: str) -> bool:
         target = os.path.realpath(entry.path)
         here = os.path.realpath(Path(entry.path).parent)
         if here == target or here.startswith(target.rstrip("/") + "/"):
-            msg = (
-                f"cannot list {root}: the symbolic link {rel} points to {target}, a folder "
-                "above it (a loop); remove the link, or point input.uri at a tree without one"
-            )
+            msg = f"cannot list {root}: the symbolic link {rel} points to {target}, a folder "
+            msg += "above it (a loop); remove the link, or point input.uri at a tree without one"
             raise StorageError(msg)
     return True
 

@@ -175,10 +175,9 @@ class BatchPolicy:
         """Shrink after a batch of ``rows`` rows and ``padded`` tokens ran out of memory
         (:class:`CannotShrinkError` for a single document)."""
         if rows <= 1:
-            raise CannotShrinkError(
-                f"out of memory on a single document of {padded} tokens; "
-                "lower max_length or use a device with more memory"
-            )
+            msg = f"out of memory on a single document of {padded} tokens; "
+            msg += "lower max_length or use a device with more memory"
+            raise CannotShrinkError(msg)
         self.oom_retries += 1
         if self.batch_size is not None:
             self.batch_size = max(1, min(self.batch_size, rows) // 2)

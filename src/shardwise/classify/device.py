@@ -47,11 +47,10 @@ def _no_cuda_reason() -> str:
             f"torch {torch.__version__} is a CPU-only build (torch.version.cuda=None); install a "
             "CUDA build of torch in the job's environment (README: 'A CUDA build of torch')"
         )
-    return (
-        f"torch {torch.__version__} was built for CUDA {built} (torch.version.cuda={built!r}) "
-        "but finds no usable GPU: the node's driver may be older than that CUDA version or the "
-        "device is not visible to the job (run nvidia-smi in a job on that node)"
-    )
+    text = f"torch {torch.__version__} was built for CUDA {built} (torch.version.cuda={built!r}) "
+    text += "but finds no usable GPU: the node's driver may be older than that CUDA version or the "
+    text += "device is not visible to the job (run nvidia-smi in a job on that node)"
+    return text
 
 
 def select_device(

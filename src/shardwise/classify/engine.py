@@ -206,10 +206,9 @@ class Engine:
             raise ModelError(f"classifier names must be unique: {names}")
         for spec in specs:
             if spec.input not in INPUT_KINDS:
-                raise ModelError(
-                    f"model {spec.model!r} ({spec.name}): input {spec.input!r} "
-                    f"is not one of {list(INPUT_KINDS)}"
-                )
+                msg = f"model {spec.model!r} ({spec.name}): input {spec.input!r} "
+                msg += f"is not one of {list(INPUT_KINDS)}"
+                raise ModelError(msg)
         if settings.max_length < 8:
             raise ModelError(f"max_length {settings.max_length} is too small")
         margin = settings.recheck_margin
@@ -636,7 +635,6 @@ def _require_finite(logits: np.ndarray, rows: np.ndarray, what: str, also: str) 
     nothing is more precise than fp32, so the model or its weights are broken."""
     bad = ~np.isfinite(logits).all(axis=1)
     if bad.any():
-        raise ModelError(
-            f"{what}: {int(bad.sum())} document(s) got non-finite logits in float32{also} "
-            f"(first at input row {int(rows[bad].min())}); the model or its weights are broken"
-        )
+        msg = f"{what}: {int(bad.sum())} document(s) got non-finite logits in float32{also} "
+        msg += f"(first at input row {int(rows[bad].min())}); the model or its weights are broken"
+        raise ModelError(msg)

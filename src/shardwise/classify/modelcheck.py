@@ -51,10 +51,9 @@ def check_classifiers(classifiers: Iterable[Mapping[str, str]]) -> None:
     if issues:
         lines = [f"{len(issues)} classifier(s) cannot be used; nothing was pinned:"]
         lines += [f"  {issue.line()}" for issue in issues]
-        lines.append(
-            "Fix classifiers[].model in the config (a model directory or a hub id "
-            "owner/name) and run the dry run again."
-        )
+        text = "Fix classifiers[].model in the config (a model directory or a hub id "
+        text += "owner/name) and run the dry run again."
+        lines.append(text)
         raise ModelError("\n".join(lines))
 
 
@@ -79,10 +78,9 @@ def directory_problems(path: Path) -> list[str]:
     problems = _config_problems(path)
     problems += _weight_problems(path)
     if not any(all((path / f).is_file() for f in files) for files in _TOKENIZER_SETS):
-        problems.append(
-            f"no tokenizer files in {path} (want tokenizer.json, or vocab.txt, "
-            "a sentencepiece model, or vocab.json + merges.txt)"
-        )
+        text = f"no tokenizer files in {path} (want tokenizer.json, or vocab.txt, "
+        text += "a sentencepiece model, or vocab.json + merges.txt)"
+        problems.append(text)
     elif (path / "tokenizer.json").is_file():
         problems += _tokenizer_json_problems(path / "tokenizer.json")
     return problems
@@ -101,10 +99,9 @@ def _config_problems(path: Path) -> list[str]:
     problems = []
     architectures = config.get("architectures") or []
     if architectures and not any("ForSequenceClassification" in a for a in architectures):
-        problems.append(
-            f"{config_path}: architectures {architectures} hold no sequence classifier "
-            "(a base model has no classification head: its labels would be random)"
-        )
+        text = f"{config_path}: architectures {architectures} hold no sequence classifier "
+        text += "(a base model has no classification head: its labels would be random)"
+        problems.append(text)
     id2label = config.get("id2label")
     if not isinstance(id2label, dict) or not id2label:
         problems.append(f"{config_path} has no id2label: the labels would be LABEL_0, LABEL_1, ...")

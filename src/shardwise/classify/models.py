@@ -96,10 +96,9 @@ def rewrite_new_config(config: dict[str, Any], model: str = "<config>") -> dict[
     out = dict(config)
     for key, allowed in _NEW_SUPPORTED.items():
         if key in out and out[key] not in allowed:
-            raise ModelError(
-                f"model {model!r}: {key}={out[key]!r} is not supported by the native GTE "
-                f"(supported: {list(allowed)})"
-            )
+            msg = f"model {model!r}: {key}={out[key]!r} is not supported by the native GTE "
+            msg += f"(supported: {list(allowed)})"
+            raise ModelError(msg)
     try:
         hidden = int(out["hidden_size"])
         heads = int(out["num_attention_heads"])
@@ -113,10 +112,9 @@ def rewrite_new_config(config: dict[str, Any], model: str = "<config>") -> dict[
     else:
         kind = scaling.get("type", scaling.get("rope_type"))
         if kind != "ntk" or scaling.get("mixed_b") is not None:
-            raise ModelError(
-                f"model {model!r}: rope_scaling {scaling!r} is not supported "
-                "(only fixed NTK scaling, type 'ntk' without mixed_b)"
-            )
+            msg = f"model {model!r}: rope_scaling {scaling!r} is not supported "
+            msg += "(only fixed NTK scaling, type 'ntk' without mixed_b)"
+            raise ModelError(msg)
         factor = float(scaling["factor"])
         rope = {
             "rope_type": "linear",
@@ -157,10 +155,9 @@ def prepare_load_dir(
     if not _is_new_format(config):
         return source, False
     if "ForSequenceClassification" not in " ".join(config.get("architectures") or []):
-        raise ModelError(
-            f"model {model!r}: 'new'-format checkpoint is not a sequence classifier "
-            f"(architectures={config.get('architectures')!r})"
-        )
+        msg = f"model {model!r}: 'new'-format checkpoint is not a sequence classifier "
+        msg += f"(architectures={config.get('architectures')!r})"
+        raise ModelError(msg)
     rewritten = rewrite_new_config(config, model)
     text = json.dumps(rewritten, indent=2, sort_keys=True) + "\n"
     key = hashlib.sha256(f"{source.resolve()}\n{text}".encode()).hexdigest()[:16]

@@ -79,10 +79,9 @@ class ShardReport:
 
 def quarantine_hint(run_dir: Path) -> str:
     """How to leave out a file that cannot be fixed (said with every file failure)."""
-    return (
-        "A file that cannot be fixed can be left out: "
-        f"`shardwise quarantine --run-dir {run_dir} FILE --reason TEXT`."
-    )
+    text = "A file that cannot be fixed can be left out: "
+    text += f"`shardwise quarantine --run-dir {run_dir} FILE --reason TEXT`."
+    return text
 
 
 def shard_files(run_dir: Path, shard: int) -> list[FileTask]:

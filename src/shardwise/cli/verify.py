@@ -92,16 +92,14 @@ def run(args: argparse.Namespace) -> int:
     if not args.repair:
         fixes = []
         if broken:
-            fixes.append(
-                f"removes the markers of {len(report.broken_files)} broken file(s) and of "
-                f"the {len(shards_to_reset(args.run_dir, report))} shard(s) that hold them, "
-                "so the next snakemake run relabels only those files"
-            )
+            text = f"removes the markers of {len(report.broken_files)} broken file(s) and of "
+            text += f"the {len(shards_to_reset(args.run_dir, report))} shard(s) that hold them, "
+            text += "so the next snakemake run relabels only those files"
+            fixes.append(text)
         if rebuild:
-            fixes.append(
-                f"writes the Dolma attributes of {rebuild} labelled file(s) again from their "
-                "sidecars (nothing is relabelled)"
-            )
+            text = f"writes the Dolma attributes of {rebuild} labelled file(s) again from their "
+            text += "sidecars (nothing is relabelled)"
+            fixes.append(text)
         print(f"fix: `{repair_command(args.run_dir)}` " + "; and ".join(fixes), file=notes)
         return EXIT_PROBLEMS
     for line in repair(args.run_dir, report):

@@ -234,10 +234,9 @@ def build(run_dir: Path, facts: StatusFacts) -> Status:
     if not facts.queue.ok:
         notes.append(f"squeue did not answer ({facts.queue.problem}): jobs unknown")
     if submitter is None:
-        notes.append(
-            f"no {claims.WORKFLOW_JSON} in {run_dir / claims.CLAIMS_DIR}: only running shards "
-            "(claims) are matched; run snakemake once with this version to record the workflow"
-        )
+        text = f"no {claims.WORKFLOW_JSON} in {run_dir / claims.CLAIMS_DIR}: only running shards "
+        text += "(claims) are matched; run snakemake once with this version to record the workflow"
+        notes.append(text)
     mine = run_jobs(run_dir, queue, submitter)
     jobs = tuple(
         _run_job(j, shards) for j, shards in sorted(mine.values(), key=lambda x: _int(x[0].id))
@@ -443,10 +442,9 @@ def _head_lines(status: Status) -> list[str]:
     if status.submit_cap is not None:
         cap = f"of cap {status.submit_cap:,} ({status.cap_source})"
     user_jobs = "?" if status.user_jobs is None else f"{status.user_jobs:,}"
-    lines.append(
-        f"jobs          {len(status.running)} running, {len(status.pending_jobs)} pending "
-        f"(this run); submit slots: run {len(status.jobs)}, you {user_jobs} {cap}"
-    )
+    text = f"jobs          {len(status.running)} running, {len(status.pending_jobs)} pending "
+    text += f"(this run); submit slots: run {len(status.jobs)}, you {user_jobs} {cap}"
+    lines.append(text)
     usage = _gpu_usage(status)
     types = ", ".join(f"{u['partition']} {u['type']} x{u['gpus']}" for u in usage)
     lines.append(f"GPUs in use   {sum(u['gpus'] for u in usage)}" + (f": {types}" if usage else ""))
@@ -454,15 +452,13 @@ def _head_lines(status: Status) -> list[str]:
     eta = "no ETA: no GPU of this run is running" if p.shards_done < p.shards_total else ""
     if p.eta_seconds is not None:
         eta = f"ETA {format_duration(p.eta_seconds)} at the {p.gpus_running} GPU(s) running now"
-    lines.append(
-        f"shards        {p.shards_done:,} / {p.shards_total:,} done; last finished "
-        f"{_ago(p.seconds_since_last)}; {p.finished_last_hour:,} in the last hour; {eta}"
-    )
+    text = f"shards        {p.shards_done:,} / {p.shards_total:,} done; last finished "
+    text += f"{_ago(p.seconds_since_last)}; {p.finished_last_hour:,} in the last hour; {eta}"
+    lines.append(text)
     if status.others is not None:
-        lines.append(
-            f"other users   {status.others['pending']:,} pending, {status.others['running']:,} "
-            "running in these partitions"
-        )
+        text = f"other users   {status.others['pending']:,} pending, {status.others['running']:,} "
+        text += "running in these partitions"
+        lines.append(text)
     return lines
 
 
@@ -479,10 +475,9 @@ def _job_lines(status: Status) -> list[str]:
     for j in status.jobs:
         tail = j.reason if j.state == "PENDING" else f"{j.started or j.submitted} on {j.nodes}"
         limit = f"{j.time_limit_minutes}m" if j.time_limit_minutes else "?"
-        lines.append(
-            f"{j.id:<9} {j.state:<10} {ranges.compress(list(j.shards)):<13} {j.gpus:>4}  "
-            f"{limit:<7} {j.partition:<{pw}}  {tail}"
-        )
+        text = f"{j.id:<9} {j.state:<10} {ranges.compress(list(j.shards)):<13} {j.gpus:>4}  "
+        text += f"{limit:<7} {j.partition:<{pw}}  {tail}"
+        lines.append(text)
     return lines
 
 

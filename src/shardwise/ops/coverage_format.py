@@ -109,10 +109,9 @@ def summary_lines(cov: Coverage, *, max_expression: int = 160) -> list[str]:
     if cov.skew_flagged:
         worst = ", ".join(f"{c.name} ({c.percent:.1f}%)" for c in cov.categories if c.flagged)
         n = len(cov.skew_flagged)
-        lines.append(
-            f"skew     {n} categor{'y' if n == 1 else 'ies'}"
-            f" outside the 99% band of the overall {cov.overall_percent:.1f}%: {worst}"
-        )
+        text = f"skew     {n} categor{'y' if n == 1 else 'ies'}"
+        text += f" outside the 99% band of the overall {cov.overall_percent:.1f}%: {worst}"
+        lines.append(text)
     if cov.incomplete_shards:
         left = f"shards {shorten(cov.incomplete_shards, max_expression)}"
     elif cov.tasks_left > 0:
@@ -132,31 +131,27 @@ def _state_lines(cov: Coverage) -> list[str]:
     if cov.quarantined:
         shown = "; ".join(f"{e.file} ({e.reason})" for e in cov.quarantined[:3])
         more = f"; ... {len(cov.quarantined) - 3} more" if len(cov.quarantined) > 3 else ""
-        lines.append(
-            f"quarantined {cov.files_quarantined:,} file(s) left out of the run, not labelled: "
-            f"{shown}{more} (`shardwise quarantine --list`)"
-        )
+        text = f"quarantined {cov.files_quarantined:,} file(s) left out of the run, not labelled: "
+        text += f"{shown}{more} (`shardwise quarantine --list`)"
+        lines.append(text)
     lines += changes.lines(cov.changed, Path(cov.run_dir))
     lines += cov.skipped.lines(cov.input_format)
     lines += cov.drift.lines()
     lines += [f"run.json {cov.copies}"] if cov.copies else []
     if cov.stale_markers:
-        lines.append(
-            f"stale    {len(cov.stale_markers):,} shard marker(s) do not match the plan "
-            f"(another assignment, e.g. {cov.stale_markers[0]}) and count as not done; "
-            "`snakemake -n` removes them"
-        )
+        text = f"stale    {len(cov.stale_markers):,} shard marker(s) do not match the plan "
+        text += f"(another assignment, e.g. {cov.stale_markers[0]}) and count as not done; "
+        text += "`snakemake -n` removes them"
+        lines.append(text)
     if cov.outputs_missing:
         what = ", ".join(f"{n:,} without their {kind}" for kind, n in cov.outputs_missing.items())
-        lines.append(
-            f"outputs  labelled file(s) with missing outputs: {what}; "
-            f"`shardwise verify --run-dir {cov.run_dir}` names them, `--repair` relabels them"
-        )
+        text = f"outputs  labelled file(s) with missing outputs: {what}; "
+        text += f"`shardwise verify --run-dir {cov.run_dir}` names them, `--repair` relabels them"
+        lines.append(text)
     if cov.unreadable_markers:
-        lines.append(
-            f"unreadable {len(cov.unreadable_markers):,} marker(s) count as not done "
-            f"(e.g. {cov.unreadable_markers[0]}); `shardwise verify --repair` clears them"
-        )
+        text = f"unreadable {len(cov.unreadable_markers):,} marker(s) count as not done "
+        text += f"(e.g. {cov.unreadable_markers[0]}); `shardwise verify --repair` clears them"
+        lines.append(text)
     return lines
 
 
@@ -166,20 +161,18 @@ def _rate_lines(cov: Coverage) -> list[str]:
     for dev in cov.throughput.devices if cov.throughput is not None else ():
         d = dev.docs_per_s
         rate = f"{d.median:,.0f} docs/s/GPU (p10 {d.p10:,.0f}, p90 {d.p90:,.0f})" if d else None
-        lines.append(
-            f"rate     {dev.device_name}: {rate or 'docs/s unknown'}, "
-            f"{dev.files_per_hour:,.1f} files/h/GPU  [{dev.files:,} files]"
-        )
+        text = f"rate     {dev.device_name}: {rate or 'docs/s unknown'}, "
+        text += f"{dev.files_per_hour:,.1f} files/h/GPU  [{dev.files:,} files]"
+        lines.append(text)
     eta = cov.eta
     if eta is not None and eta.remaining > 0:
         if eta.unit == "bytes":
             left, per = human_bytes(eta.remaining), f"{human_bytes(eta.rate_per_gpu)}/s"
         else:
             left, per = f"{eta.remaining:,.0f} files", f"{eta.rate_per_gpu * 3600:,.1f} files/h"
-        lines.append(
-            f"ETA      {format_duration(eta.seconds)} on {eta.gpus} {eta.per}"
-            f"{'s' if eta.gpus != 1 else ''} ({left} left at {per} per {eta.per})"
-        )
+        text = f"ETA      {format_duration(eta.seconds)} on {eta.gpus} {eta.per}"
+        text += f"{'s' if eta.gpus != 1 else ''} ({left} left at {per} per {eta.per})"
+        lines.append(text)
     return lines
 
 
@@ -193,10 +186,9 @@ def fidelity_lines(fidelities: Iterable[fidelity.Fidelity]) -> list[str]:
             continue  # computed in fp32: nothing to say
         said = [f"{100 * f.fp32_share:.1f}% labelled from fp32"]
         if f.docs > f.unmeasured_docs:
-            said.append(
-                f"est. {_share(f.residual_share)} differ from fp32 "
-                f"(95% bound {_share(f.residual_upper_share)})"
-            )
+            text = f"est. {_share(f.residual_share)} differ from fp32 "
+            text += f"(95% bound {_share(f.residual_upper_share)})"
+            said.append(text)
         if f.unmeasured_docs:
             said.append(f"{f.unmeasured_docs:,} docs under a pinned recheck_margin: not measured")
         if f.fallback_files:
@@ -231,16 +223,14 @@ def failing_lines(cov: Coverage, shown: int = 3) -> list[str]:
         named = "; ".join(f"{rel} (shard {shard})" for rel, shard, _e in cov.failing_files[:shown])
         hidden = len(cov.failing_files) - shown
         more = f"; ... {hidden} more (all: --format json, failing_files)" if hidden > 0 else ""
-        lines.append(
-            f"files    {len(cov.failing_files):,} failing: {named}{more}. Fix a file and run "
-            f"again, or leave it out: `shardwise quarantine --run-dir {cov.run_dir} FILE "
-            "--reason TEXT`"
-        )
+        text = f"files    {len(cov.failing_files):,} failing: {named}{more}. Fix a file and run "
+        text += f"again, or leave it out: `shardwise quarantine --run-dir {cov.run_dir} FILE "
+        text += "--reason TEXT`"
+        lines.append(text)
     if cov.shards_interrupted:
-        lines.append(
-            f"interrupted {cov.shards_interrupted:,} shard(s) were stopped by a signal "
-            "(walltime, preemption, Ctrl-C): finished files stay done, they run again"
-        )
+        text = f"interrupted {cov.shards_interrupted:,} shard(s) were stopped by a signal "
+        text += "(walltime, preemption, Ctrl-C): finished files stay done, they run again"
+        lines.append(text)
     return lines
 
 
@@ -318,10 +308,9 @@ def format_markdown(cov: Coverage, *, max_categories: int = 40) -> str:
     shown, hidden = _category_rows(cov, max_categories)
     for c in shown:
         name = c.name.replace("|", "\\|")
-        out.append(
-            f"| `{name}` | {c.tasks_done:,} | {c.tasks_total:,} | {c.percent:.1f} |"
-            f" {'⚠' if c.flagged else ''} |"
-        )
+        text = f"| `{name}` | {c.tasks_done:,} | {c.tasks_total:,} | {c.percent:.1f} |"
+        text += f" {'⚠' if c.flagged else ''} |"
+        out.append(text)
     if hidden:
         out += ["", f"_{hidden}_"]
     return "\n".join(out)

@@ -293,21 +293,18 @@ def compute(
     ]
     notes = [*est.warnings, *([note] if note else [])]
     if data.tasks_unsummarized:
-        notes.append(
-            f"{data.tasks_unsummarized:,} task(s) in {data.shards_unsummarized:,} finished "
-            "shard(s) without a summary (finished elsewhere or before label counts existed)"
-            " count as not labelled"
-        )
+        text = f"{data.tasks_unsummarized:,} task(s) in {data.shards_unsummarized:,} finished "
+        text += "shard(s) without a summary (finished elsewhere or before label counts existed)"
+        text += " count as not labelled"
+        notes.append(text)
     if data.incomplete_tasks:
-        notes.append(
-            f"{data.incomplete_tasks:,} task(s) of finished shards have a file without "
-            "label counts: counted as not labelled"
-        )
+        text = f"{data.incomplete_tasks:,} task(s) of finished shards have a file without "
+        text += "label counts: counted as not labelled"
+        notes.append(text)
     if data.quarantined_tasks:
-        notes.append(
-            f"{data.quarantined_tasks:,} task(s) with quarantined files are left out of "
-            "the corpus (quarantine.json)"
-        )
+        text = f"{data.quarantined_tasks:,} task(s) with quarantined files are left out of "
+        text += "the corpus (quarantine.json)"
+        notes.append(text)
     return Domains(data, view, tuple(view.split(",")), labels, weight, est, cell_labels, notes)
 
 
@@ -346,10 +343,9 @@ def status_line(d: Domains) -> str:
     e = d.est
     if e.exact:
         return f"exact: all {e.tasks_total:,} tasks labelled"
-    return (
-        f"estimated from {e.tasks_labelled:,} of {e.tasks_total:,} tasks "
-        f"({d.percent_done:.1f}% done), 95% CI ±{100 * e.half_width:.1f} points at most"
-    )
+    text = f"estimated from {e.tasks_labelled:,} of {e.tasks_total:,} tasks "
+    text += f"({d.percent_done:.1f}% done), 95% CI ±{100 * e.half_width:.1f} points at most"
+    return text
 
 
 def summary_lines(d: Domains) -> list[str]:
@@ -372,10 +368,9 @@ def summary_lines(d: Domains) -> list[str]:
     ]
     unseen = int((~(np.nan_to_num(e.share) > 0)).sum())
     if unseen and not e.exact and e.tasks_labelled:
-        lines.append(
-            f"unseen   {unseen:,} of the {e.share.size:,} {TIMES.join(d.axes)} cells are in no "
-            f"labelled task: each is below {_pct(e.unseen_upper)} (95%)"
-        )
+        text = f"unseen   {unseen:,} of the {e.share.size:,} {TIMES.join(d.axes)} cells are in no "
+        text += f"labelled task: each is below {_pct(e.unseen_upper)} (95%)"
+        lines.append(text)
     lines += [f"note     {n}" for n in d.notes]
     return lines
 

@@ -356,12 +356,11 @@ def _warnings(est: Estimate, x: _Sums, uncovered: list[int]) -> list[str]:
         share = float(x.B[uncovered].sum() / x.B.sum()) if x.B.sum() > 0 else 1.0
         more = f" and {len(est.uncovered) - 5} more" if len(est.uncovered) > 5 else ""
         names = ", ".join(est.uncovered[:5]) + more
-        out.append(
-            f"{len(est.uncovered)} categor{'y has' if len(uncovered) == 1 else 'ies have'} "
-            f"no labelled task yet ({names}; {100 * share:.1f}% of the input bytes): the "
-            f"shares describe the other categories, and every interval is widened by "
-            f"{100 * est.uncovered_weight:.1f} points to allow any distribution there"
-        )
+        text = f"{len(est.uncovered)} categor{'y has' if len(uncovered) == 1 else 'ies have'} "
+        text += f"no labelled task yet ({names}; {100 * share:.1f}% of the input bytes): the "
+        text += "shares describe the other categories, and every interval is widened by "
+        text += f"{100 * est.uncovered_weight:.1f} points to allow any distribution there"
+        out.append(text)
     if est.tasks_labelled < 2 and not est.exact:
         out.append("fewer than 2 tasks labelled: intervals are [0, 1]")
     return out

@@ -60,10 +60,9 @@ class FailureLog:
         shards.append(shard)
         if len(shards) == 1:
             return f"shard {shard} failed: {cause.reason}"
-        return (
-            f"shard {shard} failed: the same reason as shard {shards[0]} "
-            f"({len(shards):,} shards so far)"
-        )
+        text = f"shard {shard} failed: the same reason as shard {shards[0]} "
+        text += f"({len(shards):,} shards so far)"
+        return text
 
     def should_stop(self, done_now: set[int]) -> str | None:
         """The shared reason to stop the run for, or None to go on."""
@@ -81,12 +80,11 @@ class FailureLog:
     def stop_line(self) -> str:
         """What the console says when the run stops early."""
         shards = self.by_reason.get(self.stopped or "", [])
-        return (
-            f"stopping the run: the first {len(shards):,} shards to fail all failed for "
-            f"shard {shards[0] if shards else '?'}'s reason (above), which no retry can fix. "
-            "No new shard job is started and none is retried; running ones finish. Fix the "
-            "cause and run again (failures.stop_after: 0 in the config keeps going regardless)."
-        )
+        text = f"stopping the run: the first {len(shards):,} shards to fail all failed for "
+        text += f"shard {shards[0] if shards else '?'}'s reason (above), which no retry can fix. "
+        text += "No new shard job is started and none is retried; running ones finish. Fix the "
+        text += "cause and run again (failures.stop_after: 0 in the config keeps going regardless)."
+        return text
 
     def summary(self) -> list[str]:
         """One line per reason with its count and shards, most frequent first."""
@@ -96,10 +94,9 @@ class FailureLog:
         lines = [f"{total:,} shard(s) failed in this run, for {len(self.by_reason):,} reason(s):"]
         for reason, shards in sorted(self.by_reason.items(), key=lambda kv: -len(kv[1])):
             lines.append(f"  {len(shards):,} (shards {ranges.compress(shards)}): {reason}")
-        lines.append(
-            f"Each shard's failure records: {self.run_dir}/{failures.FAILURES_DIR}/<shard>/; "
-            "`shardwise coverage` names the failing files."
-        )
+        text = f"Each shard's failure records: {self.run_dir}/{failures.FAILURES_DIR}/<shard>/; "
+        text += "`shardwise coverage` names the failing files."
+        lines.append(text)
         return lines
 
 

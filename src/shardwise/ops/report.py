@@ -283,11 +283,10 @@ def _rates_html(cov: coverage.Coverage) -> str:
         )
     if not rows:
         return ""
-    return (
-        "<h2>Throughput per GPU type</h2><table><tr><th>GPU</th><th>files</th>"
-        "<th>docs/s p10</th><th>median</th><th>p90</th><th>files/h per GPU</th></tr>"
-        f"{rows}</table>"
-    )
+    text = "<h2>Throughput per GPU type</h2><table><tr><th>GPU</th><th>files</th>"
+    text += "<th>docs/s p10</th><th>median</th><th>p90</th><th>files/h per GPU</th></tr>"
+    text += f"{rows}</table>"
+    return text
 
 
 def _quarantine_html(cov: coverage.Coverage) -> str:
@@ -299,13 +298,11 @@ def _quarantine_html(cov: coverage.Coverage) -> str:
         f"<tr><td>{e(q.file)}</td><td>{e(q.reason)}</td><td>{e(q.at)}</td><td>{e(q.by)}</td></tr>"
         for q in cov.quarantined
     )
-    return (
-        f"<h2>Quarantined files ({len(cov.quarantined):,})</h2>"
-        "<p>Left out of this run on purpose: not labelled, not failed, not left to do "
-        "(<code>shardwise quarantine --list</code>).</p>"
-        "<table><tr><th>file</th><th>reason</th><th>at</th><th>by</th></tr>"
-        f"{rows}</table>"
-    )
+    text = f"<h2>Quarantined files ({len(cov.quarantined):,})</h2>"
+    text += "<p>Left out of this run on purpose: not labelled, not failed, not left to do "
+    text += "(<code>shardwise quarantine --list</code>).</p>"
+    text += f"<table><tr><th>file</th><th>reason</th><th>at</th><th>by</th></tr>{rows}</table>"
+    return text
 
 
 def render_html(

@@ -127,24 +127,21 @@ def lines(r: Report, *, top: int | None = TOP) -> list[str]:
         f"seed {r.seed}){scope}",
     ]
     if not r.complete:
-        head.append(
-            f"  {r.shards_selected:,} of {r.shards_planned:,} shard(s) selected so far: the "
-            "figures below grow until all are (shardwise select --name or snakemake select_all)"
-        )
+        text = f"  {r.shards_selected:,} of {r.shards_planned:,} shard(s) selected so far: the "
+        text += "figures below grow until all are (shardwise select --name or snakemake select_all)"
+        head.append(text)
     shown = [row for row in r.rows if row.target_share > 0 or row.selected_tokens > 0]
     shown.sort(key=lambda row: (-row.target_share, -row.selected_tokens, row.labels))
     width = max([len(TIMES.join(row.labels)) for row in shown] + [6])
-    head.append(
-        f"  {'domain':<{width}}  {'target':>7}  {'selected':>8}  {'available':>9}  "
-        f"{'taken':>9}  {'rate':>6}"
-    )
+    text = f"  {'domain':<{width}}  {'target':>7}  {'selected':>8}  {'available':>9}  "
+    text += f"{'taken':>9}  {'rate':>6}"
+    head.append(text)
     for row in shown[:top] if top else shown:
         flag = " capped: short " + human_count(row.shortfall_tokens) if row.capped else ""
-        head.append(
-            f"  {TIMES.join(row.labels):<{width}}  {_pct(row.target_share):>7}  "
-            f"{_pct(row.selected_share):>8}  {human_count(row.available_tokens):>9}  "
-            f"{human_count(row.selected_tokens):>9}  {row.rate:>6.3f}{flag}{scope}"
-        )
+        text = f"  {TIMES.join(row.labels):<{width}}  {_pct(row.target_share):>7}  "
+        text += f"{_pct(row.selected_share):>8}  {human_count(row.available_tokens):>9}  "
+        text += f"{human_count(row.selected_tokens):>9}  {row.rate:>6.3f}{flag}{scope}"
+        head.append(text)
     if top and len(shown) > top:
         head.append(f"  ... {len(shown) - top} more domain(s) (all: --format json)")
     if r.mix_config:

@@ -298,10 +298,9 @@ def _advice(
     if not answered:
         if reserved and window is None:
             why = hidden.problem if hidden is not None and not hidden.ok else "no answer"
-            return (
-                f"the job waits for a reservation ({job.reason}) that is hidden from you, and "
-                f"it could not be located ({why}): ask the site when maintenance starts"
-            )
+            text = f"the job waits for a reservation ({job.reason}) that is hidden from you, and "
+            text += f"it could not be located ({why}): ask the site when maintenance starts"
+            return text
         return located + "sbatch --test-only gave no answer; see the problems above"
     own_row = next((r for r in answered if r.minutes == own), None)
     if own_row is not None and own_row.starts_now:
@@ -309,11 +308,10 @@ def _advice(
     first = min(r.start for r in answered if r.start)
     if own_row is not None and own_row.start == first:
         if reserved:
-            return (
-                f"the job waits for a reservation ({job.reason}), yet no shorter limit was "
-                "found that starts earlier: the window may already be open, or its nodes "
-                "are busy; see the pending reason"
-            )
+            text = f"the job waits for a reservation ({job.reason}), yet no shorter limit was "
+            text += "found that starts earlier: the window may already be open, or its nodes "
+            text += "are busy; see the pending reason"
+            return text
         why = "the wait is not about time (see the pending reason)"
         return f"no shorter walltime starts earlier: {why}"
     best = max((r for r in answered if r.start == first), key=lambda r: r.minutes)
@@ -330,10 +328,9 @@ def _advice(
     k = best.minutes // max(share, 1)
     if 1 <= k < shards:
         options.append(f"--group-components classify={k} (shards keep their walltime)")
-    return (
-        f"{located}a job asking for {best.minutes} min or less starts {when}{instead}{behind} "
-        f"(yours asks for {own} min for {shards} shard(s)): shorten the queued jobs in place "
-        f"with `shardwise cluster retime --run-dir {run_dir} --max-minutes {best.minutes}` "
-        f"(decrease only; a shard cut short resumes on its retry), and for the next "
-        f"submissions set {' or '.join(options)}"
-    )
+    text = f"{located}a job asking for {best.minutes} min or less starts {when}{instead}{behind} "
+    text += f"(yours asks for {own} min for {shards} shard(s)): shorten the queued jobs in place "
+    text += f"with `shardwise cluster retime --run-dir {run_dir} --max-minutes {best.minutes}` "
+    text += "(decrease only; a shard cut short resumes on its retry), and for the next "
+    text += f"submissions set {' or '.join(options)}"
+    return text

@@ -75,15 +75,13 @@ def check_sample(
             if len(errors) == readable:
                 found = sorted({f for _rel, e in errors for f in e.found})
                 advice = field_advice(key, path, found, "nothing was pinned or submitted")
-                refusals.append(
-                    f"{key} {path!r} is in none of the {len(errors)} sampled {kind} file(s) "
-                    f"({names}); {advice}"
-                )
+                text = f"{key} {path!r} is in none of the {len(errors)} sampled {kind} file(s) "
+                text += f"({names}); {advice}"
+                refusals.append(text)
                 continue
-            notes.append(
-                f"{key} {path!r} is absent from {len(errors)} of {readable} sampled {kind} "
-                f"file(s) ({names}): such files fail in their jobs, named there"
-            )
+            text = f"{key} {path!r} is absent from {len(errors)} of {readable} sampled {kind} "
+            text += f"file(s) ({names}): such files fail in their jobs, named there"
+            notes.append(text)
     if refusals:
         raise ConfigError("\n".join(refusals))
     return SampleResult(read, tuple(notes))

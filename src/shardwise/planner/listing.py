@@ -65,16 +65,14 @@ def _inner(source: Location, settings: Settings) -> tuple[str, ...]:
 def _empty_input_message(source: Location) -> str:
     """Why a listing came back empty, in the terms of the config (input.uri)."""
     if source.remote:
-        return (
-            f"nothing under input.uri {source.uri}: check the bucket and prefix, and that "
-            "the credentials may list it"
-        )
+        text = f"nothing under input.uri {source.uri}: check the bucket and prefix, and that "
+        text += "the credentials may list it"
+        return text
     root = Path(source.root)
     if not root.exists():
-        return (
-            f"input.uri {source.uri}: the folder {root} does not exist "
-            f"(relative paths are relative to the working directory, {Path.cwd()})"
-        )
+        text = f"input.uri {source.uri}: the folder {root} does not exist "
+        text += f"(relative paths are relative to the working directory, {Path.cwd()})"
+        return text
     if not root.is_dir():
         return f"input.uri {source.uri}: {root} is a file, not a folder"
     return f"input.uri {source.uri}: the folder {root} holds no files"
@@ -84,21 +82,18 @@ def _selection_notes(selection: Selection, output: Location, limit: int = 5) -> 
     """What the listing held that is not an input, one line per reason (never silent)."""
     notes = []
     if selection.hidden:
-        notes.append(
-            f"skipped {len(selection.hidden):,} hidden file(s) (names starting with '.' or "
-            f"'_', e.g. {selection.hidden[0]!r})"
-        )
+        text = f"skipped {len(selection.hidden):,} hidden file(s) (names starting with '.' or "
+        text += f"'_', e.g. {selection.hidden[0]!r})"
+        notes.append(text)
     if selection.outputs:
-        notes.append(
-            f"skipped {len(selection.outputs):,} shardwise output(s) under the output root "
-            f"{output.uri} (e.g. {selection.outputs[0]!r})"
-        )
+        text = f"skipped {len(selection.outputs):,} shardwise output(s) under the output root "
+        text += f"{output.uri} (e.g. {selection.outputs[0]!r})"
+        notes.append(text)
     if selection.unsafe:
         shown = "; ".join(f"{rel!r}: {why}" for rel, why in selection.unsafe[:limit])
         hidden = len(selection.unsafe) - limit
         more = f"; ... and {hidden} more" if hidden > 0 else ""
-        notes.append(
-            f"skipped {len(selection.unsafe):,} file(s) whose names cannot be used safely "
-            f"(input.skip_unsafe_names: true): {shown}{more}"
-        )
+        text = f"skipped {len(selection.unsafe):,} file(s) whose names cannot be used safely "
+        text += f"(input.skip_unsafe_names: true): {shown}{more}"
+        notes.append(text)
     return notes

@@ -117,10 +117,9 @@ def prepare_run(
         said += changes.lines(planned.changed, run_dir)
     stale = remove_stale_markers(run_dir, planned.table, meta)
     if stale:
-        said.append(
-            f"note: removed {len(stale):,} shard marker(s) that do not match the plan "
-            f"(shards {ranges.compress(stale)}; left by another assignment): they run again"
-        )
+        text = f"note: removed {len(stale):,} shard marker(s) that do not match the plan "
+        text += f"(shards {ranges.compress(stale)}; left by another assignment): they run again"
+        said.append(text)
     said += _dolma_notes(settings, planned.table)
     mark_shards_without_work(run_dir, planned.table, meta, output, set(quarantined))
     flight = inflight.find(run_dir, submitter, done=markers.done_shards(run_dir))
@@ -220,11 +219,10 @@ def _plan_table(
     cached = None if fresh else plan.load_summary(run_dir)
     notes: list[str] = []
     if cached is not None and _built_for_another(cached, settings):
-        notes.append(
-            f"the cached plan was built for total_shards {cached.shards_total} (minimum "
-            f"{cached.minimum_shard_index}, files_per_task {cached.files_per_task}), not these "
-            "settings (an interrupted re-pin?): it is built again"
-        )
+        text = f"the cached plan was built for total_shards {cached.shards_total} (minimum "
+        text += f"{cached.minimum_shard_index}, files_per_task {cached.files_per_task}), not these "
+        text += "settings (an interrupted re-pin?): it is built again"
+        notes.append(text)
         cached = None
     if cached is not None and not settings.input.relist:
         return _Planned(plan.load(run_dir), cached.tasks, cached.fingerprint, False, notes)
@@ -240,10 +238,9 @@ def _plan_table(
         drift.record(run_dir, found)
         if not found:  # the planned files (a quarantined one may be gone): the cached plan
             if len(old) > len(listed.files):
-                notes.append(
-                    f"{len(old) - len(listed.files)} quarantined file(s) are no longer in the "
-                    "input; the pinned plan is kept (`shardwise quarantine --list`)"
-                )
+                text = f"{len(old) - len(listed.files)} quarantined file(s) are no longer in the "
+                text += "input; the pinned plan is kept (`shardwise quarantine --list`)"
+                notes.append(text)
             table = plan.with_identities(old, {**_unknown(old, now), **unlabelled})
             # the task set from the table itself: plan.json may lag it (an extension
             # interrupted between the two writes), and is then written again
@@ -377,24 +374,21 @@ def _refusal_hints(
             f"nothing labelled is touched){gone}"
         ]
     if "fingerprint" in names:
-        lines.append(
-            "A file that cannot be read or repaired can be left out of this run without "
-            "changing the assignment: put it back (any content) and run `shardwise "
-            f"quarantine --run-dir {settings.run_dir} FILE --reason TEXT`; once "
-            "quarantined it may be removed from the input."
-        )
+        text = "A file that cannot be read or repaired can be left out of this run without "
+        text += "changing the assignment: put it back (any content) and run `shardwise "
+        text += f"quarantine --run-dir {settings.run_dir} FILE --reason TEXT`; once "
+        text += "quarantined it may be removed from the input."
+        lines.append(text)
     if names <= runjson.INPUT_SET_FIELDS:
         if not found:
-            lines.append(
-                "The plan holds the input's files, but run.json pins another task set: an "
-                "interrupted `shardwise plan --extend` leaves that; run it again."
-            )
+            text = "The plan holds the input's files, but run.json pins another task set: an "
+            text += "interrupted `shardwise plan --extend` leaves that; run it again."
+            lines.append(text)
         return lines  # the input set alone changed: extending (or quarantine) is the way
     if any(name.startswith("labelling.") for name in names):
-        lines.append(
-            "These settings change what a label means: one output holds labels of one "
-            "set-up. Use a new output.uri (and run_dir) for a different set-up."
-        )
+        text = "These settings change what a label means: one output holds labels of one "
+        text += "set-up. Use a new output.uri (and run_dir) for a different set-up."
+        lines.append(text)
     if names & set(_NEVER_REPINNED):
         return lines
     labelled = _labelled(_outputs_of(settings, [pinned]))

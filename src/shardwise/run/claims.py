@@ -276,10 +276,9 @@ def _refusal(path: Path, other: Claim, verdict: Verdict) -> str:
     if verdict.alive is not True:
         tail = f"it cannot be checked from here ({verdict.why}); if that process is gone, "
         tail += f"delete {path} and run again"
-    return (
-        f"shard {other.shard} is claimed by {other.holder()} since {other.started_at} "
-        f"({path}); {tail}. This job stopped without touching any output."
-    )
+    text = f"shard {other.shard} is claimed by {other.holder()} since {other.started_at} "
+    text += f"({path}); {tail}. This job stopped without touching any output."
+    return text
 
 
 def _remove_if_same(path: Path, stale: Claim) -> None:

@@ -69,10 +69,9 @@ class InputDrift:
             shown = ", ".join(repr(x) for x in names) + more
             return f"{n:,} {what} ({shown})" if n else f"0 {what}"
 
-        return (
-            f"{part(self.added, self.added_examples, 'file(s) added')}, "
-            f"{part(self.gone, self.gone_examples, 'planned file(s) gone')}"
-        )
+        text = f"{part(self.added, self.added_examples, 'file(s) added')}, "
+        text += f"{part(self.gone, self.gone_examples, 'planned file(s) gone')}"
+        return text
 
     def lines(self, configfile: str = "<config>") -> list[str]:
         """The operator's line: what changed, and the one command that takes it in."""

@@ -112,11 +112,10 @@ def unsafe_names_message(unsafe: list[tuple[str, str]], limit: int = 20) -> str:
     lines += [f"  {rel!r}: {reason}" for rel, reason in unsafe[:limit]]
     if len(unsafe) > limit:
         lines.append(f"  ... and {len(unsafe) - limit} more")
-    lines.append(
-        "Rename them, narrow input.glob to leave them out, or set "
-        "input.skip_unsafe_names: true to plan without them (they are then listed on "
-        "every dry run and never labelled)."
-    )
+    text = "Rename them, narrow input.glob to leave them out, or set "
+    text += "input.skip_unsafe_names: true to plan without them (they are then listed on "
+    text += "every dry run and never labelled)."
+    lines.append(text)
     return "\n".join(lines)
 
 

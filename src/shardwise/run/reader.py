@@ -143,10 +143,9 @@ def field_advice(
     close = difflib.get_close_matches(path, found, n=1, cutoff=0.6)
     hint = f" Did you mean {close[0]!r}?" if close else ""
     listed = ", ".join(found[:40]) + (f", ... ({len(found)} in all)" if len(found) > 40 else "")
-    return (
-        f"fields found: {listed or '(none)'}.{hint} Fix {config_key} in the config and run "
-        f"again ({kept})."
-    )
+    text = f"fields found: {listed or '(none)'}.{hint} Fix {config_key} in the config and run "
+    text += f"again ({kept})."
+    return text
 
 
 def check_fields(
@@ -454,11 +453,10 @@ def _one_document(where: str, lineno: int) -> str:
     """The likely cause when the first line of a ``.json*`` file is not an object."""
     if lineno != 1 or not _JSON_NAME.search(where):
         return ""
-    return (
-        ". It looks like one JSON document, not JSON Lines: shardwise reads .json, "
-        ".json.gz and .json.zst as JSON Lines (one object per line, as Dolma writes them). "
-        "Convert it to one object per line, or leave it out with input.glob"
-    )
+    text = ". It looks like one JSON document, not JSON Lines: shardwise reads .json, "
+    text += ".json.gz and .json.zst as JSON Lines (one object per line, as Dolma writes them). "
+    text += "Convert it to one object per line, or leave it out with input.glob"
+    return text
 
 
 _JSON_NAME = re.compile(r"\.json(\.gz|\.zst)?$")

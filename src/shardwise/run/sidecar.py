@@ -98,10 +98,9 @@ def problems(
         if got != ids:
             first = next(i for i, (a, b) in enumerate(zip(got, ids, strict=True)) if a != b)
             wrong = sum(1 for a, b in zip(got, ids, strict=True) if a != b)
-            found.append(
-                f"ids differ from the input's at {wrong} row(s); first at row {first}: "
-                f"{got[first]!r} != {ids[first]!r}"
-            )
+            text = f"ids differ from the input's at {wrong} row(s); first at row {first}: "
+            text += f"{got[first]!r} != {ids[first]!r}"
+            found.append(text)
     for name in classifiers:
         found += _column_problems(table, name)
     return found

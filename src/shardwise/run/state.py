@@ -98,8 +98,7 @@ def copies_disagree(run_dir: Path, meta: runjson.RunMeta, theirs: runjson.Copy |
     ours = runjson.Copy(Location(str(run_dir)), meta)
     trust = runjson.trusted(ours, theirs, lambda: vouching(run_dir))
     changed = "; ".join(f"{name} {a!r} -> {b!r}" for name, a, b in diffs)
-    return (
-        f"the two run.json copies disagree (run directory -> output root: {changed}); keep "
-        f"the {trust.which} ({trust.why}): `shardwise verify --run-dir {run_dir} --repair` "
-        "restores the other from it"
-    )
+    text = f"the two run.json copies disagree (run directory -> output root: {changed}); keep "
+    text += f"the {trust.which} ({trust.why}): `shardwise verify --run-dir {run_dir} --repair` "
+    text += "restores the other from it"
+    return text

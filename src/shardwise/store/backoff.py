@@ -128,12 +128,11 @@ def no_credentials(exc: BaseException) -> bool:
 
 def no_credentials_message(key: str) -> str:
     """One line naming the URL and where credentials go (a traceback says neither)."""
-    return (
-        f"{key}: no S3 credentials found. Put them in the environment "
-        "(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY) or in ~/.aws/credentials (a named "
-        "profile: storage.profile in the config); storage.anon: true reads a public "
-        "bucket without any. Credentials never go in the config or the URL."
-    )
+    text = f"{key}: no S3 credentials found. Put them in the environment "
+    text += "(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY) or in ~/.aws/credentials (a named "
+    text += "profile: storage.profile in the config); storage.anon: true reads a public "
+    text += "bucket without any. Credentials never go in the config or the URL."
+    return text
 
 
 def describe(exc: BaseException) -> str:

@@ -18,9 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from shardwise.errors import RecordError
 from shardwise.run import dolma
-from shardwise.run.reader import arrow_owned
 from shardwise.run.record import Fields
 from shardwise.store.atomic import json_bytes, write_atomic
 
@@ -119,10 +117,9 @@ def load_plan(run_dir: Path, name: str) -> SelectionPlan | None:
     """The plan of selection ``name``; None when there is none."""
     path = root(run_dir, name) / PLAN_JSON
     try:
-        raw = path.read_bytes()
+        return SelectionPlan.from_json(path.read_bytes(), str(path))
     except FileNotFoundError:
         return None
-    return SelectionPlan.from_json(raw, str(path))
 
 
 def save_plan(run_dir: Path, plan: SelectionPlan) -> None:
@@ -174,10 +171,9 @@ def load_shard(run_dir: Path, name: str, shard: int) -> ShardSelection | None:
     """One shard's record; None when the shard is not selected yet."""
     path = shard_path(run_dir, name, shard)
     try:
-        raw = path.read_bytes()
+        return ShardSelection.from_json(path.read_bytes(), str(path))
     except FileNotFoundError:
         return None
-    return ShardSelection.from_json(raw, str(path))
 
 
 def save_shard(run_dir: Path, name: str, record: ShardSelection) -> None:
@@ -217,18 +213,6 @@ def file_bytes(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def read_file(data: bytes, where: str) -> pa.Table:
-    """A file's selection back; RecordError naming ``where`` when it is not one."""
-    try:
-        table = pq.read_table(pa.BufferReader(arrow_owned(data)))
-    except (pa.ArrowException, OSError) as e:
-        raise RecordError(where, f"not a Parquet table: {e}") from e
-    if not table.schema.equals(SCHEMA):
-        raise RecordError(where, f"columns {table.schema.names}, not row, id, repeats")
-    return table
-
-
 def attributes_bytes(rel: str, ids: Sequence[str | None], k: np.ndarray, name: str) -> bytes:
     """The Dolma attributes of one file: every row's repeat count (0: not taken)."""
-    key = repeats_key(name)
-    return dolma.build_rows(rel, ids, {key: k.tolist()})
+    return dolma.build_rows(rel, ids, {repeats_key(name): k.tolist()})

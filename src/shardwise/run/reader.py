@@ -170,9 +170,6 @@ def check_fields(
         raise InputError(msg) from e
 
 
-# -- Parquet ------------------------------------------------------------------
-
-
 def schema_paths(schema: pa.Schema) -> set[str]:
     """Every dotted field path of an Arrow schema, through nested structs."""
     out: set[str] = set()
@@ -313,9 +310,6 @@ def _decode_replacing(values: list[bytes | None], counts: Counter[str] | None) -
     if bad and counts is not None:
         counts["invalid_utf8_values"] += bad
     return out
-
-
-# -- JSONL --------------------------------------------------------------------
 
 
 def _decompressed(fh: IO[bytes], rel: str) -> IO[bytes]:

@@ -68,7 +68,6 @@ class Location:
     def __repr__(self) -> str:
         return f"Location({self.uri!r})"
 
-    # -- naming ---------------------------------------------------------------
     def path(self, rel: str) -> str:
         """The full path (local) or key (remote, without scheme) of ``rel``."""
         return f"{self.root}/{rel}" if rel else self.root
@@ -105,7 +104,6 @@ class Location:
         self._sizes[rel] = size
         return size
 
-    # -- plumbing -------------------------------------------------------------
     def _retry(self, rel: str, fn: Callable[[], T]) -> T:
         """Run one remote request under the retry policy; errors name ``rel``'s URL."""
         return call(fn, key=self.url(rel), policy=self._policy)
@@ -127,7 +125,6 @@ class Location:
             return err
         return StorageError(f"cannot {verb} {self.url(rel)}: {describe(err)}")
 
-    # -- listing --------------------------------------------------------------
     def list_files(self) -> list[tuple[str, int]]:
         """Every file below the root as (relative path, size), sorted; one listing."""
         return [(rel, size) for rel, size, _version in self.list_entries()]
@@ -199,7 +196,6 @@ class Location:
         except OSError as e:
             raise self._fail("list", "", e) from e
 
-    # -- reading --------------------------------------------------------------
     def remember_sizes(self, sizes: Mapping[str, int]) -> None:
         """Record sizes known from the plan: ``open`` then needs no HEAD per remote file
         (not filled by ``list_files``: a listing can hold millions of files never opened)."""
@@ -273,7 +269,6 @@ class Location:
                 return False
             raise self._fail("check", rel, e) from e
 
-    # -- writing --------------------------------------------------------------
     def write_bytes(self, rel: str, data: bytes) -> None:
         """Write ``rel`` atomically: readers see the old object, the new one, or none."""
         try:

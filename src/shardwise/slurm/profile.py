@@ -15,11 +15,8 @@ import yaml
 from shardwise.errors import ConfigError
 
 #: Environment variables for site values, and the classify resource each becomes.
-SITE_ENV = {
-    "SHARDWISE_SLURM_PARTITION": "slurm_partition",
-    "SHARDWISE_SLURM_CONSTRAINT": "constraint",
-    "SHARDWISE_SLURM_QOS": "qos",
-}
+SITE_ENV = {"SHARDWISE_SLURM_PARTITION": "slurm_partition",
+            "SHARDWISE_SLURM_CONSTRAINT": "constraint", "SHARDWISE_SLURM_QOS": "qos"}  # fmt: skip
 ACCOUNT_ENV = "SHARDWISE_SLURM_ACCOUNT"
 RULE = "classify"
 #: The plugin's defaults (2.8.0) for the options the checks read.
@@ -102,10 +99,9 @@ class JobRequest:
 
 
 def view(
-    profile: dict[str, Any],
-    config: dict[str, Any] | None = None,
+    profile: dict[str, Any], config: dict[str, Any] | None = None,
     environ: Mapping[str, str] | None = None,
-) -> JobRequest:
+) -> JobRequest:  # fmt: skip
     """What the classify rule's jobs ask for under ``profile`` (merged) and ``config``."""
     env = os.environ if environ is None else environ
     defaults = profile.get("default-resources") or {}
@@ -125,9 +121,9 @@ def view(
 
     partition, source = pick("slurm_partition")
     partitions = tuple(p.strip() for p in str(partition or "").split(",") if p.strip())
-    account, _ = pick("slurm_account")
-    constraint, _ = pick("constraint")
-    qos, _ = pick("qos")
+    (account, _), (constraint, _), (qos, _) = (
+        pick(n) for n in ("slurm_account", "constraint", "qos")
+    )
     if profile.get("slurm-qos"):
         qos = expand(profile["slurm-qos"], env)
     # the rule itself sets these from config: only set-resources overrides them

@@ -7,15 +7,13 @@ checkpoint-loaded copy. docs/engine.md says why, with the measurements. With
 ``classify.models`` and ``classify.device``, the only torch importer.
 """
 
-from __future__ import annotations
-
 import functools
 import logging
 import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 import pyarrow as pa
@@ -131,7 +129,7 @@ class _Pass:
     real_tokens: int = 0
     padded_tokens: int = 0
 
-    def add(self, other: _Pass) -> None:
+    def add(self, other: Self) -> None:
         self.batches += other.batches
         self.real_tokens += other.real_tokens
         self.padded_tokens += other.padded_tokens
@@ -195,7 +193,7 @@ class Engine:
     def load(
         cls, specs: Sequence[ClassifierSpec], settings: InferenceSettings, *,
         forward_hook: ForwardHook | None = None, cache_root: Any = None,
-    ) -> Engine:  # fmt: skip
+    ) -> Self:  # fmt: skip
         """Load every classifier (once per distinct model) on the selected device and dtype,
         and an fp32 copy when half precision is re-checked. ``forward_hook`` injects faults
         in tests; ``cache_root`` overrides where rewritten configs are kept."""

@@ -7,12 +7,11 @@ the tokenizer's content hash is pinned like a model. Long texts are counted in p
 before whitespace (the same count for whitespace-split pre-tokenizers).
 """
 
-from __future__ import annotations
-
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Self
 
 import numpy as np
 from tokenizers import Tokenizer
@@ -34,7 +33,7 @@ class TokenCounter:
     source: str
 
     @classmethod
-    def load(cls, source: str) -> TokenCounter:
+    def load(cls, source: str) -> Self:
         """Load ``tokenizer.json`` from a directory or a cached hub snapshot."""
         path = Path(source).expanduser()
         where = path if path.exists() else _cached_snapshot(source)

@@ -5,8 +5,6 @@ boundary, so each classifier's ids are assembled from the two pieces; that is ve
 a sample of every call (a mismatch, or another pipeline, encodes whole strings). No torch.
 """
 
-from __future__ import annotations
-
 import hashlib
 import heapq
 import json
@@ -16,7 +14,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 from tokenizers import Tokenizer
@@ -117,7 +115,7 @@ class TokenizerInfo:
     _reference_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
-    def from_tokenizer(cls, tokenizer: Any, tokenizer_hash: str) -> TokenizerInfo:
+    def from_tokenizer(cls, tokenizer: Any, tokenizer_hash: str) -> Self:
         """Inspect a transformers fast tokenizer; decide whether its output can be assembled."""
         text = tokenizer.backend_tokenizer.to_str()
         backend = Tokenizer.from_str(text)

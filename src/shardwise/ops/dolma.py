@@ -6,14 +6,12 @@ idempotent (what exists is kept unless ``force``). ``mix_config`` keeps the docu
 chosen labels or cells, with their attributes where the mixer looks.
 """
 
-from __future__ import annotations
-
 import json
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import yaml
 from tqdm import tqdm
@@ -102,7 +100,7 @@ class Selection:
     conditions: tuple[tuple[str, str], ...]
 
     @classmethod
-    def parse(cls, text: str) -> Selection:
+    def parse(cls, text: str) -> Self:
         """``topic=Health`` or ``topic=Health,format=Tutorial`` (a cell)."""
         conditions = []
         for part in text.split(","):

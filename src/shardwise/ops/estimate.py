@@ -5,10 +5,9 @@ the finished shards' tasks are a random sample of clusters, each cell's share a
 post-stratified ratio estimate with a linearised variance and a logit-scale interval.
 """
 
-from __future__ import annotations
-
 import math
 from dataclasses import dataclass, field
+from typing import Self
 
 import numpy as np
 
@@ -145,7 +144,7 @@ class _Sums:
     K: np.ndarray  # (G, C) labelled tasks with y > 0
     KF: np.ndarray  # labelled tasks with y == n (all of the task in the cell)
 
-    def grouped(self, group: np.ndarray, n_groups: int) -> _Sums:
+    def grouped(self, group: np.ndarray, n_groups: int) -> Self:
         """Sums of the rows mapped to each group (strata pooled); rows < 0 dropped."""
         keep = group >= 0
 

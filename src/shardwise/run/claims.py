@@ -5,8 +5,6 @@ one left by SIGKILL is stale once its holder is known gone (squeue, or the same 
 process); one from another host without a job id counts as live. :func:`judge` is pure.
 """
 
-from __future__ import annotations
-
 import contextlib
 import dataclasses
 import json
@@ -15,7 +13,7 @@ import secrets
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from shardwise.errors import RecordError, ShardClaimedError
 from shardwise.run import markers
@@ -50,7 +48,7 @@ class Claim:
         return json_bytes(asdict(self))
 
     @classmethod
-    def from_bytes(cls, data: bytes, where: str = "claim") -> Claim:
+    def from_bytes(cls, data: bytes, where: str = "claim") -> Self:
         """Parse a claim file; RecordError (a ValueError) when it is not one."""
         claim = Fields.parse(data, where).into(cls)
         ids = ("slurm_job_id", "slurm_step_id", "process")
@@ -87,7 +85,7 @@ class Submitter:
     started_at: str = ""
 
     @classmethod
-    def of(cls, workflow: Any) -> Submitter:
+    def of(cls, workflow: Any) -> Self:
         """From Snakemake's ``workflow`` at parse time (top-level process): the executor is
         not known yet, but ``--jobs`` (``resources.nodes``) is, and any cluster one needs it."""
         resources = getattr(workflow, "resource_settings", None)
@@ -102,7 +100,7 @@ class Submitter:
         )  # fmt: skip
 
     @classmethod
-    def recorded(cls, run_dir: Path) -> Submitter | None:
+    def recorded(cls, run_dir: Path) -> Self | None:
         """The last top-level invocation's record (``claims/workflow.json``), if readable."""
         path = Path(run_dir) / CLAIMS_DIR / WORKFLOW_JSON
         try:

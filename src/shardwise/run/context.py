@@ -6,11 +6,9 @@ place that turns the pinned URIs into :class:`Location`s: a relative local root 
 resolved once, in the Snakemake working directory, never guessed later.
 """
 
-from __future__ import annotations
-
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from shardwise.config import Pair, Settings, StorageOptions
 from shardwise.errors import InputError
@@ -46,7 +44,7 @@ class RunSettings:
     count_tokenizer: str | None = None
 
     @classmethod
-    def of(cls, settings: Settings) -> RunSettings:
+    def of(cls, settings: Settings) -> Self:
         """The settings a config gives, with its roots resolved here (``open_roots``)."""
         source, output = open_roots(settings)
         dolma = settings.dolma
@@ -78,7 +76,7 @@ class RunSettings:
         return json_bytes(doc)
 
     @classmethod
-    def from_json(cls, raw: bytes, where: str) -> RunSettings:
+    def from_json(cls, raw: bytes, where: str) -> Self:
         """Parse settings.json; RecordError naming the field when it is not one."""
         f = RecordFields.parse(raw, where)
         inp, roots, dolma = f.sub("input"), f.sub("roots"), f.sub("dolma")
@@ -99,7 +97,7 @@ class RunSettings:
         """The Dolma attributes root, when ``output.dolma`` is on."""
         return Location(self.attributes_root, self.storage) if self.attributes_root else None
 
-    def with_output(self, output: Location) -> RunSettings:
+    def with_output(self, output: Location) -> Self:
         """These settings with another output root (``shardwise relocate``)."""
         return RunSettings(**{**vars(self), "output_root": resolved_uri(output)})
 
@@ -124,7 +122,7 @@ class JobContext:
     attributes: Location | None = None  # the Dolma attributes root, when enabled
 
     @classmethod
-    def load(cls, run_dir: Path) -> JobContext:
+    def load(cls, run_dir: Path) -> Self:
         """Read the run's pinned and current settings (no listing, no network)."""
         run_dir = Path(run_dir)
         meta = runjson.read_run_dir(run_dir)

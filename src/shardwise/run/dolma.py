@@ -5,14 +5,13 @@ one line per document: ``{"id", "attributes": {"<name>__<c>__label", ...}}``. do
 ignores a **missing file in silence** and compares ids by JSON type: verify checks each.
 """
 
-from __future__ import annotations
-
 import gzip
 import io
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Self
 
 import pyarrow as pa
 import zstandard
@@ -90,7 +89,7 @@ class AttributesFile:
     keys: frozenset[str]
 
     @classmethod
-    def from_bytes(cls, raw: bytes, where: str) -> AttributesFile:
+    def from_bytes(cls, raw: bytes, where: str) -> Self:
         """Parse one; RecordError naming the file and the line when it is not one."""
         try:
             text = decompress(raw, where).decode("utf-8")

@@ -6,12 +6,10 @@ refuses, naming the files, and records them here, so that coverage says so witho
 listing the input: ``{format_version, checked_at, added_files, gone_files}``.
 """
 
-from __future__ import annotations
-
 from collections.abc import Collection
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from shardwise.errors import RecordError
 from shardwise.run import markers
@@ -33,7 +31,7 @@ class InputDrift:
     format_version: int = 1
 
     @classmethod
-    def of(cls, added: Collection[str], gone: Collection[str]) -> InputDrift:
+    def of(cls, added: Collection[str], gone: Collection[str]) -> Self:
         """The record of these files, stamped now."""
         return cls(tuple(sorted(added)), tuple(sorted(gone)), markers.now())
 

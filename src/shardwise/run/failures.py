@@ -7,8 +7,6 @@ run stops early on it. A shard with records and no marker is "failing" in the vi
 "interrupted" when its latest attempt was stopped by a signal.
 """
 
-from __future__ import annotations
-
 import json
 import os
 import time
@@ -16,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
@@ -127,7 +125,7 @@ class FailureRecord:
         return self.kind == "interrupted"
 
     @classmethod
-    def from_json(cls, data: dict[str, Any], path: Path) -> FailureRecord:
+    def from_json(cls, data: dict[str, Any], path: Path) -> Self:
         """A record; one written before ``kind`` and ``reason`` existed gets them derived."""
         failed = tuple(data.get("failed") or ())
         interrupted = bool(data.get("interrupted"))

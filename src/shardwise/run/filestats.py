@@ -6,8 +6,6 @@ absent (older versions); one of the wrong type refuses the file, naming the fiel
 ``FIGURES`` are what the shard marker and the journal keep of each file.
 """
 
-from __future__ import annotations
-
 import contextlib
 import dataclasses
 import os
@@ -17,7 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 import pyarrow as pa
@@ -93,7 +91,7 @@ class FileStats:
         timings: Mapping[str, float], engine: Mapping[str, Any], device: str, device_name: str,
         dtype: str, counts: Mapping[str, int], models: Mapping[str, Any], identity: str | None,
         labelling: Mapping[str, Any], label_counts: Mapping[str, Any],
-    ) -> FileStats:  # fmt: skip
+    ) -> Self:  # fmt: skip
         """The stats of a file just labelled (``timings`` so far; see :meth:`with_write`)."""
         return cls(
             file=rel, task_id=task_id, shard=shard, bytes=size, docs=docs,
@@ -107,7 +105,7 @@ class FileStats:
             engine=dict(engine), label_counts=dict(label_counts),
         ).with_timings(timings)  # fmt: skip
 
-    def with_timings(self, timings: Mapping[str, float]) -> FileStats:
+    def with_timings(self, timings: Mapping[str, float]) -> Self:
         """These stats with ``timings`` and the rates and time they imply, stamped now."""
         seconds = sum(timings.values())
         tokens, docs = self.tokens or 0, self.docs or 0
@@ -118,7 +116,7 @@ class FileStats:
             finished_at=datetime.now(UTC).isoformat(timespec="seconds"),
         )  # fmt: skip
 
-    def with_write(self, write_s: float) -> FileStats:
+    def with_write(self, write_s: float) -> Self:
         """These stats with the time the outputs before them took to write."""
         return self.with_timings({**self.timings, "write": write_s})
 
@@ -137,7 +135,7 @@ class FileStats:
         return stats_bytes(data)
 
     @classmethod
-    def from_json(cls, raw: bytes, where: str) -> FileStats:
+    def from_json(cls, raw: bytes, where: str) -> Self:
         """Parse a stats file; RecordError naming the file and the field when it is not one."""
         f = Fields.parse(raw, where)
         stats = f.into(cls)

@@ -5,15 +5,13 @@
 listing of an object store's file markers, so jobs need not ask for each.
 """
 
-from __future__ import annotations
-
 import dataclasses
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from shardwise.errors import RecordError
 from shardwise.run.record import Fields
@@ -39,7 +37,7 @@ class FileMarker:
     source_identity: str | None = None
 
     @classmethod
-    def now(cls, rel: str, task_id: str, shard: int, rows: int, identity: str | None) -> FileMarker:
+    def now(cls, rel: str, task_id: str, shard: int, rows: int, identity: str | None) -> Self:
         """The marker of a file finished now."""
         return cls(rel, task_id, shard, rows, now(), identity)
 
@@ -51,7 +49,7 @@ class FileMarker:
         return json_bytes(body)
 
     @classmethod
-    def from_json(cls, raw: bytes, where: str) -> FileMarker:
+    def from_json(cls, raw: bytes, where: str) -> Self:
         """Parse a marker; RecordError naming the field (it then vouches for nothing)."""
         return Fields.parse(raw, where).into(cls)
 
@@ -104,7 +102,7 @@ class ShardMarker:
         return json_bytes(body)
 
     @classmethod
-    def from_json(cls, raw: bytes, where: str) -> ShardMarker:
+    def from_json(cls, raw: bytes, where: str) -> Self:
         """Parse a shard marker; RecordError naming the field."""
         f = Fields.parse(raw, where)
         file_stats = f.dict("file_stats", {})

@@ -6,14 +6,12 @@ naming the file and the field (a bool is never an int), as NeMo Curator's
 ``_require_manifest_int`` does; a field with a default may be absent (older versions).
 """
 
-from __future__ import annotations
-
 import dataclasses
 import functools
 import json
 import types
 import typing
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from shardwise.errors import RecordError
 
@@ -59,7 +57,7 @@ class Fields:
         self.where = where
 
     @classmethod
-    def parse(cls, raw: bytes | str, where: str) -> Fields:
+    def parse(cls, raw: bytes | str, where: str) -> Self:
         """The fields of the JSON object in ``raw``."""
         return cls(load_object(raw, where), where)
 
@@ -111,7 +109,7 @@ class Fields:
         """Any JSON value (a figure recorded for people, never decided on)."""
         return self._get(key, default, object, "a value")
 
-    def sub(self, key: str) -> Fields:
+    def sub(self, key: str) -> Self:
         """The fields of a nested object (absent: an empty one)."""
         return Fields(self.dict(key, {}), f"{self.where} [{key}]")
 

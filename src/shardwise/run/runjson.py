@@ -7,15 +7,13 @@ Curator: if absent, create it without ever replacing; a writer that lost the rac
 and compares. Only ``plan --repin`` (nothing labelled) and ``relocate`` replace it.
 """
 
-from __future__ import annotations
-
 import hashlib
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from shardwise import __version__
 from shardwise.errors import RunMismatchError, StorageError
@@ -77,7 +75,7 @@ class RunMeta:
     input_changes: tuple[InputChange, ...] = ()
 
     @classmethod
-    def new(cls, **kw: Any) -> RunMeta:
+    def new(cls, **kw: Any) -> Self:
         """A fresh RunMeta stamped with the time and package version."""
         kw.setdefault("format_version", FORMAT_VERSION)
         kw.setdefault("created_at", datetime.now(UTC).isoformat(timespec="seconds"))
@@ -92,7 +90,7 @@ class RunMeta:
         return json_bytes(data)
 
     @classmethod
-    def from_json(cls, raw: bytes, where: str) -> RunMeta:
+    def from_json(cls, raw: bytes, where: str) -> Self:
         """Parse run.json bytes; ``where`` names the file in errors."""
         try:
             data = json.loads(raw)
@@ -212,6 +210,19 @@ RESTORE_HINT += "copy when that one is intact"
 
 
 @dataclass(frozen=True)
+class Copy:
+    """One run.json copy as found: pinned, absent (``meta`` and ``damage`` None) or damaged."""
+
+    loc: Location
+    meta: RunMeta | None = None
+    damage: str | None = None
+
+    @property
+    def where(self) -> str:
+        return self.loc.url(RUN_JSON)
+
+
+@dataclass(frozen=True)
 class Evidence:
     """What the run directory's own state (plan, shard markers) says of a run.json."""
 
@@ -249,19 +260,6 @@ def trusted(local: Copy, output: Copy, evidence: Callable[[], Evidence] | None =
             return Trust(output, local, why, keeps_output=True)
     why = "it vouches for the labels there (other clusters read it)"
     return Trust(output, local, why, keeps_output=True)
-
-
-@dataclass(frozen=True)
-class Copy:
-    """One run.json copy as found: pinned, absent (``meta`` and ``damage`` None) or damaged."""
-
-    loc: Location
-    meta: RunMeta | None = None
-    damage: str | None = None
-
-    @property
-    def where(self) -> str:
-        return self.loc.url(RUN_JSON)
 
 
 def read_copy(loc: Location) -> Copy:

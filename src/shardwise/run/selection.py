@@ -6,13 +6,12 @@ document of rate ``r`` is taken ``floor(r) + 1[h(seed, id) < frac(r)]`` times (`
 BLAKE2b): the same seed gives the same bytes, each file's selection its own rows alone.
 """
 
-from __future__ import annotations
-
 import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Self
 
 import numpy as np
 import pyarrow as pa
@@ -90,7 +89,7 @@ class SelectionPlan:
         return json_bytes(asdict(self))
 
     @classmethod
-    def from_json(cls, raw: bytes, where: str) -> SelectionPlan:
+    def from_json(cls, raw: bytes, where: str) -> Self:
         """Parse ``selection.json``; RecordError naming the field when it is not one."""
         f = Fields.parse(raw, where)
         domains = []
@@ -149,7 +148,7 @@ class ShardSelection:
         return json_bytes(asdict(self))
 
     @classmethod
-    def from_json(cls, raw: bytes, where: str) -> ShardSelection:
+    def from_json(cls, raw: bytes, where: str) -> Self:
         """Parse one; RecordError naming the field when it is not one."""
         f = Fields.parse(raw, where)
         record = f.into(cls)

@@ -5,11 +5,10 @@ complete while part of it was never work: every relisting dry run records how ma
 ``input.glob`` matched and did not take, with a few names, for coverage to say so too.
 """
 
-from __future__ import annotations
-
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Self
 
 from shardwise.errors import RecordError
 from shardwise.run import markers
@@ -32,7 +31,7 @@ class Skipped:
     format_version: int = 1
 
     @classmethod
-    def of(cls, names: Sequence[str]) -> Skipped:
+    def of(cls, names: Sequence[str]) -> Self:
         """The record of ``names``, stamped now."""
         return cls(len(names), tuple(sorted(names)[:EXAMPLES]), markers.now())
 

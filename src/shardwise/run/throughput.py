@@ -5,13 +5,11 @@ partition). Percentiles are over files: the p10 (slow side) sizes a walltime; an
 the aggregate (sum of work / sum of seconds): total time is a sum, not a median.
 """
 
-from __future__ import annotations
-
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 import numpy as np
 
@@ -55,11 +53,11 @@ class StatsTable:
     def __len__(self) -> int:
         return int(self.file.size)
 
-    def select(self, mask: np.ndarray) -> StatsTable:
+    def select(self, mask: np.ndarray) -> Self:
         """The rows where ``mask`` is true."""
         return StatsTable(**{name: getattr(self, name)[mask] for name in _COLUMNS})
 
-    def with_bytes(self, sizes: np.ndarray) -> StatsTable:
+    def with_bytes(self, sizes: np.ndarray) -> Self:
         """A copy whose missing ``bytes`` are taken from ``sizes`` (e.g. the plan's)."""
         filled = np.where(np.isnan(self.bytes), sizes, self.bytes)
         return StatsTable(**{**{n: getattr(self, n) for n in _COLUMNS}, "bytes": filled})
@@ -159,7 +157,7 @@ class Percentiles:
     p90: float
 
     @classmethod
-    def of(cls, values: np.ndarray) -> Percentiles | None:
+    def of(cls, values: np.ndarray) -> Self | None:
         """Percentiles of the finite values; None when there are none."""
         finite = values[np.isfinite(values)]
         if finite.size == 0:

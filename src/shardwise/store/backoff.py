@@ -7,8 +7,6 @@ one layer retries (botocore's and s3fs's loops are off, ``store/location.py``), 
 can count the attempts at the server. Full jitter spreads jobs hitting one throttled bucket.
 """
 
-from __future__ import annotations
-
 import errno
 import logging
 import random
@@ -16,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.client import IncompleteRead, RemoteDisconnected
-from typing import TypeVar
+from typing import Self, TypeVar
 
 from shardwise.config import StorageOptions
 from shardwise.errors import StorageError
@@ -70,7 +68,7 @@ class RetryPolicy:
             raise ValueError(msg)
 
     @classmethod
-    def of(cls, options: StorageOptions) -> RetryPolicy:
+    def of(cls, options: StorageOptions) -> Self:
         """The configured bound and backoff (``storage.max_attempts``, ``backoff_*``)."""
         return cls(options.max_attempts, options.backoff_base, options.backoff_max)
 

@@ -6,8 +6,6 @@ PUTs, ``create_if_absent`` as one conditional PUT); every request is retried by
 ``store.backoff`` alone. Credentials are never inputs here.
 """
 
-from __future__ import annotations
-
 import contextlib
 import functools
 import io
@@ -15,7 +13,7 @@ import logging
 import os
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, Any, Self, TypeVar
 
 from shardwise.config import StorageOptions, reject_credentials_in_url
 from shardwise.errors import StorageError
@@ -81,7 +79,7 @@ class Location:
         ``<protocol>://<bucket>/<key>``."""
         return self.path(rel) if not self.remote else f"{self.protocol}://{self.path(rel)}"
 
-    def inner_prefix(self, other: Location) -> str | None:
+    def inner_prefix(self, other: Self) -> str | None:
         """Where ``other``'s root lies inside this root: ``""`` (the same root), ``"a/b/"``
         (below it) or None (elsewhere): input and output may nest, and the planner and
         ``verify`` must then tell the corpus from shardwise's own outputs."""

@@ -93,9 +93,7 @@ def apply(
     out = []
     for c in planned:
         done = lower(c.job_id, c.new_minutes)
-        out.append(
-            Outcome(c, Status.LOWERED) if done.ok else Outcome(c, Status.REFUSED, done.problem)
-        )
+        out.append(Outcome(c, Status.LOWERED if done.ok else Status.REFUSED, done.problem or ""))
     return out
 
 

@@ -218,11 +218,9 @@ class Engine:
         capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
         dtype = select_dtype(settings.dtype, device.type, capability)
         if device.type == "cpu" and dtype is not torch.float32:  # device auto, no GPU here
-            log.warning(
-                "inference.dtype %s on the CPU: half precision is slower than float32 there "
-                "and its re-check runs documents again in float32; use dtype auto",
-                settings.dtype,
-            )
+            text = "inference.dtype %s on the CPU: half precision is slower than float32 there "
+            text += "and its re-check runs documents again in float32; use dtype auto"
+            log.warning(text, settings.dtype)
         recheck = rechecks(settings.recheck_margin, dtype is not torch.float32)
         loaded_by_ref: dict[str, LoadedClassifier] = {}
         fp32: dict[str, LoadedClassifier] = {}

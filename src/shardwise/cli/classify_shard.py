@@ -36,9 +36,7 @@ def run(args: argparse.Namespace) -> int:
     except Interrupted as e:
         print(f"shardwise: {e}", file=sys.stderr)
         return EXIT_INTERRUPTED
-    print(
-        f"shard {report.shard}: {report.files} file(s), {report.labelled} labelled, "
-        f"{report.skipped} already done, {report.docs} docs",
-        file=sys.stderr,
-    )
+    msg = f"shard {report.shard}: {report.files} file(s), {report.labelled} labelled, "
+    msg += f"{report.skipped} already done, {report.docs} docs"
+    print(msg, file=sys.stderr)
     return 0

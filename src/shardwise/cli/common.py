@@ -98,10 +98,8 @@ def not_a_run_dir(run_dir: Path, command: str) -> bool:
     if runjson.local_path(run_dir).is_file():
         return False
     where = "does not exist" if not run_dir.exists() else "has no run.json"
-    print(
-        f"shardwise {command}: {run_dir} {where}: this run was never planned there. "
-        "Run `snakemake -n` (or `shardwise plan --configfile <config>`) first, or pass the "
-        "original run directory (the one holding run.json, plan.parquet and shards/)",
-        file=sys.stderr,
-    )
+    msg = f"shardwise {command}: {run_dir} {where}: this run was never planned there. "
+    msg += "Run `snakemake -n` (or `shardwise plan --configfile <config>`) first, or pass the "
+    msg += "original run directory (the one holding run.json, plan.parquet and shards/)"
+    print(msg, file=sys.stderr)
     return True

@@ -47,13 +47,11 @@ def run(args: argparse.Namespace) -> int:
     if args.require_complete and done.incomplete:
         cov = done.coverage
         left = f"shards {cov.incomplete_shards}" if cov.incomplete_shards else "no shard left"
-        print(
-            f"shardwise report: the run is not complete although Snakemake found every shard "
-            f"target: {cov.tasks_left:,} planned task(s) are neither labelled nor quarantined, "
-            f"{cov.shards_remaining:,} shard(s) not done ({shorten(left)}). Run snakemake again "
-            "(planning removes shard markers that do not match the plan); `shardwise verify "
-            f"--run-dir {args.run_dir}` names what is missing",
-            file=sys.stderr,
-        )
+        msg = "shardwise report: the run is not complete although Snakemake found every shard "
+        msg += f"target: {cov.tasks_left:,} planned task(s) are neither labelled nor quarantined, "
+        msg += f"{cov.shards_remaining:,} shard(s) not done ({shorten(left)}). Run snakemake again "
+        msg += "(planning removes shard markers that do not match the plan); `shardwise verify "
+        msg += f"--run-dir {args.run_dir}` names what is missing"
+        print(msg, file=sys.stderr)
         return 1
     return 0

@@ -42,23 +42,17 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         print(f"shardwise retry-array: {exc}", file=sys.stderr)
         return 2
     if found.unreadable:
-        print(
-            f"note: shard marker(s) {ranges.compress(found.unreadable)} are unreadable and count "
-            "as not done (`shardwise verify --repair` removes them)",
-            file=sys.stderr,
-        )
+        msg = f"note: shard marker(s) {ranges.compress(found.unreadable)} are unreadable and count "
+        msg += "as not done (`shardwise verify --repair` removes them)"
+        print(msg, file=sys.stderr)
     if found.stale:
-        print(
-            f"note: shard marker(s) {ranges.compress(found.stale)} are of another assignment "
-            "and count as not done (`snakemake -n` removes them)",
-            file=sys.stderr,
-        )
+        msg = f"note: shard marker(s) {ranges.compress(found.stale)} are of another assignment "
+        msg += "and count as not done (`snakemake -n` removes them)"
+        print(msg, file=sys.stderr)
     if found.quarantined:
-        print(
-            f"note: {found.quarantined} quarantined file(s) are left out of this run and need "
-            "no retry (`shardwise quarantine --list`)",
-            file=sys.stderr,
-        )
+        msg = f"note: {found.quarantined} quarantined file(s) are left out of this run and need "
+        msg += "no retry (`shardwise quarantine --list`)"
+        print(msg, file=sys.stderr)
     for line in found.lines:
         print(line)
     return 0

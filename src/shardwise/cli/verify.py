@@ -80,11 +80,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"fix: {report.copies}", file=notes)
     if report.inputs_gone or report.input_drift:
         gone = " --gone keep|remove" if report.inputs_gone or report.input_drift.get("gone") else ""
-        print(
-            f"fix: `shardwise plan --extend{gone} --configfile <config>` takes the input's "
-            "current file set into the run (new files are labelled, gone ones leave it)",
-            file=notes,
-        )
+        msg = f"fix: `shardwise plan --extend{gone} --configfile <config>` takes the input's "
+        msg += "current file set into the run (new files are labelled, gone ones leave it)"
+        print(msg, file=notes)
     broken = len(report.broken_files) + len(report.broken_shards)
     rebuild = len(report.rebuild - report.broken_files)
     if not broken and not rebuild:

@@ -278,12 +278,10 @@ def _check_plan(
     summary = plan.load_summary(run_dir)
     mismatch = summary.mismatch(meta) if summary is not None else []
     if mismatch:
-        report.problem(
-            str(run_dir / plan.PLAN_JSON),
-            f"built for another assignment than run.json pins ({'; '.join(mismatch)}): "
-            "run `snakemake -n` (or `shardwise plan --configfile <config>`) to rebuild the "
-            "plan; --repair cannot (it needs the config's input settings)",
-        )
+        msg = f"built for another assignment than run.json pins ({'; '.join(mismatch)}): "
+        msg += "run `snakemake -n` (or `shardwise plan --configfile <config>`) to rebuild the "
+        msg += "plan; --repair cannot (it needs the config's input settings)"
+        report.problem(str(run_dir / plan.PLAN_JSON), msg)
     if runjson.fingerprint({task for task, _shard in planned.values()}) != meta.fingerprint:
         report.problem(where, "its task set does not match run.json's fingerprint")
     rule = functools.partial(shard_for_task, total_shards=meta.total_shards,
@@ -303,11 +301,9 @@ def _check_drift(
     found = drift.InputDrift.of(added, planned - listed - left_out)
     if found:
         report.input_drift = found.counted()
-        report.problem(
-            ctx.source.url(""),
-            f"the input changed since it was planned: {found.summary()}; "
-            "`shardwise plan --extend` takes it in",
-        )
+        msg = f"the input changed since it was planned: {found.summary()}; "
+        msg += "`shardwise plan --extend` takes it in"
+        report.problem(ctx.source.url(""), msg)
 
 
 def _check_identities(
@@ -319,13 +315,10 @@ def _check_identities(
     report.changed = plan.changed_files(table, now)
     for rel, (planned, current) in sorted(report.changed.items()):
         if rel in marked:
-            report.problem(
-                ctx.source.url(rel),
-                f"changed in place since it was labelled (size:version {planned} -> "
-                f"{current}): its labels describe content that no longer exists; --repair "
-                "relabels it, --accept-changed keeps its labels",
-                file=rel,
-            )
+            msg = f"changed in place since it was labelled (size:version {planned} -> "
+            msg += f"{current}): its labels describe content that no longer exists; --repair "
+            msg += "relabels it, --accept-changed keeps its labels"
+            report.problem(ctx.source.url(rel), msg, file=rel)
         else:
             report.warn(ctx.source.url(rel), "changed since planned; it is labelled as it is now")
     return set(now)

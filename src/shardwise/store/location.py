@@ -371,11 +371,9 @@ def _is_dir(entry: os.DirEntry[str], root: Path, rel: str) -> bool:
 
 @functools.cache  # once per store
 def _warn_no_conditional_writes(uri: str) -> None:
-    log.warning(
-        "%s: the store does not support conditional PUT (If-None-Match); falling back to "
-        "HEAD-then-PUT, which two simultaneous writers can both win (see docs/storage.md)",
-        uri,
-    )
+    msg = "%s: the store does not support conditional PUT (If-None-Match); falling back to "
+    msg += "HEAD-then-PUT, which two simultaneous writers can both win (see docs/storage.md)"
+    log.warning(msg, uri)
 
 
 @functools.cache

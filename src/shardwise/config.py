@@ -41,13 +41,8 @@ CREDENTIALS_HINT = (
 
 
 #: What each annotation of :class:`StorageOptions` admits (a bool is never a number).
-_FIELD_TYPES = {
-    "bool": bool,
-    "int": int,
-    "float": int | float,
-    "str": str,
-    "str | None": str | None,
-}
+_FIELD_TYPES = {"bool": bool, "int": int, "float": int | float, "str": str,
+                "str | None": str | None}  # fmt: skip
 
 
 @dataclass(frozen=True)

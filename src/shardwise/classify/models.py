@@ -116,11 +116,8 @@ def rewrite_new_config(config: dict[str, Any], model: str = "<config>") -> dict[
             msg += "(only fixed NTK scaling, type 'ntk' without mixed_b)"
             raise ModelError(msg)
         factor = float(scaling["factor"])
-        rope = {
-            "rope_type": "linear",
-            "rope_theta": theta * factor,
-            "factor": factor ** (2.0 / head_dim),
-        }
+        rope = {"rope_type": "linear", "rope_theta": theta * factor,
+                "factor": factor ** (2.0 / head_dim)}  # fmt: skip
     for key in _NEW_ONLY_KEYS:
         out.pop(key, None)
     out["model_type"] = "gte"

@@ -32,12 +32,8 @@ from shardwise.config import weborganizer_labels
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 #: Files of a saved tokenizer that are copied next to each model.
-_TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "vocab.txt",
-)
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                    "vocab.txt")  # fmt: skip
 
 #: What the real checkpoints' ``auto_map`` points to; the code is deliberately not shipped.
 _NEW_IMPL = "Alibaba-NLP/new-impl--"

@@ -367,11 +367,8 @@ def status(run_dir: Path, *, timeout: float = command.DEFAULT_TIMEOUT) -> Status
 def to_dict(status: Status) -> dict[str, Any]:
     """The JSON document (schema: docs/schemas/cluster-status.schema.json)."""
     gpus = sum(j.gpus for j in status.running)
-    counts = {
-        "running": len(status.running),
-        "pending": len(status.pending_jobs),
-        "gpus_in_use": gpus,
-    }
+    counts = {"running": len(status.running), "pending": len(status.pending_jobs),
+              "gpus_in_use": gpus}  # fmt: skip
     slots = {"run": len(status.jobs), "user": status.user_jobs, "cap": status.submit_cap,
              "cap_source": status.cap_source}  # fmt: skip
     return {

@@ -478,11 +478,8 @@ def _cell_dicts(
 def to_dict(d: Domains, *, by_category: bool = False) -> dict[str, Any]:
     """The JSON document (format_version 1; schema in docs/domains.md)."""
     e = d.est
-    corpus = {
-        "estimate": _num(e.corpus_total),
-        "low": _num(e.corpus_low),
-        "high": _num(e.corpus_high),
-    }
+    corpus = {"estimate": _num(e.corpus_total), "low": _num(e.corpus_low),
+              "high": _num(e.corpus_high)}  # fmt: skip
     out: dict[str, Any] = {
         "format_version": 1, "run": d.data.name, "run_dir": str(d.data.run_dir), "view": d.view,
         "axes": list(d.axes), "weight": d.weight, "exact": e.exact, "tasks_total": e.tasks_total,

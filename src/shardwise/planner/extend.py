@@ -84,11 +84,8 @@ def extend(config: dict[str, Any], *, gone: str | None = None) -> Extension:
     quarantined = set(quarantine.load(run_dir))
     listed = listing.list_input(settings, source, output)
     table, added, gone_files = _extended(old, listed, settings, quarantined)
-    assignment = (
-        settings.total_shards,
-        settings.minimum_shard_index,
-        settings.input.files_per_task,
-    )
+    inp = settings.input
+    assignment = (settings.total_shards, settings.minimum_shard_index, inp.files_per_task)
     summary = plan.summarize(table, *assignment)
     meta = run_meta(settings, summary.tasks, summary.fingerprint)
     _check_only_the_input(pinned, meta, run_dir)

@@ -25,11 +25,8 @@ def record(run_dir: Path, changed: Mapping[str, tuple[str, str]]) -> None:
     if not changed:
         path.unlink(missing_ok=True)
         return
-    body = {
-        "format_version": FORMAT_VERSION,
-        "checked_at": markers.now(),
-        "files": {rel: {"planned": a, "now": b} for rel, (a, b) in sorted(changed.items())},
-    }
+    files = {rel: {"planned": a, "now": b} for rel, (a, b) in sorted(changed.items())}
+    body = {"format_version": FORMAT_VERSION, "checked_at": markers.now(), "files": files}
     write_atomic(path, json_bytes(body))
 
 

@@ -26,12 +26,8 @@ from shardwise.store.location import Location
 
 #: File types the reader reads, longest suffix first (``input.format: auto``). Dolma names
 #: its JSON Lines ``.json.gz`` / ``.json.zst`` (and ``.json``): they are JSON Lines too.
-SUFFIXES: dict[str, str] = {
-    **dict.fromkeys(
-        (".jsonl.zst", ".jsonl.gz", ".jsonl", ".json.zst", ".json.gz", ".json"), "jsonl"
-    ),
-    ".parquet": "parquet",
-}
+_JSONL = (".jsonl.zst", ".jsonl.gz", ".jsonl", ".json.zst", ".json.gz", ".json")
+SUFFIXES: dict[str, str] = {**dict.fromkeys(_JSONL, "jsonl"), ".parquet": "parquet"}
 #: How the formats are named in messages.
 SUFFIX_LIST = ", ".join(SUFFIXES)
 

@@ -186,22 +186,20 @@ def _hub_problems(model: str) -> list[str]:
     if snapshot is not None:
         return directory_problems(snapshot)
     if _offline():
-        return [
-            "not in the local Hugging Face cache "
-            f"({os.environ.get('HF_HOME', '~/.cache/huggingface')}) and HF_HUB_OFFLINE is set, "
-            f"so it cannot be downloaded: run `hf download {model}` where there is network "
-            "(with the same HF_HOME), or use a local model directory"
-        ]
+        text = "not in the local Hugging Face cache "
+        text += f"({os.environ.get('HF_HOME', '~/.cache/huggingface')}) and HF_HUB_OFFLINE is set, "
+        text += f"so it cannot be downloaded: run `hf download {model}` where there is network "
+        text += "(with the same HF_HOME), or use a local model directory"
+        return [text]
     try:
         from huggingface_hub import model_info  # noqa: PLC0415 - ~0.07 s, hub ids only
 
         info = model_info(model, timeout=15)
     except Exception as e:  # noqa: BLE001 - network, auth and not-found errors alike
-        return [
-            f"not in the local Hugging Face cache and the hub does not answer for it "
-            f"({type(e).__name__}: {e}); check the id, your network/token, or download it "
-            "first (`hf download` with the HF_HOME the jobs use)"
-        ]
+        text = "not in the local Hugging Face cache and the hub does not answer for it "
+        text += f"({type(e).__name__}: {e}); check the id, your network/token, or download it "
+        text += "first (`hf download` with the HF_HOME the jobs use)"
+        return [text]
     names = {s.rfilename for s in info.siblings or ()}
     problems = []
     if "config.json" not in names:

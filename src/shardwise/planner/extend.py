@@ -53,11 +53,10 @@ class Extension:
         """What the operator reads."""
         if not (self.added or self.gone):
             return ["the input holds the planned files: nothing to take in"]
-        out = [
-            f"extended: {len(self.added):,} file(s) added in {self.tasks_added:,} new task(s), "
-            f"{len(self.gone):,} planned file(s) gone ({self.tasks_removed:,} task(s) left "
-            f"the run); {len(self.reopened):,} shard(s) reopened"
-        ]
+        text = f"extended: {len(self.added):,} file(s) added in {self.tasks_added:,} new task(s), "
+        text += f"{len(self.gone):,} planned file(s) gone ({self.tasks_removed:,} task(s) left "
+        text += f"the run); {len(self.reopened):,} shard(s) reopened"
+        out = [text]
         if self.kept:
             out.append(f"kept the outputs of {len(self.kept):,} gone file(s) (retired.json)")
         if self.removed:

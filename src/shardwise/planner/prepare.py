@@ -141,10 +141,9 @@ def _dolma_notes(settings: Settings, table: pa.Table) -> list[str]:
     parquet = sum(not dolma.applies(rel) for rel in table["file"].to_pylist())
     if not parquet:
         return []
-    return [
-        f"note: {parquet:,} Parquet file(s) get no Dolma attributes (output.dolma): dolma "
-        "mix reads JSON Lines documents only; their labels stay in the sidecars"
-    ]
+    text = f"note: {parquet:,} Parquet file(s) get no Dolma attributes (output.dolma): dolma "
+    text += "mix reads JSON Lines documents only; their labels stay in the sidecars"
+    return [text]
 
 
 def run_meta(settings: Settings, task_count: int, fingerprint: str) -> runjson.RunMeta:
@@ -522,10 +521,9 @@ def _live_run_note(run_dir: Path) -> list[str]:
         return []  # it ended: the line is what the last holder left
     except PermissionError:
         pass  # alive, another user's
-    return [
-        f"note: a live run holds {run_dir} ({holder}): this dry run only reports, it changes "
-        "nothing; Snakemake's 'Directory cannot be locked' error below is about that run"
-    ]
+    text = f"note: a live run holds {run_dir} ({holder}): this dry run only reports, it changes "
+    text += "nothing; Snakemake's 'Directory cannot be locked' error below is about that run"
+    return [text]
 
 
 def lock_run_dir(run_dir: Path) -> None:

@@ -60,9 +60,8 @@ def lines(changed: Mapping[str, tuple[str, str]], run_dir: Path, limit: int = 3)
     if len(changed) > limit:
         more = f"; ... {len(changed) - limit} more (all: `shardwise coverage --run-dir {run_dir} "
         more += "--format json`, changed_files)"
-    return [
-        f"changed  {len(changed):,} labelled input file(s) changed in place since they were "
-        f"labelled (size:version): {shown}{more}. Relabel them: `shardwise verify --run-dir "
-        f"{run_dir} --repair`; keep their labels: `shardwise verify --run-dir {run_dir} "
-        "--accept-changed`"
-    ]
+    text = f"changed  {len(changed):,} labelled input file(s) changed in place since they were "
+    text += f"labelled (size:version): {shown}{more}. Relabel them: `shardwise verify --run-dir "
+    text += f"{run_dir} --repair`; keep their labels: `shardwise verify --run-dir {run_dir} "
+    text += "--accept-changed`"
+    return [text]

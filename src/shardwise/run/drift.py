@@ -75,10 +75,9 @@ class InputDrift:
         """The operator's line: what changed, and the one command that takes it in."""
         if not self:
             return []
-        return [
-            f"input    the input changed since it was planned: {self.summary()}. "
-            f"Take it in under the same assignment: {extend_command(self, configfile)}"
-        ]
+        text = f"input    the input changed since it was planned: {self.summary()}. "
+        text += f"Take it in under the same assignment: {extend_command(self, configfile)}"
+        return [text]
 
 
 def extend_command(drift: InputDrift, configfile: str = "<config>") -> str:

@@ -47,11 +47,10 @@ class Skipped:
             if fmt != "auto"
             else f"convert or rename them to one of {SUFFIX_LIST} to label them"
         )
-        return [
-            f"skipped  {self.count:,} listed file(s) that input.glob matches are neither "
-            f"inputs nor shardwise outputs and are NOT labelled: {shown}{more}. To label "
-            f"them, {take}; to leave them out on purpose, narrow input.glob"
-        ]
+        text = f"skipped  {self.count:,} listed file(s) that input.glob matches are neither "
+        text += f"inputs nor shardwise outputs and are NOT labelled: {shown}{more}. To label "
+        text += f"them, {take}; to leave them out on purpose, narrow input.glob"
+        return [text]
 
 
 def record(run_dir: Path, names: Sequence[str]) -> None:

@@ -66,11 +66,10 @@ def select_device(
             assigned = gpus_assigned(environ)
             if assigned:
                 given = ", ".join(f"{k}={v}" for k, v in assigned.items())
-                raise ModelError(
-                    f"inference device 'auto': this job was given GPU(s) ({given}) but "
-                    f"{_no_cuda_reason()}; or set inference.device: cpu to run on the CPU on "
-                    "purpose"
-                )
+                text = f"inference device 'auto': this job was given GPU(s) ({given}) but "
+                text += f"{_no_cuda_reason()}; or set inference.device: cpu to run on the CPU on "
+                text += "purpose"
+                raise ModelError(text)
             return torch.device("cpu")
     if value == "cpu":
         return torch.device("cpu")
@@ -105,11 +104,10 @@ def select_dtype(
         old_gpu = device_type == "cuda" and capability is not None and tuple(capability) < (8, 0)
         if dtype is torch.bfloat16 and old_gpu:
             major, minor = capability
-            raise ModelError(
-                f"inference dtype {requested!r} on a GPU of compute capability {major}.{minor}: "
-                "bfloat16 needs 8.0 or newer (no bf16 tensor cores below, GEMMs would be "
-                "emulated); use dtype auto (float16 there) or float32"
-            )
+            text = f"inference dtype {requested!r} on a GPU of compute capability {major}.{minor}: "
+            text += "bfloat16 needs 8.0 or newer (no bf16 tensor cores below, GEMMs would be "
+            text += "emulated); use dtype auto (float16 there) or float32"
+            raise ModelError(text)
         return dtype
     if device_type != "cuda":
         return torch.float32

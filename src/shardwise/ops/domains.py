@@ -357,10 +357,8 @@ def summary_lines(d: Domains) -> list[str]:
         total += f" (95% CI {_amount(e.corpus_low, d.weight)} - {_amount(e.corpus_high, d.weight)})"
     elif not e.exact:
         n = len(e.uncovered)
-        total += (
-            f" (95% CI at least {_amount(e.corpus_low, d.weight)}; no upper bound while "
-            f"{n:,} categor{'y has' if n == 1 else 'ies have'} no labelled task)"
-        )
+        total += f" (95% CI at least {_amount(e.corpus_low, d.weight)}; no upper bound while "
+        total += f"{n:,} categor{'y has' if n == 1 else 'ies have'} no labelled task)"
     lines = [
         f"{axes}: share of {_unit(d.weight)}, {status_line(d)}",
         f"shards   {d.data.shards_done:,} / {d.data.total_shards:,} done",

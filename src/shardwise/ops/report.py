@@ -98,10 +98,8 @@ def headline(cov: coverage.Coverage) -> tuple[str, str]:
     first += f"({cov.shards_done:,} / {cov.shards_total:,})  ·  files {cov.files_percent:.1f}% "
     first += f"({cov.files_done:,} / {cov.files_total:,})  ·  {human_count(cov.docs_done)} docs"
     if cov.eta is not None and cov.eta.remaining > 0:
-        first += (
-            f"  ·  ETA {format_duration(cov.eta.seconds)} on {cov.eta.gpus} "
-            f"GPU{'s' if cov.eta.gpus != 1 else ''}"
-        )
+        first += f"  ·  ETA {format_duration(cov.eta.seconds)} on {cov.eta.gpus} "
+        first += f"GPU{'s' if cov.eta.gpus != 1 else ''}"
     n = len(cov.skew_flagged)
     notes = ["no category skew"]
     if n:

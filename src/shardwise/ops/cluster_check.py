@@ -116,14 +116,12 @@ def _account(request: JobRequest, facts: CheckFacts) -> CheckResult:
     cfg = facts.config.value or {}
     # unknown (no answer): as strict as a cluster that enforces associations
     required = not facts.config.ok or queries.requires_account(cfg)
-    why = (
-        "without a valid account every sbatch is refused (plugin 2.8.0 guesses one when none "
-        "is set, and --slurm-no-account does nothing)"
-        if required
-        else "this cluster does not enforce associations (AccountingStorageEnforce: "
-        f"{cfg.get('AccountingStorageEnforce') or 'none'}), so jobs run without one; name "
-        "one anyway where the site bills or prioritises by account"
-    )
+    why = "without a valid account every sbatch is refused (plugin 2.8.0 guesses one when none "
+    why += "is set, and --slurm-no-account does nothing)"
+    if not required:
+        why = "this cluster does not enforce associations (AccountingStorageEnforce: "
+        why += f"{cfg.get('AccountingStorageEnforce') or 'none'}), so jobs run without one; name "
+        why += "one anyway where the site bills or prioritises by account"
     level = FAIL if required else WARN
     if request.account is None:
         return CheckResult("account", level, "the profile names no slurm_account", why, hint)
@@ -402,12 +400,12 @@ def _reservations(
         return CheckResult("reservations", WARN, found, why)
     longest = request.group_components * max_minutes
     first = queries.next_maintenance(facts.reservations.value or [], facts.now, parts)
-    hidden_note = (
-        "; others are hidden from you (PrivateData=reservations): maintenance then shows "
-        "only as the pending reason 'ReqNodeNotAvail, Reserved for maintenance'"
-        if hidden
-        else ""
-    )
+    hidden_note = ""
+    if hidden:
+        hidden_note = "; others are hidden from you (PrivateData=reservations): maintenance "
+        hidden_note += (
+            "then shows only as the pending reason 'ReqNodeNotAvail, Reserved for maintenance'"
+        )
     blind = "when the run's jobs pend with that reason, `shardwise cluster status` locates the "
     blind += "hidden window with small `sbatch --test-only` probes (nothing submitted) and says "
     blind += "the longest limit that starts now; `shardwise cluster retime` lowers the queued "

@@ -321,12 +321,10 @@ def require_tokens(data: DomainData, what: str = "--weight tokens", *, others: b
     """Refuse ``what`` (weighing by tokens) where a finished shard counted none."""
     without = sum(1 for s in data.summaries if s.task_tokens is None)
     if without:
-        msg = (
-            f"{what}: {without:,} of the {len(data.summaries):,} finished shard(s) of "
-            f"{data.run_dir} counted no tokens: set domains.tokenizer (the tokenizer of the "
-            "model being trained) before labelling"
-            + ("; --weight docs or bytes work without it" if others else "")
-        )
+        msg = f"{what}: {without:,} of the {len(data.summaries):,} finished shard(s) of "
+        msg += f"{data.run_dir} counted no tokens: set domains.tokenizer (the tokenizer of the "
+        msg += "model being trained) before labelling"
+        msg += "; --weight docs or bytes work without it" if others else ""
         raise DomainsError(msg)
 
 

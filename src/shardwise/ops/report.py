@@ -270,15 +270,11 @@ def _rates_html(cov: coverage.Coverage) -> str:
     rows = ""
     for d in cov.throughput.devices if cov.throughput is not None else ():
         docs = d.docs_per_s
-        rows += (
-            f"<tr><td>{e(d.device_name)}</td><td>{d.files:,}</td>"
-            + (
-                f"<td>{docs.p10:,.0f}</td><td>{docs.median:,.0f}</td><td>{docs.p90:,.0f}</td>"
-                if docs
-                else "<td></td><td></td><td></td>"
-            )
-            + f"<td>{d.files_per_hour:,.1f}</td></tr>\n"
-        )
+        cells = "<td></td><td></td><td></td>"
+        if docs:
+            cells = f"<td>{docs.p10:,.0f}</td><td>{docs.median:,.0f}</td><td>{docs.p90:,.0f}</td>"
+        rows += f"<tr><td>{e(d.device_name)}</td><td>{d.files:,}</td>{cells}"
+        rows += f"<td>{d.files_per_hour:,.1f}</td></tr>\n"
     if not rows:
         return ""
     text = "<h2>Throughput per GPU type</h2><table><tr><th>GPU</th><th>files</th>"

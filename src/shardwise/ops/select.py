@@ -175,12 +175,10 @@ def resolve_weights(
     out: dict[tuple[str, ...], float] = {}
     for parts, w in request.weights:
         if len(parts) != len(avail.axes):
-            msg = (
-                f"--weights: domain {list(parts)} has {len(parts)} part(s), but the selection "
-                f"is over {' x '.join(avail.axes)}: give "
-                + ("[topic, format] pairs" if len(avail.axes) > 1 else "single labels")
-                + " or choose the view with --pair / --classifier"
-            )
+            give = "[topic, format] pairs" if len(avail.axes) > 1 else "single labels"
+            msg = f"--weights: domain {list(parts)} has {len(parts)} part(s), but the selection "
+            msg += f"is over {' x '.join(avail.axes)}: give {give} or choose the view with --pair "
+            msg += "/ --classifier"
             raise ConfigError(msg)
         labels = []
         for axis, part in zip(avail.axes, parts, strict=True):

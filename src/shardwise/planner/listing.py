@@ -39,11 +39,9 @@ def list_input(settings: Settings, source: Location, output: Location) -> Listed
     notes = _selection_notes(selection, output)
     if not selection.files:
         left_out = skipped.Skipped.of(selection.other).lines(settings.input.format)
-        msg = (
-            f"no input files under {settings.input.uri} match glob {settings.input.glob!r} "
-            f"and format {settings.input.format!r} ({SUFFIX_LIST}); "
-            f"{len(entries):,} file(s) listed" + "".join(f"; {n}" for n in notes + left_out)
-        )
+        msg = f"no input files under {settings.input.uri} match glob {settings.input.glob!r} "
+        msg += f"and format {settings.input.format!r} ({SUFFIX_LIST}); "
+        msg += f"{len(entries):,} file(s) listed" + "".join(f"; {n}" for n in notes + left_out)
         raise InputError(msg)
     skipped.record(settings.run_dir, selection.other)  # coverage says so, on every view
     versions = {rel: version for rel, _size, version in entries}

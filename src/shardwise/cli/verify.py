@@ -6,14 +6,7 @@ import sys
 
 from shardwise.cli.common import add_format, add_run_dir, emit
 from shardwise.errors import ShardwiseError
-from shardwise.ops.verify import (
-    accept_changed,
-    repair,
-    repair_command,
-    restore_run_json,
-    shards_to_reset,
-    verify_run,
-)
+from shardwise.ops import verify
 
 EXIT_OK = 0
 EXIT_PROBLEMS = 1
@@ -60,16 +53,16 @@ def run(args: argparse.Namespace) -> int:
     """Findings on stdout, the summary last; 0 consistent, 1 problems, 2 cannot verify."""
     notes = sys.stderr if args.format == "json" else sys.stdout  # json keeps stdout clean
     check = functools.partial(
-        verify_run, args.run_dir, sample=args.sample, seed=args.seed, jobs=args.jobs,
+        verify.verify_run, args.run_dir, sample=args.sample, seed=args.seed, jobs=args.jobs,
         complete=args.complete,
     )  # fmt: skip
     try:
         if args.repair:  # first: every check below reads run.json
-            for line in restore_run_json(args.run_dir):
+            for line in verify.restore_run_json(args.run_dir):
                 print(line, file=notes)
         report = check()
         if args.accept_changed and report.changed:
-            for line in accept_changed(args.run_dir, report):
+            for line in verify.accept_changed(args.run_dir, report):
                 print(line, file=notes)
             report = check()  # the plan took their new identity
     except ShardwiseError as e:
@@ -91,16 +84,18 @@ def run(args: argparse.Namespace) -> int:
         fixes = []
         if broken:
             text = f"removes the markers of {len(report.broken_files)} broken file(s) and of "
-            text += f"the {len(shards_to_reset(args.run_dir, report))} shard(s) that hold them, "
+            text += (
+                f"the {len(verify.shards_to_reset(args.run_dir, report))} shard(s) that hold them, "
+            )
             text += "so the next snakemake run relabels only those files"
             fixes.append(text)
         if rebuild:
             text = f"writes the Dolma attributes of {rebuild} labelled file(s) again from their "
             text += "sidecars (nothing is relabelled)"
             fixes.append(text)
-        print(f"fix: `{repair_command(args.run_dir)}` " + "; and ".join(fixes), file=notes)
+        print(f"fix: `{verify.repair_command(args.run_dir)}` " + "; and ".join(fixes), file=notes)
         return EXIT_PROBLEMS
-    for line in repair(args.run_dir, report):
+    for line in verify.repair(args.run_dir, report):
         print(line, file=notes)
     left = len(report.problems) - report.repairable
     print(

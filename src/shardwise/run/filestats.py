@@ -23,17 +23,11 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from shardwise.errors import RecordError
+from shardwise.run import throughput
 from shardwise.run.labelcounts import compact_json
 from shardwise.run.reader import QUALITY_COUNTS, arrow_owned
 from shardwise.run.record import Fields, load_object
-from shardwise.run.throughput import (
-    UNKNOWN_DEVICE,
-    StatsTable,
-    latest_per_file,
-    objects,
-    parse_time,
-    stats_table,
-)
+from shardwise.run.throughput import StatsTable, stats_table
 from shardwise.store.atomic import json_bytes
 
 SUFFIX = ".stats.json"
@@ -227,8 +221,8 @@ def stats_from_json(blobs: Iterable[bytes]) -> StatsTable:
         return table[name].to_numpy().astype(np.float64)  # nulls -> NaN
 
     shard = floats("shard")
-    devices = table["device_name"].fill_null(UNKNOWN_DEVICE).to_pylist()
-    return latest_per_file(
+    devices = table["device_name"].fill_null(throughput.UNKNOWN_DEVICE).to_pylist()
+    return throughput.latest_per_file(
         StatsTable(
             file=np.array(table["file"].fill_null("").to_pylist(), dtype=object),
             shard=np.where(np.isfinite(shard), shard, -1).astype(np.int64),
@@ -236,7 +230,7 @@ def stats_from_json(blobs: Iterable[bytes]) -> StatsTable:
             docs=floats("docs"), tokens=floats("tokens"), seconds=floats("seconds"),
             bytes=floats("bytes"), finished_at=_epoch_seconds(table["finished_at"]),
             quality=_quality_columns(table),
-            fidelity=objects([v or [] for v in table["fidelity"].to_pylist()]),
+            fidelity=throughput.objects([v or [] for v in table["fidelity"].to_pylist()]),
         )
     )  # fmt: skip
 
@@ -267,6 +261,6 @@ def _epoch_seconds(values: pa.ChunkedArray | pa.Array) -> np.ndarray:
     try:
         stamps = pc.cast(values, pa.timestamp("us", tz="UTC"))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return np.array([parse_time(v) for v in values.to_pylist()], dtype=np.float64)
+        return np.array([throughput.parse_time(v) for v in values.to_pylist()], dtype=np.float64)
     micros = pc.cast(stamps, pa.int64()).to_numpy(zero_copy_only=False).astype(np.float64)
     return micros / 1e6

@@ -56,11 +56,8 @@ def run(args: argparse.Namespace) -> int:
         fmt=args.format,
     )  # fmt: skip
     by_category = args.by == "category"
-    emit(
-        args.format,
-        lambda: domains.to_dict(d, by_category=by_category),
-        lambda fmt: domains.FORMATTERS[fmt](d, by_category=by_category, top=args.top),
-    )
+    emit(args.format, lambda: domains.to_dict(d, by_category=by_category),
+         lambda fmt: domains.FORMATTERS[fmt](d, by_category=by_category, top=args.top))  # fmt: skip
     if args.png is not None:
         args.png.parent.mkdir(parents=True, exist_ok=True)
         args.png.write_bytes(render_png(d.data, d))

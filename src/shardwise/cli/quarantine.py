@@ -35,11 +35,8 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """Add, list or release; usage errors exit 2 through ``parser.error``."""
     if args.list:
         entries = quarantine.load(args.run_dir)
-        emit(
-            args.format,
-            lambda: quarantine.to_dict(entries),
-            lambda _fmt: "\n".join(quarantine.format_lines(entries)),
-        )
+        text = "\n".join(quarantine.format_lines(entries))
+        emit(args.format, lambda: quarantine.to_dict(entries), lambda _fmt: text)
         if args.format != "json":
             print(f"{len(entries)} file(s) quarantined in {args.run_dir}", file=sys.stderr)
         return 0

@@ -17,9 +17,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "config to the new root.",
     )  # fmt: skip
     add_run_dir(parser)
-    parser.add_argument(
-        "--to", required=True, metavar="URI", help="the new output root (a folder or s3://…)"
-    )
+    parser.add_argument("--to", required=True, metavar="URI",
+                        help="the new output root (a folder or s3://…)")  # fmt: skip
     parser.set_defaults(func=run)
 
 

@@ -14,9 +14,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "int(sha256(id)[:16], 16) % total_shards + minimum_shard_index (NeMo Curator's rule).",
     )  # fmt: skip
     p.add_argument("--total-shards", type=int, required=True, help="the run's total_shards")
-    p.add_argument(
-        "--minimum-shard-index", type=int, default=0, help="the run's first shard (default 0)"
-    )
+    p.add_argument("--minimum-shard-index", type=int, default=0,
+                   help="the run's first shard (default 0)")  # fmt: skip
     p.add_argument("ids", nargs="+", metavar="ID", help="task ids (paths relative to the input)")
     p.set_defaults(func=run)
 

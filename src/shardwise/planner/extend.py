@@ -96,11 +96,8 @@ def extend(config: dict[str, Any], *, gone: str | None = None) -> Extension:
         msg += f"({shown}): say what becomes of them: --gone keep leaves them in place, "
         msg += "--gone remove deletes them (either way the files leave the run)"
         raise RunMismatchError(msg)
-    if (
-        not (added or gone_files)
-        and all(c.meta is not None and c.meta.fingerprint == summary.fingerprint for c in copies)
-        and cached.fingerprint == summary.fingerprint
-    ):
+    fingerprints = {cached.fingerprint, *(c.meta.fingerprint if c.meta else None for c in copies)}
+    if not (added or gone_files) and fingerprints == {summary.fingerprint}:
         return Extension()  # nothing to take in (or an earlier extension finished)
     old_tasks, new_tasks = plan.task_ids(old), plan.task_ids(table)
     change = runjson.InputChange(
@@ -145,18 +142,12 @@ def _extended(
 def _check_only_the_input(pinned: list[runjson.Copy], meta: runjson.RunMeta, run_dir: Path) -> None:
     """Refuse an extension by a config that changes anything but the input set."""
     for copy in pinned:
-        other = [
-            d
-            for d in (runjson.differences(copy.meta, meta) if copy.meta is not None else [])
-            if d[0] not in runjson.INPUT_SET_FIELDS
-        ]
+        diffs = runjson.differences(copy.meta, meta) if copy.meta is not None else []
+        other = [d for d in diffs if d[0] not in runjson.INPUT_SET_FIELDS]
         if other:
-            lines = [
-                f"{copy.where} pins other settings than this config; --extend takes in only "
-                "a changed input set:",
-                *runjson.change_lines(other),
-                f"Restore them in the config (the run in {run_dir} keeps its set-up).",
-            ]
+            head = f"{copy.where} pins other settings than this config; --extend takes in only "
+            lines = [head + "a changed input set:", *runjson.change_lines(other)]
+            lines.append(f"Restore them in the config (the run in {run_dir} keeps its set-up).")
             raise RunMismatchError("\n".join(lines))
 
 

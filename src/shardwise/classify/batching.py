@@ -58,11 +58,8 @@ def plan_batches(
 def _batch_ends(sorted_lengths: Sequence[int], budget: int, max_docs: int) -> list[int]:
     """``ends[i]``: the furthest end of a batch starting at ``i`` (``budget //
     sorted_lengths[i]`` rows, 1 to ``max_docs``; strictly increasing in ``i``)."""
-    n = len(sorted_lengths)
-    return [
-        min(n, i + min(max_docs, max(1, budget // max(1, int(sorted_lengths[i])))))
-        for i in range(n)
-    ]
+    rows = [min(max_docs, max(1, budget // max(1, int(length)))) for length in sorted_lengths]
+    return [min(len(rows), i + r) for i, r in enumerate(rows)]
 
 
 def plan_min_padding(

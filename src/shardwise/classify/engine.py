@@ -316,9 +316,8 @@ class Engine:
         if self.device.type == "cuda":
             shrink = torch.tensor([], dtype=self.dtype).element_size() / 4
         if main.batch_size is not None:
-            return BatchPolicy(
-                batch_size=max(1, int(main.batch_size * shrink)), max_docs=main.max_docs
-            )
+            size = max(1, int(main.batch_size * shrink))
+            return BatchPolicy(batch_size=size, max_docs=main.max_docs)
         assert main.budget is not None  # BatchPolicy holds a budget or a batch size
         budget = max(1, int(main.budget * shrink))
         return BatchPolicy(budget=budget, max_docs=main.max_docs, batch_cost=main.batch_cost)
@@ -551,10 +550,8 @@ class Engine:
             for key, group in groups.items():
                 stream = prepared.streams.get(key)
                 if stream is None or len(stream.lengths) != prepared.docs:
-                    msg = (
-                        f"model {group[0].spec.model!r}: prepared input does not match this engine"
-                    )
-                    raise ModelError(msg)
+                    model = group[0].spec.model
+                    raise ModelError(f"model {model!r}: prepared input does not match this engine")
                 order = np.argsort(-stream.lengths, kind="stable")
                 lengths = stream.lengths[order]
                 half = [c for c in group if not self._in_fp32(c)]

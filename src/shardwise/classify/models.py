@@ -181,9 +181,8 @@ def prepare_load_dir(
         except OSError:
             shutil.rmtree(tmp, ignore_errors=True)  # another job won the race
     except OSError as exc:
-        raise ModelError(
-            f"model {model!r}: cannot write rewritten config under {root}: {exc}"
-        ) from exc
+        msg = f"model {model!r}: cannot write rewritten config under {root}: {exc}"
+        raise ModelError(msg) from exc
     if not _cache_dir_ok(target, source):
         raise ModelError(f"model {model!r}: rewritten checkpoint at {target} is incomplete")
     return target, True
@@ -234,9 +233,8 @@ def _check_loading_info(info: dict[str, Any], model: str) -> None:
         )
     unexpected = [k for k in info.get("unexpected_keys", []) if not ignorable.search(k)]
     if unexpected:
-        msg = (
-            f"model {model!r}: checkpoint weights the model does not use: {sorted(unexpected)[:8]}"
-        )
+        unused = sorted(unexpected)[:8]
+        msg = f"model {model!r}: checkpoint weights the model does not use: {unused}"
         raise ModelError(msg)
 
 

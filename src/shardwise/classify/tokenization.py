@@ -276,14 +276,13 @@ class SharedTokenizer:
         specials = len(info.prefix_ids) + len(info.suffix_ids)
         needed = max(key.max_length for key in keys) - specials
         cut = [_cut_text(t, needed) for t in texts]
-        text_ids = [e.ids for e in info.backend.encode_batch_fast(cut, add_special_tokens=False)]
+        encode = info.backend.encode_batch_fast
+        text_ids = [e.ids for e in encode(cut, add_special_tokens=False)]
         short = [
-            i for i, ids in enumerate(text_ids) if len(ids) < needed and len(cut[i]) < len(texts[i])
+            i for i, t in enumerate(text_ids) if len(t) < needed and len(cut[i]) < len(texts[i])
         ]
         if short:  # the prefix gave too few tokens: encode those texts whole
-            full = info.backend.encode_batch_fast(
-                [texts[i] for i in short], add_special_tokens=False
-            )
+            full = encode([texts[i] for i in short], add_special_tokens=False)
             for i, encoding in zip(short, full, strict=True):
                 text_ids[i] = encoding.ids
                 cut[i] = texts[i]
@@ -305,9 +304,7 @@ class SharedTokenizer:
             room = key.max_length - specials
             if key.input == "text":
                 rows = [prefix + ids[:room] + suffix for ids in text_ids]
-                truncated = [
-                    len(ids) + more > room for ids, more in zip(text_ids, beyond, strict=True)
-                ]
+                truncated = [len(t) + more > room for t, more in zip(text_ids, beyond, strict=True)]
             elif key.input == "url_text":
                 rows = []
                 for uid, tid in zip(url_ids, text_ids, strict=True):

@@ -18,9 +18,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     add_run_dir(parser, "report")
     parser.add_argument("--out", type=Path, default=Path("report.html"), help="HTML to write")
-    parser.add_argument(
-        "--png", type=Path, default=None, help="PNG to write (default: beside --out)"
-    )
+    parser.add_argument("--png", type=Path, default=None,
+                        help="PNG to write (default: beside --out)")  # fmt: skip
     add_coverage_options(parser)
     parser.add_argument(
         "--domains-png", type=Path, default=None,

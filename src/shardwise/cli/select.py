@@ -41,9 +41,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="select from what is labelled of a run not yet complete",
     )  # fmt: skip
     p.add_argument("--pair", default=None, help="the view of cells (default the first pair)")
-    p.add_argument(
-        "--classifier", default=None, help="the classifier of one-label weights (marginals)"
-    )
+    p.add_argument("--classifier", default=None,
+                   help="the classifier of one-label weights (marginals)")  # fmt: skip
     p.add_argument("--name", default="selection", help="the selection's name (selection)")
     p.add_argument(
         "--plan-only", action="store_true",
@@ -54,9 +53,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="select this shard's files only (the select_all job)",
     )  # fmt: skip
     p.add_argument("--jobs", type=positive_int, default=4, help="shards selected at once (4)")
-    p.add_argument(
-        "--mix-output", default=None, help="where dolma mix writes (default <selection>/mix)"
-    )
+    p.add_argument("--mix-output", default=None,
+                   help="where dolma mix writes (default <selection>/mix)")  # fmt: skip
     add_format(p)
     p.set_defaults(func=_select)
 

@@ -27,12 +27,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="read the contents of this random fraction of marked files (default 1: all)",
     )  # fmt: skip
     parser.add_argument("--seed", type=int, default=None, help="seed for --sample")
-    parser.add_argument(
-        "--jobs", type=int, default=4, help="files checked in parallel (I/O bound on S3)"
-    )
-    parser.add_argument(
-        "--complete", action="store_true", help="also a problem: any shard not done yet"
-    )
+    parser.add_argument("--jobs", type=int, default=4,
+                        help="files checked in parallel (I/O bound on S3)")  # fmt: skip
+    parser.add_argument("--complete", action="store_true",
+                        help="also a problem: any shard not done yet")  # fmt: skip
     parser.add_argument(
         "--repair", action="store_true",
         help="remove exactly the markers of the broken files (and their shard markers), "
@@ -84,9 +82,8 @@ def run(args: argparse.Namespace) -> int:
         fixes = []
         if broken:
             text = f"removes the markers of {len(report.broken_files)} broken file(s) and of "
-            text += (
-                f"the {len(verify.shards_to_reset(args.run_dir, report))} shard(s) that hold them, "
-            )
+            reset = len(verify.shards_to_reset(args.run_dir, report))
+            text += f"the {reset} shard(s) that hold them, "
             text += "so the next snakemake run relabels only those files"
             fixes.append(text)
         if rebuild:

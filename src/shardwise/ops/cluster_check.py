@@ -277,9 +277,8 @@ def _partitions(
     if not names:
         found = "no partition given and the cluster has no default partition"
         fix = f"export SHARDWISE_SLURM_PARTITION={gpu_list}"
-        out.append(
-            CheckResult("partition", FAIL, found, "sbatch refuses jobs without a partition", fix)
-        )
+        refused = "sbatch refuses jobs without a partition"
+        out.append(CheckResult("partition", FAIL, found, refused, fix))
     asked = {n: parts[n] for n in names if n in parts}
     if asked and request.gpus and not sum(p.usable_gpus for p in asked.values()):
         found = "no usable GPU in the partitions right now (all GPU nodes down or drained)"
@@ -312,9 +311,8 @@ def _partition(
         fix = f"walltime.max_minutes: {max(p.max_minutes // max(k, 1), 1)}" + (
             f", or --group-components classify={fit_k}" if fit_k >= 1 else ""
         )
-        problems.append(
-            (found, "a group job asking for more pends forever (PartitionTimeLimit)", fix)
-        )
+        why = "a group job asking for more pends forever (PartitionTimeLimit)"
+        problems.append((found, why, fix))
     if problems:
         found, why, fix = ("; ".join(x) for x in zip(*problems, strict=True))
         return CheckResult("partition", FAIL, f"partition {name}: {found}", why, fix)
@@ -331,9 +329,8 @@ def _constraint(
     wanted = profile.feature_names(constraint)
     have = frozenset().union(*(p.features for p in parts.values())) if parts else frozenset()
     if not facts.nodes.ok or not parts:
-        return CheckResult(
-            "constraint", WARN, f"constraint {constraint}: cannot check the features"
-        )
+        found = f"constraint {constraint}: cannot check the features"
+        return CheckResult("constraint", WARN, found)
     missing = [f for f in wanted if f not in have]
     available = ", ".join(sorted(have)) or "(none)"
     if not missing:
@@ -378,15 +375,15 @@ def _bad_nodes(
     for n in seen.values():
         excluded = n.name in request.exclude
         found = f"node {n.name} is {n.state} ({n.gres or 'no gres'}), reason: "
-        found += f"{n.reason or 'none given'}" + (
-            f" since {n.reason_time}" if n.reason_time else ""
-        )
+        found += f"{n.reason or 'none given'}"
+        found += f" since {n.reason_time}" if n.reason_time else ""
         found += " (excluded by the profile)" if excluded else ""
-        why, fix = "its GPUs are not available to the run", "nothing to do unless it stays so"
-        out.append(
-            CheckResult("node", OK if excluded else WARN, found, why, fix + "; the admins own it")
-        )
+        out.append(CheckResult("node", OK if excluded else WARN, found, _NODE_WHY, _NODE_FIX))
     return out
+
+
+_NODE_WHY = "its GPUs are not available to the run"
+_NODE_FIX = "nothing to do unless it stays so; the admins own it"
 
 
 def _reservations(
@@ -402,9 +399,9 @@ def _reservations(
     first = queries.next_maintenance(facts.reservations.value or [], facts.now, parts)
     hidden_note = ""
     if hidden:
-        hidden_note = "; others are hidden from you (PrivateData=reservations): maintenance "
+        hidden_note = "; others are hidden from you (PrivateData=reservations): maintenance then "
         hidden_note += (
-            "then shows only as the pending reason 'ReqNodeNotAvail, Reserved for maintenance'"
+            "shows only as the pending reason 'ReqNodeNotAvail, Reserved for maintenance'"
         )
     blind = "when the run's jobs pend with that reason, `shardwise cluster status` locates the "
     blind += "hidden window with small `sbatch --test-only` probes (nothing submitted) and says "

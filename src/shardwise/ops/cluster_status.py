@@ -238,9 +238,8 @@ def build(run_dir: Path, facts: StatusFacts) -> Status:
         text += "(claims) are matched; run snakemake once with this version to record the workflow"
         notes.append(text)
     mine = run_jobs(run_dir, queue, submitter)
-    jobs = tuple(
-        _run_job(j, shards) for j, shards in sorted(mine.values(), key=lambda x: _int(x[0].id))
-    )
+    ordered = sorted(mine.values(), key=lambda x: _int(x[0].id))
+    jobs = tuple(_run_job(j, shards) for j, shards in ordered)
     flight = inflight.find(run_dir, submitter, done=markers.done_shards(run_dir), queue=facts.queue)
     cap, source = _submit_cap(facts, mine)
     if not facts.nodes.ok:

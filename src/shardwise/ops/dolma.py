@@ -106,9 +106,8 @@ class Selection:
         for part in text.split(","):
             classifier, eq, label = part.partition("=")
             if not eq or not classifier.strip() or not label.strip():
-                msg = (
-                    f"--keep {text!r}: give CLASSIFIER=LABEL[,CLASSIFIER=LABEL], e.g. topic=Health"
-                )
+                msg = f"--keep {text!r}: give CLASSIFIER=LABEL[,CLASSIFIER=LABEL], "
+                msg += "e.g. topic=Health"
                 raise ConfigError(msg)
             conditions.append((classifier.strip(), label.strip()))
         return cls(tuple(conditions))
@@ -117,9 +116,8 @@ class Selection:
         """The jq filter dolma mix evaluates on each document."""
         terms = []
         for classifier, label in self.conditions:
-            terms.append(
-                f".attributes.{dolma.key(name, classifier, 'label')} == {json.dumps(label)}"
-            )
+            attribute = dolma.key(name, classifier, "label")
+            terms.append(f".attributes.{attribute} == {json.dumps(label)}")
             if min_prob is not None:
                 terms.append(f".attributes.{dolma.key(name, classifier, 'prob')} >= {min_prob}")
         return " and ".join(terms)

@@ -425,10 +425,8 @@ def format_table(d: Domains, *, by_category: bool = False, top: int | None = Non
         widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
         n_text = len(d.axes)
         for r in table:
-            cells = [
-                r[i].ljust(widths[i]) if i < n_text else r[i].rjust(widths[i])
-                for i in range(len(r))
-            ]
+            pairs = enumerate(zip(r, widths, strict=True))
+            cells = [c.ljust(w) if i < n_text else c.rjust(w) for i, (c, w) in pairs]
             lines.append("  ".join(cells).rstrip())
         if len(rows) > len(shown):
             lines.append(f"... {len(rows) - len(shown):,} more (--top N, or --format csv)")
@@ -548,9 +546,8 @@ def headline(run_dir: Path, top: int = 3) -> str | None:
 
 def weborganizer_ids() -> dict[str, dict[str, int]]:
     """WebOrganizer's label ids, by label set: ``{"topic": {name: id}, "format": {...}}``."""
-    return {
-        kind: {n: i for i, n in enumerate(names)} for kind, names in weborganizer_labels().items()
-    }
+    labels = weborganizer_labels()
+    return {kind: {n: i for i, n in enumerate(names)} for kind, names in labels.items()}
 
 
 def _ids_of_axis(d: Domains, axis: int) -> dict[str, int]:

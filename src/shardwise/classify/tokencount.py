@@ -50,9 +50,8 @@ class TokenCounter:
 
     def count(self, texts: Sequence[str]) -> np.ndarray:
         """Each text's full token count (no special tokens), int64."""
-        cut = [
-            (i, p) for i, t in enumerate(texts) for p in _pieces(t if isinstance(t, str) else "")
-        ]
+        strings = (t if isinstance(t, str) else "" for t in texts)
+        cut = [(i, p) for i, t in enumerate(strings) for p in _pieces(t)]
         counts = np.zeros(len(texts), np.int64)
         if cut:
             encoded = self.backend.encode_batch_fast([p for _, p in cut], add_special_tokens=False)

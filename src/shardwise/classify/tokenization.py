@@ -278,12 +278,10 @@ class SharedTokenizer:
         cut = [_cut_text(t, needed) for t in texts]
         encode = info.backend.encode_batch_fast
         text_ids = [e.ids for e in encode(cut, add_special_tokens=False)]
-        short = [
-            i for i, t in enumerate(text_ids) if len(t) < needed and len(cut[i]) < len(texts[i])
-        ]
-        if short:  # the prefix gave too few tokens: encode those texts whole
-            full = encode([texts[i] for i in short], add_special_tokens=False)
-            for i, encoding in zip(short, full, strict=True):
+        few = [i for i, t in enumerate(text_ids) if len(t) < needed and len(cut[i]) < len(texts[i])]
+        if few:  # the prefix gave too few tokens: encode those texts whole
+            full = encode([texts[i] for i in few], add_special_tokens=False)
+            for i, encoding in zip(few, full, strict=True):
                 text_ids[i] = encoding.ids
                 cut[i] = texts[i]
         # 1 when the text was cut before encoding and words remain after the cut: the text then

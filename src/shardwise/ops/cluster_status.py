@@ -416,9 +416,8 @@ def format_table(status: Status) -> str:
         lines += ["", "nodes that cannot run jobs (sinfo -R)"]
         for n in status.nodes:
             since = f" since {n['since']}" if n["since"] else ""
-            lines.append(
-                f"  {n['node']:<12} {n['state']:<10} reason: {n['reason'] or 'none given'}{since}"
-            )
+            reason = n["reason"] or "none given"
+            lines.append(f"  {n['node']:<12} {n['state']:<10} reason: {reason}{since}")
     if status.notes:
         lines += ["", *[f"note: {n}" for n in status.notes]]
     return "\n".join(lines)

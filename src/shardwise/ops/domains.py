@@ -584,9 +584,7 @@ def to_weborganizer(d: Domains) -> list[dict[str, Any]]:
         if not e.exact:
             entry.update(estimated=True, weight_low=float(e.low[c]), weight_high=float(e.high[c]))
         out.append(entry)
-    return sorted(
-        out, key=lambda x: x["domain"] if isinstance(x["domain"], list) else [x["domain"]]
-    )
+    return sorted(out, key=lambda x: x["domain"] if len(d.axes) > 1 else [x["domain"]])
 
 
 def _totals(d: Domains, weight: str) -> dict[tuple[str, ...], int]:

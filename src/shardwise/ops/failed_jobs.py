@@ -153,9 +153,8 @@ def install(
         from snakemake.logging import logger  # noqa: PLC0415 - with the jobs
     except ImportError:  # pragma: no cover - shardwise always runs with Snakemake
         return None
-    book = FailureLog(
-        Path(run_dir), now(), stop_after, frozenset(markers.done_shards(Path(run_dir)))
-    )
+    at_start = frozenset(markers.done_shards(Path(run_dir)))
+    book = FailureLog(Path(run_dir), now(), stop_after, at_start)
     lock = threading.Lock()
 
     def after_failure(job: Any, members: list[Any]) -> tuple[dict[int, str], list[str]]:

@@ -78,9 +78,8 @@ def _check_copy(old: Location, new: Location, meta: runjson.RunMeta) -> int:
         raise RunMismatchError(msg)
     copy = runjson.read_copy(new)
     if copy.meta is not None:
-        diffs = runjson.differences(
-            copy.meta, dataclasses.replace(meta, output_uri=copy.meta.output_uri)
-        )
+        moved = dataclasses.replace(meta, output_uri=copy.meta.output_uri)
+        diffs = runjson.differences(copy.meta, moved)
         if diffs:
             lines = runjson.change_lines(diffs)
             msg = f"{copy.where} pins another run than {meta.output_uri}'s:\n" + "\n".join(lines)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Literal
 
 from shardwise.run import ranges, state
+from shardwise.run.sharding import shard_range
 
 Format = Literal["expression", "fields"]
 
@@ -31,9 +32,8 @@ def retry_lines(
     last = minimum_shard_index + total_shards - 1
     outside = [s for s in shards if not minimum_shard_index <= s <= last]
     if outside:
-        raise ValueError(
-            f"shards {ranges.compress(outside)} are outside {minimum_shard_index}-{last}"
-        )
+        msg = f"shards {ranges.compress(outside)} are outside {minimum_shard_index}-{last}"
+        raise ValueError(msg)
     if not shards:
         return []
     tail = f"{minimum_shard_index} {total_shards}"
@@ -54,11 +54,7 @@ def missing_shards(
     """Shards of the run's range not in ``done`` (done shards outside it, of another
     assignment, say nothing of this one)."""
     done_set = set(done)
-    return [
-        s
-        for s in range(minimum_shard_index, minimum_shard_index + total_shards)
-        if s not in done_set
-    ]
+    return [s for s in shard_range(total_shards, minimum_shard_index) if s not in done_set]
 
 
 @dataclass(frozen=True)

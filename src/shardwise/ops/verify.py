@@ -180,9 +180,7 @@ def verify_run(
     report = VerifyReport(str(run_dir), sample, shards_total=len(in_run),
                           files_planned=len(planned), files_quarantined=len(left_out))  # fmt: skip
     _check_plan(report, run_dir, meta, planned)
-    report.quarantined = [
-        Finding(ctx.source.url(rel), e.reason) for rel, e in sorted(left_out.items())
-    ]
+    report.quarantined = [Finding(ctx.source.url(f), e.reason) for f, e in sorted(left_out.items())]
 
     listing = dict(ctx.output.list_files())  # the one listing of the output
     found = _index_outputs(report, ctx, listing, planned, retired.load(run_dir))
@@ -456,9 +454,8 @@ def _check_shard_docs(
         total = sum(r for r in rows if r is not None)
         if total != docs:
             where = str(markers.shard_marker_path(run_dir, shard))
-            report.problem(
-                where, f"says {docs} docs, its files' markers add up to {total}", shard=shard
-            )
+            what = f"says {docs} docs, its files' markers add up to {total}"
+            report.problem(where, what, shard=shard)
 
 
 def _check_presence(
@@ -574,11 +571,9 @@ def repair(run_dir: Path, report: VerifyReport) -> list[str]:
     run_dir = Path(run_dir)
     ctx = JobContext.load(run_dir)
     by_shard = _broken_by_shard(run_dir, report)
+    reset = markers.remove_shard_markers(run_dir, sorted(report.broken_shards | set(by_shard)))
     removed = [
-        f"removed {markers.shard_marker_path(run_dir, shard)} (shard {shard} runs again)"
-        for shard in markers.remove_shard_markers(
-            run_dir, sorted(report.broken_shards | set(by_shard))
-        )
+        f"removed {markers.shard_marker_path(run_dir, s)} (shard {s} runs again)" for s in reset
     ]
     for shard, files in sorted(by_shard.items()):  # before the markers: jobs on object
         journal.forget(run_dir, shard, files)  # stores trust these two instead of them

@@ -264,10 +264,8 @@ def _window(
 def _free_in_partition(nodes: Answer[list[queries.Node]], job: queries.Job) -> bool:
     """A usable node of the job's partition has free resources now (sinfo, any user)."""
     parts = [p for p in job.partition.split(",") if p]
-    return nodes.ok and any(
-        n.usable and (not parts or n.partition in parts) and n.has_free_resources
-        for n in nodes.value or []
-    )
+    ours = [n for n in nodes.value or [] if not parts or n.partition in parts]
+    return nodes.ok and any(n.usable and n.has_free_resources for n in ours)
 
 
 WINDOW_LABEL = "ends before the window"

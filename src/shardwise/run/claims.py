@@ -127,9 +127,8 @@ def write_jobs_cache(run_dir: Path, cache: dict[str, Any]) -> None:
     """Replace ``claims/jobs.json`` (a cache: on failure the next invocation reads the
     batch scripts again)."""
     with contextlib.suppress(OSError):
-        write_atomic(
-            run_dir / CLAIMS_DIR / JOBS_CACHE, (json.dumps(cache, indent=1) + "\n").encode()
-        )
+        text = json.dumps(cache, indent=1) + "\n"
+        write_atomic(run_dir / CLAIMS_DIR / JOBS_CACHE, text.encode())
 
 
 def _opt(value: Any) -> str | None:

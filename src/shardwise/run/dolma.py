@@ -118,9 +118,8 @@ class AttributesFile:
         elif ids is not None and list(self.ids) != ids:
             first = next(i for i, (a, b) in enumerate(zip(self.ids, ids, strict=True)) if a != b)
             found.append(f"ids differ from the documents' at row {first}: {self.ids[first]!r}")
-        missing = [
-            c for c in classifiers if not any(k.endswith(f"__{c}__label") for k in self.keys)
-        ]
+        keys = self.keys
+        missing = [c for c in classifiers if not any(k.endswith(f"__{c}__label") for k in keys)]
         if self.ids and missing:
             found.append(f"no label of classifier(s) {', '.join(missing)}")
         return found

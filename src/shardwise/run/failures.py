@@ -51,9 +51,8 @@ def cause_of(exc: BaseException, where: str = "") -> Cause:
     """The cause of a whole-shard failure: a model that cannot load, a missing device and
     a config error are shared; a device failing mid-run (one GPU), storage and the rest may
     be fixed by a retry elsewhere."""
-    text = first_line(
-        str(exc) if isinstance(exc, ShardwiseError) else f"{type(exc).__name__}: {exc}"
-    )
+    said = str(exc) if isinstance(exc, ShardwiseError) else f"{type(exc).__name__}: {exc}"
+    text = first_line(said)
     text = f"{where}: {text}" if where and not text.startswith(where) else text
     if isinstance(exc, DeviceError):
         return Cause("device", text)

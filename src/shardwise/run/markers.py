@@ -66,9 +66,8 @@ class FileMarker:
 
 def _differ(says: str, keys: Iterable[str], got: Iterable[Any], want: Iterable[Any]) -> list[str]:
     """``key is <got>, <says> <want>`` for each key whose values differ."""
-    return [
-        f"{k} is {g!r}, {says} {w!r}" for k, g, w in zip(keys, got, want, strict=True) if g != w
-    ]
+    triples = zip(keys, got, want, strict=True)
+    return [f"{k} is {g!r}, {says} {w!r}" for k, g, w in triples if g != w]
 
 
 #: Who marked a shard done: its job, the planner for a shard without files, or the

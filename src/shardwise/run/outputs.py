@@ -168,9 +168,8 @@ def rebuild(roots: Mapping[str, Location], rel: str, dolma_name: str | None) -> 
         msg += "can be derived from them; `shardwise verify --repair` relabels the file"
         raise InputError(msg) from e
     columns = {name: table[name].combine_chunks() for name in table.column_names if name != "id"}
-    labelled = Labelled(
-        rel, "", -1, None, table["id"].to_pylist(), columns, FileStats(), dolma_name
-    )
+    ids = table["id"].to_pylist()
+    labelled = Labelled(rel, "", -1, None, ids, columns, FileStats(), dolma_name)
     written = []
     for kind in kinds():
         if kind.derived and kind.root in roots and kind.applies(rel):

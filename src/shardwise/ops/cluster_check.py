@@ -267,10 +267,8 @@ def _partitions(
         source = "the cluster's default partition"
     gpu_parts = sorted((p for p in parts.values() if p.gpus), key=lambda p: -p.usable_gpus)
     gpu_list = ",".join(p.name for p in gpu_parts) or "(none with GPUs)"
-    out = [
-        _partition(n, parts.get(n), source, gpu_list, request=request, max_minutes=max_minutes)
-        for n in names
-    ]
+    one = functools.partial(_partition, request=request, max_minutes=max_minutes)
+    out = [one(n, parts.get(n), source, gpu_list) for n in names]
     if len(names) > 1 and any(r.status == OK for r in out):
         # sbatch -p a,b runs the job wherever it can: one bad partition is a warning
         out = [replace(r, status=WARN) if r.status == FAIL else r for r in out]
@@ -399,10 +397,9 @@ def _reservations(
     first = queries.next_maintenance(facts.reservations.value or [], facts.now, parts)
     hidden_note = ""
     if hidden:
-        hidden_note = "; others are hidden from you (PrivateData=reservations): maintenance then "
-        hidden_note += (
-            "shows only as the pending reason 'ReqNodeNotAvail, Reserved for maintenance'"
-        )
+        hidden_note = "; others are hidden from you (PrivateData=reservations): maintenance "
+        hidden_note += "then shows only as the pending reason "
+        hidden_note += "'ReqNodeNotAvail, Reserved for maintenance'"
     blind = "when the run's jobs pend with that reason, `shardwise cluster status` locates the "
     blind += "hidden window with small `sbatch --test-only` probes (nothing submitted) and says "
     blind += "the longest limit that starts now; `shardwise cluster retime` lowers the queued "

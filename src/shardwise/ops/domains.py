@@ -201,9 +201,8 @@ def _sample(data: DomainData, view: str, weight: str) -> tuple[Sample, tuple[lis
             names = tuple(s.labels.get(name, ()))
             key = (axis, names)
             if key not in remaps:  # usually one label list for the whole run
-                remaps[key] = np.array(
-                    [labels[axis].setdefault(n, len(labels[axis])) for n in names], np.int64
-                )
+                index = labels[axis]
+                remaps[key] = np.array([index.setdefault(n, len(index)) for n in names], np.int64)
             label_maps[axis].append(remaps[key])
     widths = [max(len(d), 1) for d in labels]
     task, cell, value = _rows_of_view(tables, tmaps, label_maps, widths, weight)

@@ -327,9 +327,8 @@ def estimate(pop: Population, sample: Sample) -> Estimate:
     r = np.divide(x.N, x.S, out=np.zeros_like(x.N), where=x.S > 0)
     d2 = np.maximum(x.NN - 2 * r * x.NS + r * r * x.SS, 0.0)
     fpc = np.clip(1 - np.divide(x.m, x.M, out=np.ones_like(x.m), where=x.M > 0), 0, 1)
-    tot_terms = np.divide(
-        fpc * _scale(x) ** 2 * x.m * d2, x.m - 1, out=np.zeros_like(x.m), where=x.m > 1
-    )
+    num = fpc * _scale(x) ** 2 * x.m * d2
+    tot_terms = np.divide(num, x.m - 1, out=np.zeros_like(x.m), where=x.m > 1)
     tot_df = _satterthwaite(tot_terms[:, None], x.m[:, None] - 1.0)[0] if n_groups else np.inf
     tot_half = float(t975(tot_df)) * math.sqrt(float(tot_terms.sum()))
     exact = bool(per_cat.M.size) and bool((per_cat.m >= per_cat.M).all())

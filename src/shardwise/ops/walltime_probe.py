@@ -315,9 +315,8 @@ def _advice(
     best = max((r for r in answered if r.start == first), key=lambda r: r.minutes)
     when = "now" if best.starts_now else f"at {first.replace('T', ' ')}"
     behind = ""
-    if best.label == WINDOW_LABEL and not any(
-        r.starts_now for r in answered if r.method is Method.TEST_ONLY
-    ):
+    tested_now = any(r.starts_now for r in answered if r.method is Method.TEST_ONLY)
+    if best.label == WINDOW_LABEL and not tested_now:
         behind = " (sbatch --test-only found no limit that starts now: it places its test behind "
         behind += "this run's own pending jobs, which wait for the window)"
     instead = f" instead of {own_row.start.replace('T', ' ')}" if own_row and own_row.start else ""

@@ -569,9 +569,8 @@ class Engine:
                     name = clf.spec.name
                     if i < len(half):
                         first = outs[i]
-                        final, need, checks[name] = self._recheck(
-                            clf, stream, order, lengths, first
-                        )
+                        got = self._recheck(clf, stream, order, lengths, first)
+                        final, need, checks[name] = got
                     else:  # the calibration said half precision buys nothing here
                         final, checks[name] = self._fp32_only(clf, stream, order, lengths)
                         first, need = final, np.ones(prepared.docs, bool)

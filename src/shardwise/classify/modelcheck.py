@@ -65,10 +65,8 @@ def classifier_problems(name: str, model: str) -> list[ModelIssue]:
     if not HUB_ID.match(model):
         why = f"no such directory ({path.absolute()}) and not a hub id (owner/name)"
         return [ModelIssue(name, model, why)]
-    return [
-        ModelIssue(name, model, f"no such directory ({path.absolute()}); as a hub id: {p}")
-        for p in _hub_problems(model)
-    ]
+    as_hub = f"no such directory ({path.absolute()}); as a hub id: "
+    return [ModelIssue(name, model, as_hub + p) for p in _hub_problems(model)]
 
 
 def directory_problems(path: Path) -> list[str]:

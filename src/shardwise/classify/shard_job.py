@@ -281,9 +281,8 @@ def _label_file(
     timings = {"read": item.read_s, "tokenize": item.tokenize_s, "infer": infer_s}
     if item.tokens is not None:
         timings["count_tokens"] = item.count_s
-    counts = labelcounts.count_labels(
-        labels.columns, labelcounts.text_bytes(item.docs.texts), *_counted(ctx), tokens=item.tokens
-    )
+    sizes = labelcounts.text_bytes(item.docs.texts)
+    counts = labelcounts.count_labels(labels.columns, sizes, *_counted(ctx), tokens=item.tokens)
     stats = FileStats.of_labelled(
         rel=rel, task_id=task.task_id, shard=shard, size=task.size, docs=len(item.docs),
         timings=timings, engine=labels.stats, device=str(getattr(engine, "device", "")),

@@ -245,9 +245,8 @@ class SharedTokenizer:
             for key in dict.fromkeys(keys):
                 by_hash.setdefault(key.tokenizer_hash, []).append(key)
             for tok_hash, tok_keys in by_hash.items():
-                part, more_fallback, more_verified = self._encode_one(
-                    self.infos[tok_hash], texts, urls, tok_keys
-                )
+                info = self.infos[tok_hash]
+                part, more_fallback, more_verified = self._encode_one(info, texts, urls, tok_keys)
                 streams.update(part)
                 fallback, verified = fallback + more_fallback, verified + more_verified
         return EncodeResult(streams, fallback, verified, time.perf_counter() - started)
@@ -286,10 +285,9 @@ class SharedTokenizer:
                 cut[i] = texts[i]
         # 1 when the text was cut before encoding and words remain after the cut: the text then
         # has more tokens than were encoded (enough to count it as truncated, see below)
-        beyond = [
-            1 if len(c) < len(t) and _WORD.search(t, len(c)) else 0
-            for c, t in zip(cut, texts, strict=True)
-        ]  # a search, not a slice: the rest of a 50 MB text is not copied
+        # (a search, not a slice: the rest of a 50 MB text is not copied)
+        pairs = zip(cut, texts, strict=True)
+        beyond = [1 if len(c) < len(t) and _WORD.search(t, len(c)) else 0 for c, t in pairs]
         url_ids: list[list[int]] = []
         if any(key.input == "url_text" for key in keys):
             unique = list(dict.fromkeys(urls))
@@ -310,10 +308,8 @@ class SharedTokenizer:
                         rows.append(prefix + uid[:room] + suffix)
                     else:
                         rows.append(prefix + uid + tid[: room - len(uid)] + suffix)
-                truncated = [
-                    len(uid) + len(tid) + more > room
-                    for uid, tid, more in zip(url_ids, text_ids, beyond, strict=True)
-                ]
+                zipped = zip(url_ids, text_ids, beyond, strict=True)
+                truncated = [len(u) + len(t) + more > room for u, t, more in zipped]
             else:
                 raise ValueError(f"unknown input kind {key.input!r}")
             out[key] = _pack(rows, info.pad_id, truncated)

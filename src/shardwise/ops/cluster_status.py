@@ -171,10 +171,8 @@ def status_facts(run_dir: Path, *, timeout: float = command.DEFAULT_TIMEOUT) -> 
 def probed_job(mine: dict[str, tuple[queries.Job, tuple[int, ...]]]) -> queries.Job | None:
     """The pending job the walltime probe asks about: the oldest that waits for a
     reservation, else the oldest (SLURM gives untested jobs the reason ``Priority``)."""
-    pending = sorted(
-        (j for j, _ in mine.values() if j.pending),
-        key=lambda j: (j.submit_time or datetime.max, _int(j.id)),
-    )
+    waiting = [j for j, _ in mine.values() if j.pending]
+    pending = sorted(waiting, key=lambda j: (j.submit_time or datetime.max, _int(j.id)))
     reserved = [j for j in pending if walltime_probe.waits_for_reservation(j.reason)]
     return (reserved or pending or [None])[0]
 

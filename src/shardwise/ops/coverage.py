@@ -389,11 +389,8 @@ def effective_tasks(
     shard_span = int(task_shard.max()) + 1
     keys = task_category.astype(np.int64) * shard_span + task_shard
     unique_keys, per_shard = np.unique(keys, return_counts=True)
-    squares = np.bincount(
-        unique_keys // shard_span,
-        weights=per_shard.astype(np.float64) ** 2,
-        minlength=n_categories,
-    )
+    weights = per_shard.astype(np.float64) ** 2
+    squares = np.bincount(unique_keys // shard_span, weights=weights, minlength=n_categories)
     counts = np.bincount(task_category, minlength=n_categories).astype(np.float64)
     return np.divide(counts**2, squares, out=np.zeros(n_categories), where=squares > 0)
 
@@ -453,9 +450,8 @@ class _Tasks:
 def _tasks(state: RunState, f: _Files, category_regex: str | None) -> _Tasks:
     """A task is done when none of its files is left; categories are per task."""
     plan = state.plan
-    tasks = run_plan.task_index(
-        plan, None if category_regex is None else categorize(plan["file"], category_regex)
-    )
+    column = None if category_regex is None else categorize(plan["file"], category_regex)
+    tasks = run_plan.task_index(plan, column)
     codes, n_tasks, names = tasks.file_task, len(tasks), tasks.categories
     task_done = np.bincount(codes, weights=~f.done, minlength=n_tasks) == 0
     task_quarantined = np.bincount(codes, weights=f.quarantined, minlength=n_tasks) > 0

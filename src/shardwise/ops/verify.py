@@ -233,10 +233,9 @@ def _check_complete(
     for shard in sorted(open_shards):
         files = files_by_shard.get(shard, ())
         left = sum(outputs.MARKER.name not in found[rel] and rel not in left_out for rel in files)
-        report.problem(
-            str(markers.shard_marker_path(run_dir, shard)),
-            f"shard {shard} is not done ({left} of {len(files)} file(s) without a marker)",
-        )
+        where = str(markers.shard_marker_path(run_dir, shard))
+        what = f"shard {shard} is not done ({left} of {len(files)} file(s) without a marker)"
+        report.problem(where, what)
 
 
 def _add_checks(report: VerifyReport, checks: list[_FileCheck]) -> dict[str, int | None]:

@@ -111,10 +111,9 @@ class AttributesFile:
         classifiers (dolma mix reads it row by row, by position)."""
         found = []
         if ids is not None and len(self.ids) != len(ids):
-            found.append(
-                f"has {len(self.ids)} rows, the documents {len(ids)}: dolma mix would "
-                + ("fail on it" if len(self.ids) > len(ids) else "leave the rest unlabelled")
-            )
+            rows = len(self.ids)
+            then = "fail on it" if rows > len(ids) else "leave the rest unlabelled"
+            found.append(f"has {rows} rows, the documents {len(ids)}: dolma mix would {then}")
         elif ids is not None and list(self.ids) != ids:
             first = next(i for i, (a, b) in enumerate(zip(self.ids, ids, strict=True)) if a != b)
             found.append(f"ids differ from the documents' at row {first}: {self.ids[first]!r}")

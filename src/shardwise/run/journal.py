@@ -60,11 +60,8 @@ def forget(run_dir: Path, shard: int, files: set[str]) -> None:
     path = journal_path(run_dir, shard)
     if not path.exists():
         return
-    kept = [
-        line
-        for line in path.read_text("utf-8").splitlines()
-        if (entry := _parse(line)) is None or str(entry["file"]) not in files
-    ]
+    lines = path.read_text("utf-8").splitlines()
+    kept = [ln for ln in lines if (entry := _parse(ln)) is None or str(entry["file"]) not in files]
     write_atomic(path, "".join(f"{line}\n" for line in kept).encode("utf-8"))
 
 

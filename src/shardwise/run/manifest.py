@@ -122,10 +122,8 @@ def unsafe_names_message(unsafe: list[tuple[str, str]], limit: int = 20) -> str:
 def build_tasks(files: list[str], files_per_task: int = 1) -> list[Task]:
     """Group sorted files into tasks of ``files_per_task`` consecutive files."""
     files = sorted(files)
-    return [
-        Task("|".join(group), tuple(group))
-        for group in (files[i : i + files_per_task] for i in range(0, len(files), files_per_task))
-    ]
+    groups = (files[i : i + files_per_task] for i in range(0, len(files), files_per_task))
+    return [Task("|".join(group), tuple(group)) for group in groups]
 
 
 @cache

@@ -228,9 +228,8 @@ def summarize(stats: Iterable[dict[str, Any]] | StatsTable) -> Throughput:
     t = _timed(stats)
     if len(t) == 0:
         return Throughput(devices=(), overall=None)
-    names, inverse, counts = np.unique(
-        t.device_name.astype(str), return_inverse=True, return_counts=True
-    )
+    devices = t.device_name.astype(str)
+    names, inverse, counts = np.unique(devices, return_inverse=True, return_counts=True)
     order = sorted(range(names.size), key=lambda i: (-counts[i], names[i]))
     devices = tuple(_device_rate(str(names[i]), t.select(inverse == i)) for i in order)
     return Throughput(devices=devices, overall=_device_rate("all", t))

@@ -13,7 +13,6 @@ def lower_time_limit(
     job_id: str, minutes: int, *, timeout: float = command.DEFAULT_TIMEOUT
 ) -> Answer[bool]:
     """Set the time limit of ``job_id`` to ``minutes``; True when SLURM took it."""
-    reply = command.run(
-        ["scontrol", "update", f"JobId={job_id}", f"TimeLimit={minutes}"], timeout=timeout
-    )
+    argv = ["scontrol", "update", f"JobId={job_id}", f"TimeLimit={minutes}"]
+    reply = command.run(argv, timeout=timeout)
     return Answer(True) if reply.ok else Answer(None, reply.problem, reply.kind)

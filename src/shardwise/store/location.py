@@ -334,9 +334,8 @@ class _RetryingFetcher:
         self.fetcher, self.key, self.policy = fetcher, key, policy
 
     def __call__(self, start: int, end: int) -> bytes:
-        return call(
-            lambda: self.fetcher(start, end), key=f"{self.key} [{start}:{end}]", policy=self.policy
-        )
+        key = f"{self.key} [{start}:{end}]"
+        return call(lambda: self.fetcher(start, end), key=key, policy=self.policy)
 
 
 def _walk_local(root: Path) -> Iterator[tuple[str, os.DirEntry[str]]]:

@@ -210,9 +210,8 @@ class Engine:
         if settings.max_length < 8:
             raise ModelError(f"max_length {settings.max_length} is too small")
         margin = settings.recheck_margin
-        if margin != AUTO and not (
-            isinstance(margin, int | float) and not isinstance(margin, bool) and margin >= 0
-        ):  # also refuses NaN
+        number = isinstance(margin, int | float) and not isinstance(margin, bool)
+        if margin != AUTO and not (number and margin >= 0):  # also refuses NaN
             raise ModelError(f"recheck_margin {margin!r}: expected 'auto' or a number >= 0")
         device = select_device(settings.device)
         capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None

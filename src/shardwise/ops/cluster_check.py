@@ -110,9 +110,8 @@ def _account(request: JobRequest, facts: CheckFacts) -> CheckResult:
     limits = _limits(facts)
     accounts = limits.accounts if limits else ()
     default = limits.default_account if limits else ""
-    hint = f"export {profile.ACCOUNT_ENV}={default or '<account>'}" + (
-        f" (yours: {', '.join(accounts)})" if accounts else ""
-    )
+    hint = f"export {profile.ACCOUNT_ENV}={default or '<account>'}"
+    hint += f" (yours: {', '.join(accounts)})" if accounts else ""
     cfg = facts.config.value or {}
     # unknown (no answer): as strict as a cluster that enforces associations
     required = not facts.config.ok or queries.requires_account(cfg)
@@ -306,9 +305,8 @@ def _partition(
         fit_k = p.max_minutes // max(max_minutes, 1)
         found = f"MaxTime {p.max_minutes} min < K x walltime.max_minutes = {k} x {max_minutes}"
         found += f" = {limit} min"
-        fix = f"walltime.max_minutes: {max(p.max_minutes // max(k, 1), 1)}" + (
-            f", or --group-components classify={fit_k}" if fit_k >= 1 else ""
-        )
+        fix = f"walltime.max_minutes: {max(p.max_minutes // max(k, 1), 1)}"
+        fix += f", or --group-components classify={fit_k}" if fit_k >= 1 else ""
         why = "a group job asking for more pends forever (PartitionTimeLimit)"
         problems.append((found, why, fix))
     if problems:

@@ -127,11 +127,8 @@ def planned(detail: dict[str, str] | None) -> bool:
     if not detail:
         return True
     start = detail.get("StartTime") or ""
-    return (detail.get("Scheduler") or "").startswith("Backfill") or start not in (
-        "",
-        "Unknown",
-        "None",
-    )
+    backfill = (detail.get("Scheduler") or "").startswith("Backfill")
+    return backfill or start not in ("", "Unknown", "None")
 
 
 def waits_for_reservation(reason: str) -> bool:

@@ -456,9 +456,8 @@ class Engine:
             return first, np.zeros(len(first), bool), info
 
         def run_fp32(positions: np.ndarray) -> np.ndarray:
-            (redo,), work = self._fp32_pass(
-                clf, stream, order[positions], lengths[positions], f"{what}, fp32 re-check"
-            )
+            why = f"{what}, fp32 re-check"
+            (redo,), work = self._fp32_pass(clf, stream, order[positions], lengths[positions], why)
             info.work.add(work)
             _require_finite(redo, order[positions], what, " too")
             return redo

@@ -37,10 +37,8 @@ VERBS = (shard_of, demo, plan, classify_shard, walltime, coverage, domains, dolm
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line (every subcommand listed in --help)."""
-    parser = argparse.ArgumentParser(
-        prog="shardwise",
-        description="Hash-sharded GPU labelling of web corpora (Snakemake + SLURM).",
-    )
+    about = "Hash-sharded GPU labelling of web corpora (Snakemake + SLURM)."
+    parser = argparse.ArgumentParser(prog="shardwise", description=about)
     parser.add_argument("--version", action="version", version=f"shardwise {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for verb in VERBS:

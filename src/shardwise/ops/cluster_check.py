@@ -241,10 +241,9 @@ def _status_command(request: JobRequest, facts: CheckFacts) -> CheckResult:  # n
         found = "slurm-status-command squeue; MinJobAge unknown"
         return row(WARN, found, why, "check `scontrol show config | grep MinJobAge`")
     if not squeue_ok:
-        found = (
-            f"slurm-status-command squeue, MinJobAge {age} s < {need} s (3 x slurm-init-seconds-"
-            f"before-status-checks {request.init_seconds}, and > {PLUGIN_MAX_POLL_GAP} s)"
-        )
+        found = f"slurm-status-command squeue, MinJobAge {age} s < {need} s (3 x "
+        found += f"slurm-init-seconds-before-status-checks {request.init_seconds}, and > "
+        found += f"{PLUGIN_MAX_POLL_GAP} s)"
         why = "a job can finish and vanish from squeue between two polls and is then waited "
         why += "for forever (or the plugin quietly switches back to sacct)"
         if accounting:

@@ -132,11 +132,9 @@ def status_facts(run_dir: Path, *, timeout: float = command.DEFAULT_TIMEOUT) -> 
     queue = queries.jobs(user, timeout=timeout)
     cfg = queries.config(timeout=timeout)
     accounting = cfg.ok and queries.accounting_enabled(cfg.value or {})
-    limits: Answer[queries.Limits] = (
-        queries.limits(user, timeout=timeout)
-        if accounting or not cfg.ok
-        else Answer(None, "accounting is off: the submit cap is unknown", "failed")
-    )
+    why = "accounting is off: the submit cap is unknown"
+    off: Answer[queries.Limits] = Answer(None, why, "failed")
+    limits = queries.limits(user, timeout=timeout) if accounting or not cfg.ok else off
     nodes = queries.nodes(timeout=timeout)
     mine = run_jobs(run_dir, queue.value or [], claims.Submitter.recorded(run_dir))
     oldest = probed_job(mine)

@@ -4,7 +4,7 @@ Pure functions of a :class:`~shardwise.ops.coverage.Coverage`; nothing here read
 """
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -316,10 +316,7 @@ def format_markdown(cov: Coverage, *, max_categories: int = 40) -> str:
     return "\n".join(out)
 
 
-FORMATTERS: dict[str, Callable[[Coverage], str]] = {
-    "table": format_table,
-    "markdown": format_markdown,
-}
+FORMATTERS = {"table": format_table, "markdown": format_markdown}
 #: What ``shardwise coverage --format`` takes.
 FORMATS = ("table", "json", "markdown")
 

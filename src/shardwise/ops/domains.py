@@ -574,12 +574,10 @@ def to_weborganizer(d: Domains) -> list[dict[str, Any]]:
     for c in np.flatnonzero(np.nan_to_num(e.share) > 0).tolist():
         domain = [ids[axis][name] for axis, name in enumerate(d.cell_labels[c])]
         entry: dict[str, Any] = {
-            "domain": domain[0] if len(domain) == 1 else domain,
-            "labels": list(d.cell_labels[c]),
+            "domain": domain[0] if len(domain) == 1 else domain, "labels": list(d.cell_labels[c]),
             "tokens": round(float(e.total[c])) if d.weight == "tokens" else None,
-            "documents": docs.get(d.cell_labels[c]),
-            "weight": float(e.share[c]),
-        }
+            "documents": docs.get(d.cell_labels[c]), "weight": float(e.share[c]),
+        }  # fmt: skip
         if not e.exact:
             entry.update(estimated=True, weight_low=float(e.low[c]), weight_high=float(e.high[c]))
         out.append(entry)

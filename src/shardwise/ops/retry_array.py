@@ -71,10 +71,8 @@ def retry(run_dir: Path, *, fmt: Format, max_array_size: int | None) -> Retry:
     """The retry lines of the run in ``run_dir``: its shards not done, in the one meaning
     coverage and domains use (``run/state.py``)."""
     run = state.load(run_dir)
-    pinned = {
-        "total_shards": run.meta.total_shards,
-        "minimum_shard_index": run.meta.minimum_shard_index,
-    }
+    meta = run.meta
+    pinned = {"total_shards": meta.total_shards, "minimum_shard_index": meta.minimum_shard_index}
     missing = missing_shards(run.done.shards, **pinned)
     lines = retry_lines(missing, **pinned, max_array_size=max_array_size, fmt=fmt)
     return Retry(tuple(lines), run.done.unreadable, run.done.stale, len(run.quarantined))

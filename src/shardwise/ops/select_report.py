@@ -157,10 +157,8 @@ def mix_config(
     """The ``dolma mix`` config of the selection, or why there is none."""
     attrs = attributes_root(ctx, sel.name)
     if attrs is None:
-        return None, (
-            "output.dolma is off in this run, so no repeat counts were written where dolma "
-            "mix reads them; the selection is in the files/ Parquet"
-        )
+        why = "output.dolma is off in this run, so no repeat counts were written where dolma "
+        return None, why + "mix reads them; the selection is in the files/ Parquet"
     check_where_dolma_looks(ctx.source, attrs, sel.name)
     most: dict[str, int] = {}
     for record in got.values():

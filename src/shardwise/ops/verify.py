@@ -129,10 +129,8 @@ class VerifyReport:
         out += [f.line("warning") for f in self.warnings]
         out += [f.line("quarantined") for f in self.quarantined]
         over = f"data: over the {self.files_checked} checked file(s): "
-        data = [
-            *quality_lines(self.data_quality, self.rows_checked),
-            *fidelity_lines(self.fidelity),
-        ]
+        quality = quality_lines(self.data_quality, self.rows_checked)
+        data = [*quality, *fidelity_lines(self.fidelity)]
         out += [line.replace("data     ", over, 1) for line in data]
         out.append(self.summary())
         return out

@@ -74,9 +74,7 @@ def count_labels(
     ``<name>_label`` columns, row-aligned with ``nbytes`` (and ``tokens`` when counted)."""
     nbytes = np.asarray(nbytes, dtype=np.float64)
     weights = [nbytes] + ([np.asarray(tokens, dtype=np.float64)] if tokens is not None else [])
-    ids: dict[str, tuple[np.ndarray, list[str]]] = {
-        name: _ids_and_names(columns, name) for name in classifiers
-    }
+    ids = {name: _ids_and_names(columns, name) for name in classifiers}
     for name, (label_ids, _) in ids.items():
         if label_ids.size != nbytes.size:
             msg = f"{name}: {label_ids.size} labels for {nbytes.size} texts"

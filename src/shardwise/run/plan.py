@@ -52,8 +52,7 @@ class PlanSummary:
             ("total_shards", self.shards_total, meta.total_shards),
             ("minimum_shard_index", self.minimum_shard_index, meta.minimum_shard_index),
             ("files_per_task", self.files_per_task, meta.files_per_task),
-            ("fingerprint", self.fingerprint, meta.fingerprint),
-        )
+            ("fingerprint", self.fingerprint, meta.fingerprint))  # fmt: skip
         return [f"{name} {ours!r} != {theirs!r}" for name, ours, theirs in pinned
                 if ours is not None and ours != theirs]  # fmt: skip
 

@@ -38,11 +38,9 @@ def label_columns(
     label_ids = probs.argmax(axis=1).astype(np.int32)
     scores = probs[np.arange(len(probs)), label_ids].astype(np.float32)
     names = pa.array(list(labels), type=pa.string())
-    columns = {
-        f"{name}_label": names.take(pa.array(label_ids, type=pa.int32())),
-        f"{name}_label_id": pa.array(label_ids, type=pa.int32()),
-        f"{name}_score": pa.array(scores, type=pa.float32()),
-    }
+    ids = pa.array(label_ids, type=pa.int32())
+    columns = {f"{name}_label": names.take(ids), f"{name}_label_id": ids,
+               f"{name}_score": pa.array(scores, type=pa.float32())}  # fmt: skip
     if with_probs:
         flat = pa.array(probs.astype(np.float16).reshape(-1), type=pa.float16())
         offsets = pa.array(np.arange(len(probs) + 1, dtype=np.int32) * probs.shape[1], pa.int32())

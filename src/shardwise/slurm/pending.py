@@ -44,9 +44,6 @@ def explain(reason: str) -> Explanation:
     for pattern, meaning, action, never in _table():
         if pattern.search(text):
             return Explanation(text, meaning, action, True, never)
-    return Explanation(
-        text or "(none)",
-        f"SLURM's reason, shown as it is: shardwise has no explanation for it ({SCHEDMD}).",
-        "Look it up in SchedMD's 'Job Reason Codes'.",
-        known=False,
-    )
+    meaning = f"SLURM's reason, shown as it is: shardwise has no explanation for it ({SCHEDMD})."
+    action = "Look it up in SchedMD's 'Job Reason Codes'."
+    return Explanation(text or "(none)", meaning, action, known=False)

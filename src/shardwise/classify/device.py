@@ -43,10 +43,9 @@ def _no_cuda_reason() -> str:
     """Why torch cannot use CUDA here, naming ``torch.version.cuda``."""
     built = torch.version.cuda
     if built is None:
-        return (
-            f"torch {torch.__version__} is a CPU-only build (torch.version.cuda=None); install a "
-            "CUDA build of torch in the job's environment (README: 'A CUDA build of torch')"
-        )
+        text = f"torch {torch.__version__} is a CPU-only build (torch.version.cuda=None); install "
+        text += "a CUDA build of torch in the job's environment (README: 'A CUDA build of "
+        return text + "torch')"
     text = f"torch {torch.__version__} was built for CUDA {built} (torch.version.cuda={built!r}) "
     text += "but finds no usable GPU: the node's driver may be older than that CUDA version or the "
     text += "device is not visible to the job (run nvidia-smi in a job on that node)"

@@ -526,11 +526,9 @@ class Engine:
         host = socket.gethostname()
         text = f"{self.device} ({self.device_name}) on host {host}: {type(exc).__name__}: {exc}"
         if self.device.type == "cuda":
-            text += (
-                "; CUDA errors like this usually mean a faulty GPU or driver: the shard will be "
-                f"retried, and if it fails on {host} again keep jobs off that node "
-                f"(sbatch --exclude={host}) and tell the cluster's admins"
-            )
+            text += "; CUDA errors like this usually mean a faulty GPU or driver: the shard "
+            text += f"will be retried, and if it fails on {host} again keep jobs off that node "
+            text += f"(sbatch --exclude={host}) and tell the cluster's admins"
         return text
 
     def _infer(self, prepared: Prepared) -> Inference:

@@ -39,11 +39,9 @@ class Exported:
 
     def line(self) -> str:
         """One line for the console."""
-        return (
-            f"dolma attributes under {self.root}: {self.written:,} written, {self.present:,} "
-            f"already there, {self.not_jsonl:,} Parquet file(s) skipped (dolma reads JSON Lines "
-            f"only), {self.unlabelled:,} file(s) not labelled yet"
-        )
+        text = f"dolma attributes under {self.root}: {self.written:,} written, {self.present:,} "
+        text += f"already there, {self.not_jsonl:,} Parquet file(s) skipped (dolma reads JSON "
+        return text + f"Lines only), {self.unlabelled:,} file(s) not labelled yet"
 
 
 def attributes_of(ctx: JobContext) -> Location:

@@ -115,13 +115,11 @@ class VerifyReport:
         """The last line the CLI prints."""
         verdict = "OK" if self.ok else "FAILED"
         sampled = f" (sample {self.sample:g})" if self.sample < 1 else ""
-        return (
-            f"verify {verdict}: {len(self.problems)} problem(s), {len(self.warnings)} "
-            f"warning(s) in {self.run_dir}; shards done {self.shards_done}/{self.shards_total}, "
-            f"files marked {self.files_marked}/{self.files_planned}, quarantined "
-            f"{self.files_quarantined}, contents checked {self.files_checked}{sampled} "
-            f"({self.rows_checked} rows), orphans {self.orphans}"
-        )
+        text = f"verify {verdict}: {len(self.problems)} problem(s), {len(self.warnings)} "
+        text += f"warning(s) in {self.run_dir}; shards done {self.shards_done}/"
+        text += f"{self.shards_total}, files marked {self.files_marked}/{self.files_planned}, "
+        text += f"quarantined {self.files_quarantined}, contents checked {self.files_checked}"
+        return text + f"{sampled} ({self.rows_checked} rows), orphans {self.orphans}"
 
     def lines(self) -> list[str]:
         """Every finding as one line (problems first), the data totals, then the summary."""

@@ -37,10 +37,8 @@ class Runtime:
     def explain(self) -> str:
         """One line for ``shardwise walltime``."""
         source = "measured p10" if self.measured else "configured default"
-        return (
-            f"shard {self.shard}: {self.bytes / 1e6:.1f} MB at {self.rate_bytes_per_s / 1e6:.3f} "
-            f"MB/s ({source}) -> {self.minutes} min"
-        )
+        rate = f"{self.rate_bytes_per_s / 1e6:.3f} MB/s ({source})"
+        return f"shard {self.shard}: {self.bytes / 1e6:.1f} MB at {rate} -> {self.minutes} min"
 
 
 def minutes_for(

@@ -547,11 +547,9 @@ class CheckRun:
         lines += ["", f"{overall(self.found)}: {n[OK]} ok, {n[WARN]} warn, {n[FAIL]} fail"]
         if self.overlay_path:
             extra = " ".join(f"--profile {p}" for p in self.profiles)
-            lines += [
-                "",
-                f"wrote {self.overlay_path} ({len(self.overlay_values or {})} key(s)); use: "
-                f"snakemake {extra} --profile {Path(self.overlay_path).parent} ...",
-            ]
+            wrote = f"wrote {self.overlay_path} ({len(self.overlay_values or {})} key(s)); use: "
+            use = f"snakemake {extra} --profile {Path(self.overlay_path).parent} ..."
+            lines += ["", wrote + use]
         return "\n".join(lines)
 
 

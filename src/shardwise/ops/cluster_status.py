@@ -458,11 +458,8 @@ def _job_lines(status: Status) -> list[str]:
     if not status.jobs:
         return []
     pw = max(len("partition"), *(len(j.partition) for j in status.jobs))
-    lines = [
-        "",
-        f"{'job':<9} {'state':<10} {'shards':<13} GPUs  {'limit':<7} {'partition':<{pw}}  "
-        "started / pending reason",
-    ]
+    head = f"{'job':<9} {'state':<10} {'shards':<13} GPUs  {'limit':<7} {'partition':<{pw}}  "
+    lines = ["", head + "started / pending reason"]
     for j in status.jobs:
         tail = j.reason if j.state == "PENDING" else f"{j.started or j.submitted} on {j.nodes}"
         limit = f"{j.time_limit_minutes}m" if j.time_limit_minutes else "?"
@@ -476,12 +473,9 @@ def _probe_lines(pr: Probe) -> list[str]:
     """Would a shorter walltime start now: one row per limit asked about, then the advice."""
     blind = any(r.method is walltime_probe.Method.INFERRED for r in pr.rows)
     sources = "small test jobs for the hidden window" if blind else "the visible windows"
-    lines = [
-        "",
-        f"would a shorter walltime start now? (pending job {pr.job_id}, "
-        f"{pr.shards} shard(s), submitted {pr.submitted}; sbatch --test-only and "
-        f"{sources}, nothing submitted)",
-    ]
+    head = f"would a shorter walltime start now? (pending job {pr.job_id}, {pr.shards} shard(s), "
+    head += f"submitted {pr.submitted}; sbatch --test-only and {sources}, nothing submitted)"
+    lines = ["", head]
     for r in pr.rows:
         when = r.start.replace("T", " ") if r.start else f"? {r.problem}"
         when = "now" if r.starts_now else when

@@ -120,12 +120,10 @@ def lines(r: Report, *, top: int | None = TOP) -> list[str]:
     or a selection (largest target first)."""
     scope = f" [from what is labelled: {r.labelled_tasks:,} of {r.population_tasks:,} tasks]"
     scope = scope if r.partial else ""
-    head = [
-        f"selection {r.name!r}: {human_count(r.selected_tokens)} tokens selected of a "
-        f"{human_count(r.budget_tokens)} budget ({r.selected_tokens / r.budget_tokens:.1%}), "
-        f"{r.selected_docs:,} documents, {r.copies:,} with repeats (cap {r.max_repeat}, "
-        f"seed {r.seed}){scope}",
-    ]
+    text = f"selection {r.name!r}: {human_count(r.selected_tokens)} tokens selected of a "
+    text += f"{human_count(r.budget_tokens)} budget ({r.selected_tokens / r.budget_tokens:.1%}), "
+    text += f"{r.selected_docs:,} documents, {r.copies:,} with repeats (cap {r.max_repeat}, "
+    head = [f"{text}seed {r.seed}){scope}"]
     if not r.complete:
         text = f"  {r.shards_selected:,} of {r.shards_planned:,} shard(s) selected so far: the "
         text += "figures below grow until all are (shardwise select --name or snakemake select_all)"

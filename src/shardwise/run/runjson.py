@@ -300,14 +300,10 @@ def check_copies(
     if not {name for name, _, _ in diffs} <= INPUT_SET_FIELDS:
         unfinished = "An interrupted `shardwise plan --repin` leaves them so: run it again to "
         unfinished += "finish it (possible while nothing is labelled)"
-    lines = [
-        f"the two run.json copies disagree (run directory -> output root: {local.where} -> "
-        f"{output.where}):",
-        *change_lines(diffs),
-        f"{unfinished}. Otherwise keep the {trust.which} copy ({trust.why}): `shardwise verify "
-        f"--run-dir {run_dir} --repair` restores the other from it; then run with the "
-        "settings it pins.",
-    ]
+    head = f"the two run.json copies disagree (run directory -> output root: {local.where} -> "
+    tail = f"{unfinished}. Otherwise keep the {trust.which} copy ({trust.why}): `shardwise verify "
+    tail += f"--run-dir {run_dir} --repair` restores the other from it; then run with the "
+    lines = [f"{head}{output.where}):", *change_lines(diffs), tail + "settings it pins."]
     raise RunMismatchError("\n".join(lines))
 
 

@@ -532,11 +532,9 @@ class CheckRun:
         """One row per finding (WARN and FAIL add why and the fix), and how to use a
         written overlay."""
         config = self.configfile or "(schema defaults)"
-        lines = [
-            f"shardwise cluster check: profile {' + '.join(self.profiles)}, config {config}; "
-            f"K={self.request.group_components} x walltime.max_minutes={self.max_minutes} min",
-            "",
-        ]
+        head = f"shardwise cluster check: profile {' + '.join(self.profiles)}, config {config}; "
+        head += f"K={self.request.group_components} x walltime.max_minutes={self.max_minutes} min"
+        lines = [head, ""]
         width = max((len(f.check) for f in self.found), default=5)
         pad = " " * (width + 8)
         for f in self.found:

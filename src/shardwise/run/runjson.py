@@ -143,10 +143,9 @@ def check_same(
         added, removed = task_change()
         lines.append(f"  input set changed: {added} task(s) added, {removed} removed")
     if hints is None or not {name for name, _, _ in diffs} <= INPUT_SET_FIELDS:
-        lines.append(  # the input set alone may change under the same pin (plan --extend)
-            "A run directory holds one logical run: use a new run_dir (and output) for a "
-            "new assignment, or restore the original settings and input."
-        )
+        # the input set alone may change under the same pin (plan --extend)
+        one_run = "A run directory holds one logical run: use a new run_dir (and output) for a "
+        lines.append(one_run + "new assignment, or restore the original settings and input.")
     if hints is not None:
         lines += hints(diffs)
     raise RunMismatchError("\n".join(lines))

@@ -310,7 +310,6 @@ def estimate(pop: Population, sample: Sample) -> Estimate:
     low, high = _interval(p, var, df, k=k, kf=kf, m=m_cov, M=M_cov, docs=float(x.D.sum()))
     if not per_cat.m.any() and C:
         p, low, high = np.full(C, np.nan), np.zeros(C), np.ones(C)
-
     # Categories without a labelled task: weight by the covered documents per byte.
     B_unc = float(per_cat.B[uncovered].sum()) if uncovered else 0.0
     ratio = float(x.N.sum() / x.S.sum()) if x.S.sum() > 0 else math.nan
@@ -322,7 +321,6 @@ def estimate(pop: Population, sample: Sample) -> Estimate:
     if W > 0:
         low, high = (1 - W) * low, (1 - W) * high + W
     corpus = T + (T_unc if math.isfinite(T_unc) else 0.0)
-
     # The corpus total: a ratio estimate of documents per input byte, per stratum.
     r = np.divide(x.N, x.S, out=np.zeros_like(x.N), where=x.S > 0)
     d2 = np.maximum(x.NN - 2 * r * x.NS + r * r * x.SS, 0.0)

@@ -1,10 +1,10 @@
 """Input files changed in place after they were labelled: ``<run_dir>/changed.json``.
 
-A file rewritten under the same name keeps its markers: its labels would describe content
+A file rewritten under the same name keeps its markers, yet its labels describe content
 that no longer exists. The plan records each file's identity (size and mtime, or ETag: free
-with the listing); every relisting dry run records here the labelled files whose identity
-changed (``{format_version, checked_at, files: {rel: {planned, now}}}``), for coverage.
-``verify`` offers the two ways on: relabel (``--repair``) or keep (``--accept-changed``).
+with the listing); each relisting dry run records here the labelled files whose identity
+changed, for coverage; ``verify --repair`` relabels them, ``--accept-changed`` keeps their
+labels.
 """
 
 import json

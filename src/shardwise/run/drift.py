@@ -2,8 +2,7 @@
 
 A corpus that grows or shrinks moves no planned task (the assignment is per task), and
 ``shardwise plan --extend`` takes the new set in. Until then every relisting dry run
-refuses, naming the files, and records them here, so that coverage says so without
-listing the input: ``{format_version, checked_at, added_files, gone_files}``.
+refuses, naming the files, and records them here: coverage says so without a listing.
 """
 
 from collections.abc import Collection

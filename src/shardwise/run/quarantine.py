@@ -2,9 +2,8 @@
 
 A broken file nobody can re-fetch would otherwise fail its shard forever, and removing it
 changes the pinned input set. Quarantined, it stays in the plan (no task moves), gets no
-labels, its shard can finish, and every view lists it apart with its reason:
-``{"format_version": 1, "files": {"<rel>": {"reason", "at", "by"}}}``. Releasing a file
-reopens its shard, so the next ``snakemake`` labels it.
+labels, its shard can finish, and every view lists it apart with its reason. Releasing a
+file reopens its shard, so the next ``snakemake`` labels it.
 """
 
 import contextlib

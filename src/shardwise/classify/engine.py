@@ -224,7 +224,7 @@ class Engine:
         loaded_by_ref: dict[str, LoadedClassifier] = {}
         fp32: dict[str, LoadedClassifier] = {}
         infos: dict[str, TokenizerInfo] = {}
-        classifiers: list[_Classifier] = []
+        classifiers = []
         for spec in specs:
             loaded = loaded_by_ref.get(spec.model)
             if loaded is None:
@@ -236,9 +236,7 @@ class Engine:
             tokenizer = loaded.tokenizer_hash
             if tokenizer not in infos:
                 infos[tokenizer] = TokenizerInfo.from_tokenizer(loaded.tokenizer, tokenizer)
-            max_length = settings.max_length
-            if loaded.max_positions:
-                max_length = min(max_length, int(loaded.max_positions))
+            max_length = min(settings.max_length, int(loaded.max_positions or settings.max_length))
             key = StreamKey(tokenizer, spec.input, max_length)
             key_mask_4d = getattr(loaded.model.config, "model_type", "") == "gte"
             classifiers.append(_Classifier(spec, loaded, key, key_mask_4d))

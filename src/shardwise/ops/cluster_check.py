@@ -429,31 +429,23 @@ def overlay(
         out["jobs"] = max(1, math.floor(cap * (1 - HEADROOM)))
     if by["status_command"].status != OK:
         out.update(dict(by["status_command"].sets))
-    ex = by.get("exclude")
-    if ex is not None and ex.status == FAIL:
+    failed = {f.check for f in found if f.status == FAIL}
+    if "exclude" in failed:
         known = {n.name for n in facts.nodes.value or []}
         out["slurm-exclude-failed-nodes"] = ",".join(n for n in request.exclude if n in known)
     set_resources = {k: dict(v or {}) for k, v in (raw.get("set-resources") or {}).items()}
     classify = set_resources.setdefault(profile.RULE, {})
-    changed = False
-    if any(f.check == "partition" and f.status == FAIL for f in found) and facts.nodes.ok:
-        good = _good_partitions(request, facts, max_minutes)
-        if good:
-            classify["slurm_partition"] = profile.quoted(",".join(good))
-            changed = True
-    con = by.get("constraint")
-    if con is not None and con.status == FAIL:
+    good = _good_partitions(request, facts, max_minutes) if facts.nodes.ok else []
+    if "partition" in failed and good:
+        classify["slurm_partition"] = profile.quoted(",".join(good))
+    if "constraint" in failed:
         classify["constraint"] = profile.quoted("")  # sbatch -C '' = no constraint
-        changed = True
-    if changed:
+    if ("partition" in failed and good) or "constraint" in failed:
         out["set-resources"] = set_resources
-    acc = by["account"]
-    if acc.status == FAIL and facts.limits.ok and facts.limits.value:
-        default = facts.limits.value.default_account
-        if default:
-            defaults = dict(raw.get("default-resources") or {})
-            defaults["slurm_account"] = profile.quoted(default)
-            out["default-resources"] = defaults
+    default = facts.limits.value.default_account if facts.limits.ok and facts.limits.value else ""
+    if "account" in failed and default:
+        defaults = dict(raw.get("default-resources") or {})
+        out["default-resources"] = {**defaults, "slurm_account": profile.quoted(default)}
     return out
 
 

@@ -48,8 +48,7 @@ def _no_cuda_reason() -> str:
         return text + "torch')"
     text = f"torch {torch.__version__} was built for CUDA {built} (torch.version.cuda={built!r}) "
     text += "but finds no usable GPU: the node's driver may be older than that CUDA version or the "
-    text += "device is not visible to the job (run nvidia-smi in a job on that node)"
-    return text
+    return text + "device is not visible to the job (run nvidia-smi in a job on that node)"
 
 
 def select_device(

@@ -80,8 +80,7 @@ class ShardReport:
 def quarantine_hint(run_dir: Path) -> str:
     """How to leave out a file that cannot be fixed (said with every file failure)."""
     text = "A file that cannot be fixed can be left out: "
-    text += f"`shardwise quarantine --run-dir {run_dir} FILE --reason TEXT`."
-    return text
+    return text + f"`shardwise quarantine --run-dir {run_dir} FILE --reason TEXT`."
 
 
 def shard_files(run_dir: Path, shard: int) -> list[FileTask]:

@@ -341,8 +341,7 @@ def status_line(d: Domains) -> str:
     if e.exact:
         return f"exact: all {e.tasks_total:,} tasks labelled"
     text = f"estimated from {e.tasks_labelled:,} of {e.tasks_total:,} tasks "
-    text += f"({d.percent_done:.1f}% done), 95% CI ±{100 * e.half_width:.1f} points at most"
-    return text
+    return text + f"({d.percent_done:.1f}% done), 95% CI ±{100 * e.half_width:.1f} points at most"
 
 
 def summary_lines(d: Domains) -> list[str]:
@@ -366,8 +365,7 @@ def summary_lines(d: Domains) -> list[str]:
         text = f"unseen   {unseen:,} of the {e.share.size:,} {TIMES.join(d.axes)} cells are in no "
         text += f"labelled task: each is below {_pct(e.unseen_upper)} (95%)"
         lines.append(text)
-    lines += [f"note     {n}" for n in d.notes]
-    return lines
+    return lines + [f"note     {n}" for n in d.notes]
 
 
 def _order(d: Domains, share: np.ndarray) -> np.ndarray:

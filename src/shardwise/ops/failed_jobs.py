@@ -61,8 +61,7 @@ class FailureLog:
         if len(shards) == 1:
             return f"shard {shard} failed: {cause.reason}"
         text = f"shard {shard} failed: the same reason as shard {shards[0]} "
-        text += f"({len(shards):,} shards so far)"
-        return text
+        return text + f"({len(shards):,} shards so far)"
 
     def should_stop(self, done_now: set[int]) -> str | None:
         """The shared reason to stop the run for, or None to go on."""

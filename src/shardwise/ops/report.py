@@ -279,8 +279,7 @@ def _rates_html(cov: coverage.Coverage) -> str:
         return ""
     text = "<h2>Throughput per GPU type</h2><table><tr><th>GPU</th><th>files</th>"
     text += "<th>docs/s p10</th><th>median</th><th>p90</th><th>files/h per GPU</th></tr>"
-    text += f"{rows}</table>"
-    return text
+    return text + f"{rows}</table>"
 
 
 def _quarantine_html(cov: coverage.Coverage) -> str:

@@ -294,8 +294,7 @@ def _advice(
         if reserved and window is None:
             why = hidden.problem if hidden is not None and not hidden.ok else "no answer"
             text = f"the job waits for a reservation ({job.reason}) that is hidden from you, and "
-            text += f"it could not be located ({why}): ask the site when maintenance starts"
-            return text
+            return text + f"it could not be located ({why}): ask the site when maintenance starts"
         return located + "sbatch --test-only gave no answer; see the problems above"
     own_row = next((r for r in answered if r.minutes == own), None)
     if own_row is not None and own_row.starts_now:
@@ -305,8 +304,7 @@ def _advice(
         if reserved:
             text = f"the job waits for a reservation ({job.reason}), yet no shorter limit was "
             text += "found that starts earlier: the window may already be open, or its nodes "
-            text += "are busy; see the pending reason"
-            return text
+            return text + "are busy; see the pending reason"
         why = "the wait is not about time (see the pending reason)"
         return f"no shorter walltime starts earlier: {why}"
     best = max((r for r in answered if r.start == first), key=lambda r: r.minutes)
@@ -326,5 +324,4 @@ def _advice(
     text += f"(yours asks for {own} min for {shards} shard(s)): shorten the queued jobs in place "
     text += f"with `shardwise cluster retime --run-dir {run_dir} --max-minutes {best.minutes}` "
     text += "(decrease only; a shard cut short resumes on its retry), and for the next "
-    text += f"submissions set {' or '.join(options)}"
-    return text
+    return text + f"submissions set {' or '.join(options)}"

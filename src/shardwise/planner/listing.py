@@ -64,13 +64,11 @@ def _empty_input_message(source: Location) -> str:
     """Why a listing came back empty, in the terms of the config (input.uri)."""
     if source.remote:
         text = f"nothing under input.uri {source.uri}: check the bucket and prefix, and that "
-        text += "the credentials may list it"
-        return text
+        return text + "the credentials may list it"
     root = Path(source.root)
     if not root.exists():
         text = f"input.uri {source.uri}: the folder {root} does not exist "
-        text += f"(relative paths are relative to the working directory, {Path.cwd()})"
-        return text
+        return text + f"(relative paths are relative to the working directory, {Path.cwd()})"
     if not root.is_dir():
         return f"input.uri {source.uri}: {root} is a file, not a folder"
     return f"input.uri {source.uri}: the folder {root} holds no files"

@@ -274,8 +274,7 @@ def _refusal(path: Path, other: Claim, verdict: Verdict) -> str:
         tail = f"it cannot be checked from here ({verdict.why}); if that process is gone, "
         tail += f"delete {path} and run again"
     text = f"shard {other.shard} is claimed by {other.holder()} since {other.started_at} "
-    text += f"({path}); {tail}. This job stopped without touching any output."
-    return text
+    return text + f"({path}); {tail}. This job stopped without touching any output."
 
 
 def _remove_if_same(path: Path, stale: Claim) -> None:

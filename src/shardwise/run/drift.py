@@ -67,8 +67,7 @@ class InputDrift:
             return f"{n:,} {what} ({shown})" if n else f"0 {what}"
 
         text = f"{part(self.added, self.added_examples, 'file(s) added')}, "
-        text += f"{part(self.gone, self.gone_examples, 'planned file(s) gone')}"
-        return text
+        return text + f"{part(self.gone, self.gone_examples, 'planned file(s) gone')}"
 
     def lines(self, configfile: str = "<config>") -> list[str]:
         """The operator's line: what changed, and the one command that takes it in."""

@@ -140,8 +140,7 @@ def field_advice(
     hint = f" Did you mean {close[0]!r}?" if close else ""
     listed = ", ".join(found[:40]) + (f", ... ({len(found)} in all)" if len(found) > 40 else "")
     text = f"fields found: {listed or '(none)'}.{hint} Fix {config_key} in the config and run "
-    text += f"again ({kept})."
-    return text
+    return text + f"again ({kept})."
 
 
 def check_fields(
@@ -445,8 +444,7 @@ def _one_document(where: str, lineno: int) -> str:
         return ""
     text = ". It looks like one JSON document, not JSON Lines: shardwise reads .json, "
     text += ".json.gz and .json.zst as JSON Lines (one object per line, as Dolma writes them). "
-    text += "Convert it to one object per line, or leave it out with input.glob"
-    return text
+    return text + "Convert it to one object per line, or leave it out with input.glob"
 
 
 _JSON_NAME = re.compile(r"\.json(\.gz|\.zst)?$")

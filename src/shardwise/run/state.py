@@ -100,5 +100,4 @@ def copies_disagree(run_dir: Path, meta: runjson.RunMeta, theirs: runjson.Copy |
     changed = "; ".join(f"{name} {a!r} -> {b!r}" for name, a, b in diffs)
     text = f"the two run.json copies disagree (run directory -> output root: {changed}); keep "
     text += f"the {trust.which} ({trust.why}): `shardwise verify --run-dir {run_dir} --repair` "
-    text += "restores the other from it"
-    return text
+    return text + "restores the other from it"

@@ -129,8 +129,7 @@ def no_credentials_message(key: str) -> str:
     text = f"{key}: no S3 credentials found. Put them in the environment "
     text += "(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY) or in ~/.aws/credentials (a named "
     text += "profile: storage.profile in the config); storage.anon: true reads a public "
-    text += "bucket without any. Credentials never go in the config or the URL."
-    return text
+    return text + "bucket without any. Credentials never go in the config or the URL."
 
 
 def describe(exc: BaseException) -> str:

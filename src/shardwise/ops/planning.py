@@ -15,4 +15,4 @@ def report_lines(info: RunInfo) -> list[str]:
     headline = domains.headline(info.run_dir)  # the largest topics and formats so far
     if headline:
         lines.append(headline)
-    return lines + info.in_flight_lines
+    return [*lines, *info.in_flight_lines]

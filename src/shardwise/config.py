@@ -78,8 +78,7 @@ class StorageOptions:
                 raise ConfigError(msg)
         if self.addressing_style not in _ADDRESSING_STYLES:
             msg = f"storage.addressing_style: {self.addressing_style!r} is not one of "
-            msg += f"{list(_ADDRESSING_STYLES)}"
-            raise ConfigError(msg)
+            raise ConfigError(msg + f"{list(_ADDRESSING_STYLES)}")
         if self.endpoint_url is not None:
             reject_credentials_in_url(self.endpoint_url, "storage.endpoint_url")
 
@@ -222,8 +221,7 @@ def _check_regex(pattern: str) -> None:
         default = schema()["properties"]["input"]["properties"]["category_regex"]["default"]
         msg = f"config input.category_regex: {pattern!r} is not a valid regular expression "
         msg += f"({e}); fix it, or drop the key for the default {default!r} "
-        msg += "(the first two path components)"
-        raise ConfigError(msg) from e
+        raise ConfigError(msg + "(the first two path components)") from e
 
 
 def _check_precision(inference: dict[str, Any]) -> None:
@@ -276,8 +274,7 @@ class DolmaSettings:
             msg = f"config output.dolma: input.uri {cfg['input']['uri']!r} does not end in "
             msg += "/documents, so the attributes have no default place: set output.dolma.uri. "
             msg += "(dolma mix finds attributes only at <root>/attributes/<name>/<rel> beside "
-            msg += "<root>/documents/<rel>.)"
-            raise ConfigError(msg)
+            raise ConfigError(msg + "<root>/documents/<rel>.)")
         return cls(name, f"{parent}/attributes/{name}" if parent else f"attributes/{name}")
 
 
@@ -364,8 +361,7 @@ def check_shard_count(total_shards: int, tasks: int) -> None:
         why = f"at least {total_shards - tasks:,} of them would be empty"
         fix = f"e.g. {min(tasks, ceiling):,} for one task per shard"
     msg = f"config sharding.total_shards: {total_shards:,} for {tasks:,} task(s): {why}; "
-    msg += f"{cost}. Set it to at most {ceiling:,} ({fix}); nothing was pinned"
-    raise ConfigError(msg)
+    raise ConfigError(msg + f"{cost}. Set it to at most {ceiling:,} ({fix}); nothing was pinned")
 
 
 def resolve_pairs(names: Sequence[str], pairs: Sequence[Sequence[str]] | None) -> list[Pair]:
@@ -384,8 +380,7 @@ def resolve_pairs(names: Sequence[str], pairs: Sequence[Sequence[str]] | None) -
         unknown = [n for n in (a, b) if n not in known]
         if unknown:
             msg = f"config domains.pairs[{i}]: {a},{b} names unknown classifier(s) "
-            msg += f"{', '.join(unknown)}; the classifiers are {', '.join(known)}"
-            raise ConfigError(msg)
+            raise ConfigError(msg + f"{', '.join(unknown)}; the classifiers are {', '.join(known)}")
         if a == b:
             msg = f"config domains.pairs[{i}]: {a},{b} pairs a classifier with itself"
             raise ConfigError(msg)

@@ -66,8 +66,7 @@ def select_device(
                 given = ", ".join(f"{k}={v}" for k, v in assigned.items())
                 text = f"inference device 'auto': this job was given GPU(s) ({given}) but "
                 text += f"{_no_cuda_reason()}; or set inference.device: cpu to run on the CPU on "
-                text += "purpose"
-                raise ModelError(text)
+                raise ModelError(text + "purpose")
             return torch.device("cpu")
     if value == "cpu":
         return torch.device("cpu")

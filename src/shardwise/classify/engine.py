@@ -205,8 +205,7 @@ class Engine:
         for spec in specs:
             if spec.input not in INPUT_KINDS:
                 msg = f"model {spec.model!r} ({spec.name}): input {spec.input!r} "
-                msg += f"is not one of {list(INPUT_KINDS)}"
-                raise ModelError(msg)
+                raise ModelError(msg + f"is not one of {list(INPUT_KINDS)}")
         if settings.max_length < 8:
             raise ModelError(f"max_length {settings.max_length} is too small")
         margin = settings.recheck_margin

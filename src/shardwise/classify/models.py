@@ -97,8 +97,7 @@ def rewrite_new_config(config: dict[str, Any], model: str = "<config>") -> dict[
     for key, allowed in _NEW_SUPPORTED.items():
         if key in out and out[key] not in allowed:
             msg = f"model {model!r}: {key}={out[key]!r} is not supported by the native GTE "
-            msg += f"(supported: {list(allowed)})"
-            raise ModelError(msg)
+            raise ModelError(msg + f"(supported: {list(allowed)})")
     try:
         hidden = int(out["hidden_size"])
         heads = int(out["num_attention_heads"])
@@ -113,8 +112,7 @@ def rewrite_new_config(config: dict[str, Any], model: str = "<config>") -> dict[
         kind = scaling.get("type", scaling.get("rope_type"))
         if kind != "ntk" or scaling.get("mixed_b") is not None:
             msg = f"model {model!r}: rope_scaling {scaling!r} is not supported "
-            msg += "(only fixed NTK scaling, type 'ntk' without mixed_b)"
-            raise ModelError(msg)
+            raise ModelError(msg + "(only fixed NTK scaling, type 'ntk' without mixed_b)")
         factor = float(scaling["factor"])
         rope = {"rope_type": "linear", "rope_theta": theta * factor,
                 "factor": factor ** (2.0 / head_dim)}  # fmt: skip
@@ -153,8 +151,7 @@ def prepare_load_dir(
         return source, False
     if "ForSequenceClassification" not in " ".join(config.get("architectures") or []):
         msg = f"model {model!r}: 'new'-format checkpoint is not a sequence classifier "
-        msg += f"(architectures={config.get('architectures')!r})"
-        raise ModelError(msg)
+        raise ModelError(msg + f"(architectures={config.get('architectures')!r})")
     rewritten = rewrite_new_config(config, model)
     text = json.dumps(rewritten, indent=2, sort_keys=True) + "\n"
     key = hashlib.sha256(f"{source.resolve()}\n{text}".encode()).hexdigest()[:16]

@@ -42,8 +42,7 @@ class TokenCounter:
         except Exception as exc:  # tokenizers raises its own exception types
             msg = f"config domains.tokenizer {source!r}: cannot load {where}/tokenizer.json "
             msg += f"({exc}); give a directory or hub id of a fast tokenizer (save_pretrained "
-            msg += "writes tokenizer.json)"
-            raise ModelError(msg) from exc
+            raise ModelError(msg + "writes tokenizer.json)") from exc
         backend.no_truncation()
         backend.no_padding()
         return cls(backend, backend_hash(backend), source)

@@ -37,6 +37,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"shardwise: {e}", file=sys.stderr)
         return EXIT_INTERRUPTED
     msg = f"shard {report.shard}: {report.files} file(s), {report.labelled} labelled, "
-    msg += f"{report.skipped} already done, {report.docs} docs"
-    print(msg, file=sys.stderr)
+    print(msg + f"{report.skipped} already done, {report.docs} docs", file=sys.stderr)
     return 0

@@ -62,8 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Ctrl-C (a re-pin, a long verify): one line, no traceback. Every file is written
         # atomically and in an order that leaves the old state or the new one.
         msg = f"shardwise {args.command}: interrupted (Ctrl-C); nothing is left half-written: "
-        msg += "run it again to finish"
-        print(msg, file=sys.stderr)
+        print(msg + "run it again to finish", file=sys.stderr)
         return 130
     except BrokenPipeError:
         # `shardwise coverage | head -1`: the reader took what it wanted and left; stop

@@ -48,14 +48,12 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             print(f"released {rel}")
         if reopened:
             text = f"reopened shard(s) {', '.join(map(str, reopened))}: the next `snakemake` run "
-            text += "labels the released file(s)"
-            print(text)
+            print(text + "labels the released file(s)")
         return 0
     if not args.reason.strip():
         parser.error("--reason is required: it is shown wherever the file is listed")
     for entry in quarantine.add(args.run_dir, args.files, args.reason):
         print(f"quarantined {entry.file}: {entry.reason}")
     text = "they get no sidecar; their shards can finish (run `snakemake` again); "
-    text += f"`shardwise quarantine --run-dir {args.run_dir} --release FILE` takes one back"
-    print(text)
+    print(text + f"`shardwise quarantine --run-dir {args.run_dir} --release FILE` takes one back")
     return 0

@@ -50,7 +50,6 @@ def run(args: argparse.Namespace) -> int:
         msg += f"target: {cov.tasks_left:,} planned task(s) are neither labelled nor quarantined, "
         msg += f"{cov.shards_remaining:,} shard(s) not done ({shorten(left)}). Run snakemake again "
         msg += "(planning removes shard markers that do not match the plan); `shardwise verify "
-        msg += f"--run-dir {args.run_dir}` names what is missing"
-        print(msg, file=sys.stderr)
+        print(msg + f"--run-dir {args.run_dir}` names what is missing", file=sys.stderr)
         return 1
     return 0

@@ -43,16 +43,14 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return 2
     if found.unreadable:
         msg = f"note: shard marker(s) {ranges.compress(found.unreadable)} are unreadable and count "
-        msg += "as not done (`shardwise verify --repair` removes them)"
-        print(msg, file=sys.stderr)
+        print(msg + "as not done (`shardwise verify --repair` removes them)", file=sys.stderr)
     if found.stale:
         msg = f"note: shard marker(s) {ranges.compress(found.stale)} are of another assignment "
         msg += "and count as not done (`snakemake -n` removes them)"
         print(msg, file=sys.stderr)
     if found.quarantined:
         msg = f"note: {found.quarantined} quarantined file(s) are left out of this run and need "
-        msg += "no retry (`shardwise quarantine --list`)"
-        print(msg, file=sys.stderr)
+        print(msg + "no retry (`shardwise quarantine --list`)", file=sys.stderr)
     for line in found.lines:
         print(line)
     return 0

@@ -84,12 +84,10 @@ def run(args: argparse.Namespace) -> int:
             text = f"removes the markers of {len(report.broken_files)} broken file(s) and of "
             reset = len(verify.shards_to_reset(args.run_dir, report))
             text += f"the {reset} shard(s) that hold them, "
-            text += "so the next snakemake run relabels only those files"
-            fixes.append(text)
+            fixes.append(text + "so the next snakemake run relabels only those files")
         if rebuild:
             text = f"writes the Dolma attributes of {rebuild} labelled file(s) again from their "
-            text += "sidecars (nothing is relabelled)"
-            fixes.append(text)
+            fixes.append(text + "sidecars (nothing is relabelled)")
         print(f"fix: `{verify.repair_command(args.run_dir)}` " + "; and ".join(fixes), file=notes)
         return EXIT_PROBLEMS
     for line in verify.repair(args.run_dir, report):

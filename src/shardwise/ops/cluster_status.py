@@ -434,8 +434,7 @@ def _head_lines(status: Status) -> list[str]:
         cap = f"of cap {status.submit_cap:,} ({status.cap_source})"
     user_jobs = "?" if status.user_jobs is None else f"{status.user_jobs:,}"
     text = f"jobs          {len(status.running)} running, {len(status.pending_jobs)} pending "
-    text += f"(this run); submit slots: run {len(status.jobs)}, you {user_jobs} {cap}"
-    lines.append(text)
+    lines.append(text + f"(this run); submit slots: run {len(status.jobs)}, you {user_jobs} {cap}")
     usage = _gpu_usage(status)
     types = ", ".join(f"{u['partition']} {u['type']} x{u['gpus']}" for u in usage)
     lines.append(f"GPUs in use   {sum(u['gpus'] for u in usage)}" + (f": {types}" if usage else ""))
@@ -448,8 +447,7 @@ def _head_lines(status: Status) -> list[str]:
     lines.append(text)
     if status.others is not None:
         text = f"other users   {status.others['pending']:,} pending, {status.others['running']:,} "
-        text += "running in these partitions"
-        lines.append(text)
+        lines.append(text + "running in these partitions")
     return lines
 
 
@@ -464,8 +462,7 @@ def _job_lines(status: Status) -> list[str]:
         tail = j.reason if j.state == "PENDING" else f"{j.started or j.submitted} on {j.nodes}"
         limit = f"{j.time_limit_minutes}m" if j.time_limit_minutes else "?"
         text = f"{j.id:<9} {j.state:<10} {ranges.compress(list(j.shards)):<13} {j.gpus:>4}  "
-        text += f"{limit:<7} {j.partition:<{pw}}  {tail}"
-        lines.append(text)
+        lines.append(text + f"{limit:<7} {j.partition:<{pw}}  {tail}")
     return lines
 
 

@@ -132,8 +132,7 @@ def _state_lines(cov: Coverage) -> list[str]:
         shown = "; ".join(f"{e.file} ({e.reason})" for e in cov.quarantined[:3])
         more = f"; ... {len(cov.quarantined) - 3} more" if len(cov.quarantined) > 3 else ""
         text = f"quarantined {cov.files_quarantined:,} file(s) left out of the run, not labelled: "
-        text += f"{shown}{more} (`shardwise quarantine --list`)"
-        lines.append(text)
+        lines.append(text + f"{shown}{more} (`shardwise quarantine --list`)")
     lines += changes.lines(cov.changed, Path(cov.run_dir))
     lines += cov.skipped.lines(cov.input_format)
     lines += cov.drift.lines()
@@ -141,8 +140,7 @@ def _state_lines(cov: Coverage) -> list[str]:
     if cov.stale_markers:
         text = f"stale    {len(cov.stale_markers):,} shard marker(s) do not match the plan "
         text += f"(another assignment, e.g. {cov.stale_markers[0]}) and count as not done; "
-        text += "`snakemake -n` removes them"
-        lines.append(text)
+        lines.append(text + "`snakemake -n` removes them")
     if cov.outputs_missing:
         what = ", ".join(f"{n:,} without their {kind}" for kind, n in cov.outputs_missing.items())
         text = f"outputs  labelled file(s) with missing outputs: {what}; "
@@ -162,8 +160,7 @@ def _rate_lines(cov: Coverage) -> list[str]:
         d = dev.docs_per_s
         rate = f"{d.median:,.0f} docs/s/GPU (p10 {d.p10:,.0f}, p90 {d.p90:,.0f})" if d else None
         text = f"rate     {dev.device_name}: {rate or 'docs/s unknown'}, "
-        text += f"{dev.files_per_hour:,.1f} files/h/GPU  [{dev.files:,} files]"
-        lines.append(text)
+        lines.append(text + f"{dev.files_per_hour:,.1f} files/h/GPU  [{dev.files:,} files]")
     eta = cov.eta
     if eta is not None and eta.remaining > 0:
         if eta.unit == "bytes":
@@ -187,8 +184,7 @@ def fidelity_lines(fidelities: Iterable[fidelity.Fidelity]) -> list[str]:
         said = [f"{100 * f.fp32_share:.1f}% labelled from fp32"]
         if f.docs > f.unmeasured_docs:
             text = f"est. {_share(f.residual_share)} differ from fp32 "
-            text += f"(95% bound {_share(f.residual_upper_share)})"
-            said.append(text)
+            said.append(text + f"(95% bound {_share(f.residual_upper_share)})")
         if f.unmeasured_docs:
             said.append(f"{f.unmeasured_docs:,} docs under a pinned recheck_margin: not measured")
         if f.fallback_files:
@@ -225,8 +221,7 @@ def failing_lines(cov: Coverage, shown: int = 3) -> list[str]:
         more = f"; ... {hidden} more (all: --format json, failing_files)" if hidden > 0 else ""
         text = f"files    {len(cov.failing_files):,} failing: {named}{more}. Fix a file and run "
         text += f"again, or leave it out: `shardwise quarantine --run-dir {cov.run_dir} FILE "
-        text += "--reason TEXT`"
-        lines.append(text)
+        lines.append(text + "--reason TEXT`")
     if cov.shards_interrupted:
         text = f"interrupted {cov.shards_interrupted:,} shard(s) were stopped by a signal "
         text += "(walltime, preemption, Ctrl-C): finished files stay done, they run again"

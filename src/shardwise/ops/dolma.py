@@ -105,8 +105,7 @@ class Selection:
             classifier, eq, label = part.partition("=")
             if not eq or not classifier.strip() or not label.strip():
                 msg = f"--keep {text!r}: give CLASSIFIER=LABEL[,CLASSIFIER=LABEL], "
-                msg += "e.g. topic=Health"
-                raise ConfigError(msg)
+                raise ConfigError(msg + "e.g. topic=Health")
             conditions.append((classifier.strip(), label.strip()))
         return cls(tuple(conditions))
 
@@ -141,8 +140,7 @@ def mix_config(
     if missing:
         msg = f"{len(missing):,} labelled file(s) have no attributes yet (e.g. "
         msg += f"{attributes.url(missing[0])}): dolma mix would silently drop their documents. "
-        msg += f"Run `shardwise dolma export --run-dir {run_dir}` first"
-        raise ConfigError(msg)
+        raise ConfigError(msg + f"Run `shardwise dolma export --run-dir {run_dir}` first")
     if not labelled:
         raise ConfigError(f"{run_dir}: no JSON Lines file of this run is labelled yet")
     include = [s.jq(name, min_prob) for s in keep]
@@ -170,8 +168,7 @@ def check_where_dolma_looks(source: Location, attributes: Location, name: str) -
         msg = f"dolma mix looks for the attributes of {root}/<rel> at "
         msg += f"{parent}/attributes/{name}/<rel> (it replaces /documents/ in the path), but this "
         msg += f"run writes them to {attributes.uri}: keep the documents under .../documents and "
-        msg += "leave output.dolma.uri unset"
-        raise ConfigError(msg)
+        raise ConfigError(msg + "leave output.dolma.uri unset")
 
 
 def _check_labels(ctx: JobContext, keep: Sequence[Selection]) -> None:

@@ -121,20 +121,17 @@ def require_labels(data: DomainData) -> None:
     """Refuse (DomainsError) a run with no finished shard, or none with label counts."""
     if data.shards_done == 0:
         msg = f"no shard of {data.run_dir} is done yet (0 of {data.total_shards:,}); "
-        msg += "run this again when shards finish"
-        raise DomainsError(msg)
+        raise DomainsError(msg + "run this again when shards finish")
     if not data.summaries and not data.shards_unsummarized:
         msg = f"no file of {data.run_dir} is labelled yet: the {data.shards_done:,} shard(s) "
         msg += "marked done have no files (empty shards are marked done at planning); run this "
-        msg += "again when shards finish"
-        raise DomainsError(msg)
+        raise DomainsError(msg + "again when shards finish")
     if not data.summaries:
         msg = f"none of the {data.shards_unsummarized:,} finished shard(s) with files of "
         msg += f"{data.run_dir} has a readable summary ({data.run_dir / summaries.SUMMARIES_DIR}"
         msg += "/<shard>.arrow): a shard marked done because its files were labelled elsewhere "
         msg += "(another cluster, `source: remote`) or by a version without label counts has "
-        msg += "none; shards this run finishes will have one"
-        raise DomainsError(msg)
+        raise DomainsError(msg + "none; shards this run finishes will have one")
 
 
 def choose_view(data: DomainData, pair: str | None, classifier: str | None) -> str:
@@ -142,8 +139,7 @@ def choose_view(data: DomainData, pair: str | None, classifier: str | None) -> s
     if not views:
         msg = f"{data.run_dir}: none of the {data.shards_done:,} finished shards has label "
         msg += "counts yet (summaries/ is empty); they appear as shards finish with this "
-        msg += "version of shardwise"
-        raise DomainsError(msg)
+        raise DomainsError(msg + "version of shardwise")
     if pair is not None:
         a, _, b = pair.partition(",")
         if not a or not b or "," in b:
@@ -294,16 +290,13 @@ def compute(
     if data.tasks_unsummarized:
         text = f"{data.tasks_unsummarized:,} task(s) in {data.shards_unsummarized:,} finished "
         text += "shard(s) without a summary (finished elsewhere or before label counts existed)"
-        text += " count as not labelled"
-        notes.append(text)
+        notes.append(text + " count as not labelled")
     if data.incomplete_tasks:
         text = f"{data.incomplete_tasks:,} task(s) of finished shards have a file without "
-        text += "label counts: counted as not labelled"
-        notes.append(text)
+        notes.append(text + "label counts: counted as not labelled")
     if data.quarantined_tasks:
         text = f"{data.quarantined_tasks:,} task(s) with quarantined files are left out of "
-        text += "the corpus (quarantine.json)"
-        notes.append(text)
+        notes.append(text + "the corpus (quarantine.json)")
     return Domains(data, view, tuple(view.split(",")), labels, weight, est, cell_labels, notes)
 
 
@@ -363,8 +356,7 @@ def summary_lines(d: Domains) -> list[str]:
     unseen = int((~(np.nan_to_num(e.share) > 0)).sum())
     if unseen and not e.exact and e.tasks_labelled:
         text = f"unseen   {unseen:,} of the {e.share.size:,} {TIMES.join(d.axes)} cells are in no "
-        text += f"labelled task: each is below {_pct(e.unseen_upper)} (95%)"
-        lines.append(text)
+        lines.append(text + f"labelled task: each is below {_pct(e.unseen_upper)} (95%)")
     return lines + [f"note     {n}" for n in d.notes]
 
 

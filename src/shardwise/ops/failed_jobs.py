@@ -94,8 +94,7 @@ class FailureLog:
         for reason, shards in sorted(self.by_reason.items(), key=lambda kv: -len(kv[1])):
             lines.append(f"  {len(shards):,} (shards {ranges.compress(shards)}): {reason}")
         text = f"Each shard's failure records: {self.run_dir}/{failures.FAILURES_DIR}/<shard>/; "
-        text += "`shardwise coverage` names the failing files."
-        lines.append(text)
+        lines.append(text + "`shardwise coverage` names the failing files.")
         return lines
 
 

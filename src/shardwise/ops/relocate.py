@@ -74,8 +74,7 @@ def _check_copy(old: Location, new: Location, meta: runjson.RunMeta) -> int:
         shown = ", ".join((missing + differ)[:_SHOWN])
         msg = f"{new.uri} is not a complete copy of {old.uri}: {len(missing):,} file(s) missing "
         msg += f"and {len(differ):,} of another size (e.g. {shown}). Finish the copy, then run "
-        msg += "this again; nothing was changed"
-        raise RunMismatchError(msg)
+        raise RunMismatchError(msg + "this again; nothing was changed")
     copy = runjson.read_copy(new)
     if copy.meta is not None:
         moved = dataclasses.replace(meta, output_uri=copy.meta.output_uri)

@@ -78,8 +78,7 @@ def read_weights(path: Path) -> tuple[tuple[tuple[Any, ...], float], ...]:
         raise ConfigError(f"--weights {path}: not readable JSON: {e}") from e
     if not isinstance(data, list) or not data:
         msg = f'--weights {path}: give a JSON list of {{"domain": ..., "weight": ...}} entries '
-        msg += "(what `shardwise domains --format weborganizer` writes)"
-        raise ConfigError(msg)
+        raise ConfigError(msg + "(what `shardwise domains --format weborganizer` writes)")
     out = []
     for i, entry in enumerate(data):
         where = f"--weights {path}: entry {i}"
@@ -178,8 +177,7 @@ def resolve_weights(
             give = "[topic, format] pairs" if len(avail.axes) > 1 else "single labels"
             msg = f"--weights: domain {list(parts)} has {len(parts)} part(s), but the selection "
             msg += f"is over {' x '.join(avail.axes)}: give {give} or choose the view with --pair "
-            msg += "/ --classifier"
-            raise ConfigError(msg)
+            raise ConfigError(msg + "/ --classifier")
         labels = []
         for axis, part in zip(avail.axes, parts, strict=True):
             seen = label_sets.get(axis, ())
@@ -227,8 +225,7 @@ def _require_complete(request: Request, avail: Available) -> None:
         msg = f"the run is labelled for {avail.labelled_tasks:,} of {avail.population_tasks:,} "
         msg += f"task(s) ({pct:.1f}%): a selection now leaves the rest out. Finish the run "
         msg += "(snakemake), or pass --partial to select from what is labelled (every line of "
-        msg += "the report then says so)"
-        raise ConfigError(msg)
+        raise ConfigError(msg + "the report then says so)")
 
 
 def plan(run_dir: Path, request: Request) -> SelectionPlan:

@@ -132,14 +132,12 @@ def lines(r: Report, *, top: int | None = TOP) -> list[str]:
     shown.sort(key=lambda row: (-row.target_share, -row.selected_tokens, row.labels))
     width = max([len(TIMES.join(row.labels)) for row in shown] + [6])
     text = f"  {'domain':<{width}}  {'target':>7}  {'selected':>8}  {'available':>9}  "
-    text += f"{'taken':>9}  {'rate':>6}"
-    head.append(text)
+    head.append(text + f"{'taken':>9}  {'rate':>6}")
     for row in shown[:top] if top else shown:
         flag = " capped: short " + human_count(row.shortfall_tokens) if row.capped else ""
         text = f"  {TIMES.join(row.labels):<{width}}  {_pct(row.target_share):>7}  "
         text += f"{_pct(row.selected_share):>8}  {human_count(row.available_tokens):>9}  "
-        text += f"{human_count(row.selected_tokens):>9}  {row.rate:>6.3f}{flag}{scope}"
-        head.append(text)
+        head.append(text + f"{human_count(row.selected_tokens):>9}  {row.rate:>6.3f}{flag}{scope}")
     if top and len(shown) > top:
         head.append(f"  ... {len(shown) - top} more domain(s) (all: --format json)")
     if r.mix_config:

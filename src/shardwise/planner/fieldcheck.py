@@ -76,12 +76,10 @@ def check_sample(
                 found = sorted({f for _rel, e in errors for f in e.found})
                 advice = field_advice(key, path, found, "nothing was pinned or submitted")
                 text = f"{key} {path!r} is in none of the {len(errors)} sampled {kind} file(s) "
-                text += f"({names}); {advice}"
-                refusals.append(text)
+                refusals.append(text + f"({names}); {advice}")
                 continue
             text = f"{key} {path!r} is absent from {len(errors)} of {readable} sampled {kind} "
-            text += f"file(s) ({names}): such files fail in their jobs, named there"
-            notes.append(text)
+            notes.append(text + f"file(s) ({names}): such files fail in their jobs, named there")
     if refusals:
         raise ConfigError("\n".join(refusals))
     return SampleResult(read, tuple(notes))

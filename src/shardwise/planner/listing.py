@@ -79,17 +79,14 @@ def _selection_notes(selection: Selection, output: Location, limit: int = 5) -> 
     notes = []
     if selection.hidden:
         text = f"skipped {len(selection.hidden):,} hidden file(s) (names starting with '.' or "
-        text += f"'_', e.g. {selection.hidden[0]!r})"
-        notes.append(text)
+        notes.append(text + f"'_', e.g. {selection.hidden[0]!r})")
     if selection.outputs:
         text = f"skipped {len(selection.outputs):,} shardwise output(s) under the output root "
-        text += f"{output.uri} (e.g. {selection.outputs[0]!r})"
-        notes.append(text)
+        notes.append(text + f"{output.uri} (e.g. {selection.outputs[0]!r})")
     if selection.unsafe:
         shown = "; ".join(f"{rel!r}: {why}" for rel, why in selection.unsafe[:limit])
         hidden = len(selection.unsafe) - limit
         more = f"; ... and {hidden} more" if hidden > 0 else ""
         text = f"skipped {len(selection.unsafe):,} file(s) whose names cannot be used safely "
-        text += f"(input.skip_unsafe_names: true): {shown}{more}"
-        notes.append(text)
+        notes.append(text + f"(input.skip_unsafe_names: true): {shown}{more}")
     return notes

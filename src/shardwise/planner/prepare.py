@@ -220,8 +220,7 @@ def _plan_table(
     if cached is not None and _built_for_another(cached, settings):
         text = f"the cached plan was built for total_shards {cached.shards_total} (minimum "
         text += f"{cached.minimum_shard_index}, files_per_task {cached.files_per_task}), not these "
-        text += "settings (an interrupted re-pin?): it is built again"
-        notes.append(text)
+        notes.append(text + "settings (an interrupted re-pin?): it is built again")
         cached = None
     if cached is not None and not settings.input.relist:
         return _Planned(plan.load(run_dir), cached.tasks, cached.fingerprint, False, notes)
@@ -376,13 +375,11 @@ def _refusal_hints(
         text = "A file that cannot be read or repaired can be left out of this run without "
         text += "changing the assignment: put it back (any content) and run `shardwise "
         text += f"quarantine --run-dir {settings.run_dir} FILE --reason TEXT`; once "
-        text += "quarantined it may be removed from the input."
-        lines.append(text)
+        lines.append(text + "quarantined it may be removed from the input.")
     if names <= runjson.INPUT_SET_FIELDS:
         if not found:
             text = "The plan holds the input's files, but run.json pins another task set: an "
-            text += "interrupted `shardwise plan --extend` leaves that; run it again."
-            lines.append(text)
+            lines.append(text + "interrupted `shardwise plan --extend` leaves that; run it again.")
         return lines  # the input set alone changed: extending (or quarantine) is the way
     if any(name.startswith("labelling.") for name in names):
         text = "These settings change what a label means: one output holds labels of one "

@@ -122,8 +122,7 @@ def add(run_dir: Path, names: Iterable[str], reason: str) -> list[Entry]:
     if labelled:
         msg = f"{len(labelled)} file(s) are already labelled: {', '.join(labelled)}; "
         msg += "there is nothing to leave out (if a labelled file's outputs are broken, "
-        msg += f"`shardwise verify --run-dir {run_dir} --repair` relabels it)"
-        raise ConfigError(msg)
+        raise ConfigError(msg + f"`shardwise verify --run-dir {run_dir} --repair` relabels it)")
     with _locked(run_dir):
         entries = load(run_dir)
         added = [Entry(rel, reason.strip(), markers.now(), _who()) for rel in files]

@@ -97,8 +97,7 @@ def problems(
             first = next(i for i, (a, b) in enumerate(zip(got, ids, strict=True)) if a != b)
             wrong = sum(1 for a, b in zip(got, ids, strict=True) if a != b)
             text = f"ids differ from the input's at {wrong} row(s); first at row {first}: "
-            text += f"{got[first]!r} != {ids[first]!r}"
-            found.append(text)
+            found.append(text + f"{got[first]!r} != {ids[first]!r}")
     for name in classifiers:
         found += _column_problems(table, name)
     return found

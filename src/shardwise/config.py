@@ -67,15 +67,12 @@ class StorageOptions:
             value, kind = getattr(self, f.name), str(f.type)
             wanted = _FIELD_TYPES.get(kind, object)
             if not isinstance(value, wanted) or (isinstance(value, bool) and kind != "bool"):
-                msg = f"storage.{f.name}: expected {kind}, got {value!r}"
-                raise ConfigError(msg)
+                raise ConfigError(f"storage.{f.name}: expected {kind}, got {value!r}")
         if self.max_attempts < 1:
-            msg = f"storage.max_attempts: must be >= 1, got {self.max_attempts}"
-            raise ConfigError(msg)
+            raise ConfigError(f"storage.max_attempts: must be >= 1, got {self.max_attempts}")
         for name in ("connect_timeout", "read_timeout", "backoff_base", "backoff_max"):
             if getattr(self, name) < 0:
-                msg = f"storage.{name}: must be >= 0, got {getattr(self, name)}"
-                raise ConfigError(msg)
+                raise ConfigError(f"storage.{name}: must be >= 0, got {getattr(self, name)}")
         if self.addressing_style not in _ADDRESSING_STYLES:
             msg = f"storage.addressing_style: {self.addressing_style!r} is not one of "
             raise ConfigError(msg + f"{list(_ADDRESSING_STYLES)}")
@@ -90,8 +87,7 @@ class StorageOptions:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(cfg) - known)
         if unknown:
-            msg = f"storage: unknown key(s) {unknown}; known: {sorted(known)}"
-            raise ConfigError(msg)
+            raise ConfigError(f"storage: unknown key(s) {unknown}; known: {sorted(known)}")
         return cls(**cfg)
 
 
@@ -99,8 +95,7 @@ def reject_secret_keys(cfg: Mapping[str, Any] | None, where: str = "storage") ->
     """Refuse a ``storage`` mapping with a secret-looking key, naming the key only; call
     it before the schema, whose errors echo the mapping, values included, into the logs."""
     for path in _secret_looking_keys(dict(cfg or {}), where):
-        msg = f"{path}: {CREDENTIALS_HINT}"
-        raise ConfigError(msg)
+        raise ConfigError(f"{path}: {CREDENTIALS_HINT}")
 
 
 def _secret_looking_keys(value: Any, where: str) -> Iterator[str]:
@@ -146,14 +141,11 @@ def load_yaml(path: Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(path.read_text("utf-8"))
     except FileNotFoundError as e:
-        msg = f"config file {path} does not exist"
-        raise ConfigError(msg) from e
+        raise ConfigError(f"config file {path} does not exist") from e
     except yaml.YAMLError as e:
-        msg = f"config file {path} is not valid YAML: {e}"
-        raise ConfigError(msg) from e
+        raise ConfigError(f"config file {path} is not valid YAML: {e}") from e
     if not isinstance(data, dict):
-        msg = f"config file {path} must hold a mapping, got {type(data).__name__}"
-        raise ConfigError(msg)
+        raise ConfigError(f"config file {path} must hold a mapping, got {type(data).__name__}")
     return data
 
 
@@ -194,8 +186,7 @@ def validate(cfg: dict[str, Any]) -> dict[str, Any]:
         if err.context:  # anyOf/oneOf: say what each alternative wanted
             wanted = "; or ".join(sorted({sub.message for sub in err.context}))
             why = f"{err.instance!r} is not allowed: {wanted}"
-        msg = f"config {where}: {why}"
-        raise ConfigError(msg)
+        raise ConfigError(f"config {where}: {why}")
     if "{" in cfg["run_dir"] or "}" in cfg["run_dir"]:  # wildcards in the rule's output
         msg = f"config run_dir: {cfg['run_dir']!r} has '{{' or '}}'; use a path without braces"
         raise ConfigError(msg)
@@ -204,8 +195,7 @@ def validate(cfg: dict[str, Any]) -> dict[str, Any]:
     names = [c["name"] for c in cfg["classifiers"]]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
-        msg = f"classifiers: names must be unique, got {dupes} more than once"
-        raise ConfigError(msg)
+        raise ConfigError(f"classifiers: names must be unique, got {dupes} more than once")
     StorageOptions.from_config(cfg.get("storage"))
     _domain_pairs(cfg)  # refuses pairs naming unknown classifiers, before anything runs
     _check_regex(cfg["input"]["category_regex"])
@@ -324,17 +314,14 @@ def _domain_pairs(cfg: dict[str, Any]) -> list[tuple[str, str]]:
 def check_shard_params(total_shards: object, minimum_shard_index: object) -> tuple[int, int]:
     """Validate the two numbers that define an assignment; bools and floats are refused."""
     if isinstance(total_shards, bool) or not isinstance(total_shards, int):
-        msg = f"sharding.total_shards must be an integer > 0, got {total_shards!r}"
-        raise ConfigError(msg)
+        raise ConfigError(f"sharding.total_shards must be an integer > 0, got {total_shards!r}")
     if total_shards <= 0:
-        msg = f"sharding.total_shards must be > 0, got {total_shards!r}"
-        raise ConfigError(msg)
+        raise ConfigError(f"sharding.total_shards must be > 0, got {total_shards!r}")
     if isinstance(minimum_shard_index, bool) or not isinstance(minimum_shard_index, int):
         msg = f"sharding.minimum_shard_index must be an integer >= 0, got {minimum_shard_index!r}"
         raise ConfigError(msg)
     if minimum_shard_index < 0:
-        msg = f"sharding.minimum_shard_index must be >= 0, got {minimum_shard_index!r}"
-        raise ConfigError(msg)
+        raise ConfigError(f"sharding.minimum_shard_index must be >= 0, got {minimum_shard_index!r}")
     return total_shards, minimum_shard_index
 
 
@@ -382,10 +369,8 @@ def resolve_pairs(names: Sequence[str], pairs: Sequence[Sequence[str]] | None) -
             msg = f"config domains.pairs[{i}]: {a},{b} names unknown classifier(s) "
             raise ConfigError(msg + f"{', '.join(unknown)}; the classifiers are {', '.join(known)}")
         if a == b:
-            msg = f"config domains.pairs[{i}]: {a},{b} pairs a classifier with itself"
-            raise ConfigError(msg)
+            raise ConfigError(f"config domains.pairs[{i}]: {a},{b} pairs a classifier with itself")
         if (a, b) in out:
-            msg = f"config domains.pairs[{i}]: {a},{b} is listed twice"
-            raise ConfigError(msg)
+            raise ConfigError(f"config domains.pairs[{i}]: {a},{b} is listed twice")
         out.append((a, b))
     return out

@@ -231,8 +231,7 @@ def _check_loading_info(info: dict[str, Any], model: str) -> None:
     unexpected = [k for k in info.get("unexpected_keys", []) if not ignorable.search(k)]
     if unexpected:
         unused = sorted(unexpected)[:8]
-        msg = f"model {model!r}: checkpoint weights the model does not use: {unused}"
-        raise ModelError(msg)
+        raise ModelError(f"model {model!r}: checkpoint weights the model does not use: {unused}")
 
 
 def load_classifier(

@@ -58,8 +58,7 @@ def add_format(
     """``--format`` with the shared vocabulary, limited to what this verb can print."""
     unknown = [c for c in choices if c not in FORMATS]
     if unknown:
-        msg = f"unknown output format(s) {unknown}; the vocabulary is {FORMATS}"
-        raise ValueError(msg)
+        raise ValueError(f"unknown output format(s) {unknown}; the vocabulary is {FORMATS}")
 
     def fmt(text: str) -> str:
         return FORMAT_ALIASES.get(text, text)

@@ -272,8 +272,7 @@ def compute(
 ) -> Domains:  # fmt: skip
     """Estimate one view (default: the first pair, else the first classifier)."""
     if weight not in WEIGHTS:
-        msg = f"weight must be one of {', '.join(WEIGHTS)}, got {weight!r}"
-        raise DomainsError(msg)
+        raise DomainsError(f"weight must be one of {', '.join(WEIGHTS)}, got {weight!r}")
     view = choose_view(data, pair, classifier)
     if weight == "tokens":
         require_tokens(data)
@@ -588,8 +587,7 @@ def _totals(d: Domains, weight: str) -> dict[tuple[str, ...], int]:
 def format_weborganizer(d: Domains, *, by_category: bool = False, top: int | None = None) -> str:
     """:func:`to_weborganizer` as JSON text (a list, as ``domain_statistics.py`` writes)."""
     if by_category:
-        msg = "--format weborganizer writes the corpus's domains: drop --by category"
-        raise DomainsError(msg)
+        raise DomainsError("--format weborganizer writes the corpus's domains: drop --by category")
     del top
     return json.dumps(to_weborganizer(d), indent=2)
 

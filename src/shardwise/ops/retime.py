@@ -30,8 +30,7 @@ class Change:
 def changes(jobs: dict[str, tuple[queries.Job, tuple[int, ...]]], max_minutes: int) -> list[Change]:
     """The run's pending jobs that ask for more than ``max_minutes``, oldest id first."""
     if max_minutes < 1:
-        msg = f"--max-minutes must be >= 1, got {max_minutes}"
-        raise ConfigError(msg)
+        raise ConfigError(f"--max-minutes must be >= 1, got {max_minutes}")
     out = [
         Change(job.id, shards, job.time_limit_minutes, max_minutes)
         for job, shards in jobs.values()

@@ -50,8 +50,7 @@ def parse_budget(text: str) -> int:
     """``100B``, ``2.5M``, ``20000``: a token count (K, M, B or G, T)."""
     m = _BUDGET.match(text)
     if not m:
-        msg = f"--tokens {text!r}: give a token count, e.g. 100B, 2.5M or 20000"
-        raise ConfigError(msg)
+        raise ConfigError(f"--tokens {text!r}: give a token count, e.g. 100B, 2.5M or 20000")
     value = float(m.group(1)) * _SUFFIXES[m.group(2).upper()]
     if value < 1:
         raise ConfigError(f"--tokens {text!r}: the budget must be at least 1 token")

@@ -163,11 +163,9 @@ def verify_run(
     """Check a run's markers against its outputs and inputs (module docstring); a
     ShardwiseError only when it cannot be verified at all (no run.json, plan, listing)."""
     if not 0 < sample <= 1:
-        msg = f"--sample must be in (0, 1], got {sample}"
-        raise ConfigError(msg)
+        raise ConfigError(f"--sample must be in (0, 1], got {sample}")
     if jobs < 1:
-        msg = f"--jobs must be >= 1, got {jobs}"
-        raise ConfigError(msg)
+        raise ConfigError(f"--jobs must be >= 1, got {jobs}")
     run_dir = Path(run_dir)
     ctx = JobContext.load(run_dir)
     meta, table, left_out = ctx.meta, plan.load(run_dir), quarantine.load(run_dir)

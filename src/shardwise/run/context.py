@@ -128,8 +128,7 @@ class JobContext:
         meta = runjson.read_run_dir(run_dir)
         settings = read_settings(run_dir)
         if settings is None:
-            msg = f"{run_dir / SETTINGS_JSON} is missing: start the run with snakemake"
-            raise InputError(msg)
+            raise InputError(f"{run_dir / SETTINGS_JSON} is missing: start the run with snakemake")
         source, output = settings.roots(meta)
         fields = fields_for(settings, meta.classifiers)
         return cls(run_dir, meta, settings, source, output, fields, settings.format,

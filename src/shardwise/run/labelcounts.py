@@ -44,8 +44,7 @@ def _ids_and_names(columns: Mapping[str, pa.Array], name: str) -> tuple[np.ndarr
         raise ModelError(msg)
     ids = np.asarray(pa.array(ids_col).to_numpy(zero_copy_only=False), dtype=np.int64)
     if ids.size and ids.min() < 0:
-        msg = f"{name}_label_id holds a negative id ({int(ids.min())})"
-        raise ModelError(msg)
+        raise ModelError(f"{name}_label_id holds a negative id ({int(ids.min())})")
     size = int(ids.max()) + 1 if ids.size else 0
     first = np.full(size, -1, np.int64)
     seen, where = np.unique(ids, return_index=True)
@@ -77,8 +76,7 @@ def count_labels(
     ids = {name: _ids_and_names(columns, name) for name in classifiers}
     for name, (label_ids, _) in ids.items():
         if label_ids.size != nbytes.size:
-            msg = f"{name}: {label_ids.size} labels for {nbytes.size} texts"
-            raise ModelError(msg)
+            raise ModelError(f"{name}: {label_ids.size} labels for {nbytes.size} texts")
     singles: dict[str, dict[str, list[int]]] = {}
     for name, (label_ids, names) in ids.items():
         cells, sums = _cells(label_ids, weights, len(names))

@@ -112,8 +112,7 @@ def _relative(name: str, roots: list[str]) -> str:
 def add(run_dir: Path, names: Iterable[str], reason: str) -> list[Entry]:
     """Quarantine ``names``; refuses files that are already labelled (they have a marker)."""
     if not reason.strip():
-        msg = "give a --reason: it is shown wherever the file is listed"
-        raise ConfigError(msg)
+        raise ConfigError("give a --reason: it is shown wherever the file is listed")
     run_dir = Path(run_dir)
     meta = runjson.read_run_dir(run_dir)
     files = resolve(names, plan.load(run_dir)["file"].to_pylist(), meta.input_uri)

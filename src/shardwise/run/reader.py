@@ -96,16 +96,13 @@ def read_documents(loc: Location, rel: str, fields: Fields, fmt: str = "auto") -
             with loc.open(rel) as fh:
                 docs = _read_jsonl(_decompressed(fh, rel), fields, where)
         else:
-            msg = f"{where}: unsupported file type (want one of {SUFFIX_LIST})"
-            raise InputError(msg)
+            raise InputError(f"{where}: unsupported file type (want one of {SUFFIX_LIST})")
     except InputError:
         raise
     except FileNotFoundError as e:
-        msg = f"{where}: file not found (was it removed after planning?)"
-        raise InputError(msg) from e
+        raise InputError(f"{where}: file not found (was it removed after planning?)") from e
     except (OSError, EOFError, ValueError, pa.ArrowException) as e:
-        msg = f"{where}: cannot read {kind} file: {type(e).__name__}: {e}"
-        raise InputError(msg) from e
+        raise InputError(f"{where}: cannot read {kind} file: {type(e).__name__}: {e}") from e
     present = [i for i in docs.ids if i is not None]
     dupes = len(present) - len(set(present))
     if dupes:
@@ -161,8 +158,7 @@ def check_fields(
     except InputError:
         raise
     except (OSError, EOFError, ValueError, pa.ArrowException) as e:
-        msg = f"{where}: cannot read {kind} file: {type(e).__name__}: {e}"
-        raise InputError(msg) from e
+        raise InputError(f"{where}: cannot read {kind} file: {type(e).__name__}: {e}") from e
 
 
 def schema_paths(schema: pa.Schema) -> set[str]:

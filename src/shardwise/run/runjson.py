@@ -101,8 +101,7 @@ class RunMeta:
             known = {f.name for f in fields(cls)}
             return cls(**{k: v for k, v in data.items() if k in known})
         except (ValueError, KeyError, TypeError) as e:
-            msg = f"{where} is damaged: not a valid shardwise run.json ({e})"
-            raise DamagedError(msg) from e
+            raise DamagedError(f"{where} is damaged: not a valid shardwise run.json ({e})") from e
 
 
 def differences(old: RunMeta, new: RunMeta) -> list[tuple[str, Any, Any]]:
@@ -165,8 +164,7 @@ def create_or_validate(
             continue  # another writer won the race: read theirs and compare
         check_same(existing, meta, where, task_change)
         return existing
-    msg = f"{where} vanished while being created; check the storage and retry"
-    raise StorageError(msg)
+    raise StorageError(f"{where} vanished while being created; check the storage and retry")
 
 
 def replace(loc: Location, meta: RunMeta) -> None:
@@ -199,8 +197,7 @@ def read_run_dir(run_dir: Path) -> RunMeta:
     try:
         return read(loc)
     except DamagedError as e:
-        msg = f"{e}. {RESTORE_HINT.format(run_dir=run_dir)}"
-        raise RunMismatchError(msg) from None
+        raise RunMismatchError(f"{e}. {RESTORE_HINT.format(run_dir=run_dir)}") from None
 
 
 #: How to restore a damaged run.json from the other copy (verify's ``--repair``).

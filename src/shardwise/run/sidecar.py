@@ -25,8 +25,7 @@ def build_table(ids: list[str | None], columns: dict[str, pa.Array]) -> pa.Table
     """The sidecar table; refuses label columns whose length differs from the ids'."""
     for name, col in columns.items():
         if len(col) != len(ids):
-            msg = f"label column {name} has {len(col)} rows for {len(ids)} documents"
-            raise InputError(msg)
+            raise InputError(f"label column {name} has {len(col)} rows for {len(ids)} documents")
     return pa.table({"id": pa.array(ids, pa.string()), **columns})
 
 

@@ -180,8 +180,7 @@ def parse(data: bytes | pa.Buffer | pa.NativeFile, where: str = "summary") -> Su
             [(int(a), int(b)) for a, b in meta["view_rows"]], tokens if counted else None,
         )  # fmt: skip
     except (pa.ArrowInvalid, OSError, KeyError, TypeError, ValueError) as e:
-        msg = f"{where} is not a shardwise summary: {e}"
-        raise ValueError(msg) from e
+        raise ValueError(f"{where} is not a shardwise summary: {e}") from e
 
 
 def read(run_dir: Path, shard: int) -> Summary:

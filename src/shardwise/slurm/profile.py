@@ -47,8 +47,7 @@ def load(directories: list[Path]) -> dict[str, Any]:
         try:
             data = yaml.safe_load(path.read_text("utf-8")) or {}
         except (OSError, yaml.YAMLError) as e:
-            msg = f"{path}: cannot read the profile: {e}"
-            raise ConfigError(msg) from e
+            raise ConfigError(f"{path}: cannot read the profile: {e}") from e
         if not isinstance(data, dict):
             msg = f"{path}: a profile must be a mapping of snakemake options, got {type(data)}"
             raise ConfigError(msg)

@@ -61,11 +61,9 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         if self.attempts < 1:
-            msg = f"attempts must be >= 1, got {self.attempts}"
-            raise ValueError(msg)
+            raise ValueError(f"attempts must be >= 1, got {self.attempts}")
         if self.base_delay < 0 or self.max_delay < 0:
-            msg = "delays must be >= 0"
-            raise ValueError(msg)
+            raise ValueError("delays must be >= 0")
 
     @classmethod
     def of(cls, options: StorageOptions) -> Self:

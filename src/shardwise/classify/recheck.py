@@ -115,8 +115,9 @@ def fidelity(name: str, docs: int, mode: str, outcome: Outcome) -> dict[str, Any
     when pinned: nothing measured it), ``residual_upper`` its 95% bound."""
     exact = mode in ("float32", "fp32")
     return {
-        "classifier": name, "docs": docs, "mode": mode, "margin_too_small": outcome.too_small,
-        "fp32_docs": docs if mode == "fp32" else outcome.rechecked,
+        "classifier": name, "docs": docs,
+        "fp32_docs": docs if mode == "fp32" else outcome.rechecked, "mode": mode,
         "residual": 0.0 if exact else outcome.residual,
         "residual_upper": 0.0 if exact else outcome.residual_upper,
+        "margin_too_small": outcome.too_small,
     }  # fmt: skip

@@ -59,8 +59,8 @@ def labelling(
     file's stats record it: the reader's fields (the url only when an input uses it), the
     truncation length, the templates, the counting tokenizer's hash (when there is one)."""
     used = sorted(set(kinds))
-    out = {"id_field": id_field, "text_field": text_field, "max_length": int(max_length),
-           "url_field": url_field if "url_text" in used else None,
+    out = {"id_field": id_field, "text_field": text_field,
+           "url_field": url_field if "url_text" in used else None, "max_length": int(max_length),
            "templates": {kind: TEMPLATES[kind] for kind in used}}  # fmt: skip
     if count_tokenizer is not None:
         out["count_tokenizer"] = count_tokenizer

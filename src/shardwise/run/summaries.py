@@ -107,9 +107,10 @@ def build(
                 for lb, cell in cols_b.items():
                     row(t, view_of[key], ia[la], ib[lb], cell)
     meta = {
-        "format_version": FORMAT_VERSION, "shard": shard, "views": views,
+        "format_version": FORMAT_VERSION, "shard": shard,
         "written_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "labels": {name: list(labels[name]) for name in names}, "pairs": [list(p) for p in pairs],
+        "views": views,
         "tasks": [_task_entry(task_id, total, n_files) for task_id, total, n_files in complete],
         "tokens_counted": bool(complete) and all("tokens" in t for _i, t, _n in complete),
         "incomplete_tasks": incomplete,

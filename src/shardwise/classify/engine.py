@@ -558,21 +558,22 @@ class Engine:
                     )  # fmt: skip
                     work.add(done)
                 t0 = time.perf_counter()
-                for i, clf in enumerate([*half, *full]):
-                    name = clf.spec.name
-                    if i < len(half):
-                        first = outs[i]
-                        got = self._recheck(clf, stream, order, lengths, first)
-                        final, need, checks[name] = got
-                    else:  # the calibration said half precision buys nothing here
-                        final, checks[name] = self._fp32_only(clf, stream, order, lengths)
-                        first, need = final, np.ones(prepared.docs, bool)
+                results: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]] = []
+                for clf, first in zip(half, outs, strict=True):
+                    final, need, checks[clf.spec.name] = self._recheck(
+                        clf, stream, order, lengths, first
+                    )
+                    results.append((clf.spec.name, first, final, need))
+                for clf in full:  # the calibration said half precision buys nothing here
+                    final, checks[clf.spec.name] = self._fp32_only(clf, stream, order, lengths)
+                    results.append((clf.spec.name, final, final, np.ones(prepared.docs, bool)))
+                recheck_s += time.perf_counter() - t0
+                for name, first, final, need in results:  # back to input order
                     for into, values in (
                         (result.logits, final), (result.first_pass, first), (result.rechecked, need)
                     ):  # fmt: skip
                         into[name] = np.empty_like(values)
                         into[name][order] = values
-                recheck_s += time.perf_counter() - t0
         result.stats = self._stats(prepared, work, checks, time.perf_counter() - started, recheck_s)
         return result
 

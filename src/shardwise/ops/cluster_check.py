@@ -212,7 +212,7 @@ _SQUEUE = (("slurm-status-command", "squeue"),)
 _SACCT = (("slurm-status-command", "sacct"),)
 
 
-def _status_command(request: JobRequest, facts: CheckFacts) -> CheckResult:  # noqa: PLR0911
+def _status_command(request: JobRequest, facts: CheckFacts) -> CheckResult:
     row = functools.partial(CheckResult, "status_command")
     cfg = facts.config.value or {}
     age = queries.min_job_age_seconds(cfg) if facts.config.ok else None
@@ -246,9 +246,10 @@ def _status_command(request: JobRequest, facts: CheckFacts) -> CheckResult:  # n
         found += f"{PLUGIN_MAX_POLL_GAP} s)"
         why = "a job can finish and vanish from squeue between two polls and is then waited "
         why += "for forever (or the plugin quietly switches back to sacct)"
+        fix, sets = f"ask the admins for MinJobAge >= {need} s", ()
         if accounting:
-            return row(FAIL, found, why, "slurm-status-command: sacct", _SACCT)
-        return row(FAIL, found, why, f"ask the admins for MinJobAge >= {need} s")
+            fix, sets = "slurm-status-command: sacct", _SACCT
+        return row(FAIL, found, why, fix, sets)
     return row(OK, f"slurm-status-command squeue; MinJobAge {age} s >= {need} s")
 
 
@@ -433,16 +434,18 @@ def overlay(
     if "exclude" in failed:
         known = {n.name for n in facts.nodes.value or []}
         out["slurm-exclude-failed-nodes"] = ",".join(n for n in request.exclude if n in known)
-    set_resources = {k: dict(v or {}) for k, v in (raw.get("set-resources") or {}).items()}
-    classify = set_resources.setdefault(profile.RULE, {})
-    good = _good_partitions(request, facts, max_minutes) if facts.nodes.ok else []
-    if "partition" in failed and good:
-        classify["slurm_partition"] = profile.quoted(",".join(good))
+    fixed: dict[str, str] = {}
+    good = _good_partitions(request, facts, max_minutes) if "partition" in failed else []
+    if good:
+        fixed["slurm_partition"] = profile.quoted(",".join(good))
     if "constraint" in failed:
-        classify["constraint"] = profile.quoted("")  # sbatch -C '' = no constraint
-    if ("partition" in failed and good) or "constraint" in failed:
+        fixed["constraint"] = profile.quoted("")  # sbatch -C '' = no constraint
+    if fixed:
+        set_resources = {k: dict(v or {}) for k, v in (raw.get("set-resources") or {}).items()}
+        set_resources.setdefault(profile.RULE, {}).update(fixed)
         out["set-resources"] = set_resources
-    default = facts.limits.value.default_account if facts.limits.ok and facts.limits.value else ""
+    limits = _limits(facts)
+    default = limits.default_account if limits else ""
     if "account" in failed and default:
         defaults = dict(raw.get("default-resources") or {})
         out["default-resources"] = {**defaults, "slurm_account": profile.quoted(default)}

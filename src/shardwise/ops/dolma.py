@@ -144,14 +144,18 @@ def mix_config(
     if not labelled:
         raise ConfigError(f"{run_dir}: no JSON Lines file of this run is labelled yet")
     include = [s.jq(name, min_prob) for s in keep]
-    return {
-        "streams": [
-            {"name": stream, "documents": [ctx.source.address(rel) for rel in labelled],
-             "attributes": [name], "output": {"path": output, "max_size_in_bytes": 1_000_000_000},
-             "filter": {"syntax": "jq", "include": include}}
-        ],
-        "processes": processes,
-    }  # fmt: skip
+    one = mix_stream(stream, [ctx.source.address(rel) for rel in labelled], name, output, include)
+    return {"streams": [one], "processes": processes}
+
+
+def mix_stream(
+    name: str, documents: list[str], attributes: str, output: str, include: list[str]
+) -> dict[str, Any]:
+    """One stream of a ``dolma mix`` config: ``documents`` with the attribute set
+    ``attributes``, kept where a jq expression of ``include`` holds, into ``output``."""
+    return {"name": name, "documents": documents, "attributes": [attributes],
+            "output": {"path": output, "max_size_in_bytes": 1_000_000_000},
+            "filter": {"syntax": "jq", "include": include}}  # fmt: skip
 
 
 def mix_yaml(config: dict[str, Any]) -> str:

@@ -306,9 +306,9 @@ def render_html(
     e = html.escape
     domains_html = ""
     if domains is not None:
-        picture = base64.b64encode(domains[0]).decode("ascii")
+        inline = base64.b64encode(domains[0]).decode("ascii")
         domains_html = "<h2>Domain distribution</h2><img alt='domain distribution' "
-        domains_html += f"src='data:image/png;base64,{picture}'><pre>{e(domains[1])}</pre>"
+        domains_html += f"src='data:image/png;base64,{inline}'><pre>{e(domains[1])}</pre>"
     first, second = headline(cov)
     rows = "\n".join(
         f"<tr class='{'flag' if c.flagged else ''}'><td>{e(c.name)}</td>"

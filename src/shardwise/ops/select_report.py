@@ -16,7 +16,7 @@ import numpy as np
 from shardwise.errors import ConfigError
 from shardwise.ops import picture
 from shardwise.ops import select as planning
-from shardwise.ops.dolma import check_where_dolma_looks, mix_yaml
+from shardwise.ops.dolma import check_where_dolma_looks, mix_stream, mix_yaml
 from shardwise.ops.select_files import attributes_root, records, select_missing, select_shard
 from shardwise.ops.text import human_count
 from shardwise.run import dolma, selection
@@ -163,13 +163,11 @@ def mix_config(
     if not jsonl:
         return None, "no JSON Lines document was selected (dolma mix reads no Parquet)"
     key = selection.repeats_key(sel.name)
-    streams = [
-        {"name": f"{sel.name}-{i}",
-         "documents": [ctx.source.address(rel) for rel in sorted(jsonl) if jsonl[rel] >= i],
-         "attributes": [sel.name], "output": {"path": output, "max_size_in_bytes": 1_000_000_000},
-         "filter": {"syntax": "jq", "include": [f".attributes.{key} >= {i}"]}}
-        for i in range(1, max(jsonl.values()) + 1)
-    ]  # fmt: skip
+    streams = []
+    for i in range(1, max(jsonl.values()) + 1):  # stream i: the documents taken >= i times
+        documents = [ctx.source.address(rel) for rel in sorted(jsonl) if jsonl[rel] >= i]
+        include = [f".attributes.{key} >= {i}"]
+        streams.append(mix_stream(f"{sel.name}-{i}", documents, sel.name, output, include))
     return {"streams": streams, "processes": 1}, None
 
 

@@ -203,8 +203,11 @@ def verify_run(
             report.warn(ctx.output.url(outputs.MARKER.rel(rel)), _LABELLED_QUARANTINED)
 
     names = [name for name, _model, _input in meta.classifiers]
+
+    def check(rel: str) -> _FileCheck:
+        return _check_file(ctx, rel, planned[rel], names, found[rel])
+
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        check = lambda rel: _check_file(ctx, rel, planned[rel], names, found[rel])  # noqa: E731
         checks = list(pool.map(check, _choose(marked, sample, seed)))
     marker_rows = _add_checks(report, checks)
     _check_shard_docs(report, run_dir, job_shards, files_by_shard, marker_rows)

@@ -255,9 +255,9 @@ def clear_stale_incomplete(run_dir: Path, workdir: str, flight: InFlight) -> lis
             continue
         path = Path(text) if Path(text).is_absolute() else Path(workdir) / text
         shard = markers.shard_of_marker(path.name)
-        if shard is None or path.parent.resolve() != shards_dir or shard in flight.shards:
+        if shard is None or path.parent.resolve() != shards_dir:
             continue
-        if not path.exists():
+        if shard in flight.shards or not path.exists():
             continue
         with contextlib.suppress(OSError):
             flag.unlink()

@@ -108,8 +108,8 @@ def prepare_run(
     if planned.input_drift:  # the new set is the pinned one (an extension half done)
         drift.record(run_dir, drift.InputDrift())
     if planned.fresh:
-        assignment = (settings.minimum_shard_index, settings.input.files_per_task)
-        summary = plan.summarize(planned.table, settings.total_shards, *assignment)
+        assignment = (settings.total_shards, settings.minimum_shard_index)
+        summary = plan.summarize(planned.table, *assignment, settings.input.files_per_task)
         plan.save(run_dir, planned.table, summary)
     context.write_settings(run_dir, recorded)
     if planned.changed is not None:

@@ -65,17 +65,16 @@ def build(
     """One row per file, sorted by file; each task's files share its id and shard
     (``tasks``: the grouping already made; ``versions`` make each file's identity)."""
     sizes = dict(files)
-    rows: list[tuple[str, int, str, int, str, str | None]] = []
+    columns: dict[str, list] = {name: [] for name in SCHEMA.names}
     for task in tasks if tasks is not None else build_tasks(list(sizes), files_per_task):
         shard = shard_for_task(task.task_id, total_shards, minimum_shard_index)
         category = category_of(task.files[0], category_regex)
-        rows += [
-            (rel, sizes[rel], task.task_id, shard, category,
-             identity(sizes[rel], versions[rel]) if versions is not None else None)
-            for rel in task.files
-        ]  # fmt: skip
-    columns = zip(*rows, strict=True) if rows else ([] for _ in SCHEMA.names)
-    return pa.Table.from_pydict(dict(zip(SCHEMA.names, map(list, columns), strict=True)), SCHEMA)
+        for rel in task.files:
+            known = identity(sizes[rel], versions[rel]) if versions is not None else None
+            row = (rel, sizes[rel], task.task_id, shard, category, known)
+            for column, value in zip(columns.values(), row, strict=True):
+                column.append(value)
+    return pa.Table.from_pydict(columns, schema=SCHEMA)
 
 
 def identity(size: int, version: str) -> str:

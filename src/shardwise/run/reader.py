@@ -218,11 +218,11 @@ def _read_parquet(source: pa.NativeFile, fields: Fields, where: str) -> Document
     n = table.num_rows
     counts: Counter[str] = Counter()
     values: dict[str, list] = {"url": [""] * n}
-    for role, path in fields.wanted().items():
+    for role, path in wanted.items():
         raw, missing = _column(table, path)
         keep = role == "id"  # an absent id stays None; text and url read as ""
         values[role] = _strings(raw, n=n, keep_null=keep, counts=counts, role=role, where=where)
-        nulls = values[role].count(None) if keep else raw.null_count if raw is not None else 0
+        nulls = values[role].count(None) if keep else (raw.null_count if raw is not None else 0)
         counts[f"missing_{role}"], counts[_NULL_COUNTS[role]] = missing, nulls - missing
     return Documents(values["id"], values["text"], values["url"], +counts)
 

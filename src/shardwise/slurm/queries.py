@@ -326,8 +326,12 @@ def steps(user: str | None = None, timeout: float = command.DEFAULT_TIMEOUT) -> 
 
 def job_detail(job_id: str, timeout: float = command.DEFAULT_TIMEOUT) -> Answer[dict[str, str]]:
     """``scontrol show job -o`` of one job (its full request: features, excluded nodes...)."""
-    first = lambda out: command.key_values(out.strip().splitlines()[0] if out.strip() else "")  # noqa: E731
-    return _ask(["scontrol", "show", "job", "-o", job_id], timeout, first)
+    return _ask(["scontrol", "show", "job", "-o", job_id], timeout, _first_record)
+
+
+def _first_record(out: str) -> dict[str, str]:
+    """The first record of an ``scontrol -o`` reply ({} when there is none)."""
+    return command.key_values((out.strip().splitlines() or [""])[0])
 
 
 def batch_script(job_id: str, timeout: float = command.DEFAULT_TIMEOUT) -> Answer[str]:

@@ -257,7 +257,7 @@ def test_a_visible_window_gives_the_limit_that_ends_before_it_when_test_only_can
     assert rows["its own request"].starts_now is False
     advice = status.probe.advice
     assert advice.startswith("a job asking for 23 min or less starts now instead of")
-    assert "behind this run's own pending jobs" in advice
+    assert "the pending jobs ahead in the partition, this run's own included" in advice
     assert "walltime.max_minutes: 11 (K=2)" in advice
     text = cluster_status.format_table(status)
     assert "23 min  (ends before the window )  expected start: now  [reservation m2" in text
@@ -294,13 +294,16 @@ def test_a_hidden_window_is_located_blind_and_the_advice_names_retime(tmp_path):
     facts = replace(
         _behind_own_jobs(run_dir),
         reservations=Answer(None, "reservations are hidden (PrivateData)", "hidden"),
-        hidden_window=Answer(29),
+        hidden_window=Answer(_located(29, walltime_probe.Method.INFERRED)),
     )
     status = cluster_status.build(run_dir, facts)
     window = next(r for r in status.probe.rows if r.label == walltime_probe.WINDOW_LABEL)
     assert (window.minutes, window.starts_now) == (28, True)
-    assert window.source.startswith("inferred: a small job ending before ")
-    assert window.source.endswith("starts now; reservations are hidden from you")
+    assert window.source == (
+        "inferred: sbatch --test-only starts a small job ending before 06:29 earlier than one "
+        "ending after it; reservations are hidden from you"
+    )
+    assert status.probe.located.method is walltime_probe.Method.INFERRED
     advice = status.probe.advice
     assert advice.startswith(f"a maintenance window starts at about {window.window_start} (")
     assert "a job asking for 28 min or less starts now" in advice
@@ -308,6 +311,55 @@ def test_a_hidden_window_is_located_blind_and_the_advice_names_retime(tmp_path):
     assert "not about time" not in advice
     schema = json.loads((REPO / "docs/schemas/cluster-status.schema.json").read_text())
     jsonschema.validate(json.loads(json.dumps(cluster_status.to_dict(status))), schema)
+
+
+def _located(minutes, method):
+    start = (NOW + timedelta(minutes=minutes)).isoformat(timespec="seconds")
+    return walltime_probe.Located(minutes, start, method, 9, 1.5, "nothing")
+
+
+def test_a_window_located_with_real_allocations_says_so_and_what_it_submitted(tmp_path):
+    run_dir = _run(tmp_path)
+    changed = "7 job(s) of 1 CPU named shardwise-window-probe (salloc --immediate=1): ..."
+    located = replace(_located(40, walltime_probe.Method.ALLOCATED), changed=changed)
+    facts = replace(_behind_own_jobs(run_dir), hidden_window=Answer(located),
+                    reservations=Answer(None, "hidden", "hidden"))  # fmt: skip
+    status = cluster_status.build(run_dir, facts)
+    window = next(r for r in status.probe.rows if r.label == walltime_probe.WINDOW_LABEL)
+    assert (window.minutes, window.method) == (39, walltime_probe.Method.ALLOCATED)
+    assert window.source.startswith("inferred: a 1-CPU job ending before 06:40 was allocated")
+    doc = json.loads(json.dumps(cluster_status.to_dict(status)))
+    assert doc["walltime_probe"]["located"] == {
+        "minutes": 40, "start": "2026-12-01T06:40:00", "method": "allocated", "calls": 9,
+        "seconds": 1.5, "changed": changed,
+    }  # fmt: skip
+    schema = json.loads((REPO / "docs/schemas/cluster-status.schema.json").read_text())
+    jsonschema.validate(doc, schema)
+    text = status.text()
+    assert "window located with 1-CPU allocations: 9 SLURM call(s) in 1.5 s" in text
+    assert f"submitted: {changed}" in text
+
+
+def _delayed(delay_minutes, window_end):
+    """sbatch --test-only of a small job under SLURM's delay for the jobs ahead: the
+    delay is added to every answer; past the window (19 min away) it starts at its end."""
+
+    def ask(minutes):
+        start = NOW + timedelta(minutes=delay_minutes)
+        return Answer(start if minutes <= 19 else max(start, window_end))
+
+    return ask
+
+
+def test_the_window_is_where_test_only_answers_step_whatever_delay_it_adds():
+    for delay in (0, 30, 100):
+        step, base = walltime_probe.step_limit(_delayed(delay, AFTER), [240, 120, 60])
+        assert step == 19, delay
+        assert base.value == NOW + timedelta(minutes=delay)
+    # a delay that ends after the window hides it: no step, and the caller must not guess
+    assert walltime_probe.step_limit(_delayed(540, AFTER), [240, 120])[0] is None
+    # no window at all: no step
+    assert walltime_probe.step_limit(lambda m: Answer(NOW), [240, 120])[0] is None
 
 
 def test_a_hidden_window_that_cannot_be_located_says_why(tmp_path):

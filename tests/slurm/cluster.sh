@@ -205,6 +205,9 @@ TaskPlugin=task/none
 # the node advertises more CPUs than the machine has
 SlurmdParameters=config_overrides
 SchedulerType=sched/backfill
+# a backfill pass every 5 s, not 30: the tests that wait for one (a pending job
+# planned) wait less; nothing in shardwise depends on the interval
+SchedulerParameters=bf_interval=5
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 # without DefMemPerCPU one job without --mem takes the whole node's memory

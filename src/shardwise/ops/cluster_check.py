@@ -399,8 +399,9 @@ def _reservations(
         hidden_note += "then shows only as the pending reason "
         hidden_note += "'ReqNodeNotAvail, Reserved for maintenance'"
     blind = "when the run's jobs pend with that reason, `shardwise cluster status` locates the "
-    blind += "hidden window with small `sbatch --test-only` probes (nothing submitted) and says "
-    blind += "the longest limit that starts now; `shardwise cluster retime` lowers the queued "
+    blind += "hidden window with small `sbatch --test-only` probes, or 1-CPU allocations given "
+    blind += "back at once where those cannot see it, and says the longest limit that starts "
+    blind += "now; `shardwise cluster retime` lowers the queued "
     blind += "jobs to it"
     if first is None:
         found = "no maintenance reservation visible" + hidden_note

@@ -8,6 +8,7 @@ shards read from each job's ``--target-jobs`` (job names change with every invoc
 
 import functools
 import re
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
@@ -22,7 +23,7 @@ from shardwise.ops.text import format_duration
 from shardwise.ops.walltime_probe import Probe
 from shardwise.planner import inflight
 from shardwise.run import claims, markers, ranges
-from shardwise.slurm import command, queries
+from shardwise.slurm import command, control, queries
 from shardwise.slurm.pending import explain
 from shardwise.slurm.queries import Answer
 
@@ -106,8 +107,8 @@ class StatusFacts:
     probe_detail: Answer[dict[str, str]] | None
     probe_starts: dict[int, Answer[datetime]]
     reservations: Answer[list[queries.Reservation]] | None = None
-    #: A window hidden from the user, located blind: minutes until it starts.
-    hidden_window: Answer[int] | None = None
+    #: A window hidden from the user, located blind: where it starts, and how.
+    hidden_window: Answer[walltime_probe.Located] | None = None
 
 
 def run_jobs(
@@ -130,6 +131,8 @@ def status_facts(run_dir: Path, *, timeout: float = command.DEFAULT_TIMEOUT) -> 
     """Ask SLURM what the view needs (the walltime probe only when a job pends)."""
     user = queries.current_user()
     queue = queries.jobs(user, timeout=timeout)
+    if _clear_leftover_probes(user, queue, timeout):
+        queue = queries.jobs(user, timeout=timeout)
     cfg = queries.config(timeout=timeout)
     accounting = cfg.ok and queries.accounting_enabled(cfg.value or {})
     why = "accounting is off: the submit cap is unknown"
@@ -141,7 +144,7 @@ def status_facts(run_dir: Path, *, timeout: float = command.DEFAULT_TIMEOUT) -> 
     detail = None
     starts: dict[int, Answer[datetime]] = {}
     windows = None
-    hidden: Answer[int] | None = None
+    hidden: Answer[walltime_probe.Located] | None = None
     if oldest is not None:
         windows = queries.reservations(timeout=timeout)
         detail = queries.job_detail(oldest.id, timeout=timeout)
@@ -154,7 +157,7 @@ def status_facts(run_dir: Path, *, timeout: float = command.DEFAULT_TIMEOUT) -> 
             walltime_probe.longest_starting_now(ask, asked, datetime.now())
             reserved = walltime_probe.waits_for_reservation(oldest.reason)
             if reserved and not _visible_window(windows, oldest):
-                hidden = _locate_window(request, asked, timeout)
+                hidden = locate_window(request, asked, timeout)
     others = None
     private = cfg.ok and "jobs" in queries.private_data(cfg.value or {})
     parts = sorted({p for j, _ in mine.values() for p in j.partition.split(",") if p})
@@ -183,24 +186,82 @@ def _visible_window(windows: Answer[list[queries.Reservation]] | None, job: quer
     return queries.next_maintenance(windows.value or [], datetime.now(), parts) is not None
 
 
-def _locate_window(request: dict[str, str], asked: list[int], timeout: float) -> Answer[int]:
-    """Minutes until a hidden window: the longest limit at which a small ``--test-only``
-    job starts now (``walltime_probe.window_options``)."""
+def locate_window(
+    request: dict[str, str], asked: list[int], timeout: float
+) -> Answer[walltime_probe.Located]:
+    """Where a hidden window starts, and how it was found: where a small job's
+    ``--test-only`` answer steps, if the delay SLURM adds for the jobs ahead lets it show;
+    else the longest 1-CPU job SLURM allocates at once (``salloc --immediate``)."""
+    began, now = time.monotonic(), datetime.now()
+    options = functools.partial(walltime_probe.window_options, request)
     small: dict[int, Answer[datetime]] = {}
-    ask = _test_only(small, functools.partial(walltime_probe.window_options, request), timeout)
-    found = walltime_probe.longest_starting_now(ask, asked, datetime.now())
-    if found is not None:
-        return Answer(found)
+    step, base = walltime_probe.step_limit(_test_only(small, options, timeout), asked)
     failed = next((a for a in small.values() if not a.ok), None)
+    if base.value is None or (step is None and failed is not None):
+        return Answer(None, (failed or base).problem, (failed or base).kind)
+    if step is not None:
+        changed = "nothing: sbatch --test-only submits nothing"
+        return Answer(_located(step, walltime_probe.Method.INFERRED, len(small), began, changed))
+    delay = base.value - now
+    if delay <= timedelta(minutes=1):
+        why = f"a small job of {max(asked)} min starts now: no window is in this job's way"
+        return Answer(None, why, "failed")
+    tried: dict[int, Answer[control.Allocation]] = {}
+
+    def granted(minutes: int) -> bool | None:
+        if minutes not in tried:
+            tried[minutes] = control.try_allocation(options(minutes), timeout)
+        answer = tried[minutes]
+        return answer.value is control.Allocation.ALLOCATED if answer.ok else None
+
+    found = walltime_probe.longest_where(granted, asked, within=1)
+    outcomes = Counter(a.value for a in tried.values() if a.ok)
+    changed = f"{len(tried)} job(s) of 1 CPU named {control.PROBE_JOB_NAME} (salloc --immediate=1):"
+    changed += f" {outcomes[control.Allocation.ALLOCATED]} allocated and given back at once, the "
+    changed += "others refused or revoked within a second; no job of yours was touched"
+    if found is not None:
+        method = walltime_probe.Method.ALLOCATED
+        return Answer(_located(found, method, len(small) + len(tried), began, changed))
+    failed = next((a for a in tried.values() if not a.ok), None)
     if failed is not None:
-        return Answer(None, failed.problem, failed.kind)
-    soon = datetime.now() + timedelta(minutes=1)
-    now = [m for m, a in small.items() if a.value is not None and a.value <= soon]
-    if small and len(now) == len(small):
-        why = f"a small job of {max(small)} min starts now: no window is in this job's way"
-    else:
-        why = "no small test job starts now at any limit: the window may be open already"
-    return Answer(None, why, "failed")
+        return Answer(None, f"{failed.problem} ({changed})", failed.kind)
+    return Answer(None, f"{_unlocated(outcomes, max(tried), delay)} ({changed})", "failed")
+
+
+def _unlocated(outcomes: Counter, longest: int, delay: timedelta) -> str:
+    """Why neither method located the window."""
+    if outcomes[control.Allocation.ALLOCATED]:
+        return f"a 1-CPU job of {longest} min was allocated at once: no window is in the way"
+    why = f"sbatch --test-only adds {format_duration(delay.total_seconds())} for the pending "
+    why += "jobs ahead, which hides the window, and no 1-CPU job was allocated at any limit: "
+    if outcomes[control.Allocation.OUTRANKED]:
+        why += "SLURM refused them for insufficient priority (a runnable job of higher priority "
+        return why + "pends in the partition, perhaps hidden from you); ask again in a minute"
+    return why + "the window may be open already, or the partition's nodes are full"
+
+
+def _located(
+    minutes: int, method: walltime_probe.Method, calls: int, began: float, changed: str
+) -> walltime_probe.Located:
+    """A window ``minutes`` from now, found by ``method`` in ``calls`` since ``began``."""
+    start = (datetime.now() + timedelta(minutes=minutes)).isoformat(timespec="seconds")
+    seconds = round(time.monotonic() - began, 1)
+    return walltime_probe.Located(minutes, start, method, calls, seconds, changed)
+
+
+def _clear_leftover_probes(user: str, queue: Answer[list[queries.Job]], timeout: float) -> int:
+    """Wait a few seconds for window probes a killed ``cluster status`` left (each ends
+    within a second on its own), then cancel any still queued; how many there were."""
+    probes = control.PROBE_JOB_NAME
+    left = [j.id for j in queue.value or [] if j.name == probes]
+    deadline = time.monotonic() + 5
+    while left and time.monotonic() < deadline:
+        time.sleep(0.5)
+        again = queries.jobs(user, timeout=timeout)
+        left = [j.id for j in again.value or [] if j.name == probes and j.id in left]
+    if left:
+        control.cancel(left, timeout=timeout)
+    return len(left)
 
 
 def _test_only(
@@ -468,15 +529,23 @@ def _job_lines(status: Status) -> list[str]:
 
 def _probe_lines(pr: Probe) -> list[str]:
     """Would a shorter walltime start now: one row per limit asked about, then the advice."""
-    blind = any(r.method is walltime_probe.Method.INFERRED for r in pr.rows)
-    sources = "small test jobs for the hidden window" if blind else "the visible windows"
+    sources = "the visible windows"
+    if pr.located is not None:
+        sources = "the hidden window, located below"
     head = f"would a shorter walltime start now? (pending job {pr.job_id}, {pr.shards} shard(s), "
-    head += f"submitted {pr.submitted}; sbatch --test-only and {sources}, nothing submitted)"
+    head += f"submitted {pr.submitted}; sbatch --test-only and {sources})"
     lines = ["", head]
     for r in pr.rows:
         when = r.start.replace("T", " ") if r.start else f"? {r.problem}"
         when = "now" if r.starts_now else when
         origin = f"  [{r.source}]" if r.method is not walltime_probe.Method.TEST_ONLY else ""
         lines.append(f"  {r.minutes:>6} min  ({r.label:<23})  expected start: {when}{origin}")
+    if pr.located is not None:
+        found = pr.located
+        how = "1-CPU allocations"
+        if found.method is walltime_probe.Method.INFERRED:
+            how = "small sbatch --test-only jobs"
+        text = f"  window located with {how}: {found.calls} SLURM call(s) in {found.seconds:g} s; "
+        lines.append(text + f"submitted: {found.changed}")
     lines.append(f"  => {pr.advice}")
     return lines

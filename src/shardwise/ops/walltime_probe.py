@@ -3,8 +3,11 @@
 For the oldest pending job: ``sbatch --test-only`` (nothing submitted) at shorter limits,
 bisected to the longest that starts now, plus what the maintenance windows imply: a
 visible one's start, or a hidden one (``PrivateData=reservations``) located blind with a
-*small* request (:func:`window_options`), which the run's own pending jobs, ahead of every
-``--test-only`` job, cannot stand in the way of. :func:`probe` is pure.
+*small* request (:func:`window_options`). ``--test-only`` adds to every answer the time
+of the pending jobs ahead in the partition (SLURM's ``_delayed_job_start_time``, see
+docs/cluster.md): a window is where its answer *steps* (:func:`step_limit`), which shows
+only while that delay ends before the window does; else real 1-CPU allocations
+(``salloc --immediate``) that start at once or are revoked locate it. :func:`probe` is pure.
 """
 
 import math
@@ -24,6 +27,21 @@ class Method(StrEnum):
     TEST_ONLY = "test-only"  # SLURM's own plan for the run's pending job (sbatch --test-only)
     RESERVATION = "reservation"  # the next visible maintenance window
     INFERRED = "inferred"  # a hidden window, located with small --test-only jobs
+    ALLOCATED = "allocated"  # a hidden window, located with real 1-CPU allocations
+
+
+@dataclass(frozen=True)
+class Located:
+    """A hidden window located blind: it starts at ``start`` (ISO time), ``minutes`` after
+    the search, which ``method`` made in ``calls`` SLURM calls and ``seconds``; ``changed``:
+    what the search submitted and what became of it (never a job of the user's)."""
+
+    minutes: int
+    start: str
+    method: Method
+    calls: int
+    seconds: float
+    changed: str
 
 
 @dataclass(frozen=True)
@@ -50,6 +68,7 @@ class Probe:
     submitted: str
     rows: tuple[ProbeRow, ...]
     advice: str
+    located: Located | None = None  # how a hidden window was found, when one was
 
 
 def probe_minutes(own: int | None, shards: int) -> list[int]:
@@ -73,17 +92,27 @@ def longest_starting_now(
             return None
         return answer.value <= now + timedelta(minutes=1)
 
-    verdicts = {m: starts_now(m) for m in asked}
+    return longest_where(starts_now, asked)
+
+
+def longest_where(
+    good: Callable[[int], bool | None], asked: list[int], *, within: int | None = None
+) -> int | None:
+    """The longest time limit for which ``good`` holds, ``good`` being true up to some limit
+    and false above it: bisecting between the limits ``asked`` (or halving below the
+    shortest until one is good) to ``within`` minutes (default 5%). None when no limit is
+    good, every asked one is, or ``good`` has no answer (None)."""
+    verdicts = {m: good(m) for m in asked}
     if not verdicts or None in verdicts.values() or all(verdicts.values()):
         return None
-    good = [m for m, v in verdicts.items() if v]
-    if good:
-        low = max(good)
+    found = [m for m, v in verdicts.items() if v]
+    if found:
+        low = max(found)
         high = min(m for m, v in verdicts.items() if not v and m > low)
     else:
         high, probe, low = min(verdicts), min(verdicts) // 2, 0
-        while probe >= 1:  # halve until something starts now
-            verdict = starts_now(probe)
+        while probe >= 1:  # halve until one is good
+            verdict = good(probe)
             if verdict is None:
                 return None
             if verdict:
@@ -92,13 +121,39 @@ def longest_starting_now(
             high, probe = probe, probe // 2
         if low == 0:
             return None
-    while high - low > max(1, low // 20):
+    while high - low > (within or max(1, low // 20)):
         mid = (low + high) // 2
-        verdict = starts_now(mid)
+        verdict = good(mid)
         if verdict is None:
             break
         low, high = (mid, high) if verdict else (low, mid)
     return low
+
+
+#: How far two ``--test-only`` answers may differ and still be "the same start": they are
+#: computed at slightly different moments, and a window is at least minutes long.
+SAME_START = timedelta(seconds=90)
+
+
+def step_limit(
+    ask: Callable[[int], Answer[datetime]], asked: list[int]
+) -> tuple[int | None, Answer[datetime]]:
+    """Where a small job's ``--test-only`` answer steps: the longest limit (to the minute)
+    answered like a 1-minute job, and that 1-minute answer (its distance from now is the
+    delay SLURM adds for the jobs ahead). None when nothing steps up to the longest limit
+    asked: no window is in the way, or the delay hides it (it ends after the window)."""
+    base = ask(1)
+    first = base.value
+    if not base.ok or first is None:
+        return None, base
+
+    def same(minutes: int) -> bool | None:
+        answer = ask(minutes)
+        if not answer.ok or answer.value is None:
+            return None
+        return answer.value <= first + SAME_START
+
+    return longest_where(same, asked, within=1), base
 
 
 def window_options(detail: dict[str, str], minutes: int) -> list[str]:
@@ -164,13 +219,13 @@ def test_only_options(detail: dict[str, str], minutes: int) -> list[str]:
 def probe(
     oldest: queries.Job, shards: int, starts: dict[int, Answer[datetime]], *,
     reservations: Answer[list[queries.Reservation]] | None, nodes: Answer[list[queries.Node]],
-    now: datetime, hidden: Answer[int] | None = None, run_dir: str = "<run_dir>",
+    now: datetime, hidden: Answer[Located] | None = None, run_dir: str = "<run_dir>",
     planned: bool = True,
 ) -> Probe | None:  # fmt: skip
     """Would a shorter walltime start ``oldest`` (a pending job of ``shards`` shards) now?
     ``starts``: ``--test-only``'s answers by limit (bisection steps included); a visible
-    window adds a row, and so does a hidden one (``hidden``: minutes until it). None when
-    there is nothing to show."""
+    window adds a row, and so does a hidden one (``hidden``: where it starts, and how it
+    was found). None when there is nothing to show."""
     own = oldest.time_limit_minutes or 0
     window = _window_row(reservations, nodes, oldest, own, now)
     if window is None and hidden is not None:
@@ -204,7 +259,9 @@ def probe(
         advice += "bf_interval, 30 s by default): these answers are provisional, ask again in a "
         advice += f"minute. {advice}"
     submitted = oldest.submit_time.isoformat() if oldest.submit_time else ""
-    return Probe(oldest.id, shards, submitted, tuple(rows), advice)
+    blind = window is not None and window.method is not Method.RESERVATION
+    located = hidden.value if hidden is not None and blind else None
+    return Probe(oldest.id, shards, submitted, tuple(rows), advice, located)
 
 
 def _window_row(
@@ -231,17 +288,23 @@ def _window_row(
 
 
 def _hidden_row(
-    hidden: Answer[int], nodes: Answer[list[queries.Node]], job: queries.Job, own: int,
+    hidden: Answer[Located], nodes: Answer[list[queries.Node]], job: queries.Job, own: int,
     now: datetime,
 ) -> ProbeRow | None:  # fmt: skip
-    """The row of a window located blind: it starts about ``hidden`` minutes from now."""
-    if not hidden.ok or hidden.value is None or (own and hidden.value >= own):
+    """The row of a window located blind: it starts about ``hidden.minutes`` from now."""
+    found = hidden.value
+    if not hidden.ok or found is None or (own and found.minutes >= own):
         return None
-    minutes = max(1, hidden.value - 1)  # a minute to schedule, as for a visible window
-    start = now + timedelta(minutes=hidden.value)
-    source = f"inferred: a small job ending before {start:%H:%M} starts now; reservations are "
-    source += "hidden from you"
-    return _window(minutes, start=start, source=source, method=Method.INFERRED, nodes=nodes,
+    minutes = max(1, found.minutes - 1)  # a minute to schedule, as for a visible window
+    start = datetime.fromisoformat(found.start)
+    if found.method is Method.ALLOCATED:
+        source = f"inferred: a 1-CPU job ending before {start:%H:%M} was allocated at once, a "
+        source += "longer one was not"
+    else:
+        source = f"inferred: sbatch --test-only starts a small job ending before {start:%H:%M} "
+        source += "earlier than one ending after it"
+    source += "; reservations are hidden from you"
+    return _window(minutes, start=start, source=source, method=found.method, nodes=nodes,
                    job=job, now=now)  # fmt: skip
 
 
@@ -288,7 +351,7 @@ def _advice(
     reserved = waits_for_reservation(job.reason)
     window = next((r for r in rows if r.label == WINDOW_LABEL), None)
     located = ""
-    if window is not None and window.method is Method.INFERRED:
+    if window is not None and window.method in (Method.INFERRED, Method.ALLOCATED):
         located = f"a maintenance window starts at about {window.window_start} ({window.source}). "
     if not answered:
         if reserved and window is None:
@@ -312,8 +375,8 @@ def _advice(
     behind = ""
     tested_now = any(r.starts_now for r in answered if r.method is Method.TEST_ONLY)
     if best.label == WINDOW_LABEL and not tested_now:
-        behind = " (sbatch --test-only found no limit that starts now: it places its test behind "
-        behind += "this run's own pending jobs, which wait for the window)"
+        behind = " (sbatch --test-only found no limit that starts now: it adds to its answer "
+        behind += "the time of the pending jobs ahead in the partition, this run's own included)"
     instead = f" instead of {own_row.start.replace('T', ' ')}" if own_row and own_row.start else ""
     share = math.ceil(own / max(shards, 1))  # one shard's walltime in this job
     options = [f"walltime.max_minutes: {max(1, best.minutes // max(shards, 1))} (K={shards})"]

@@ -1,9 +1,18 @@
-"""The one change shardwise makes to a queued SLURM job: a shorter time limit.
+"""What shardwise itself does to the queue, outside Snakemake's submissions.
 
-``scontrol update JobId=<id> TimeLimit=<minutes>``: a user may lower the limit of their
-own pending job (raising it needs an operator), and the job keeps its place in the
-queue, which a cancel and resubmit would lose. Used by ``shardwise cluster retime``.
+The one change to a queued SLURM job: a shorter time limit. ``scontrol update
+JobId=<id> TimeLimit=<minutes>``: a user may lower the limit of their own pending job
+(raising it needs an operator), and the job keeps its place in the queue, which a
+cancel and resubmit would lose. Used by ``shardwise cluster retime``.
+
+And the 1-CPU allocations of ``cluster status`` that locate a hidden maintenance window
+where ``sbatch --test-only`` cannot (:func:`try_allocation`): each is given back at once
+or revoked within a second; none touches a job of the user's.
 """
+
+import re
+from collections.abc import Sequence
+from enum import StrEnum
 
 from shardwise.slurm import command
 from shardwise.slurm.queries import Answer
@@ -15,4 +24,47 @@ def lower_time_limit(
     """Set the time limit of ``job_id`` to ``minutes``; True when SLURM took it."""
     argv = ["scontrol", "update", f"JobId={job_id}", f"TimeLimit={minutes}"]
     reply = command.run(argv, timeout=timeout)
+    return Answer(True) if reply.ok else Answer(None, reply.problem, reply.kind)
+
+
+class Allocation(StrEnum):
+    """What ``salloc --immediate`` made of a request."""
+
+    ALLOCATED = "allocated"  # started at once, given back when `true` ended
+    NOT_NOW = "not now"  # refused: it would run into a reservation, or no room now
+    OUTRANKED = "outranked"  # refused: a runnable job of higher priority pends before it
+
+
+#: What salloc --immediate says when a job cannot start at once (22.05: a request that
+#: would run into a maintenance reservation is refused outright, others pend a second and
+#: are revoked, or are refused for "insufficient priority" while a runnable job of higher
+#: priority pends in the partition); any other failure is a problem to report.
+_NOT_NOW = re.compile(r"revoked|queued and waiting|reservation is in use")
+_OUTRANKED = re.compile(r"insufficient priority")
+
+#: The name of the 1-CPU allocations that locate a hidden window (``cluster status``).
+PROBE_JOB_NAME = "shardwise-window-probe"
+
+
+def try_allocation(
+    options: Sequence[str], timeout: float = command.DEFAULT_TIMEOUT
+) -> Answer[Allocation]:
+    """Whether SLURM allocates a job with these ``salloc`` options at once: ``salloc
+    --immediate=1`` runs ``true`` on this host and gives the allocation back, or its
+    request is refused or revoked within a second. Either way nothing stays queued, even
+    when the caller is killed meanwhile (salloc finishes on its own)."""
+    argv = ["salloc", "--immediate=1", f"--job-name={PROBE_JOB_NAME}", *options, "true"]
+    reply = command.run(argv, timeout=timeout)
+    if reply.ok:
+        return Answer(Allocation.ALLOCATED)
+    if _OUTRANKED.search(reply.stderr):
+        return Answer(Allocation.OUTRANKED)
+    if _NOT_NOW.search(reply.stderr):
+        return Answer(Allocation.NOT_NOW)
+    return Answer(None, reply.problem, reply.kind)
+
+
+def cancel(job_ids: Sequence[str], *, timeout: float = command.DEFAULT_TIMEOUT) -> Answer[bool]:
+    """``scancel`` these jobs (the user's own leftover window probes); True when it answered."""
+    reply = command.run(["scancel", *job_ids], timeout=timeout)
     return Answer(True) if reply.ok else Answer(None, reply.problem, reply.kind)

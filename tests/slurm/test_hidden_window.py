@@ -49,6 +49,8 @@ import pytest
 import slurmrun as sr
 import yaml
 
+from shardwise.slurm import command
+
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
 USER = "swplain"
@@ -170,7 +172,7 @@ def _job_state(user: str) -> dict[str, tuple[str, ...]]:
     keys = ("Priority", "TimeLimit", "JobState", "AccrueTime", "EligibleTime")
     jobs = {}
     for line in out.splitlines():
-        fields = dict(re.findall(r"(\w+)=(\S*)", line))
+        fields = command.key_values(line)
         mine = fields.get("UserId", "").startswith(f"{user}(") and fields.get("JobName") != PROBES
         if mine and fields.get("JobState") in ("PENDING", "RUNNING"):
             jobs[fields["JobId"]] = tuple(fields.get(k, "") for k in keys)

@@ -73,7 +73,8 @@ def _add_status(sub: argparse._SubParsersAction) -> None:
         description="The run's jobs (found by submit directory, Snakefile, config files and "
         "claims), running and pending counts, GPUs in use, submit slots against the cap, "
         "pending jobs grouped by reason with what to do, whether a shorter walltime would "
-        "start now (sbatch --test-only; nothing is submitted), progress and the ETA at the "
+        "start now (sbatch --test-only; a hidden maintenance window may need a few 1-CPU "
+        "allocations, given back at once and shown), progress and the ETA at the "
         "GPUs running now, in-flight shards and unavailable nodes.",
     )
     add_run_dir(p, "cluster status")

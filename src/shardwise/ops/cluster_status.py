@@ -529,7 +529,7 @@ def _job_lines(status: Status) -> list[str]:
 
 def _probe_lines(pr: Probe) -> list[str]:
     """Would a shorter walltime start now: one row per limit asked about, then the advice."""
-    sources = "the visible windows"
+    sources = "the visible windows, nothing submitted"
     if pr.located is not None:
         sources = "the hidden window, located below"
     head = f"would a shorter walltime start now? (pending job {pr.job_id}, {pr.shards} shard(s), "

@@ -7,6 +7,7 @@ from snakemake.utils import min_version, validate
 
 from shardwise.snakefile import (
     Submitter,
+    WalltimeAdaptation,
     is_dry_run,
     prepare_run,
     print_failures,
@@ -46,9 +47,21 @@ FAILURES = show_failed_jobs(
     workflow, config, RUN, main_process=workflow.is_main_process
 )
 RUN_DIR = str(RUN.run_dir)
+# Walltimes fitted to a hidden maintenance window by SLURM's own plan (walltime.adapt),
+# started once the workflow knows its executor.
+ADAPTING = WalltimeAdaptation(config, RUN, main_process=workflow.is_main_process)
+
+
+onstart:
+    ADAPTING.start(workflow)
+
+
+onsuccess:
+    ADAPTING.stop()
 
 
 onerror:
+    ADAPTING.stop()
     print_failures(FAILURES)
 
 

@@ -1,6 +1,7 @@
 """What the Snakefile and its rules import from shardwise, in one place (the top floor,
 with ``cli``): the Snakefile stays a table of contents that calls :func:`prepare_run`."""
 
+import functools
 import sys
 import time
 from pathlib import Path
@@ -8,21 +9,22 @@ from typing import IO, Any
 
 from shardwise.config import Settings, reject_secret_keys
 from shardwise.errors import ShardwiseError
-from shardwise.ops import failed_jobs
+from shardwise.ops import adapt, failed_jobs
+from shardwise.ops.adapt import Adapter
 from shardwise.ops.failed_jobs import FailureLog
 from shardwise.ops.planning import report_lines
-from shardwise.planner import prepare
+from shardwise.planner import prepare, walltime
 from shardwise.planner.inflight import Submitter
 from shardwise.planner.prepare import RunInfo, is_dry_run
 from shardwise.planner.walltime import runtime_minutes_for
-from shardwise.run import selection
+from shardwise.run import adaptation, selection
 from shardwise.slurm.profile import site_resources
 from shardwise.slurm.submiterrors import show_submit_errors
 
 __all__ = [
-    "FailureLog", "RunInfo", "Submitter", "is_dry_run", "prepare_run", "reject_secret_keys",
-    "runtime_minutes_for", "selection_targets", "show_failed_jobs", "show_submit_errors",
-    "site_resources",
+    "FailureLog", "RunInfo", "Submitter", "WalltimeAdaptation", "classify_group_size",
+    "is_dry_run", "prepare_run", "reject_secret_keys", "runtime_minutes_for",
+    "selection_targets", "show_failed_jobs", "show_submit_errors", "site_resources",
 ]  # fmt: skip
 
 
@@ -80,3 +82,50 @@ def selection_targets(run_dir: str) -> list[str]:
         if sel is not None:
             out += [str(selection.shard_path(Path(run_dir), name, s)) for s in sel.shards]
     return out
+
+
+def classify_group_size(workflow: Any) -> int:
+    """Shards per classify job: ``--group-components`` of the classify rule's group (the
+    profile's ``groups: classify: classify``), 1 when it is not grouped."""
+    groups = workflow.group_settings
+    group = groups.overwrite_groups.get("classify")
+    return int(groups.group_components.get(group, 1)) if group else 1
+
+
+class WalltimeAdaptation:
+    """The walltime adaptation of one invocation (``ops/adapt.py``). Made at parse time,
+    started by the Snakefile's ``onstart`` (only then does the workflow know its executor)
+    and stopped by ``onsuccess``/``onerror``."""
+
+    def __init__(self, config: dict[str, Any], run: RunInfo, *, main_process: bool) -> None:
+        self.config, self.run, self.main_process = config, run, main_process
+        self.adapter: Adapter | None = None
+
+    def start(self, workflow: Any) -> Adapter | None:
+        """Start adapting in the top-level process of a real run when ``walltime.adapt`` is
+        on (``auto``: with the SLURM executor); else clear a fit an earlier invocation left,
+        so the next submissions ask for the configured limits."""
+        if not self.main_process or is_dry_run(workflow):
+            return None
+        settings = Settings.from_config(self.config)
+        mode = settings.walltime.get("adapt", "auto")
+        plugin = getattr(workflow, "executor_plugin", None)
+        on_slurm = plugin is not None and "slurm" in str(getattr(plugin, "name", ""))
+        if mode is False or (mode == "auto" and not on_slurm):
+            record = adaptation.load(self.run.run_dir)
+            if record is not None and record.fit is not None:
+                adaptation.save(self.run.run_dir, type(record)(None, record.events))
+            return None
+        knobs = adapt.AdaptSettings(
+            check_seconds=float(settings.walltime.get("adapt_check_seconds", 60)),
+            probe_seconds=float(settings.walltime.get("adapt_probe_seconds", 300)),
+            floor=functools.partial(walltime.one_file_minutes, settings),
+        )
+        self.adapter = Adapter(self.run.run_dir, knobs)
+        self.adapter.start()
+        return self.adapter
+
+    def stop(self) -> None:
+        """Stop after the round in progress (the thread is a daemon: an exit ends it too)."""
+        if self.adapter is not None:
+            self.adapter.close()

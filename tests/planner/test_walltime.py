@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta
 
 import pytest
 from inproc import label, plan_run
 
 from shardwise.config import Settings, validate
 from shardwise.planner import walltime
-from shardwise.run import plan
+from shardwise.run import adaptation, plan
 from shardwise.store.location import Location
 
 WALLTIME = {"default_mb_per_minute": 50, "safety_factor": 2, "min_minutes": 10, "max_minutes": 240}
@@ -72,3 +73,30 @@ def test_the_rule_runtime_is_fixed_when_configured_and_the_ceiling_inside_a_job(
         walltime.runtime_minutes_for(free, 0, 1, main_process=True)
         >= (settings.walltime["min_minutes"])
     )
+
+
+def test_the_adaptations_fit_caps_the_next_submissions_a_group_sharing_it(tmp_path):
+    """SLURM's plan starts 20 min now: a shard asks for at most 20, each of a group of 4
+    for 5 (the group's sum); once not even one file fits, the configured limit again."""
+    cfg = validate(plan_run(tmp_path, total_shards=3))
+    fixed = {**cfg, "resources": {"classify": {**cfg["resources"]["classify"], "runtime": 960}}}
+    run_dir = Settings.from_config(fixed).run_dir
+    assert walltime.runtime_minutes_for(fixed, 0, 1, main_process=True) == 960
+    now = datetime.now()
+    horizon = (now + timedelta(minutes=20, seconds=30)).isoformat(timespec="seconds")
+    fit = adaptation.Fit(horizon, 20, 3, now.isoformat(timespec="seconds"), "plan")
+    adaptation.save(run_dir, adaptation.Adaptation(fit))
+    assert walltime.runtime_minutes_for(fixed, 0, 1, main_process=True) == 20
+    assert walltime.runtime_minutes_for(fixed, 0, 1, main_process=True, group=4) == 5
+    assert walltime.runtime_minutes_for(fixed, 0, 1, main_process=False) == 960  # inside a job
+    near = (now + timedelta(minutes=2)).isoformat()  # 2 min left: below one file's 3
+    past = adaptation.Fit(near, 20, 3, "", "plan")
+    adaptation.save(run_dir, adaptation.Adaptation(past))
+    assert walltime.runtime_minutes_for(fixed, 0, 1, main_process=True) == 960
+
+
+def test_one_file_needs_the_largest_file_at_the_rate_plus_the_stop_margin(tmp_path):
+    cfg = plan_run(tmp_path, total_shards=3)
+    settings = Settings.from_config(cfg)
+    minutes = walltime.one_file_minutes(settings, [0, 1, 2])
+    assert minutes == 1 + walltime.STOP_MARGIN_MINUTES  # kilobytes at 50 MB/min: a minute

@@ -1,7 +1,7 @@
 # Input functions and resource callables: thin wrappers over the package.
 from pathlib import Path
 
-from shardwise.snakefile import runtime_minutes_for, site_resources
+from shardwise.snakefile import classify_group_size, runtime_minutes_for, site_resources
 
 
 def run_dir_of_output(wildcards, output):
@@ -26,6 +26,7 @@ def classify_runtime(wildcards, attempt):
         int(wildcards.shard),
         attempt,
         main_process=workflow.is_main_process,
+        group=classify_group_size(workflow),
     )
 
 

@@ -74,8 +74,11 @@ def _add_status(sub: argparse._SubParsersAction) -> None:
         "claims), running and pending counts, GPUs in use, submit slots against the cap, "
         "pending jobs grouped by reason with what to do, whether a shorter walltime would "
         "start now (sbatch --test-only; a hidden maintenance window may need a few 1-CPU "
-        "allocations, given back at once and shown), progress and the ETA at the "
-        "GPUs running now, in-flight shards and unavailable nodes.",
+        "allocations, given back at once and shown; while a job waits for a reservation, "
+        "SLURM's own plan for short-lived probe jobs of its request, each running `true`, "
+        "cancelled before the answer and shown), what the workflow's walltime adaptation "
+        "changed, progress and the ETA at the GPUs running now, in-flight shards and "
+        "unavailable nodes.",
     )
     add_run_dir(p, "cluster status")
     add_format(p)

@@ -18,11 +18,13 @@ from typing import Any
 
 import numpy as np
 
-from shardwise.ops import cluster_check, coverage, walltime_probe
+from shardwise.errors import RecordError
+from shardwise.ops import cluster_check, coverage, plan_probe, walltime_probe
+from shardwise.ops.plan_probe import Planned
 from shardwise.ops.text import format_duration
 from shardwise.ops.walltime_probe import Probe
 from shardwise.planner import inflight
-from shardwise.run import claims, markers, ranges
+from shardwise.run import adaptation, claims, markers, ranges
 from shardwise.slurm import command, control, queries
 from shardwise.slurm.pending import explain
 from shardwise.slurm.queries import Answer
@@ -77,6 +79,8 @@ class Status:
     nodes: tuple[dict[str, str], ...]
     others: dict[str, int] | None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: What the workflow's walltime adaptation changed (run/adaptation), when it did.
+    adapted: adaptation.Adaptation | None = None
 
     @property
     def running(self) -> list[RunJob]:
@@ -109,6 +113,8 @@ class StatusFacts:
     reservations: Answer[list[queries.Reservation]] | None = None
     #: A window hidden from the user, located blind: where it starts, and how.
     hidden_window: Answer[walltime_probe.Located] | None = None
+    #: SLURM's plan for probe jobs of the pending job's request (what really starts now).
+    planned: Planned | None = None
 
 
 def run_jobs(
@@ -131,7 +137,8 @@ def status_facts(run_dir: Path, *, timeout: float = command.DEFAULT_TIMEOUT) -> 
     """Ask SLURM what the view needs (the walltime probe only when a job pends)."""
     user = queries.current_user()
     queue = queries.jobs(user, timeout=timeout)
-    if _clear_leftover_probes(user, queue, timeout):
+    cleared = plan_probe.clear_leftovers(queue, timeout)
+    if _clear_leftover_probes(user, queue, timeout) or cleared:
         queue = queries.jobs(user, timeout=timeout)
     cfg = queries.config(timeout=timeout)
     accounting = cfg.ok and queries.accounting_enabled(cfg.value or {})
@@ -145,6 +152,7 @@ def status_facts(run_dir: Path, *, timeout: float = command.DEFAULT_TIMEOUT) -> 
     starts: dict[int, Answer[datetime]] = {}
     windows = None
     hidden: Answer[walltime_probe.Located] | None = None
+    planned: Planned | None = None
     if oldest is not None:
         windows = queries.reservations(timeout=timeout)
         detail = queries.job_detail(oldest.id, timeout=timeout)
@@ -158,6 +166,10 @@ def status_facts(run_dir: Path, *, timeout: float = command.DEFAULT_TIMEOUT) -> 
             reserved = walltime_probe.waits_for_reservation(oldest.reason)
             if reserved and not _visible_window(windows, oldest):
                 hidden = locate_window(request, asked, timeout)
+            if reserved:
+                bf = queries.backfill_interval_seconds(cfg.value or {}) if cfg.ok else 30
+                own = oldest.time_limit_minutes or 1
+                planned = plan_probe.probe(options, own, 1, bf_interval=bf, timeout=timeout)
     others = None
     private = cfg.ok and "jobs" in queries.private_data(cfg.value or {})
     parts = sorted({p for j, _ in mine.values() for p in j.partition.split(",") if p})
@@ -165,8 +177,9 @@ def status_facts(run_dir: Path, *, timeout: float = command.DEFAULT_TIMEOUT) -> 
         found = queries.partition_jobs(parts, timeout=timeout)
         others = Answer([j for j in found.value or [] if j.user != user]) if found.ok else found
     return StatusFacts(
-        user, datetime.now(), queue, cfg, nodes, limits, others, detail, starts, windows, hidden
-    )
+        user, datetime.now(), queue, cfg, nodes, limits, others, detail, starts, windows, hidden,
+        planned,
+    )  # fmt: skip
 
 
 def probed_job(mine: dict[str, tuple[queries.Job, tuple[int, ...]]]) -> queries.Job | None:
@@ -315,7 +328,17 @@ def build(run_dir: Path, facts: StatusFacts) -> Status:
         pending=_pending(jobs), probe=_probe(run_dir, facts, mine, now),
         progress=_progress(run_dir, jobs, now), in_flight=flight,
         nodes=_unavailable_nodes(facts, jobs), others=others, notes=tuple(notes) + flight.notes,
+        adapted=_adapted(run_dir, notes),
     )  # fmt: skip
+
+
+def _adapted(run_dir: Path, notes: list[str]) -> adaptation.Adaptation | None:
+    """The workflow's walltime adaptation record (a damaged one is a note, not a failure)."""
+    try:
+        return adaptation.load(run_dir)
+    except RecordError as e:
+        notes.append(f"the walltime adaptation's record cannot be read: {e}")
+        return None
 
 
 def _run_job(j: queries.Job, shards: tuple[int, ...]) -> RunJob:
@@ -412,6 +435,7 @@ def _probe(
         reservations=facts.reservations, nodes=facts.nodes, now=now, hidden=facts.hidden_window,
         run_dir=str(run_dir),
         planned=walltime_probe.planned(detail.value if detail is not None else None),
+        plan=facts.planned,
     )  # fmt: skip
 
 
@@ -437,6 +461,7 @@ def to_dict(status: Status) -> dict[str, Any]:
         "progress": asdict(status.progress), "in_flight": status.in_flight.to_dict(),
         "unavailable_nodes": [dict(n) for n in status.nodes], "other_users": status.others,
         "notes": list(status.notes),
+        "walltime_adaptation": None if status.adapted is None else status.adapted.to_json(),
     }  # fmt: skip
 
 
@@ -469,6 +494,8 @@ def format_table(status: Status) -> str:
             lines.append(f"      do: {g['action']}")
     if status.probe is not None:
         lines += _probe_lines(status.probe)
+    if status.adapted is not None:
+        lines += adaptation_lines(status.adapted, datetime.fromisoformat(status.generated_at))
     if status.nodes:
         lines += ["", "nodes that cannot run jobs (sinfo -R)"]
         for n in status.nodes:
@@ -532,6 +559,9 @@ def _probe_lines(pr: Probe) -> list[str]:
     sources = "the visible windows, nothing submitted"
     if pr.located is not None:
         sources = "the hidden window, located below"
+    if pr.planned is not None:  # probes were submitted: see the line below the rows
+        sources = sources.removesuffix(", nothing submitted")
+        sources += "; SLURM's own plan for probe jobs of your request"
     head = f"would a shorter walltime start now? (pending job {pr.job_id}, {pr.shards} shard(s), "
     head += f"submitted {pr.submitted}; sbatch --test-only and {sources})"
     lines = ["", head]
@@ -547,5 +577,23 @@ def _probe_lines(pr: Probe) -> list[str]:
             how = "small sbatch --test-only jobs"
         text = f"  window located with {how}: {found.calls} SLURM call(s) in {found.seconds:g} s; "
         lines.append(text + f"submitted: {found.changed}")
+    if pr.planned is not None:
+        plan = pr.planned
+        text = f"  SLURM's plan asked with probe jobs of your request: {plan.calls} SLURM call(s) "
+        lines.append(text + f"in {plan.seconds:g} s; submitted: {plan.changed()}")
     lines.append(f"  => {pr.advice}")
+    return lines
+
+
+def adaptation_lines(record: adaptation.Adaptation, now: datetime, last: int = 6) -> list[str]:
+    """What the workflow's walltime adaptation did: the fit in force, the last changes."""
+    fit = record.fit
+    lines = ["", "walltime adaptation (walltime.adapt: the workflow changes limits by itself)"]
+    if fit is not None and fit.cap(now) is not None:
+        text = f"  in force: jobs end by {fit.horizon.replace('T', ' ')} (at most {fit.cap(now)} "
+        lines.append(text + f"min now, never below {fit.floor}); since {fit.since}: {fit.reason}")
+    else:
+        lines.append("  in force: the configured limits")
+    for event in record.events[-last:]:
+        lines.append(f"  {event.at.replace('T', ' ')}  {event.action:<9} {event.text}")
     return lines

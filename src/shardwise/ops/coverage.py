@@ -19,8 +19,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from shardwise.errors import RecordError
 from shardwise.planner import inflight
 from shardwise.run import (
+    adaptation,
     changes,
     claims,
     context,
@@ -91,6 +93,8 @@ class RunState:
     last_failures: dict[int, failures.FailureRecord] = field(default_factory=dict)
     #: What the last invocation ran in parallel: (count, "GPU" or "local job").
     parallel: tuple[int, str] = (1, "GPU")
+    #: What the workflow's walltime adaptation changed (None: it never adapted).
+    adapted: adaptation.Adaptation | None = None
 
 
 def _marker_columns(found: dict[int, markers.ShardMarker]) -> ShardMarkers:
@@ -208,7 +212,16 @@ def load_state(
         changed=changes.load(run_dir)[0], skipped=skipped.load(run_dir),
         drift=drift.load(run_dir), input_format=_input_format(run_dir),
         copies=run_state.copies_disagree(run_dir, meta, run_state.output_copy(output)),
+        adapted=_adapted(run_dir),
     )  # fmt: skip
+
+
+def _adapted(run_dir: Path) -> adaptation.Adaptation | None:
+    """The walltime adaptation's record; a damaged one shows as none (status names it)."""
+    try:
+        return adaptation.load(run_dir)
+    except RecordError:
+        return None
 
 
 def _plan_index(plan: pa.Table, files: np.ndarray) -> np.ndarray:
@@ -283,6 +296,8 @@ class Coverage:
     skipped: skipped.Skipped = field(default_factory=skipped.Skipped)
     drift: drift.InputDrift = field(default_factory=drift.InputDrift)
     copies: str = ""  # the two run.json copies disagree: how, and which to keep
+    #: What the workflow's walltime adaptation changed (None: it never adapted).
+    adapted: adaptation.Adaptation | None = None
     #: The format setting they were judged by (``input.format``).
     input_format: str = "auto"
     #: Per output kind, labelled files (with a marker) without that output; None when
@@ -553,7 +568,7 @@ def compute(
         data_quality=quality, fidelity=tuple(fidelities),
         unreadable_markers=state.unreadable_markers, stale_markers=state.stale_markers,
         changed=dict(state.changed), skipped=state.skipped, drift=state.drift,
-        copies=state.copies, input_format=state.input_format,
+        copies=state.copies, input_format=state.input_format, adapted=state.adapted,
     )  # fmt: skip
 
 

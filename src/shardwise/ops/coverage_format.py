@@ -43,6 +43,7 @@ def to_dict(cov: Coverage) -> dict[str, Any]:
         skipped_files={"count": cov.skipped.count, "examples": list(cov.skipped.examples)},
         run_json_copies=cov.copies,
         input_drift=cov.drift.counted(),
+        walltime_adaptation=_adaptation_dict(cov),
         failing_reasons=[{"reason": r, "shards": list(s)} for r, s in cov.failing_reasons],
         failing_files=[{"file": f, "shard": s, "error": e} for f, s, e in cov.failing_files],
     )  # fmt: skip
@@ -136,6 +137,7 @@ def _state_lines(cov: Coverage) -> list[str]:
     lines += changes.lines(cov.changed, Path(cov.run_dir))
     lines += cov.skipped.lines(cov.input_format)
     lines += cov.drift.lines()
+    lines += _adaptation_lines(cov)
     lines += [f"run.json {cov.copies}"] if cov.copies else []
     if cov.stale_markers:
         text = f"stale    {len(cov.stale_markers):,} shard marker(s) do not match the plan "
@@ -328,3 +330,24 @@ def report_text(found: Report, fmt: str) -> str:
         return text
     block = "\n".join(lines)
     return text + (f"\n\n```\n{block}\n```" if fmt == "markdown" else f"\n\n{block}")
+
+
+def _adaptation_dict(cov: Coverage) -> dict[str, Any] | None:
+    """The walltime adaptation in force and its last change (all: ``cluster status``)."""
+    record = cov.adapted
+    if record is None:
+        return None
+    last = asdict(record.events[-1]) if record.events else None
+    fit = asdict(record.fit) if record.fit is not None else None
+    return {"fit": fit, "changes": len(record.events), "last": last}
+
+
+def _adaptation_lines(cov: Coverage) -> list[str]:
+    """One line: the workflow changed walltimes by itself, and its last change."""
+    record = cov.adapted
+    if record is None or not record.events:
+        return []
+    last = record.events[-1]
+    text = f"walltime the workflow adapted its limits to SLURM's plan ({len(record.events)} "
+    text += f"change(s); `shardwise cluster status` shows them); last at {last.at}: {last.text}"
+    return [text]

@@ -17,8 +17,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from shardwise.ops.plan_probe import Outcome, Planned
 from shardwise.slurm import command, queries
+from shardwise.slurm.pending import waits_for_reservation
 from shardwise.slurm.queries import Answer
+
+__all__ = ["waits_for_reservation"]  # re-exported: where the views ask it
 
 
 class Method(StrEnum):
@@ -28,6 +32,7 @@ class Method(StrEnum):
     RESERVATION = "reservation"  # the next visible maintenance window
     INFERRED = "inferred"  # a hidden window, located with small --test-only jobs
     ALLOCATED = "allocated"  # a hidden window, located with real 1-CPU allocations
+    PLANNED = "planned"  # SLURM's own plan for probe jobs of the run's request (plan_probe)
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,7 @@ class Probe:
     rows: tuple[ProbeRow, ...]
     advice: str
     located: Located | None = None  # how a hidden window was found, when one was
+    planned: Planned | None = None  # SLURM's plan for probe jobs of the run's request
 
 
 def probe_minutes(own: int | None, shards: int) -> list[int]:
@@ -186,13 +192,6 @@ def planned(detail: dict[str, str] | None) -> bool:
     return backfill or start not in ("", "Unknown", "None")
 
 
-def waits_for_reservation(reason: str) -> bool:
-    """Whether a pending reason says the job waits for a reservation (a maintenance
-    window: ``ReqNodeNotAvail, Reserved for maintenance``; ``Reservation``)."""
-    text = reason.lower()
-    return "reserv" in text or "maint" in text
-
-
 def test_only_options(detail: dict[str, str], minutes: int) -> list[str]:
     """``sbatch --test-only`` options that repeat a pending job's request at ``minutes``."""
     opts = ["-t", str(minutes), *_placement(detail)]
@@ -220,17 +219,22 @@ def probe(
     oldest: queries.Job, shards: int, starts: dict[int, Answer[datetime]], *,
     reservations: Answer[list[queries.Reservation]] | None, nodes: Answer[list[queries.Node]],
     now: datetime, hidden: Answer[Located] | None = None, run_dir: str = "<run_dir>",
-    planned: bool = True,
+    planned: bool = True, plan: Planned | None = None,
 ) -> Probe | None:  # fmt: skip
     """Would a shorter walltime start ``oldest`` (a pending job of ``shards`` shards) now?
     ``starts``: ``--test-only``'s answers by limit (bisection steps included); a visible
     window adds a row, and so does a hidden one (``hidden``: where it starts, and how it
-    was found). None when there is nothing to show."""
+    was found); ``plan`` (SLURM's plan for probe jobs of the request) adds the row that
+    says what really starts now, and overrules a window row that claims more. None when
+    there is nothing to show."""
     own = oldest.time_limit_minutes or 0
     window = _window_row(reservations, nodes, oldest, own, now)
     if window is None and hidden is not None:
         window = _hidden_row(hidden, nodes, oldest, own, now)
-    if window is None and not starts:
+    plan_row = _plan_row(plan, now) if plan is not None else None
+    if window is not None and plan_row is not None:
+        window = _overruled(window, plan, plan_row)
+    if window is None and not starts and plan_row is None:
         return None
     soon = now + timedelta(minutes=1)
     standard = set(probe_minutes(own, shards))
@@ -250,10 +254,13 @@ def probe(
             rows.append(ProbeRow(minutes, label, when, answer.value <= soon))
         else:
             rows.append(ProbeRow(minutes, label, None, None, answer.problem))
-    if window is not None:
-        rows.append(window)
-        rows.sort(key=lambda r: -r.minutes)
+    rows += [r for r in (window, plan_row) if r is not None]
+    rows.sort(key=lambda r: -r.minutes)
     advice = _advice(rows, own=own, shards=shards, job=oldest, hidden=hidden, run_dir=run_dir)
+    if plan is not None and plan.longest_now is None:
+        advice = f"SLURM's plan for your jobs' request: {plan.why_none()}. A shorter limit does "
+        advice += "not start them before the window; they start after it (with walltime.adapt "
+        advice += "on, the workflow asks again by itself and lowers them when one fits)"
     if not planned:
         advice = f"SLURM has not planned job {oldest.id} yet (its first backfill pass comes within "
         advice += "bf_interval, 30 s by default): these answers are provisional, ask again in a "
@@ -261,7 +268,49 @@ def probe(
     submitted = oldest.submit_time.isoformat() if oldest.submit_time else ""
     blind = window is not None and window.method is not Method.RESERVATION
     located = hidden.value if hidden is not None and blind else None
-    return Probe(oldest.id, shards, submitted, tuple(rows), advice, located)
+    return Probe(oldest.id, shards, submitted, tuple(rows), advice, located, plan)
+
+
+PLAN_LABEL = "SLURM's plan starts now"
+
+
+def _plan_row(plan: Planned, now: datetime) -> ProbeRow:
+    """The row of SLURM's plan: the longest limit of the request that started at once."""
+    found = plan.longest_now
+    if found is None:
+        floor = max(1, plan.floor)
+        source = "SLURM's plan for probe jobs of your request"
+        return ProbeRow(floor, PLAN_LABEL, None, None, plan.why_none(), source, None,
+                        Method.PLANNED)  # fmt: skip
+    longer = [r for r in plan.rungs if r.minutes > found]
+    source = f"SLURM's plan: a job of your request asking {found} min started at once"
+    if longer:
+        nearest = min(longer, key=lambda r: r.minutes)
+        why = nearest.reason or nearest.outcome.value
+        source += f", one asking {nearest.minutes} min did not ({why})"
+    when = now.isoformat(timespec="seconds")
+    return ProbeRow(found, PLAN_LABEL, when, True, None, source, None, Method.PLANNED)
+
+
+def _overruled(window: ProbeRow, plan: Planned, plan_row: ProbeRow) -> ProbeRow:
+    """A window row that claims to start now where SLURM's plan saw a job of the run's
+    request, no longer than the row's limit, not start: corrected to say so."""
+    now = plan_row.start
+    refuted = [
+        r for r in plan.rungs
+        if r.minutes <= window.minutes and r.outcome is not Outcome.STARTED
+        and not (r.start is not None and now is not None and r.start <= now)
+    ]  # fmt: skip
+    if not window.starts_now or not refuted:
+        return window
+    problem = "not now for your request: " + (
+        f"SLURM's plan starts at most {plan_row.minutes} min now (other jobs hold the nodes "
+        "until then)"
+        if plan_row.starts_now
+        else plan_row.problem or "SLURM's plan starts nothing now"
+    )
+    return ProbeRow(window.minutes, window.label, None, None, problem, window.source,
+                    window.window_start, window.method)  # fmt: skip
 
 
 def _window_row(

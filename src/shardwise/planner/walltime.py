@@ -10,13 +10,15 @@ import json
 import math
 import random
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from shardwise.config import Settings
-from shardwise.run import outputs, plan
+from shardwise.run import adaptation, outputs, plan
 from shardwise.run.throughput import rate_for_walltime
 from shardwise.store.location import Location
 
@@ -70,19 +72,41 @@ def measured_rate(output: Location, sample: int = RATE_SAMPLE, seed: int = 0) ->
     return rate_for_walltime(stats)
 
 
+#: Minutes a lowered limit keeps beyond one file's work: the profile's SIGTERM comes 120 s
+#: before the limit (SLURM may send it up to 60 s earlier), and the job loads its models.
+STOP_MARGIN_MINUTES = 4
+
+
 @cache
-def _context(run_dir: str, output_uri: str, storage: Any) -> tuple[dict[int, int], float | None]:
-    """Per-shard input bytes and the measured rate, computed once per process."""
+def _context(
+    run_dir: str, output_uri: str, storage: Any
+) -> tuple[dict[int, int], dict[int, int], float | None]:
+    """Per-shard input bytes, each shard's largest file, and the measured rate, computed
+    once per process."""
     table = plan.load(Path(run_dir))
     sizes: Counter[int] = Counter()
+    largest: dict[int, int] = {}
     for shard, size in zip(table["shard"].to_pylist(), table["size"].to_pylist(), strict=True):
         sizes[shard] += size
-    return dict(sizes), measured_rate(Location(output_uri, storage))
+        largest[shard] = max(largest.get(shard, 0), size)
+    return dict(sizes), largest, measured_rate(Location(output_uri, storage))
+
+
+def one_file_minutes(settings: Settings, shards: Iterable[int]) -> int:
+    """The shortest limit that still lets a job of these shards finish one file: the
+    largest of their files at the rate a walltime is sized on (the run's own per-file
+    timings, p10; the configured rate before any), with the safety factor, plus
+    :data:`STOP_MARGIN_MINUTES`. A lowered limit never goes below it."""
+    _, largest, rate = _context(str(settings.run_dir), settings.output_uri, settings.storage)
+    use = rate if rate is not None and rate > 0 else default_rate(settings.walltime)
+    size = max((largest.get(s, 0) for s in shards), default=0)
+    unclamped = {**settings.walltime, "min_minutes": 1, "max_minutes": 10**6}
+    return minutes_for(size, use, unclamped) + STOP_MARGIN_MINUTES
 
 
 def estimate(settings: Settings, shard: int, attempt: int = 1) -> Runtime:
     """The runtime estimate of one shard under ``settings``."""
-    sizes, rate = _context(str(settings.run_dir), settings.output_uri, settings.storage)
+    sizes, _, rate = _context(str(settings.run_dir), settings.output_uri, settings.storage)
     measured = rate is not None and rate > 0
     use = rate if measured else default_rate(settings.walltime)
     size = sizes.get(shard, 0)
@@ -96,13 +120,20 @@ def _settings(config_json: str) -> Settings:
 
 
 def runtime_minutes_for(
-    config: dict[str, Any], shard: int, attempt: int, *, main_process: bool
+    config: dict[str, Any], shard: int, attempt: int, *, main_process: bool, group: int = 1
 ) -> int:
-    """The classify rule's ``runtime``: fixed from config, or estimated (top-level only)."""
+    """The classify rule's ``runtime``: fixed from config, or estimated (top-level only);
+    in the top-level process no more than the walltime adaptation's fit allows for a job
+    of ``group`` shards (``run/adaptation``: SLURM's plan before a hidden window)."""
+    settings = _settings(json.dumps(config, sort_keys=True, default=str))
     fixed = config["resources"]["classify"].get("runtime")
     if fixed:
-        return int(fixed) * max(attempt, 1)
-    settings = _settings(json.dumps(config, sort_keys=True, default=str))
-    if not main_process:
+        minutes = int(fixed) * max(attempt, 1)
+    elif not main_process:
         return settings.walltime["max_minutes"]
-    return estimate(settings, shard, attempt).minutes
+    else:
+        minutes = estimate(settings, shard, attempt).minutes
+    if not main_process:
+        return minutes
+    cap = adaptation.cap(settings.run_dir, datetime.now())
+    return minutes if cap is None else min(minutes, max(1, cap // max(group, 1)))

@@ -8,10 +8,15 @@ cancel and resubmit would lose. Used by ``shardwise cluster retime``.
 And the 1-CPU allocations of ``cluster status`` that locate a hidden maintenance window
 where ``sbatch --test-only`` cannot (:func:`try_allocation`): each is given back at once
 or revoked within a second; none touches a job of the user's.
+
+And the plan probes (:func:`submit_probe`): real jobs of the run's own request that run
+``true``, submitted so that SLURM's own scheduler says when each would start; each has
+a ``--deadline`` so that SLURM removes it by itself if nobody cancels it.
 """
 
 import re
 from collections.abc import Sequence
+from datetime import datetime
 from enum import StrEnum
 
 from shardwise.slurm import command
@@ -68,3 +73,27 @@ def cancel(job_ids: Sequence[str], *, timeout: float = command.DEFAULT_TIMEOUT) 
     """``scancel`` these jobs (the user's own leftover window probes); True when it answered."""
     reply = command.run(["scancel", *job_ids], timeout=timeout)
     return Answer(True) if reply.ok else Answer(None, reply.problem, reply.kind)
+
+
+#: The name of the plan probes (``cluster status`` and the workflow's walltime adaptation).
+PLAN_PROBE_NAME = "shardwise-plan-probe"
+
+#: What sbatch says when the user's submit cap is reached (QOS or association).
+_AT_CAP = re.compile(r"MaxSubmitJob|submit.*limit|Job violates accounting/QOS policy", re.I)
+
+
+def submit_probe(
+    options: Sequence[str], deadline: datetime, *, timeout: float = command.DEFAULT_TIMEOUT
+) -> Answer[str]:
+    """Submit one plan probe (``options``: the run's request and limit): a job that runs
+    ``true``, writes nothing (``-o /dev/null``), and that SLURM removes on its own once it
+    can no longer end by ``deadline``. Its job id; kind ``cap`` when the submit cap
+    refused it."""
+    argv = ["sbatch", "--parsable", f"--job-name={PLAN_PROBE_NAME}", "--output=/dev/null",
+            "--error=/dev/null", f"--deadline={deadline:%Y-%m-%dT%H:%M:%S}", "--no-requeue",
+            *options, "--wrap", "true"]  # fmt: skip
+    reply = command.run(argv, timeout=timeout)
+    if reply.ok:
+        return Answer(reply.stdout.strip().split(";")[0])
+    kind = "cap" if _AT_CAP.search(reply.stderr or reply.stdout) else reply.kind
+    return Answer(None, reply.problem, kind)

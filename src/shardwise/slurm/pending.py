@@ -47,3 +47,11 @@ def explain(reason: str) -> Explanation:
     meaning = f"SLURM's reason, shown as it is: shardwise has no explanation for it ({SCHEDMD})."
     action = "Look it up in SchedMD's 'Job Reason Codes'."
     return Explanation(text or "(none)", meaning, action, known=False)
+
+
+def waits_for_reservation(reason: str) -> bool:
+    """Whether a pending reason says the job waits for a reservation (a maintenance
+    window: ``ReqNodeNotAvail, Reserved for maintenance``; ``Reservation``), not for nodes
+    "reserved for jobs in higher priority partitions" (backfill's own plan)."""
+    text = reason.lower()
+    return "maint" in text or "reservation" in text

@@ -262,6 +262,30 @@ def jobs(user: str | None = None, timeout: float = command.DEFAULT_TIMEOUT) -> A
 _JOB_KEYS = tuple(k for k, _ in _JOB_FIELDS)
 
 
+def jobs_by_id(
+    job_ids: Sequence[str], timeout: float = command.DEFAULT_TIMEOUT
+) -> Answer[list[Job]]:
+    """These jobs in any state squeue still keeps (finished ones within MinJobAge); ids
+    it no longer knows are absent."""
+    if not job_ids:
+        return Answer([])
+    fmt = ",".join(f"{opt}:|" for _, opt in _JOB_FIELDS)
+    argv = ["squeue", "-h", "--states=all", "-j", ",".join(job_ids), "-O", fmt]
+    reply = command.run(argv, timeout=timeout)
+    if not reply.ok:
+        if "Invalid job id" in (reply.stderr or ""):
+            return Answer([])
+        return _failed(reply)
+    return Answer([_job(r) for r in command.rows(reply.stdout, _JOB_KEYS)])
+
+
+def backfill_interval_seconds(cfg: dict[str, str]) -> int:
+    """How often the backfill scheduler plans the queue: ``bf_interval`` in
+    ``SchedulerParameters`` (SLURM's default 30 s)."""
+    m = re.search(r"bf_interval=(\d+)", cfg.get("SchedulerParameters", ""))
+    return int(m.group(1)) if m else 30
+
+
 def _job(r: dict[str, str]) -> Job:
     """One row of squeue's ``-O`` reply."""
     plain = {k: r[k] for k in ("id", "state", "name", "user", "partition", "tres_alloc", "qos",

@@ -1,0 +1,367 @@
+"""A labelling campaign on a busy cluster before a hidden maintenance window, run twice.
+
+On the real test cluster (tests/slurm/cluster.sh; as root, which makes the users):
+``PrivateData=accounts,jobs,reservations,usage,users``, a maintenance reservation on
+every node ``--window`` minutes ahead that the users cannot see, and another user's load:
+one job running (4 CPUs + 1 GPU, ending ``--others-minutes`` from now) and three runnable
+8-CPU jobs pending ahead, which the backfill plan starts when it ends. Two ordinary users
+run the same demo campaign at the same time, with the production request (4 CPUs,
+32000 MB, 1 GPU per job, ``--limit`` minutes per shard) and no operator command:
+
+* ``configured``: ``walltime.adapt: false``, the configured limit only (what a
+  hand-written launcher does);
+* ``adapt``: ``walltime.adapt: true`` (the workflow fits its limits to SLURM's plan).
+
+The configured campaign's jobs cannot start before the window, so they never take a GPU
+from the adapting one: one wave measures both. At the window's start both workflows are
+interrupted. Figures per campaign: the fraction of the GPU-slot time free of other users'
+jobs between the start and the window that the campaign's jobs held (sacct), files and
+shards labelled before the window, operator commands (0), and the probes' cost (the
+adaptation's record). ``--kill-once``: the adapting workflow is ``kill -9``-ed as soon as
+its first plan probe is queued, then started again: what that start found and cleared.
+
+    python bench/campaign.py                          # window in 12 min
+    python bench/campaign.py --window 9 --others-minutes 6 --json out.json   # CI's smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+CLUSTER_SH = REPO / "tests" / "slurm" / "cluster.sh"
+PROFILES = (REPO / "profiles" / "slurm", REPO / "tests" / "slurm" / "profile-ci")
+PRIVATE = "accounts,jobs,reservations,usage,users"
+RESERVATION = "sw_campaign_maint"
+OTHER = "swother"
+USERS = {"configured": "swbase", "adapt": "swplain"}
+PROBE = "shardwise-plan-probe"
+PRODUCTION = ("classify:gpu=1", "classify:cpus_per_task=4", "classify:mem_mb=32000")
+
+
+def sh(*argv: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
+    """Run a command as root; its CompletedProcess (text)."""
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, **kw)
+    if check and proc.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} exited {proc.returncode}: {proc.stderr[-2000:]}")
+    return proc
+
+
+def user_argv(user: str, argv: list[str]) -> list[str]:
+    """``argv`` as ``user``, with the venv first on PATH and nothing else inherited."""
+    env = {
+        "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": f"/home/{user}",
+        "LANG": "C.UTF-8",
+        "PYTHONUNBUFFERED": "1",
+        "HF_HUB_OFFLINE": "1",
+    }
+    return ["runuser", "-u", user, "--", "env", "-i", *(f"{k}={v}" for k, v in env.items()), *argv]
+
+
+def open_for_others(paths: list[Path]) -> list[tuple[Path, int]]:
+    """o+x on every folder above ``paths`` (o+rx on them) that lacks it; the old modes."""
+    changed = []
+    for path in paths:
+        for folder in [path.resolve(), *path.resolve().parents]:
+            mode = folder.stat().st_mode
+            want = stat.S_IXOTH | (stat.S_IROTH if folder == path.resolve() else 0)
+            if mode & want != want:
+                changed.append((folder, stat.S_IMODE(mode)))
+                folder.chmod(stat.S_IMODE(mode) | want)
+    return changed
+
+
+def prepare(base: Path, user: str, *, adapt: bool, limit: int, docs: int) -> tuple[Path, Path]:
+    """The demo in ``base`` (owned by ``user``, ``docs`` documents per file), configured
+    for this campaign; (config, run_dir)."""
+    base.mkdir(parents=True)
+    shutil.chown(base, user, user)
+    base.chmod(0o755)
+    code = "import sys; from pathlib import Path; from shardwise.demo.corpus import DemoSize, "
+    code += f"write_demo; write_demo(Path(sys.argv[1]), DemoSize(docs_per_file={docs}))"
+    argv = user_argv(user, [sys.executable, "-c", code, str(base / "demo")])
+    made = subprocess.run(argv, capture_output=True, text=True, cwd=base, check=False)
+    if made.returncode != 0:
+        raise SystemExit(f"shardwise demo failed as {user}: {made.stderr[-2000:]}")
+    config = yaml.safe_load((base / "demo" / "config.yaml").read_text())
+    config["inference"]["device"] = "cpu"  # fake GPUs, CPU torch
+    config["resources"] = {"classify": {"runtime": limit}}
+    config["walltime"] = {"adapt": adapt, "adapt_check_seconds": 5, "adapt_probe_seconds": 30}
+    path = base / "config.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    shutil.chown(path, user, user)
+    return path, Path(config["run_dir"])
+
+
+def start(user: str, base: Path, config: Path) -> subprocess.Popen:
+    """The campaign's snakemake as ``user``, production request, 2 shards per job."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--snakefile",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(base),
+        "--configfile",
+        str(config),
+    ]
+    for profile in PROFILES:
+        cmd += ["--profile", str(profile)]
+    cmd += ["--jobs", "4", "--set-resources", *PRODUCTION]
+    log = (base / "snakemake.log").open("a")
+    return subprocess.Popen(user_argv(user, cmd), cwd=base, stdout=log, stderr=subprocess.STDOUT)
+
+
+def others_load(minutes: int) -> None:
+    """Another user's jobs: one holding 4 CPUs and a GPU for ``minutes``, three runnable
+    8-CPU jobs pending ahead of everything submitted later."""
+    common = ["sbatch", "-p", "ice-gpu", "--mem=1000", "-o", "/dev/null", "-D", "/tmp"]
+    run = ["-c", "4", "--gres=gpu:1", "-t", str(minutes), "--wrap", f"sleep {minutes * 60}"]
+    sh("runuser", "-u", OTHER, "--", *common, *run)
+    time.sleep(1)
+    for _ in range(3):
+        sh("runuser", "-u", OTHER, "--", *common, "-c", "8", "-t", "3", "--wrap", "sleep 170")
+
+
+def reserve(minutes: int) -> datetime:
+    """A maintenance reservation on every node from ``minutes`` on; its start."""
+    sh("scontrol", "delete", f"reservation={RESERVATION}", check=False)
+    sh(
+        "scontrol",
+        "create",
+        "reservation",
+        f"reservationname={RESERVATION}",
+        f"starttime=now+{minutes}minutes",
+        "duration=60",
+        "nodes=ALL",
+        "flags=maint,ignore_jobs",
+        "users=root",
+    )
+    shown = sh("scontrol", "show", "reservation", RESERVATION).stdout
+    return datetime.fromisoformat(shown.split("StartTime=")[1].split()[0])
+
+
+def queued(user: str, name: str | None = None) -> list[str]:
+    """The ids of ``user``'s queued jobs (of ``name``)."""
+    argv = ["squeue", "-h", "-u", user, "-t", "PD,R,CF,CG", "-o", "%i"]
+    return sh(*argv, *(["-n", name] if name else []), check=False).stdout.split()
+
+
+def limits(user: str) -> dict[str, str]:
+    """Time limits of ``user``'s queued jobs, by id."""
+    out = sh("squeue", "-h", "-u", user, "-t", "PD,R", "-o", "%i|%l", check=False).stdout
+    return dict(line.split("|", 1) for line in out.split())
+
+
+def kill_once(user: str, proc: subprocess.Popen, base: Path, config: Path) -> dict:
+    """``kill -9`` the adapting workflow once its first plan probe is queued; start it again
+    and say what the new start found: probes queued before it, and after its first round."""
+    deadline = time.monotonic() + 240
+    while not queued(user, PROBE):
+        if time.monotonic() > deadline or proc.poll() is not None:
+            return {"killed": False}
+        time.sleep(0.2)
+    sh("pkill", "-KILL", "-u", user, "-f", "snakemake", check=False)
+    proc.wait()
+    left = len(queued(user, PROBE))
+    again = start(user, base, config)
+    time.sleep(15)  # the new start's first rounds (checks every 5 s)
+    return {"killed": True, "probes_left_by_kill": left, "proc": again}
+
+
+def gpu_seconds(user: str, since: datetime, until: datetime) -> float:
+    """GPU-seconds ``user``'s jobs held between ``since`` and ``until`` (sacct)."""
+    out = sh(
+        "sacct",
+        "-X",
+        "-n",
+        "-P",
+        "-u",
+        user,
+        "-S",
+        f"{since:%Y-%m-%dT%H:%M:%S}",
+        "-o",
+        "JobName,Start,End,AllocTRES",
+        check=False,
+    ).stdout
+    total = 0.0
+    for line in out.splitlines():
+        name, begin, end, tres = [*line.split("|"), "", "", ""][:4]
+        if name == PROBE or "gres/gpu=" not in tres or begin in ("", "Unknown", "None"):
+            continue
+        gpus = int(tres.split("gres/gpu=")[1].split(",")[0])
+        stop = until if end in ("", "Unknown") else min(datetime.fromisoformat(end), until)
+        total += gpus * max(0.0, (stop - max(datetime.fromisoformat(begin), since)).total_seconds())
+    return total
+
+
+def labelled_before(run_dir: Path, output: Path, window: datetime) -> tuple[int, int]:
+    """(files, shards) whose markers were written before ``window``."""
+    cut = window.timestamp()
+    files = sum(1 for p in output.rglob("*.done") if p.stat().st_mtime < cut)
+    shards = sum(1 for p in (run_dir / "shards").glob("*.done") if p.stat().st_mtime < cut)
+    return files, shards
+
+
+def probe_cost(run_dir: Path) -> dict:
+    """What the adaptation's probes cost and what it changed (its record)."""
+    path = run_dir / "walltime-adapt.json"
+    if not path.exists():
+        return {"probes": 0, "calls": 0, "seconds": 0.0, "probe_jobs": 0, "lowered": 0}
+    events = json.loads(path.read_text())["events"]
+    probed = [e for e in events if e["probe_calls"]]
+    return {
+        "probes": len(probed),
+        "calls": sum(e["probe_calls"] for e in probed),
+        "seconds": round(sum(e["probe_seconds"] for e in probed), 1),
+        "probe_jobs": sum(e["probe_jobs"] for e in probed),
+        "lowered": sum(e["action"] == "lowered" for e in events),
+        "lines": [e["text"] for e in events],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--window", type=int, default=12, help="minutes to the window")
+    parser.add_argument(
+        "--others-minutes", type=int, default=8, help="when the other user's running job ends"
+    )
+    parser.add_argument("--limit", type=int, default=960, help="configured minutes per shard")
+    parser.add_argument("--docs-per-file", type=int, default=200, help="the demo's is 40")
+    parser.add_argument("--kill-once", action="store_true")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("bench/campaign.py needs root (it makes users and a reservation)")
+    sh("bash", str(CLUSTER_SH), "start")
+    for user in (*USERS.values(), OTHER):
+        sh("bash", str(CLUSTER_SH), "add-user", user)
+    sh("bash", str(CLUSTER_SH), "private-data", PRIVATE)
+    venv = Path(sys.executable).parent.parent
+    opened = open_for_others([REPO, venv, Path(sys.base_prefix)])
+    root = Path(tempfile.mkdtemp(prefix="shardwise-campaign-"))
+    root.chmod(0o755)
+    procs: dict[str, subprocess.Popen] = {}
+    try:
+        runs = {
+            mode: prepare(
+                root / mode, user, adapt=mode == "adapt", limit=args.limit, docs=args.docs_per_file
+            )
+            for mode, user in USERS.items()
+        }
+        window = reserve(args.window)
+        others_load(args.others_minutes)
+        others_before = limits(OTHER)
+        began = datetime.now()
+        procs = {m: start(USERS[m], root / m, runs[m][0]) for m in USERS}
+        killed = {}
+        if args.kill_once:
+            killed = kill_once(USERS["adapt"], procs["adapt"], root / "adapt", runs["adapt"][0])
+            procs["adapt"] = killed.pop("proc", procs["adapt"])
+            killed["probes_after_restart"] = len(queued(USERS["adapt"], PROBE))
+        while datetime.now() < window - timedelta(seconds=2):
+            time.sleep(1)
+        report = figures(runs, root, began, window, killed, args)
+        after = limits(OTHER)
+        report["others_limits_kept"] = all(
+            after[i] == m for i, m in others_before.items() if i in after
+        )
+        report["probes_left"] = len(queued(USERS["adapt"], PROBE))
+    finally:
+        for proc in procs.values():
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGINT)
+        for proc in procs.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=60)
+        for user in (*USERS.values(), OTHER):
+            sh("pkill", "-KILL", "-u", user, check=False)
+            sh("scancel", "-u", user, check=False)
+        sh("scontrol", "delete", f"reservation={RESERVATION}", check=False)
+        sh("bash", str(CLUSTER_SH), "private-data", "none", check=False)
+        for path, mode in opened:
+            path.chmod(mode)
+    print_report(report)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def figures(
+    runs: dict,
+    root: Path,
+    began: datetime,
+    window: datetime,
+    killed: dict,
+    args: argparse.Namespace,
+) -> dict:
+    """Every figure of both campaigns at the window's start."""
+    seconds = (window - began).total_seconds()
+    others = gpu_seconds(OTHER, began, window)
+    free = 2 * seconds - others  # the test node's 2 fake GPUs
+    out = {
+        "window_minutes": args.window,
+        "others_minutes": args.others_minutes,
+        "limit": args.limit,
+        "free_gpu_seconds": round(free, 1),
+        "campaigns": {},
+        "kill": killed,
+    }
+    for mode, (config, run_dir) in runs.items():
+        output = Path(yaml.safe_load(config.read_text())["output"]["uri"])
+        files, shards = labelled_before(run_dir, output, window)
+        busy = gpu_seconds(USERS[mode], began, window)
+        out["campaigns"][mode] = {
+            "busy_fraction": round(busy / free, 3) if free > 0 else 0.0,
+            "gpu_seconds": round(busy, 1),
+            "files_before_window": files,
+            "shards_before_window": shards,
+            "operator_commands": 0,
+            "probe": probe_cost(run_dir),
+            "log_tail": (root / mode / "snakemake.log").read_text()[-3000:],
+        }
+    return out
+
+
+def print_report(report: dict) -> None:
+    """The figures as a table."""
+    print(
+        f"campaign: window in {report['window_minutes']} min, another user's job ends in "
+        f"{report['others_minutes']} min, {report['limit']} min per shard; GPU-seconds "
+        f"free of other users before the window: {report['free_gpu_seconds']:g}"
+    )
+    print(
+        f"{'mode':<11} {'busy':>6} {'files':>6} {'shards':>7} {'operator':>9} "
+        f"{'probes':>7} {'calls':>6} {'probe s':>8} {'probe jobs':>11} {'lowered':>8}"
+    )
+    for mode, c in report["campaigns"].items():
+        p = c["probe"]
+        print(
+            f"{mode:<11} {c['busy_fraction']:>6.1%} {c['files_before_window']:>6} "
+            f"{c['shards_before_window']:>7} {c['operator_commands']:>9} {p['probes']:>7} "
+            f"{p['calls']:>6} {p['seconds']:>8g} {p['probe_jobs']:>11} {p['lowered']:>8}"
+        )
+    if report["kill"]:
+        print(f"kill -9 mid-probe: {report['kill']}")
+    for line in report["campaigns"]["adapt"]["probe"].get("lines", []):
+        print(f"  adapt: {line}")
+
+
+if __name__ == "__main__":
+    main()

@@ -3,7 +3,7 @@ import json
 import pytest
 import yaml
 
-from shardwise.config import Settings, load_yaml, validate
+from shardwise.config import Settings, inert_settings, load_yaml, validate
 from shardwise.errors import ConfigError
 from shardwise.run.context import RunSettings
 
@@ -102,3 +102,18 @@ def test_repo_configs_validate():
     for name in ("config/config.yaml", "config/weborganizer.yaml"):
         with open(name) as fh:
             validate(yaml.safe_load(fh))
+
+
+def test_settings_a_switch_leaves_off_are_named_filled_in_or_not():
+    """The schema's ``enabled`` switches: a block that sets more than its defaults while
+    off is named, key by key; the same block on, or at its defaults, is not."""
+    cfg = base()
+    cfg["output"]["dolma"] = {"name": "mylabels", "uri": "attrs"}
+    named = "config output.dolma.name, output.dolma.uri set, but output.dolma.enabled is "
+    named += "false: they change nothing; set output.dolma.enabled: true to use them, or "
+    assert Settings.from_config(cfg).inert == (named + "remove them",)
+    assert inert_settings(validate(cfg)) == inert_settings(cfg)  # Snakemake fills defaults
+    cfg["output"]["dolma"] = {"name": "weborganizer", "enabled": False}
+    assert inert_settings(validate(cfg)) == ()
+    cfg["output"]["dolma"] = {"name": "mylabels", "uri": "attrs", "enabled": True}
+    assert Settings.from_config(cfg).inert == ()

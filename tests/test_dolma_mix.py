@@ -14,6 +14,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import shutil
 import subprocess
 from collections import defaultdict
@@ -112,11 +113,16 @@ def sort_ids(found: dict[str, list[str]]) -> dict[str, list[str]]:
     return {rel: sorted(ids) for rel, ids in found.items()}
 
 
-def mix(dolma_cli: str, run_dir: Path, keep: str, output: str, tmp: Path, env=None) -> None:
-    """``shardwise dolma mix-config`` then the real ``dolma mix``."""
+def mix(
+    dolma_cli: str, run_dir: Path, keep: str, output: str, tmp: Path, header_env: bool = False
+) -> None:
+    """``shardwise dolma mix-config`` then the real ``dolma mix``; with ``header_env`` in
+    the environment that the config's first lines name (and no endpoint of our own)."""
     config = tmp / f"mix-{keep.replace('=', '-').replace(' ', '_')}.yaml"
     assert main(["dolma", "mix-config", "--run-dir", str(run_dir), "--keep", keep,
                  "--output", output, "--out", str(config)]) == 0  # fmt: skip
+    env = dict(re.findall(r"^#\s+export (\w+)=(\S+)", config.read_text(), re.M))
+    assert bool(env) == header_env, config.read_text()[:600]
     proc = subprocess.run([dolma_cli, "-c", str(config), "mix"], capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, check=False)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -184,7 +190,7 @@ def some_label(labels: Location) -> str:
 
 
 def test_attributes_exported_afterwards_on_s3_mix_there_too(
-    tmp_path, demo_models, dolma_cli, s3, s3_server, capsys
+    tmp_path, demo_models, dolma_cli, s3, capsys
 ):
     corpus = Location(s3.url("ds/documents"), s3.options())
     for path in write_corpus(tmp_path / "documents", SIZE, dolma=True):
@@ -203,8 +209,7 @@ def test_attributes_exported_afterwards_on_s3_mix_there_too(
     assert verify.verify_run(run_dir, complete=True).ok
     labels = Location(s3.url("labels"), s3.options())
     label_name = some_label(labels)
-    env = {"AWS_ENDPOINT_URL": s3_server.endpoint_url}
-    mix(dolma_cli, run_dir, f"topic={label_name}", s3.url("mix"), tmp_path, env)
+    mix(dolma_cli, run_dir, f"topic={label_name}", s3.url("mix"), tmp_path, header_env=True)
     got = mixed(Location(s3.url("mix"), s3.options()), labels)
     assert got == sort_ids(wanted(labels, "topic", label_name))
 

@@ -163,6 +163,37 @@ def _fill_defaults(value: Any, sch: dict[str, Any]) -> None:
             _fill_defaults(value[key], sub)
 
 
+#: The switch of a block whose other settings do nothing while it is off (``output.dolma``).
+SWITCH = "enabled"
+
+
+def inert_settings(cfg: dict[str, Any]) -> tuple[str, ...]:
+    """One line per block of ``cfg`` that sets something while its switch (a boolean
+    ``enabled`` in the schema) is off: those settings change nothing, which a user who
+    forgot the switch would not otherwise learn (defaults filled in or not)."""
+    return tuple(_inert(cfg, schema(), ""))
+
+
+def _inert(value: Any, sch: dict[str, Any], where: str) -> list[str]:
+    if not isinstance(value, dict):
+        return []
+    props = sch.get("properties", {})
+    said = []
+    switch = props.get(SWITCH, {})
+    if switch.get("type") == "boolean" and not value.get(SWITCH, switch.get("default")):
+        missing = object()
+        keys = [k for k, v in value.items()
+                if k != SWITCH and v != props.get(k, {}).get("default", missing)]  # fmt: skip
+        if keys:
+            named = ", ".join(f"{where}.{k}" for k in keys)
+            it = ("they change", "them") if len(keys) > 1 else ("it changes", "it")
+            text = f"config {named} set, but {where}.{SWITCH} is false: {it[0]} nothing; "
+            said.append(text + f"set {where}.{SWITCH}: true to use {it[1]}, or remove {it[1]}")
+    for key, sub in props.items():
+        said += _inert(value.get(key), sub, f"{where}.{key}" if where else key)
+    return said
+
+
 def defaults() -> dict[str, Any]:
     """The schema's defaults (a config with no keys of its own; not a valid run config)."""
     cfg: dict[str, Any] = {}
@@ -287,6 +318,7 @@ class Settings:
     stop_after: int = 2
     dolma: DolmaSettings | None = None  # output.dolma, when enabled
     count_tokenizer: str | None = None  # domains.tokenizer: counts each document's tokens
+    inert: tuple[str, ...] = ()  # settings their block's switch leaves off (inert_settings)
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any]) -> Settings:
@@ -302,6 +334,7 @@ class Settings:
             walltime=dict(cfg["walltime"]), domain_pairs=tuple(_domain_pairs(cfg)),
             stop_after=cfg["failures"]["stop_after"], dolma=DolmaSettings.from_config(cfg),
             count_tokenizer=cfg.get("domains", {}).get("tokenizer"),
+            inert=inert_settings(cfg),
         )  # fmt: skip
 
 

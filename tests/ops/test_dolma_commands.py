@@ -5,9 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 from inproc import TINY, demo_run_config, label
 
 from shardwise.cli.main import main
+from shardwise.config import StorageOptions
 from shardwise.demo.corpus import write_corpus
 from shardwise.errors import ConfigError
 from shardwise.ops import coverage, dolma, verify
@@ -38,6 +40,23 @@ def test_parquet_files_get_none_and_the_dry_run_says_so(tmp_path):
     assert coverage.compute(coverage.load_state(run_dir)).outputs_missing == {"dolma": 1}
 
 
+def test_a_dolma_block_left_off_is_said_on_the_dry_run_and_writes_nothing(tmp_path):
+    """``output.dolma`` settings without ``enabled: true`` change nothing: one dry-run line
+    names them and the switch."""
+    corpus = tmp_path / "ds/documents"
+    write_corpus(corpus, TINY, dolma=True)
+    cfg = demo_run_config(tmp_path, 3)
+    cfg["input"] = {"uri": str(corpus), "url_field": "metadata.url"}
+    cfg["output"]["dolma"] = {"name": "mylabels"}
+    said = [m for m in prepare_run(cfg, main_process=True, dryrun=True).messages if "dolma" in m]
+    assert said == [
+        "note: config output.dolma.name set, but output.dolma.enabled is false: it changes "
+        "nothing; set output.dolma.enabled: true to use it, or remove it"
+    ]
+    label(Path(cfg["run_dir"]))
+    assert not (tmp_path / "ds/attributes").exists()
+
+
 def test_mix_config_refuses_what_would_make_a_wrong_mix(tmp_path, capsys):
     _found, run_dir = dolma_run(tmp_path)
     label(run_dir)  # the fake engine labels every document "a"
@@ -61,6 +80,23 @@ def test_mix_config_refuses_what_would_make_a_wrong_mix(tmp_path, capsys):
         dolma.mix_config(run_dir, keep, "out")
     assert main(["dolma", "export", "--run-dir", str(run_dir)]) == 0
     assert "1 written, 5 already there" in capsys.readouterr().out
+
+
+def test_a_mix_on_an_object_store_names_the_environment_dolma_needs():
+    """dolma reads S3 with its own client: the config's head says what it needs (the
+    real mix on S3 runs in exactly that environment: tests/test_dolma_mix.py)."""
+    local = dolma.mix_stream("s", ["/ds/documents/a.jsonl"], "w", "/mix", [])
+    assert dolma.store_environment({"streams": [local]}, None) == []
+    assert dolma.mix_yaml({"streams": [local]}).startswith("streams:")
+    remote = dolma.mix_stream("s", ["s3://b/ds/documents/a.jsonl"], "w", "/mix", [])
+    options = StorageOptions(endpoint_url="https://acct.r2.cloudflarestorage.com", region="auto")
+    text = dolma.mix_yaml({"streams": [remote]}, options)
+    assert "#   export AWS_ENDPOINT_URL=https://acct.r2.cloudflarestorage.com\n" in text
+    assert "#   export REGION=auto  # dolma reads REGION, not AWS_REGION\n" in text
+    assert yaml.safe_load(text) == {"streams": [remote]}  # comments only
+    bare = dolma.store_environment({"streams": [remote]}, StorageOptions(profile="lab"))
+    assert "  export AWS_PROFILE=lab" in bare
+    assert not any(line.startswith("  export AWS_ENDPOINT_URL") for line in bare)
 
 
 def test_mix_config_refuses_attributes_where_dolma_does_not_look(tmp_path):

@@ -65,11 +65,14 @@ def _mix_config(args: argparse.Namespace) -> int:
         args.run_dir, keep, args.output, min_prob=args.min_prob, stream=args.stream,
         processes=args.processes,
     )  # fmt: skip
-    text = dolma.mix_yaml(config)
+    text = dolma.mix_yaml(config, dolma.store_options(args.run_dir))
     if args.out is None:
         print(text, end="")
     else:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text, encoding="utf-8")
-        print(f"wrote {args.out}: run it with `dolma -c {args.out} mix`", file=sys.stderr)
+        said = f"wrote {args.out}: run it with `dolma -c {args.out} mix`"
+        if text.startswith("#"):
+            said += " in the environment its first lines name (dolma's own S3 client)"
+        print(said, file=sys.stderr)
     return 0

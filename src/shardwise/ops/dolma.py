@@ -16,6 +16,7 @@ from typing import Any, Self
 import yaml
 from tqdm import tqdm
 
+from shardwise.config import StorageOptions
 from shardwise.errors import ConfigError, InputError
 from shardwise.ops.text import near_labels
 from shardwise.run import dolma, outputs, plan, quarantine, summaries
@@ -158,9 +159,42 @@ def mix_stream(
             "filter": {"syntax": "jq", "include": include}}  # fmt: skip
 
 
-def mix_yaml(config: dict[str, Any]) -> str:
-    """The config as dolma reads it."""
-    return yaml.safe_dump(config, sort_keys=False, allow_unicode=True, width=1000)
+def mix_yaml(config: dict[str, Any], options: StorageOptions | None = None) -> str:
+    """The config as dolma reads it; where it reads or writes an object store, headed by
+    the environment dolma needs for that (:func:`store_environment`)."""
+    head = "".join(f"# {line}\n" for line in store_environment(config, options))
+    return head + yaml.safe_dump(config, sort_keys=False, allow_unicode=True, width=1000)
+
+
+def store_environment(config: dict[str, Any], options: StorageOptions | None) -> list[str]:
+    """What dolma needs to reach the object store that a mix ``config`` names: it reads
+    and writes s3:// paths with its own client, which knows nothing of the run's
+    ``storage:`` settings and takes the region from ``REGION``, not ``AWS_REGION``. Empty
+    for a config of local paths only."""
+    paths = [p for s in config["streams"] for p in [*s["documents"], s["output"]["path"]]]
+    if not any(p.split("://", 1)[0].lower() in ("s3", "s3a") for p in paths):
+        return []
+    options = options or StorageOptions()
+    lines = [
+        "dolma reads and writes s3:// with its own S3 client, not the run's storage: settings;",
+        "give it the store in its environment before `dolma -c <this file> mix`:",
+    ]
+    if options.endpoint_url:
+        lines.append(f"  export AWS_ENDPOINT_URL={options.endpoint_url}")
+    else:
+        lines.append("  (AWS S3: no endpoint; R2 or another store: export AWS_ENDPOINT_URL=...)")
+    region = options.region or "<the bucket's region; R2: auto>"
+    lines.append(f"  export REGION={region}  # dolma reads REGION, not AWS_REGION")
+    if options.profile:
+        lines.append(f"  export AWS_PROFILE={options.profile}")
+    else:
+        lines.append("  and the credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY")
+    return lines
+
+
+def store_options(run_dir: Path) -> StorageOptions:
+    """The run's storage options (what :func:`mix_yaml` says dolma needs)."""
+    return JobContext.load(run_dir).source.options
 
 
 def check_where_dolma_looks(source: Location, attributes: Location, name: str) -> None:

@@ -184,7 +184,7 @@ def finish(run_dir: Path, sel: SelectionPlan, mix_output: str | None = None) -> 
     path = None
     if config is not None:
         path = base / "mix.yaml"
-        path.write_text(mix_yaml(config))
+        path.write_text(mix_yaml(config, ctx.source.options))
     report = Report(**{**vars(report), "mix_config": str(path) if path else None,
                        "mix_note": note})  # fmt: skip
     (base / "report.json").write_text(json.dumps(report.to_dict(), indent=2, sort_keys=True))

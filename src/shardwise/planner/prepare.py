@@ -120,6 +120,7 @@ def prepare_run(
         text = f"note: removed {len(stale):,} shard marker(s) that do not match the plan "
         text += f"(shards {ranges.compress(stale)}; left by another assignment): they run again"
         said.append(text)
+    said += [f"note: {line}" for line in settings.inert]
     said += _dolma_notes(settings, planned.table)
     mark_shards_without_work(run_dir, planned.table, meta, output, set(quarantined))
     flight = inflight.find(run_dir, submitter, done=markers.done_shards(run_dir))

@@ -1,6 +1,8 @@
 """SLURM's plan for probe jobs of the run's request: the ladder, each probe's outcome, the
 longest limit that starts now, and how the status view and its advice use it."""
 
+import subprocess
+import sys
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -8,6 +10,7 @@ from slurm_samples import job
 
 from shardwise.ops import plan_probe, walltime_probe
 from shardwise.ops.plan_probe import Outcome, Planned, Rung
+from shardwise.slurm import control
 from shardwise.slurm.queries import Answer
 
 NOW = datetime(2026, 12, 1, 6, 0)
@@ -134,3 +137,24 @@ def test_when_slurms_plan_starts_nothing_the_advice_says_the_jobs_wait_for_the_w
     assert (row.minutes, row.starts_now, row.problem) == (5, None, plan.why_none())
     assert probe.advice.startswith("SLURM's plan for your jobs' request: no limit down to 5 min")
     assert "retime" not in probe.advice
+
+
+def test_a_probe_names_its_owner_and_only_a_dead_owners_probes_count_as_left():
+    """A live process's probes (this one's, another host's: cannot tell) are left to it; a
+    killed one's on this host, and unmarked ones, are leftovers."""
+    me = control.ProbeOwner.this()
+    assert control.ProbeOwner.from_comment(me.to_comment()) == me
+    assert control.ProbeOwner.from_comment("rule_classify_wildcards_2") is None
+    assert plan_probe.owner_alive(me.to_comment())
+    assert plan_probe.owner_alive(control.ProbeOwner("another-login-node", 1).to_comment())
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    assert not plan_probe.owner_alive(control.ProbeOwner(me.host, gone.pid).to_comment())
+    assert not plan_probe.owner_alive("")
+
+
+def test_what_the_probe_changed_says_when_it_first_waited_for_another_process():
+    rungs = (Rung(60, Outcome.STARTED),)
+    plan = Planned(rungs, 60, 1, calls=9, seconds=30.0, submitted=1, started=1, waited=12.5)
+    assert "first waited 12.5 s for another shardwise process's probes" in plan.changed()
+    assert "waited" not in replace(plan, waited=0.2).changed()

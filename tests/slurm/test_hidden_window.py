@@ -229,6 +229,9 @@ def test_a_hidden_window_is_located_and_retime_starts_the_jobs_before_it(ordinar
         config = yaml.safe_load((base / "demo" / "config.yaml").read_text())
         config["inference"]["device"] = "cpu"  # fake GPUs, CPU torch: on purpose
         config["resources"] = {"classify": {"runtime": SHARD_MINUTES}}
+        # the operator's path: status, then retime (walltime.adapt, which would lower the
+        # jobs by itself, has its own tests: tests/slurm/test_adapt.py)
+        config["walltime"] = {"adapt": False}
         configfile = base / "config.yaml"
         configfile.write_text(yaml.safe_dump(config, sort_keys=False))
         shutil.chown(configfile, USER, USER)

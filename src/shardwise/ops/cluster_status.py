@@ -164,12 +164,13 @@ def status_facts(run_dir: Path, *, timeout: float = command.DEFAULT_TIMEOUT) -> 
             ask = _test_only(starts, options, timeout)
             walltime_probe.longest_starting_now(ask, asked, datetime.now())
             reserved = walltime_probe.waits_for_reservation(oldest.reason)
-            if reserved and not _visible_window(windows, oldest):
-                hidden = locate_window(request, asked, timeout)
-            if reserved:
+            if reserved:  # first: it waits for a live workflow's probes, which would
+                # refuse the allocations below for priority while they pend
                 bf = queries.backfill_interval_seconds(cfg.value or {}) if cfg.ok else 30
                 own = oldest.time_limit_minutes or 1
                 planned = plan_probe.probe(options, own, 1, bf_interval=bf, timeout=timeout)
+            if reserved and not _visible_window(windows, oldest):
+                hidden = locate_window(request, asked, timeout)
     others = None
     private = cfg.ok and "jobs" in queries.private_data(cfg.value or {})
     parts = sorted({p for j, _ in mine.values() for p in j.partition.split(",") if p})

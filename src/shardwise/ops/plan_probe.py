@@ -14,6 +14,7 @@ whenever a longer one does, so shorter probes are cancelled as soon as a longer 
 """
 
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -59,6 +60,7 @@ class Planned:
     problem: str | None = None  # why the plan could not be asked (the submit cap, sbatch)
     at_cap: bool = False
     left: tuple[str, ...] = field(default_factory=tuple)  # probes still queued (should be none)
+    waited: float = 0.0  # seconds it first waited for another process's probes to end
 
     def changed(self) -> str:
         """What the probe submitted and what became of it, for the answer's line."""
@@ -66,7 +68,10 @@ class Planned:
             return "nothing"
         text = f"{self.submitted} job(s) of your jobs' request named {control.PLAN_PROBE_NAME} "
         text += f"running `true` (--deadline): {self.started} started and ended at once, the "
-        return text + "others cancelled before the answer; no job of yours was touched"
+        text += "others cancelled before the answer; no job of yours was touched"
+        if self.waited >= 1:
+            text += f"; it first waited {self.waited:g} s for another shardwise process's probes"
+        return text
 
     def why_none(self) -> str:
         """Why no limit starts now, in SLURM's words."""
@@ -160,6 +165,7 @@ def probe(
     """Ask SLURM's plan for jobs of ``options(minutes)`` from ``own`` down to ``floor``
     minutes (two ladders), then clear every probe. See the module's docstring."""
     began, tally = time.monotonic(), _Tally()
+    waited = _wait_for_others(bf_interval, timeout, tally)
     rungs = _round(ladder(own, floor), options, bf_interval, timeout, tally)
     now = datetime.now()
     low = longest_now(rungs, now) or 0
@@ -175,7 +181,7 @@ def probe(
     return Planned(
         rungs=ordered, longest_now=longest_now(ordered, datetime.now()), floor=floor,
         calls=tally.calls, seconds=seconds, submitted=tally.submitted, started=started,
-        problem=tally.problem, at_cap=tally.at_cap, left=left,
+        problem=tally.problem, at_cap=tally.at_cap, left=left, waited=waited,
     )  # fmt: skip
 
 
@@ -264,9 +270,51 @@ def _clear(tally: _Tally, timeout: float) -> tuple[str, ...]:
 
 
 def clear_leftovers(queue: Answer[list[queries.Job]], timeout: float) -> int:
-    """Cancel plan probes that a killed process left queued (the user's own, by name);
-    how many there were. SLURM would remove them by their deadline anyway."""
-    left = [j.id for j in queue.value or [] if j.name == control.PLAN_PROBE_NAME]
+    """Cancel plan probes that a killed process left queued (the user's own, by name and
+    owner); how many there were. The probes of a live process are left to it."""
+    left = [j.id for j in queue.value or [] if _is_probe(j) and not owner_alive(j.comment)]
     if left:
         control.cancel(left, timeout=timeout)
     return len(left)
+
+
+def _is_probe(job: queries.Job) -> bool:
+    return job.name == control.PLAN_PROBE_NAME
+
+
+def owner_alive(comment: str) -> bool:
+    """Whether the process that submitted a probe still runs. Only this host's can be
+    told: a probe from another host counts as live (SLURM removes it by its deadline);
+    one with no owner (an older shardwise's) counts as left."""
+    owner = control.ProbeOwner.from_comment(comment)
+    if owner is None:
+        return False
+    if owner.host != control.ProbeOwner.this().host or owner.pid == os.getpid():
+        return True
+    try:
+        os.kill(owner.pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # a process of another user holds the pid now: cannot tell
+    return True
+
+
+def _wait_for_others(bf_interval: int, timeout: float, tally: _Tally) -> float:
+    """Wait until no live probe of another process is queued (a workflow's adaptation and
+    a ``cluster status`` asking at once would stand in each other's way), at most as long
+    as one whole probe takes; the seconds waited."""
+    began = time.monotonic()
+    until = began + 2 * _wait_seconds(bf_interval) + 15
+    mine = control.ProbeOwner.this()
+    while True:
+        queue = queries.jobs(timeout=timeout)
+        tally.calls += 1
+        others = [
+            j for j in queue.value or []
+            if _is_probe(j) and control.ProbeOwner.from_comment(j.comment) != mine
+            and owner_alive(j.comment) and (j.pending or j.running)
+        ]  # fmt: skip
+        if not others or time.monotonic() >= until:
+            return round(time.monotonic() - began, 1)
+        time.sleep(1.0)

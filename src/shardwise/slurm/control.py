@@ -11,11 +11,16 @@ or revoked within a second; none touches a job of the user's.
 
 And the plan probes (:func:`submit_probe`): real jobs of the run's own request that run
 ``true``, submitted so that SLURM's own scheduler says when each would start; each has
-a ``--deadline`` so that SLURM removes it by itself if nobody cancels it.
+a ``--deadline`` so that SLURM removes it by itself if nobody cancels it, and a
+``--comment`` that names its owner (:class:`ProbeOwner`), so that a later process tells
+a killed owner's leftovers from the probes of one still running.
 """
 
+import os
 import re
+import socket
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
@@ -78,6 +83,33 @@ def cancel(job_ids: Sequence[str], *, timeout: float = command.DEFAULT_TIMEOUT) 
 #: The name of the plan probes (``cluster status`` and the workflow's walltime adaptation).
 PLAN_PROBE_NAME = "shardwise-plan-probe"
 
+
+@dataclass(frozen=True)
+class ProbeOwner:
+    """The process that submitted a plan probe, as the probe's ``--comment`` says."""
+
+    host: str
+    pid: int
+
+    @classmethod
+    def this(cls) -> "ProbeOwner":
+        """This process."""
+        return cls(socket.gethostname(), os.getpid())
+
+    @classmethod
+    def from_comment(cls, comment: str) -> "ProbeOwner | None":
+        """The owner a probe's comment names; None for a comment of another form."""
+        tag, _, rest = comment.partition(":")
+        host, _, pid = rest.rpartition(":")
+        if tag != "shardwise" or not host or not pid.isdigit():
+            return None
+        return cls(host, int(pid))
+
+    def to_comment(self) -> str:
+        """The ``--comment`` of this owner's probes."""
+        return f"shardwise:{self.host}:{self.pid}"
+
+
 #: What sbatch says when the user's submit cap is reached (QOS or association).
 _AT_CAP = re.compile(r"MaxSubmitJob|submit.*limit|Job violates accounting/QOS policy", re.I)
 
@@ -90,8 +122,9 @@ def submit_probe(
     can no longer end by ``deadline``. Its job id; kind ``cap`` when the submit cap
     refused it."""
     argv = ["sbatch", "--parsable", f"--job-name={PLAN_PROBE_NAME}", "--output=/dev/null",
-            "--error=/dev/null", f"--deadline={deadline:%Y-%m-%dT%H:%M:%S}", "--no-requeue",
-            *options, "--wrap", "true"]  # fmt: skip
+            "--error=/dev/null", f"--comment={ProbeOwner.this().to_comment()}",
+            f"--deadline={deadline:%Y-%m-%dT%H:%M:%S}", "--no-requeue", *options,
+            "--wrap", "true"]  # fmt: skip
     reply = command.run(argv, timeout=timeout)
     if reply.ok:
         return Answer(reply.stdout.strip().split(";")[0])

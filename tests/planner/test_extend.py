@@ -11,7 +11,7 @@ from inproc import label, plan_run, s3_run_config
 
 from shardwise.cli.main import main
 from shardwise.errors import RunMismatchError
-from shardwise.ops import coverage, verify
+from shardwise.ops import coverage, coverage_format, verify
 from shardwise.ops.coverage_format import summary_lines
 from shardwise.planner.extend import extend
 from shardwise.run import drift, outputs, plan, retired
@@ -121,16 +121,30 @@ def test_deleted_files_labelled_or_not_are_retired_and_verify_complete_is_ok(tmp
         dry_run(cfg)
     report = verify.verify_run(run_dir)
     assert report.inputs_gone == [labelled] and labelled not in report.broken_files
+    assert report.files_checked == report.files_marked - 1  # the gone one cannot be read
+    assert f"contents checked {report.files_checked} (" in report.summary()
+    assert "rows, 1 input(s) gone)" in report.summary()
     with pytest.raises(RunMismatchError, match=rf"1 planned file\(s\) .* \({labelled!r}\): say"):
         extend(cfg)
     done = extend(cfg, gone=gone)
     assert set(done.gone) == {labelled, unlabelled} and done.tasks_removed == 2
+    done_shard = rows["shard"][rows["file"].index(labelled)]
+    left_open = [f for f, s in zip(rows["file"], rows["shard"], strict=True)
+                 if s == open_shard and f != unlabelled]  # fmt: skip
+    settled = {done_shard} | (set() if left_open else {open_shard})  # nothing left in it
+    assert set(done.reopened) == {open_shard, done_shard} and set(done.settled) == settled
+    said = f"; {2 - len(settled)} shard(s) reopened, {len(settled)} with nothing left to label"
+    assert said in done.lines()[0]
     dry_run(cfg)
     label(run_dir)
     report = verify.verify_run(run_dir, complete=True)
     assert report.ok, report.lines()
     cov = coverage.compute(coverage.load_state(run_dir))
     assert (cov.tasks_left, cov.tasks_total, cov.files_total) == (0, 4, 4)
+    assert cov.throughput.overall.files == 4  # a retired file's stats are not in the rate
+    assert "[4 files]" in "\n".join(
+        summary_lines(cov) + coverage_format.format_table(cov).splitlines()
+    )
     kept = (labels / outputs.SIDECAR.rel(labelled)).exists()
     assert kept == (gone == "keep") and (labelled in retired.load(run_dir)) == kept
     assert report.retired == (3 if kept else 0)  # sidecar, stats, marker
@@ -168,6 +182,23 @@ def test_grow_and_shrink_on_s3(tmp_path, s3):
     assert verify.verify_run(run_dir, complete=True).ok
     pinned = json.loads(labels.read_bytes("run.json"))
     assert [c["gone_outputs"] for c in pinned["input_changes"]] == ["remove"]
+
+
+def test_an_edited_run_directory_copy_gets_one_fix_that_works(tmp_path, capsys):
+    """The run directory's copy edited: what verify finds is measured against it, so the
+    only fix it advises is the one --repair does first (restore it), then verify again."""
+    _cfg, run_dir, labels = finished(tmp_path)
+    edited = json.loads((run_dir / "run.json").read_text())
+    (run_dir / "run.json").write_text(json.dumps({**edited, "total_shards": 9}))
+    assert main(["verify", "--run-dir", str(run_dir)]) == 1
+    out = capsys.readouterr().out
+    assert "fix: the two run.json copies disagree" in out and "keep the output root's" in out
+    assert "measured against the run directory's run.json, which --repair replaces" in out
+    assert "removes the markers of" not in out  # no second fix for another run.json
+    assert main(["verify", "--run-dir", str(run_dir), "--repair"]) == 0
+    assert json.loads((run_dir / "run.json").read_text())["total_shards"] == TOTAL
+    assert main(["verify", "--run-dir", str(run_dir), "--complete"]) == 0
+    assert (labels / "run.json").read_bytes() == (run_dir / "run.json").read_bytes()
 
 
 def test_copies_that_disagree_keep_the_one_the_plan_and_markers_vouch_for(tmp_path, capsys):

@@ -3,6 +3,7 @@
 import argparse
 import functools
 import sys
+from typing import TextIO
 
 from shardwise.cli.common import add_format, add_run_dir, emit
 from shardwise.errors import ShardwiseError
@@ -67,13 +68,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"shardwise verify: cannot verify {args.run_dir}: {e}", file=sys.stderr)
         return EXIT_CANNOT_VERIFY
     emit(args.format, report.to_json, lambda _fmt: "\n".join(report.lines()))
-    if report.copies and not args.repair:
-        print(f"fix: {report.copies}", file=notes)
-    if report.inputs_gone or report.input_drift:
-        gone = " --gone keep|remove" if report.inputs_gone or report.input_drift.get("gone") else ""
-        msg = f"fix: `shardwise plan --extend{gone} --configfile <config>` takes the input's "
-        msg += "current file set into the run (new files are labelled, gone ones leave it)"
-        print(msg, file=notes)
+    if not _copies_and_inputs(args, report, notes):
+        return EXIT_PROBLEMS
     broken = len(report.broken_files) + len(report.broken_shards)
     rebuild = len(report.rebuild - report.broken_files)
     if not broken and not rebuild:
@@ -100,3 +96,23 @@ def run(args: argparse.Namespace) -> int:
         file=notes,
     )  # fmt: skip
     return EXIT_OK if left == 0 else EXIT_PROBLEMS
+
+
+def _copies_and_inputs(
+    args: argparse.Namespace, report: verify.VerifyReport, notes: TextIO
+) -> bool:
+    """The fixes for disagreeing run.json copies and a changed input; False when nothing
+    more can be advised (the findings were measured against a copy --repair replaces)."""
+    if report.copies and not args.repair:
+        print(f"fix: {report.copies}", file=notes)
+        if report.measured_on_replaced:  # what else it found may not hold under the other
+            text = "note: the findings above were measured against the run directory's "
+            text += "run.json, which --repair replaces first: run verify again after it"
+            print(text, file=notes)
+            return False
+    if report.inputs_gone or report.input_drift:
+        gone = " --gone keep|remove" if report.inputs_gone or report.input_drift.get("gone") else ""
+        msg = f"fix: `shardwise plan --extend{gone} --configfile <config>` takes the input's "
+        msg += "current file set into the run (new files are labelled, gone ones leave it)"
+        print(msg, file=notes)
+    return True

@@ -199,7 +199,8 @@ def load_state(
     if shard_markers.file_stats:
         from_markers = throughput.stats_table(shard_markers.file_stats)
         stats = from_markers if stats is None else throughput.concat(stats, from_markers)
-    if stats is not None:
+    if stats is not None:  # the run's files only: a retired file's stats stay out of rates
+        stats = stats.select(_plan_index(plan, stats.file) >= 0)
         stats = stats.with_bytes(_plan_values(plan, stats.file, "size"))
     return RunState(
         run_dir=run_dir, name=run_dir.resolve().name, total_shards=total,

@@ -15,12 +15,15 @@ def human_bytes(n: float) -> str:
 
 
 def human_count(n: float) -> str:
-    """``12,345`` below a million, ``12.3 M`` / ``4.56 B`` above."""
+    """``12,345`` below a million, ``12.3 M`` / ``4.56 B`` above, ``1,000 B`` from a
+    trillion on (budgets are said in billions: ``1000.00 B`` reads as a typo)."""
     if n < 1e6:
         return f"{n:,.0f}"
     if n < 1e9:
         return f"{n / 1e6:.2f} M"
-    return f"{n / 1e9:.2f} B"
+    if n < 1e12:
+        return f"{n / 1e9:.2f} B"
+    return f"{n / 1e9:,.0f} B"
 
 
 def format_duration(seconds: float) -> str:

@@ -85,6 +85,7 @@ class VerifyReport:
     input_drift: dict[str, Any] = field(default_factory=dict)  # added and gone files
     retired: int = 0  # outputs of files retired with --gone keep: no orphans
     copies: str = ""  # the two run.json copies disagree: how, and which to keep
+    measured_on_replaced: bool = False  # ... and the run directory's, checked against, goes
 
     @property
     def ok(self) -> bool:
@@ -119,7 +120,8 @@ class VerifyReport:
         text += f"warning(s) in {self.run_dir}; shards done {self.shards_done}/"
         text += f"{self.shards_total}, files marked {self.files_marked}/{self.files_planned}, "
         text += f"quarantined {self.files_quarantined}, contents checked {self.files_checked}"
-        return text + f"{sampled} ({self.rows_checked} rows), orphans {self.orphans}"
+        gone = f", {len(self.inputs_gone)} input(s) gone" if self.inputs_gone else ""
+        return text + f"{sampled} ({self.rows_checked} rows{gone}), orphans {self.orphans}"
 
     def lines(self) -> list[str]:
         """Every finding as one line (problems first), the data totals, then the summary."""
@@ -249,7 +251,7 @@ def _add_checks(report: VerifyReport, checks: list[_FileCheck]) -> dict[str, int
         if check.derived:
             report.rebuild.add(check.rel)
         report.repairable += len(check.problems) + len(check.derived)
-        report.files_checked += 1
+        report.files_checked += int(check.gone is None)  # a gone input cannot be read
         report.rows_checked += check.rows
         marker_rows[check.rel] = check.marker_rows
         for key, value in check.counts.items():
@@ -338,6 +340,8 @@ def _check_mirror(
     for name, theirs, ours in runjson.differences(copy.meta, meta):
         report.problem(where, f"pins {name}={theirs!r}, the run directory {ours!r}")
     report.copies = run_state.copies_disagree(Path(report.run_dir), meta, copy)
+    trust = run_state.copy_to_keep(Path(report.run_dir), meta, copy)
+    report.measured_on_replaced = trust is not None and trust.keeps_output
 
 
 def _index_outputs(

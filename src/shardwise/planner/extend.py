@@ -46,6 +46,7 @@ class Extension:
     tasks_added: int = 0
     tasks_removed: int = 0
     reopened: tuple[int, ...] = ()  # shards whose markers were removed
+    settled: tuple[int, ...] = ()  # of those, the ones with every remaining file labelled
     removed: tuple[str, ...] = ()  # output URLs deleted (gone="remove")
     kept: tuple[str, ...] = ()  # gone files whose outputs stay (gone="keep")
 
@@ -55,7 +56,10 @@ class Extension:
             return ["the input holds the planned files: nothing to take in"]
         text = f"extended: {len(self.added):,} file(s) added in {self.tasks_added:,} new task(s), "
         text += f"{len(self.gone):,} planned file(s) gone ({self.tasks_removed:,} task(s) left "
-        text += f"the run); {len(self.reopened):,} shard(s) reopened"
+        text += f"the run); {len(self.reopened) - len(self.settled):,} shard(s) reopened"
+        if self.settled:
+            text += f", {len(self.settled):,} with nothing left to label (every file they keep "
+            text += "is labelled: the next run marks them done again, labelling nothing)"
         out = [text]
         if self.kept:
             out.append(f"kept the outputs of {len(self.kept):,} gone file(s) (retired.json)")
@@ -104,9 +108,10 @@ def extend(config: dict[str, Any], *, gone: str | None = None) -> Extension:
         markers.now(), len(new_tasks - old_tasks), len(old_tasks - new_tasks), summary.tasks,
         summary.fingerprint, (gone or "") if labelled else "",
     )  # fmt: skip
+    reopened = _reopened(old, table, added, gone_files)
     done = Extension(
         tuple(added), tuple(gone_files), change.tasks_added, change.tasks_removed,
-        tuple(_reopened(old, table, added, gone_files)),
+        tuple(reopened), tuple(_settled(table, reopened, added, output)),
         kept=tuple(labelled) if gone == "keep" else (),
     )  # fmt: skip
     removed = _apply(run_dir, roots, done, labelled, gone)
@@ -159,14 +164,29 @@ def _with_outputs(roots: dict[str, Location], files: list[str]) -> list[str]:
     return [f for f in files if any(f in found.of(kind) for kind in outputs.kinds())]
 
 
+def _shards_of(t: pa.Table, files: list[str]) -> set[int]:
+    rows = t.filter(pc.is_in(t["file"], value_set=pa.array(files, pa.string())))
+    return set(rows["shard"].to_pylist())
+
+
 def _reopened(old: pa.Table, table: pa.Table, added: list[str], gone: list[str]) -> list[int]:
     """Shards that gain a file or lose one: their markers no longer vouch for them."""
+    return sorted(_shards_of(table, added) | _shards_of(old, gone))
 
-    def shards(t: pa.Table, files: list[str]) -> set[int]:
-        rows = t.filter(pc.is_in(t["file"], value_set=pa.array(files, pa.string())))
-        return set(rows["shard"].to_pylist())
 
-    return sorted(shards(table, added) | shards(old, gone))
+def _settled(table: pa.Table, reopened: list[int], added: list[str], output: Location) -> list[int]:
+    """The reopened shards with nothing left to label: they gained no file and every
+    file they keep is labelled (one listing of the output, only when there are any)."""
+    candidates = sorted(set(reopened) - _shards_of(table, added))
+    if not candidates:
+        return []
+    rows = table.filter(
+        pc.is_in(table["shard"], value_set=pa.array(candidates, table["shard"].type))
+    )
+    marked = outputs.marked(output)
+    open_ = {s for f, s in zip(rows["file"].to_pylist(), rows["shard"].to_pylist(), strict=True)
+             if f not in marked}  # fmt: skip
+    return [s for s in candidates if s not in open_]
 
 
 def _apply(

@@ -42,7 +42,7 @@ class Skipped:
         shown = ", ".join(repr(n) for n in self.examples)
         hidden = self.count - len(self.examples)
         more = f", ... {hidden:,} more" if hidden > 0 else ""
-        take = f"convert or rename them to one of {SUFFIX_LIST} to label them"
+        take = f"convert or rename them to one of {SUFFIX_LIST}"
         take = "set input.format: auto to take both formats" if fmt != "auto" else take
         text = f"skipped  {self.count:,} listed file(s) that input.glob matches are neither "
         text += f"inputs nor shardwise outputs and are NOT labelled: {shown}{more}. To label "

@@ -87,16 +87,24 @@ def output_copy(output: Location) -> runjson.Copy | None:
         return None
 
 
+def copy_to_keep(
+    run_dir: Path, meta: runjson.RunMeta, theirs: runjson.Copy | None
+) -> runjson.Trust | None:
+    """Which run.json to keep when the output root's (``theirs``) disagrees with the run
+    directory's (``meta``); None when they agree or it is unreadable."""
+    if theirs is None or theirs.meta is None or not runjson.differences(meta, theirs.meta):
+        return None
+    ours = runjson.Copy(Location(str(run_dir)), meta)
+    return runjson.trusted(ours, theirs, lambda: vouching(run_dir))
+
+
 def copies_disagree(run_dir: Path, meta: runjson.RunMeta, theirs: runjson.Copy | None) -> str:
     """How the output root's run.json (``theirs``) disagrees with the run directory's
     (``meta``) and which to keep, in one line; "" when they agree or it is unreadable."""
-    if theirs is None or theirs.meta is None:
+    trust = copy_to_keep(run_dir, meta, theirs)
+    if trust is None or theirs is None or theirs.meta is None:
         return ""
     diffs = runjson.differences(meta, theirs.meta)
-    if not diffs:
-        return ""
-    ours = runjson.Copy(Location(str(run_dir)), meta)
-    trust = runjson.trusted(ours, theirs, lambda: vouching(run_dir))
     changed = "; ".join(f"{name} {a!r} -> {b!r}" for name, a, b in diffs)
     text = f"the two run.json copies disagree (run directory -> output root: {changed}); keep "
     text += f"the {trust.which} ({trust.why}): `shardwise verify --run-dir {run_dir} --repair` "

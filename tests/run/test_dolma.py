@@ -9,7 +9,7 @@ import pytest
 
 from shardwise.config import Settings
 from shardwise.errors import ConfigError, RecordError
-from shardwise.run import dolma
+from shardwise.run import dolma, sidecar
 
 COLUMNS = {
     "topic_label": pa.array(["Science & Tech.", "Health"]),
@@ -35,9 +35,20 @@ def test_rows_follow_the_documents_with_valid_jq_keys_compressed_as_the_source(r
     assert parsed.ids == ("d1", "d2")
     assert parsed.problems(["d1", "d2"], ["topic"]) == []
     assert parsed.problems(["d1", "dX"], ["topic"]) == [
-        "ids differ from the documents' at row 1: 'd2'"
+        "ids differ from the documents' at row 1: 'd2' where the documents have 'dX'"
     ]
     assert "no label of classifier(s) format" in parsed.problems(None, ["topic", "format"])[0]
+
+
+def test_ids_the_input_wrote_as_numbers_are_numbers_in_the_attributes():
+    columns = {**COLUMNS, sidecar.ID_JSON: pa.array(["0", None], pa.string())}
+    raw = dolma.build("a/p.jsonl", ["0", "d2"], columns, "w")
+    parsed = dolma.AttributesFile.from_bytes(raw, "a/p.jsonl")
+    assert parsed.ids == (0, "d2")  # dolma mix compares them by JSON type: 0 != "0"
+    assert parsed.problems([0, "d2"], ["topic"]) == []
+    assert parsed.problems(["0", "d2"], ["topic"]) == [
+        "ids differ from the documents' at row 0: 0 where the documents have '0'"
+    ]
 
 
 def test_only_json_lines_sources_get_attributes():

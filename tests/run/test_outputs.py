@@ -11,13 +11,15 @@ import json
 from pathlib import Path
 
 import pytest
-from inproc import label, plan_run
+from inproc import TINY, demo_run_config, label, plan_run
 
+from shardwise.demo.corpus import write_corpus
 from shardwise.errors import RecordError
 from shardwise.ops import coverage, verify
 from shardwise.planner.prepare import prepare_run
-from shardwise.run import manifest, outputs
+from shardwise.run import dolma, manifest, outputs, sidecar
 from shardwise.run.record import load_object
+from shardwise.run.sidecar import read_sidecar, to_parquet_bytes
 
 
 def test_every_kind_has_a_builder_a_parser_a_checker_and_the_marker_comes_last():
@@ -109,3 +111,38 @@ def test_a_parser_refuses_what_is_not_its_format():
         outputs.MARKER.parse(b"[1]", "x.done")
     with pytest.raises(RecordError, match="not a Parquet table"):
         outputs.SIDECAR.parse(b"PAR1 no", "x.labels.parquet")
+
+
+def test_ids_written_as_numbers_stay_numbers_in_the_attributes_and_old_sidecars_are_named(
+    tmp_path,
+):
+    cfg = demo_run_config(tmp_path, 2)
+    documents = tmp_path / "ds" / "documents"
+    cfg["input"] = {"uri": str(documents), "url_field": "metadata.url"}
+    cfg["output"]["dolma"] = {"enabled": True}
+    n = 0
+    for path in write_corpus(documents, TINY, dolma=True):
+        rel = path.name
+        rows = [json.loads(line) for line in dolma.decompress(path.read_bytes(), rel).splitlines()]
+        for row in rows:
+            row["id"], n = n, n + 1  # a corpus whose ids are JSON integers
+        path.write_bytes(dolma.compress("".join(json.dumps(r) + "\n" for r in rows).encode(), rel))
+    prepare_run(cfg, main_process=True, dryrun=True)
+    run_dir = Path(cfg["run_dir"])
+    label(run_dir)
+    attributes = sorted((tmp_path / "ds" / "attributes" / "weborganizer").rglob("*.json*"))
+    parsed = [dolma.AttributesFile.from_bytes(f.read_bytes(), f.name) for f in attributes]
+    ids = [i for one in parsed for i in one.ids]
+    assert sorted(ids) == list(range(n))  # integers, as dolma mix compares them
+    assert verify.verify_run(run_dir, complete=True).ok
+
+    # a sidecar written before shardwise kept the ids' type: named, and --repair relabels it
+    old = sorted((tmp_path / "labels").rglob("*" + sidecar.SUFFIX))[0]
+    old.write_bytes(to_parquet_bytes(read_sidecar(old.read_bytes()).drop([sidecar.ID_JSON])))
+    report = verify.verify_run(run_dir)
+    (problem,) = report.problems
+    assert (problem.where, len(report.broken_files)) == (str(old), 1)
+    assert "keeps id '" in problem.what and "JSON types differ" in problem.what, problem.what
+    verify.repair(run_dir, report)
+    label(run_dir)
+    assert verify.verify_run(run_dir, complete=True).ok

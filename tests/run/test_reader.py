@@ -7,7 +7,7 @@ import pytest
 import zstandard
 
 from shardwise.errors import InputError
-from shardwise.run.reader import Fields, file_format, read_documents
+from shardwise.run.reader import Fields, file_format, json_ids, read_documents
 from shardwise.store.location import Location
 
 RECORDS = [
@@ -211,6 +211,16 @@ def test_null_ids_are_not_counted_as_duplicates(tmp_path):
     rel = write(tmp_path, "f.jsonl", [{"id": None, "text": "a"}, {"id": None, "text": "b"}])
     docs = read_documents(Location(str(tmp_path)), rel, Fields(url=None))
     assert dict(docs.counts) == {"null_ids": 2}
+
+
+def test_ids_written_as_numbers_keep_their_json_beside_the_string(tmp_path):
+    records = [{"id": 0, "text": "a"}, {"id": "b", "text": "b"}, {"id": 2.5, "text": "c"}]
+    rel = write(tmp_path, "f.jsonl", [*records, {"id": None, "text": "d"}])
+    docs = read_documents(Location(str(tmp_path)), rel, Fields(url=None))
+    assert (docs.ids, docs.id_json) == (["0", "b", "2.5", None], ["0", None, "2.5", None])
+    assert json_ids(docs.ids, docs.id_json) == [0, "b", 2.5, None]
+    strings = read_documents(Location(str(tmp_path)), write(tmp_path, "g.jsonl", RECORDS), Fields())
+    assert strings.id_json is None  # the usual case: nothing kept beside the ids
 
 
 def test_a_utf8_byte_order_mark_is_dropped_and_counted(tmp_path):

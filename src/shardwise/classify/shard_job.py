@@ -292,6 +292,8 @@ def _label_file(
     columns = dict(labels.columns)
     if item.tokens is not None:
         columns[sidecar.TOKENS] = pa.array(item.tokens, pa.int64())
+    if item.docs.id_json is not None:  # kept so the Dolma attributes keep the ids' type
+        columns[sidecar.ID_JSON] = pa.array(item.docs.id_json, pa.string())
     labelled = outputs.Labelled(rel, task.task_id, shard, task.identity, item.docs.ids, columns,
                                 stats, ctx.settings.dolma_name)  # fmt: skip
     written = outputs.write_all(ctx.roots(), labelled)

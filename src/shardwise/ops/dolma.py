@@ -18,6 +18,7 @@ from tqdm import tqdm
 
 from shardwise.config import StorageOptions
 from shardwise.errors import ConfigError, InputError
+from shardwise.ops import dolma_exact
 from shardwise.ops.text import near_labels
 from shardwise.run import dolma, outputs, plan, quarantine, summaries
 from shardwise.run.context import JobContext
@@ -125,7 +126,9 @@ def mix_config(
     run_dir: Path, keep: Sequence[Selection], output: str, *, min_prob: float | None = None,
     stream: str = "weborganizer", processes: int = 1,
 ) -> dict[str, Any]:  # fmt: skip
-    """The ``dolma mix`` config keeping the documents of ``keep`` (any of them)."""
+    """The ``dolma mix`` config keeping the documents of ``keep`` (any of them); where a
+    file's name would match another's under dolma's pattern matching, its attributes are
+    copied to a set of their own first (:mod:`shardwise.ops.dolma_exact`)."""
     if not keep:
         raise ConfigError("give at least one --keep CLASSIFIER=LABEL (or a cell)")
     ctx = JobContext.load(run_dir)
@@ -145,8 +148,11 @@ def mix_config(
     if not labelled:
         raise ConfigError(f"{run_dir}: no JSON Lines file of this run is labelled yet")
     include = [s.jq(name, min_prob) for s in keep]
-    one = mix_stream(stream, [ctx.source.address(rel) for rel in labelled], name, output, include)
-    return {"streams": [one], "processes": processes}
+    sets = dolma_exact.group(labelled, have, *dolma_exact.corpus_matching(ctx.source))
+    dolma_exact.write_extra_sets(attributes, name, sets)
+    found = dolma_exact.streams(stream, ctx.source, name, sets)
+    streams = [mix_stream(s, documents, a, output, include) for s, documents, a in found]
+    return {"streams": streams, "processes": processes}
 
 
 def mix_stream(

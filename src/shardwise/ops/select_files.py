@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -34,6 +35,7 @@ class FileSelection:
     domain: np.ndarray  # int64
     tokens: np.ndarray  # int64
     repeats: np.ndarray  # int16
+    json_ids: list[Any] | None = None  # the ids as the JSON wrote them (not all strings)
 
 
 def attributes_root(ctx: JobContext, name: str) -> Location | None:
@@ -65,13 +67,15 @@ def select_file(
     same file gives the same selection whatever other files exist)."""
     where = output.url(rel + sidecar.SUFFIX)
     wanted = ["id", *(f"{a}_label" for a in sel.axes), sidecar.TOKENS]
-    table = sidecar.read_columns(output.read_bytes(rel + sidecar.SUFFIX), wanted, where)
+    raw = output.read_bytes(rel + sidecar.SUFFIX)
+    table = sidecar.read_columns(raw, wanted, where, optional=(sidecar.ID_JSON,))
     ids = table["id"].to_pylist()
+    typed = sidecar.typed_ids(ids, {c: table[c] for c in table.column_names})
     domain = domain_of_rows(table, sel.axes, index)
     rate = np.where(domain >= 0, sel.rates()[np.maximum(domain, 0)], 0.0)
     k = selection.repeats(rate, selection.uniform(ids, sel.seed, rel))
     tokens = table[sidecar.TOKENS].to_numpy(zero_copy_only=False).astype(np.int64)
-    return FileSelection(rel, ids, domain, tokens, k)
+    return FileSelection(rel, ids, domain, tokens, k, typed if typed != ids else None)
 
 
 def files_to_select(
@@ -95,8 +99,8 @@ def _write(run_dir: Path, sel: SelectionPlan, one: FileSelection, attrs: Locatio
     target = selection.root(run_dir, sel.name) / selection.FILES_DIR / (one.rel + ".parquet")
     write_atomic(target, selection.file_bytes(table))
     if attrs is not None and dolma.applies(one.rel):
-        attrs.write_bytes(one.rel, selection.attributes_bytes(one.rel, one.ids, one.repeats,
-                                                              sel.name))  # fmt: skip
+        ids = one.ids if one.json_ids is None else one.json_ids
+        attrs.write_bytes(one.rel, selection.attributes_bytes(one.rel, ids, one.repeats, sel.name))
 
 
 def select_shard(

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from shardwise.errors import ConfigError
-from shardwise.ops import picture
+from shardwise.ops import dolma_exact, picture
 from shardwise.ops import select as planning
 from shardwise.ops.dolma import check_where_dolma_looks, mix_stream, mix_yaml
 from shardwise.ops.select_files import attributes_root, records, select_missing, select_shard
@@ -163,11 +163,18 @@ def mix_config(
     if not jsonl:
         return None, "no JSON Lines document was selected (dolma mix reads no Parquet)"
     key = selection.repeats_key(sel.name)
+    try:
+        present = {rel for rel, _ in attrs.list_files()}
+        sets = dolma_exact.group(sorted(jsonl), present, *dolma_exact.corpus_matching(ctx.source))
+    except ConfigError as e:
+        return None, str(e)
+    dolma_exact.write_extra_sets(attrs, sel.name, sets)
     streams = []
     for i in range(1, max(jsonl.values()) + 1):  # stream i: the documents taken >= i times
-        documents = [ctx.source.address(rel) for rel in sorted(jsonl) if jsonl[rel] >= i]
+        taken = sets.only(lambda rel, i=i: jsonl[rel] >= i)
         include = [f".attributes.{key} >= {i}"]
-        streams.append(mix_stream(f"{sel.name}-{i}", documents, sel.name, output, include))
+        found = dolma_exact.streams(f"{sel.name}-{i}", ctx.source, sel.name, taken)
+        streams += [mix_stream(s, documents, a, output, include) for s, documents, a in found]
     return {"streams": streams, "processes": 1}, None
 
 

@@ -11,12 +11,13 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Self
+from typing import Any, Self
 
 import pyarrow as pa
 import zstandard
 
 from shardwise.errors import RecordError
+from shardwise.run import sidecar
 from shardwise.run.reader import file_format
 from shardwise.run.record import load_object
 
@@ -48,10 +49,10 @@ def build(rel: str, ids: Sequence[str | None], columns: Mapping[str, pa.Array], 
         for column, what in _VALUES:
             if c + column in columns:
                 values[key(name, c, what)] = columns[c + column].to_pylist()
-    return build_rows(rel, ids, values)
+    return build_rows(rel, sidecar.typed_ids(ids, columns), values)
 
 
-def build_rows(rel: str, ids: Sequence[str | None], values: Mapping[str, list]) -> bytes:
+def build_rows(rel: str, ids: Sequence[Any], values: Mapping[str, list]) -> bytes:
     """An attributes file (compressed as ``rel`` is): per row its id and, per key of
     ``values``, that row's value."""
     items = list(values.items())
@@ -85,7 +86,7 @@ def decompress(raw: bytes, rel: str) -> bytes:
 class AttributesFile:
     """One attributes file as read back: each row's id, and the keys of its first row."""
 
-    ids: tuple[str | None, ...]
+    ids: tuple[Any, ...]
     keys: frozenset[str]
 
     @classmethod
@@ -95,7 +96,7 @@ class AttributesFile:
             text = decompress(raw, where).decode("utf-8")
         except (OSError, EOFError, ValueError, zstandard.ZstdError) as e:
             raise RecordError(where, f"cannot be decompressed: {e}") from e
-        ids: list[str | None] = []
+        ids: list[Any] = []
         keys: frozenset[str] = frozenset()
         for lineno, line in enumerate(text.splitlines(), start=1):
             row = load_object(line, f"{where} line {lineno}")
@@ -106,7 +107,7 @@ class AttributesFile:
                 keys = frozenset(row["attributes"])
         return cls(tuple(ids), keys)
 
-    def problems(self, ids: list[str | None] | None, classifiers: Sequence[str]) -> list[str]:
+    def problems(self, ids: list[Any] | None, classifiers: Sequence[str]) -> list[str]:
         """How this file disagrees with its documents' ids (in order) and the run's
         classifiers (dolma mix reads it row by row, by position)."""
         found = []
@@ -116,7 +117,8 @@ class AttributesFile:
             found.append(f"has {rows} rows, the documents {len(ids)}: dolma mix would {then}")
         elif ids is not None and list(self.ids) != ids:
             first = next(i for i, (a, b) in enumerate(zip(self.ids, ids, strict=True)) if a != b)
-            found.append(f"ids differ from the documents' at row {first}: {self.ids[first]!r}")
+            text = f"ids differ from the documents' at row {first}: {self.ids[first]!r} where "
+            found.append(text + f"the documents have {ids[first]!r}")
         keys = self.keys
         missing = [c for c in classifiers if not any(k.endswith(f"__{c}__label") for k in keys)]
         if self.ids and missing:

@@ -17,6 +17,7 @@ from shardwise.errors import InputError
 from shardwise.run import dolma, filestats, markers, sidecar
 from shardwise.run.filestats import FileStats
 from shardwise.run.markers import FileMarker
+from shardwise.run.reader import json_ids
 from shardwise.store.atomic import is_temp_name
 from shardwise.store.location import Location
 
@@ -45,6 +46,12 @@ class Expected:
     ids: list[str | None] | None  # the input's ids in order; None when it is unreadable
     classifiers: tuple[str, ...]
     labelling: Mapping[str, Any] | None  # as run.json pins it
+    id_json: list[str | None] | None = None  # the JSON of the input's non-string ids
+
+    @property
+    def json_ids(self) -> list[Any] | None:
+        """The input's ids as its JSON wrote them (what dolma mix compares)."""
+        return None if self.ids is None else json_ids(self.ids, self.id_json)
 
     @property
     def rows(self) -> int | None:
@@ -86,7 +93,8 @@ class OutputKind:
 SIDECAR = OutputKind(
     "sidecar", sidecar.SUFFIX, parse=sidecar.read_sidecar, nonempty=True,
     build=lambda f: sidecar.to_parquet_bytes(sidecar.build_table(f.ids, dict(f.columns))),
-    check=lambda table, w: sidecar.problems(table, w.classifiers, w.ids, tokens=w.counts_tokens),
+    check=lambda table, w: sidecar.problems(table, w.classifiers, w.ids, tokens=w.counts_tokens,
+                                            id_json=w.id_json),
 )  # fmt: skip
 STATS = OutputKind(
     "stats", filestats.SUFFIX, build=lambda f: f.stats.to_json(), parse=FileStats.from_json,
@@ -100,7 +108,7 @@ MARKER = OutputKind(
 DOLMA = OutputKind(  # suffix "": the documents' own relative path, under the attributes root
     "dolma", "", parse=dolma.AttributesFile.from_bytes, root="attributes", applies=dolma.applies,
     build=lambda f: dolma.build(f.rel, f.ids, f.columns, f.dolma_name or "weborganizer"),
-    check=lambda attrs, want: attrs.problems(want.ids, want.classifiers), derived=True,
+    check=lambda attrs, want: attrs.problems(want.json_ids, want.classifiers), derived=True,
 )  # fmt: skip
 #: Every per-file output, in write order: data kinds, then STATS, then MARKER (last).
 KINDS: tuple[OutputKind, ...] = (SIDECAR, DOLMA, STATS, MARKER)

@@ -12,7 +12,7 @@ import io
 import json
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -71,9 +71,19 @@ class Documents:
     texts: list[str]
     urls: list[str]
     counts: Counter[str] = field(default_factory=Counter)
+    #: Per row, the JSON text of an id that is not a JSON string (None for a string id);
+    #: None when every id is a string: dolma mix matches ids by JSON type (``0 != "0"``).
+    id_json: list[str | None] | None = None
 
     def __len__(self) -> int:
         return len(self.texts)
+
+
+def json_ids(ids: Sequence[str | None], id_json: Sequence[str | None] | None) -> list[Any]:
+    """The ids as the input's JSON wrote them: an integer id an integer again."""
+    if id_json is None:
+        return list(ids)
+    return [i if j is None else json.loads(j) for i, j in zip(ids, id_json, strict=True)]
 
 
 def file_format(rel: str) -> str | None:
@@ -451,6 +461,7 @@ def _read_jsonl(
 ) -> Documents:
     """The documents of a JSONL stream; only the first ``limit`` rows when given (a sample)."""
     ids: list[str | None] = []
+    id_json: list[str | None] = []
     texts: list[str] = []
     urls: list[str] = []
     counts, missing = Counter[str](), Counter[str]()
@@ -471,6 +482,7 @@ def _read_jsonl(
         if rows <= _SAMPLE_ROWS:
             seen_paths.update(_key_paths(record))
         doc_id = _value(record, fields.id, "id", missing, counts)
+        id_json.append(_typed_id(record, fields.id, doc_id))
         text = _value(record, fields.text, "text", missing, counts)
         url = "" if url_path is None else _value(record, url_path, "url", missing, counts)
         if b"\\u" in raw and _SURROGATE_ESCAPE.search(raw):
@@ -487,4 +499,13 @@ def _read_jsonl(
             raise absent_field_error(where, role, path, rows, seen_paths)
         if missing[role]:
             counts[f"missing_{role}"] = missing[role]
-    return Documents(ids, texts, urls, counts)
+    typed = id_json if any(j is not None for j in id_json) else None
+    return Documents(ids, texts, urls, counts, typed)
+
+
+def _typed_id(record: dict[str, Any], path: str, doc_id: str | None) -> str | None:
+    """The JSON text of an id that is a number (or another non-string), else None."""
+    if doc_id is None:
+        return None
+    value = _lookup(record, path)
+    return None if isinstance(value, str) else json.dumps(value)

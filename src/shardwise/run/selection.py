@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 import numpy as np
 import pyarrow as pa
@@ -212,6 +212,6 @@ def file_bytes(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def attributes_bytes(rel: str, ids: Sequence[str | None], k: np.ndarray, name: str) -> bytes:
+def attributes_bytes(rel: str, ids: Sequence[Any], k: np.ndarray, name: str) -> bytes:
     """The Dolma attributes of one file: every row's repeat count (0: not taken)."""
     return dolma.build_rows(rel, ids, {repeats_key(name): k.tolist()})

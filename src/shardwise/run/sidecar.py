@@ -4,7 +4,8 @@ Row-aligned with the input: ``id``, then per classifier ``<name>_label``, ``_lab
 ``_score`` (and ``_probs`` when asked); with ``domains.tokenizer``, ``tokens``.
 """
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -12,13 +13,22 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from shardwise.errors import InputError, RecordError
-from shardwise.run.reader import arrow_owned
+from shardwise.run.reader import arrow_owned, json_ids
 
 SUFFIX = ".labels.parquet"
 #: Columns every classifier contributes to a sidecar (``_probs`` is optional).
 CLASSIFIER_COLUMNS = ("_label", "_label_id", "_score")
 #: Each document's tokens in the training tokenizer (runs with ``domains.tokenizer``).
 TOKENS = "tokens"
+#: Per row, the JSON text of an id that the input wrote as a number (null for a string
+#: id); only in the sidecar of a file with such ids, so its attributes keep their type.
+ID_JSON = "id_json"
+
+
+def typed_ids(ids: Sequence[str | None], columns: Mapping[str, pa.Array]) -> list[Any]:
+    """The ids as the input's JSON wrote them, from a sidecar's ``id`` and ``id_json``."""
+    found = columns.get(ID_JSON)
+    return json_ids(ids, None if found is None else found.to_pylist())
 
 
 def build_table(ids: list[str | None], columns: dict[str, pa.Array]) -> pa.Table:
@@ -62,9 +72,11 @@ def read_sidecar(data: bytes, where: str = "sidecar") -> pa.Table:
         raise RecordError(where, f"not a Parquet table: {type(e).__name__}: {e}") from e
 
 
-def read_columns(data: bytes, columns: Sequence[str], where: str = "sidecar") -> pa.Table:
-    """Only ``columns`` of a sidecar (Parquet reads no other); RecordError naming
-    ``where`` and the columns it lacks."""
+def read_columns(
+    data: bytes, columns: Sequence[str], where: str = "sidecar", optional: Sequence[str] = ()
+) -> pa.Table:
+    """Only ``columns`` (and those of ``optional`` it has) of a sidecar (Parquet reads no
+    other); RecordError naming ``where`` and the columns it lacks."""
     try:
         schema = pq.read_schema(pa.BufferReader(arrow_owned(data)))
     except (pa.ArrowException, OSError) as e:
@@ -72,16 +84,19 @@ def read_columns(data: bytes, columns: Sequence[str], where: str = "sidecar") ->
     missing = [c for c in columns if c not in schema.names]
     if missing:
         raise RecordError(where, f"has no {', '.join(missing)} column(s)")
-    return pq.read_table(pa.BufferReader(arrow_owned(data)), columns=list(columns))
+    wanted = [*columns, *(c for c in optional if c in schema.names)]
+    return pq.read_table(pa.BufferReader(arrow_owned(data)), columns=wanted)
 
 
 def problems(
     table: pa.Table, classifiers: Iterable[str], ids: list[str | None] | None, *,
-    tokens: bool = False,
+    tokens: bool = False, id_json: list[str | None] | None = None,
 ) -> list[str]:  # fmt: skip
-    """What is wrong with a sidecar: rows and ids against the input's, label columns,
-    and (``tokens``: the run counts them) the token counts."""
+    """What is wrong with a sidecar: rows and ids against the input's (their JSON type
+    too: ``id_json``), label columns, and (``tokens``: the run counts them) the token counts."""
     found: list[str] = []
+    if ids is not None and table.num_rows == len(ids):
+        found += _type_problem(table, ids, id_json)
     if tokens and TOKENS not in table.column_names:
         found.append(f"no {TOKENS} column (the run counts tokens: domains.tokenizer)")
     elif tokens and (table[TOKENS].null_count or not pa.types.is_integer(table[TOKENS].type)):
@@ -100,6 +115,20 @@ def problems(
     for name in classifiers:
         found += _column_problems(table, name)
     return found
+
+
+def _type_problem(
+    table: pa.Table, ids: list[str | None], id_json: list[str | None] | None
+) -> list[str]:
+    """Whether the sidecar keeps the JSON type of the input's ids (a sidecar written
+    before shardwise kept it does not; relabelling the file writes it)."""
+    kept = table[ID_JSON].to_pylist() if ID_JSON in table.column_names else None
+    if kept == id_json:
+        return []
+    want, got = json_ids(ids, id_json), json_ids(ids, kept)
+    row = next((i for i, (a, b) in enumerate(zip(want, got, strict=True)) if a != b), 0)
+    text = f"keeps id {got[row]!r} at row {row} where the input has {want[row]!r} (JSON types "
+    return [text + "differ): its Dolma attributes would not match the documents in dolma mix"]
 
 
 def _column_problems(table: pa.Table, name: str) -> list[str]:

@@ -1,13 +1,17 @@
 """Shard-job bookkeeping that needs no model: progress journal, failure records."""
 
 import json
+from pathlib import Path
 
 import pytest
-from inproc import demo_run_config, label, plan_run
+import torch
+from inproc import TINY, demo_run_config, label, plan_run
 
+from shardwise.cli.main import main
+from shardwise.demo.corpus import write_corpus
 from shardwise.errors import ShardFailedError
 from shardwise.ops import coverage, verify
-from shardwise.ops.coverage_format import quality_lines
+from shardwise.ops.coverage_format import fidelity_lines, quality_lines
 from shardwise.planner.prepare import prepare_run
 from shardwise.run import failures, journal, markers, plan
 
@@ -83,3 +87,29 @@ def test_missing_texts_are_counted_per_file_and_totalled_by_coverage(tmp_path):
     )
     result = verify.verify_run(tmp_path / "run")
     assert result.data_quality == {"missing_text": 6, "non_string_texts": 1}
+
+
+def test_half_precision_with_device_auto_on_a_cpu_is_said_at_the_dry_run_the_job_and_coverage(
+    tmp_path, capsys
+):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible here: device auto would label on it")
+    write_corpus(tmp_path / "corpus", TINY)
+    cfg = demo_run_config(tmp_path, 1)  # the tiny real models, through the real engine
+    cfg["inference"].update({"dtype": "float16", "device": "auto", "max_length": 64})
+    info = prepare_run(cfg, main_process=True, dryrun=True)
+    said = [m for m in info.messages if "inference.dtype float16 with inference.device auto" in m]
+    assert len(said) == 1 and "no GPU is visible here" in said[0], info.messages
+    run_dir = cfg["run_dir"]
+    assert main(["classify-shard", "--run-dir", run_dir, "--shard", "0", "--no-progress"]) == 0
+    out = capsys.readouterr().out  # the job's stdout: the console (its stderr is the log)
+    assert out.count("shardwise: shard 0 ran inference.dtype float16 on a CPU") == 1, out
+    lines = fidelity_lines(coverage.compute(coverage.load_state(Path(run_dir))).fidelity)
+    files = len(plan.load(Path(run_dir)))
+    assert len(lines) == 4 and all(
+        f"! {files} file(s) in half precision on a CPU" in ln for ln in lines
+    )
+    cfg["inference"]["dtype"] = "auto"
+    assert not [
+        m for m in prepare_run(cfg, main_process=True, dryrun=True).messages if "no GPU" in m
+    ]

@@ -590,6 +590,8 @@ class Engine:
         real, padded = work.real_tokens, work.padded_tokens
         outcomes = {name: c.outcome for name, c in checks.items()}
         margin_errors = {name: round(o.max_margin_error, 6) for name, o in outcomes.items()}
+        on_cpu = self.device.type == "cpu"
+        kept = [fidelity(name, n, c.mode, c.outcome, on_cpu=on_cpu) for name, c in checks.items()]
         return {
             "docs": n, "tokens": real, "real_tokens": real, "padded_tokens": padded,
             "pad_efficiency": (real / padded) if padded else 1.0,
@@ -607,7 +609,7 @@ class Engine:
             "recheck_max_margin_error": margin_errors,
             "calibration": {name: cal.summary() for name, cal in self.calibrations.items()},
             "calibration_s": sum(o.sample_s for o in outcomes.values()),
-            "fidelity": [fidelity(name, n, c.mode, c.outcome) for name, c in checks.items()],
+            "fidelity": kept,
             "recheck_tokens": sum(c.work.real_tokens for c in checks.values()),
             "recheck_batches": sum(c.work.batches for c in checks.values()), "recheck_s": recheck_s,
             "tokenize_fallback_docs": prepared.fallback_docs,

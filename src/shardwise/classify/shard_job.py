@@ -73,6 +73,8 @@ class ShardReport:
     docs: int = 0
     quarantined: int = 0
     failed: list[dict[str, str]] = field(default_factory=list)
+    #: The half-precision dtype the engine runs on a CPU (device ``auto``, no GPU), else None.
+    half_on_cpu: str | None = None
     #: The exception behind each entry of ``failed`` (for the failure's cause).
     errors: list[BaseException] = field(default_factory=list, repr=False)
 
@@ -210,6 +212,13 @@ def run_shard(
     return report
 
 
+def half_on_cpu(engine: Any) -> str | None:
+    """The engine's dtype when it is half precision on a CPU (what the console says)."""
+    dtype = str(getattr(engine, "dtype_name", "") or "")
+    on_cpu = str(getattr(engine, "device", "")).startswith("cpu")
+    return dtype if on_cpu and dtype not in ("", "float32") else None
+
+
 def _label_todo(
     ctx: JobContext, shard: int, todo: list[FileTask], report: ShardReport,
     engine_factory: Callable[[JobContext], Any], *, progress: bool,
@@ -223,6 +232,7 @@ def _label_todo(
     try:
         gate.pause(shard, 0)  # tests only: see classify/gate.py
         engine = engine_factory(ctx)
+        report.half_on_cpu = half_on_cpu(engine)
         models = model_identities(ctx)
         counter = load_counter(ctx)
         for item in _prefetch(ctx, todo, engine.prepare, counter):

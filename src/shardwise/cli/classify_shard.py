@@ -38,4 +38,8 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
     msg = f"shard {report.shard}: {report.files} file(s), {report.labelled} labelled, "
     print(msg + f"{report.skipped} already done, {report.docs} docs", file=sys.stderr)
+    if report.half_on_cpu and report.labelled:  # stdout: the console (the log has stderr)
+        text = f"shardwise: shard {report.shard} ran inference.dtype {report.half_on_cpu} on a CPU "
+        text += "(inference.device auto found no GPU on this node): slower than float32, and "
+        print(text + "its re-check runs documents again in float32; dtype auto avoids it")
     return 0

@@ -195,6 +195,9 @@ def fidelity_lines(fidelities: Iterable[fidelity.Fidelity]) -> list[str]:
         if f.too_small_files:
             flag = "  ! the pinned recheck_margin is too small for this model in "
             flag += f"{f.too_small_files:,} file(s): use inference.recheck_margin: auto"
+        if f.on_cpu_files:
+            flag += f"  ! {f.on_cpu_files:,} file(s) in half precision on a CPU (inference.device "
+            flag += "auto found no GPU): slower than float32; inference.dtype: auto avoids it"
         lines.append(f"fidelity {f.classifier}: " + ", ".join(said) + flag)
     return lines
 

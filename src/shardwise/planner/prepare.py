@@ -121,6 +121,7 @@ def prepare_run(
         text += f"(shards {ranges.compress(stale)}; left by another assignment): they run again"
         said.append(text)
     said += [f"note: {line}" for line in settings.inert]
+    said += half_on_cpu_notes(settings.inference, gpu_visible)
     said += _dolma_notes(settings, planned.table)
     mark_shards_without_work(run_dir, planned.table, meta, output, set(quarantined))
     flight = inflight.find(run_dir, submitter, done=markers.done_shards(run_dir))
@@ -133,6 +134,31 @@ def prepare_run(
         messages=(*said, *(f"note: {note}" for note in (*planned.notes, *sampled))),
         in_flight_lines=tuple(flight.lines()),
     )  # fmt: skip
+
+
+#: The dtypes that are half precision (as ``inference.dtype`` may spell them).
+HALF_DTYPES = frozenset({"float16", "fp16", "bfloat16", "bf16"})
+
+
+def half_on_cpu_notes(inference: dict[str, Any], visible: Callable[[], bool]) -> list[str]:
+    """A half-precision dtype with device ``auto`` where ``visible`` says no GPU is: jobs
+    that run here would label on the CPU (``device: cpu`` with float16 is refused)."""
+    dtype = str(inference.get("dtype", "auto")).strip().lower()
+    device = str(inference.get("device", "auto")).strip().lower()
+    if device != "auto" or dtype not in HALF_DTYPES or visible():
+        return []
+    text = f"note: inference.dtype {dtype} with inference.device auto, and no GPU is visible "
+    text += f"here: jobs that run here label on the CPU in {dtype}, slower than float32, and "
+    text += "the re-check runs their documents again in float32 (jobs on GPU nodes are not "
+    return [text + "affected); inference.dtype: auto picks float32 on a CPU, half on a GPU"]
+
+
+def gpu_visible() -> bool:
+    """Whether the device choice (``auto``) would find a GPU here; torch is imported only
+    for a half-precision dtype with device auto (it costs seconds at parse time)."""
+    import torch  # noqa: PLC0415
+
+    return bool(torch.cuda.is_available())
 
 
 def _dolma_notes(settings: Settings, table: pa.Table) -> list[str]:

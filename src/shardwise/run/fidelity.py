@@ -25,6 +25,7 @@ class Fidelity:
     unmeasured_docs: int  # in files with a pinned margin: no estimate
     fallback_files: int  # files the calibration ran wholly in fp32
     too_small_files: int  # files whose pinned margin the measured errors exceeded
+    on_cpu_files: int = 0  # files labelled in half precision on a CPU (device auto, no GPU)
 
     @property
     def fp32_share(self) -> float:
@@ -52,8 +53,8 @@ def totals(per_file: Iterable[list[dict[str, Any]]]) -> list[Fidelity]:
     for entries in per_file:
         for e in entries or ():
             name = str(e.get("classifier") or "?")
-            a = acc.setdefault(name, dict.fromkeys(
-                ("docs", "fp32", "res", "up", "unmeasured", "fallback", "small"), 0.0))  # fmt: skip
+            keys = ("docs", "fp32", "res", "up", "unmeasured", "fallback", "small", "cpu")
+            a = acc.setdefault(name, dict.fromkeys(keys, 0.0))
             docs = _num(e.get("docs"))
             a["docs"] += docs
             a["fp32"] += _num(e.get("fp32_docs"))
@@ -64,9 +65,10 @@ def totals(per_file: Iterable[list[dict[str, Any]]]) -> list[Fidelity]:
                 a["up"] += _num(e.get("residual_upper"))
             a["fallback"] += e.get("mode") == "float32"
             a["small"] += bool(e.get("margin_too_small"))
+            a["cpu"] += e.get("on_cpu") is True
     return [
         Fidelity(name, int(a["docs"]), int(a["fp32"]), a["res"], a["up"], int(a["unmeasured"]),
-                 int(a["fallback"]), int(a["small"]))
+                 int(a["fallback"]), int(a["small"]), int(a["cpu"]))
         for name, a in acc.items()
     ]  # fmt: skip
 

@@ -190,7 +190,8 @@ def stats_bytes(stats: Mapping[str, Any]) -> bytes:
 _F64, _STR = pa.float64(), pa.string()
 _FIDELITY = pa.struct(
     [("classifier", _STR), ("docs", _F64), ("fp32_docs", _F64), ("mode", _STR),
-     ("residual", _F64), ("residual_upper", _F64), ("margin_too_small", pa.bool_())]
+     ("residual", _F64), ("residual_upper", _F64), ("margin_too_small", pa.bool_()),
+     ("on_cpu", pa.bool_())]
 )  # fmt: skip
 _ARROW_SCHEMA = pa.schema(
     [("file", _STR), ("shard", _F64), ("device_name", _STR), ("docs", _F64), ("tokens", _F64),

@@ -184,6 +184,28 @@ def test_grow_and_shrink_on_s3(tmp_path, s3):
     assert [c["gone_outputs"] for c in pinned["input_changes"]] == ["remove"]
 
 
+def test_on_s3_coverage_counts_the_labelled_files_of_reopened_and_open_shards(tmp_path, s3):
+    """An S3 run partly labelled, then extended so that done shards reopen: coverage's
+    file count equals the file markers on the bucket (what the next job skips)."""
+    cfg, corpus = s3_run_config(tmp_path, s3, total_shards=4)
+    dry_run(cfg)
+    run_dir = Path(cfg["run_dir"])
+    shards = sorted(plan.nonempty_shards(plan.load(run_dir)))
+    label(run_dir, shards[:2])  # two shards done, the others untouched
+    labels = Location(s3.url("labels"), s3.options())
+    for rel in [f"cc/new/part-{i:04d}.jsonl" for i in range(6)]:  # reopens some done shards
+        corpus.write_bytes(rel, corpus.read_bytes("wiki/technology/part-0000.jsonl"))
+    done = extend(cfg)
+    assert set(done.reopened) & set(shards[:2]), done  # a done shard reopened
+    on_bucket = outputs.marked(labels)
+    cov = coverage.compute(coverage.load_state(run_dir))
+    assert cov.files_done == len(on_bucket) > 0 and cov.docs_done > 0
+    dry_run(cfg)  # the planner's fresh snapshot: the same count
+    assert coverage.compute(coverage.load_state(run_dir)).files_done == len(on_bucket)
+    label(run_dir)
+    assert coverage.compute(coverage.load_state(run_dir)).files_done == len(plan.load(run_dir))
+
+
 def test_an_edited_run_directory_copy_gets_one_fix_that_works(tmp_path, capsys):
     """The run directory's copy edited: what verify finds is measured against it, so the
     only fix it advises is the one --repair does first (restore it), then verify again."""

@@ -30,6 +30,7 @@ from shardwise.run import (
     failures,
     fidelity,
     filestats,
+    journal,
     markers,
     outputs,
     quarantine,
@@ -39,6 +40,7 @@ from shardwise.run import (
 )
 from shardwise.run import plan as run_plan
 from shardwise.run import state as run_state
+from shardwise.run.filestats import FIGURES
 from shardwise.store.location import Location
 
 #: Two-sided 99% normal quantile used by the skew flag.
@@ -136,6 +138,31 @@ def _readable_file_markers(
     return names - set(bad), bad
 
 
+def _remote_file_markers(
+    run_dir: Path, plan: pa.Table, done: np.ndarray
+) -> tuple[set[str], list[dict[str, Any]]]:
+    """On an object store, the labelled files of the shards not done without a request
+    per file: the planner's snapshot of the output's markers (one listing per dry run)
+    and the journals of the open shards (each file a job finished since): what the next
+    job skips. With the journal's figures of each file, as a shard marker carries them."""
+    snapshot = markers.read_snapshot(run_dir) or set()
+    planned = set(plan["file"].to_pylist())
+    closed = {int(s) for s in done}
+    found = {rel for rel in snapshot if rel in planned}
+    rows: list[dict[str, Any]] = []
+    for shard in journal.shards(run_dir):
+        if shard in closed:
+            continue  # its marker carries its files and their figures
+        for rel, entry in journal.entries(run_dir, shard).items():
+            if rel in planned:
+                found.add(rel)
+                figures = entry.get("stats", entry)
+                if isinstance(figures, dict):
+                    kept = {k: figures.get(k) for k in FIGURES}
+                    rows.append({**kept, "file": rel, "shard": shard})
+    return found, rows
+
+
 def _scan_local(run_dir: Path, output: Location) -> tuple[outputs.Scan, tuple[str, ...]]:
     """The local output root by kind (names only), and a local attributes root; and the
     roots listed (a remote attributes root is ``verify``'s to list)."""
@@ -185,8 +212,12 @@ def load_state(
     in_markers = {row["file"] for row in shard_markers.file_stats}
     found: outputs.Scan | None = None
     scanned_roots: tuple[str, ...] = ("output",)
+    journaled: list[dict[str, Any]] = []
     if read_stats is not None:
         stats = throughput.stats_table(read_stats())
+    elif output.remote and output_markers is None:  # what the jobs trust instead of a listing
+        output_markers, journaled = _remote_file_markers(run_dir, plan, done)
+        stats = throughput.stats_table(journaled) if journaled else None
     elif not output.remote:
         found, scanned_roots = _scan_local(run_dir, output)
         unread = [outputs.STATS.rel(r) for r in found.of(outputs.STATS) if r not in in_markers]

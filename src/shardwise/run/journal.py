@@ -6,6 +6,7 @@ is built from it without reading the output back. A torn line is ignored; the la
 """
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,15 @@ PROGRESS_DIR = "progress"
 def journal_path(run_dir: Path, shard: int) -> Path:
     """``<run_dir>/progress/<shard>.jsonl``."""
     return Path(run_dir) / PROGRESS_DIR / f"{shard}.jsonl"
+
+
+def shards(run_dir: Path) -> list[int]:
+    """The shards that have a journal (one directory listing), ascending."""
+    try:
+        names = [p.name for p in (Path(run_dir) / PROGRESS_DIR).iterdir()]
+    except FileNotFoundError:
+        return []
+    return sorted(int(n[: -len(".jsonl")]) for n in names if re.fullmatch(r"-?\d+\.jsonl", n))
 
 
 def append(

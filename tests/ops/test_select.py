@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import json
+import re
+import shlex
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from e2e import tiny_model_dir
+from inproc import label, plan_run
 
+from shardwise.cli.main import main
 from shardwise.errors import ConfigError
 from shardwise.ops import select
+from shardwise.planner.extend import extend
 from shardwise.run import selection
 
 
@@ -67,3 +75,33 @@ def test_a_file_selection_keeps_only_taken_rows_with_their_counts():
     assert table.to_pydict() == {"row": [1, 3], "id": ["b", "d"], "repeats": [2, 1]}
     back = pq.read_table(pa.BufferReader(selection.file_bytes(table)))
     assert back.equals(table)
+
+
+def test_a_selection_over_a_run_extended_since_says_so_and_how_to_select_anew(tmp_path, capsys):
+    cfg = plan_run(tmp_path, total_shards=3, domains={"tokenizer": str(tiny_model_dir("topic"))})
+    run_dir = Path(cfg["run_dir"])
+    label(run_dir)
+    weights = tmp_path / "w.json"
+    weights.write_text(json.dumps([{"domain": "a", "weight": 1.0}]))  # the fake engine's label
+    ask = ["select", "--run-dir", str(run_dir), "--name", "s1", "--weights", str(weights),
+           "--tokens", "50", "--classifier", "topic"]  # fmt: skip
+    assert main(ask) == 0
+    assert "made before the run changed" not in capsys.readouterr().out
+    corpus = tmp_path / "corpus"
+    for rel in ("cc/new/a.jsonl", "cc/new/b.jsonl"):
+        (corpus / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(corpus / "wiki/technology/part-0000.jsonl", corpus / rel)
+    extend(cfg)
+    label(run_dir)
+
+    assert main(["select", "--run-dir", str(run_dir), "--name", "s1"]) == 0
+    out = capsys.readouterr().out
+    said = "! made before the run changed (1 input change(s) by `shardwise plan --extend` since: "
+    assert said + "2 task(s) added, 0 removed)" in out, out
+    command = re.search(r"select anew: `([^`]+)`", out).group(1)
+    assert "--name s1-2" in command and "--tokens 50 --classifier topic" in command
+    assert main(ask) == 1  # the same request again: refused for the run's change, by name
+    err = capsys.readouterr().err
+    assert "was made before the run changed" in err and "other settings" not in err, err
+    assert main(shlex.split(command)[1:]) == 0  # the advised command selects anew
+    assert "made before the run changed" not in capsys.readouterr().out

@@ -15,7 +15,7 @@ import numpy as np
 from shardwise.errors import ConfigError
 from shardwise.ops import domains as dom
 from shardwise.ops.text import human_count, near_labels
-from shardwise.run import selection, summaries
+from shardwise.run import runjson, selection, summaries
 from shardwise.run.selection import Domain, SelectionPlan
 
 #: How far the weights may sum from 1 (rounding in a hand-written or exported file).
@@ -229,6 +229,7 @@ def _require_complete(request: Request, avail: Available) -> None:
 
 def plan(run_dir: Path, request: Request) -> SelectionPlan:
     """Pass 1: the selection's plan, from the run's summaries."""
+    meta = runjson.read_run_dir(run_dir)
     data = dom.load(run_dir)
     dom.require_labels(data)
     dom.require_tokens(data, "shardwise select", others=False)
@@ -259,7 +260,39 @@ def plan(run_dir: Path, request: Request) -> SelectionPlan:
         labelled_tasks=avail.labelled_tasks, population_tasks=avail.population_tasks,
         shards=avail.shards, domains=domains, weights_from=request.weights_from,
         created_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        run_fingerprint=meta.fingerprint, run_changes=len(meta.input_changes),
     )  # fmt: skip
+
+
+def changed_since(run_dir: Path, sel: SelectionPlan) -> str | None:
+    """How the run's input changed since ``sel`` was made (None: it did not, or the plan
+    predates the record)."""
+    if not sel.run_fingerprint:
+        return None
+    meta = runjson.read_run_dir(run_dir)
+    if meta.fingerprint == sel.run_fingerprint:
+        return None
+    since = meta.input_changes[sel.run_changes :]
+    added, removed = sum(c.tasks_added for c in since), sum(c.tasks_removed for c in since)
+    text = f"{len(since):,} input change(s) by `shardwise plan --extend` since: "
+    return text + f"{added:,} task(s) added, {removed:,} removed"
+
+
+def reselect(run_dir: Path, sel: SelectionPlan) -> str:
+    """The ``shardwise select`` command that makes ``sel`` again over the run as it is,
+    under the first free name ``<name>-2``, ``-3``, ..."""
+    taken = set(selection.names(run_dir))
+    names = (f"{sel.name}-{k}" for k in range(2, len(taken) + 3))
+    name = next(n for n in names if n not in taken)
+    words = [f"shardwise select --run-dir {run_dir} --name {name} --weights {sel.weights_from}",
+             f"--tokens {sel.budget_tokens}"]  # fmt: skip
+    view = "--pair " + ",".join(sel.axes) if len(sel.axes) == 2 else f"--classifier {sel.axes[0]}"
+    words += [view] if sel.axes else []
+    words += [f"--max-repeat {sel.max_repeat}"] if sel.max_repeat != 1 else []
+    words += [f"--seed {sel.seed}"] if sel.seed else []
+    words += ["--redistribute"] if sel.redistribute else []
+    words += ["--partial"] if sel.partial else []
+    return " ".join(words)
 
 
 def planned(run_dir: Path, request: Request | None, name: str) -> SelectionPlan:
@@ -272,6 +305,12 @@ def planned(run_dir: Path, request: Request | None, name: str) -> SelectionPlan:
             msg += "give --weights and --tokens to plan one"
             raise ConfigError(msg)
         return existing
+    if existing is not None and (changed := changed_since(run_dir, existing)) is not None:
+        where = selection.root(run_dir, existing.name)
+        msg = f"selection {name!r} of {run_dir} was made before the run changed ({changed}): "
+        msg += "its shards were selected without the files added since. Select over the run as "
+        msg += f"it is now under another name: `{reselect(run_dir, existing)}`; or remove "
+        raise ConfigError(msg + f"{where} to plan {name!r} anew")
     new = plan(run_dir, request)
     if existing is not None:
         weights = [(d.labels, d.weight) for d in existing.domains]

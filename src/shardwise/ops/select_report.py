@@ -68,6 +68,7 @@ class Report:
     files_root: str
     mix_config: str | None = None  # where the dolma mix config was written
     mix_note: str | None = None  # why none was
+    run_changed: str | None = None  # how the run changed since, and how to select anew
 
     @property
     def complete(self) -> bool:
@@ -124,6 +125,8 @@ def lines(r: Report, *, top: int | None = TOP) -> list[str]:
     text += f"{human_count(r.budget_tokens)} budget ({r.selected_tokens / r.budget_tokens:.1%}), "
     text += f"{r.selected_docs:,} documents, {r.copies:,} with repeats (cap {r.max_repeat}, "
     head = [f"{text}seed {r.seed}){scope}"]
+    if r.run_changed:
+        head.append(f"  ! {r.run_changed}")
     if not r.complete:
         text = f"  {r.shards_selected:,} of {r.shards_planned:,} shard(s) selected so far: the "
         text += "figures below grow until all are (shardwise select --name or snakemake select_all)"
@@ -185,6 +188,11 @@ def finish(run_dir: Path, sel: SelectionPlan, mix_output: str | None = None) -> 
     got = records(ctx.run_dir, sel)
     base = selection.root(ctx.run_dir, sel.name)
     report = build(sel, got, str(base / selection.FILES_DIR))
+    changed = planning.changed_since(ctx.run_dir, sel)
+    if changed is not None:
+        note = f"made before the run changed ({changed}): the files added since are in no "
+        note += f"shard of it; select anew: `{planning.reselect(ctx.run_dir, sel)}`"
+        report = Report(**{**vars(report), "run_changed": note})
     if not report.complete:
         return report
     config, note = mix_config(ctx, sel, got, mix_output or str(base.absolute() / "mix"))

@@ -83,6 +83,10 @@ class SelectionPlan:
     weights_from: str  # where the weights were read
     created_at: str
     format_version: int = FORMAT_VERSION
+    #: The run it was made over: run.json's input fingerprint ("" in plans made before it
+    #: was recorded) and how many input changes (``plan --extend``) it had by then.
+    run_fingerprint: str = ""
+    run_changes: int = 0
 
     def to_json(self) -> bytes:
         """The file's bytes (sorted keys: one plan, one byte string)."""
@@ -104,12 +108,18 @@ class SelectionPlan:
         return plan
 
     def digest(self) -> str:
-        """A short hash of the plan: each shard's record says which plan it followed."""
-        return hashlib.sha256(self.to_json()).hexdigest()[:16]
+        """A short hash of the plan: each shard's record says which plan it followed (of
+        what decides the selection: the run it was made over is provenance, left out, so
+        plans saved before it was recorded keep their hash)."""
+        decides = {k: v for k, v in asdict(self).items() if k not in _PROVENANCE}
+        return hashlib.sha256(json_bytes(decides)).hexdigest()[:16]
 
     def rates(self) -> np.ndarray:
         """Each domain's rate, in domain order."""
         return np.array([d.rate for d in self.domains], np.float64)
+
+
+_PROVENANCE = ("run_fingerprint", "run_changes")
 
 
 def load_plan(run_dir: Path, name: str) -> SelectionPlan | None:

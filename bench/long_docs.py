@@ -8,7 +8,11 @@ read by the job's reader and labelled by the engine with two demo-like classifie
 and no URL, one shared tokenizer) on the CPU. Printed per size: read, tokenize and model
 seconds, the peak RSS above the interpreter's before the read, and the ratios to the 5 kB
 document in this same run; beside them, what the tokenizer's own encoding of the whole
-text costs (what the job paid before the cut reached the verification sample).
+text costs (what the job paid before the cut reached the verification sample). Then the
+token count of ``domains.tokenizer`` (the job's ``TokenCounter``, pieces encoded a batch
+at a time): its seconds, the peak with labelling and counting together, and whether the
+count equals the tokenizer's own count of the whole text (encoded last: it holds every
+token's encoding, the cost the batches avoid).
 
     python bench/long_docs.py [--sizes 5e3,5e6,5e7] [--max-length 128]
 """
@@ -37,6 +41,7 @@ def peak_mb() -> float:
 def child(models: Path, size: int, max_length: int, whole: bool) -> dict[str, float]:
     """One size, in this (fresh) process: read, tokenize, run; seconds and peak MB."""
     from shardwise.classify.engine import ClassifierSpec, Engine, InferenceSettings
+    from shardwise.classify.tokencount import TokenCounter
     from shardwise.run.reader import Fields, read_documents
     from shardwise.store.location import Location
 
@@ -60,6 +65,11 @@ def child(models: Path, size: int, max_length: int, whole: bool) -> dict[str, fl
     t3 = time.perf_counter()
     out = {"read_s": t1 - t0, "tokenize_s": t2 - t1, "model_s": t3 - t2,
            "peak_mb": peak_mb() - before}  # fmt: skip
+    counter = TokenCounter.load(str(models / "topic"))
+    t5 = time.perf_counter()
+    out["tokens"] = int(counter.count(docs.texts)[0])
+    out["count_s"] = time.perf_counter() - t5
+    out["count_peak_mb"] = peak_mb() - before
     if whole:  # the tokenizer's own encoding of the whole text (its truncation comes after)
         from tokenizers import Tokenizer
 
@@ -68,6 +78,8 @@ def child(models: Path, size: int, max_length: int, whole: bool) -> dict[str, fl
         t4 = time.perf_counter()
         tokenizer.encode_batch_fast(docs.texts)
         out["whole_s"] = time.perf_counter() - t4
+        tokenizer.no_truncation()
+        out["whole_tokens"] = len(tokenizer.encode(docs.texts[0], add_special_tokens=False).ids)
         out["whole_peak_mb"] = peak_mb() - before
     return out
 
@@ -106,7 +118,8 @@ def main() -> None:
     print(f"one document, max_length {args.max_length}, two classifiers, CPU; ratios to "
           f"{sizes[0]:,} characters")  # fmt: skip
     head = ("characters", "read s", "tokenize s", "model s", "peak MB", "tokenize x", "peak x",
-            "whole-text encode s")  # fmt: skip
+            "whole-text encode s", "count s", "count peak MB", "whole-count peak MB",
+            "count = whole")  # fmt: skip
     print("  ".join(f"{h:>{len(h) if i else 12}}" for i, h in enumerate(head)))
     for size, r in rows:
         cells = (
@@ -118,6 +131,10 @@ def main() -> None:
             f"{r['tokenize_s'] / max(base['tokenize_s'], 1e-6):>10.1f}",
             f"{(r['peak_mb'] + 1) / (base['peak_mb'] + 1):>6.1f}",
             f"{r['whole_s']:>19.3f}",
+            f"{r['count_s']:>7.3f}",
+            f"{r['count_peak_mb']:>13.1f}",
+            f"{r['whole_peak_mb']:>19.1f}",
+            f"{'yes' if r['tokens'] == r['whole_tokens'] else 'NO':>13}",
         )
         print("  ".join(cells))
 

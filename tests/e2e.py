@@ -39,6 +39,21 @@ def demo_models(tmp_path_factory) -> Path:
     return models
 
 
+@pytest.fixture(scope="session")
+def dolma_cli() -> str:
+    """The real ``dolma`` command (dolma 1.2.1 in its own venv): ``SHARDWISE_DOLMA`` names
+    it (scripts/test.sh installs it in ``.venv-dolma``); without it a test that needs it is
+    skipped, unless ``SHARDWISE_REQUIRE_DOLMA=1`` (CI), which makes that a failure."""
+    found = os.environ.get("SHARDWISE_DOLMA") or shutil.which("dolma")
+    local = REPO / ".venv-dolma" / "bin" / "dolma"
+    found = found or (str(local) if local.exists() else None)
+    if found is None:
+        if os.environ.get("SHARDWISE_REQUIRE_DOLMA") == "1":
+            pytest.fail("the dolma toolkit is required (SHARDWISE_REQUIRE_DOLMA=1): not found")
+        pytest.skip("dolma is not installed (scripts/test.sh installs it in .venv-dolma)")
+    return found
+
+
 def make_run(
     tmp_path: Path, models: Path, *, total_shards: int = 6, size: DemoSize = SMALL, **overrides
 ) -> Path:

@@ -4,9 +4,7 @@ A Dolma-layout corpus (``documents/.../*.json.gz`` and ``.json.zst``, ``metadata
 is labelled with the demo models, its attributes are written as the run goes (or
 exported afterwards, on S3), and ``dolma mix`` with the config ``shardwise dolma
 mix-config`` prints must keep exactly the documents whose sidecar rows have the label,
-file by file. The real toolkit: ``SHARDWISE_DOLMA`` names its ``dolma`` command
-(scripts/test.sh installs it in ``.venv-dolma``); without it the tests are skipped,
-unless ``SHARDWISE_REQUIRE_DOLMA=1`` (CI), which makes that a failure.
+file by file. The real toolkit: the ``dolma_cli`` fixture (``tests/e2e.py``).
 """
 
 from __future__ import annotations
@@ -40,19 +38,6 @@ REPO = Path(__file__).resolve().parent.parent
 SIZE = DemoSize(files_per_category=2, docs_per_file=30, median_words=20, max_words=60)
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="session")
-def dolma_cli() -> str:
-    """The real ``dolma`` command (see the module docstring)."""
-    found = os.environ.get("SHARDWISE_DOLMA") or shutil.which("dolma")
-    local = REPO / ".venv-dolma" / "bin" / "dolma"
-    found = found or (str(local) if local.exists() else None)
-    if found is None:
-        if os.environ.get("SHARDWISE_REQUIRE_DOLMA") == "1":
-            pytest.fail("the dolma toolkit is required (SHARDWISE_REQUIRE_DOLMA=1): not found")
-        pytest.skip("dolma is not installed (scripts/test.sh installs it in .venv-dolma)")
-    return found
 
 
 def dolma_config(root: Path, models: Path, corpus: str, **dolma) -> dict:

@@ -141,5 +141,7 @@ def test_identity_is_a_content_hash_and_the_hub_revision(model, tmp_path, hub_ca
     assert hub == {
         "model": "WebOrganizer/TopicClassifier",
         "content_hash": first["content_hash"],
+        "tokenizer_hash": first["tokenizer_hash"],
         "revision": COMMIT,
     }
+    assert len(first["tokenizer_hash"]) == 64

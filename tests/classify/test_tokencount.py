@@ -20,7 +20,10 @@ def test_counts_are_the_tokenizers_own_whole_text_counts_long_texts_included(mon
     texts = ["Health news today.", "", long, None]
     want = [len(own.encode(t or "", add_special_tokens=False).ids) for t in texts]
     monkeypatch.setattr(tokencount, "CHUNK", 1000)  # the long one is counted in 17 pieces
-    assert len(tokencount._pieces(long)) > 10
+    monkeypatch.setattr(tokencount, "BATCH_CHARS", 3000)  # ... encoded 3 at a time
+    assert len(list(tokencount._pieces(long))) > 10
+    batches = list(tokencount._batches(texts))
+    assert len(batches) > 5 and all(sum(map(len, p)) <= 3000 for _, p in batches)
     assert counter.count(texts).tolist() == want
     assert len(counter.identity) == 64
 

@@ -220,10 +220,17 @@ def default_cache_root() -> Path:
     return base / "shardwise" / "models"
 
 
+#: The files that make a tokenizer (whichever of them a model directory has).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                   "vocab.txt", "vocab.json", "merges.txt", "added_tokens.json",
+                   "spiece.model", "sentencepiece.bpe.model")  # fmt: skip
+
+
 def identity(model: str, *, cache_root: Path | None = None) -> dict[str, Any]:
-    """``{model, content_hash, revision}`` of a classifier's model, for the stats: sha256
-    over ``config.json`` and every weight file (name and bytes), cached under ``cache_root``
-    by path, size and mtime (paid once per model version); the hub commit of a snapshot."""
+    """``{model, content_hash, tokenizer_hash, revision}`` of a classifier's model, for
+    the stats and run.json's pin: sha256 over ``config.json`` and every weight file (name
+    and bytes), and over its tokenizer files, each cached under ``cache_root`` by path,
+    size and mtime (paid once per model version); the hub commit of a snapshot."""
     path = Path(model).expanduser()
     revision = None
     if not path.exists() and HUB_ID.match(model):
@@ -235,7 +242,9 @@ def identity(model: str, *, cache_root: Path | None = None) -> dict[str, Any]:
     files += sorted(path.glob("*.safetensors")) + sorted(path.glob("pytorch_model*.bin"))
     files = [f for f in files if f.is_file()]
     digest = _content_hash(files, cache_root) if files else None
-    return {"model": model, "content_hash": digest, "revision": revision}
+    tokenizer = [path / n for n in TOKENIZER_FILES if (path / n).is_file()]
+    tokens = _content_hash(tokenizer, cache_root) if tokenizer else None
+    return {"model": model, "content_hash": digest, "tokenizer_hash": tokens, "revision": revision}
 
 
 def _content_hash(files: list[Path], cache_root: Path | None) -> str:

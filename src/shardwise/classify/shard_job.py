@@ -34,6 +34,7 @@ from shardwise.run import (
     journal,
     labelcounts,
     markers,
+    modelpin,
     outputs,
     plan,
     quarantine,
@@ -231,9 +232,10 @@ def _label_todo(
     current = ""
     try:
         gate.pause(shard, 0)  # tests only: see classify/gate.py
+        models = model_identities(ctx)
+        check_models(ctx, models)  # before anything is labelled: never two models in one output
         engine = engine_factory(ctx)
         report.half_on_cpu = half_on_cpu(engine)
-        models = model_identities(ctx)
         counter = load_counter(ctx)
         for item in _prefetch(ctx, todo, engine.prepare, counter):
             current = item.task.rel
@@ -350,6 +352,17 @@ def model_identities(ctx: JobContext) -> dict[str, Any]:
     """Each classifier's model identity (content hash, hub revision) for the stats."""
     by_model = {model: identity(model) for model in {m for _, m, _ in ctx.meta.classifiers}}
     return {name: by_model[model] for name, model, _kind in ctx.meta.classifiers}
+
+
+def check_models(ctx: JobContext, models: dict[str, Any]) -> None:
+    """ModelError (the shard stops before its first file) when a classifier's model is
+    not the one run.json pins: replaced in place, or a hub snapshot that moved."""
+    if ctx.meta.models is None:
+        return  # pinned by the next dry run (from the files' stats)
+    wrong = modelpin.mismatched(ctx.meta.models, models)
+    if wrong:
+        paths = {name: model for name, model, _ in ctx.meta.classifiers}
+        raise ModelError(" ".join(modelpin.refusal(n, paths[n], d) for n, d in wrong.items()))
 
 
 def load_engine(ctx: JobContext) -> Any:

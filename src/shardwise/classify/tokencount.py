@@ -4,11 +4,14 @@ Every step after labelling (WebOrganizer's statistics and selection, Dolma's mix
 by tokens of the model being trained, not the classifiers' truncated ones: each job counts
 every document's full tokens on its reader thread, into the sidecar and the label counts;
 the tokenizer's content hash is pinned like a model. Long texts are counted in pieces cut
-before whitespace (the same count for whitespace-split pre-tokenizers).
+before whitespace (the same count for whitespace-split pre-tokenizers), encoded a batch
+of at most ``BATCH_CHARS`` characters at a time and counted as they come: an encoding
+holds ~100 bytes per token, so one 50 MB text encoded whole held gigabytes
+(``bench/long_docs.py`` measures both).
 """
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
@@ -21,6 +24,8 @@ from shardwise.errors import ModelError
 
 #: Characters per piece of a long text (cut before the next whitespace).
 CHUNK = 1_000_000
+#: Characters encoded at once (the pieces of one batch are held until counted).
+BATCH_CHARS = 2 * CHUNK
 _SPACE = re.compile(r"\s")
 
 
@@ -49,29 +54,45 @@ class TokenCounter:
 
     def count(self, texts: Sequence[str]) -> np.ndarray:
         """Each text's full token count (no special tokens), int64."""
-        strings = (t if isinstance(t, str) else "" for t in texts)
-        cut = [(i, p) for i, t in enumerate(strings) for p in _pieces(t)]
         counts = np.zeros(len(texts), np.int64)
-        if cut:
-            encoded = self.backend.encode_batch_fast([p for _, p in cut], add_special_tokens=False)
-            owner = np.asarray([i for i, _ in cut], np.int64)
-            np.add.at(counts, owner, np.asarray([len(e.ids) for e in encoded], np.int64))
+        for owners, pieces in _batches(texts):
+            encoded = self.backend.encode_batch_fast(pieces, add_special_tokens=False)
+            sizes = np.fromiter((len(e.ids) for e in encoded), np.int64, len(encoded))
+            del encoded  # before the next batch is encoded
+            np.add.at(counts, np.asarray(owners, np.int64), sizes)
         return counts
 
 
-def _pieces(text: str) -> list[str]:
+def _batches(texts: Sequence[str]) -> Iterator[tuple[list[int], list[str]]]:
+    """The texts' pieces in batches of at most ``BATCH_CHARS`` characters (or one piece),
+    each with the index of the text it is part of; a text that is no string has none."""
+    owners: list[int] = []
+    pieces: list[str] = []
+    size = 0
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            continue
+        for piece in _pieces(text):
+            if pieces and size + len(piece) > BATCH_CHARS:
+                yield owners, pieces
+                owners, pieces, size = [], [], 0
+            owners.append(i)
+            pieces.append(piece)
+            size += len(piece)
+    if pieces:
+        yield owners, pieces
+
+
+def _pieces(text: str) -> Iterator[str]:
     """``text`` cut before whitespace about every ``CHUNK`` characters."""
-    if len(text) <= CHUNK:
-        return [text]
-    out, start = [], 0
+    start = 0
     while len(text) - start > CHUNK:
         match = _SPACE.search(text, start + CHUNK)
         if match is None:
             break
-        out.append(text[start : match.start()])
+        yield text[start : match.start()]
         start = match.start()
-    out.append(text[start:])
-    return out
+    yield text[start:] if start else text
 
 
 def _cached_snapshot(source: str) -> Path:

@@ -22,6 +22,7 @@ from shardwise.cli import (
     relocate,
     report,
     retry_array,
+    reweight,
     select,
     shard_of,
     verify,
@@ -31,8 +32,8 @@ from shardwise.cli.common import not_a_run_dir
 from shardwise.errors import ShardwiseError
 
 #: The verbs in the order ``shardwise --help`` lists them.
-VERBS = (shard_of, demo, plan, classify_shard, walltime, coverage, domains, dolma, select,
-         retry_array, quarantine, relocate, cluster, report, verify)  # fmt: skip
+VERBS = (shard_of, demo, plan, classify_shard, walltime, coverage, domains, dolma, reweight,
+         select, retry_array, quarantine, relocate, cluster, report, verify)  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -9,6 +9,7 @@ head, ``id2label``, and (``new_format``) Alibaba's "new" layout, which the loade
 import json
 import shutil
 import string
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,6 @@ from tokenizers import (
     normalizers,
     pre_tokenizers,
     processors,
-    trainers,
 )
 from transformers import BertTokenizerFast, GteConfig, GteForSequenceClassification
 
@@ -51,19 +51,21 @@ _NEW_NTK_FACTOR = 2.0
 def build_wordpiece_tokenizer(
     texts: Iterable[str], out_dir: Path, vocab_size: int = 4000
 ) -> BertTokenizerFast:
-    """Train a WordPiece tokenizer with ``bert-base-uncased``'s pipeline (WebOrganizer's) on
-    ``texts`` into ``out_dir``; printable ASCII is in the alphabet (no URL is all ``[UNK]``)."""
+    """A WordPiece tokenizer with ``bert-base-uncased``'s pipeline (WebOrganizer's) for
+    ``texts``, saved into ``out_dir``; printable ASCII is in the alphabet (no URL is all
+    ``[UNK]``). The vocabulary is built here, not by ``tokenizers``' trainer, whose ties
+    fall in hash order: the same texts give the same ids on every build and machine, so
+    the demo's models, and its figures, are the same everywhere."""
     out_dir = Path(out_dir)
-    tok = Tokenizer(models.WordPiece(unk_token=SPECIAL_TOKENS[1], max_input_chars_per_word=100))
-    tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
-                                                strip_accents=None, lowercase=True)  # fmt: skip
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    alphabet = sorted(set(string.printable.lower()) - set(string.whitespace))
-    trainer = trainers.WordPieceTrainer(
-        vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS), initial_alphabet=alphabet,
-        show_progress=False,
-    )  # fmt: skip
-    tok.train_from_iterator(texts, trainer=trainer)
+    normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
+                                            strip_accents=None, lowercase=True)  # fmt: skip
+    pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    vocab = _wordpiece_vocab(texts, normalizer, pre_tokenizer, vocab_size)
+    tok = Tokenizer(
+        models.WordPiece(vocab=vocab, unk_token=SPECIAL_TOKENS[1], max_input_chars_per_word=100)
+    )
+    tok.normalizer = normalizer
+    tok.pre_tokenizer = pre_tokenizer
     specials = [("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))]
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=specials
@@ -75,6 +77,28 @@ def build_wordpiece_tokenizer(
     out_dir.mkdir(parents=True, exist_ok=True)
     fast.save_pretrained(str(out_dir))
     return fast
+
+
+def _wordpiece_vocab(
+    texts: Iterable[str],
+    normalizer: normalizers.Normalizer,
+    pre_tokenizer: pre_tokenizers.PreTokenizer,
+    vocab_size: int,
+) -> dict[str, int]:
+    """The special tokens, every character (alone and as a ``##`` continuation), then the
+    commonest words, ties in word order, up to ``vocab_size``: greedy WordPiece spells any
+    other word from its characters."""
+    counts: Counter[str] = Counter()
+    for text in texts:
+        words = pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text))
+        counts.update(word for word, _ in words)
+    printable = set(string.printable.lower()) - set(string.whitespace)
+    chars = sorted(printable | {c for word in counts for c in word})
+    base = [*SPECIAL_TOKENS, *chars, *(f"##{c}" for c in chars)]
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    words = [word for word, _ in ranked if len(word) > 1]
+    tokens = base + words[: max(0, vocab_size - len(base))]
+    return {token: i for i, token in enumerate(tokens)}
 
 
 def native_to_new_state_dict(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -528,7 +528,7 @@ def _check_file(
         check.problems.append(Finding(ctx.source.url(rel), f"input unreadable: {e}"))
     ids = docs.ids if docs else None
     want = outputs.Expected(rel, task_id, shard, ids, tuple(classifiers), ctx.meta.labelling,
-                            docs.id_json if docs else None)  # fmt: skip
+                            docs.id_json if docs else None, ctx.meta.models)  # fmt: skip
     roots = ctx.roots()
     for kind in reversed(outputs.kinds()):
         if kind.name not in kinds or kind.root not in roots:

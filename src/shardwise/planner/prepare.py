@@ -13,7 +13,7 @@ import re
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -24,7 +24,7 @@ from shardwise.classify.tokencount import TokenCounter
 from shardwise.classify.tokenization import labelling
 from shardwise.config import Settings, check_shard_count
 from shardwise.errors import RunMismatchError
-from shardwise.planner import fieldcheck, inflight, listing
+from shardwise.planner import fieldcheck, inflight, listing, modelpins
 from shardwise.run import (
     changes,
     context,
@@ -104,7 +104,9 @@ def prepare_run(
         check_shard_count(settings.total_shards, planned.task_count)
         sampled = _check_sample(settings, recorded, source, planned.table, set(quarantined))
     meta = run_meta(settings, planned.task_count, planned.fingerprint)
+    meta = replace(meta, models=modelpins.initial(meta, copies))
     _pin(settings, meta, planned, copies, repin=repin, say=said.append)
+    said += modelpins.check_and_pin(run_dir, output)
     if planned.input_drift:  # the new set is the pinned one (an extension half done)
         drift.record(run_dir, drift.InputDrift())
     if planned.fresh:

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from shardwise.errors import RecordError
-from shardwise.run import throughput
+from shardwise.run import modelpin, throughput
 from shardwise.run.labelcounts import compact_json
 from shardwise.run.reader import QUALITY_COUNTS, arrow_owned
 from shardwise.run.record import Fields, load_object
@@ -139,10 +139,17 @@ class FileStats:
             Fields(stats.counts or {}, f"{where} [counts]").count(key, None)
         return stats
 
-    def problems(self, rel: str, rows: int | None, pinned: Mapping[str, Any] | None) -> list[str]:
-        """How these stats disagree with their file, its input's ``rows`` and the
-        labelling run.json pins (files labelled before stats recorded it: not compared)."""
+    def problems(
+        self, rel: str, rows: int | None, pinned: Mapping[str, Any] | None,
+        models: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> list[str]:  # fmt: skip
+        """How these stats disagree with their file, its input's ``rows``, the labelling
+        run.json pins (files labelled before stats recorded it: not compared) and its
+        pinned models (``models``: a file labelled with another one is named)."""
         found = []
+        for name, diffs in modelpin.mismatched(models or {}, self.models).items():
+            found.append(f"labelled with another {name!r} model than run.json pins "
+                         f"({modelpin.describe(diffs)})")  # fmt: skip
         if self.file != rel:
             found.append(f"file is {self.file!r}, expected {rel!r}")
         if rows is not None and self.docs != rows:

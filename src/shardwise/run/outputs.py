@@ -47,6 +47,7 @@ class Expected:
     classifiers: tuple[str, ...]
     labelling: Mapping[str, Any] | None  # as run.json pins it
     id_json: list[str | None] | None = None  # the JSON of the input's non-string ids
+    models: Mapping[str, Mapping[str, Any]] | None = None  # the models run.json pins
 
     @property
     def json_ids(self) -> list[Any] | None:
@@ -98,7 +99,7 @@ SIDECAR = OutputKind(
 )  # fmt: skip
 STATS = OutputKind(
     "stats", filestats.SUFFIX, build=lambda f: f.stats.to_json(), parse=FileStats.from_json,
-    check=lambda stats, want: stats.problems(want.rel, want.rows, want.labelling),
+    check=lambda stats, want: stats.problems(want.rel, want.rows, want.labelling, want.models),
 )  # fmt: skip
 MARKER = OutputKind(
     "marker", markers.FILE_MARKER_SUFFIX, parse=FileMarker.from_json,

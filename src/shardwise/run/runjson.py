@@ -23,7 +23,7 @@ from shardwise.store.location import Location
 FORMAT_VERSION = 1
 RUN_JSON = "run.json"
 #: Fields recorded for information only; they may differ between runs.
-INFO_FIELDS = ("created_at", "shardwise_version", "input_changes")
+INFO_FIELDS = ("created_at", "shardwise_version", "input_changes", "models")
 #: The fields a changed input set alone changes (``shardwise plan --extend`` takes them
 #: in under the same assignment).
 INPUT_SET_FIELDS = frozenset({"task_count", "fingerprint"})
@@ -73,6 +73,9 @@ class RunMeta:
     shardwise_version: str = ""
     #: Each extension of the input set, oldest first (the assignment never changes).
     input_changes: tuple[InputChange, ...] = ()
+    #: Per classifier, what identifies the model it labels with (``run/modelpin.py``):
+    #: pinned by the planner; None in a run.json written before (then derived from stats).
+    models: dict[str, dict[str, Any]] | None = None
 
     @classmethod
     def new(cls, **kw: Any) -> Self:
@@ -98,6 +101,11 @@ class RunMeta:
                 (c["name"], c["model"], c["input"]) for c in data["classifiers"]
             )
             data["input_changes"] = tuple(InputChange(**c) for c in data.get("input_changes") or ())
+            models = data.get("models")
+            if models is not None and not (
+                isinstance(models, dict) and all(isinstance(v, dict) for v in models.values())
+            ):
+                raise ValueError("models is not an object of objects")
             known = {f.name for f in fields(cls)}
             return cls(**{k: v for k, v in data.items() if k in known})
         except (ValueError, KeyError, TypeError) as e:

@@ -1,0 +1,138 @@
+"""The classifiers' identity is part of the pin: a model that changes under a run that has
+labelled files (weights replaced in place, a hub snapshot moved to a new revision) is
+refused before anything is labelled with it, and a run made before the pin existed gets
+one from its files' stats, the files of another model named and relabelled."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import huggingface_hub.constants
+import pytest
+from e2e import tiny_model_dir
+from inproc import label, plan_run
+
+from shardwise.errors import ModelError, RunMismatchError
+from shardwise.ops import verify
+from shardwise.run import markers, outputs, plan
+from shardwise.snakefile import prepare_run
+
+NAMES = ("topic", "topic_nourl", "format", "format_nourl")
+
+
+def dry_run(cfg: dict):
+    return prepare_run(cfg, main_process=True, dryrun=True, report=False)
+
+
+def own_models(tmp_path: Path) -> dict[str, Path]:
+    """Copies of the tiny models the test may change."""
+    return {n: Path(shutil.copytree(tiny_model_dir(n), tmp_path / "models" / n)) for n in NAMES}
+
+
+def classifiers(models: dict[str, str]) -> list[dict]:
+    kinds = {"topic": "url_text", "topic_nourl": "text", "format": "url_text"}
+    return [{"name": n, "model": m, "input": kinds.get(n, "text")} for n, m in models.items()]
+
+
+def pinned(run_dir: Path, name: str) -> dict:
+    return json.loads((run_dir / "run.json").read_text())["models"][name]
+
+
+def marked(run_dir: Path) -> set[str]:
+    return outputs.marked(outputs_root(run_dir))
+
+
+def outputs_root(run_dir: Path):
+    from shardwise.run.context import JobContext
+
+    return JobContext.load(run_dir).output
+
+
+def test_weights_replaced_in_place_are_refused_before_anything_is_labelled_with_them(tmp_path):
+    models = own_models(tmp_path)
+    cfg = plan_run(tmp_path, classifiers=classifiers({n: str(p) for n, p in models.items()}))
+    run_dir = Path(cfg["run_dir"])
+    shards = sorted(plan.nonempty_shards(plan.load(run_dir)))
+    label(run_dir, shards[:1])
+    before = pinned(run_dir, "topic")
+    assert len(before["content_hash"]) == 64 and len(before["tokenizer_hash"]) == 64
+    weights = models["topic"] / "model.safetensors"
+    original = weights.read_bytes()
+    weights.write_bytes((models["topic_nourl"] / "model.safetensors").read_bytes())  # in place
+    with pytest.raises(RunMismatchError) as refused:
+        dry_run(cfg)
+    (line,) = str(refused.value).splitlines()
+    assert line.startswith(f"classifier 'topic': the model at {models['topic']} is not the one")
+    assert f"content_hash pinned {before['content_hash'][:12]}, found " in line
+    assert "Restore the pinned model" in line and "under a new run_dir and output.uri" in line
+    done = marked(run_dir)
+    with pytest.raises(ModelError, match="classifier 'topic': the model at"):
+        label(run_dir, shards[1:2])  # a job started anyway: refused before its first file
+    assert marked(run_dir) == done and pinned(run_dir, "topic") == before
+    weights.write_bytes(original)  # restored (a new mtime: hashed again, the same content)
+    dry_run(cfg)
+    label(run_dir)
+    assert verify.verify_run(run_dir, complete=True).ok
+
+
+def test_a_hub_snapshot_that_moved_to_another_revision_is_refused(tmp_path, monkeypatch):
+    hub = tmp_path / "hub"
+    repo = hub / "models--acme--topic"
+
+    def snapshot(revision: str, source: str) -> None:
+        shutil.copytree(tiny_model_dir(source), repo / "snapshots" / revision)
+        (repo / "refs").mkdir(parents=True, exist_ok=True)
+        (repo / "refs" / "main").write_text(revision)
+
+    first, second = "1" * 40, "2" * 40
+    snapshot(first, "topic")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(hub))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    models = {n: str(tiny_model_dir(n)) for n in NAMES} | {"topic": "acme/topic"}
+    cfg = plan_run(tmp_path, classifiers=classifiers(models))
+    run_dir = Path(cfg["run_dir"])
+    assert pinned(run_dir, "topic")["revision"] == first
+    shards = sorted(plan.nonempty_shards(plan.load(run_dir)))
+    label(run_dir, shards[:1])
+    snapshot(second, "topic_nourl")  # `hf download` again: refs/main moves
+    with pytest.raises(RunMismatchError, match=f"revision pinned {first}, found {second}"):
+        dry_run(cfg)
+    done = marked(run_dir)
+    with pytest.raises(ModelError, match="acme/topic is not the one this run labelled"):
+        label(run_dir, shards[1:2])
+    assert marked(run_dir) == done
+
+
+def test_a_run_pinned_before_gets_its_pin_from_its_files_and_mixed_files_are_relabelled(
+    tmp_path,
+):
+    cfg = plan_run(tmp_path)
+    run_dir = Path(cfg["run_dir"])
+    label(run_dir)
+    labels = tmp_path / "labels"
+    for copy in (run_dir / "run.json", labels / "run.json"):  # as an older shardwise wrote it
+        data = json.loads(copy.read_text())
+        del data["models"]
+        copy.write_text(json.dumps(data))
+    odd = sorted(labels.rglob("*.stats.json"))[0]
+    stats = json.loads(odd.read_text())
+    stats["models"]["topic"]["content_hash"] = "0" * 64  # labelled with other weights
+    odd.write_text(json.dumps(stats))
+    rel = str(odd.relative_to(labels)).removesuffix(".stats.json")
+    info = dry_run(cfg)
+    said = [m for m in info.messages if "labelled with another" in m]
+    assert said == [
+        f"note: pinned the 'topic' model this run's files were labelled with; 1 file(s) were "
+        f"labelled with another ({rel}): `shardwise verify --run-dir {run_dir} --repair` "
+        "relabels them"
+    ], info.messages
+    assert pinned(run_dir, "topic")["content_hash"] != "0" * 64  # the model of the others
+    report = verify.verify_run(run_dir)
+    (problem,) = report.problems
+    assert problem.where == str(odd) and "labelled with another 'topic' model" in problem.what
+    verify.repair(run_dir, report)
+    label(run_dir)
+    assert verify.verify_run(run_dir, complete=True).ok
+    assert markers.done_shards(run_dir)

@@ -29,18 +29,18 @@ from shardwise.run import (
     drift,
     failures,
     fidelity,
-    filestats,
     journal,
     markers,
     outputs,
     quarantine,
     ranges,
     skipped,
+    statstable,
     throughput,
 )
 from shardwise.run import plan as run_plan
 from shardwise.run import state as run_state
-from shardwise.run.filestats import FIGURES
+from shardwise.run.filestats import FIGURES, figure_fields
 from shardwise.store.location import Location
 
 #: Two-sided 99% normal quantile used by the skew flag.
@@ -76,7 +76,7 @@ class RunState:
     done_shards: np.ndarray  # int64, sorted shard numbers with a marker, within range
     markers: ShardMarkers
     failing_shards: np.ndarray  # int64, shards with failure records and no marker
-    stats: throughput.StatsTable | None
+    stats: statstable.StatsTable | None
     output_markers: frozenset[str] | None
     #: The output roots' listings by output kind (local roots, listed here); else None.
     output_scan: outputs.Scan | None = None
@@ -109,10 +109,10 @@ def _marker_columns(found: dict[int, markers.ShardMarker]) -> ShardMarkers:
     ]
     return ShardMarkers(
         shard=np.array(shards, dtype=np.int64),
-        docs=np.array([throughput.number(found[s].docs) for s in shards], np.float64),
-        files=np.array([throughput.number(found[s].files) for s in shards], np.float64),
+        docs=np.array([statstable.number(found[s].docs) for s in shards], np.float64),
+        files=np.array([statstable.number(found[s].files) for s in shards], np.float64),
         finished_at=np.array(
-            [throughput.parse_time(found[s].finished_at) for s in shards], np.float64
+            [statstable.parse_time(found[s].finished_at) for s in shards], np.float64
         ),
         file_stats=tuple(rows),
     )
@@ -207,29 +207,29 @@ def load_state(
     last = {int(s): r for s in failing if (r := failures.latest(run_dir, int(s))) is not None}
 
     output = context.output_location(run_dir, meta)
-    stats: throughput.StatsTable | None = None
+    stats: statstable.StatsTable | None = None
     # Files whose shard marker carries their figures: their stats are not read.
     in_markers = {row["file"] for row in shard_markers.file_stats}
     found: outputs.Scan | None = None
     scanned_roots: tuple[str, ...] = ("output",)
     journaled: list[dict[str, Any]] = []
     if read_stats is not None:
-        stats = throughput.stats_table(read_stats())
+        stats = statstable.from_rows(read_stats())
     elif output.remote and output_markers is None:  # what the jobs trust instead of a listing
         output_markers, journaled = _remote_file_markers(run_dir, plan, done)
-        stats = throughput.stats_table(journaled) if journaled else None
+        stats = statstable.from_rows(journaled) if journaled else None
     elif not output.remote:
         found, scanned_roots = _scan_local(run_dir, output)
         unread = [outputs.STATS.rel(r) for r in found.of(outputs.STATS) if r not in in_markers]
-        stats = filestats.stats_from_json(_read_all(output, unread))
+        stats = statstable.from_json(_read_all(output, unread))
         if output_markers is None:
             output_markers, bad_files = _readable_file_markers(
                 output, set(found.of(outputs.MARKER)), plan, done
             )
             unreadable += [output.url(outputs.MARKER.rel(rel)) for rel in bad_files]
     if shard_markers.file_stats:
-        from_markers = throughput.stats_table(shard_markers.file_stats)
-        stats = from_markers if stats is None else throughput.concat(stats, from_markers)
+        from_markers = statstable.from_rows(shard_markers.file_stats)
+        stats = from_markers if stats is None else statstable.concat(stats, from_markers)
     if stats is not None:  # the run's files only: a retired file's stats stay out of rates
         stats = stats.select(_plan_index(plan, stats.file) >= 0)
         stats = stats.with_bytes(_plan_values(plan, stats.file, "size"))
@@ -302,7 +302,9 @@ class Coverage:
     bytes_total: int
     bytes_done: int
     docs_done: int
-    tokens_done: int | None  # None without stats
+    #: Each figure with a coverage ``total`` (``filestats.figure``), summed over the
+    #: labelled files' stats, by its key (``tokens_done``, ...); None without stats.
+    totals: dict[str, int | None]
     categories: tuple[CategoryCoverage, ...]  # least covered first
     incomplete_shards: str  # range expression
     skew_flagged: tuple[str, ...]
@@ -335,6 +337,11 @@ class Coverage:
     #: Per output kind, labelled files (with a marker) without that output; None when
     #: the output root was not listed (object stores: ``verify`` lists it).
     outputs_missing: dict[str, int] | None = None
+
+    @property
+    def tokens_done(self) -> int | None:
+        """Classifier tokens labelled (None without stats)."""
+        return self.totals.get("tokens_done")
 
     @property
     def tasks_left(self) -> int:
@@ -520,23 +527,38 @@ def _tasks(state: RunState, f: _Files, category_regex: str | None) -> _Tasks:
     return _Tasks(n_tasks, done, int(task_quarantined.sum()), tuple(cats))
 
 
-def _docs(state: RunState, f: _Files) -> tuple[int, int | None]:
-    """Documents and tokens labelled: a done shard's marker counts; per-file stats fill in
-    files done in unfinished shards and markers without a count."""
-    stats, total, n_files = state.stats, state.total_shards, state.plan.num_rows
-    stat_docs, stat_tokens = np.zeros(n_files), np.zeros(n_files)
-    if stats is not None:
-        idx = _plan_index(state.plan, stats.file)
-        known = idx >= 0
-        stat_docs[idx[known]] = np.nan_to_num(stats.docs[known])
-        stat_tokens[idx[known]] = np.nan_to_num(stats.tokens[known])
+def _docs(state: RunState, f: _Files) -> int:
+    """Documents labelled: a done shard's marker counts; per-file stats fill in files done
+    in unfinished shards and markers without a count."""
+    total = state.total_shards
+    stat_docs = _per_file(state, "docs")
     rel = f.rel_shard[f.in_range]
     per_shard_stats = np.bincount(rel, weights=(stat_docs * f.done)[f.in_range], minlength=total)
     marker_docs = np.full(total, np.nan)
     marker_docs[state.markers.shard - state.minimum_shard_index] = state.markers.docs
     per_shard = np.where(f.shard_done & np.isfinite(marker_docs), marker_docs, per_shard_stats)
-    tokens = round(float((stat_tokens * f.done).sum())) if stats is not None else None
-    return round(float(per_shard.sum())), tokens
+    return round(float(per_shard.sum()))
+
+
+def _totals(state: RunState, f: _Files) -> dict[str, int | None]:
+    """Each figure with a ``total``, summed over the labelled files' stats."""
+    return {
+        how.total: round(float((_per_file(state, name) * f.done).sum()))
+        if state.stats is not None
+        else None
+        for name, how in figure_fields().items()
+        if how.total is not None
+    }
+
+
+def _per_file(state: RunState, name: str) -> np.ndarray:
+    """A number figure per plan row, 0 where no stats give it."""
+    out = np.zeros(state.plan.num_rows)
+    if state.stats is not None:
+        idx = _plan_index(state.plan, state.stats.file)
+        known = idx >= 0
+        out[idx[known]] = np.nan_to_num(state.stats.column(name)[known])
+    return out
 
 
 def _labelled_stats(state: RunState, f: _Files) -> tuple[dict[str, int], list[fidelity.Fidelity]]:
@@ -547,7 +569,7 @@ def _labelled_stats(state: RunState, f: _Files) -> tuple[dict[str, int], list[fi
     idx = _plan_index(state.plan, stats.file)
     counted = np.zeros(idx.size, dtype=bool)
     counted[idx >= 0] = f.done[idx[idx >= 0]]
-    return throughput.quality_totals(stats, counted), fidelity.totals(stats.fidelity[counted])
+    return statstable.quality_totals(stats, counted), fidelity.totals(stats.fidelity[counted])
 
 
 def _eta(
@@ -574,7 +596,6 @@ def compute(
     total = state.total_shards
     f = _files(state)
     tasks = _tasks(state, f, category_regex)
-    docs_done, tokens_done = _docs(state, f)
     quality, fidelities = _labelled_stats(state, f)
     rates = throughput.summarize(state.stats) if state.stats is not None else None
     files_per_shard = np.bincount(f.rel_shard[f.in_range], minlength=total)
@@ -591,7 +612,7 @@ def compute(
         failing_files=failing_files(state.last_failures), tasks_total=tasks.total,
         tasks_done=tasks.done, files_total=state.plan.num_rows, files_done=int(f.done.sum()),
         bytes_total=int(f.size.sum()), bytes_done=int(f.size[f.done].sum()),
-        docs_done=docs_done, tokens_done=tokens_done, categories=tasks.categories,
+        docs_done=_docs(state, f), totals=_totals(state, f), categories=tasks.categories,
         incomplete_shards=ranges.compress(incomplete.tolist()),
         skew_flagged=tuple(c.name for c in tasks.categories if c.flagged),
         overall_percent=100.0 * tasks.overall, throughput=rates, eta=_eta(rates, f, gpus, per),

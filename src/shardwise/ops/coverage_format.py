@@ -18,7 +18,7 @@ _PLAIN = (
     "name", "run_dir", "total_shards", "minimum_shard_index", "shards_total", "shards_done",
     "shards_empty", "shards_remaining", "shards_failing", "shards_interrupted", "tasks_total",
     "tasks_done", "files_total", "files_done", "bytes_total", "bytes_done", "docs_done",
-    "tokens_done", "incomplete_shards", "files_quarantined", "tasks_quarantined", "tasks_left",
+    "incomplete_shards", "files_quarantined", "tasks_quarantined", "tasks_left",
     "outputs_missing",
 )  # fmt: skip
 
@@ -26,6 +26,7 @@ _PLAIN = (
 def to_dict(cov: Coverage) -> dict[str, Any]:
     """The JSON document (schema: docs/schemas/coverage.schema.json)."""
     out: dict[str, Any] = {"format_version": 1, **{k: getattr(cov, k) for k in _PLAIN}}
+    out.update(cov.totals)  # tokens_done, and any other figure's total
     out.update(
         percent_done=round(cov.overall_percent, 3),
         skew_flagged=list(cov.skew_flagged),

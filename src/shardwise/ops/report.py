@@ -22,7 +22,7 @@ from shardwise.ops import coverage, picture
 from shardwise.ops.coverage_format import summary_lines
 from shardwise.ops.domainplot import report_figure
 from shardwise.ops.text import format_duration, human_count
-from shardwise.run import throughput
+from shardwise.run import statstable
 
 #: Figure size in inches: the PNG is 1600 x 1000 pixels.
 FIGSIZE = (16.0, 10.0)
@@ -67,7 +67,7 @@ class RateSeries:
     docs_per_s: np.ndarray  # median over the files that finished in the bin
 
 
-def rate_series(stats: throughput.StatsTable | None, *, bins: int = 48) -> list[RateSeries]:
+def rate_series(stats: statstable.StatsTable | None, *, bins: int = 48) -> list[RateSeries]:
     """Per-GPU-type docs/s over time: the median per time bin (most files first): 50k
     points are a grey cloud, a line per GPU type shows a step when the speed changes."""
     if stats is None or len(stats) == 0:

@@ -1,9 +1,11 @@
 """``<rel>.stats.json``: what labelling one source file took and found, as one record.
 
-:class:`FileStats` is the only builder and reader of the file, and the coverage report's
-bulk read of thousands of them (:func:`stats_from_json`) is here too. Every field may be
-absent (older versions); one of the wrong type refuses the file, naming the field.
-``FIGURES`` are what the shard marker and the journal keep of each file.
+:class:`FileStats` is the only builder and reader of the file. Every field may be absent
+(older versions); one of the wrong type refuses the file, naming the field. A field
+marked with :func:`figure` is one of the file's *figures*: the shard marker and the
+progress journal keep it (``FIGURES``), the bulk reader reads it as a column
+(``ARROW_SCHEMA``, ``run/statstable.py``), and with a ``total`` coverage sums it over the
+labelled files: a new figure is its field here and the code that computes it.
 """
 
 import contextlib
@@ -11,34 +13,64 @@ import dataclasses
 import os
 import platform
 import socket
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from importlib import metadata
-from typing import Any, Self
+from typing import Any, Literal, Self
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.json as pa_json
 
-from shardwise.errors import RecordError
-from shardwise.run import modelpin, throughput
+from shardwise.run import modelpin
 from shardwise.run.labelcounts import compact_json
-from shardwise.run.reader import QUALITY_COUNTS, arrow_owned
-from shardwise.run.record import Fields, load_object
-from shardwise.run.throughput import StatsTable, stats_table
+from shardwise.run.reader import QUALITY_COUNTS
+from shardwise.run.record import Fields
 from shardwise.store.atomic import json_bytes
 
 SUFFIX = ".stats.json"
 #: Packages whose versions go into every stats file (reproducibility).
 VERSIONED = ("shardwise", "torch", "transformers", "tokenizers", "pyarrow")
-#: What each file's throughput and data-quality figures are (shard marker, journal).
-FIGURES = ("docs", "tokens", "seconds", "bytes", "device_name", "finished_at", "counts",
-           "truncated_docs", "fidelity")  # fmt: skip
+#: ``device_name`` of a file whose stats name none (CPU runs, old stats).
+UNKNOWN_DEVICE = "unknown"
 TOKENS_COUNTED = "real (unpadded) tokens of each classifier's input, summed over classifiers; "
 TOKENS_COUNTED += "tokens_per_s: per second of the file's whole time (read to write); "
 TOKENS_COUNTED += "engine.infer_tokens_per_s: per second of inference alone"
+
+
+@dataclass(frozen=True)
+class Figure:
+    """How one figure is read as a column (``run/statstable.py``): a ``number`` (float64,
+    NaN when absent), an ``index`` (int64, -1), a ``name`` (``missing`` when absent), a
+    ``time`` (ISO 8601, read as POSIX seconds), the data-quality ``counts`` or a list of
+    ``entries`` (``arrow``: their type). ``total``: the coverage key of its sum over the
+    labelled files."""
+
+    column: Literal["number", "index", "name", "time", "counts", "entries"]
+    total: str | None = None
+    missing: str = ""
+    arrow: pa.DataType | None = None
+
+    def arrow_type(self) -> pa.DataType:
+        """The type the bulk reader reads it as."""
+        if self.arrow is not None:
+            return self.arrow
+        if self.column == "counts":
+            return pa.struct([(k, pa.float64()) for k in QUALITY_COUNTS])
+        return pa.string() if self.column in ("name", "time") else pa.float64()
+
+
+def figure(column: str, *, total: str | None = None, missing: str = "",
+           arrow: pa.DataType | None = None) -> Any:  # fmt: skip
+    """A :class:`FileStats` field that is a figure (module docstring), absent by default."""
+    return field(default=None, metadata={"figure": Figure(column, total, missing, arrow)})  # type: ignore[arg-type]
+
+
+#: The type of one ``fidelity`` entry (``classify/recheck.py``), as the bulk reader reads it.
+_FIDELITY = pa.struct([
+    ("classifier", pa.string()), ("docs", pa.float64()), ("fp32_docs", pa.float64()),
+    ("mode", pa.string()), ("residual", pa.float64()), ("residual_upper", pa.float64()),
+    ("margin_too_small", pa.bool_()), ("on_cpu", pa.bool_()),
+])  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -51,28 +83,28 @@ class FileStats:
     file: str | None = None
     task_id: str | None = None
     shard: int | None = None
-    bytes: int | None = None
-    docs: int | None = None
-    tokens: int | None = None
-    seconds: float | None = None
+    bytes: int | None = figure("number")
+    docs: int | None = figure("number")
+    tokens: int | None = figure("number", total="tokens_done")
+    seconds: float | None = figure("number")
     docs_per_s: float | None = None
     tokens_per_s: float | None = None
     tokens_counted: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
-    counts: dict[str, int] | None = None  # the reader's data-quality counts
-    truncated_docs: int | None = None
+    counts: dict[str, int] | None = figure("counts")  # the reader's data-quality counts
+    truncated_docs: int | None = figure("number")
     #: Per classifier: docs labelled from fp32, the expected number of the others that
     #: differ from fp32 and its 95% bound (classify/recheck.py ``fidelity()``).
-    fidelity: tuple[dict[str, Any], ...] | None = None
+    fidelity: tuple[dict[str, Any], ...] | None = figure("entries", arrow=pa.list_(_FIDELITY))
     models: dict[str, Any] = field(default_factory=dict)
     device: str | None = None
-    device_name: str | None = None
+    device_name: str | None = figure("name", missing=UNKNOWN_DEVICE)
     dtype: str | None = None
     hostname: str | None = None
     platform: str | None = None
     slurm_job_id: str | None = None
     versions: dict[str, str] = field(default_factory=dict)
-    finished_at: str | None = None
+    finished_at: str | None = figure("time")
     source_identity: str | None = None  # the source's identity when it was planned
     labelling: dict[str, Any] | None = None  # as run.json pins it
     precision: dict[str, Any] | None = None  # dtype and re-check margin in force
@@ -193,82 +225,15 @@ def stats_bytes(stats: Mapping[str, Any]) -> bytes:
     return f'{body}{sep}\n  "label_counts": {compact_json(counts)}\n}}\n'.encode()
 
 
-#: The stats fields rates need, as Arrow types for the bulk JSON parser.
-_F64, _STR = pa.float64(), pa.string()
-_FIDELITY = pa.struct(
-    [("classifier", _STR), ("docs", _F64), ("fp32_docs", _F64), ("mode", _STR),
-     ("residual", _F64), ("residual_upper", _F64), ("margin_too_small", pa.bool_()),
-     ("on_cpu", pa.bool_())]
-)  # fmt: skip
-_ARROW_SCHEMA = pa.schema(
-    [("file", _STR), ("shard", _F64), ("device_name", _STR), ("docs", _F64), ("tokens", _F64),
-     ("seconds", _F64), ("bytes", _F64), ("finished_at", _STR),
-     ("counts", pa.struct([(k, _F64) for k in QUALITY_COUNTS])), ("truncated_docs", _F64),
-     ("fidelity", pa.list_(_FIDELITY))]
-)  # fmt: skip
+def figure_fields() -> dict[str, Figure]:
+    """Each figure of :class:`FileStats`, in field order."""
+    return {f.name: f.metadata["figure"] for f in fields(FileStats) if "figure" in f.metadata}
 
 
-def stats_from_json(blobs: Iterable[bytes]) -> StatsTable:
-    """The figures of many ``.stats.json`` contents at once, by Arrow's JSON reader (~3x
-    a record per file, most of the coverage report's time on a 50k-file run); anything
-    Arrow refuses falls back to each file, a figure of the wrong type then NaN."""
-    docs = [b for b in blobs if b.strip()]
-    if not docs:
-        return stats_table(())
-    blob = b"\n".join(b.replace(b"\r", b" ").replace(b"\n", b" ") for b in docs)
-    read = pa_json.ReadOptions(use_threads=True, block_size=1 << 24)
-    parse = pa_json.ParseOptions(explicit_schema=_ARROW_SCHEMA, unexpected_field_behavior="ignore")
-    try:
-        table = pa_json.read_json(pa.BufferReader(arrow_owned(blob)), read, parse)
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        return stats_table(_each(docs))
-    if table.num_rows != len(docs):
-        return stats_table(_each(docs))
-
-    def floats(name: str) -> np.ndarray:
-        return table[name].to_numpy().astype(np.float64)  # nulls -> NaN
-
-    shard = floats("shard")
-    devices = table["device_name"].fill_null(throughput.UNKNOWN_DEVICE).to_pylist()
-    return throughput.latest_per_file(
-        StatsTable(
-            file=np.array(table["file"].fill_null("").to_pylist(), dtype=object),
-            shard=np.where(np.isfinite(shard), shard, -1).astype(np.int64),
-            device_name=np.array(devices, dtype=object),
-            docs=floats("docs"), tokens=floats("tokens"), seconds=floats("seconds"),
-            bytes=floats("bytes"), finished_at=_epoch_seconds(table["finished_at"]),
-            quality=_quality_columns(table),
-            fidelity=throughput.objects([v or [] for v in table["fidelity"].to_pylist()]),
-        )
-    )  # fmt: skip
-
-
-def _quality_columns(table: pa.Table) -> np.ndarray:
-    """The data-quality counts of bulk-parsed stats as a (files x QUALITY) matrix."""
-    counts = table["counts"].combine_chunks()
-    columns = [
-        pc.struct_field(counts, k).to_numpy(zero_copy_only=False).astype(np.float64)
-        for k in QUALITY_COUNTS
-    ]
-    columns.append(table["truncated_docs"].to_numpy().astype(np.float64))
-    return np.column_stack(columns) if columns else np.zeros((table.num_rows, 0))
-
-
-def _each(docs: Iterable[bytes]) -> Iterator[dict[str, Any]]:
-    """Each document that is a JSON object, for the lenient per-file path: a figure of the
-    wrong type there is NaN (one malformed file must not hide the report)."""
-    for doc in docs:
-        try:
-            yield load_object(doc, "stats")
-        except RecordError:
-            continue
-
-
-def _epoch_seconds(values: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    """ISO 8601 strings -> POSIX seconds, vectorised; per value only if Arrow refuses."""
-    try:
-        stamps = pc.cast(values, pa.timestamp("us", tz="UTC"))
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return np.array([throughput.parse_time(v) for v in values.to_pylist()], dtype=np.float64)
-    micros = pc.cast(stamps, pa.int64()).to_numpy(zero_copy_only=False).astype(np.float64)
-    return micros / 1e6
+#: What the shard marker and the journal keep of each file.
+FIGURES = tuple(figure_fields())
+#: What the bulk reader reads of each stats file: the file, its shard and the figures.
+ARROW_SCHEMA = pa.schema(
+    [("file", pa.string()), ("shard", pa.float64())]
+    + [(name, how.arrow_type()) for name, how in figure_fields().items()]
+)

@@ -6,146 +6,14 @@ the aggregate (sum of work / sum of seconds): total time is a sum, not a median.
 """
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Literal, Self
 
 import numpy as np
 
-from shardwise.run.reader import QUALITY_COUNTS
-
-#: ``device_name`` used when a stats file has none (CPU runs, old stats).
-UNKNOWN_DEVICE = "unknown"
-
-
-def parse_time(value: object) -> float:
-    """ISO 8601 -> POSIX seconds (naive means UTC); NaN when absent or unreadable: one
-    malformed stats file must not hide the report."""
-    if not isinstance(value, str) or not value:
-        return math.nan
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        return math.nan
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.timestamp()
-
-
-@dataclass(frozen=True, eq=False)
-class StatsTable:
-    """Stats as columns (one row per file), so every rate is a numpy expression; missing
-    numbers are NaN; ``bytes`` is the input file's size."""
-
-    file: np.ndarray  # object (str)
-    shard: np.ndarray  # int64, -1 when unknown
-    device_name: np.ndarray  # object (str)
-    docs: np.ndarray  # float64
-    tokens: np.ndarray  # float64
-    seconds: np.ndarray  # float64
-    bytes: np.ndarray  # float64
-    finished_at: np.ndarray  # float64, POSIX seconds
-    quality: np.ndarray  # float64 (files x QUALITY): data-quality counts, NaN when absent
-    #: object: each file's ``fidelity`` entries (a list of dicts; empty when absent)
-    fidelity: np.ndarray
-
-    def __len__(self) -> int:
-        return int(self.file.size)
-
-    def select(self, mask: np.ndarray) -> Self:
-        """The rows where ``mask`` is true."""
-        return StatsTable(**{name: getattr(self, name)[mask] for name in _COLUMNS})
-
-    def with_bytes(self, sizes: np.ndarray) -> Self:
-        """A copy whose missing ``bytes`` are taken from ``sizes`` (e.g. the plan's)."""
-        filled = np.where(np.isnan(self.bytes), sizes, self.bytes)
-        return StatsTable(**{**{n: getattr(self, n) for n in _COLUMNS}, "bytes": filled})
-
-
-_COLUMNS = ("file", "shard", "device_name", "docs", "tokens", "seconds", "bytes", "finished_at",
-            "quality", "fidelity")  # fmt: skip
-#: The columns of ``StatsTable.quality``: the reader's counts, then ``truncated_docs``.
-QUALITY = (*QUALITY_COUNTS, "truncated_docs")
-
-
-def _quality_row(row: dict[str, Any]) -> list[float]:
-    counts = row.get("counts") if isinstance(row.get("counts"), dict) else {}
-    return [number(counts.get(k)) for k in QUALITY_COUNTS] + [number(row.get("truncated_docs"))]
-
-
-def concat(*tables: StatsTable) -> StatsTable:
-    """The rows of several tables; a file in more than one keeps its latest row."""
-    columns = {n: np.concatenate([getattr(t, n) for t in tables]) for n in _COLUMNS}
-    return latest_per_file(StatsTable(**columns))
-
-
-def number(value: Any) -> float:
-    """A finite float, or NaN for anything else (bools, strings, None)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return math.nan
-    return float(value)
-
-
-def stats_table(stats: Iterable[dict[str, Any]] | StatsTable) -> StatsTable:
-    """Columnar view of stats dicts; a file seen twice (a listing that caught a rewrite,
-    merged roots) keeps its latest ``finished_at``: both would double the docs."""
-    if isinstance(stats, StatsTable):
-        return stats
-    rows = list(stats)
-    shard = [row.get("shard") for row in rows]
-
-    def floats(key: str) -> np.ndarray:
-        return np.array([number(row.get(key)) for row in rows], dtype=np.float64)
-
-    quality = np.array([_quality_row(row) for row in rows], np.float64)
-    table = StatsTable(
-        file=np.array([str(row.get("file") or "") for row in rows], dtype=object),
-        shard=np.array([s if isinstance(s, int) and not isinstance(s, bool) else -1 for s in shard],
-                       dtype=np.int64),
-        device_name=np.array([str(row.get("device_name") or UNKNOWN_DEVICE) for row in rows],
-                             dtype=object),
-        docs=floats("docs"), tokens=floats("tokens"), seconds=floats("seconds"),
-        bytes=floats("bytes"),
-        finished_at=np.array([parse_time(row.get("finished_at")) for row in rows], np.float64),
-        quality=quality.reshape(len(rows), len(QUALITY)),
-        fidelity=objects([_fidelity_of(row) for row in rows]),
-    )  # fmt: skip
-    return latest_per_file(table)
-
-
-def objects(values: list[Any]) -> np.ndarray:
-    """A 1-d object array of ``values`` (numpy would make a list of lists 2-d)."""
-    out = np.empty(len(values), dtype=object)
-    out[:] = values
-    return out
-
-
-def _fidelity_of(row: dict[str, Any]) -> list[dict[str, Any]]:
-    value = row.get("fidelity")
-    return [f for f in value if isinstance(f, dict)] if isinstance(value, list) else []
-
-
-def quality_totals(stats: StatsTable, mask: np.ndarray | None = None) -> dict[str, int]:
-    """Sums of the data-quality counts over ``stats`` (rows in ``mask``), zeros left out."""
-    matrix = stats.quality if mask is None else stats.quality[mask]
-    sums = np.nansum(matrix, axis=0) if matrix.size else np.zeros(len(QUALITY))
-    return {k: int(v) for k, v in zip(QUALITY, sums, strict=True) if v}
-
-
-def latest_per_file(t: StatsTable) -> StatsTable:
-    """Keep one row per non-empty ``file``, the one with the latest ``finished_at``."""
-    named = t.file != ""
-    if np.unique(t.file[named]).size == int(named.sum()):
-        return t
-    when = np.where(np.isnan(t.finished_at), -np.inf, t.finished_at)
-    order = np.lexsort((when, t.file.astype(str)))
-    files = t.file[order]
-    last = np.ones(order.size, dtype=bool)
-    last[:-1] = files[1:] != files[:-1]
-    keep = np.zeros(order.size, dtype=bool)
-    keep[order[last]] = True
-    return t.select(keep | ~named)
+from shardwise.run import statstable
+from shardwise.run.statstable import StatsTable
 
 
 @dataclass(frozen=True)
@@ -216,13 +84,13 @@ def _device_rate(name: str, t: StatsTable) -> DeviceRate:
     )  # fmt: skip
 
 
-def _timed(stats: Iterable[dict[str, Any]] | StatsTable) -> StatsTable:
+def _timed(stats: Iterable[Mapping[str, Any]] | StatsTable) -> StatsTable:
     """Rows usable for rates: positive, finite seconds."""
-    t = stats_table(stats)
+    t = stats if isinstance(stats, StatsTable) else statstable.from_rows(stats)
     return t.select(np.isfinite(t.seconds) & (t.seconds > 0))
 
 
-def summarize(stats: Iterable[dict[str, Any]] | StatsTable) -> Throughput:
+def summarize(stats: Iterable[Mapping[str, Any]] | StatsTable) -> Throughput:
     """Rates per GPU type and overall, from each file's docs, tokens and seconds (not its
     stored ``docs_per_s``: the aggregate uses the raw fields too, so they never disagree)."""
     t = _timed(stats)
@@ -265,7 +133,7 @@ def eta(
     return Eta(float(remaining) / (rate * gpus), float(remaining), unit, gpus, float(rate), per)
 
 
-def rate_for_walltime(stats: Iterable[dict[str, Any]] | StatsTable) -> float | None:
+def rate_for_walltime(stats: Iterable[Mapping[str, Any]] | StatsTable) -> float | None:
     """Input bytes per second per GPU at the slow end (p10 over files; the median would
     kill every shard on a slow node or of long documents); None if unknown."""
     t = _timed(stats)

@@ -42,7 +42,7 @@ def child(models: Path, size: int, max_length: int, whole: bool) -> dict[str, fl
     """One size, in this (fresh) process: read, tokenize, run; seconds and peak MB."""
     from shardwise.classify.engine import ClassifierSpec, Engine, InferenceSettings
     from shardwise.classify.tokencount import TokenCounter
-    from shardwise.run.reader import Fields, read_documents
+    from shardwise.run.reader import FieldPaths, read_documents
     from shardwise.store.location import Location
 
     specs = [ClassifierSpec("topic", str(models / "topic"), "url_text"),
@@ -57,7 +57,7 @@ def child(models: Path, size: int, max_length: int, whole: bool) -> dict[str, fl
     engine.run(engine.prepare(["warm up"], ["https://example.org"]))
     before = peak_mb()
     t0 = time.perf_counter()
-    docs = read_documents(Location(str(folder)), "doc.jsonl", Fields())
+    docs = read_documents(Location(str(folder)), "doc.jsonl", FieldPaths())
     t1 = time.perf_counter()
     prepared = engine.prepare(docs.texts, docs.urls)
     t2 = time.perf_counter()

@@ -20,7 +20,7 @@ import yaml
 
 from shardwise.classify.gate import AFTER_ENV, GATE_ENV, OPEN
 from shardwise.demo.corpus import DemoSize, demo_config, write_corpus
-from shardwise.run.reader import Fields, read_documents
+from shardwise.run.reader import FieldPaths, read_documents
 from shardwise.store.location import Location
 
 REPO = Path(__file__).resolve().parent.parent
@@ -141,7 +141,7 @@ def assert_labelled_exactly_once(corpus: Path, labels: Path, classifiers=("topic
     """Every input row has one sidecar row, same ids in order; returns rows checked."""
     rows = 0
     for rel in input_files(corpus):
-        docs = read_documents(Location(str(corpus)), rel, Fields())
+        docs = read_documents(Location(str(corpus)), rel, FieldPaths())
         table = pq.read_table(labels / f"{rel}.labels.parquet")
         assert table["id"].to_pylist() == docs.ids, rel
         for name in classifiers:

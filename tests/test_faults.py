@@ -55,7 +55,7 @@ from shardwise.ops import coverage, verify
 from shardwise.planner.prepare import prepare_run
 from shardwise.run import claims, markers, plan
 from shardwise.run.failures import FAILURES_DIR
-from shardwise.run.reader import Fields, read_documents
+from shardwise.run.reader import FieldPaths, read_documents
 from shardwise.store.location import Location
 
 ALL = ("topic", "topic_nourl", "format", "format_nourl")
@@ -424,7 +424,7 @@ def test_7_8_9_odd_input_is_labelled_counted_and_named(
     for rel in empty:
         assert pq.read_table(labels / f"{rel}.labels.parquet").num_rows == 0
     # Replacement, not loss: the bad bytes became U+FFFD and the ids are kept in order.
-    docs = read_documents(Location(str(corpus)), "odd/bytes/part-0000.jsonl", Fields())
+    docs = read_documents(Location(str(corpus)), "odd/bytes/part-0000.jsonl", FieldPaths())
     assert docs.ids == ["b1", "b2", "b3\ufffd"] and "\ufffd" in docs.texts[0]
     table = pq.read_table(labels / "odd/bytes/part-0000.jsonl.labels.parquet")
     assert table["id"].to_pylist() == ["b1", "b2", "b3\ufffd"]
@@ -492,11 +492,11 @@ def test_truncated_zstd_is_an_error_not_fewer_rows(tmp_path):
     frames += zstandard.ZstdCompressor().compress(data[9000:])
     loc = Location(str(tmp_path))
     (tmp_path / "ok.jsonl.zst").write_bytes(frames)
-    assert len(read_documents(loc, "ok.jsonl.zst", Fields(url=None))) == 300
+    assert len(read_documents(loc, "ok.jsonl.zst", FieldPaths(url=None))) == 300
     for cut in (len(frames) // 4, len(frames) - 2):
         (tmp_path / "cut.jsonl.zst").write_bytes(frames[:cut])
         with pytest.raises(InputError, match=r"cut\.jsonl\.zst: .*truncated file"):
-            read_documents(loc, "cut.jsonl.zst", Fields(url=None))
+            read_documents(loc, "cut.jsonl.zst", FieldPaths(url=None))
 
 
 @pytest.mark.parametrize("text_type", [pa.binary(), pa.string()])
@@ -505,7 +505,7 @@ def test_parquet_invalid_utf8_is_replaced_and_counted(tmp_path, text_type):
     raw = pa.array([b"good", b"bad \xff byte", None], pa.binary())
     column = raw if text_type == pa.binary() else raw.view(pa.string())
     pq.write_table(pa.table({"id": ["a", "b", "c"], "text": column}), tmp_path / "f.parquet")
-    docs = read_documents(Location(str(tmp_path)), "f.parquet", Fields(url=None))
+    docs = read_documents(Location(str(tmp_path)), "f.parquet", FieldPaths(url=None))
     assert docs.texts == ["good", "bad \ufffd byte", ""]
     assert docs.counts["invalid_utf8_values"] == 1 and docs.counts["null_texts"] == 1
 

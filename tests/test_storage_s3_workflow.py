@@ -31,7 +31,7 @@ import yaml
 from e2e import SMALL, run_snakemake, snakemake_cmd
 
 from shardwise.demo.corpus import demo_config, write_corpus
-from shardwise.run.reader import Fields, read_documents
+from shardwise.run.reader import FieldPaths, read_documents
 from shardwise.store.location import Location
 
 pytestmark = [pytest.mark.slow, pytest.mark.s3]
@@ -95,7 +95,7 @@ def assert_outputs_exact(s3: Any, rels: list[str]) -> int:
     keys = set(s3.keys("labels/"))
     rows = 0
     for rel in rels:
-        docs = read_documents(corpus, rel, Fields())
+        docs = read_documents(corpus, rel, FieldPaths())
         for suffix in (".labels.parquet", ".stats.json", ".done"):
             assert f"labels/{rel}{suffix}" in keys, f"{rel}{suffix} missing"
         table = pq.read_table(io.BytesIO(s3.get(f"labels/{rel}.labels.parquet")))

@@ -17,8 +17,8 @@ from shardwise.run import failures, journal, markers, plan
 
 
 def test_progress_journal_survives_a_torn_last_line(tmp_path):
-    journal.append(tmp_path, 3, "a.parquet", 10)
-    journal.append(tmp_path, 3, "b.parquet", 5)
+    journal.append(tmp_path, 3, journal.Line("a.parquet", 10))
+    journal.append(tmp_path, 3, journal.Line("b.parquet", 5))
     with (tmp_path / "progress" / "3.jsonl").open("a") as fh:
         fh.write('{"file": "c.parq')  # killed mid-append
     assert journal.rows_done(tmp_path, 3) == {"a.parquet": 10, "b.parquet": 5}
@@ -31,8 +31,8 @@ def test_output_markers_snapshot_roundtrip(tmp_path):
 
 
 def test_forget_done_drops_files_from_the_journal_and_the_snapshot(tmp_path):
-    journal.append(tmp_path, 3, "a.parquet", 10)
-    journal.append(tmp_path, 3, "b.parquet", 5)
+    journal.append(tmp_path, 3, journal.Line("a.parquet", 10))
+    journal.append(tmp_path, 3, journal.Line("b.parquet", 5))
     markers.write_snapshot(tmp_path, {"a.parquet", "b.parquet", "c.parquet"})
     journal.forget(tmp_path, 3, {"a.parquet"})
     markers.forget_in_snapshot(tmp_path, {"a.parquet"})

@@ -13,7 +13,7 @@ from shardwise.classify.shard_job import load_engine, run_shard
 from shardwise.ops import domains
 from shardwise.planner.prepare import prepare_run
 from shardwise.run import plan, summaries
-from shardwise.run.reader import Fields, read_documents
+from shardwise.run.reader import FieldPaths, read_documents
 from shardwise.store.location import Location
 
 pytestmark = pytest.mark.slow
@@ -35,7 +35,7 @@ def test_shard_jobs_write_counts_and_summaries_that_survive_retries(tmp_path, de
         rel = row["file"]
         stats = json.loads((labels / f"{rel}.stats.json").read_text())
         table = pq.read_table(labels / f"{rel}.labels.parquet")
-        texts = read_documents(corpus, rel, Fields()).texts
+        texts = read_documents(corpus, rel, FieldPaths()).texts
         topic = collections.Counter(table["topic_label"].to_pylist())
         counts = stats["label_counts"]
         assert counts["docs"] == table.num_rows == stats["docs"]

@@ -16,7 +16,7 @@ from shardwise.demo.tinymodels import build_wordpiece_tokenizer
 from shardwise.errors import DomainsError, ModelError, RunMismatchError
 from shardwise.ops import domains, verify
 from shardwise.run import outputs, plan
-from shardwise.run.reader import Fields, read_documents
+from shardwise.run.reader import FieldPaths, read_documents
 from shardwise.snakefile import prepare_run
 from shardwise.store.location import Location
 
@@ -38,7 +38,7 @@ def test_each_document_s_full_token_count_is_in_its_sidecar_and_pinned(counted):
     own.no_truncation()
     total = 0
     for rel in plan.load(run_dir)["file"].to_pylist():
-        texts = read_documents(Location(str(root / "corpus")), rel, Fields()).texts
+        texts = read_documents(Location(str(root / "corpus")), rel, FieldPaths()).texts
         side = pq.read_table(root / "labels" / outputs.SIDECAR.rel(rel))
         want = [len(own.encode(t, add_special_tokens=False).ids) for t in texts]
         assert side["tokens"].to_pylist() == want

@@ -14,7 +14,7 @@ from shardwise.errors import ConfigError
 from shardwise.planner import fieldcheck
 from shardwise.planner.prepare import prepare_run
 from shardwise.run import runjson
-from shardwise.run.reader import Fields
+from shardwise.run.reader import FieldPaths
 from shardwise.store.location import Location
 
 ROWS = [{"id": str(i), "text": f"doc {i}", "meta": {"url": f"https://e/{i}"}} for i in range(5)]
@@ -65,7 +65,7 @@ def test_a_field_no_sampled_file_has_is_refused_with_files_fields_and_fix(tmp_pa
     root = write_corpus(tmp_path, [f"c{i}/part{ext}" for i in range(5)])
     files = [(p.relative_to(root).as_posix(), p.stat().st_size) for p in sorted(root.rglob("*.*"))]
     with pytest.raises(ConfigError) as info:
-        fieldcheck.check_sample(Location(str(root)), files, Fields(text="body", url=None))
+        fieldcheck.check_sample(Location(str(root)), files, FieldPaths(text="body", url=None))
     message = str(info.value)
     kind = "parquet" if ext == ".parquet" else "jsonl"
     assert message.startswith(f"input.text_field 'body' is in none of the 3 sampled {kind} file(s)")
@@ -78,7 +78,7 @@ def test_a_field_no_sampled_file_has_is_refused_with_files_fields_and_fix(tmp_pa
 def test_nested_paths_and_right_fields_pass(tmp_path):
     root = write_corpus(tmp_path, ["a.parquet", "b.jsonl"])
     files = [("a.parquet", 1), ("b.jsonl", 1)]
-    result = fieldcheck.check_sample(Location(str(root)), files, Fields(url="meta.url"))
+    result = fieldcheck.check_sample(Location(str(root)), files, FieldPaths(url="meta.url"))
     assert result == fieldcheck.SampleResult(files=2, notes=())
 
 
@@ -86,7 +86,7 @@ def test_a_field_some_sampled_files_lack_is_a_note_not_a_refusal(tmp_path):
     write_corpus(tmp_path, ["a.jsonl", "c.jsonl"])
     write_corpus(tmp_path, ["b.jsonl"], rows=[{"id": "1", "body": "x"}])
     files = [("a.jsonl", 1), ("b.jsonl", 1), ("c.jsonl", 1)]
-    result = fieldcheck.check_sample(Location(str(tmp_path)), files, Fields(url=None))
+    result = fieldcheck.check_sample(Location(str(tmp_path)), files, FieldPaths(url=None))
     [note] = result.notes
     assert note.startswith("input.text_field 'text' is absent from 1 of 3 sampled jsonl file(s)")
     assert f"{tmp_path}/b.jsonl" in note
@@ -96,7 +96,7 @@ def test_an_unreadable_sampled_file_says_nothing_about_the_config(tmp_path):
     write_corpus(tmp_path, ["a.parquet"])
     (tmp_path / "b.parquet").write_bytes(b"not parquet")
     files = [("a.parquet", 1), ("b.parquet", 11)]
-    result = fieldcheck.check_sample(Location(str(tmp_path)), files, Fields(url=None))
+    result = fieldcheck.check_sample(Location(str(tmp_path)), files, FieldPaths(url=None))
     assert result.files == 1
     [note] = result.notes
     assert note.startswith("sampled file unreadable (its job will fail and name it)")
@@ -107,7 +107,9 @@ def test_a_jsonl_sample_reads_only_the_first_rows(tmp_path):
     (tmp_path / "a.jsonl").write_text(
         "".join((json.dumps(r) if isinstance(r, dict) else r) + "\n" for r in rows)
     )
-    result = fieldcheck.check_sample(Location(str(tmp_path)), [("a.jsonl", 1)], Fields(url=None))
+    result = fieldcheck.check_sample(
+        Location(str(tmp_path)), [("a.jsonl", 1)], FieldPaths(url=None)
+    )
     assert result == fieldcheck.SampleResult(files=1)  # the bad last line is never read
 
 
@@ -138,7 +140,7 @@ def test_on_s3_a_parquet_sample_reads_footers_not_whole_files(tmp_path, s3):
     total = sum(size for _rel, size in files)
     s3.reset()
     with pytest.raises(ConfigError) as info:
-        fieldcheck.check_sample(loc, files, Fields(text="body", url=None))
+        fieldcheck.check_sample(loc, files, FieldPaths(text="body", url=None))
     assert str(info.value).count("sampled") == 2  # one line per format
     assert s3.counts()["HEAD"] == 0  # sizes from the listing
     sent = sum(r.bytes_out for r in s3.server.log(s3.name))

@@ -54,11 +54,9 @@ def test_a_summary_round_trips_tasks_and_cells():
 
 def test_summary_of_a_shard_uses_the_journal_and_reads_stats_only_for_the_rest(tmp_path):
     stats_read = []
-    fields = summaries.journal_fields(
-        FileStats(docs=3, seconds=1.5, device_name="H100", label_counts=_counts(3, 9, "A", "F"))
-    )
-    journal.append(tmp_path, 3, "x/1.jsonl", 3, fields)
-    journal.append(tmp_path, 3, "x/2.jsonl", 1)  # an older journal line, without counts
+    stats = FileStats(docs=3, seconds=1.5, device_name="H100", label_counts=_counts(3, 9, "A", "F"))
+    journal.append(tmp_path, 3, journal.Line.of("x/1.jsonl", 3, stats))
+    journal.append(tmp_path, 3, journal.Line("x/2.jsonl", 1))  # an older line, without counts
 
     def read_stats(rel: str) -> bytes:
         stats_read.append(rel)
@@ -88,7 +86,7 @@ def test_a_broken_journal_or_store_never_fails_the_shard(tmp_path):
 
     rows = summaries.write_for_shard(tmp_path, 5, [("a", "a"), ("b", "b")], read_stats)
     s = summaries.read(tmp_path, 5)
-    assert rows == {"a": dict.fromkeys(FIGURES)}
+    assert rows == {}  # a damaged line is refused (journal.Line), and the store was down
     assert (s.task_ids, s.incomplete_tasks) == ([], ["a", "b"])
     (tmp_path / "summaries" / "6.arrow").write_text("not arrow")
     got, missing = summaries.read_many(tmp_path, [5, 6, 7])

@@ -246,7 +246,7 @@ def _label_todo(
                     break
             else:
                 rows, stats = _label_file(ctx, engine, item, shard, models)
-                journal.append(run_dir, shard, item.task.rel, rows, summaries.journal_fields(stats))
+                journal.append(run_dir, shard, journal.Line.of(item.task.rel, rows, stats))
                 report.docs += rows
                 report.labelled += 1
                 gate.pause(shard, report.labelled)
@@ -319,7 +319,7 @@ def _label_file(
 def _labelling(ctx: JobContext) -> dict[str, Any]:
     """What this job labels with besides the models (the same shape run.json pins)."""
     return labelling(
-        ctx.fields.id, ctx.fields.text, ctx.settings.url_field,
+        ctx.fields.id, ctx.fields.text, ctx.settings.input.url_field,
         ctx.settings.inference["max_length"],
         (kind for _name, _model, kind in ctx.meta.classifiers),
         count_tokenizer=(ctx.meta.labelling or {}).get("count_tokenizer"),
@@ -329,7 +329,7 @@ def _labelling(ctx: JobContext) -> dict[str, Any]:
 def load_counter(ctx: JobContext) -> TokenCounter | None:
     """The training tokenizer that counts tokens (``domains.tokenizer``), if the run
     sets one; ModelError when it is not the one run.json pins (changed on disk)."""
-    source = ctx.settings.count_tokenizer
+    source = ctx.settings.domains.tokenizer
     if source is None:
         return None
     counter = TokenCounter.load(source)
@@ -345,7 +345,7 @@ def load_counter(ctx: JobContext) -> TokenCounter | None:
 def _counted(ctx: JobContext) -> tuple[list[str], list[Pair]]:
     """Classifiers and pairs whose label counts go into each file's stats."""
     names = [name for name, _, _ in ctx.meta.classifiers]
-    return names, resolve_pairs(names, ctx.settings.pairs)
+    return names, resolve_pairs(names, ctx.settings.domains.pairs)
 
 
 def model_identities(ctx: JobContext) -> dict[str, Any]:

@@ -156,9 +156,8 @@ def _remote_file_markers(
         for rel, entry in journal.entries(run_dir, shard).items():
             if rel in planned:
                 found.add(rel)
-                figures = entry.get("stats", entry)
-                if isinstance(figures, dict):
-                    kept = {k: figures.get(k) for k in FIGURES}
+                if entry.stats is not None:
+                    kept = {k: entry.stats.get(k) for k in FIGURES}
                     rows.append({**kept, "file": rel, "shard": shard})
     return found, rows
 
@@ -178,7 +177,7 @@ def _scan_local(run_dir: Path, output: Location) -> tuple[outputs.Scan, tuple[st
 def _input_format(run_dir: Path) -> str:
     """``input.format`` as the last plan recorded it (``auto`` before any)."""
     settings = context.read_settings(run_dir)
-    return settings.format if settings is not None else "auto"
+    return settings.input.format if settings is not None else "auto"
 
 
 def _read_all(output: Location, rels: Iterable[str]) -> Iterator[bytes]:

@@ -37,7 +37,7 @@ from shardwise.run import (
 )
 from shardwise.run import state as run_state
 from shardwise.run.context import JobContext
-from shardwise.run.reader import Fields, read_documents
+from shardwise.run.reader import FieldPaths, read_documents
 from shardwise.run.sharding import shard_for_task, shard_range
 from shardwise.store.atomic import is_temp_name
 from shardwise.store.location import Location
@@ -504,10 +504,10 @@ def _choose(marked: list[str], sample: float, seed: int | None) -> list[str]:
     return sorted(random.Random(seed).sample(marked, k))
 
 
-def _ids_only(fields: Fields) -> Fields:
+def _ids_only(fields: FieldPaths) -> FieldPaths:
     """Reader fields that fetch only the id (text and url point at it too): Parquet then
     skips the text column, by far the largest; rows and ids are the job's read."""
-    return Fields(id=fields.id, text=fields.id, url=None)
+    return FieldPaths(id=fields.id, text=fields.id, url=None)
 
 
 def _check_file(

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from shardwise.errors import ConfigError, FieldMissingError, InputError
-from shardwise.run.reader import Fields, check_fields, field_advice, file_format
+from shardwise.run.reader import FieldPaths, check_fields, field_advice, file_format
 from shardwise.store.location import Location
 
 #: Files read per input format; a few small reads, even on object storage.
@@ -47,7 +47,7 @@ class SampleResult:
 
 
 def check_sample(
-    source: Location, files: Sequence[tuple[str, int]], fields: Fields, fmt: str = "auto",
+    source: Location, files: Sequence[tuple[str, int]], fields: FieldPaths, fmt: str = "auto",
     count: int = SAMPLE_FILES,
 ) -> SampleResult:  # fmt: skip
     """Read the sample; ConfigError when a field is in none of a format's sampled files (a

@@ -6,15 +6,15 @@ place that turns the pinned URIs into :class:`Location`s: a relative local root 
 resolved once, in the Snakemake working directory, never guessed later.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Self
 
 from shardwise.config import Pair, Settings, StorageOptions
 from shardwise.errors import InputError
 from shardwise.run import runjson
-from shardwise.run.reader import Fields
-from shardwise.run.record import Fields as RecordFields
+from shardwise.run.reader import FieldPaths
+from shardwise.run.record import Fields
 from shardwise.store.atomic import json_bytes, write_atomic
 from shardwise.store.location import Location
 
@@ -22,90 +22,129 @@ SETTINGS_JSON = "settings.json"
 
 
 @dataclass(frozen=True)
-class RunSettings:
-    """``settings.json``: what jobs and views use besides run.json's pins (batch sizes may
-    change between runs), with the roots resolved where the top-level process ran."""
+class InputSettings:
+    """``settings.json``'s ``input``: the input format and where each document's fields
+    live (``url_field`` None: no URL)."""
 
     format: str
     id_field: str
     text_field: str
-    url_field: str | None
+    url_field: str | None = None
+
+
+@dataclass(frozen=True)
+class DomainSettings:
+    """``domains``: the classifier pairs each file's stats count (None in a settings.json
+    written before pairs were configurable: the default pairs apply), and the tokenizer
+    that counts each document's tokens (``domains.tokenizer``; run.json pins its hash)."""
+
+    pairs: tuple[Pair, ...] | None = None
+    tokenizer: str | None = None
+
+
+@dataclass(frozen=True)
+class Roots:
+    """``roots``: the input and output roots as the planner resolved them (the absolute
+    path of a local one, else its URL); None in an older settings.json."""
+
+    input: str | None = None
+    output: str | None = None
+
+
+@dataclass(frozen=True)
+class DolmaSettings:
+    """``dolma`` (present when ``output.dolma`` is on): the attribute set and its root."""
+
+    name: str
+    root: str | None = None
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """``settings.json``: what jobs and views use besides run.json's pins (batch sizes may
+    change between runs), with the roots resolved where the top-level process ran. Each
+    field mirrors the file's key of the same name."""
+
+    input: InputSettings
     storage: StorageOptions
     inference: dict[str, Any] = field(default_factory=dict)  # classify.InferenceSettings
-    #: The classifier pairs each file's stats count; None in a settings.json written
-    #: before pairs were configurable (the default pairs apply).
-    pairs: tuple[Pair, ...] | None = None
-    input_root: str | None = None  # absolute path of a local root, else its URL
-    output_root: str | None = None
-    #: ``output.dolma``: the attribute set's name and its root (resolved), when enabled.
-    dolma_name: str | None = None
-    attributes_root: str | None = None
-    #: ``domains.tokenizer``: what counts each document's tokens (run.json pins its hash).
-    count_tokenizer: str | None = None
+    domains: DomainSettings = DomainSettings()
+    roots: Roots = Roots()
+    dolma: DolmaSettings | None = None
 
     @classmethod
     def of(cls, settings: Settings) -> Self:
         """The settings a config gives, with its roots resolved here (``open_roots``)."""
         source, output = open_roots(settings)
-        dolma = settings.dolma
-        attributes = Location(dolma.uri, settings.storage) if dolma is not None else None
-        inp = settings.input
+        inp, dolma = settings.input, settings.dolma
         return cls(
-            inp.format, inp.id_field, inp.text_field, inp.url_field, settings.storage,
-            dict(settings.inference), tuple(tuple(p) for p in settings.domain_pairs),  # type: ignore[misc]
-            resolved_uri(source), resolved_uri(output), dolma.name if dolma is not None else None,
-            resolved_uri(attributes) if attributes is not None else None,
-            settings.count_tokenizer,
-        )  # fmt: skip
+            input=InputSettings(inp.format, inp.id_field, inp.text_field, inp.url_field),
+            storage=settings.storage,
+            inference=dict(settings.inference),
+            domains=DomainSettings(
+                tuple((a, b) for a, b in settings.domain_pairs), settings.count_tokenizer
+            ),
+            roots=Roots(resolved_uri(source), resolved_uri(output)),
+            dolma=None
+            if dolma is None
+            else DolmaSettings(dolma.name, resolved_uri(Location(dolma.uri, settings.storage))),
+        )
 
     def to_json(self) -> bytes:
-        """The file's bytes."""
-        inp = {"format": self.format, "id_field": self.id_field, "text_field": self.text_field,
-               "url_field": self.url_field}  # fmt: skip
-        pairs = None if self.pairs is None else [list(p) for p in self.pairs]
-        domains = {
-            "pairs": pairs,
-            **({"tokenizer": self.count_tokenizer} if self.count_tokenizer else {}),
+        """The file's bytes (absent roots, tokenizer and storage options left out)."""
+        pairs = None if self.domains.pairs is None else [list(p) for p in self.domains.pairs]
+        domains: dict[str, Any] = {"pairs": pairs}
+        if self.domains.tokenizer:
+            domains["tokenizer"] = self.domains.tokenizer
+        doc = {
+            "input": asdict(self.input),
+            "storage": {k: v for k, v in vars(self.storage).items() if v is not None},
+            "inference": self.inference,
+            "domains": domains,
+            "roots": {k: v for k, v in asdict(self.roots).items() if v is not None},
         }
-        roots = {"input": self.input_root, "output": self.output_root}
-        storage = {k: v for k, v in vars(self.storage).items() if v is not None}
-        doc = {"input": inp, "storage": storage, "inference": self.inference, "domains": domains,
-               "roots": {k: v for k, v in roots.items() if v is not None}}  # fmt: skip
-        if self.dolma_name is not None:
-            doc["dolma"] = {"name": self.dolma_name, "root": self.attributes_root}
+        if self.dolma is not None:
+            doc["dolma"] = asdict(self.dolma)
         return json_bytes(doc)
 
     @classmethod
     def from_json(cls, raw: bytes, where: str) -> Self:
         """Parse settings.json; RecordError naming the field when it is not one."""
-        f = RecordFields.parse(raw, where)
-        inp, roots, dolma = f.sub("input"), f.sub("roots"), f.sub("dolma")
+        f = Fields.parse(raw, where)
         domains = f.sub("domains")
         pairs = domains.list("pairs", None)
         if not all(isinstance(p, list) and len(p) == 2 for p in pairs or ()):
             raise f.refuse("domains", "pairs must be [a, b] lists")
+        pairs = None if pairs is None else tuple((str(a), str(b)) for a, b in pairs)
+        dolma = f.dict("dolma", None)
         return cls(
-            inp.str("format"), inp.str("id_field"), inp.str("text_field"),
-            inp.str("url_field", None), StorageOptions.from_config(f.dict("storage", {})),
-            f.dict("inference", {}),
-            None if pairs is None else tuple((str(a), str(b)) for a, b in pairs),
-            roots.str("input", None), roots.str("output", None), dolma.str("name", None),
-            dolma.str("root", None), domains.str("tokenizer", None),
-        )  # fmt: skip
+            input=f.sub("input").into(InputSettings),
+            storage=StorageOptions.from_config(f.dict("storage", {})),
+            inference=f.dict("inference", {}),
+            domains=domains.into(DomainSettings, pairs=pairs),
+            roots=f.sub("roots").into(Roots),
+            dolma=None if dolma is None else f.sub("dolma").into(DolmaSettings),
+        )
+
+    @property
+    def dolma_name(self) -> str | None:
+        """The Dolma attribute set's name, when ``output.dolma`` is on."""
+        return self.dolma.name if self.dolma is not None else None
 
     def attributes(self) -> Location | None:
         """The Dolma attributes root, when ``output.dolma`` is on."""
-        return Location(self.attributes_root, self.storage) if self.attributes_root else None
+        root = self.dolma.root if self.dolma is not None else None
+        return Location(root, self.storage) if root else None
 
     def with_output(self, output: Location) -> Self:
         """These settings with another output root (``shardwise relocate``)."""
-        return RunSettings(**{**vars(self), "output_root": resolved_uri(output)})
+        return replace(self, roots=replace(self.roots, output=resolved_uri(output)))
 
-    def roots(self, meta: runjson.RunMeta) -> tuple[Location, Location]:
+    def locations(self, meta: runjson.RunMeta) -> tuple[Location, Location]:
         """The input and output roots as the planner resolved them; run.json's URIs as
         written when these settings record none (older settings.json)."""
-        source = Location(self.input_root or meta.input_uri, self.storage)
-        return source, Location(self.output_root or meta.output_uri, self.storage)
+        source = Location(self.roots.input or meta.input_uri, self.storage)
+        return source, Location(self.roots.output or meta.output_uri, self.storage)
 
 
 @dataclass(frozen=True)
@@ -117,7 +156,7 @@ class JobContext:
     settings: RunSettings
     source: Location
     output: Location
-    fields: Fields
+    fields: FieldPaths
     fmt: str
     attributes: Location | None = None  # the Dolma attributes root, when enabled
 
@@ -129,9 +168,9 @@ class JobContext:
         settings = read_settings(run_dir)
         if settings is None:
             raise InputError(f"{run_dir / SETTINGS_JSON} is missing: start the run with snakemake")
-        source, output = settings.roots(meta)
+        source, output = settings.locations(meta)
         fields = fields_for(settings, meta.classifiers)
-        return cls(run_dir, meta, settings, source, output, fields, settings.format,
+        return cls(run_dir, meta, settings, source, output, fields, settings.input.format,
                    settings.attributes())  # fmt: skip
 
     def roots(self) -> dict[str, Location]:
@@ -162,17 +201,17 @@ def recorded_output(run_dir: Path) -> Location | None:
     """The output root ``settings.json`` records, without run.json (which may be damaged);
     None before the first plan of this version."""
     settings = read_settings(run_dir)
-    if settings is None or not settings.output_root:
+    if settings is None or not settings.roots.output:
         return None
-    return Location(settings.output_root, settings.storage)
+    return Location(settings.roots.output, settings.storage)
 
 
 def output_location(run_dir: Path, meta: runjson.RunMeta) -> Location:
-    """The output root of the run in ``run_dir`` (see :meth:`RunSettings.roots`)."""
+    """The output root of the run in ``run_dir`` (see :meth:`RunSettings.locations`)."""
     settings = read_settings(run_dir)
     if settings is None:
         return Location(meta.output_uri)
-    return settings.roots(meta)[1]
+    return settings.locations(meta)[1]
 
 
 def resolved_uri(loc: Location) -> str:
@@ -180,10 +219,11 @@ def resolved_uri(loc: Location) -> str:
     return loc.uri if loc.remote else loc.root
 
 
-def fields_for(settings: RunSettings, classifiers: tuple[tuple[str, str, str], ...]) -> Fields:
+def fields_for(settings: RunSettings, classifiers: tuple[tuple[str, str, str], ...]) -> FieldPaths:
     """The reader fields of a run: the url only when a classifier reads it (``url_text``)."""
     needs_url = any(kind == "url_text" for _name, _model, kind in classifiers)
-    return Fields(settings.id_field, settings.text_field, settings.url_field if needs_url else None)
+    inp = settings.input
+    return FieldPaths(inp.id_field, inp.text_field, inp.url_field if needs_url else None)
 
 
 def write_settings(run_dir: Path, settings: RunSettings) -> None:

@@ -7,14 +7,13 @@ run stops early on it. A shard with records and no marker is "failing" in the vi
 "interrupted" when its latest attempt was stopped by a signal.
 """
 
-import json
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Self
+from typing import Self
 
 import numpy as np
 
@@ -28,6 +27,7 @@ from shardwise.errors import (
 )
 from shardwise.run import markers
 from shardwise.run.reader import field_advice
+from shardwise.run.record import Fields
 from shardwise.store.atomic import json_bytes, write_atomic
 
 FAILURES_DIR = "failures"
@@ -95,28 +95,25 @@ def record_failure(
     """Write a failure record for this attempt under ``<run_dir>/failures/<shard>/``."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
     path = Path(run_dir) / FAILURES_DIR / str(shard) / f"{stamp}-{os.getpid()}.json"
-    body = {
-        "shard": shard, "failed": failed, "interrupted": cause.kind == "interrupted",
-        "kind": cause.kind, "reason": cause.reason, "shared": cause.shared,
-        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
-        "attempt": os.environ.get("SHARDWISE_ATTEMPT"), "hostname": os.uname().nodename,
-        "at": markers.now(),
-    }  # fmt: skip
-    write_atomic(path, json_bytes(body))
+    write_atomic(path, FailureRecord.of(shard, failed, cause).to_json())
     return path
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FailureRecord:
-    """One failed attempt of a shard, as read back."""
+    """One failed attempt of a shard: the file's keys (``interrupted`` is written for
+    older readers, derived from ``kind``), and ``path``, where it was read from."""
 
     shard: int
-    failed: tuple[dict[str, str], ...]
-    kind: str
-    reason: str
-    shared: bool
-    at: str
-    path: Path
+    failed: tuple[dict[str, str], ...] = ()  # {file, error} per file that failed
+    kind: str = "error"
+    reason: str = ""
+    shared: bool = False
+    slurm_job_id: str | None = None
+    attempt: str | None = None
+    hostname: str = ""
+    at: str = ""
+    path: Path | None = None
 
     @property
     def interrupted(self) -> bool:
@@ -124,17 +121,34 @@ class FailureRecord:
         return self.kind == "interrupted"
 
     @classmethod
-    def from_json(cls, data: dict[str, Any], path: Path) -> Self:
+    def of(cls, shard: int, failed: Sequence[dict[str, str]], cause: Cause) -> Self:
+        """This attempt's record, stamped with the job, host and time."""
+        return cls(
+            shard=shard, failed=tuple(failed), kind=cause.kind, reason=cause.reason,
+            shared=cause.shared, slurm_job_id=os.environ.get("SLURM_JOB_ID"),
+            attempt=os.environ.get("SHARDWISE_ATTEMPT"), hostname=os.uname().nodename,
+            at=markers.now(),
+        )  # fmt: skip
+
+    def to_json(self) -> bytes:
+        """The file's bytes."""
+        body = {k: v for k, v in asdict(self).items() if k != "path"}
+        return json_bytes({**body, "failed": list(self.failed), "interrupted": self.interrupted})
+
+    @classmethod
+    def from_json(cls, raw: bytes, where: str, path: Path | None = None) -> Self:
         """A record; one written before ``kind`` and ``reason`` existed gets them derived."""
-        failed = tuple(data.get("failed") or ())
-        interrupted = bool(data.get("interrupted"))
-        kind = data.get("kind") or ("interrupted" if interrupted else "error")
-        reason = data.get("reason")
-        if not reason:
-            derived = first_line(failed[0].get("error", "")) if failed else "no reason recorded"
-            reason = INTERRUPTED.reason if interrupted else derived
-        shard, at = int(data.get("shard", -1)), str(data.get("at") or "")
-        return cls(shard, failed, kind, reason, bool(data.get("shared")), at, path)
+        f = Fields.parse(raw, where)
+        failed = tuple(
+            {"file": c.str("file"), "error": c.str("error", "")} for c in f.objects("failed", [])
+        )
+        record = f.into(cls, failed=failed, path=path)
+        if f.str("kind", None) is None and f.bool("interrupted", False):
+            record = replace(record, kind="interrupted")
+        if not record.reason:
+            derived = first_line(failed[0]["error"]) if failed else "no reason recorded"
+            record = replace(record, reason=INTERRUPTED.reason if record.interrupted else derived)
+        return record
 
 
 def latest(run_dir: Path, shard: int) -> FailureRecord | None:
@@ -146,7 +160,7 @@ def latest(run_dir: Path, shard: int) -> FailureRecord | None:
         return None
     for path in names:
         try:
-            return FailureRecord.from_json(json.loads(path.read_bytes()), path)
+            return FailureRecord.from_json(path.read_bytes(), str(path), path)
         except (OSError, ValueError, TypeError, AttributeError):
             continue  # half-written by a killed job, or foreign: the next older one
     return None

@@ -1,15 +1,19 @@
 """The progress journal: ``<run_dir>/progress/<shard>.jsonl``, one line per finished file.
 
-Appended after each file's marker (``{file, rows, label_counts, stats}``): a retry skips
+Appended after each file's marker (:class:`Line`): a retry skips
 what it lists (on object stores without asking for each marker), and the shard's summary
 is built from it without reading the output back. A torn line is ignored; the last wins.
 """
 
 import json
 import re
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
+from shardwise.errors import RecordError
+from shardwise.run.filestats import FIGURES, FileStats
+from shardwise.run.record import Fields
 from shardwise.store.atomic import write_atomic
 
 PROGRESS_DIR = "progress"
@@ -29,20 +33,47 @@ def shards(run_dir: Path) -> list[int]:
     return sorted(int(n[: -len(".jsonl")]) for n in names if re.fullmatch(r"-?\d+\.jsonl", n))
 
 
-def append(
-    run_dir: Path, shard: int, rel: str, rows: int, extra: dict[str, Any] | None = None
-) -> None:
-    """Append a finished file (after its marker), with ``extra``: its label counts and
-    figures, for the shard's summary."""
+@dataclass(frozen=True)
+class Line:
+    """One journal line: a finished file, its rows, and what the shard's summary and
+    marker keep of its stats (its figures and label counts; None on older lines)."""
+
+    file: str
+    rows: int
+    stats: dict[str, Any] | None = None  # the file's figures (filestats.FIGURES)
+    label_counts: dict[str, Any] | None = None
+
+    @classmethod
+    def of(cls, rel: str, rows: int, stats: FileStats) -> Self:
+        """The line of a file just labelled."""
+        return cls(rel, rows, stats.figures(), stats.label_counts)
+
+    def to_json(self) -> str:
+        """One line of JSON (absent parts left out)."""
+        return json.dumps({k: v for k, v in asdict(self).items() if v is not None})
+
+    @classmethod
+    def from_json(cls, line: str, where: str) -> Self:
+        """One line; RecordError when it is torn or foreign. Lines written before the
+        figures had their own key kept them at the top."""
+        f = Fields.parse(line, where)
+        stats = f.dict("stats", None)
+        if stats is None and any(k in f.data for k in FIGURES):
+            stats = {k: f.data[k] for k in FIGURES if k in f.data}
+        return f.into(cls, stats=stats)
+
+
+def append(run_dir: Path, shard: int, line: Line) -> None:
+    """Append a finished file (after its marker)."""
     path = journal_path(run_dir, shard)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as fh:
-        fh.write(json.dumps({**(extra or {}), "file": rel, "rows": rows}) + "\n")
+        fh.write(line.to_json() + "\n")
 
 
-def entries(run_dir: Path, shard: int) -> dict[str, dict[str, Any]]:
+def entries(run_dir: Path, shard: int) -> dict[str, Line]:
     """Files of the shard's journal with what each line recorded (last wins)."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, Line] = {}
     try:
         lines = journal_path(run_dir, shard).read_text("utf-8").splitlines()
     except FileNotFoundError:
@@ -50,19 +81,13 @@ def entries(run_dir: Path, shard: int) -> dict[str, dict[str, Any]]:
     for line in lines:
         entry = _parse(line)
         if entry is not None:
-            out[str(entry["file"])] = entry
+            out[entry.file] = entry
     return out
 
 
 def rows_done(run_dir: Path, shard: int) -> dict[str, int]:
     """Files this shard's earlier attempts finished (file -> rows)."""
-    out: dict[str, int] = {}
-    for rel, entry in entries(run_dir, shard).items():
-        try:
-            out[rel] = int(entry["rows"])
-        except (KeyError, TypeError, ValueError):
-            continue
-    return out
+    return {rel: entry.rows for rel, entry in entries(run_dir, shard).items()}
 
 
 def forget(run_dir: Path, shard: int, files: set[str]) -> None:
@@ -71,16 +96,13 @@ def forget(run_dir: Path, shard: int, files: set[str]) -> None:
     if not path.exists():
         return
     lines = path.read_text("utf-8").splitlines()
-    kept = [ln for ln in lines if (entry := _parse(ln)) is None or str(entry["file"]) not in files]
+    kept = [ln for ln in lines if (entry := _parse(ln)) is None or entry.file not in files]
     write_atomic(path, "".join(f"{line}\n" for line in kept).encode("utf-8"))
 
 
-def _parse(line: str) -> dict[str, Any] | None:
+def _parse(line: str) -> Line | None:
     """One journal line, or None for a torn or foreign one."""
     try:
-        entry = json.loads(line)
-    except ValueError:
+        return Line.from_json(line, "journal line")
+    except RecordError:
         return None
-    if not isinstance(entry, dict) or "file" not in entry:
-        return None
-    return entry

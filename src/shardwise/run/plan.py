@@ -3,19 +3,20 @@ task, shard and category, built once from one listing of the input and read by e
 later parse and job, so nobody lists 56k objects twice and no source file is ever a
 Snakemake input (Snakemake stats every input each round)."""
 
-import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Self
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from shardwise.errors import InputError
+from shardwise.errors import InputError, RecordError
 from shardwise.run.manifest import Task, build_tasks, category_of
+from shardwise.run.record import Fields
 from shardwise.run.runjson import RunMeta, fingerprint
 from shardwise.run.sharding import shard_for_task, shard_range
 from shardwise.store.atomic import json_bytes, write_atomic
@@ -45,6 +46,15 @@ class PlanSummary:
     built_at: str
     minimum_shard_index: int | None = None
     files_per_task: int | None = None
+
+    def to_json(self) -> bytes:
+        """plan.json's bytes."""
+        return json_bytes(asdict(self))
+
+    @classmethod
+    def from_json(cls, raw: bytes, where: str) -> Self:
+        """Parse plan.json; RecordError naming the field when it is not one."""
+        return Fields.parse(raw, where).into(cls)
 
     def mismatch(self, meta: RunMeta) -> list[str]:
         """How this plan differs from the assignment ``meta`` (run.json) pins: one line each."""
@@ -102,18 +112,18 @@ def save(run_dir: Path, table: pa.Table, summary: PlanSummary) -> None:
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="zstd")
     write_atomic(run_dir / PLAN_PARQUET, sink.getvalue().to_pybytes())
-    write_atomic(run_dir / PLAN_JSON, json_bytes(vars(summary)))
+    write_atomic(run_dir / PLAN_JSON, summary.to_json())
 
 
 def load_summary(run_dir: Path) -> PlanSummary | None:
     """plan.json, or None when no complete plan is cached."""
+    path = Path(run_dir) / PLAN_JSON
     try:
-        data = json.loads((run_dir / PLAN_JSON).read_text("utf-8"))
-        return PlanSummary(**data)
+        return PlanSummary.from_json(path.read_bytes(), str(path))
     except FileNotFoundError:
         return None
-    except (ValueError, TypeError) as e:
-        msg = f"{run_dir / PLAN_JSON} is corrupt ({e}); delete it and plan.parquet to re-plan"
+    except RecordError as e:
+        msg = f"{path} is corrupt ({e.reason}); delete it and plan.parquet to re-plan"
         raise InputError(msg) from e
 
 

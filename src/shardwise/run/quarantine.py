@@ -10,15 +10,15 @@ import contextlib
 import difflib
 import fcntl
 import getpass
-import json
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from shardwise.errors import ConfigError, InputError
+from shardwise.errors import ConfigError, InputError, RecordError
 from shardwise.run import context, markers, outputs, plan, runjson
+from shardwise.run.record import Fields
 from shardwise.store.atomic import json_bytes, write_atomic
 
 QUARANTINE_JSON = "quarantine.json"
@@ -31,36 +31,44 @@ class Entry:
     """One quarantined file: why, when, by whom."""
 
     file: str
-    reason: str
-    at: str
-    by: str
+    reason: str = ""
+    at: str = ""
+    by: str = ""
+
+
+def from_json(raw: bytes, where: str) -> dict[str, Entry]:
+    """The entries of a quarantine file; RecordError naming the file and the field when
+    one is damaged."""
+    f = Fields.parse(raw, where)
+    f.dict("files")  # required
+    files = f.sub("files")
+    return {rel: files.sub(rel).into(Entry, file=rel) for rel in files.data}
+
+
+def to_json(entries: dict[str, Entry]) -> bytes:
+    """The quarantine file's bytes, files sorted."""
+    files = {
+        rel: {k: v for k, v in asdict(e).items() if k != "file"}
+        for rel, e in sorted(entries.items())
+    }
+    return json_bytes({"format_version": FORMAT_VERSION, "files": files})
 
 
 def load(run_dir: Path) -> dict[str, Entry]:
     """The run's quarantined files (``{}`` when there is no quarantine file)."""
     path = Path(run_dir) / QUARANTINE_JSON
     try:
-        data = json.loads(path.read_text("utf-8"))
-        files = data["files"]
-        return {
-            rel: Entry(rel, str(e.get("reason", "")), str(e.get("at", "")), str(e.get("by", "")))
-            for rel, e in files.items()
-        }
+        return from_json(path.read_bytes(), str(path))
     except FileNotFoundError:
         return {}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        msg = f"{path} is not a readable quarantine file ({type(e).__name__}: {e}); "
+    except (OSError, RecordError) as e:
+        msg = f"{path} is not a readable quarantine file ({e}); "
         msg += "fix or remove it (it lists the files left out of this run)"
         raise InputError(msg) from e
 
 
 def _save(run_dir: Path, entries: dict[str, Entry]) -> None:
-    body = {
-        "format_version": FORMAT_VERSION,
-        "files": {rel: {k: v for k, v in asdict(e).items() if k != "file"} for rel, e in
-                  sorted(entries.items())},
-    }  # fmt: skip
-    write_atomic(Path(run_dir) / QUARANTINE_JSON, json_bytes(body))
+    write_atomic(Path(run_dir) / QUARANTINE_JSON, to_json(entries))
 
 
 @contextlib.contextmanager

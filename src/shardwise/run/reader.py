@@ -47,7 +47,7 @@ _BOM = b"\xef\xbb\xbf"
 
 
 @dataclass(frozen=True)
-class Fields:
+class FieldPaths:
     """Where the values live in a record (dotted paths allowed); ``url`` None when no
     classifier reads it (then neither read nor required)."""
 
@@ -94,7 +94,7 @@ def file_format(rel: str) -> str | None:
     return None
 
 
-def read_documents(loc: Location, rel: str, fields: Fields, fmt: str = "auto") -> Documents:
+def read_documents(loc: Location, rel: str, fields: FieldPaths, fmt: str = "auto") -> Documents:
     """Read ``rel`` under ``loc``; raise InputError naming the file on any failure."""
     kind = file_format(rel) if fmt == "auto" else fmt
     where = loc.url(rel)
@@ -151,7 +151,7 @@ def field_advice(
 
 
 def check_fields(
-    loc: Location, rel: str, fields: Fields, fmt: str = "auto", *, rows: int = 100
+    loc: Location, rel: str, fields: FieldPaths, fmt: str = "auto", *, rows: int = 100
 ) -> None:
     """Check that every configured field is in ``rel``, reading as little as possible (a
     Parquet footer, a JSONL file's first ``rows`` rows), by the job's own rule and message."""
@@ -213,7 +213,7 @@ def _parquet_source(loc: Location, rel: str) -> Iterator[pa.NativeFile]:
             yield pa.PythonFile(fh, mode="r")
 
 
-def _read_parquet(source: pa.NativeFile, fields: Fields, where: str) -> Documents:
+def _read_parquet(source: pa.NativeFile, fields: FieldPaths, where: str) -> Documents:
     pf = pq.ParquetFile(source)
     schema = pf.schema_arrow
     wanted = fields.wanted()
@@ -237,7 +237,7 @@ def _read_parquet(source: pa.NativeFile, fields: Fields, where: str) -> Document
     return Documents(values["id"], values["text"], values["url"], +counts)
 
 
-def _check_schema(schema: pa.Schema, rows: int, fields: Fields, where: str) -> None:
+def _check_schema(schema: pa.Schema, rows: int, fields: FieldPaths, where: str) -> None:
     """Every configured field is a path of a non-empty file's schema, or FieldMissingError."""
     if not rows:
         return
@@ -457,7 +457,7 @@ _JSON_NAME = re.compile(r"\.json(\.gz|\.zst)?$")
 
 
 def _read_jsonl(
-    stream: IO[bytes], fields: Fields, where: str, limit: int | None = None
+    stream: IO[bytes], fields: FieldPaths, where: str, limit: int | None = None
 ) -> Documents:
     """The documents of a JSONL stream; only the first ``limit`` rows when given (a sample)."""
     ids: list[str | None] = []

@@ -109,6 +109,13 @@ class Fields:
         """Any JSON value (a figure recorded for people, never decided on)."""
         return self._get(key, default, object, "a value")
 
+    def objects(self, key: str, default: Any = _REQUIRED) -> tuple[Self, ...]:
+        """The fields of each object of an array (absent: ``default``, itself a list)."""
+        values = self.list(key, default)
+        if not all(isinstance(v, dict) for v in values):
+            raise self.refuse(key, "must be an array of objects")
+        return tuple(Fields(v, f"{self.where} [{key}][{i}]") for i, v in enumerate(values))
+
     def sub(self, key: str) -> Self:
         """The fields of a nested object (absent: an empty one)."""
         return Fields(self.dict(key, {}), f"{self.where} [{key}]")

@@ -8,7 +8,6 @@ and compares. Only ``plan --repin`` (nothing labelled) and ``relocate`` replace 
 """
 
 import hashlib
-import json
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
@@ -16,7 +15,8 @@ from pathlib import Path
 from typing import Any, Self
 
 from shardwise import __version__
-from shardwise.errors import RunMismatchError, StorageError
+from shardwise.errors import RecordError, RunMismatchError, StorageError
+from shardwise.run.record import Fields
 from shardwise.store.atomic import json_bytes
 from shardwise.store.location import Location
 
@@ -94,22 +94,22 @@ class RunMeta:
 
     @classmethod
     def from_json(cls, raw: bytes, where: str) -> Self:
-        """Parse run.json bytes; ``where`` names the file in errors."""
+        """Parse run.json bytes; a damaged field is refused by name (DamagedError)."""
         try:
-            data = json.loads(raw)
-            data["classifiers"] = tuple(
-                (c["name"], c["model"], c["input"]) for c in data["classifiers"]
+            f = Fields.parse(raw, where)
+            classifiers = tuple(
+                (c.str("name"), c.str("model"), c.str("input")) for c in f.objects("classifiers")
             )
-            data["input_changes"] = tuple(InputChange(**c) for c in data.get("input_changes") or ())
-            models = data.get("models")
-            if models is not None and not (
-                isinstance(models, dict) and all(isinstance(v, dict) for v in models.values())
-            ):
-                raise ValueError("models is not an object of objects")
-            known = {f.name for f in fields(cls)}
-            return cls(**{k: v for k, v in data.items() if k in known})
-        except (ValueError, KeyError, TypeError) as e:
-            raise DamagedError(f"{where} is damaged: not a valid shardwise run.json ({e})") from e
+            changes = tuple(c.into(InputChange) for c in f.objects("input_changes", []))
+            models = f.dict("models", None)
+            if not all(isinstance(v, dict) for v in (models or {}).values()):
+                raise f.refuse("models", "must map each classifier to an object")
+            return f.into(cls, classifiers=classifiers, input_changes=changes, models=models)
+        except RecordError as e:
+            inner = e.where.removeprefix(where).strip()
+            detail = f"{inner} {e.reason}" if inner else e.reason
+            msg = f"{where} is damaged: not a valid shardwise run.json ({detail})"
+            raise DamagedError(msg) from e
 
 
 def differences(old: RunMeta, new: RunMeta) -> list[tuple[str, Any, Any]]:

@@ -223,18 +223,17 @@ def write_for_shard(
         counts: dict[str, Mapping[str, Any]] = {}
         for rel, _ in files:
             entry = journal_lines.get(rel)
-            if entry is None or "label_counts" not in entry:
+            if entry is None or entry.label_counts is None:
                 try:
                     stats = FileStats.from_json(read_stats(rel), rel)
                 except (OSError, ValueError) as e:
                     log.warning("shard %s: no label counts for %s (%s)", shard, rel, e)
                     continue
-                entry = journal_fields(stats)
-            if isinstance(entry.get("label_counts"), dict):
-                counts[rel] = entry["label_counts"]
-            figures = entry.get("stats", entry)  # older journal lines kept them at the top
-            if isinstance(figures, dict):
-                rows[rel] = {k: figures.get(k) for k in FIGURES}
+                entry = journal.Line.of(rel, stats.docs or 0, stats)
+            if entry.label_counts is not None:
+                counts[rel] = entry.label_counts
+            if entry.stats is not None:
+                rows[rel] = {k: entry.stats.get(k) for k in FIGURES}
         by_task: dict[str, list[str]] = {}
         for rel, task_id in files:
             by_task.setdefault(task_id, []).append(rel)
@@ -242,11 +241,3 @@ def write_for_shard(
     except Exception as e:  # noqa: BLE001 - bookkeeping must never fail a finished shard
         log.warning("shard %s: summary not written (%s: %s)", shard, type(e).__name__, e)
     return rows
-
-
-def journal_fields(stats: FileStats) -> dict[str, Any]:
-    """What a progress-journal line keeps of a file's stats: counts and figures."""
-    out: dict[str, Any] = {"stats": stats.figures()}
-    if stats.label_counts is not None:
-        out["label_counts"] = stats.label_counts
-    return out

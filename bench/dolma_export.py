@@ -51,9 +51,11 @@ def build(run_dir: Path, documents: str, labels: str, options: StorageOptions, n
     runjson.replace(Location(str(run_dir)), meta)
     attributes = documents.rsplit("/", 1)[0] + "/attributes/weborganizer"
     settings = context.RunSettings(
-        "auto", "id", "text", None, options, {}, None, documents, labels, "weborganizer",
-        attributes,
-    )  # fmt: skip
+        input=context.RecordedInput("auto", "id", "text"),
+        storage=options,
+        roots=context.RecordedRoots(input=documents, output=labels),
+        dolma=context.RecordedDolma("weborganizer", attributes),
+    )
     context.write_settings(run_dir, settings)
     out = Location(labels, options)
     for rel in files:

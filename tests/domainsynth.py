@@ -200,11 +200,11 @@ def write_run(
         data = summaries.build(shard, [(corpus.task_ids[i], [corpus.task_ids[i]]) for i in tasks],
                                counts)  # fmt: skip
         write_atomic(summaries.summary_path(run_dir, shard), data)
-        marker = markers.ShardMarker(shard, tasks=len(tasks), files=len(tasks), **common)
+        marker = markers.ShardMarker(shard=shard, tasks=len(tasks), files=len(tasks), **common)
         markers.write_shard_marker(run_dir, marker)
     for shard in sorted({int(s) for s in remote_shards}):
         n = len(members.get(shard, []))
-        marker = markers.ShardMarker(shard, tasks=n, files=n, source="remote", **common)
+        marker = markers.ShardMarker(shard=shard, tasks=n, files=n, source="remote", **common)
         markers.write_shard_marker(run_dir, marker)
     if quarantine:
         entries = {rel: {"reason": "test", "at": "2026-01-01T00:00:00Z", "by": "test"}

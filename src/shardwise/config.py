@@ -45,7 +45,7 @@ _FIELD_TYPES = {"bool": bool, "int": int, "float": int | float, "str": str,
                 "str | None": str | None}  # fmt: skip
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StorageOptions:
     """Non-secret storage settings (credentials come from the environment); the keys are
     described in config/schema.yaml."""
@@ -256,7 +256,7 @@ def _check_precision(inference: dict[str, Any]) -> None:
         raise ConfigError(msg)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class InputSettings:
     """How to find and read the corpus."""
 
@@ -299,7 +299,7 @@ class DolmaSettings:
         return cls(name, f"{parent}/attributes/{name}" if parent else f"attributes/{name}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Settings:
     """A validated config as typed values (what the package passes around)."""
 

@@ -121,7 +121,7 @@ class WalltimeAdaptation:
             probe_seconds=float(settings.walltime.get("adapt_probe_seconds", 300)),
             floor=functools.partial(walltime.one_file_minutes, settings),
         )
-        self.adapter = Adapter(self.run.run_dir, knobs)
+        self.adapter = Adapter(run_dir=self.run.run_dir, settings=knobs)
         self.adapter.start()
         return self.adapter
 

@@ -35,7 +35,15 @@ def facts(**over):
         nodes=Answer(queries.parse_nodes(HEALTHY_NODES)),
         limits=Answer(
             queries.Limits(
-                (queries.Association("proj", "", ("normal", "cap2"), "normal", None),),
+                (
+                    queries.Association(
+                        account="proj",
+                        partition="",
+                        qos=("normal", "cap2"),
+                        default_qos="normal",
+                        max_submit_jobs=None,
+                    ),
+                ),
                 {
                     "normal": queries.Qos("normal", None),
                     "cap2": queries.Qos("cap2", 2),
@@ -92,19 +100,27 @@ def test_jobs_above_the_qos_submit_cap_fails_with_the_fix():
     found = by_check(cluster_check.findings(request(jobs=5, **{"slurm-qos": "cap2"}), facts(), 60))
     (jobs,) = found["jobs"]
     assert jobs == cluster_check.CheckResult(
-        "jobs",
-        FAIL,
-        "jobs 5 is above the submit cap 2 (QOS cap2 MaxSubmitJobsPerUser); 0 of your jobs are "
-        "queued now",
-        "above the cap sbatch is refused (QOSMaxSubmitJobPerUserLimit) and Snakemake fails the "
-        "job at once, burning a retry",
-        "jobs: 1",
+        check="jobs",
+        status=FAIL,
+        found="jobs 5 is above the submit cap 2 (QOS cap2 MaxSubmitJobsPerUser); 0 of your jobs "
+        "are queued now",
+        why="above the cap sbatch is refused (QOSMaxSubmitJobPerUserLimit) and Snakemake fails "
+        "the job at once, burning a retry",
+        fix="jobs: 1",
     )
 
 
 def test_less_than_ten_percent_headroom_warns_and_association_caps_count():
     lim = queries.Limits(
-        (queries.Association("proj", "", ("normal",), "normal", 500),),
+        (
+            queries.Association(
+                account="proj",
+                partition="",
+                qos=("normal",),
+                default_qos="normal",
+                max_submit_jobs=500,
+            ),
+        ),
         {"normal": queries.Qos("normal", None)},
         "proj",
     )
@@ -236,7 +252,14 @@ def test_the_json_document_follows_the_documented_schema():
     found = cluster_check.findings(req, f, 60)
     values = cluster_check.overlay(req, f, found, 60)
     doc = cluster_check.CheckRun(
-        req, found, ["profiles/slurm"], None, "me", 60, values, "/tmp/site/config.yaml"
+        request=req,
+        found=found,
+        profiles=["profiles/slurm"],
+        configfile=None,
+        user="me",
+        max_minutes=60,
+        overlay_values=values,
+        overlay_path="/tmp/site/config.yaml",
     ).to_dict()
     schema = json.loads((REPO / "docs/schemas/cluster-check.schema.json").read_text())
     jsonschema.validate(json.loads(json.dumps(doc)), schema)
@@ -247,8 +270,12 @@ def test_the_json_document_follows_the_documented_schema():
 @pytest.mark.parametrize("bad", ["jobs", "status"])
 def test_the_overlay_header_lists_what_it_fixes_and_what_it_cannot(bad):
     found = [
-        cluster_check.CheckResult("jobs", FAIL, "jobs 5 above 2", "", "jobs: 1"),
-        cluster_check.CheckResult("node", WARN, "node vm drained", "", ""),
+        cluster_check.CheckResult(
+            check="jobs", status=FAIL, found="jobs 5 above 2", why="", fix="jobs: 1"
+        ),
+        cluster_check.CheckResult(
+            check="node", status=WARN, found="node vm drained", why="", fix=""
+        ),
     ]
     text = cluster_check.overlay_header(
         ["profiles/slurm"], found, {"jobs": 1} if bad == "jobs" else {}

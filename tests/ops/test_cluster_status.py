@@ -134,7 +134,15 @@ def _facts(run_dir):
         nodes=Answer(queries.parse_nodes(SINFO_NODES)),
         limits=Answer(
             queries.Limits(
-                (queries.Association("shardwise", "", ("normal",), "normal", None),),
+                (
+                    queries.Association(
+                        account="shardwise",
+                        partition="",
+                        qos=("normal",),
+                        default_qos="normal",
+                        max_submit_jobs=None,
+                    ),
+                ),
                 {"normal": queries.Qos("normal", 500)},
                 "shardwise",
             )
@@ -206,9 +214,15 @@ def test_private_jobs_are_said_to_be_hidden_instead_of_guessed(tmp_path):
 
 def test_a_shorter_walltime_that_starts_earlier_but_not_now_is_advised():
     rows = [
-        walltime_probe.ProbeRow(23, "its own request", "2026-12-01T10:44:11", False),
-        walltime_probe.ProbeRow(12, "one shard's share", "2026-12-01T06:34:16", False),
-        walltime_probe.ProbeRow(11, "half of it", "2026-12-01T06:34:16", False),
+        walltime_probe.ProbeRow(
+            minutes=23, label="its own request", start="2026-12-01T10:44:11", starts_now=False
+        ),
+        walltime_probe.ProbeRow(
+            minutes=12, label="one shard's share", start="2026-12-01T06:34:16", starts_now=False
+        ),
+        walltime_probe.ProbeRow(
+            minutes=11, label="half of it", start="2026-12-01T06:34:16", starts_now=False
+        ),
     ]
     priority = _job("20", "PENDING", "Priority", time_limit_minutes=23)
     common = {"own": 23, "shards": 2, "hidden": None, "run_dir": "/r"}
@@ -315,7 +329,9 @@ def test_a_hidden_window_is_located_blind_and_the_advice_names_retime(tmp_path):
 
 def _located(minutes, method):
     start = (NOW + timedelta(minutes=minutes)).isoformat(timespec="seconds")
-    return walltime_probe.Located(minutes, start, method, 9, 1.5, "nothing")
+    return walltime_probe.Located(
+        minutes=minutes, start=start, method=method, calls=9, seconds=1.5, changed="nothing"
+    )
 
 
 def test_a_window_located_with_real_allocations_says_so_and_what_it_submitted(tmp_path):

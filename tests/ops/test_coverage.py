@@ -205,10 +205,10 @@ def test_eta_divides_by_what_the_last_invocation_could_run_at_once(tmp_path: Pat
     run_dir, _, _ = _small_run(tmp_path)
     state = coverage.load_state(run_dir)
     assert state.parallel == (1, "GPU")  # never run by snakemake
-    inflight.Submitter("w", "s", cluster=True, parallel=450).record(run_dir)
+    inflight.Submitter(workdir="w", snakefile="s", cluster=True, parallel=450).record(run_dir)
     cov = coverage.compute(coverage.load_state(run_dir))
     assert (cov.eta.gpus, cov.eta.per) == (450, "GPU")
-    inflight.Submitter("w", "s", cluster=False, parallel=2).record(run_dir)
+    inflight.Submitter(workdir="w", snakefile="s", cluster=False, parallel=2).record(run_dir)
     cov = coverage.compute(coverage.load_state(run_dir))
     assert (cov.eta.gpus, cov.eta.per) == (2, "local job")
     assert any(line.startswith("ETA") and " on 2 local jobs (" in line for line in

@@ -157,7 +157,7 @@ def test_nothing_done_and_never_planned_are_clear_errors(tmp_path, corpus, capsy
 def test_the_dry_run_printout_gains_one_line_with_the_largest_labels(tmp_path, corpus):
     run_dir = write_run(tmp_path, corpus, range(corpus.total_shards))
     (tmp_path / "labels").mkdir()
-    report = report_lines(RunInfo(run_dir, (), ""))
+    report = report_lines(RunInfo(run_dir=run_dir, shards=(), output_uri=""))
     lines = [line for line in report if line.startswith("domains")]
     topic = corpus.true_shares(classifier="topic")
     first = corpus.topics[int(np.argmax(topic))]

@@ -119,8 +119,14 @@ def test_a_cell_never_seen_gets_an_upper_bound_from_the_number_of_tasks():
     tasks = 1000
     pop = Population(["a"], np.zeros(tasks, np.int64), np.full(tasks, 100.0))
     labelled = np.arange(tasks) < 100
-    sample = Sample(labelled, np.where(labelled, 10.0, 0.0), np.flatnonzero(labelled),
-                    np.zeros(100, np.int64), np.full(100, 10.0), n_cells=2)  # fmt: skip
+    sample = Sample(
+        labelled=labelled,
+        task_total=np.where(labelled, 10.0, 0.0),
+        cell_task=np.flatnonzero(labelled),
+        cell=np.zeros(100, np.int64),
+        value=np.full(100, 10.0),
+        n_cells=2,
+    )
     est = estimate(pop, sample)
     m_eff = 100 / (1 - 0.1)
     assert est.share.tolist() == [1.0, 0.0]
@@ -145,8 +151,14 @@ def _few_tasks_trials(tasks: int, trials: int, seed: int) -> tuple[np.ndarray, n
         labelled = np.zeros(tasks, bool)
         labelled[done] = True
         task, cell = np.nonzero(counts * labelled[:, None])
-        sample = Sample(labelled, np.where(labelled, 10.0, 0.0), task, cell,
-                        counts[task, cell].astype(float), n_cells=20)  # fmt: skip
+        sample = Sample(
+            labelled=labelled,
+            task_total=np.where(labelled, 10.0, 0.0),
+            cell_task=task,
+            cell=cell,
+            value=counts[task, cell].astype(float),
+            n_cells=20,
+        )
         est = estimate(pop, sample)
         seen = est.share > 0
         assert np.all((est.high - est.low)[seen & (est.share < 1)] > 0), "zero-width interval"
@@ -165,8 +177,14 @@ def test_tasks_that_agree_by_chance_get_no_zero_width_interval(tasks):
     assert agreed.sum() > 100  # the case is common here
     assert hits.mean() >= 0.90 and hits[agreed].mean() >= 0.90
     pop = Population(["a"], np.zeros(8, np.int64), np.full(8, 1000.0))
-    two = Sample(np.arange(8) < 2, np.where(np.arange(8) < 2, 10.0, 0.0), np.array([0, 0, 1, 1]),
-                 np.array([0, 1, 0, 1]), np.array([1.0, 9.0, 1.0, 9.0]), n_cells=2)  # fmt: skip
+    two = Sample(
+        labelled=np.arange(8) < 2,
+        task_total=np.where(np.arange(8) < 2, 10.0, 0.0),
+        cell_task=np.array([0, 0, 1, 1]),
+        cell=np.array([0, 1, 0, 1]),
+        value=np.array([1.0, 9.0, 1.0, 9.0]),
+        n_cells=2,
+    )
     est = estimate(pop, two)
     assert est.share[0] == pytest.approx(0.1)
     assert est.low[0] < 0.025 < est.high[0]

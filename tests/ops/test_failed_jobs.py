@@ -15,7 +15,7 @@ SHARED = failures.Cause("config", "input.text_field 'body' is in no row of any f
 
 
 def book(tmp_path, stop_after=2, **kw) -> FailureLog:
-    return FailureLog(tmp_path, time.time(), stop_after, **kw)
+    return FailureLog(run_dir=tmp_path, since=time.time(), stop_after=stop_after, **kw)
 
 
 def test_a_reason_is_said_once_then_counted(tmp_path):

@@ -97,7 +97,12 @@ def test_slurms_plan_overrules_a_window_row_that_claims_more_than_starts_now():
     held by another user until +20) starts only 19 min now: the advice says 19."""
     pending = job("7", reason="ReqNodeNotAvail, Reserved for maintenance", time_limit_minutes=960)
     located = walltime_probe.Located(
-        40, (NOW + timedelta(minutes=40)).isoformat(), walltime_probe.Method.ALLOCATED, 9, 1.5, "x"
+        minutes=40,
+        start=(NOW + timedelta(minutes=40)).isoformat(),
+        method=walltime_probe.Method.ALLOCATED,
+        calls=9,
+        seconds=1.5,
+        changed="x",
     )
     rungs = [
         Rung(30, Outcome.UNPLANNED, None, "Priority"),
@@ -155,6 +160,15 @@ def test_a_probe_names_its_owner_and_only_a_dead_owners_probes_count_as_left():
 
 def test_what_the_probe_changed_says_when_it_first_waited_for_another_process():
     rungs = (Rung(60, Outcome.STARTED),)
-    plan = Planned(rungs, 60, 1, calls=9, seconds=30.0, submitted=1, started=1, waited=12.5)
+    plan = Planned(
+        rungs=rungs,
+        longest_now=60,
+        floor=1,
+        calls=9,
+        seconds=30.0,
+        submitted=1,
+        started=1,
+        waited=12.5,
+    )
     assert "first waited 12.5 s for another shardwise process's probes" in plan.changed()
     assert "waited" not in replace(plan, waited=0.2).changed()

@@ -252,7 +252,9 @@ def test_shard_marker_from_another_assignment(run):
 def test_shard_marker_outside_the_run(run):
     markers.write_shard_marker(
         run.run_dir,
-        markers.ShardMarker(9, total_shards=3, minimum_shard_index=0, tasks=0, files=0, docs=0),
+        markers.ShardMarker(
+            shard=9, total_shards=3, minimum_shard_index=0, tasks=0, files=0, docs=0
+        ),
     )
     path = markers.shard_marker_path(run.run_dir, 9)
     assert whats(check(run.run_dir)) == [f"{path}: marks shard 9, outside this run's shards 0..2"]

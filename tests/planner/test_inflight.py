@@ -84,7 +84,7 @@ def test_find_reports_queued_and_claimed_shards_but_not_done_ones(tmp_path):
         flight = inflight.find(tmp_path, SUBMITTER, done={7}, queue=queue)
     assert sorted(flight.shards) == [2, 6]
     assert flight.shards[6] == inflight.Flying(
-        6, "41", "PENDING", "2026-12-01T06:00:00", "SLURM job 41"
+        shard=6, job_id="41", state="PENDING", since="2026-12-01T06:00:00", holder="SLURM job 41"
     )
     assert flight.shards[2].job_id is None and flight.shards[2].state == "running"
     lines = flight.lines()
@@ -132,14 +132,16 @@ def test_stale_incomplete_flags_of_finished_shards_are_cleared_others_kept(tmp_p
         markers.write_shard_marker(
             run_dir,
             markers.ShardMarker(
-                shard, total_shards=4, minimum_shard_index=0, tasks=1, files=1, docs=1
+                shard=shard, total_shards=4, minimum_shard_index=0, tasks=1, files=1, docs=1
             ),
         )
     done_flag = _incomplete_flag(tmp_path, run_dir / "shards" / "0.done")
     flying_flag = _incomplete_flag(tmp_path, run_dir / "shards" / "1.done")
     running_flag = _incomplete_flag(tmp_path, "run/shards/2.done")  # no marker yet
     other_flag = _incomplete_flag(tmp_path, tmp_path / "elsewhere" / "0.done")
-    flight = inflight.InFlight({1: inflight.Flying(1, "9", "RUNNING", "", "SLURM job 9")})
+    flight = inflight.InFlight(
+        {1: inflight.Flying(shard=1, job_id="9", state="RUNNING", since="", holder="SLURM job 9")}
+    )
     assert inflight.clear_stale_incomplete(run_dir, str(tmp_path), flight) == [0]
     assert not done_flag.exists()
     assert flying_flag.exists() and running_flag.exists() and other_flag.exists()

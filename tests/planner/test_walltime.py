@@ -84,13 +84,15 @@ def test_the_adaptations_fit_caps_the_next_submissions_a_group_sharing_it(tmp_pa
     assert walltime.runtime_minutes_for(fixed, 0, 1, main_process=True) == 960
     now = datetime.now()
     horizon = (now + timedelta(minutes=20, seconds=30)).isoformat(timespec="seconds")
-    fit = adaptation.Fit(horizon, 20, 3, now.isoformat(timespec="seconds"), "plan")
+    fit = adaptation.Fit(
+        horizon=horizon, minutes=20, floor=3, since=now.isoformat(timespec="seconds"), reason="plan"
+    )
     adaptation.save(run_dir, adaptation.Adaptation(fit))
     assert walltime.runtime_minutes_for(fixed, 0, 1, main_process=True) == 20
     assert walltime.runtime_minutes_for(fixed, 0, 1, main_process=True, group=4) == 5
     assert walltime.runtime_minutes_for(fixed, 0, 1, main_process=False) == 960  # inside a job
     near = (now + timedelta(minutes=2)).isoformat()  # 2 min left: below one file's 3
-    past = adaptation.Fit(near, 20, 3, "", "plan")
+    past = adaptation.Fit(horizon=near, minutes=20, floor=3, since="", reason="plan")
     adaptation.save(run_dir, adaptation.Adaptation(past))
     assert walltime.runtime_minutes_for(fixed, 0, 1, main_process=True) == 960
 

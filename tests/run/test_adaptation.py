@@ -9,11 +9,26 @@ from shardwise.run import adaptation
 from shardwise.run.adaptation import Adaptation, Event, Fit
 
 NOW = datetime(2026, 12, 1, 6, 0)
-FIT = Fit((NOW + timedelta(minutes=20)).isoformat(), 20, 5, NOW.isoformat(), "SLURM's plan")
+FIT = Fit(
+    horizon=(NOW + timedelta(minutes=20)).isoformat(),
+    minutes=20,
+    floor=5,
+    since=NOW.isoformat(),
+    reason="SLURM's plan",
+)
 
 
 def test_the_record_round_trips_with_its_fit_and_events(tmp_path):
-    event = Event(NOW.isoformat(), "fitted", "line", 20, ("7", "8"), 14, 21.5, 9)
+    event = Event(
+        at=NOW.isoformat(),
+        action="fitted",
+        text="line",
+        minutes=20,
+        jobs=("7", "8"),
+        probe_calls=14,
+        probe_seconds=21.5,
+        probe_jobs=9,
+    )
     record = Adaptation().with_event(event, FIT)
     adaptation.save(tmp_path, record)
     assert adaptation.load(tmp_path) == record
@@ -42,6 +57,6 @@ def test_the_cap_shrinks_to_the_horizon_and_ends_below_one_files_need(tmp_path):
 def test_only_the_last_events_are_kept():
     record = Adaptation()
     for i in range(adaptation.KEEP + 3):
-        record = record.with_event(Event(str(i), "lowered", "x"), None)
+        record = record.with_event(Event(at=str(i), action="lowered", text="x"), None)
     assert len(record.events) == adaptation.KEEP
     assert record.events[0].at == "3"

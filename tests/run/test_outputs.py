@@ -67,7 +67,7 @@ def _words_problems(record: dict, want: outputs.Expected) -> list[str]:
 
 
 WORDS = outputs.OutputKind(
-    "words", ".words.jsonl", build=_words, parse=load_object, check=_words_problems
+    name="words", suffix=".words.jsonl", build=_words, parse=load_object, check=_words_problems
 )
 
 

@@ -13,10 +13,10 @@ from shardwise.errors import RecordError, RunMismatchError
 from shardwise.run import quarantine
 from shardwise.run.claims import Submitter
 from shardwise.run.context import (
-    DolmaSettings,
-    DomainSettings,
-    InputSettings,
-    Roots,
+    RecordedDolma,
+    RecordedDomains,
+    RecordedInput,
+    RecordedRoots,
     RunSettings,
 )
 from shardwise.run.failures import FailureRecord
@@ -37,11 +37,18 @@ STATS = FileStats(
 )  # fmt: skip
 RECORDS = [
     STATS,
-    FileMarker("a/b.jsonl.gz", "a/b.jsonl.gz", 3, 5, "2026-01-01T00:00:00+00:00", "100:7"),
+    FileMarker(
+        file="a/b.jsonl.gz",
+        task_id="a/b.jsonl.gz",
+        shard=3,
+        rows=5,
+        finished_at="2026-01-01T00:00:00+00:00",
+        source_identity="100:7",
+    ),
     ShardMarker(
-        3,
-        8,
-        0,
+        shard=3,
+        total_shards=8,
+        minimum_shard_index=0,
         tasks=1,
         files=1,
         docs=5,
@@ -50,18 +57,18 @@ RECORDS = [
         file_stats={"a/b.jsonl.gz": STATS.figures()},
     ),
     RunSettings(
-        input=InputSettings("auto", "id", "text", "metadata.url"),
+        input=RecordedInput("auto", "id", "text", "metadata.url"),
         storage=StorageOptions(),
         inference={"max_length": 128},
-        domains=DomainSettings(pairs=(("topic", "format"),)),
-        roots=Roots(input="/in", output="s3://b/out"),
+        domains=RecordedDomains(pairs=(("topic", "format"),)),
+        roots=RecordedRoots(input="/in", output="s3://b/out"),
     ),
     RunSettings(
-        input=InputSettings("jsonl", "id", "text"),
+        input=RecordedInput("jsonl", "id", "text"),
         storage=StorageOptions(endpoint_url="http://localhost:9000"),
-        domains=DomainSettings(pairs=None, tokenizer="/tok"),
-        roots=Roots(output="/out"),
-        dolma=DolmaSettings(name="weborganizer", root="/data/attributes/weborganizer"),
+        domains=RecordedDomains(pairs=None, tokenizer="/tok"),
+        roots=RecordedRoots(output="/out"),
+        dolma=RecordedDolma(name="weborganizer", root="/data/attributes/weborganizer"),
     ),
     PlanSummary(
         fingerprint="ab",
@@ -86,11 +93,20 @@ RECORDS = [
     Line("a/b.jsonl.gz", 5, STATS.figures(), {"docs": 5, "classifiers": {}, "pairs": {}}),
 ]
 RUN_JSON = RunMeta.new(
-    total_shards=8, minimum_shard_index=0, files_per_task=1, input_uri="/in",
-    output_uri="/out", task_count=3, fingerprint="ab",
-    classifiers=[("topic", "m/topic", "url_text")], labelling={"text_field": "text"},
-    input_changes=(InputChange("t", 1, 0, 3, "ab"),), models={"topic": {"content_hash": "c"}},
-)  # fmt: skip
+    total_shards=8,
+    minimum_shard_index=0,
+    files_per_task=1,
+    input_uri="/in",
+    output_uri="/out",
+    task_count=3,
+    fingerprint="ab",
+    classifiers=[("topic", "m/topic", "url_text")],
+    labelling={"text_field": "text"},
+    input_changes=(
+        InputChange(at="t", tasks_added=1, tasks_removed=0, task_count=3, fingerprint="ab"),
+    ),
+    models={"topic": {"content_hash": "c"}},
+)
 
 
 @pytest.mark.parametrize("record", RECORDS, ids=lambda r: type(r).__name__)
@@ -177,7 +193,16 @@ def test_not_json_and_not_an_object_are_refused():
 
 
 def test_the_workflow_record_round_trips_and_a_damaged_one_is_absent(tmp_path):
-    submitter = Submitter("/w", "/w/Snakefile", ("/w/c.yaml",), True, 40, "login1", 7, "t")
+    submitter = Submitter(
+        workdir="/w",
+        snakefile="/w/Snakefile",
+        configfiles=("/w/c.yaml",),
+        cluster=True,
+        parallel=40,
+        host="login1",
+        pid=7,
+        started_at="t",
+    )
     submitter.record(tmp_path)
     assert Submitter.recorded(tmp_path) == submitter
     (tmp_path / "claims" / "workflow.json").write_text('{"workdir": 1}')

@@ -131,7 +131,9 @@ def test_other_users_jobs_of_a_partition_are_read_from_one_squeue_call(monkeypat
 
     def run(argv, *, timeout):
         calls.append(list(argv))
-        return command.Reply(tuple(argv), "12|PENDING|ann|gpu\n13|RUNNING|bob|gpu,cpu\n")
+        return command.Reply(
+            argv=tuple(argv), stdout="12|PENDING|ann|gpu\n13|RUNNING|bob|gpu,cpu\n"
+        )
 
     monkeypatch.setattr(queries.command, "run", run)
     found = queries.partition_jobs(["gpu", "cpu"])
@@ -144,7 +146,9 @@ def test_other_users_jobs_of_a_partition_are_read_from_one_squeue_call(monkeypat
 
 def test_a_refused_squeue_is_an_answer_with_the_problem(monkeypatch):
     def run(argv, *, timeout):
-        return command.Reply(tuple(argv), returncode=1, problem="`squeue` exited 1", kind="failed")
+        return command.Reply(
+            argv=tuple(argv), returncode=1, problem="`squeue` exited 1", kind="failed"
+        )
 
     monkeypatch.setattr(queries.command, "run", run)
     assert queries.partition_jobs(["gpu"]) == queries.Answer(None, "`squeue` exited 1", "failed")

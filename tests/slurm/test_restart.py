@@ -119,7 +119,9 @@ def test_a_stale_claim_does_not_block_its_shard_and_a_live_one_does(cluster, tmp
     path = claims.claim_path(run_dir, 0)
     path.parent.mkdir(parents=True, exist_ok=True)
     on_node = replace(claims.for_this_process(0), host="node-elsewhere", slurm_job_id=held_job)
-    submitter = inflight.Submitter(str(tmp_path), str(sr.REPO / "Snakefile"), cluster=True)
+    submitter = inflight.Submitter(
+        workdir=str(tmp_path), snakefile=str(sr.REPO / "Snakefile"), cluster=True
+    )
     try:
         path.write_bytes(on_node.to_bytes())
         refused = sr.shardwise("classify-shard", "--run-dir", str(run_dir), "--shard", "0",

@@ -140,7 +140,7 @@ class CannotShrinkError(RuntimeError):
     """A single document does not fit in memory: halving cannot help any more."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class BatchPolicy:
     """How big the next batch may be (a padded-token ``budget``, or ``batch_size`` rows).
     An OOM halves it and the failed batch is cut again and retried; the smaller limit is kept

@@ -78,7 +78,7 @@ class ClassifierSpec:
     input: str  # "url_text" -> "{url}\n\n{text}", "text" -> "{text}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class InferenceSettings:
     """How to run the classifiers; defaults are the production settings."""
 
@@ -101,7 +101,7 @@ class Labels:
     stats: dict[str, Any]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Prepared:
     """Tokenized documents, ready for :meth:`Engine.run`. Holds no torch objects."""
 

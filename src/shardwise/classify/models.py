@@ -45,7 +45,7 @@ _NEW_SUPPORTED = {
 _HUB_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LoadedClassifier:
     """A classifier ready for inference, with what the engine needs to feed and label it."""
 

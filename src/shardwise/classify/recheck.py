@@ -47,7 +47,7 @@ def compare(was: np.ndarray, redo: np.ndarray) -> tuple[int, float]:
     return changed, float(errors.max()) if errors.size else 0.0
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Outcome:
     """What the re-check did for one classifier on one file."""
 

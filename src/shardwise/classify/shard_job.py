@@ -63,7 +63,7 @@ class FileTask:
     identity: str | None = None  # the source's identity when it was planned
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ShardReport:
     """What a shard job did (returned for tests and logs)."""
 
@@ -110,7 +110,7 @@ def files_done(ctx: JobContext, shard: int, files: list[FileTask]) -> dict[str, 
     return done
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Loaded:
     task: FileTask
     docs: Documents | None = None
@@ -146,7 +146,7 @@ def _prefetch(
             for task in todo:
                 if stop.is_set():
                     return
-                item = _Loaded(task)
+                item = _Loaded(task=task)
                 t0 = time.perf_counter()
                 try:
                     item.docs = read_documents(ctx.source, task.rel, ctx.fields, ctx.fmt)
@@ -192,7 +192,7 @@ def run_shard(
     ctx.source.remember_sizes({f.rel: f.size for f in files})  # no HEAD per file
     done, left_out = files_done(ctx, shard, files), quarantine.load(run_dir)
     quarantined = sum(f.rel in left_out and f.rel not in done for f in files)
-    report = ShardReport(shard, len(files), skipped=len(done), quarantined=quarantined,
+    report = ShardReport(shard=shard, files=len(files), skipped=len(done), quarantined=quarantined,
                          docs=sum(rows or 0 for rows in done.values()))  # fmt: skip
     unknown_docs = any(rows is None for rows in done.values())
     todo = [f for f in files if f.rel not in done and f.rel not in left_out]
@@ -205,10 +205,15 @@ def run_shard(
         lambda rel: ctx.output.read_bytes(outputs.STATS.rel(rel)),
     )  # fmt: skip
     marker = markers.ShardMarker(
-        shard, ctx.meta.total_shards, ctx.meta.minimum_shard_index, len({f.task_id for f in files}),
-        len(files), None if unknown_docs else report.docs, quarantined=report.quarantined,
+        shard=shard,
+        total_shards=ctx.meta.total_shards,
+        minimum_shard_index=ctx.meta.minimum_shard_index,
+        tasks=len({f.task_id for f in files}),
+        files=len(files),
+        docs=None if unknown_docs else report.docs,
+        quarantined=report.quarantined,
         file_stats=file_stats,
-    )  # fmt: skip
+    )
     markers.write_shard_marker(run_dir, marker)
     return report
 
@@ -221,9 +226,14 @@ def half_on_cpu(engine: Any) -> str | None:
 
 
 def _label_todo(
-    ctx: JobContext, shard: int, todo: list[FileTask], report: ShardReport,
-    engine_factory: Callable[[JobContext], Any], *, progress: bool,
-) -> None:  # fmt: skip
+    ctx: JobContext,
+    shard: int,
+    todo: list[FileTask],
+    report: ShardReport,
+    engine_factory: Callable[[JobContext], Any],
+    *,
+    progress: bool,
+) -> None:
     """Label ``todo`` in order, one file ahead on the reader thread, into ``report``. A file
     that cannot be read is recorded and the rest go on; anything else stops the shard,
     recorded with the file it stopped at."""
@@ -306,8 +316,16 @@ def _label_file(
         columns[sidecar.TOKENS] = pa.array(item.tokens, pa.int64())
     if item.docs.id_json is not None:  # kept so the Dolma attributes keep the ids' type
         columns[sidecar.ID_JSON] = pa.array(item.docs.id_json, pa.string())
-    labelled = outputs.Labelled(rel, task.task_id, shard, task.identity, item.docs.ids, columns,
-                                stats, ctx.settings.dolma_name)  # fmt: skip
+    labelled = outputs.Labelled(
+        rel=rel,
+        task_id=task.task_id,
+        shard=shard,
+        identity=task.identity,
+        ids=item.docs.ids,
+        columns=columns,
+        stats=stats,
+        dolma_name=ctx.settings.dolma_name,
+    )
     written = outputs.write_all(ctx.roots(), labelled)
     if item.docs.counts:  # labelled, not fatal (the reader's policy): said in the job log too
         found = ", ".join(f"{k}={v}" for k, v in sorted(item.docs.counts.items()))

@@ -83,7 +83,7 @@ class StreamKey:
     max_length: int
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TokenStream:
     """Input ids of all documents for one :class:`StreamKey`, flat with offsets:
     ``ids[offsets[i]:offsets[i + 1]]`` is document ``i`` with specials, truncated;
@@ -100,7 +100,7 @@ class TokenStream:
         return self.ids[self.offsets[index] : self.offsets[index + 1]].tolist()
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TokenizerInfo:
     """What shared tokenization needs to know about one distinct tokenizer."""
 
@@ -136,7 +136,16 @@ class TokenizerInfo:
             prefix = tuple(probe_full[:start])
             suffix = tuple(probe_full[start + len(probe_plain) :])
         pad_id = int(tokenizer.pad_token_id or 0)
-        return cls(tokenizer_hash, backend, reference, prefix, suffix, pad_id, splittable, reason)
+        return cls(
+            hash=tokenizer_hash,
+            backend=backend,
+            reference=reference,
+            prefix_ids=prefix,
+            suffix_ids=suffix,
+            pad_id=pad_id,
+            splittable=splittable,
+            reason=reason,
+        )
 
     def encode_reference(self, strings: list[str], max_length: int) -> list[list[int]]:
         """The tokenizer's own output: specials added, right-truncated to ``max_length``."""

@@ -55,7 +55,7 @@ class AdaptSettings:
     timeout: float = command.DEFAULT_TIMEOUT
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Adapter:
     """One run's adaptation: :meth:`check` is one round; :meth:`start` runs it in a thread."""
 
@@ -156,7 +156,13 @@ class Adapter:
         horizon = datetime.now() + timedelta(minutes=minutes)
         why = f"job {job.id} pends for a reservation ({job.reason}); SLURM's plan for its request "
         why += f"starts a job of {minutes} min now, none longer"
-        fit = Fit(horizon.isoformat(timespec="seconds"), minutes, floor, _now(), why)
+        fit = Fit(
+            horizon=horizon.isoformat(timespec="seconds"),
+            minutes=minutes,
+            floor=floor,
+            since=_now(),
+            reason=why,
+        )
         text = f"{why} ({cost}): the run's pending jobs and next submissions ask for at most "
         text += f"{minutes} min (ending by {horizon:%H:%M}; never below {floor} min, one file)"
         self._say("fitted", text, minutes=minutes, fit=fit, probe=planned)
@@ -195,7 +201,7 @@ class Adapter:
         if probe is not None:
             cost = {"probe_calls": probe.calls, "probe_seconds": probe.seconds,
                     "probe_jobs": probe.submitted}  # fmt: skip
-        event = Event(_now(), action, text, minutes, jobs, **cost)
+        event = Event(at=_now(), action=action, text=text, minutes=minutes, jobs=jobs, **cost)
         self.record = self.record.with_event(event, now_fit)  # type: ignore[arg-type]
         adaptation.save(self.run_dir, self.record)
 

@@ -28,7 +28,7 @@ HEADROOM = 0.10
 PLUGIN_MAX_POLL_GAP = 180
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CheckResult:
     """One row of the check."""
 
@@ -41,7 +41,7 @@ class CheckResult:
     sets: tuple[tuple[str, str], ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CheckFacts:
     """What SLURM said, gathered once."""
 
@@ -85,11 +85,19 @@ def check_facts(request: JobRequest, *, timeout: float = command.DEFAULT_TIMEOUT
 def findings(request: JobRequest, facts: CheckFacts, max_minutes: int) -> list[CheckResult]:
     """Every check's finding, in a stable order."""
     name = (facts.config.value or {}).get("ClusterName", "?")
-    controller = CheckResult("controller", OK, f"cluster {name} answers (user {facts.user})")
+    controller = CheckResult(
+        check="controller", status=OK, found=f"cluster {name} answers (user {facts.user})"
+    )
     if not facts.config.ok:
         why = "nothing can be submitted or checked without the SLURM controller"
         fix = "run this on a login node of the cluster (where sbatch works)"
-        controller = CheckResult("controller", FAIL, facts.config.problem or "no answer", why, fix)
+        controller = CheckResult(
+            check="controller",
+            status=FAIL,
+            found=facts.config.problem or "no answer",
+            why=why,
+            fix=fix,
+        )
     parts, part_findings = _partitions(request, facts, max_minutes)
     out = [controller, _account(request, facts), _jobs(request, facts),
            _status_command(request, facts), *part_findings]  # fmt: skip
@@ -123,17 +131,27 @@ def _account(request: JobRequest, facts: CheckFacts) -> CheckResult:
         why += "one anyway where the site bills or prioritises by account"
     level = FAIL if required else WARN
     if request.account is None:
-        return CheckResult("account", level, "the profile names no slurm_account", why, hint)
+        return CheckResult(
+            check="account",
+            status=level,
+            found="the profile names no slurm_account",
+            why=why,
+            fix=hint,
+        )
     unset = profile.unset_variables(request.account)
     if unset:
-        return CheckResult("account", level, f"${unset[0]} is not set", why, hint)
+        return CheckResult(
+            check="account", status=level, found=f"${unset[0]} is not set", why=why, fix=hint
+        )
     if not facts.limits.ok:
         found = f"account {request.account}: cannot check ({facts.limits.problem})"
-        return CheckResult("account", WARN, found, why, "")
+        return CheckResult(check="account", status=WARN, found=found, why=why, fix="")
     if request.account in accounts:
-        return CheckResult("account", OK, f"account {request.account} is one of yours")
+        return CheckResult(
+            check="account", status=OK, found=f"account {request.account} is one of yours"
+        )
     found = f"account {request.account} is not one of your associations ({', '.join(accounts)})"
-    return CheckResult("account", level, found, why, hint)
+    return CheckResult(check="account", status=level, found=found, why=why, fix=hint)
 
 
 def effective_qos(
@@ -182,7 +200,13 @@ def _jobs(request: JobRequest, facts: CheckFacts) -> CheckResult:  # noqa: PLR09
     why = "above the cap sbatch is refused (QOSMaxSubmitJobPerUserLimit) and Snakemake fails "
     why += "the job at once, burning a retry"
     if request.jobs is None:
-        return CheckResult("jobs", FAIL, "the profile sets no `jobs`", why, "jobs: <under the cap>")
+        return CheckResult(
+            check="jobs",
+            status=FAIL,
+            found="the profile sets no `jobs`",
+            why=why,
+            fix="jobs: <under the cap>",
+        )
     cap, source = submit_cap(request.account, request.qos, _limits(facts))
     mine = len(facts.queue.value or []) if facts.queue.ok else None
     queued = f"; {mine} of your jobs are queued now" if mine is not None else ""
@@ -190,22 +214,26 @@ def _jobs(request: JobRequest, facts: CheckFacts) -> CheckResult:  # noqa: PLR09
     if cap is None and source == "unknown":
         found = f"jobs {jobs}; the submit cap is unknown ({facts.limits.problem})"
         fix = "ask the admins for MaxSubmitJobsPerUser and keep jobs 10% under it"
-        return CheckResult("jobs", WARN, found, why, fix)
+        return CheckResult(check="jobs", status=WARN, found=found, why=why, fix=fix)
     if cap is None:
-        return CheckResult("jobs", OK, f"jobs {jobs}; no submit cap is set{queued}")
+        return CheckResult(
+            check="jobs", status=OK, found=f"jobs {jobs}; no submit cap is set{queued}"
+        )
     good = f"jobs: {max(1, math.floor(cap * (1 - HEADROOM)))}"
     if jobs > cap:
         found = f"jobs {jobs} is above the submit cap {cap} ({source}){queued}"
-        return CheckResult("jobs", FAIL, found, why, good)
+        return CheckResult(check="jobs", status=FAIL, found=found, why=why, fix=good)
     if cap - jobs < HEADROOM * cap:
         found = f"jobs {jobs} leaves {cap - jobs} of the cap {cap} ({source}) for your other jobs"
         why = "less than 10% headroom: your other jobs and jobs ending between polls hit the cap"
-        return CheckResult("jobs", WARN, found + queued, why, good)
+        return CheckResult(check="jobs", status=WARN, found=found + queued, why=why, fix=good)
     if mine and mine + jobs > cap:
         found = f"jobs {jobs} + your {mine} queued jobs exceed the cap {cap} ({source})"
         fix = f"jobs: {max(1, cap - mine - math.ceil(HEADROOM * cap))} while those run"
-        return CheckResult("jobs", WARN, found, why, fix)
-    return CheckResult("jobs", OK, f"jobs {jobs} under the submit cap {cap} ({source}){queued}")
+        return CheckResult(check="jobs", status=WARN, found=found, why=why, fix=fix)
+    return CheckResult(
+        check="jobs", status=OK, found=f"jobs {jobs} under the submit cap {cap} ({source}){queued}"
+    )
 
 
 _SQUEUE = (("slurm-status-command", "squeue"),)
@@ -213,7 +241,7 @@ _SACCT = (("slurm-status-command", "sacct"),)
 
 
 def _status_command(request: JobRequest, facts: CheckFacts) -> CheckResult:
-    row = functools.partial(CheckResult, "status_command")
+    row = functools.partial(CheckResult, check="status_command")
     cfg = facts.config.value or {}
     age = queries.min_job_age_seconds(cfg) if facts.config.ok else None
     accounting = facts.config.ok and queries.accounting_enabled(cfg)
@@ -227,19 +255,35 @@ def _status_command(request: JobRequest, facts: CheckFacts) -> CheckResult:
             found = f"{sacct}, but accounting is off ({off}): sacct would hang"
             why = "every status query fails, no job is ever seen finished, Snakemake waits forever"
             more = "" if squeue_ok else f" (and MinJobAge >= {need} s: ask the admins)"
-            return row(FAIL, found, why, "slurm-status-command: squeue" + more, _SQUEUE)
+            return row(
+                status=FAIL,
+                found=found,
+                why=why,
+                fix="slurm-status-command: squeue" + more,
+                sets=_SQUEUE,
+            )
         if facts.sacct is not None and not facts.sacct.ok:
             found = f"{sacct}: {facts.sacct.problem}: sacct would hang"
             why = "no job is ever seen finished and Snakemake waits forever"
-            return row(FAIL, found, why, "slurm-status-command: squeue", _SQUEUE)
+            return row(
+                status=FAIL, found=found, why=why, fix="slurm-status-command: squeue", sets=_SQUEUE
+            )
         why = "plugin 2.8.0 reads 'CANCELLED by <uid>' from sacct as still running: a job "
         why += "cancelled by you or an admin is waited for forever"
         fix, sets = ("slurm-status-command: squeue", _SQUEUE) if squeue_ok else ("", ())
-        return row(WARN if squeue_ok else OK, f"{sacct}; accounting answers", why, fix, sets)
+        return row(
+            status=WARN if squeue_ok else OK,
+            found=f"{sacct}; accounting answers",
+            why=why,
+            fix=fix,
+            sets=sets,
+        )
     if age is None:
         why = "squeue forgets finished jobs after MinJobAge; too short and they are waited for"
         found = "slurm-status-command squeue; MinJobAge unknown"
-        return row(WARN, found, why, "check `scontrol show config | grep MinJobAge`")
+        return row(
+            status=WARN, found=found, why=why, fix="check `scontrol show config | grep MinJobAge`"
+        )
     if not squeue_ok:
         found = f"slurm-status-command squeue, MinJobAge {age} s < {need} s (3 x "
         found += f"slurm-init-seconds-before-status-checks {request.init_seconds}, and > "
@@ -249,8 +293,8 @@ def _status_command(request: JobRequest, facts: CheckFacts) -> CheckResult:
         fix, sets = f"ask the admins for MinJobAge >= {need} s", ()
         if accounting:
             fix, sets = "slurm-status-command: sacct", _SACCT
-        return row(FAIL, found, why, fix, sets)
-    return row(OK, f"slurm-status-command squeue; MinJobAge {age} s >= {need} s")
+        return row(status=FAIL, found=found, why=why, fix=fix, sets=sets)
+    return row(status=OK, found=f"slurm-status-command squeue; MinJobAge {age} s >= {need} s")
 
 
 def _partitions(
@@ -258,7 +302,7 @@ def _partitions(
 ) -> tuple[dict[str, queries.Partition], list[CheckResult]]:
     if not facts.nodes.ok:
         problem = f"cannot list partitions ({facts.nodes.problem})"
-        return {}, [CheckResult("partitions", WARN, problem)]
+        return {}, [CheckResult(check="partitions", status=WARN, found=problem)]
     parts = queries.partitions(facts.nodes.value or [])
     names, source = list(request.partitions), request.partition_source
     if not names:
@@ -275,12 +319,20 @@ def _partitions(
         found = "no partition given and the cluster has no default partition"
         fix = f"export SHARDWISE_SLURM_PARTITION={gpu_list}"
         refused = "sbatch refuses jobs without a partition"
-        out.append(CheckResult("partition", FAIL, found, refused, fix))
+        out.append(CheckResult(check="partition", status=FAIL, found=found, why=refused, fix=fix))
     asked = {n: parts[n] for n in names if n in parts}
     if asked and request.gpus and not sum(p.usable_gpus for p in asked.values()):
         found = "no usable GPU in the partitions right now (all GPU nodes down or drained)"
         fix = f"see `sinfo -R`; partitions with GPUs: {gpu_list}"
-        out.append(CheckResult("gpus", WARN, found, "jobs will pend until nodes return", fix))
+        out.append(
+            CheckResult(
+                check="gpus",
+                status=WARN,
+                found=found,
+                why="jobs will pend until nodes return",
+                fix=fix,
+            )
+        )
     return asked, out
 
 
@@ -292,7 +344,13 @@ def _partition(
     if p is None:
         found = f"partition {name} ({source}) does not exist"
         why = "sbatch refuses every job ('invalid partition specified')"
-        return CheckResult("partition", FAIL, found, why, f"partitions with GPUs here: {gpu_list}")
+        return CheckResult(
+            check="partition",
+            status=FAIL,
+            found=found,
+            why=why,
+            fix=f"partitions with GPUs here: {gpu_list}",
+        )
     k = request.group_components
     limit = k * max_minutes
     problems: list[tuple[str, str, str]] = []
@@ -311,11 +369,13 @@ def _partition(
         problems.append((found, why, fix))
     if problems:
         found, why, fix = ("; ".join(x) for x in zip(*problems, strict=True))
-        return CheckResult("partition", FAIL, f"partition {name}: {found}", why, fix)
+        return CheckResult(
+            check="partition", status=FAIL, found=f"partition {name}: {found}", why=why, fix=fix
+        )
     max_time = "unlimited" if p.max_minutes is None else f"{p.max_minutes} min"
     found = f"partition {name}: UP, {p.usable_gpus}/{p.gpus} GPUs usable, MaxTime "
     found += f"{max_time} >= K x walltime.max_minutes = {limit} min"
-    return CheckResult("partition", OK, found)
+    return CheckResult(check="partition", status=OK, found=found)
 
 
 def _constraint(
@@ -326,26 +386,34 @@ def _constraint(
     have = frozenset().union(*(p.features for p in parts.values())) if parts else frozenset()
     if not facts.nodes.ok or not parts:
         found = f"constraint {constraint}: cannot check the features"
-        return CheckResult("constraint", WARN, found)
+        return CheckResult(check="constraint", status=WARN, found=found)
     missing = [f for f in wanted if f not in have]
     available = ", ".join(sorted(have)) or "(none)"
     if not missing:
-        return CheckResult("constraint", OK, f"constraint {constraint}: every feature exists")
+        return CheckResult(
+            check="constraint", status=OK, found=f"constraint {constraint}: every feature exists"
+        )
     found = f"constraint {constraint}: {', '.join(missing)} exist on no node of the partitions"
     if profile.constraint_is_or(constraint) and len(missing) < len(wanted):
         why = "the other alternatives still match"
-        return CheckResult("constraint", WARN, found, why, f"features here: {available}")
+        return CheckResult(
+            check="constraint", status=WARN, found=found, why=why, fix=f"features here: {available}"
+        )
     why = "sbatch refuses a feature no node has ('Invalid feature specification')"
     fix = f"drop it or use one of: {available} (set-resources classify.constraint or "
     fix += "$SHARDWISE_SLURM_CONSTRAINT)"
-    return CheckResult("constraint", FAIL, found, why, fix)
+    return CheckResult(check="constraint", status=FAIL, found=found, why=why, fix=fix)
 
 
 def _excluded(request: JobRequest, facts: CheckFacts) -> list[CheckResult]:
     if not request.exclude:
         return []
     if not facts.nodes.ok:
-        return [CheckResult("exclude", WARN, "cannot list nodes to check excluded names")]
+        return [
+            CheckResult(
+                check="exclude", status=WARN, found="cannot list nodes to check excluded names"
+            )
+        ]
     known = {n.name for n in facts.nodes.value or []}
     unknown = [n for n in request.exclude if n not in known]
     if unknown:
@@ -354,8 +422,14 @@ def _excluded(request: JobRequest, facts: CheckFacts) -> list[CheckResult]:
         why = "sbatch refuses every job that excludes an unknown node ('Invalid node name "
         why += "specified'): every classify job fails at once"
         fix = f"slurm-exclude-failed-nodes: '{keep}'"
-        return [CheckResult("exclude", FAIL, found + " not have", why, fix)]
-    return [CheckResult("exclude", OK, f"excluded nodes exist: {', '.join(request.exclude)}")]
+        return [
+            CheckResult(check="exclude", status=FAIL, found=found + " not have", why=why, fix=fix)
+        ]
+    return [
+        CheckResult(
+            check="exclude", status=OK, found=f"excluded nodes exist: {', '.join(request.exclude)}"
+        )
+    ]
 
 
 def _bad_nodes(
@@ -374,7 +448,15 @@ def _bad_nodes(
         found += f"{n.reason or 'none given'}"
         found += f" since {n.reason_time}" if n.reason_time else ""
         found += " (excluded by the profile)" if excluded else ""
-        out.append(CheckResult("node", OK if excluded else WARN, found, _NODE_WHY, _NODE_FIX))
+        out.append(
+            CheckResult(
+                check="node",
+                status=OK if excluded else WARN,
+                found=found,
+                why=_NODE_WHY,
+                fix=_NODE_FIX,
+            )
+        )
     return out
 
 
@@ -390,7 +472,7 @@ def _reservations(
         why = "maintenance then shows only as the pending reason 'ReqNodeNotAvail, Reserved "
         why += "for maintenance' (shardwise cluster status explains it)"
         found = f"cannot list reservations ({facts.reservations.problem})"
-        return CheckResult("reservations", WARN, found, why)
+        return CheckResult(check="reservations", status=WARN, found=found, why=why)
     longest = request.group_components * max_minutes
     first = queries.next_maintenance(facts.reservations.value or [], facts.now, parts)
     hidden_note = ""
@@ -405,18 +487,23 @@ def _reservations(
     blind += "jobs to it"
     if first is None:
         found = "no maintenance reservation visible" + hidden_note
-        return CheckResult("reservations", WARN if hidden else OK, found, blind if hidden else "")
+        return CheckResult(
+            check="reservations",
+            status=WARN if hidden else OK,
+            found=found,
+            why=blind if hidden else "",
+        )
     start = first.start or facts.now
     gap = max(0, int((start - facts.now) / timedelta(minutes=1)))
     when = f"{start:%Y-%m-%d %H:%M}" + (f" (in {gap} min)" if start > facts.now else " (now)")
     found = f"maintenance {first.name} from {when} to {first.end:%Y-%m-%d %H:%M}" + hidden_note
     if start > facts.now and gap >= longest:
-        return CheckResult("reservations", OK, found)
+        return CheckResult(check="reservations", status=OK, found=found)
     fit = max(1, gap // max(request.group_components, 1))
     why = f"a job asking for more than {gap} min pends until the window ends ('ReqNodeNotAvail, "
     why += f"Reserved for maintenance'); the longest job asks for {longest} min"
     fix = f"walltime.max_minutes: {fit} until the window (or wait for it to pass)"
-    return CheckResult("reservations", WARN, found, why, fix)
+    return CheckResult(check="reservations", status=WARN, found=found, why=why, fix=fix)
 
 
 def overlay(
@@ -493,7 +580,7 @@ def overlay_header(profiles: list[str], found: list[CheckResult], values: dict[s
     return "\n".join(lines)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CheckRun:
     """``shardwise cluster check``: the request, the findings, the overlay if written."""
 
@@ -566,7 +653,14 @@ def check(
     request = profile.view(profile.load([Path(p) for p in profiles]), cfg)
     facts = check_facts(request, timeout=timeout)
     found = findings(request, facts, max_minutes)
-    run = CheckRun(request, found, profiles, configfile, facts.user, max_minutes)
+    run = CheckRun(
+        request=request,
+        found=found,
+        profiles=profiles,
+        configfile=configfile,
+        user=facts.user,
+        max_minutes=max_minutes,
+    )
     if write_profile is None:
         return run
     values = overlay(request, facts, found, max_minutes)

@@ -30,7 +30,7 @@ from shardwise.slurm.pending import explain
 from shardwise.slurm.queries import Answer
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunJob:
     """One SLURM job of the run."""
 
@@ -47,7 +47,7 @@ class RunJob:
     nodes: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Progress:
     """Shards done over time, and the ETA at the GPUs running now."""
 
@@ -60,7 +60,7 @@ class Progress:
     eta_seconds: float | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Status:
     """Everything the status view shows."""
 
@@ -97,7 +97,7 @@ class Status:
         return format_table(self)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StatusFacts:
     """What SLURM said, gathered once for one view."""
 
@@ -178,9 +178,19 @@ def status_facts(run_dir: Path, *, timeout: float = command.DEFAULT_TIMEOUT) -> 
         found = queries.partition_jobs(parts, timeout=timeout)
         others = Answer([j for j in found.value or [] if j.user != user]) if found.ok else found
     return StatusFacts(
-        user, datetime.now(), queue, cfg, nodes, limits, others, detail, starts, windows, hidden,
-        planned,
-    )  # fmt: skip
+        user=user,
+        now=datetime.now(),
+        queue=queue,
+        config=cfg,
+        nodes=nodes,
+        limits=limits,
+        others=others,
+        probe_detail=detail,
+        probe_starts=starts,
+        reservations=windows,
+        hidden_window=hidden,
+        planned=planned,
+    )
 
 
 def probed_job(mine: dict[str, tuple[queries.Job, tuple[int, ...]]]) -> queries.Job | None:
@@ -260,7 +270,9 @@ def _located(
     """A window ``minutes`` from now, found by ``method`` in ``calls`` since ``began``."""
     start = (datetime.now() + timedelta(minutes=minutes)).isoformat(timespec="seconds")
     seconds = round(time.monotonic() - began, 1)
-    return walltime_probe.Located(minutes, start, method, calls, seconds, changed)
+    return walltime_probe.Located(
+        minutes=minutes, start=start, method=method, calls=calls, seconds=seconds, changed=changed
+    )
 
 
 def _clear_leftover_probes(user: str, queue: Answer[list[queries.Job]], timeout: float) -> int:
@@ -347,8 +359,19 @@ def _run_job(j: queries.Job, shards: tuple[int, ...]) -> RunJob:
     submitted = j.submit_time.isoformat() if j.submit_time else ""
     started = j.start_time.isoformat() if j.start_time and j.running else ""
     types = queries.gpu_types(j.tres_alloc or j.tres_per_job)
-    return RunJob(j.id, j.state, j.reason, shards, j.gpus, types, j.partition,
-                  j.time_limit_minutes, submitted, started, j.nodes)  # fmt: skip
+    return RunJob(
+        id=j.id,
+        state=j.state,
+        reason=j.reason,
+        shards=shards,
+        gpus=j.gpus,
+        gpu_types=types,
+        partition=j.partition,
+        time_limit_minutes=j.time_limit_minutes,
+        submitted=submitted,
+        started=started,
+        nodes=j.nodes,
+    )
 
 
 def _pending(jobs: tuple[RunJob, ...]) -> tuple[dict[str, Any], ...]:
@@ -358,10 +381,14 @@ def _pending(jobs: tuple[RunJob, ...]) -> tuple[dict[str, Any], ...]:
         if j.state == "PENDING":
             groups.setdefault(j.reason or "(none)", []).append(j)
     return tuple(
-        {**asdict(explain(reason)), "reason": reason, "jobs": [j.id for j in js],
-         "shards": sum(len(j.shards) for j in js)}
+        {
+            **asdict(explain(reason)),
+            "reason": reason,
+            "jobs": [j.id for j in js],
+            "shards": sum(len(j.shards) for j in js),
+        }
         for reason, js in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
-    )  # fmt: skip
+    )
 
 
 def _submit_cap(

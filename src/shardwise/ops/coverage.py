@@ -51,7 +51,7 @@ SKEW_MIN_TASKS = 50
 UNMATCHED = "(unmatched)"
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class ShardMarkers:
     """Contents of the done shard markers, as columns (NaN where a field is absent)."""
 
@@ -63,7 +63,7 @@ class ShardMarkers:
     file_stats: tuple[dict[str, Any], ...] = ()
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class RunState:
     """Everything :func:`compute` and the report need, read once from disk (``stats``
     None: none available; ``output_markers`` None: not listed, only whole shards count)."""
@@ -270,7 +270,7 @@ def _plan_values(plan: pa.Table, files: np.ndarray, column: str) -> np.ndarray:
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CategoryCoverage:
     """Completion of one category, in tasks."""
 
@@ -281,7 +281,7 @@ class CategoryCoverage:
     flagged: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Coverage:
     """The coverage report; every count is exact, percentages are 0-100."""
 
@@ -448,7 +448,7 @@ def effective_tasks(
     return np.divide(counts**2, squares, out=np.zeros(n_categories), where=squares > 0)
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class _Files:
     """Per plan row: its shard (relative to the minimum) and whether it is done."""
 
@@ -476,7 +476,14 @@ def _files(state: RunState) -> _Files:
         quarantined = _in(plan["file"], state.quarantined)
         done &= ~quarantined
     size = plan["size"].to_numpy().astype(np.int64)
-    return _Files(rel_shard, in_range, shard_done, done, quarantined, size)
+    return _Files(
+        rel_shard=rel_shard,
+        in_range=in_range,
+        shard_done=shard_done,
+        done=done,
+        quarantined=quarantined,
+        size=size,
+    )
 
 
 def _in(files: pa.ChunkedArray, names: Iterable[str]) -> np.ndarray:
@@ -517,12 +524,17 @@ def _tasks(state: RunState, f: _Files, category_regex: str | None) -> _Tasks:
     flags = skew_flags(cat_done, cat_total, overall, effective_tasks(cat, task_shard, len(names)))
     cats = sorted(
         (
-            CategoryCoverage(names[i], int(cat_total[i]), int(cat_done[i]),
-                             _percent(int(cat_done[i]), int(cat_total[i])), bool(flags[i]))
+            CategoryCoverage(
+                name=names[i],
+                tasks_total=int(cat_total[i]),
+                tasks_done=int(cat_done[i]),
+                percent=_percent(int(cat_done[i]), int(cat_total[i])),
+                flagged=bool(flags[i]),
+            )
             for i in range(len(names))
         ),
         key=lambda c: (c.percent, -c.tasks_total, c.name),
-    )  # fmt: skip
+    )
     return _Tasks(n_tasks, done, int(task_quarantined.sum()), tuple(cats))
 
 

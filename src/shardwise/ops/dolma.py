@@ -29,7 +29,7 @@ from shardwise.store.location import Location
 DOLMA_DIR = "dolma"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Exported:
     """What ``export`` did."""
 
@@ -82,8 +82,13 @@ def export(
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         list(pool.map(one, todo))
     bar.close()
-    done = Exported(len(todo), len(jsonl) - len(todo), len(labelled) - len(jsonl),
-                    len(files) - len(labelled), attributes.uri)  # fmt: skip
+    done = Exported(
+        written=len(todo),
+        present=len(jsonl) - len(todo),
+        not_jsonl=len(labelled) - len(jsonl),
+        unlabelled=len(files) - len(labelled),
+        root=attributes.uri,
+    )
     if shard is not None:
         if done.unlabelled:
             msg = f"shard {shard}: {done.unlabelled:,} file(s) are not labelled yet, so their "

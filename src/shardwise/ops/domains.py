@@ -33,7 +33,7 @@ WEIGHTS = ("docs", "bytes", "tokens")
 TIMES = " \u00d7 "  # between the classifiers of a pair, as in "topic x format"
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class DomainData:
     """Everything read from the run directory, once."""
 
@@ -91,14 +91,25 @@ def load(run_dir: Path) -> DomainData:
     index = {t: i for i, t in enumerate(task_names)}
     task_index = [np.array([index.get(t, -1) for t in s.task_ids], np.int64) for s in got]
     return DomainData(
-        run_dir, run_dir.resolve().name, meta.total_shards, len(done), shards_without,
-        tasks_without, tasks.categories, task_names, tasks.task_category, tasks.task_bytes,
-        in_population, int((~in_population).sum()), got, task_index,
-        sum(len(s.incomplete_tasks) for s in got),
-    )  # fmt: skip
+        run_dir=run_dir,
+        name=run_dir.resolve().name,
+        total_shards=meta.total_shards,
+        shards_done=len(done),
+        shards_unsummarized=shards_without,
+        tasks_unsummarized=tasks_without,
+        categories=tasks.categories,
+        task_ids=task_names,
+        task_category=tasks.task_category,
+        task_bytes=tasks.task_bytes,
+        in_population=in_population,
+        quarantined_tasks=int((~in_population).sum()),
+        summaries=got,
+        task_index=task_index,
+        incomplete_tasks=sum(len(s.incomplete_tasks) for s in got),
+    )
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Domains:
     """One view's estimate, with what it was computed from."""
 
@@ -214,8 +225,15 @@ def _sample(data: DomainData, view: str, weight: str) -> tuple[Sample, tuple[lis
     if not row_keep.all():
         task, cell, value = task[row_keep], cell[row_keep], value[row_keep]
     cell_task = task if keep_task.all() else new_index[task]
-    sample = Sample(labelled[keep_task], totals[keep_task], cell_task, cell, value, n_cells,
-                    docs[keep_task])  # fmt: skip
+    sample = Sample(
+        labelled=labelled[keep_task],
+        task_total=totals[keep_task],
+        cell_task=cell_task,
+        cell=cell,
+        value=value,
+        n_cells=n_cells,
+        task_docs=docs[keep_task],
+    )
     return sample, tuple(list(d) for d in labels), note
 
 
@@ -296,7 +314,16 @@ def compute(
     if data.quarantined_tasks:
         text = f"{data.quarantined_tasks:,} task(s) with quarantined files are left out of "
         notes.append(text + "the corpus (quarantine.json)")
-    return Domains(data, view, tuple(view.split(",")), labels, weight, est, cell_labels, notes)
+    return Domains(
+        data=data,
+        view=view,
+        axes=tuple(view.split(",")),
+        labels=labels,
+        weight=weight,
+        est=est,
+        cell_labels=cell_labels,
+        notes=notes,
+    )
 
 
 def default_weight(data: DomainData, fmt: str) -> str:

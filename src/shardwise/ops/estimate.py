@@ -56,7 +56,7 @@ class Population:
     task_bytes: np.ndarray  # float64 input bytes of each task (plan)
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Sample:
     """What is labelled: per task its total, per (task, cell) the amount in the cell (in
     the weight's unit); tasks not labelled have no rows in ``cell_task``."""
@@ -72,7 +72,7 @@ class Sample:
     task_docs: np.ndarray | None = None
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class CategoryEstimate:
     """Per-category shares (one row per category, one column per cell); NaN = no task."""
 
@@ -85,7 +85,7 @@ class CategoryEstimate:
     estimated_total: np.ndarray  # (H,) documents (or bytes) of the category
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Estimate:
     """Shares of each cell over the corpus, with 95% intervals and totals."""
 
@@ -124,7 +124,7 @@ class Estimate:
         return float(np.max(self.high[unseen])) if unseen.any() else 0.0
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class _Sums:
     """Per-stratum (rows) sums over labelled tasks; per (stratum, cell) sums of y."""
 
@@ -283,9 +283,14 @@ def _by_category(x: _Sums) -> CategoryEstimate:
     )
     none = x.m[:, None] == 0
     return CategoryEstimate(
-        p, np.where(none, np.nan, low), np.where(none, np.nan, high), p * T[:, None],
-        x.m.astype(np.int64), x.M.astype(np.int64), np.where(x.m > 0, T, np.nan),
-    )  # fmt: skip
+        share=p,
+        low=np.where(none, np.nan, low),
+        high=np.where(none, np.nan, high),
+        total=p * T[:, None],
+        tasks_labelled=x.m.astype(np.int64),
+        tasks_total=x.M.astype(np.int64),
+        estimated_total=np.where(x.m > 0, T, np.nan),
+    )
 
 
 def estimate(pop: Population, sample: Sample) -> Estimate:

@@ -23,7 +23,7 @@ _CLOCK_SLACK_S = 5.0
 _LOG_LINE_CHARS = 300
 
 
-@dataclass
+@dataclass(kw_only=True)
 class FailureLog:
     """The failed shards of one invocation, by reason (what the console has said)."""
 
@@ -152,7 +152,9 @@ def install(
     except ImportError:  # pragma: no cover - shardwise always runs with Snakemake
         return None
     at_start = frozenset(markers.done_shards(Path(run_dir)))
-    book = FailureLog(Path(run_dir), now(), stop_after, at_start)
+    book = FailureLog(
+        run_dir=Path(run_dir), since=now(), stop_after=stop_after, done_at_start=at_start
+    )
     lock = threading.Lock()
 
     def after_failure(job: Any, members: list[Any]) -> tuple[dict[int, str], list[str]]:

@@ -45,7 +45,7 @@ class Rung:
     reason: str = ""  # SLURM's pending reason, or sbatch's refusal
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Planned:
     """The answer: every rung asked (longest first), the longest limit that starts now
     (None: none down to ``floor``), and what the probe cost."""
@@ -147,7 +147,7 @@ def _wait_seconds(bf_interval: int) -> float:
     return 2 * bf_interval + 10
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Tally:
     """What the probe has cost so far."""
 

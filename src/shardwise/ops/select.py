@@ -24,7 +24,7 @@ _SUFFIXES = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
 _BUDGET = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([KMBGT]?)\s*$", re.IGNORECASE)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Request:
     """What the user asked for."""
 
@@ -101,7 +101,7 @@ def read_weights(path: Path) -> tuple[tuple[tuple[Any, ...], float], ...]:
     return tuple(out)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Available:
     """Labelled tokens and documents per domain of one view, from the summaries."""
 
@@ -141,8 +141,15 @@ def available(data: dom.DomainData, view: str) -> Available:
     tokens = np.array([round(totals[k][0]) for k in order], np.int64)
     docs = np.array([round(totals[k][1]) for k in order], np.int64)
     population = int(data.in_population.sum())
-    return Available(axes, tuple(order), tokens, docs, int(labelled.sum()), population,
-                     tuple(sorted(shards)))  # fmt: skip
+    return Available(
+        axes=axes,
+        labels=tuple(order),
+        tokens=tokens,
+        docs=docs,
+        labelled_tasks=int(labelled.sum()),
+        population_tasks=population,
+        shards=tuple(sorted(shards)),
+    )
 
 
 def _axis_ids(name: str, seen: Sequence[str]) -> dict[int, str]:

@@ -26,7 +26,7 @@ from shardwise.store.atomic import write_atomic
 from shardwise.store.location import Location
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FileSelection:
     """One file's documents: each one's domain (-1: none of the plan's), tokens, copies."""
 
@@ -75,7 +75,14 @@ def select_file(
     rate = np.where(domain >= 0, sel.rates()[np.maximum(domain, 0)], 0.0)
     k = selection.repeats(rate, selection.uniform(ids, sel.seed, rel))
     tokens = table[sidecar.TOKENS].to_numpy(zero_copy_only=False).astype(np.int64)
-    return FileSelection(rel, ids, domain, tokens, k, typed if typed != ids else None)
+    return FileSelection(
+        rel=rel,
+        ids=ids,
+        domain=domain,
+        tokens=tokens,
+        repeats=k,
+        json_ids=typed if typed != ids else None,
+    )
 
 
 def files_to_select(

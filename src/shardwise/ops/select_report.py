@@ -28,7 +28,7 @@ TIMES = " \u00d7 "
 TOP = 40
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Row:
     """One domain in the report."""
 
@@ -45,7 +45,7 @@ class Row:
     shortfall_tokens: float  # target not reached (capped or empty domain)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Report:
     """A selection's outcome, from its plan and its shard records."""
 

@@ -55,7 +55,7 @@ class Finding:
         return f"{level}: {self.where}: {self.what}"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class VerifyReport:
     """What ``verify_run`` found; ``ok`` is the exit decision."""
 
@@ -144,7 +144,7 @@ class VerifyReport:
         }  # fmt: skip
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _FileCheck:
     """The result of reading one marked file's marker, stats, sidecar and input."""
 
@@ -173,7 +173,7 @@ def verify_run(
     meta, table, left_out = ctx.meta, plan.load(run_dir), quarantine.load(run_dir)
     planned = _planned(ctx, table)
     in_run = shard_range(meta.total_shards, meta.minimum_shard_index)
-    report = VerifyReport(str(run_dir), sample, shards_total=len(in_run),
+    report = VerifyReport(run_dir=str(run_dir), sample=sample, shards_total=len(in_run),
                           files_planned=len(planned), files_quarantined=len(left_out))  # fmt: skip
     _check_plan(report, run_dir, meta, planned)
     report.quarantined = [Finding(ctx.source.url(f), e.reason) for f, e in sorted(left_out.items())]
@@ -516,7 +516,7 @@ def _check_file(
 ) -> _FileCheck:  # fmt: skip
     """Read one marked file's outputs and its input's ids, and check each output against
     them (``outputs``: each kind's parser and checker), the marker first."""
-    check = _FileCheck(rel)
+    check = _FileCheck(rel=rel)
     task_id, shard = plan_row
     try:
         docs = read_documents(ctx.source, rel, _ids_only(ctx.fields), ctx.fmt)
@@ -527,8 +527,16 @@ def _check_file(
             return check
         check.problems.append(Finding(ctx.source.url(rel), f"input unreadable: {e}"))
     ids = docs.ids if docs else None
-    want = outputs.Expected(rel, task_id, shard, ids, tuple(classifiers), ctx.meta.labelling,
-                            docs.id_json if docs else None, ctx.meta.models)  # fmt: skip
+    want = outputs.Expected(
+        rel=rel,
+        task_id=task_id,
+        shard=shard,
+        ids=ids,
+        classifiers=tuple(classifiers),
+        labelling=ctx.meta.labelling,
+        id_json=docs.id_json if docs else None,
+        models=ctx.meta.models,
+    )
     roots = ctx.roots()
     for kind in reversed(outputs.kinds()):
         if kind.name not in kinds or kind.root not in roots:

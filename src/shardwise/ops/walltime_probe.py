@@ -35,7 +35,7 @@ class Method(StrEnum):
     PLANNED = "planned"  # SLURM's own plan for probe jobs of the run's request (plan_probe)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Located:
     """A hidden window located blind: it starts at ``start`` (ISO time), ``minutes`` after
     the search, which ``method`` made in ``calls`` SLURM calls and ``seconds``; ``changed``:
@@ -49,7 +49,7 @@ class Located:
     changed: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ProbeRow:
     """One answer to "when would a job asking for ``minutes`` start?" (``source``: who
     answered, ``sbatch --test-only`` or a maintenance window)."""
@@ -64,7 +64,7 @@ class ProbeRow:
     method: Method = Method.TEST_ONLY
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Probe:
     """Would a shorter walltime start now? For the oldest pending job."""
 
@@ -215,7 +215,7 @@ def test_only_options(detail: dict[str, str], minutes: int) -> list[str]:
     return opts
 
 
-def probe(
+def probe(  # noqa: PLR0913 - SLURM's separate answers, keyword-only
     oldest: queries.Job, shards: int, starts: dict[int, Answer[datetime]], *,
     reservations: Answer[list[queries.Reservation]] | None, nodes: Answer[list[queries.Node]],
     now: datetime, hidden: Answer[Located] | None = None, run_dir: str = "<run_dir>",
@@ -251,9 +251,19 @@ def probe(
         label = _label(minutes, own, shards)
         if answer.ok and answer.value is not None:
             when = answer.value.isoformat(timespec="seconds")
-            rows.append(ProbeRow(minutes, label, when, answer.value <= soon))
+            rows.append(
+                ProbeRow(minutes=minutes, label=label, start=when, starts_now=answer.value <= soon)
+            )
         else:
-            rows.append(ProbeRow(minutes, label, None, None, answer.problem))
+            rows.append(
+                ProbeRow(
+                    minutes=minutes,
+                    label=label,
+                    start=None,
+                    starts_now=None,
+                    problem=answer.problem,
+                )
+            )
     rows += [r for r in (window, plan_row) if r is not None]
     rows.sort(key=lambda r: -r.minutes)
     advice = _advice(rows, own=own, shards=shards, job=oldest, hidden=hidden, run_dir=run_dir)
@@ -268,7 +278,15 @@ def probe(
     submitted = oldest.submit_time.isoformat() if oldest.submit_time else ""
     blind = window is not None and window.method is not Method.RESERVATION
     located = hidden.value if hidden is not None and blind else None
-    return Probe(oldest.id, shards, submitted, tuple(rows), advice, located, plan)
+    return Probe(
+        job_id=oldest.id,
+        shards=shards,
+        submitted=submitted,
+        rows=tuple(rows),
+        advice=advice,
+        located=located,
+        planned=plan,
+    )
 
 
 PLAN_LABEL = "SLURM's plan starts now"
@@ -280,8 +298,16 @@ def _plan_row(plan: Planned, now: datetime) -> ProbeRow:
     if found is None:
         floor = max(1, plan.floor)
         source = "SLURM's plan for probe jobs of your request"
-        return ProbeRow(floor, PLAN_LABEL, None, None, plan.why_none(), source, None,
-                        Method.PLANNED)  # fmt: skip
+        return ProbeRow(
+            minutes=floor,
+            label=PLAN_LABEL,
+            start=None,
+            starts_now=None,
+            problem=plan.why_none(),
+            source=source,
+            window_start=None,
+            method=Method.PLANNED,
+        )
     longer = [r for r in plan.rungs if r.minutes > found]
     source = f"SLURM's plan: a job of your request asking {found} min started at once"
     if longer:
@@ -289,7 +315,16 @@ def _plan_row(plan: Planned, now: datetime) -> ProbeRow:
         why = nearest.reason or nearest.outcome.value
         source += f", one asking {nearest.minutes} min did not ({why})"
     when = now.isoformat(timespec="seconds")
-    return ProbeRow(found, PLAN_LABEL, when, True, None, source, None, Method.PLANNED)
+    return ProbeRow(
+        minutes=found,
+        label=PLAN_LABEL,
+        start=when,
+        starts_now=True,
+        problem=None,
+        source=source,
+        window_start=None,
+        method=Method.PLANNED,
+    )
 
 
 def _overruled(window: ProbeRow, plan: Planned, plan_row: ProbeRow) -> ProbeRow:
@@ -309,8 +344,16 @@ def _overruled(window: ProbeRow, plan: Planned, plan_row: ProbeRow) -> ProbeRow:
         if plan_row.starts_now
         else plan_row.problem or "SLURM's plan starts nothing now"
     )
-    return ProbeRow(window.minutes, window.label, None, None, problem, window.source,
-                    window.window_start, window.method)  # fmt: skip
+    return ProbeRow(
+        minutes=window.minutes,
+        label=window.label,
+        start=None,
+        starts_now=None,
+        problem=problem,
+        source=window.source,
+        window_start=window.window_start,
+        method=window.method,
+    )
 
 
 def _window_row(
@@ -365,9 +408,27 @@ def _window(
     begins = f"{start:%H:%M}"
     if _free_in_partition(nodes, job):
         when = now.isoformat(timespec="seconds")
-        return ProbeRow(minutes, WINDOW_LABEL, when, True, None, source, begins, method)
+        return ProbeRow(
+            minutes=minutes,
+            label=WINDOW_LABEL,
+            start=when,
+            starts_now=True,
+            problem=None,
+            source=source,
+            window_start=begins,
+            method=method,
+        )
     problem = "no idle node in its partition now: it starts when one frees, if before the window"
-    return ProbeRow(minutes, WINDOW_LABEL, None, None, problem, source, begins, method)
+    return ProbeRow(
+        minutes=minutes,
+        label=WINDOW_LABEL,
+        start=None,
+        starts_now=None,
+        problem=problem,
+        source=source,
+        window_start=begins,
+        method=method,
+    )
 
 
 def _free_in_partition(nodes: Answer[list[queries.Node]], job: queries.Job) -> bool:

@@ -37,7 +37,7 @@ from shardwise.store.location import Location
 GONE = ("keep", "remove")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Extension:
     """What one extension did (or, all empty, that there was nothing to take in)."""
 
@@ -105,15 +105,23 @@ def extend(config: dict[str, Any], *, gone: str | None = None) -> Extension:
         return Extension()  # nothing to take in (or an earlier extension finished)
     old_tasks, new_tasks = plan.task_ids(old), plan.task_ids(table)
     change = runjson.InputChange(
-        markers.now(), len(new_tasks - old_tasks), len(old_tasks - new_tasks), summary.tasks,
-        summary.fingerprint, (gone or "") if labelled else "",
-    )  # fmt: skip
+        at=markers.now(),
+        tasks_added=len(new_tasks - old_tasks),
+        tasks_removed=len(old_tasks - new_tasks),
+        task_count=summary.tasks,
+        fingerprint=summary.fingerprint,
+        gone_outputs=(gone or "") if labelled else "",
+    )
     reopened = _reopened(old, table, added, gone_files)
     done = Extension(
-        tuple(added), tuple(gone_files), change.tasks_added, change.tasks_removed,
-        tuple(reopened), tuple(_settled(table, reopened, added, output)),
+        added=tuple(added),
+        gone=tuple(gone_files),
+        tasks_added=change.tasks_added,
+        tasks_removed=change.tasks_removed,
+        reopened=tuple(reopened),
+        settled=tuple(_settled(table, reopened, added, output)),
         kept=tuple(labelled) if gone == "keep" else (),
-    )  # fmt: skip
+    )
     removed = _apply(run_dir, roots, done, labelled, gone)
     for copy in (copies[1], copies[0]):  # the output root's first: it vouches for labels
         runjson.replace(copy.loc, _with_history(copy.meta or pinned[0].meta, meta, change))

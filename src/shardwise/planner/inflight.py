@@ -27,7 +27,7 @@ RULE = "classify"
 SQUEUE_TIMEOUT = 30.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Flying:
     """One in-flight shard."""
 
@@ -128,7 +128,14 @@ def find(
             continue
         state = (live_jobs or {}).get(claim.slurm_job_id or "", "running")
         since, certain = local_time(claim.started_at), verdict.alive is True
-        flying[shard] = Flying(shard, claim.slurm_job_id, state, since, claim.holder(), certain)
+        flying[shard] = Flying(
+            shard=shard,
+            job_id=claim.slurm_job_id,
+            state=state,
+            since=since,
+            holder=claim.holder(),
+            certain=certain,
+        )
     if queue is not None and queue.ok and submitter is not None:
         for job, shards in queued_shards(run_dir, submitter, queue.value or []).items():
             since = job.start_time if job.running and job.start_time else job.submit_time
@@ -136,7 +143,9 @@ def find(
             holder = f"SLURM job {job.id}" + (f" on {job.nodes}" if job.nodes else "")
             for shard in shards:
                 if shard not in done and shard not in flying:
-                    flying[shard] = Flying(shard, job.id, job.state, when, holder)
+                    flying[shard] = Flying(
+                        shard=shard, job_id=job.id, state=job.state, since=when, holder=holder
+                    )
     if stale:
         gone = f"shards {ranges.compress(stale)}"
         notes.append(f"{len(stale)} stale claim(s) ignored (their jobs are gone): {gone}")

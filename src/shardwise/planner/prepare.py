@@ -49,7 +49,7 @@ LOCK_FILE = ".shardwise.lock"
 _held_locks: dict[Path, tuple[int, IO[str]]] = {}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunInfo:
     """What the Snakefile needs to declare its targets."""
 
@@ -84,7 +84,7 @@ def prepare_run(
     if not main_process:
         meta = runjson.read_run_dir(run_dir)
         shards = tuple(shard_range(meta.total_shards, meta.minimum_shard_index))
-        return RunInfo(run_dir, shards, meta.output_uri)
+        return RunInfo(run_dir=run_dir, shards=shards, output_uri=meta.output_uri)
     said: list[str] = []
     run_dir.mkdir(parents=True, exist_ok=True)
     if not dryrun or repin:
@@ -131,8 +131,8 @@ def prepare_run(
         submitter.record(run_dir)
         inflight.clear_stale_incomplete(run_dir, submitter.workdir, flight)
     return RunInfo(
-        run_dir, tuple(shard_range(meta.total_shards, meta.minimum_shard_index)),
-        settings.output_uri, tuple(sorted(flight.shards)),
+        run_dir=run_dir, shards=tuple(shard_range(meta.total_shards, meta.minimum_shard_index)),
+        output_uri=settings.output_uri, in_flight=tuple(sorted(flight.shards)),
         messages=(*said, *(f"note: {note}" for note in (*planned.notes, *sampled))),
         in_flight_lines=tuple(flight.lines()),
     )  # fmt: skip
@@ -223,7 +223,7 @@ def _check_sample(
     return fieldcheck.check_sample(source, files, fields, inp.format, inp.sample_files).notes
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _Planned:
     """The plan of this run and what the planner has to say about the listing."""
 
@@ -252,7 +252,13 @@ def _plan_table(
         notes.append(text + "settings (an interrupted re-pin?): it is built again")
         cached = None
     if cached is not None and not settings.input.relist:
-        return _Planned(plan.load(run_dir), cached.tasks, cached.fingerprint, False, notes)
+        return _Planned(
+            table=plan.load(run_dir),
+            task_count=cached.tasks,
+            fingerprint=cached.fingerprint,
+            fresh=False,
+            notes=notes,
+        )
     listed = listing.list_input(settings, source, output)
     notes += listed.notes
     versions = listed.versions
@@ -274,7 +280,14 @@ def _plan_table(
             tasks_now = plan.task_ids(old)
             fingerprint = runjson.fingerprint(tasks_now)
             fresh = table is not old or fingerprint != cached.fingerprint
-            return _Planned(table, len(tasks_now), fingerprint, fresh, notes, labelled)
+            return _Planned(
+                table=table,
+                task_count=len(tasks_now),
+                fingerprint=fingerprint,
+                fresh=fresh,
+                notes=notes,
+                changed=labelled,
+            )
     else:
         kept, labelled, found = {}, {}, drift.InputDrift()
     inp = settings.input
@@ -285,8 +298,15 @@ def _plan_table(
         minimum_shard_index=settings.minimum_shard_index, category_regex=inp.category_regex,
         tasks=tasks, versions=versions,
     )  # fmt: skip
-    return _Planned(plan.with_identities(table, kept), len(tasks), fingerprint, True, notes,
-                    labelled, found)  # fmt: skip
+    return _Planned(
+        table=plan.with_identities(table, kept),
+        task_count=len(tasks),
+        fingerprint=fingerprint,
+        fresh=True,
+        notes=notes,
+        changed=labelled,
+        input_drift=found,
+    )
 
 
 def _unknown(table: pa.Table, now: dict[str, str]) -> dict[str, str]:
@@ -480,7 +500,7 @@ def mark_shards_without_work(
     for shard in plan.empty_shards(table, meta.total_shards, meta.minimum_shard_index):
         if shard not in done:
             empty = markers.ShardMarker(
-                shard, tasks=0, files=0, docs=0, source="empty", **assignment
+                shard=shard, tasks=0, files=0, docs=0, source="empty", **assignment
             )
             markers.write_shard_marker(run_dir, empty)
             counts["empty"] += 1
@@ -503,7 +523,7 @@ def mark_shards_without_work(
             left_out = sum(1 for i in idx if rows["file"][i] in quarantined)
             tasks = len({rows["task_id"][i] for i in idx})
             marker = markers.ShardMarker(
-                shard, tasks=tasks, files=len(idx), docs=None, source="remote",
+                shard=shard, tasks=tasks, files=len(idx), docs=None, source="remote",
                 quarantined=left_out, **assignment,
             )  # fmt: skip
             markers.write_shard_marker(run_dir, marker)

@@ -26,7 +26,7 @@ from shardwise.store.location import Location
 RATE_SAMPLE = 400
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Runtime:
     """A runtime and why."""
 
@@ -110,7 +110,13 @@ def estimate(settings: Settings, shard: int, attempt: int = 1) -> Runtime:
     measured = rate is not None and rate > 0
     use = rate if measured else default_rate(settings.walltime)
     size = sizes.get(shard, 0)
-    return Runtime(shard, size, use, measured, minutes_for(size, use, settings.walltime, attempt))
+    return Runtime(
+        shard=shard,
+        bytes=size,
+        rate_bytes_per_s=use,
+        measured=measured,
+        minutes=minutes_for(size, use, settings.walltime, attempt),
+    )
 
 
 @cache

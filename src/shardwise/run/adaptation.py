@@ -22,7 +22,7 @@ ADAPT_JSON = "walltime-adapt.json"
 KEEP = 200
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Fit:
     """The limit in force: what ends by ``horizon`` (ISO local time), never below ``floor``;
     ``minutes``: the limit SLURM's plan started at ``since`` (queued jobs are lowered to it)."""
@@ -43,7 +43,7 @@ class Fit:
         return left if left >= self.floor else None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Event:
     """One change: ``action`` (fitted, lowered, refused, waiting, expired, restored,
     cleared; ``probed``: the same wait again, recorded for its cost but not printed), the

@@ -30,7 +30,7 @@ JOBS_CACHE = "jobs.json"
 _PSEUDO_STEP = 4294967290
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Claim:
     """Who holds a shard: the JSON body of ``claims/<shard>.json``."""
 
@@ -69,7 +69,7 @@ class Claim:
         return f"process {self.pid} on {self.host}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Submitter:
     """What identifies jobs of this workflow in the queue."""
 
@@ -93,11 +93,15 @@ class Submitter:
         nodes = getattr(resources, "nodes", None)
         parallel = nodes if nodes is not None else getattr(resources, "cores", None)
         return cls(
-            str(Path.cwd()), str(Path(str(workflow.main_snakefile)).resolve()),
-            tuple(str(Path(p).resolve()) for p in configfiles or ()), cluster=nodes is not None,
+            workdir=str(Path.cwd()),
+            snakefile=str(Path(str(workflow.main_snakefile)).resolve()),
+            configfiles=tuple(str(Path(p).resolve()) for p in configfiles or ()),
+            cluster=nodes is not None,
             parallel=parallel if isinstance(parallel, int) and parallel > 0 else 1,
-            host=hostname(), pid=os.getpid(), started_at=markers.now(),
-        )  # fmt: skip
+            host=hostname(),
+            pid=os.getpid(),
+            started_at=markers.now(),
+        )
 
     @classmethod
     def recorded(cls, run_dir: Path) -> Self | None:
@@ -159,9 +163,16 @@ def process_identity(pid: int) -> str | None:
 def for_this_process(shard: int) -> Claim:
     """The claim this process would make (SLURM ids from the environment, if any)."""
     pid, env = os.getpid(), os.environ
-    return Claim(shard, hostname(), pid, markers.now(), secrets.token_hex(8),
-                 _opt(env.get("SLURM_JOB_ID")), _opt(env.get("SLURM_STEP_ID")),
-                 process_identity(pid))  # fmt: skip
+    return Claim(
+        shard=shard,
+        host=hostname(),
+        pid=pid,
+        started_at=markers.now(),
+        token=secrets.token_hex(8),
+        slurm_job_id=_opt(env.get("SLURM_JOB_ID")),
+        slurm_step_id=_opt(env.get("SLURM_STEP_ID")),
+        process=process_identity(pid),
+    )
 
 
 def read_claim(path: Path) -> Claim | None:

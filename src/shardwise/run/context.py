@@ -22,7 +22,7 @@ SETTINGS_JSON = "settings.json"
 
 
 @dataclass(frozen=True)
-class InputSettings:
+class RecordedInput:
     """``settings.json``'s ``input``: the input format and where each document's fields
     live (``url_field`` None: no URL)."""
 
@@ -33,7 +33,7 @@ class InputSettings:
 
 
 @dataclass(frozen=True)
-class DomainSettings:
+class RecordedDomains:
     """``domains``: the classifier pairs each file's stats count (None in a settings.json
     written before pairs were configurable: the default pairs apply), and the tokenizer
     that counts each document's tokens (``domains.tokenizer``; run.json pins its hash)."""
@@ -43,7 +43,7 @@ class DomainSettings:
 
 
 @dataclass(frozen=True)
-class Roots:
+class RecordedRoots:
     """``roots``: the input and output roots as the planner resolved them (the absolute
     path of a local one, else its URL); None in an older settings.json."""
 
@@ -52,25 +52,25 @@ class Roots:
 
 
 @dataclass(frozen=True)
-class DolmaSettings:
+class RecordedDolma:
     """``dolma`` (present when ``output.dolma`` is on): the attribute set and its root."""
 
     name: str
     root: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunSettings:
     """``settings.json``: what jobs and views use besides run.json's pins (batch sizes may
     change between runs), with the roots resolved where the top-level process ran. Each
     field mirrors the file's key of the same name."""
 
-    input: InputSettings
+    input: RecordedInput
     storage: StorageOptions
     inference: dict[str, Any] = field(default_factory=dict)  # classify.InferenceSettings
-    domains: DomainSettings = DomainSettings()
-    roots: Roots = Roots()
-    dolma: DolmaSettings | None = None
+    domains: RecordedDomains = RecordedDomains()
+    roots: RecordedRoots = RecordedRoots()
+    dolma: RecordedDolma | None = None
 
     @classmethod
     def of(cls, settings: Settings) -> Self:
@@ -78,16 +78,16 @@ class RunSettings:
         source, output = open_roots(settings)
         inp, dolma = settings.input, settings.dolma
         return cls(
-            input=InputSettings(inp.format, inp.id_field, inp.text_field, inp.url_field),
+            input=RecordedInput(inp.format, inp.id_field, inp.text_field, inp.url_field),
             storage=settings.storage,
             inference=dict(settings.inference),
-            domains=DomainSettings(
+            domains=RecordedDomains(
                 tuple((a, b) for a, b in settings.domain_pairs), settings.count_tokenizer
             ),
-            roots=Roots(resolved_uri(source), resolved_uri(output)),
+            roots=RecordedRoots(resolved_uri(source), resolved_uri(output)),
             dolma=None
             if dolma is None
-            else DolmaSettings(dolma.name, resolved_uri(Location(dolma.uri, settings.storage))),
+            else RecordedDolma(dolma.name, resolved_uri(Location(dolma.uri, settings.storage))),
         )
 
     def to_json(self) -> bytes:
@@ -118,12 +118,12 @@ class RunSettings:
         pairs = None if pairs is None else tuple((str(a), str(b)) for a, b in pairs)
         dolma = f.dict("dolma", None)
         return cls(
-            input=f.sub("input").into(InputSettings),
+            input=f.sub("input").into(RecordedInput),
             storage=StorageOptions.from_config(f.dict("storage", {})),
             inference=f.dict("inference", {}),
-            domains=domains.into(DomainSettings, pairs=pairs),
-            roots=f.sub("roots").into(Roots),
-            dolma=None if dolma is None else f.sub("dolma").into(DolmaSettings),
+            domains=domains.into(RecordedDomains, pairs=pairs),
+            roots=f.sub("roots").into(RecordedRoots),
+            dolma=None if dolma is None else f.sub("dolma").into(RecordedDolma),
         )
 
     @property
@@ -147,7 +147,7 @@ class RunSettings:
         return source, Location(self.roots.output or meta.output_uri, self.storage)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class JobContext:
     """Everything a shard job needs, read from run.json and settings.json."""
 
@@ -170,8 +170,16 @@ class JobContext:
             raise InputError(f"{run_dir / SETTINGS_JSON} is missing: start the run with snakemake")
         source, output = settings.locations(meta)
         fields = fields_for(settings, meta.classifiers)
-        return cls(run_dir, meta, settings, source, output, fields, settings.input.format,
-                   settings.attributes())  # fmt: skip
+        return cls(
+            run_dir=run_dir,
+            meta=meta,
+            settings=settings,
+            source=source,
+            output=output,
+            fields=fields,
+            fmt=settings.input.format,
+            attributes=settings.attributes(),
+        )
 
     def roots(self) -> dict[str, Location]:
         """The roots a file's outputs go to, by name (``outputs.OutputKind.root``)."""

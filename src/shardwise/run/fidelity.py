@@ -13,7 +13,7 @@ from typing import Any
 TARGET_RESIDUAL = 0.001
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Fidelity:
     """One classifier over a run (or the files checked)."""
 
@@ -67,10 +67,19 @@ def totals(per_file: Iterable[list[dict[str, Any]]]) -> list[Fidelity]:
             a["small"] += bool(e.get("margin_too_small"))
             a["cpu"] += e.get("on_cpu") is True
     return [
-        Fidelity(name, int(a["docs"]), int(a["fp32"]), a["res"], a["up"], int(a["unmeasured"]),
-                 int(a["fallback"]), int(a["small"]), int(a["cpu"]))
+        Fidelity(
+            classifier=name,
+            docs=int(a["docs"]),
+            fp32_docs=int(a["fp32"]),
+            residual=a["res"],
+            residual_upper=a["up"],
+            unmeasured_docs=int(a["unmeasured"]),
+            fallback_files=int(a["fallback"]),
+            too_small_files=int(a["small"]),
+            on_cpu_files=int(a["cpu"]),
+        )
         for name, a in acc.items()
-    ]  # fmt: skip
+    ]
 
 
 def _num(value: Any) -> float:

@@ -73,7 +73,7 @@ _FIDELITY = pa.struct([
 ])  # fmt: skip
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FileStats:
     """The content of one ``<rel>.stats.json`` (keys in docs/ARCHITECTURE.md, which a test
     holds against these fields). ``tokens_per_s``: unpadded classifier tokens per second of
@@ -112,7 +112,7 @@ class FileStats:
     label_counts: dict[str, Any] | None = None  # run/labelcounts.py
 
     @classmethod
-    def of_labelled(
+    def of_labelled(  # noqa: PLR0913 - one keyword per figure the job measured
         cls, *, rel: str, task_id: str, shard: int, size: int, docs: int,
         timings: Mapping[str, float], engine: Mapping[str, Any], device: str, device_name: str,
         dtype: str, counts: Mapping[str, int], models: Mapping[str, Any], identity: str | None,

@@ -50,7 +50,7 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(parts.get(t, re.escape(t)) for t in tokens) + r"\Z")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Selection:
     """The corpus's source files, and what else the listing held (nothing is dropped
     without a word): ``hidden`` (``.`` or ``_`` names), ``outputs`` (shardwise's own),
@@ -103,7 +103,7 @@ def select_files(
     if unsafe and not skip_unsafe:
         raise InputError(unsafe_names_message(unsafe))
     chosen.sort()
-    return Selection(chosen, hidden, own, unsafe, other)
+    return Selection(files=chosen, hidden=hidden, outputs=own, unsafe=unsafe, other=other)
 
 
 def unsafe_names_message(unsafe: list[tuple[str, str]], limit: int = 20) -> str:

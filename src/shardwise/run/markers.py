@@ -23,7 +23,7 @@ SHARDS_DIR = "shards"
 OUTPUT_MARKERS = "output-markers.txt"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FileMarker:
     """``<output>/<rel>.done``: every other output of source file ``file`` is whole (``rows``
     labelled; the source's identity as planned). An absent field is None, and
@@ -39,7 +39,14 @@ class FileMarker:
     @classmethod
     def now(cls, rel: str, task_id: str, shard: int, rows: int, identity: str | None) -> Self:
         """The marker of a file finished now."""
-        return cls(rel, task_id, shard, rows, now(), identity)
+        return cls(
+            file=rel,
+            task_id=task_id,
+            shard=shard,
+            rows=rows,
+            finished_at=now(),
+            source_identity=identity,
+        )
 
     def to_json(self) -> bytes:
         """The marker's bytes."""
@@ -75,7 +82,7 @@ def _differ(says: str, keys: Iterable[str], got: Iterable[Any], want: Iterable[A
 SOURCES = ("job", "empty", "remote")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ShardMarker:
     """``<run_dir>/shards/<shard>.done``: every file of the shard has its marker (or is
     quarantined); ``docs`` None when finished elsewhere; ``file_stats`` (file -> its stats'

@@ -22,7 +22,7 @@ from shardwise.store.atomic import is_temp_name
 from shardwise.store.location import Location
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Labelled:
     """One labelled source file: what every output kind is built from."""
 
@@ -36,7 +36,7 @@ class Labelled:
     dolma_name: str | None = None  # the attribute set's name (``output.dolma``), when on
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Expected:
     """What the outputs of one planned file must agree with (``verify``)."""
 
@@ -65,7 +65,9 @@ class Expected:
         return bool((self.labelling or {}).get("count_tokenizer"))
 
 
-@dataclass(frozen=True, eq=False)  # compared by identity: a kind is one registry entry
+@dataclass(
+    frozen=True, eq=False, kw_only=True
+)  # compared by identity: a kind is one registry entry
 class OutputKind:
     """One kind of per-file output: its name, suffix, builder, parser and checker."""
 
@@ -92,25 +94,33 @@ class OutputKind:
 
 
 SIDECAR = OutputKind(
-    "sidecar", sidecar.SUFFIX, parse=sidecar.read_sidecar, nonempty=True,
+    name="sidecar", suffix=sidecar.SUFFIX, parse=sidecar.read_sidecar, nonempty=True,
     build=lambda f: sidecar.to_parquet_bytes(sidecar.build_table(f.ids, dict(f.columns))),
     check=lambda table, w: sidecar.problems(table, w.classifiers, w.ids, tokens=w.counts_tokens,
                                             id_json=w.id_json),
 )  # fmt: skip
 STATS = OutputKind(
-    "stats", filestats.SUFFIX, build=lambda f: f.stats.to_json(), parse=FileStats.from_json,
+    name="stats",
+    suffix=filestats.SUFFIX,
+    build=lambda f: f.stats.to_json(),
+    parse=FileStats.from_json,
     check=lambda stats, want: stats.problems(want.rel, want.rows, want.labelling, want.models),
-)  # fmt: skip
+)
 MARKER = OutputKind(
-    "marker", markers.FILE_MARKER_SUFFIX, parse=FileMarker.from_json,
+    name="marker", suffix=markers.FILE_MARKER_SUFFIX, parse=FileMarker.from_json,
     build=lambda f: FileMarker.now(f.rel, f.task_id, f.shard, len(f.ids), f.identity).to_json(),
     check=lambda marker, want: marker.problems(want.rel, want.task_id, want.shard, want.rows),
 )  # fmt: skip
 DOLMA = OutputKind(  # suffix "": the documents' own relative path, under the attributes root
-    "dolma", "", parse=dolma.AttributesFile.from_bytes, root="attributes", applies=dolma.applies,
+    name="dolma",
+    suffix="",
+    parse=dolma.AttributesFile.from_bytes,
+    root="attributes",
+    applies=dolma.applies,
     build=lambda f: dolma.build(f.rel, f.ids, f.columns, f.dolma_name or "weborganizer"),
-    check=lambda attrs, want: attrs.problems(want.json_ids, want.classifiers), derived=True,
-)  # fmt: skip
+    check=lambda attrs, want: attrs.problems(want.json_ids, want.classifiers),
+    derived=True,
+)
 #: Every per-file output, in write order: data kinds, then STATS, then MARKER (last).
 KINDS: tuple[OutputKind, ...] = (SIDECAR, DOLMA, STATS, MARKER)
 
@@ -178,7 +188,16 @@ def rebuild(roots: Mapping[str, Location], rel: str, dolma_name: str | None) -> 
         raise InputError(msg) from e
     columns = {name: table[name].combine_chunks() for name in table.column_names if name != "id"}
     ids = table["id"].to_pylist()
-    labelled = Labelled(rel, "", -1, None, ids, columns, FileStats(), dolma_name)
+    labelled = Labelled(
+        rel=rel,
+        task_id="",
+        shard=-1,
+        identity=None,
+        ids=ids,
+        columns=columns,
+        stats=FileStats(),
+        dolma_name=dolma_name,
+    )
     written = []
     for kind in kinds():
         if kind.derived and kind.root in roots and kind.applies(rel):

@@ -32,7 +32,7 @@ SCHEMA = pa.schema(
 )  # fmt: skip
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PlanSummary:
     """What plan.json records, with the assignment the plan was built for: a plan and a
     run.json that disagree (an interrupted re-pin) are told apart before anything counts."""
@@ -215,7 +215,7 @@ def dictionary(column: pa.ChunkedArray | pa.Array) -> tuple[list[str], np.ndarra
     return names, encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class TaskIndex:
     """A plan's tasks as arrays, for the views that count per task (coverage, domains); a
     task's category is its first file's; ``file_task`` maps each plan row to its task."""
@@ -241,5 +241,12 @@ def task_index(table: pa.Table, categories: pa.Array | pa.ChunkedArray | None = 
     size = table["size"].to_numpy().astype(np.float64)
     shard = table["shard"].to_numpy().astype(np.int64)
     task_bytes = np.bincount(file_task, weights=size, minlength=len(task_ids))
-    return TaskIndex(task_ids, file_task, first_row.astype(np.int64), names, codes[first_row],
-                     shard[first_row], task_bytes)  # fmt: skip
+    return TaskIndex(
+        task_ids=task_ids,
+        file_task=file_task,
+        first_row=first_row.astype(np.int64),
+        categories=names,
+        task_category=codes[first_row],
+        task_shard=shard[first_row],
+        task_bytes=task_bytes,
+    )

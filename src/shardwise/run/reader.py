@@ -63,7 +63,7 @@ class FieldPaths:
         return out
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Documents:
     """One file's documents in input order."""
 
@@ -234,7 +234,7 @@ def _read_parquet(source: pa.NativeFile, fields: FieldPaths, where: str) -> Docu
         values[role] = _strings(raw, n=n, keep_null=keep, counts=counts, role=role, where=where)
         nulls = values[role].count(None) if keep else (raw.null_count if raw is not None else 0)
         counts[f"missing_{role}"], counts[_NULL_COUNTS[role]] = missing, nulls - missing
-    return Documents(values["id"], values["text"], values["url"], +counts)
+    return Documents(ids=values["id"], texts=values["text"], urls=values["url"], counts=+counts)
 
 
 def _check_schema(schema: pa.Schema, rows: int, fields: FieldPaths, where: str) -> None:
@@ -500,7 +500,7 @@ def _read_jsonl(
         if missing[role]:
             counts[f"missing_{role}"] = missing[role]
     typed = id_json if any(j is not None for j in id_json) else None
-    return Documents(ids, texts, urls, counts, typed)
+    return Documents(ids=ids, texts=texts, urls=urls, counts=counts, id_json=typed)
 
 
 def _typed_id(record: dict[str, Any], path: str, doc_id: str | None) -> str | None:

@@ -41,7 +41,7 @@ def fingerprint(task_ids: Iterable[str]) -> str:
     return h.hexdigest()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class InputChange:
     """One change of the input set taken in by ``shardwise plan --extend``."""
 
@@ -53,7 +53,7 @@ class InputChange:
     gone_outputs: str = ""  # kept | removed | "" (no labelled file was gone)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunMeta:
     """The content of run.json."""
 

@@ -47,7 +47,7 @@ def repeats_key(name: str) -> str:
     return dolma.key(name, "selection", "repeats")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Domain:
     """One domain of a selection: its labels (one per axis) and what pass 1 decided."""
 
@@ -65,7 +65,7 @@ class Domain:
         return self.rate * self.available_tokens
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SelectionPlan:
     """``selection.json``: the request and each domain's rate (pass 1)."""
 
@@ -136,7 +136,7 @@ def save_plan(run_dir: Path, plan: SelectionPlan) -> None:
     write_atomic(root(run_dir, plan.name) / PLAN_JSON, plan.to_json())
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ShardSelection:
     """``shards/<shard>.json``: one shard's files selected, counted from their sidecars
     (the lists are per domain of the plan, in its order)."""

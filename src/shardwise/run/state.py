@@ -15,7 +15,7 @@ from shardwise.run.sharding import shard_range
 from shardwise.store.location import Location
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class PinnedRun:
     """A planned run directory, read once."""
 
@@ -48,7 +48,9 @@ def load(run_dir: Path) -> PinnedRun:
     table = read_plan(run_dir, meta)
     within = shard_range(meta.total_shards, meta.minimum_shard_index)
     done = markers.read_done(run_dir, within, plan.files_per_shard(table))
-    return PinnedRun(run_dir, meta, table, done, quarantine.load(run_dir))
+    return PinnedRun(
+        run_dir=run_dir, meta=meta, plan=table, done=done, quarantined=quarantine.load(run_dir)
+    )
 
 
 def vouching(run_dir: Path) -> runjson.Evidence:

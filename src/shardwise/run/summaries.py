@@ -137,7 +137,7 @@ def _task_entry(task_id: str, total: Mapping[str, Any], files: int) -> dict[str,
             "files": files}  # fmt: skip
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Summary:
     """One shard's summary, as read back."""
 
@@ -174,12 +174,18 @@ def parse(data: bytes | pa.Buffer | pa.NativeFile, where: str = "summary") -> Su
         tokens = np.array([int(t.get("tokens", 0)) for t in tasks], np.int64)
         counted = meta.get("tokens_counted") and "tokens" in table.column_names
         return Summary(
-            int(meta["shard"]), {k: list(v) for k, v in meta["labels"].items()},
-            [(str(a), str(b)) for a, b in meta["pairs"]], list(meta["views"]),
-            [str(t["task_id"]) for t in tasks], per_task("docs"), per_task("text_bytes"),
-            [str(t) for t in meta.get("incomplete_tasks", [])], table,
-            [(int(a), int(b)) for a, b in meta["view_rows"]], tokens if counted else None,
-        )  # fmt: skip
+            shard=int(meta["shard"]),
+            labels={k: list(v) for k, v in meta["labels"].items()},
+            pairs=[(str(a), str(b)) for a, b in meta["pairs"]],
+            views=list(meta["views"]),
+            task_ids=[str(t["task_id"]) for t in tasks],
+            task_docs=per_task("docs"),
+            task_bytes=per_task("text_bytes"),
+            incomplete_tasks=[str(t) for t in meta.get("incomplete_tasks", [])],
+            cells=table,
+            view_rows=[(int(a), int(b)) for a, b in meta["view_rows"]],
+            task_tokens=tokens if counted else None,
+        )
     except (pa.ArrowInvalid, OSError, KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{where} is not a shardwise summary: {e}") from e
 

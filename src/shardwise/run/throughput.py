@@ -34,7 +34,7 @@ class Percentiles:
         return cls(float(p10), float(p50), float(p90))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DeviceRate:
     """Throughput of one GPU type (or of all, ``device_name == "all"``), per GPU."""
 
@@ -76,12 +76,16 @@ def _device_rate(name: str, t: StatsTable) -> DeviceRate:
     sized_s = t.seconds[sized].sum()
     bytes_total = float(t.bytes[sized].sum() / sized_s) if sized.any() and sized_s > 0 else None
     return DeviceRate(
-        name, len(t), seconds, Percentiles.of(_ratio(t.docs, t.seconds)),
-        Percentiles.of(_ratio(t.tokens, t.seconds)), Percentiles.of(_ratio(t.bytes, t.seconds)),
+        device_name=name,
+        files=len(t),
+        seconds=seconds,
+        docs_per_s=Percentiles.of(_ratio(t.docs, t.seconds)),
+        tokens_per_s=Percentiles.of(_ratio(t.tokens, t.seconds)),
+        bytes_per_s=Percentiles.of(_ratio(t.bytes, t.seconds)),
         files_per_hour=3600.0 * len(t) / seconds if seconds > 0 else math.nan,
         docs_per_s_total=float(np.nansum(t.docs)) / seconds if seconds > 0 else math.nan,
         bytes_per_s_total=bytes_total,
-    )  # fmt: skip
+    )
 
 
 def _timed(stats: Iterable[Mapping[str, Any]] | StatsTable) -> StatsTable:
@@ -103,7 +107,7 @@ def summarize(stats: Iterable[Mapping[str, Any]] | StatsTable) -> Throughput:
     return Throughput(devices=devices, overall=_device_rate("all", t))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Eta:
     """Time to finish ``remaining`` units on ``gpus`` GPUs at the aggregate rate."""
 
@@ -130,7 +134,14 @@ def eta(
     rate = overall.files_per_hour / 3600.0 if unit == "files" else overall.bytes_per_s_total
     if rate is None or not rate > 0:
         return None
-    return Eta(float(remaining) / (rate * gpus), float(remaining), unit, gpus, float(rate), per)
+    return Eta(
+        seconds=float(remaining) / (rate * gpus),
+        remaining=float(remaining),
+        unit=unit,
+        gpus=gpus,
+        rate_per_gpu=float(rate),
+        per=per,
+    )
 
 
 def rate_for_walltime(stats: Iterable[Mapping[str, Any]] | StatsTable) -> float | None:

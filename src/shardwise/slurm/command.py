@@ -21,7 +21,7 @@ DEFAULT_TIMEOUT = 20.0
 _HIDDEN = re.compile(r"access/permission denied|permission denied|not authorized", re.IGNORECASE)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Reply:
     """What one SLURM command said. ``problem`` is None when it answered normally."""
 
@@ -52,7 +52,7 @@ def run(
     name, line = argv[0], " ".join(argv)
     if shutil.which(name) is None:
         why = f"`{name}` is not installed or not on PATH (run this on a login node)"
-        return Reply(argv, returncode=None, kind="missing", problem=why)
+        return Reply(argv=argv, returncode=None, kind="missing", problem=why)
     try:
         proc = subprocess.run(
             argv, capture_output=True, text=True, timeout=timeout, check=False,
@@ -60,15 +60,24 @@ def run(
         )  # fmt: skip
     except subprocess.TimeoutExpired:
         why = f"`{line}` did not answer within {timeout:g} s"
-        return Reply(argv, returncode=None, kind="timeout", problem=why)
+        return Reply(argv=argv, returncode=None, kind="timeout", problem=why)
     except OSError as e:
-        return Reply(argv, returncode=None, kind="failed", problem=f"`{name}` failed to start: {e}")
+        return Reply(
+            argv=argv, returncode=None, kind="failed", problem=f"`{name}` failed to start: {e}"
+        )
     if proc.returncode != 0:
         text = " ".join((proc.stderr or proc.stdout).split()) or "no message"
         kind = "hidden" if _HIDDEN.search(text) else "failed"
         why = f"`{line}` exited {proc.returncode}: {text}"
-        return Reply(argv, proc.stdout, proc.stderr, proc.returncode, why, kind)
-    return Reply(argv, proc.stdout, proc.stderr, proc.returncode)
+        return Reply(
+            argv=argv,
+            stdout=proc.stdout,
+            stderr=proc.stderr,
+            returncode=proc.returncode,
+            problem=why,
+            kind=kind,
+        )
+    return Reply(argv=argv, stdout=proc.stdout, stderr=proc.stderr, returncode=proc.returncode)
 
 
 def rows(text: str, names: Sequence[str], sep: str = "|") -> list[dict[str, str]]:

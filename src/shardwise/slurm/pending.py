@@ -16,7 +16,7 @@ import yaml
 SCHEDMD = "https://slurm.schedmd.com/job_reason_codes.html"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Explanation:
     """What a pending reason means for this run."""
 
@@ -43,10 +43,12 @@ def explain(reason: str) -> Explanation:
     text = " ".join((reason or "").strip().strip("()").split())
     for pattern, meaning, action, never in _table():
         if pattern.search(text):
-            return Explanation(text, meaning, action, True, never)
+            return Explanation(
+                reason=text, meaning=meaning, action=action, known=True, never_starts=never
+            )
     meaning = f"SLURM's reason, shown as it is: shardwise has no explanation for it ({SCHEDMD})."
     action = "Look it up in SchedMD's 'Job Reason Codes'."
-    return Explanation(text or "(none)", meaning, action, known=False)
+    return Explanation(reason=text or "(none)", meaning=meaning, action=action, known=False)
 
 
 def waits_for_reservation(reason: str) -> bool:

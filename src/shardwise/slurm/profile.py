@@ -77,7 +77,7 @@ def unset_variables(text: str) -> list[str]:
     return _UNSET_VAR.findall(text)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class JobRequest:
     """What one classify SLURM job asks for, and where each value came from."""
 

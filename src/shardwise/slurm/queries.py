@@ -104,7 +104,7 @@ def private_data(cfg: dict[str, str]) -> frozenset[str]:
     return frozenset(p.strip().lower() for p in raw.split(",") if p.strip())
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Node:
     """One node as one partition sees it (sinfo -N prints a row per node and partition)."""
 
@@ -176,15 +176,23 @@ _NODE_FIELDS = ("node", "partition", "avail", "timelimit", "gres", "state", "fea
 def parse_nodes(text: str) -> list[Node]:
     """``sinfo -h -N -o '%N|%P|%a|%l|%G|%T|%f|%H|%E'`` as nodes."""
     return [
-        Node(r["node"], r["partition"].rstrip("*"), r["partition"].endswith("*"),
-             r["avail"].lower() == "up", command.minutes(r["timelimit"]), _text(r["gres"]),
-             r["state"], frozenset(f for f in _text(r["features"]).split(",") if f),
-             "" if r["reason"].strip().lower() == "none" else _text(r["reason"]), _text(r["rtime"]))
+        Node(
+            name=r["node"],
+            partition=r["partition"].rstrip("*"),
+            default_partition=r["partition"].endswith("*"),
+            partition_up=r["avail"].lower() == "up",
+            max_minutes=command.minutes(r["timelimit"]),
+            gres=_text(r["gres"]),
+            state=r["state"],
+            features=frozenset(f for f in _text(r["features"]).split(",") if f),
+            reason="" if r["reason"].strip().lower() == "none" else _text(r["reason"]),
+            reason_time=_text(r["rtime"]),
+        )
         for r in command.rows(text, (*_NODE_FIELDS, "reason"))
-    ]  # fmt: skip
+    ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Partition:
     """A partition summarised from its nodes."""
 
@@ -205,15 +213,20 @@ def partitions(all_nodes: Sequence[Node]) -> dict[str, Partition]:
         by.setdefault(n.partition, []).append(n)
     return {
         name: Partition(
-            name, any(n.default_partition for n in ns), all(n.partition_up for n in ns),
-            ns[0].max_minutes, tuple(sorted({n.name for n in ns})), sum(n.gpus for n in ns),
-            sum(n.gpus for n in ns if n.usable), frozenset().union(*(n.features for n in ns)),
+            name=name,
+            default=any(n.default_partition for n in ns),
+            up=all(n.partition_up for n in ns),
+            max_minutes=ns[0].max_minutes,
+            nodes=tuple(sorted({n.name for n in ns})),
+            gpus=sum(n.gpus for n in ns),
+            usable_gpus=sum(n.gpus for n in ns if n.usable),
+            features=frozenset().union(*(n.features for n in ns)),
         )
         for name, ns in by.items()
-    }  # fmt: skip
+    }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Job:
     """One job as ``squeue`` lists it."""
 
@@ -371,7 +384,7 @@ class Qos:
     max_submit_per_user: int | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Association:
     """One of the user's associations (account, partition, QOS list, caps)."""
 
@@ -411,17 +424,22 @@ def limits(user: str | None = None, timeout: float = command.DEFAULT_TIMEOUT) ->
     who = command.run(["sacctmgr", "-nP", "show", "user", user, fmt], timeout=timeout)
     names = ("account", "partition", "qos", "defqos", "maxsubmit")
     associations = tuple(
-        Association(r["account"], r["partition"], tuple(q for q in r["qos"].split(",") if q),
-                    r["defqos"], command.count(r["maxsubmit"]))
+        Association(
+            account=r["account"],
+            partition=r["partition"],
+            qos=tuple(q for q in r["qos"].split(",") if q),
+            default_qos=r["defqos"],
+            max_submit_jobs=command.count(r["maxsubmit"]),
+        )
         for r in command.rows(assoc.stdout, names)
-    )  # fmt: skip
+    )
     qos_map = {r["name"]: Qos(r["name"], command.count(r["maxsubmit"]))
                for r in command.rows(qos.stdout, ("name", "maxsubmit"))}  # fmt: skip
     default = who.stdout.strip().splitlines()[0].strip() if who.ok and who.stdout.strip() else ""
     return Answer(Limits(associations, qos_map, default))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Reservation:
     """A reservation this user can see."""
 
@@ -452,12 +470,16 @@ def parse_reservations(text: str) -> list[Reservation]:
     """``scontrol show reservation -o`` as reservations ("No reservations..." -> [])."""
     lines = (line for line in text.splitlines() if line.startswith("ReservationName="))
     return [
-        Reservation(kv.get("ReservationName", ""), command.timestamp(kv.get("StartTime")),
-                    command.timestamp(kv.get("EndTime")), kv.get("Nodes", ""),
-                    tuple(f for f in kv.get("Flags", "").split(",") if f),
-                    _text(kv.get("PartitionName")))
+        Reservation(
+            name=kv.get("ReservationName", ""),
+            start=command.timestamp(kv.get("StartTime")),
+            end=command.timestamp(kv.get("EndTime")),
+            nodes=kv.get("Nodes", ""),
+            flags=tuple(f for f in kv.get("Flags", "").split(",") if f),
+            partition=_text(kv.get("PartitionName")),
+        )
         for kv in map(command.key_values, lines)
-    ]  # fmt: skip
+    ]
 
 
 def next_maintenance(

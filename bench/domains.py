@@ -151,12 +151,12 @@ def main() -> int:
     size = sum(p.stat().st_size for p in (out / "run" / "summaries").glob("*.arrow"))
     stats = list((out / "output").rglob("*.stats.json"))
     stats_size = sum(p.stat().st_size for p in stats)
-    from shardwise.ops import domains
+    from shardwise.ops import domains, domains_format
 
     t0 = time.perf_counter()
     d = domains.compute(domains.load(Path(run_dir)))
     in_process = time.perf_counter() - t0
-    print(domains.format_table(d, top=10))
+    print(domains_format.format_table(d, top=10))
     print()
     figures = {
         "shardwise domains (topic x format)": min(

@@ -9,7 +9,7 @@ from domainsynth import make_corpus, write_run
 from inproc import plan_run
 
 from shardwise.cli.main import main
-from shardwise.ops import domains, report
+from shardwise.ops import domains, domains_format, report
 from shardwise.ops.estimate import estimate
 from shardwise.ops.planning import report_lines
 from shardwise.planner.prepare import RunInfo
@@ -164,7 +164,7 @@ def test_the_dry_run_printout_gains_one_line_with_the_largest_labels(tmp_path, c
     assert len(lines) == 1
     assert lines[0].startswith(f"domains  topic: {first} {100 * topic.max():.1f}%, ")
     assert lines[0].endswith("(exact; shardwise domains)")
-    assert domains.headline(tmp_path / "nowhere") is None
+    assert domains_format.headline(tmp_path / "nowhere") is None
 
 
 def test_the_html_report_includes_the_domain_picture(tmp_path, corpus):
@@ -196,11 +196,11 @@ def test_part_way_an_unbounded_interval_says_why_instead_of_a_question_mark(tmp_
     run_dir = write_run(tmp_path, corpus, [0])  # one shard: most categories not reached yet
     d = domains.compute(domains.load(run_dir))
     assert d.est.uncovered, "precondition: a category with no labelled task"
-    [line] = [ln for ln in domains.summary_lines(d) if ln.startswith("corpus")]
+    [line] = [ln for ln in domains_format.summary_lines(d) if ln.startswith("corpus")]
     n = len(d.est.uncovered)
     assert "(95% CI at least " in line
     assert f"no upper bound while {n} categor" in line and "no labelled task)" in line
-    assert "?" not in domains.format_table(d)
+    assert "?" not in domains_format.format_table(d)
 
 
 def test_weborganizer_format_is_domain_statistics_exact_when_done(tmp_path, corpus, capsys):

@@ -14,7 +14,7 @@ from tokenizers import Tokenizer
 from shardwise.cli.main import main
 from shardwise.demo.tinymodels import build_wordpiece_tokenizer
 from shardwise.errors import DomainsError, ModelError, RunMismatchError
-from shardwise.ops import domains, verify
+from shardwise.ops import domains, domains_format, verify
 from shardwise.run import outputs, plan
 from shardwise.run.reader import FieldPaths, read_documents
 from shardwise.snakefile import prepare_run
@@ -48,7 +48,7 @@ def test_each_document_s_full_token_count_is_in_its_sidecar_and_pinned(counted):
     assert verify.verify_run(run_dir, complete=True).ok
     d = domains.view(run_dir, classifier="topic", weight="tokens")
     assert d.est.exact and d.est.corpus_total == total  # the fake engine labels all "a"
-    assert domains.summary_lines(d)[0].startswith("topic: share of tokens, exact")
+    assert domains_format.summary_lines(d)[0].startswith("topic: share of tokens, exact")
 
 
 def test_a_sidecar_without_its_token_counts_is_a_verify_problem(counted, tmp_path):

@@ -21,7 +21,7 @@ import pytest
 from inproc import demo_run_config, label, plan_run
 
 from shardwise.errors import RunMismatchError
-from shardwise.ops import coverage, verify
+from shardwise.ops import coverage, verify, verify_repair
 from shardwise.planner.extend import extend
 from shardwise.run import plan as run_plan
 from shardwise.run import quarantine, runjson
@@ -126,11 +126,11 @@ def _repair(root: Path, mp: pytest.MonkeyPatch, k: int) -> bool:
     assert rel in report.broken_files
     interrupt = Interrupt(mp, k)
     with contextlib.suppress(KeyboardInterrupt):
-        verify.repair(run_dir, report)
+        verify_repair.repair(run_dir, report)
     mp.undo()
     finish(cfg)
     if not verify.verify_run(run_dir).ok:  # an interrupted repair: the next one finishes it
-        verify.repair(run_dir, verify.verify_run(run_dir))
+        verify_repair.repair(run_dir, verify.verify_run(run_dir))
         finish(cfg)
     assert complete(run_dir).tasks_left == 0, k
     assert verify.verify_run(run_dir, complete=True).ok, k

@@ -15,7 +15,7 @@ from e2e import tiny_model_dir
 from inproc import label, plan_run
 
 from shardwise.errors import ModelError, RunMismatchError
-from shardwise.ops import verify
+from shardwise.ops import verify, verify_repair
 from shardwise.run import markers, outputs, plan
 from shardwise.snakefile import prepare_run
 
@@ -132,7 +132,7 @@ def test_a_run_pinned_before_gets_its_pin_from_its_files_and_mixed_files_are_rel
     report = verify.verify_run(run_dir)
     (problem,) = report.problems
     assert problem.where == str(odd) and "labelled with another 'topic' model" in problem.what
-    verify.repair(run_dir, report)
+    verify_repair.repair(run_dir, report)
     label(run_dir)
     assert verify.verify_run(run_dir, complete=True).ok
     assert markers.done_shards(run_dir)

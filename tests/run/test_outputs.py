@@ -15,7 +15,7 @@ from inproc import TINY, demo_run_config, label, plan_run
 
 from shardwise.demo.corpus import write_corpus
 from shardwise.errors import RecordError
-from shardwise.ops import coverage, verify
+from shardwise.ops import coverage, verify, verify_repair
 from shardwise.planner.prepare import prepare_run
 from shardwise.run import dolma, manifest, outputs, sidecar
 from shardwise.run.record import load_object
@@ -98,7 +98,7 @@ def test_a_new_kind_is_written_checked_and_counted_with_no_other_edit(tmp_path, 
     assert len(report.broken_files) == 2
     assert coverage.compute(coverage.load_state(run_dir)).outputs_missing == {"words": 1}
 
-    verify.repair(run_dir, report)
+    verify_repair.repair(run_dir, report)
     label(run_dir)  # relabels exactly the two files
     assert verify.verify_run(run_dir, complete=True).ok
     damaged.write_text("not json")
@@ -143,6 +143,6 @@ def test_ids_written_as_numbers_stay_numbers_in_the_attributes_and_old_sidecars_
     (problem,) = report.problems
     assert (problem.where, len(report.broken_files)) == (str(old), 1)
     assert "keeps id '" in problem.what and "JSON types differ" in problem.what, problem.what
-    verify.repair(run_dir, report)
+    verify_repair.repair(run_dir, report)
     label(run_dir)
     assert verify.verify_run(run_dir, complete=True).ok

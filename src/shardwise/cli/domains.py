@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 from shardwise.cli.common import add_format, add_run_dir, emit, positive_int
-from shardwise.ops import domains
+from shardwise.ops import domains, domains_format
 from shardwise.ops.domainplot import render_png
 
 
@@ -36,11 +36,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "training tokenizer (runs labelled with domains.tokenizer set; the default of "
         "--format weborganizer there)",
     )  # fmt: skip
-    add_format(parser, domains.FORMATS)
+    add_format(parser, domains_format.FORMATS)
     parser.add_argument(
-        "--top", type=positive_int, default=None,
-        help=f"rows per table in table/markdown (default: all labels; {domains.DEFAULT_TOP} pairs)",
-    )  # fmt: skip
+        "--top",
+        type=positive_int,
+        default=None,
+        help="rows per table in table/markdown (default: all labels; "
+        f"{domains_format.DEFAULT_TOP} pairs)",
+    )
     parser.add_argument(
         "--png", type=Path, default=None,
         help="also write a picture: the pair's heatmap with marginal bars (a bar chart "
@@ -56,8 +59,11 @@ def run(args: argparse.Namespace) -> int:
         fmt=args.format,
     )  # fmt: skip
     by_category = args.by == "category"
-    emit(args.format, lambda: domains.to_dict(d, by_category=by_category),
-         lambda fmt: domains.FORMATTERS[fmt](d, by_category=by_category, top=args.top))  # fmt: skip
+    emit(
+        args.format,
+        lambda: domains_format.to_dict(d, by_category=by_category),
+        lambda fmt: domains_format.FORMATTERS[fmt](d, by_category=by_category, top=args.top),
+    )
     if args.png is not None:
         args.png.parent.mkdir(parents=True, exist_ok=True)
         args.png.write_bytes(render_png(d.data, d))

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from shardwise.errors import ShardwiseError
-from shardwise.ops import domains, picture
+from shardwise.ops import domains_format, picture
 from shardwise.ops.domains import TIMES, DomainData, Domains, compute, load
 
 #: Picture size in inches (1400 x 1300 px).
@@ -44,7 +44,7 @@ def render_png(data: DomainData, d: Domains) -> bytes:
     unit = "documents" if d.weight == "docs" else "text bytes"
     title = f"{TIMES.join(d.axes)}: share of {unit}, run {d.data.name}"
     fig.text(0.02, 0.985, title, fontsize=15, fontweight="bold", va="top")
-    note = domains.status_line(d)
+    note = domains_format.status_line(d)
     if d.est.uncovered:
         note += f"; {len(d.est.uncovered)} categories not labelled yet (intervals widened)"
     fig.text(0.02, 0.955, note, fontsize=11, va="top",
@@ -123,7 +123,7 @@ def report_figure(run_dir: Path) -> tuple[bytes, str, bool]:
         d = compute(data)
     except (ShardwiseError, OSError) as e:
         return placeholder_png(f"domain distribution: {e}"), str(e), False
-    return render_png(data, d), domains.format_table(d), True
+    return render_png(data, d), domains_format.format_table(d), True
 
 
 def placeholder_png(message: str) -> bytes:

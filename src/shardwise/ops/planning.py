@@ -1,6 +1,6 @@
 """What a dry run prints after planning: the planner's notes, coverage, domains, in flight."""
 
-from shardwise.ops import coverage, domains
+from shardwise.ops import coverage, domains_format
 from shardwise.ops.coverage_format import format_table
 from shardwise.planner.prepare import RunInfo
 
@@ -12,7 +12,7 @@ def report_lines(info: RunInfo) -> list[str]:
     lines = list(info.messages)
     cov = coverage.compute(coverage.load_state(info.run_dir))
     lines += format_table(cov).splitlines()
-    headline = domains.headline(info.run_dir)  # the largest topics and formats so far
+    headline = domains_format.headline(info.run_dir)  # the largest topics and formats so far
     if headline:
         lines.append(headline)
     return [*lines, *info.in_flight_lines]

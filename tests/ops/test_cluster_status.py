@@ -11,7 +11,7 @@ from e2e import minimal_config
 from slurm_samples import RESERVATION, SHOW_JOB, SINFO_NODES, WRAP_SCRIPT, job
 
 from shardwise.demo.corpus import DemoSize, write_corpus
-from shardwise.ops import cluster_status, walltime_probe
+from shardwise.ops import cluster_status, cluster_status_format, walltime_probe, walltime_rows
 from shardwise.planner import inflight
 from shardwise.run import claims, markers
 from shardwise.slurm import command, queries
@@ -186,7 +186,7 @@ def test_the_view_groups_reasons_and_answers_the_walltime_question(tmp_path):
     }
     assert [n["node"] for n in status.nodes] == ["gpu-bad01", "vm"]
     assert status.others == {"pending": 1, "running": 0}
-    text = cluster_status.format_table(status)
+    text = cluster_status_format.format_table(status)
     assert "ice-gpu a100 x1" in text
     assert "19 min  (longest that starts now)  expected start: now" in text
     assert "vm           drained    reason: fan broken since 2026-12-01T05:49:51" in text
@@ -195,7 +195,7 @@ def test_the_view_groups_reasons_and_answers_the_walltime_question(tmp_path):
 def test_the_json_document_follows_the_documented_schema(tmp_path):
     run_dir = _run(tmp_path)
     with claims.held(run_dir, 3):
-        doc = cluster_status.to_dict(cluster_status.build(run_dir, _facts(run_dir)))
+        doc = cluster_status_format.to_dict(cluster_status.build(run_dir, _facts(run_dir)))
     schema = json.loads((REPO / "docs/schemas/cluster-status.schema.json").read_text())
     jsonschema.validate(json.loads(json.dumps(doc)), schema)
     assert doc["counts"] == {"running": 1, "pending": 1, "gpus_in_use": 1}
@@ -214,31 +214,31 @@ def test_private_jobs_are_said_to_be_hidden_instead_of_guessed(tmp_path):
 
 def test_a_shorter_walltime_that_starts_earlier_but_not_now_is_advised():
     rows = [
-        walltime_probe.ProbeRow(
+        walltime_rows.ProbeRow(
             minutes=23, label="its own request", start="2026-12-01T10:44:11", starts_now=False
         ),
-        walltime_probe.ProbeRow(
+        walltime_rows.ProbeRow(
             minutes=12, label="one shard's share", start="2026-12-01T06:34:16", starts_now=False
         ),
-        walltime_probe.ProbeRow(
+        walltime_rows.ProbeRow(
             minutes=11, label="half of it", start="2026-12-01T06:34:16", starts_now=False
         ),
     ]
     priority = _job("20", "PENDING", "Priority", time_limit_minutes=23)
     common = {"own": 23, "shards": 2, "hidden": None, "run_dir": "/r"}
-    advice = walltime_probe._advice(rows, job=priority, **common)
+    advice = walltime_rows._advice(rows, job=priority, **common)
     assert advice.startswith(
         "a job asking for 12 min or less starts at 2026-12-01 06:34:16 instead of "
         "2026-12-01 10:44:11"
     )
     assert "`shardwise cluster retime --run-dir /r --max-minutes 12`" in advice
     same = [replace(r, start="2026-12-01T10:44:11") for r in rows]
-    assert walltime_probe._advice(same, job=priority, **common).startswith(
+    assert walltime_rows._advice(same, job=priority, **common).startswith(
         "no shorter walltime starts"
     )
     # a job waiting for a reservation is never told that its wait is not about time
     reserved = replace(priority, reason="ReqNodeNotAvail, Reserved for maintenance")
-    said = walltime_probe._advice(same, job=reserved, **common)
+    said = walltime_rows._advice(same, job=reserved, **common)
     assert "not about time" not in said
     assert said.startswith("the job waits for a reservation (ReqNodeNotAvail, Reserved for")
 
@@ -264,7 +264,7 @@ def test_a_visible_window_gives_the_limit_that_ends_before_it_when_test_only_can
     run_dir = _run(tmp_path)
     status = cluster_status.build(run_dir, _behind_own_jobs(run_dir))
     rows = {r.label: r for r in status.probe.rows}
-    window = rows[walltime_probe.WINDOW_LABEL]
+    window = rows[walltime_rows.WINDOW_LABEL]
     # m2 starts 24 min 59 s after NOW: 24 whole minutes, one kept to schedule the job
     assert (window.minutes, window.starts_now) == (23, True)
     assert window.source == "reservation m2 from 2026-12-01 06:24"
@@ -273,9 +273,9 @@ def test_a_visible_window_gives_the_limit_that_ends_before_it_when_test_only_can
     assert advice.startswith("a job asking for 23 min or less starts now instead of")
     assert "the pending jobs ahead in the partition, this run's own included" in advice
     assert "walltime.max_minutes: 11 (K=2)" in advice
-    text = cluster_status.format_table(status)
+    text = cluster_status_format.format_table(status)
     assert "23 min  (ends before the window )  expected start: now  [reservation m2" in text
-    doc = cluster_status.to_dict(status)
+    doc = cluster_status_format.to_dict(status)
     schema = json.loads((REPO / "docs/schemas/cluster-status.schema.json").read_text())
     jsonschema.validate(json.loads(json.dumps(doc)), schema)
     sources = {r["source"] for r in doc["walltime_probe"]["rows"]}
@@ -285,7 +285,7 @@ def test_a_visible_window_gives_the_limit_that_ends_before_it_when_test_only_can
 def test_the_window_row_does_not_claim_now_without_an_idle_node(tmp_path):
     run_dir = _run(tmp_path)
     status = cluster_status.build(run_dir, _behind_own_jobs(run_dir, nodes=SINFO_NODES))
-    window = next(r for r in status.probe.rows if r.label == walltime_probe.WINDOW_LABEL)
+    window = next(r for r in status.probe.rows if r.label == walltime_rows.WINDOW_LABEL)
     assert (window.minutes, window.start, window.starts_now) == (23, None, None)
     assert "no idle node" in window.problem
     assert status.probe.advice.startswith("the job waits for a reservation")
@@ -298,7 +298,7 @@ def test_no_window_row_for_another_partitions_or_a_past_window(tmp_path):
     past = RESERVATION.replace("2026-12-01T06:24:59", "2026-12-01T05:30:00")
     for text in (other, past, ""):
         status = cluster_status.build(run_dir, _behind_own_jobs(run_dir, reservations=text))
-        assert walltime_probe.WINDOW_LABEL not in {r.label for r in status.probe.rows}, text
+        assert walltime_rows.WINDOW_LABEL not in {r.label for r in status.probe.rows}, text
 
 
 def test_a_hidden_window_is_located_blind_and_the_advice_names_retime(tmp_path):
@@ -311,7 +311,7 @@ def test_a_hidden_window_is_located_blind_and_the_advice_names_retime(tmp_path):
         hidden_window=Answer(_located(29, walltime_probe.Method.INFERRED)),
     )
     status = cluster_status.build(run_dir, facts)
-    window = next(r for r in status.probe.rows if r.label == walltime_probe.WINDOW_LABEL)
+    window = next(r for r in status.probe.rows if r.label == walltime_rows.WINDOW_LABEL)
     assert (window.minutes, window.starts_now) == (28, True)
     assert window.source == (
         "inferred: sbatch --test-only starts a small job ending before 06:29 earlier than one "
@@ -324,7 +324,7 @@ def test_a_hidden_window_is_located_blind_and_the_advice_names_retime(tmp_path):
     assert f"`shardwise cluster retime --run-dir {run_dir} --max-minutes 28`" in advice
     assert "not about time" not in advice
     schema = json.loads((REPO / "docs/schemas/cluster-status.schema.json").read_text())
-    jsonschema.validate(json.loads(json.dumps(cluster_status.to_dict(status))), schema)
+    jsonschema.validate(json.loads(json.dumps(cluster_status_format.to_dict(status))), schema)
 
 
 def _located(minutes, method):
@@ -341,17 +341,17 @@ def test_a_window_located_with_real_allocations_says_so_and_what_it_submitted(tm
     facts = replace(_behind_own_jobs(run_dir), hidden_window=Answer(located),
                     reservations=Answer(None, "hidden", "hidden"))  # fmt: skip
     status = cluster_status.build(run_dir, facts)
-    window = next(r for r in status.probe.rows if r.label == walltime_probe.WINDOW_LABEL)
+    window = next(r for r in status.probe.rows if r.label == walltime_rows.WINDOW_LABEL)
     assert (window.minutes, window.method) == (39, walltime_probe.Method.ALLOCATED)
     assert window.source.startswith("inferred: a 1-CPU job ending before 06:40 was allocated")
-    doc = json.loads(json.dumps(cluster_status.to_dict(status)))
+    doc = json.loads(json.dumps(cluster_status_format.to_dict(status)))
     assert doc["walltime_probe"]["located"] == {
         "minutes": 40, "start": "2026-12-01T06:40:00", "method": "allocated", "calls": 9,
         "seconds": 1.5, "changed": changed,
     }  # fmt: skip
     schema = json.loads((REPO / "docs/schemas/cluster-status.schema.json").read_text())
     jsonschema.validate(doc, schema)
-    text = status.text()
+    text = cluster_status_format.format_table(status)
     assert "window located with 1-CPU allocations: 9 SLURM call(s) in 1.5 s" in text
     assert f"submitted: {changed}" in text
 

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 
 from slurm_samples import job
 
-from shardwise.ops import plan_probe, walltime_probe
+from shardwise.ops import plan_probe, walltime_probe, walltime_rows
 from shardwise.ops.plan_probe import Outcome, Planned, Rung
 from shardwise.slurm import control
 from shardwise.slurm.queries import Answer
@@ -110,7 +110,7 @@ def test_slurms_plan_overrules_a_window_row_that_claims_more_than_starts_now():
     ]
     plan = _planned(19, rungs)
     nodes = Answer([])
-    probe = walltime_probe.probe(
+    probe = walltime_rows.probe(
         pending,
         1,
         {},
@@ -121,13 +121,13 @@ def test_slurms_plan_overrules_a_window_row_that_claims_more_than_starts_now():
         plan=plan,
     )
     rows = {r.label: r for r in probe.rows}
-    row = rows[walltime_probe.PLAN_LABEL]
+    row = rows[walltime_rows.PLAN_LABEL]
     assert (row.minutes, row.starts_now, row.method) == (19, True, walltime_probe.Method.PLANNED)
     assert row.source == (
         "SLURM's plan: a job of your request asking 19 min started at once, one "
         "asking 30 min did not (Priority)"
     )
-    assert rows[walltime_probe.WINDOW_LABEL].starts_now is None
+    assert rows[walltime_rows.WINDOW_LABEL].starts_now is None
     assert "--max-minutes 19`" in probe.advice
     assert probe.planned is plan
 
@@ -135,7 +135,7 @@ def test_slurms_plan_overrules_a_window_row_that_claims_more_than_starts_now():
 def test_when_slurms_plan_starts_nothing_the_advice_says_the_jobs_wait_for_the_window():
     pending = job("7", reason="ReqNodeNotAvail, Reserved for maintenance", time_limit_minutes=960)
     plan = _planned(None, [Rung(5, Outcome.RESERVED, None, "maint")])
-    probe = walltime_probe.probe(
+    probe = walltime_rows.probe(
         pending, 1, {}, reservations=None, nodes=Answer([]), now=NOW, plan=plan
     )
     [row] = probe.rows

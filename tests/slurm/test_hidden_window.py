@@ -19,7 +19,7 @@ cannot see the window. As that user:
   ``kill -9`` of ``cluster status`` in the middle of its search the next one leaves
   the queue as it was (25 min); another user's jobs run and pend beside (70 min).
 
-Then a matrix of the search alone (``cluster_status.locate_window``, as the user, plain
+Then a matrix of the search alone (``walltime_probe.locate_window``, as the user, plain
 sleeping jobs instead of a run): 1, 4 and 8 CPUs per job, 1 and 6 pending jobs, another
 user's jobs running and pending or not, windows 25 and 70 minutes ahead, and one cell
 where ``--test-only``'s step shows (method ``inferred``). In every cell the inferred
@@ -381,11 +381,11 @@ def test_the_window_is_located_whatever_the_jobs_ask_for(ordinary_user):
             before = _job_state(USER)
             code = (
                 "import json, sys; from dataclasses import asdict;"
-                "from shardwise.ops import cluster_status, walltime_probe;"
+                "from shardwise.ops import walltime_probe;"
                 "from shardwise.slurm import queries;"
                 f"d = queries.job_detail({first['id']!r}).value;"
                 f"asked = walltime_probe.probe_minutes({limit}, 1);"
-                "a = cluster_status.locate_window(d, asked, 20);"
+                "a = walltime_probe.locate_window(d, asked, 20);"
                 "print(json.dumps(asdict(a)))"
             )
             searched = _as_user(sys.executable, "-c", code, cwd=Path("/tmp"), timeout=120)

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from shardwise.cli.common import add_format, add_run_dir, emit, json_text, positive_int
-from shardwise.ops import cluster_check, cluster_status, retime
+from shardwise.ops import cluster_check, cluster_status, cluster_status_format, retime
 from shardwise.slurm import control
 
 DEFAULT_PROFILE = "profiles/slurm"
@@ -124,14 +124,18 @@ def _check(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     if not args.watch:
         status = cluster_status.status(args.run_dir, timeout=args.timeout)
-        emit(args.format, lambda: cluster_status.to_dict(status), lambda _fmt: status.text())
+        emit(
+            args.format,
+            lambda: cluster_status_format.to_dict(status),
+            lambda _fmt: cluster_status_format.format_table(status),
+        )
         return 0
 
     def render() -> str:
         status = cluster_status.status(args.run_dir, timeout=args.timeout)
         if args.format == "json":
-            return json_text(cluster_status.to_dict(status), one_line=True)
-        return status.text()
+            return json_text(cluster_status_format.to_dict(status), one_line=True)
+        return cluster_status_format.format_table(status)
 
     tty = sys.stdout.isatty()
     try:

@@ -8,24 +8,22 @@ shards read from each job's ``--target-jobs`` (job names change with every invoc
 
 import functools
 import re
-import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from shardwise.errors import RecordError
-from shardwise.ops import cluster_check, coverage, plan_probe, walltime_probe
+from shardwise.ops import cluster_check, coverage, plan_probe, walltime_probe, walltime_rows
 from shardwise.ops.plan_probe import Planned
-from shardwise.ops.text import format_duration
-from shardwise.ops.walltime_probe import Probe
+from shardwise.ops.walltime_rows import Probe
 from shardwise.planner import inflight
-from shardwise.run import adaptation, claims, markers, ranges
-from shardwise.slurm import command, control, queries
+from shardwise.run import adaptation, claims, markers
+from shardwise.slurm import command, queries
 from shardwise.slurm.pending import explain
 from shardwise.slurm.queries import Answer
 
@@ -92,10 +90,6 @@ class Status:
         """Jobs waiting to start."""
         return [j for j in self.jobs if j.state == "PENDING"]
 
-    def text(self) -> str:
-        """The table a person reads (``format_table``)."""
-        return format_table(self)
-
 
 @dataclass(frozen=True, kw_only=True)
 class StatusFacts:
@@ -138,7 +132,7 @@ def status_facts(run_dir: Path, *, timeout: float = command.DEFAULT_TIMEOUT) -> 
     user = queries.current_user()
     queue = queries.jobs(user, timeout=timeout)
     cleared = plan_probe.clear_leftovers(queue, timeout)
-    if _clear_leftover_probes(user, queue, timeout) or cleared:
+    if walltime_probe.clear_leftover_probes(user, queue, timeout) or cleared:
         queue = queries.jobs(user, timeout=timeout)
     cfg = queries.config(timeout=timeout)
     accounting = cfg.ok and queries.accounting_enabled(cfg.value or {})
@@ -161,7 +155,7 @@ def status_facts(run_dir: Path, *, timeout: float = command.DEFAULT_TIMEOUT) -> 
             request = detail.value
             options = functools.partial(walltime_probe.test_only_options, request)
             asked = walltime_probe.probe_minutes(oldest.time_limit_minutes, shards)
-            ask = _test_only(starts, options, timeout)
+            ask = walltime_probe.test_only(starts, options, timeout)
             walltime_probe.longest_starting_now(ask, asked, datetime.now())
             reserved = walltime_probe.waits_for_reservation(oldest.reason)
             if reserved:  # first: it waits for a live workflow's probes, which would
@@ -169,8 +163,8 @@ def status_facts(run_dir: Path, *, timeout: float = command.DEFAULT_TIMEOUT) -> 
                 bf = queries.backfill_interval_seconds(cfg.value or {}) if cfg.ok else 30
                 own = oldest.time_limit_minutes or 1
                 planned = plan_probe.probe(options, own, 1, bf_interval=bf, timeout=timeout)
-            if reserved and not _visible_window(windows, oldest):
-                hidden = locate_window(request, asked, timeout)
+            if reserved and not walltime_probe.visible_window(windows, oldest):
+                hidden = walltime_probe.locate_window(request, asked, timeout)
     others = None
     private = cfg.ok and "jobs" in queries.private_data(cfg.value or {})
     parts = sorted({p for j, _ in mine.values() for p in j.partition.split(",") if p})
@@ -200,107 +194,6 @@ def probed_job(mine: dict[str, tuple[queries.Job, tuple[int, ...]]]) -> queries.
     pending = sorted(waiting, key=lambda j: (j.submit_time or datetime.max, _int(j.id)))
     reserved = [j for j in pending if walltime_probe.waits_for_reservation(j.reason)]
     return (reserved or pending or [None])[0]
-
-
-def _visible_window(windows: Answer[list[queries.Reservation]] | None, job: queries.Job) -> bool:
-    """Whether a maintenance window ahead is visible for the job's partitions."""
-    if windows is None or not windows.ok:
-        return False
-    parts = [p for p in job.partition.split(",") if p]
-    return queries.next_maintenance(windows.value or [], datetime.now(), parts) is not None
-
-
-def locate_window(
-    request: dict[str, str], asked: list[int], timeout: float
-) -> Answer[walltime_probe.Located]:
-    """Where a hidden window starts, and how it was found: where a small job's
-    ``--test-only`` answer steps, if the delay SLURM adds for the jobs ahead lets it show;
-    else the longest 1-CPU job SLURM allocates at once (``salloc --immediate``)."""
-    began, now = time.monotonic(), datetime.now()
-    options = functools.partial(walltime_probe.window_options, request)
-    small: dict[int, Answer[datetime]] = {}
-    step, base = walltime_probe.step_limit(_test_only(small, options, timeout), asked)
-    failed = next((a for a in small.values() if not a.ok), None)
-    if base.value is None or (step is None and failed is not None):
-        return Answer(None, (failed or base).problem, (failed or base).kind)
-    if step is not None:
-        changed = "nothing: sbatch --test-only submits nothing"
-        return Answer(_located(step, walltime_probe.Method.INFERRED, len(small), began, changed))
-    delay = base.value - now
-    if delay <= timedelta(minutes=1):
-        why = f"a small job of {max(asked)} min starts now: no window is in this job's way"
-        return Answer(None, why, "failed")
-    tried: dict[int, Answer[control.Allocation]] = {}
-
-    def granted(minutes: int) -> bool | None:
-        if minutes not in tried:
-            tried[minutes] = control.try_allocation(options(minutes), timeout)
-        answer = tried[minutes]
-        return answer.value is control.Allocation.ALLOCATED if answer.ok else None
-
-    found = walltime_probe.longest_where(granted, asked, within=1)
-    outcomes = Counter(a.value for a in tried.values() if a.ok)
-    changed = f"{len(tried)} job(s) of 1 CPU named {control.PROBE_JOB_NAME} (salloc --immediate=1):"
-    changed += f" {outcomes[control.Allocation.ALLOCATED]} allocated and given back at once, the "
-    changed += "others refused or revoked within a second; no job of yours was touched"
-    if found is not None:
-        method = walltime_probe.Method.ALLOCATED
-        return Answer(_located(found, method, len(small) + len(tried), began, changed))
-    failed = next((a for a in tried.values() if not a.ok), None)
-    if failed is not None:
-        return Answer(None, f"{failed.problem} ({changed})", failed.kind)
-    return Answer(None, f"{_unlocated(outcomes, max(tried), delay)} ({changed})", "failed")
-
-
-def _unlocated(outcomes: Counter, longest: int, delay: timedelta) -> str:
-    """Why neither method located the window."""
-    if outcomes[control.Allocation.ALLOCATED]:
-        return f"a 1-CPU job of {longest} min was allocated at once: no window is in the way"
-    why = f"sbatch --test-only adds {format_duration(delay.total_seconds())} for the pending "
-    why += "jobs ahead, which hides the window, and no 1-CPU job was allocated at any limit: "
-    if outcomes[control.Allocation.OUTRANKED]:
-        why += "SLURM refused them for insufficient priority (a runnable job of higher priority "
-        return why + "pends in the partition, perhaps hidden from you); ask again in a minute"
-    return why + "the window may be open already, or the partition's nodes are full"
-
-
-def _located(
-    minutes: int, method: walltime_probe.Method, calls: int, began: float, changed: str
-) -> walltime_probe.Located:
-    """A window ``minutes`` from now, found by ``method`` in ``calls`` since ``began``."""
-    start = (datetime.now() + timedelta(minutes=minutes)).isoformat(timespec="seconds")
-    seconds = round(time.monotonic() - began, 1)
-    return walltime_probe.Located(
-        minutes=minutes, start=start, method=method, calls=calls, seconds=seconds, changed=changed
-    )
-
-
-def _clear_leftover_probes(user: str, queue: Answer[list[queries.Job]], timeout: float) -> int:
-    """Wait a few seconds for window probes a killed ``cluster status`` left (each ends
-    within a second on its own), then cancel any still queued; how many there were."""
-    probes = control.PROBE_JOB_NAME
-    left = [j.id for j in queue.value or [] if j.name == probes]
-    deadline = time.monotonic() + 5
-    while left and time.monotonic() < deadline:
-        time.sleep(0.5)
-        again = queries.jobs(user, timeout=timeout)
-        left = [j.id for j in again.value or [] if j.name == probes and j.id in left]
-    if left:
-        control.cancel(left, timeout=timeout)
-    return len(left)
-
-
-def _test_only(
-    answers: dict[int, Answer[datetime]], options: Callable[[int], list[str]], timeout: float
-) -> Callable[[int], Answer[datetime]]:
-    """``sbatch --test-only`` at a time limit, each limit asked once (kept in ``answers``)."""
-
-    def ask(minutes: int) -> Answer[datetime]:
-        if minutes not in answers:
-            answers[minutes] = queries.test_only(options(minutes), timeout=timeout)
-        return answers[minutes]
-
-    return ask
 
 
 def _int(text: str) -> int:
@@ -458,7 +351,7 @@ def _probe(
     if oldest is None:
         return None
     detail = facts.probe_detail
-    return walltime_probe.probe(
+    return walltime_rows.probe(
         oldest, len(mine[oldest.id][1]) or 1, facts.probe_starts if detail is not None else {},
         reservations=facts.reservations, nodes=facts.nodes, now=now, hidden=facts.hidden_window,
         run_dir=str(run_dir),
@@ -470,158 +363,3 @@ def _probe(
 def status(run_dir: Path, *, timeout: float = command.DEFAULT_TIMEOUT) -> Status:
     """``shardwise cluster status``: ask SLURM (with ``timeout`` per command), then build."""
     return build(run_dir, status_facts(run_dir, timeout=timeout))
-
-
-def to_dict(status: Status) -> dict[str, Any]:
-    """The JSON document (schema: docs/schemas/cluster-status.schema.json)."""
-    gpus = sum(j.gpus for j in status.running)
-    counts = {"running": len(status.running), "pending": len(status.pending_jobs),
-              "gpus_in_use": gpus}  # fmt: skip
-    slots = {"run": len(status.jobs), "user": status.user_jobs, "cap": status.submit_cap,
-             "cap_source": status.cap_source}  # fmt: skip
-    return {
-        "format_version": 1, "command": "cluster status", "run_dir": status.run_dir,
-        "generated_at": status.generated_at, "user": status.user,
-        "main_process": status.main_process, "counts": counts, "gpus_in_use": _gpu_usage(status),
-        "jobs": [{**asdict(j), "shards": list(j.shards)} for j in status.jobs],
-        "submit_slots": slots, "pending_reasons": [dict(p) for p in status.pending],
-        "walltime_probe": None if status.probe is None else asdict(status.probe),
-        "progress": asdict(status.progress), "in_flight": status.in_flight.to_dict(),
-        "unavailable_nodes": [dict(n) for n in status.nodes], "other_users": status.others,
-        "notes": list(status.notes),
-        "walltime_adaptation": None if status.adapted is None else status.adapted.to_json(),
-    }  # fmt: skip
-
-
-def _gpu_usage(status: Status) -> list[dict[str, Any]]:
-    usage: Counter[tuple[str, str]] = Counter()
-    for j in status.running:
-        for kind, n in (j.gpu_types or {"gpu": j.gpus}).items():
-            if n:
-                usage[(j.partition, kind)] += n
-    return [{"partition": p, "type": t, "gpus": n} for (p, t), n in sorted(usage.items())]
-
-
-def _ago(seconds: float | None) -> str:
-    return "never" if seconds is None else f"{format_duration(seconds)} ago"
-
-
-def format_table(status: Status) -> str:
-    """The plain-text view (also what --watch redraws)."""
-    lines = [f"cluster status of {status.run_dir} at {status.generated_at} (user {status.user})"]
-    lines += _head_lines(status)
-    listed = {s for j in status.jobs for s in j.shards}
-    if set(status.in_flight.shards) - listed:  # shards of local processes or unlisted jobs
-        lines += ["", *status.in_flight.lines(notes=False, planning=False)]
-    lines += _job_lines(status)
-    if status.pending:
-        lines += ["", "pending, by reason"]
-        for g in status.pending:
-            lines.append(f"  {len(g['jobs'])} job(s), {g['shards']} shard(s): {g['reason']}")
-            lines.append(f"      {g['meaning']}")
-            lines.append(f"      do: {g['action']}")
-    if status.probe is not None:
-        lines += _probe_lines(status.probe)
-    if status.adapted is not None:
-        lines += adaptation_lines(status.adapted, datetime.fromisoformat(status.generated_at))
-    if status.nodes:
-        lines += ["", "nodes that cannot run jobs (sinfo -R)"]
-        for n in status.nodes:
-            since = f" since {n['since']}" if n["since"] else ""
-            reason = n["reason"] or "none given"
-            lines.append(f"  {n['node']:<12} {n['state']:<10} reason: {reason}{since}")
-    if status.notes:
-        lines += ["", *[f"note: {n}" for n in status.notes]]
-    return "\n".join(lines)
-
-
-_GONE = "GONE (run snakemake again: shards that live jobs still hold are not submitted twice)"
-
-
-def _head_lines(status: Status) -> list[str]:
-    """The main process, job and slot counts, GPUs in use, shard progress, other users."""
-    lines = []
-    m = status.main_process
-    if m["pid"]:
-        alive = {True: "running", None: "on another host: cannot check"}.get(m["alive"], _GONE)
-        lines.append(f"main process  pid {m['pid']} on {m['host']} since {m['since']}: {alive}")
-    cap = f"(submit cap: {status.cap_source})"
-    if status.submit_cap is not None:
-        cap = f"of cap {status.submit_cap:,} ({status.cap_source})"
-    user_jobs = "?" if status.user_jobs is None else f"{status.user_jobs:,}"
-    text = f"jobs          {len(status.running)} running, {len(status.pending_jobs)} pending "
-    lines.append(text + f"(this run); submit slots: run {len(status.jobs)}, you {user_jobs} {cap}")
-    usage = _gpu_usage(status)
-    types = ", ".join(f"{u['partition']} {u['type']} x{u['gpus']}" for u in usage)
-    lines.append(f"GPUs in use   {sum(u['gpus'] for u in usage)}" + (f": {types}" if usage else ""))
-    p = status.progress
-    eta = "no ETA: no GPU of this run is running" if p.shards_done < p.shards_total else ""
-    if p.eta_seconds is not None:
-        eta = f"ETA {format_duration(p.eta_seconds)} at the {p.gpus_running} GPU(s) running now"
-    text = f"shards        {p.shards_done:,} / {p.shards_total:,} done; last finished "
-    text += f"{_ago(p.seconds_since_last)}; {p.finished_last_hour:,} in the last hour; {eta}"
-    lines.append(text)
-    if status.others is not None:
-        text = f"other users   {status.others['pending']:,} pending, {status.others['running']:,} "
-        lines.append(text + "running in these partitions")
-    return lines
-
-
-def _job_lines(status: Status) -> list[str]:
-    """One row per job of the run."""
-    if not status.jobs:
-        return []
-    pw = max(len("partition"), *(len(j.partition) for j in status.jobs))
-    head = f"{'job':<9} {'state':<10} {'shards':<13} GPUs  {'limit':<7} {'partition':<{pw}}  "
-    lines = ["", head + "started / pending reason"]
-    for j in status.jobs:
-        tail = j.reason if j.state == "PENDING" else f"{j.started or j.submitted} on {j.nodes}"
-        limit = f"{j.time_limit_minutes}m" if j.time_limit_minutes else "?"
-        text = f"{j.id:<9} {j.state:<10} {ranges.compress(list(j.shards)):<13} {j.gpus:>4}  "
-        lines.append(text + f"{limit:<7} {j.partition:<{pw}}  {tail}")
-    return lines
-
-
-def _probe_lines(pr: Probe) -> list[str]:
-    """Would a shorter walltime start now: one row per limit asked about, then the advice."""
-    sources = "the visible windows, nothing submitted"
-    if pr.located is not None:
-        sources = "the hidden window, located below"
-    if pr.planned is not None:  # probes were submitted: see the line below the rows
-        sources = sources.removesuffix(", nothing submitted")
-        sources += "; SLURM's own plan for probe jobs of your request"
-    head = f"would a shorter walltime start now? (pending job {pr.job_id}, {pr.shards} shard(s), "
-    head += f"submitted {pr.submitted}; sbatch --test-only and {sources})"
-    lines = ["", head]
-    for r in pr.rows:
-        when = r.start.replace("T", " ") if r.start else f"? {r.problem}"
-        when = "now" if r.starts_now else when
-        origin = f"  [{r.source}]" if r.method is not walltime_probe.Method.TEST_ONLY else ""
-        lines.append(f"  {r.minutes:>6} min  ({r.label:<23})  expected start: {when}{origin}")
-    if pr.located is not None:
-        found = pr.located
-        how = "1-CPU allocations"
-        if found.method is walltime_probe.Method.INFERRED:
-            how = "small sbatch --test-only jobs"
-        text = f"  window located with {how}: {found.calls} SLURM call(s) in {found.seconds:g} s; "
-        lines.append(text + f"submitted: {found.changed}")
-    if pr.planned is not None:
-        plan = pr.planned
-        text = f"  SLURM's plan asked with probe jobs of your request: {plan.calls} SLURM call(s) "
-        lines.append(text + f"in {plan.seconds:g} s; submitted: {plan.changed()}")
-    lines.append(f"  => {pr.advice}")
-    return lines
-
-
-def adaptation_lines(record: adaptation.Adaptation, now: datetime, last: int = 6) -> list[str]:
-    """What the workflow's walltime adaptation did: the fit in force, the last changes."""
-    fit = record.fit
-    lines = ["", "walltime adaptation (walltime.adapt: the workflow changes limits by itself)"]
-    if fit is not None and fit.cap(now) is not None:
-        text = f"  in force: jobs end by {fit.horizon.replace('T', ' ')} (at most {fit.cap(now)} "
-        lines.append(text + f"min now, never below {fit.floor}); since {fit.since}: {fit.reason}")
-    else:
-        lines.append("  in force: the configured limits")
-    for event in record.events[-last:]:
-        lines.append(f"  {event.at.replace('T', ' ')}  {event.action:<9} {event.text}")
-    return lines

@@ -10,15 +10,18 @@ only while that delay ends before the window does; else real 1-CPU allocations
 (``salloc --immediate``) that start at once or are revoked locate it. :func:`probe` is pure.
 """
 
+import functools
 import math
 import re
+import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from shardwise.ops.plan_probe import Outcome, Planned
-from shardwise.slurm import command, queries
+from shardwise.ops.text import format_duration
+from shardwise.slurm import command, control, queries
 from shardwise.slurm.pending import waits_for_reservation
 from shardwise.slurm.queries import Answer
 
@@ -47,34 +50,6 @@ class Located:
     calls: int
     seconds: float
     changed: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class ProbeRow:
-    """One answer to "when would a job asking for ``minutes`` start?" (``source``: who
-    answered, ``sbatch --test-only`` or a maintenance window)."""
-
-    minutes: int
-    label: str
-    start: str | None
-    starts_now: bool | None
-    problem: str | None = None
-    source: str = "sbatch --test-only"
-    window_start: str | None = None  # where a window row's window begins (HH:MM)
-    method: Method = Method.TEST_ONLY
-
-
-@dataclass(frozen=True, kw_only=True)
-class Probe:
-    """Would a shorter walltime start now? For the oldest pending job."""
-
-    job_id: str
-    shards: int
-    submitted: str
-    rows: tuple[ProbeRow, ...]
-    advice: str
-    located: Located | None = None  # how a hidden window was found, when one was
-    planned: Planned | None = None  # SLURM's plan for probe jobs of the run's request
 
 
 def probe_minutes(own: int | None, shards: int) -> list[int]:
@@ -215,286 +190,98 @@ def test_only_options(detail: dict[str, str], minutes: int) -> list[str]:
     return opts
 
 
-def probe(  # noqa: PLR0913 - SLURM's separate answers, keyword-only
-    oldest: queries.Job, shards: int, starts: dict[int, Answer[datetime]], *,
-    reservations: Answer[list[queries.Reservation]] | None, nodes: Answer[list[queries.Node]],
-    now: datetime, hidden: Answer[Located] | None = None, run_dir: str = "<run_dir>",
-    planned: bool = True, plan: Planned | None = None,
-) -> Probe | None:  # fmt: skip
-    """Would a shorter walltime start ``oldest`` (a pending job of ``shards`` shards) now?
-    ``starts``: ``--test-only``'s answers by limit (bisection steps included); a visible
-    window adds a row, and so does a hidden one (``hidden``: where it starts, and how it
-    was found); ``plan`` (SLURM's plan for probe jobs of the request) adds the row that
-    says what really starts now, and overrules a window row that claims more. None when
-    there is nothing to show."""
-    own = oldest.time_limit_minutes or 0
-    window = _window_row(reservations, nodes, oldest, own, now)
-    if window is None and hidden is not None:
-        window = _hidden_row(hidden, nodes, oldest, own, now)
-    plan_row = _plan_row(plan, now) if plan is not None else None
-    if window is not None and plan_row is not None:
-        window = _overruled(window, plan, plan_row)
-    if window is None and not starts and plan_row is None:
-        return None
-    soon = now + timedelta(minutes=1)
-    standard = set(probe_minutes(own, shards))
-
-    def starts_now(answer: Answer[datetime]) -> bool:
-        return answer.ok and answer.value is not None and answer.value <= soon
-
-    found = [m for m, a in starts.items() if m not in standard and starts_now(a)]
-    shown = standard | ({max(found)} if found else set())
-    rows = []
-    for minutes, answer in sorted(starts.items(), reverse=True):
-        if minutes not in shown:
-            continue  # a bisection step
-        label = _label(minutes, own, shards)
-        if answer.ok and answer.value is not None:
-            when = answer.value.isoformat(timespec="seconds")
-            rows.append(
-                ProbeRow(minutes=minutes, label=label, start=when, starts_now=answer.value <= soon)
-            )
-        else:
-            rows.append(
-                ProbeRow(
-                    minutes=minutes,
-                    label=label,
-                    start=None,
-                    starts_now=None,
-                    problem=answer.problem,
-                )
-            )
-    rows += [r for r in (window, plan_row) if r is not None]
-    rows.sort(key=lambda r: -r.minutes)
-    advice = _advice(rows, own=own, shards=shards, job=oldest, hidden=hidden, run_dir=run_dir)
-    if plan is not None and plan.longest_now is None:
-        advice = f"SLURM's plan for your jobs' request: {plan.why_none()}. A shorter limit does "
-        advice += "not start them before the window; they start after it (with walltime.adapt "
-        advice += "on, the workflow asks again by itself and lowers them when one fits)"
-    if not planned:
-        advice = f"SLURM has not planned job {oldest.id} yet (its first backfill pass comes within "
-        advice += "bf_interval, 30 s by default): these answers are provisional, ask again in a "
-        advice += f"minute. {advice}"
-    submitted = oldest.submit_time.isoformat() if oldest.submit_time else ""
-    blind = window is not None and window.method is not Method.RESERVATION
-    located = hidden.value if hidden is not None and blind else None
-    return Probe(
-        job_id=oldest.id,
-        shards=shards,
-        submitted=submitted,
-        rows=tuple(rows),
-        advice=advice,
-        located=located,
-        planned=plan,
-    )
-
-
-PLAN_LABEL = "SLURM's plan starts now"
-
-
-def _plan_row(plan: Planned, now: datetime) -> ProbeRow:
-    """The row of SLURM's plan: the longest limit of the request that started at once."""
-    found = plan.longest_now
-    if found is None:
-        floor = max(1, plan.floor)
-        source = "SLURM's plan for probe jobs of your request"
-        return ProbeRow(
-            minutes=floor,
-            label=PLAN_LABEL,
-            start=None,
-            starts_now=None,
-            problem=plan.why_none(),
-            source=source,
-            window_start=None,
-            method=Method.PLANNED,
-        )
-    longer = [r for r in plan.rungs if r.minutes > found]
-    source = f"SLURM's plan: a job of your request asking {found} min started at once"
-    if longer:
-        nearest = min(longer, key=lambda r: r.minutes)
-        why = nearest.reason or nearest.outcome.value
-        source += f", one asking {nearest.minutes} min did not ({why})"
-    when = now.isoformat(timespec="seconds")
-    return ProbeRow(
-        minutes=found,
-        label=PLAN_LABEL,
-        start=when,
-        starts_now=True,
-        problem=None,
-        source=source,
-        window_start=None,
-        method=Method.PLANNED,
-    )
-
-
-def _overruled(window: ProbeRow, plan: Planned, plan_row: ProbeRow) -> ProbeRow:
-    """A window row that claims to start now where SLURM's plan saw a job of the run's
-    request, no longer than the row's limit, not start: corrected to say so."""
-    now = plan_row.start
-    refuted = [
-        r for r in plan.rungs
-        if r.minutes <= window.minutes and r.outcome is not Outcome.STARTED
-        and not (r.start is not None and now is not None and r.start <= now)
-    ]  # fmt: skip
-    if not window.starts_now or not refuted:
-        return window
-    problem = "not now for your request: " + (
-        f"SLURM's plan starts at most {plan_row.minutes} min now (other jobs hold the nodes "
-        "until then)"
-        if plan_row.starts_now
-        else plan_row.problem or "SLURM's plan starts nothing now"
-    )
-    return ProbeRow(
-        minutes=window.minutes,
-        label=window.label,
-        start=None,
-        starts_now=None,
-        problem=problem,
-        source=window.source,
-        window_start=window.window_start,
-        method=window.method,
-    )
-
-
-def _window_row(
-    reservations: Answer[list[queries.Reservation]] | None, nodes: Answer[list[queries.Node]],
-    job: queries.Job, own: int, now: datetime,
-) -> ProbeRow | None:  # fmt: skip
-    """The longest limit that ends before the next visible maintenance window: a firmer
-    fact than ``--test-only``, which tests behind the run's own pending jobs. It starts now
-    when a usable node of its partition is idle or mixed. None when no window is ahead."""
-    if reservations is None or not reservations.ok:
-        return None
+def visible_window(windows: Answer[list[queries.Reservation]] | None, job: queries.Job) -> bool:
+    """Whether a maintenance window ahead is visible for the job's partitions."""
+    if windows is None or not windows.ok:
+        return False
     parts = [p for p in job.partition.split(",") if p]
-    window = queries.next_maintenance(reservations.value or [], now, parts)
-    if window is None or window.start is None or window.start <= now:
-        return None
-    minutes = int((window.start - now) / timedelta(minutes=1)) - 1  # a minute to schedule
-    if minutes < 1 or (own and minutes >= own):
-        return None
-    source = f"reservation {window.name} from {window.start:%Y-%m-%d %H:%M}"
-    return _window(
-        minutes, start=window.start, source=source, method=Method.RESERVATION, nodes=nodes,
-        job=job, now=now,
-    )  # fmt: skip
+    return queries.next_maintenance(windows.value or [], datetime.now(), parts) is not None
 
 
-def _hidden_row(
-    hidden: Answer[Located], nodes: Answer[list[queries.Node]], job: queries.Job, own: int,
-    now: datetime,
-) -> ProbeRow | None:  # fmt: skip
-    """The row of a window located blind: it starts about ``hidden.minutes`` from now."""
-    found = hidden.value
-    if not hidden.ok or found is None or (own and found.minutes >= own):
-        return None
-    minutes = max(1, found.minutes - 1)  # a minute to schedule, as for a visible window
-    start = datetime.fromisoformat(found.start)
-    if found.method is Method.ALLOCATED:
-        source = f"inferred: a 1-CPU job ending before {start:%H:%M} was allocated at once, a "
-        source += "longer one was not"
-    else:
-        source = f"inferred: sbatch --test-only starts a small job ending before {start:%H:%M} "
-        source += "earlier than one ending after it"
-    source += "; reservations are hidden from you"
-    return _window(minutes, start=start, source=source, method=found.method, nodes=nodes,
-                   job=job, now=now)  # fmt: skip
+def locate_window(request: dict[str, str], asked: list[int], timeout: float) -> Answer[Located]:
+    """Where a hidden window starts, and how it was found: where a small job's
+    ``--test-only`` answer steps, if the delay SLURM adds for the jobs ahead lets it show;
+    else the longest 1-CPU job SLURM allocates at once (``salloc --immediate``)."""
+    began, now = time.monotonic(), datetime.now()
+    options = functools.partial(window_options, request)
+    small: dict[int, Answer[datetime]] = {}
+    step, base = step_limit(test_only(small, options, timeout), asked)
+    failed = next((a for a in small.values() if not a.ok), None)
+    if base.value is None or (step is None and failed is not None):
+        return Answer(None, (failed or base).problem, (failed or base).kind)
+    if step is not None:
+        changed = "nothing: sbatch --test-only submits nothing"
+        return Answer(_located(step, Method.INFERRED, len(small), began, changed))
+    delay = base.value - now
+    if delay <= timedelta(minutes=1):
+        why = f"a small job of {max(asked)} min starts now: no window is in this job's way"
+        return Answer(None, why, "failed")
+    tried: dict[int, Answer[control.Allocation]] = {}
+
+    def granted(minutes: int) -> bool | None:
+        if minutes not in tried:
+            tried[minutes] = control.try_allocation(options(minutes), timeout)
+        answer = tried[minutes]
+        return answer.value is control.Allocation.ALLOCATED if answer.ok else None
+
+    found = longest_where(granted, asked, within=1)
+    outcomes = Counter(a.value for a in tried.values() if a.ok)
+    changed = f"{len(tried)} job(s) of 1 CPU named {control.PROBE_JOB_NAME} (salloc --immediate=1):"
+    changed += f" {outcomes[control.Allocation.ALLOCATED]} allocated and given back at once, the "
+    changed += "others refused or revoked within a second; no job of yours was touched"
+    if found is not None:
+        method = Method.ALLOCATED
+        return Answer(_located(found, method, len(small) + len(tried), began, changed))
+    failed = next((a for a in tried.values() if not a.ok), None)
+    if failed is not None:
+        return Answer(None, f"{failed.problem} ({changed})", failed.kind)
+    return Answer(None, f"{_unlocated(outcomes, max(tried), delay)} ({changed})", "failed")
 
 
-def _window(
-    minutes: int, *, start: datetime, source: str, method: Method,
-    nodes: Answer[list[queries.Node]], job: queries.Job, now: datetime,
-) -> ProbeRow:  # fmt: skip
-    """A limit that ends before a window starting at ``start``: now, if resources are free."""
-    begins = f"{start:%H:%M}"
-    if _free_in_partition(nodes, job):
-        when = now.isoformat(timespec="seconds")
-        return ProbeRow(
-            minutes=minutes,
-            label=WINDOW_LABEL,
-            start=when,
-            starts_now=True,
-            problem=None,
-            source=source,
-            window_start=begins,
-            method=method,
-        )
-    problem = "no idle node in its partition now: it starts when one frees, if before the window"
-    return ProbeRow(
-        minutes=minutes,
-        label=WINDOW_LABEL,
-        start=None,
-        starts_now=None,
-        problem=problem,
-        source=source,
-        window_start=begins,
-        method=method,
+def _unlocated(outcomes: Counter, longest: int, delay: timedelta) -> str:
+    """Why neither method located the window."""
+    if outcomes[control.Allocation.ALLOCATED]:
+        return f"a 1-CPU job of {longest} min was allocated at once: no window is in the way"
+    why = f"sbatch --test-only adds {format_duration(delay.total_seconds())} for the pending "
+    why += "jobs ahead, which hides the window, and no 1-CPU job was allocated at any limit: "
+    if outcomes[control.Allocation.OUTRANKED]:
+        why += "SLURM refused them for insufficient priority (a runnable job of higher priority "
+        return why + "pends in the partition, perhaps hidden from you); ask again in a minute"
+    return why + "the window may be open already, or the partition's nodes are full"
+
+
+def _located(minutes: int, method: Method, calls: int, began: float, changed: str) -> Located:
+    """A window ``minutes`` from now, found by ``method`` in ``calls`` since ``began``."""
+    start = (datetime.now() + timedelta(minutes=minutes)).isoformat(timespec="seconds")
+    seconds = round(time.monotonic() - began, 1)
+    return Located(
+        minutes=minutes, start=start, method=method, calls=calls, seconds=seconds, changed=changed
     )
 
 
-def _free_in_partition(nodes: Answer[list[queries.Node]], job: queries.Job) -> bool:
-    """A usable node of the job's partition has free resources now (sinfo, any user)."""
-    parts = [p for p in job.partition.split(",") if p]
-    ours = [n for n in nodes.value or [] if not parts or n.partition in parts]
-    return nodes.ok and any(n.usable and n.has_free_resources for n in ours)
+def clear_leftover_probes(user: str, queue: Answer[list[queries.Job]], timeout: float) -> int:
+    """Wait a few seconds for window probes a killed ``cluster status`` left (each ends
+    within a second on its own), then cancel any still queued; how many there were."""
+    probes = control.PROBE_JOB_NAME
+    left = [j.id for j in queue.value or [] if j.name == probes]
+    deadline = time.monotonic() + 5
+    while left and time.monotonic() < deadline:
+        time.sleep(0.5)
+        again = queries.jobs(user, timeout=timeout)
+        left = [j.id for j in again.value or [] if j.name == probes and j.id in left]
+    if left:
+        control.cancel(left, timeout=timeout)
+    return len(left)
 
 
-WINDOW_LABEL = "ends before the window"
+def test_only(
+    answers: dict[int, Answer[datetime]], options: Callable[[int], list[str]], timeout: float
+) -> Callable[[int], Answer[datetime]]:
+    """``sbatch --test-only`` at a time limit, each limit asked once (kept in ``answers``)."""
 
+    def ask(minutes: int) -> Answer[datetime]:
+        if minutes not in answers:
+            answers[minutes] = queries.test_only(options(minutes), timeout=timeout)
+        return answers[minutes]
 
-def _label(minutes: int, own: int, shards: int) -> str:
-    if minutes == own:
-        return "its own request"
-    if shards > 1 and minutes == math.ceil(own / shards):
-        return "one shard's share"
-    if own and minutes == own // 2:
-        return "half of it"
-    if own and minutes == own // 4:
-        return "a quarter of it"
-    return "longest that starts now"
-
-
-def _advice(
-    rows: list[ProbeRow], *, own: int, shards: int, job: queries.Job,
-    hidden: Answer[int] | None, run_dir: str,
-) -> str:  # fmt: skip
-    answered = [r for r in rows if r.start is not None]
-    reserved = waits_for_reservation(job.reason)
-    window = next((r for r in rows if r.label == WINDOW_LABEL), None)
-    located = ""
-    if window is not None and window.method in (Method.INFERRED, Method.ALLOCATED):
-        located = f"a maintenance window starts at about {window.window_start} ({window.source}). "
-    if not answered:
-        if reserved and window is None:
-            why = hidden.problem if hidden is not None and not hidden.ok else "no answer"
-            text = f"the job waits for a reservation ({job.reason}) that is hidden from you, and "
-            return text + f"it could not be located ({why}): ask the site when maintenance starts"
-        return located + "sbatch --test-only gave no answer; see the problems above"
-    own_row = next((r for r in answered if r.minutes == own), None)
-    if own_row is not None and own_row.starts_now:
-        return "its own request would start now: the job waits for the next scheduling pass"
-    first = min(r.start for r in answered if r.start)
-    if own_row is not None and own_row.start == first:
-        if reserved:
-            text = f"the job waits for a reservation ({job.reason}), yet no shorter limit was "
-            text += "found that starts earlier: the window may already be open, or its nodes "
-            return text + "are busy; see the pending reason"
-        why = "the wait is not about time (see the pending reason)"
-        return f"no shorter walltime starts earlier: {why}"
-    best = max((r for r in answered if r.start == first), key=lambda r: r.minutes)
-    when = "now" if best.starts_now else f"at {first.replace('T', ' ')}"
-    behind = ""
-    tested_now = any(r.starts_now for r in answered if r.method is Method.TEST_ONLY)
-    if best.label == WINDOW_LABEL and not tested_now:
-        behind = " (sbatch --test-only found no limit that starts now: it adds to its answer "
-        behind += "the time of the pending jobs ahead in the partition, this run's own included)"
-    instead = f" instead of {own_row.start.replace('T', ' ')}" if own_row and own_row.start else ""
-    share = math.ceil(own / max(shards, 1))  # one shard's walltime in this job
-    options = [f"walltime.max_minutes: {max(1, best.minutes // max(shards, 1))} (K={shards})"]
-    k = best.minutes // max(share, 1)
-    if 1 <= k < shards:
-        options.append(f"--group-components classify={k} (shards keep their walltime)")
-    text = f"{located}a job asking for {best.minutes} min or less starts {when}{instead}{behind} "
-    text += f"(yours asks for {own} min for {shards} shard(s)): shorten the queued jobs in place "
-    text += f"with `shardwise cluster retime --run-dir {run_dir} --max-minutes {best.minutes}` "
-    text += "(decrease only; a shard cut short resumes on its retry), and for the next "
-    return text + f"submissions set {' or '.join(options)}"
+    return ask

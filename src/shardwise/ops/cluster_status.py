@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from shardwise.errors import RecordError
-from shardwise.ops import cluster_check, coverage, plan_probe, walltime_probe, walltime_rows
+from shardwise.ops import cluster_facts, coverage, plan_probe, walltime_probe, walltime_rows
 from shardwise.ops.plan_probe import Planned
 from shardwise.ops.walltime_rows import Probe
 from shardwise.planner import inflight
@@ -293,7 +293,7 @@ def _submit_cap(
     qos = _most_common(j.qos for j, _ in mine.values())
     if account is None and limits is not None:
         account = limits.default_account or None
-    cap, source = cluster_check.submit_cap(account, qos, limits)
+    cap, source = cluster_facts.submit_cap(account, qos, limits)
     if limits is None:
         source = f"unknown ({facts.limits.problem})"
     return cap, source

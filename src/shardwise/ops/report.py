@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from shardwise.ops import coverage, picture
+from shardwise.ops import coverage, coverage_state, picture
 from shardwise.ops.coverage_format import summary_lines
 from shardwise.ops.domainplot import report_figure
 from shardwise.ops.text import format_duration, human_count
@@ -47,7 +47,7 @@ class CompletionSeries:
     undated: int  # markers without a readable finished_at (not plotted)
 
 
-def completion_series(state: coverage.RunState) -> CompletionSeries:
+def completion_series(state: coverage_state.RunState) -> CompletionSeries:
     """Cumulative shard completion from the markers' ``finished_at``."""
     when = state.markers.finished_at
     dated = np.sort(when[np.isfinite(when)])
@@ -243,7 +243,7 @@ def _to_dates(seconds: np.ndarray) -> np.ndarray:
 
 
 def render_png(
-    state: coverage.RunState, cov: coverage.Coverage, *, now: float | None = None
+    state: coverage_state.RunState, cov: coverage.Coverage, *, now: float | None = None
 ) -> bytes:
     """The 1600 x 1000 px picture as PNG bytes (``now`` anchors the ETA projection)."""
     fig = picture.figure(FIGSIZE)
@@ -329,7 +329,7 @@ def render_html(
 
 
 def write_report(
-    state: coverage.RunState, cov: coverage.Coverage, out_html: Path, *,
+    state: coverage_state.RunState, cov: coverage.Coverage, out_html: Path, *,
     out_png: Path | None = None, now: float | None = None, domains_png: Path | None = None,
 ) -> tuple[Path, Path]:  # fmt: skip
     """Write the PNG (default: beside the HTML) and the HTML, with the domain distribution

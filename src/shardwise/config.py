@@ -182,8 +182,11 @@ def _inert(value: Any, sch: dict[str, Any], where: str) -> list[str]:
     switch = props.get(SWITCH, {})
     if switch.get("type") == "boolean" and not value.get(SWITCH, switch.get("default")):
         missing = object()
-        keys = [k for k, v in value.items()
-                if k != SWITCH and v != props.get(k, {}).get("default", missing)]  # fmt: skip
+        keys = [
+            k
+            for k, v in value.items()
+            if k != SWITCH and v != props.get(k, {}).get("default", missing)
+        ]
         if keys:
             named = ", ".join(f"{where}.{k}" for k in keys)
             it = ("they change", "them") if len(keys) > 1 else ("it changes", "it")
@@ -325,17 +328,22 @@ class Settings:
         """Validate ``cfg`` and build the typed view."""
         cfg = validate(cfg)
         return cls(
-            run_dir=Path(cfg["run_dir"]), input=InputSettings(**cfg["input"]),
-            output_uri=cfg["output"]["uri"], storage=StorageOptions.from_config(cfg["storage"]),
+            run_dir=Path(cfg["run_dir"]),
+            input=InputSettings(**cfg["input"]),
+            output_uri=cfg["output"]["uri"],
+            storage=StorageOptions.from_config(cfg["storage"]),
             total_shards=cfg["sharding"]["total_shards"],
             minimum_shard_index=cfg["sharding"]["minimum_shard_index"],
             classifiers=tuple(dict(c) for c in cfg["classifiers"]),
-            inference=dict(cfg["inference"]), resources=dict(cfg["resources"]),
-            walltime=dict(cfg["walltime"]), domain_pairs=tuple(_domain_pairs(cfg)),
-            stop_after=cfg["failures"]["stop_after"], dolma=DolmaSettings.from_config(cfg),
+            inference=dict(cfg["inference"]),
+            resources=dict(cfg["resources"]),
+            walltime=dict(cfg["walltime"]),
+            domain_pairs=tuple(_domain_pairs(cfg)),
+            stop_after=cfg["failures"]["stop_after"],
+            dolma=DolmaSettings.from_config(cfg),
             count_tokenizer=cfg.get("domains", {}).get("tokenizer"),
             inert=inert_settings(cfg),
-        )  # fmt: skip
+        )
 
 
 def _domain_pairs(cfg: dict[str, Any]) -> list[tuple[str, str]]:

@@ -29,10 +29,16 @@ __all__ = [
 
 
 def prepare_run(
-    config: dict[str, Any], *, main_process: bool, dryrun: bool = False, report: bool = True,
-    out: IO[str] | None = None, repin: bool = False, submitter: Submitter | None = None,
+    config: dict[str, Any],
+    *,
+    main_process: bool,
+    dryrun: bool = False,
+    report: bool = True,
+    out: IO[str] | None = None,
+    repin: bool = False,
+    submitter: Submitter | None = None,
     exit_on_refusal: bool = False,
-) -> RunInfo:  # fmt: skip
+) -> RunInfo:
     """Plan (top-level process) or read (cluster job) the run, and print the planning report
     to ``out`` (stderr). With ``exit_on_refusal`` (the Snakefile) a refusal is one line and
     exit 1, not Snakemake's frames of package code; any other exception is a bug: traceback."""

@@ -22,9 +22,12 @@ def padded_tokens(sorted_lengths: Sequence[int], start: int, end: int) -> int:
 
 
 def cut_batch(
-    sorted_lengths: Sequence[int], start: int, budget: int | None, batch_size: int | None = None,
+    sorted_lengths: Sequence[int],
+    start: int,
+    budget: int | None,
+    batch_size: int | None = None,
     max_docs: int = DEFAULT_MAX_BATCH_DOCS,
-) -> int:  # fmt: skip
+) -> int:
     """End index of the batch starting at ``start`` (lengths sorted longest first):
     ``batch_size`` rows, or as many as fit ``rows x sorted_lengths[start] <= budget``; at
     least one row, even one over the budget (documents are never dropped)."""
@@ -42,9 +45,11 @@ def cut_batch(
 
 
 def plan_batches(
-    sorted_lengths: Sequence[int], budget: int | None, batch_size: int | None = None,
+    sorted_lengths: Sequence[int],
+    budget: int | None,
+    batch_size: int | None = None,
     max_docs: int = DEFAULT_MAX_BATCH_DOCS,
-) -> list[tuple[int, int]]:  # fmt: skip
+) -> list[tuple[int, int]]:
     """All ``(start, end)`` batches for a fixed budget (the engine cuts lazily instead)."""
     out: list[tuple[int, int]] = []
     start = 0
@@ -63,9 +68,11 @@ def _batch_ends(sorted_lengths: Sequence[int], budget: int, max_docs: int) -> li
 
 
 def plan_min_padding(
-    sorted_lengths: Sequence[int], budget: int, batch_cost: int,
+    sorted_lengths: Sequence[int],
+    budget: int,
+    batch_cost: int,
     max_docs: int = DEFAULT_MAX_BATCH_DOCS,
-) -> list[tuple[int, int]]:  # fmt: skip
+) -> list[tuple[int, int]]:
     """Cut longest-first lengths into batches under ``budget`` at the least total cost.
 
     The cost of a batch ``[i, j)`` is its padded size ``(j - i) * sorted_lengths[i]`` plus

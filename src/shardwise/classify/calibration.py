@@ -114,8 +114,10 @@ class Calibration:
         """What each file's stats record of the calibration (as it stands)."""
         thresholds = [{"max_tokens": upto, "threshold": round(t, 6)} for upto, t in self.buckets()]
         return {
-            "sample_docs": len(self.errors), "safety": SAFETY, "thresholds": thresholds,
+            "sample_docs": len(self.errors),
+            "safety": SAFETY,
+            "thresholds": thresholds,
             "max_error": round(max(self.errors), 6) if self.errors else None,
             "mean_error": round(float(np.mean(self.errors)), 6) if self.errors else None,
             "mode": "float32" if self.fp32 else "recheck",
-        }  # fmt: skip
+        }

@@ -149,10 +149,15 @@ def _sdpa_backend(*args: Any, **kwargs: Any) -> str:
     params = dict(zip(_SDPA_ARGS, args, strict=False)) | kwargs
     try:
         index = choose(
-            params["query"], params["key"], params["value"], params.get("attn_mask"),
-            params.get("dropout_p", 0.0), params.get("is_causal", False),
-            scale=params.get("scale"), enable_gqa=params.get("enable_gqa", False),
-        )  # fmt: skip
+            params["query"],
+            params["key"],
+            params["value"],
+            params.get("attn_mask"),
+            params.get("dropout_p", 0.0),
+            params.get("is_causal", False),
+            scale=params.get("scale"),
+            enable_gqa=params.get("enable_gqa", False),
+        )
         return torch.nn.attention.SDPBackend(index).name.lower()
     except (KeyError, RuntimeError, TypeError, ValueError):
         return "unknown"

@@ -163,11 +163,17 @@ class Engine:
     dtype_name: str
 
     def __init__(
-        self, classifiers: list[_Classifier], settings: InferenceSettings, device: torch.device,
-        dtype: torch.dtype, shared: SharedTokenizer, *,
-        fp32: dict[str, LoadedClassifier] | None = None, forward_hook: ForwardHook | None = None,
+        self,
+        classifiers: list[_Classifier],
+        settings: InferenceSettings,
+        device: torch.device,
+        dtype: torch.dtype,
+        shared: SharedTokenizer,
+        *,
+        fp32: dict[str, LoadedClassifier] | None = None,
+        forward_hook: ForwardHook | None = None,
         cache_root: Any = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self._classifiers = classifiers
         self.settings = settings
         self.device = device
@@ -191,9 +197,13 @@ class Engine:
 
     @classmethod
     def load(
-        cls, specs: Sequence[ClassifierSpec], settings: InferenceSettings, *,
-        forward_hook: ForwardHook | None = None, cache_root: Any = None,
-    ) -> Self:  # fmt: skip
+        cls,
+        specs: Sequence[ClassifierSpec],
+        settings: InferenceSettings,
+        *,
+        forward_hook: ForwardHook | None = None,
+        cache_root: Any = None,
+    ) -> Self:
         """Load every classifier (once per distinct model) on the selected device and dtype,
         and an fp32 copy when half precision is re-checked. ``forward_hook`` injects faults
         in tests; ``cache_root`` overrides where rewritten configs are kept."""
@@ -227,8 +237,9 @@ class Engine:
         for spec in specs:
             loaded = loaded_by_ref.get(spec.model)
             if loaded is None:
-                load = functools.partial(load_classifier, spec.model, device=device,
-                                         cache_root=cache_root)  # fmt: skip
+                load = functools.partial(
+                    load_classifier, spec.model, device=device, cache_root=cache_root
+                )
                 loaded = loaded_by_ref[spec.model] = load(dtype=dtype)
                 if recheck:
                     fp32[spec.model] = load(dtype=torch.float32)
@@ -240,8 +251,16 @@ class Engine:
             key_mask_4d = getattr(loaded.model.config, "model_type", "") == "gte"
             classifiers.append(_Classifier(spec, loaded, key, key_mask_4d))
         shared = SharedTokenizer(list(infos.values()))
-        return cls(classifiers, settings, device, dtype, shared, fp32=fp32,
-                   forward_hook=forward_hook, cache_root=cache_root)  # fmt: skip
+        return cls(
+            classifiers,
+            settings,
+            device,
+            dtype,
+            shared,
+            fp32=fp32,
+            forward_hook=forward_hook,
+            cache_root=cache_root,
+        )
 
     @property
     def labels(self) -> dict[str, tuple[str, ...]]:
@@ -280,10 +299,13 @@ class Engine:
             if flags is not None:
                 truncated |= flags
         return Prepared(
-            docs=len(texts), streams=result.streams, tokenize_s=result.seconds,
-            fallback_docs=result.fallback_docs, verified_docs=result.verified_docs,
+            docs=len(texts),
+            streams=result.streams,
+            tokenize_s=result.seconds,
+            fallback_docs=result.fallback_docs,
+            verified_docs=result.verified_docs,
             truncated_docs=int(truncated.sum()),
-        )  # fmt: skip
+        )
 
     def _make_policy(self) -> BatchPolicy:
         settings = self.settings
@@ -370,15 +392,21 @@ class Engine:
         """The fp32 copy of a classifier (loaded now if the re-check is off and a row is NaN)."""
         loaded = self._fp32.get(clf.spec.model)
         if loaded is None:
-            loaded = load_classifier(clf.spec.model, dtype=torch.float32, device=self.device,
-                                     cache_root=self._cache_root)  # fmt: skip
+            loaded = load_classifier(
+                clf.spec.model, dtype=torch.float32, device=self.device, cache_root=self._cache_root
+            )
             self._fp32[clf.spec.model] = loaded
         return loaded
 
     def _forward(
-        self, model: torch.nn.Module, key_mask_4d: bool, ids: torch.Tensor,
-        mask: torch.Tensor | None, *, hook: bool = True,
-    ) -> torch.Tensor:  # fmt: skip
+        self,
+        model: torch.nn.Module,
+        key_mask_4d: bool,
+        ids: torch.Tensor,
+        mask: torch.Tensor | None,
+        *,
+        hook: bool = True,
+    ) -> torch.Tensor:
         """float32 logits (on the device) for one collated batch. ``mask``: an additive
         (rows, 1, 1, width) key mask (None: no padding); models other than native GTE get
         the 2D padding mask instead."""
@@ -390,10 +418,16 @@ class Engine:
         return out.logits.float()
 
     def _pass(
-        self, models: Sequence[tuple[torch.nn.Module, bool]], stream: TokenStream,
-        rows: np.ndarray, lengths: np.ndarray, *, policy: BatchPolicy, dtype: torch.dtype,
+        self,
+        models: Sequence[tuple[torch.nn.Module, bool]],
+        stream: TokenStream,
+        rows: np.ndarray,
+        lengths: np.ndarray,
+        *,
+        policy: BatchPolicy,
+        dtype: torch.dtype,
         what: str,
-    ) -> tuple[list[np.ndarray], _Pass]:  # fmt: skip
+    ) -> tuple[list[np.ndarray], _Pass]:
         """Logits of ``models`` for documents ``rows`` (sorted longest first), in that order:
         batches are queued without waiting, each model's logits fetched once at the end. On
         out-of-memory the policy halves and the failing batch is retried."""
@@ -432,16 +466,21 @@ class Engine:
             work.real_tokens += int(lengths[start:end].sum()) * len(models)
             index += 1
         fetched = [
-            torch.cat(bucket).cpu().numpy() if bucket
+            torch.cat(bucket).cpu().numpy()
+            if bucket
             else np.zeros((0, int(getattr(model.config, "num_labels", 1))), dtype=np.float32)
             for (model, _), bucket in zip(models, pieces, strict=True)
-        ]  # fmt: skip
+        ]
         return fetched, work
 
     def _recheck(
-        self, clf: _Classifier, stream: TokenStream, order: np.ndarray, lengths: np.ndarray,
+        self,
+        clf: _Classifier,
+        stream: TokenStream,
+        order: np.ndarray,
+        lengths: np.ndarray,
         first: np.ndarray,
-    ) -> tuple[np.ndarray, np.ndarray, _Recheck]:  # fmt: skip
+    ) -> tuple[np.ndarray, np.ndarray, _Recheck]:
         """Re-run near ties and non-finite rows of ``first`` (sorted order) in fp32
         (``recheck.recheck`` decides which); the final logits, those rows, what it did."""
         what = f"model {clf.spec.model!r} ({clf.spec.name})"
@@ -467,8 +506,11 @@ class Engine:
                 "%s: half and fp32 top-two margins differ by up to %.4f among re-checked "
                 "documents, more than %dx recheck_margin %.4f: labels with margins above it "
                 "may still depend on the GPU; use inference.recheck_margin: auto",
-                what, info.outcome.max_margin_error, WARN_ERROR_FACTOR, margin,
-            )  # fmt: skip
+                what,
+                info.outcome.max_margin_error,
+                WARN_ERROR_FACTOR,
+                margin,
+            )
         return final, done, info
 
     def _in_fp32(self, clf: _Classifier) -> bool:
@@ -487,16 +529,27 @@ class Engine:
         return final, info
 
     def _fp32_pass(
-        self, clf: _Classifier, stream: TokenStream, rows: np.ndarray, lengths: np.ndarray,
+        self,
+        clf: _Classifier,
+        stream: TokenStream,
+        rows: np.ndarray,
+        lengths: np.ndarray,
         what: str,
-    ) -> tuple[list[np.ndarray], _Pass]:  # fmt: skip
+    ) -> tuple[list[np.ndarray], _Pass]:
         """One fp32 pass of one classifier, in the fp32 batches (made on first use)."""
         if self._recheck_policy is None:
             assert self._policy is not None  # run() made it
             self._recheck_policy = self._make_recheck_policy(self._policy)
         model = [(self._fp32_model(clf).model, clf.key_mask_4d)]
-        return self._pass(model, stream, rows, lengths, policy=self._recheck_policy,
-                          dtype=torch.float32, what=what)  # fmt: skip
+        return self._pass(
+            model,
+            stream,
+            rows,
+            lengths,
+            policy=self._recheck_policy,
+            dtype=torch.float32,
+            what=what,
+        )
 
     def run(self, prepared: Prepared) -> Labels:
         """Classify prepared documents; columns are in input order, nothing is dropped.
@@ -553,9 +606,14 @@ class Engine:
                 if half:
                     models = [(c.loaded.model, c.key_mask_4d) for c in half]
                     outs, done = self._pass(
-                        models, stream, order, lengths, policy=self._policy, dtype=self.dtype,
+                        models,
+                        stream,
+                        order,
+                        lengths,
+                        policy=self._policy,
+                        dtype=self.dtype,
                         what=f"model {half[0].spec.model!r}",
-                    )  # fmt: skip
+                    )
                     work.add(done)
                 t0 = time.perf_counter()
                 results: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]] = []
@@ -578,9 +636,13 @@ class Engine:
         return result
 
     def _stats(
-        self, prepared: Prepared, work: _Pass, checks: dict[str, _Recheck], infer_s: float,
+        self,
+        prepared: Prepared,
+        work: _Pass,
+        checks: dict[str, _Recheck],
+        infer_s: float,
         recheck_s: float,
-    ) -> dict[str, Any]:  # fmt: skip
+    ) -> dict[str, Any]:
         """The engine's figures of one ``run`` (``Labels.stats``, every key documented there)."""
         policy = self._policy
         assert policy is not None  # run() made it
@@ -593,13 +655,21 @@ class Engine:
         on_cpu = self.device.type == "cpu"
         kept = [fidelity(name, n, c.mode, c.outcome, on_cpu=on_cpu) for name, c in checks.items()]
         return {
-            "docs": n, "tokens": real, "real_tokens": real, "padded_tokens": padded,
+            "docs": n,
+            "tokens": real,
+            "real_tokens": real,
+            "padded_tokens": padded,
             "pad_efficiency": (real / padded) if padded else 1.0,
-            "truncated_docs": prepared.truncated_docs, "tokenize_s": prepared.tokenize_s,
-            "infer_s": infer_s, "infer_tokens_per_s": real / infer_s if infer_s > 0 else 0.0,
-            "batch_budget": policy.limit, "batch_mode": 1 if policy.batch_size is not None else 0,
+            "truncated_docs": prepared.truncated_docs,
+            "tokenize_s": prepared.tokenize_s,
+            "infer_s": infer_s,
+            "infer_tokens_per_s": real / infer_s if infer_s > 0 else 0.0,
+            "batch_budget": policy.limit,
+            "batch_mode": 1 if policy.batch_size is not None else 0,
             "batch_cost": policy.batch_cost if policy.batch_size is None else None,
-            "oom_retries": retries, "batches": work.batches, "probe_s": self.probe_s,
+            "oom_retries": retries,
+            "batches": work.batches,
+            "probe_s": self.probe_s,
             "attention_kernel": self.attention_kernels.get("masked", "none"),
             "attention_kernel_unmasked": self.attention_kernels.get("unmasked", "none"),
             "recheck_margin": self.recheck_margin,
@@ -611,11 +681,12 @@ class Engine:
             "calibration_s": sum(o.sample_s for o in outcomes.values()),
             "fidelity": kept,
             "recheck_tokens": sum(c.work.real_tokens for c in checks.values()),
-            "recheck_batches": sum(c.work.batches for c in checks.values()), "recheck_s": recheck_s,
+            "recheck_batches": sum(c.work.batches for c in checks.values()),
+            "recheck_s": recheck_s,
             "tokenize_fallback_docs": prepared.fallback_docs,
             "tokenize_verified_docs": prepared.verified_docs,
             "distinct_tokenizers": self.distinct_tokenizers,
-        }  # fmt: skip
+        }
 
 
 def _require_finite(logits: np.ndarray, rows: np.ndarray, what: str, also: str) -> None:

@@ -114,8 +114,11 @@ def rewrite_new_config(config: dict[str, Any], model: str = "<config>") -> dict[
             msg = f"model {model!r}: rope_scaling {scaling!r} is not supported "
             raise ModelError(msg + "(only fixed NTK scaling, type 'ntk' without mixed_b)")
         factor = float(scaling["factor"])
-        rope = {"rope_type": "linear", "rope_theta": theta * factor,
-                "factor": factor ** (2.0 / head_dim)}  # fmt: skip
+        rope = {
+            "rope_type": "linear",
+            "rope_theta": theta * factor,
+            "factor": factor ** (2.0 / head_dim),
+        }
     for key in _NEW_ONLY_KEYS:
         out.pop(key, None)
     out["model_type"] = "gte"
@@ -235,9 +238,13 @@ def _check_loading_info(info: dict[str, Any], model: str) -> None:
 
 
 def load_classifier(
-    model: str, *, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
-    attn_implementation: str = "sdpa", cache_root: Path | None = None,
-) -> LoadedClassifier:  # fmt: skip
+    model: str,
+    *,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+    attn_implementation: str = "sdpa",
+    cache_root: Path | None = None,
+) -> LoadedClassifier:
     """Load ``model`` (hub id or local directory) and its tokenizer for inference ("new"-format
     GTE through a rewritten config); every failure is a :class:`ModelError` naming the model."""
     source = resolve_model_dir(model)
@@ -275,10 +282,14 @@ def load_classifier(
     with contextlib.suppress(AttributeError, NotImplementedError):
         embedding_params = sum(p.numel() for p in model_obj.get_input_embeddings().parameters())
     return LoadedClassifier(
-        model=model_obj, tokenizer=tokenizer, labels=labels,
-        tokenizer_hash=tokenizer_hash(tokenizer), source_dir=source, load_dir=load_dir,
+        model=model_obj,
+        tokenizer=tokenizer,
+        labels=labels,
+        tokenizer_hash=tokenizer_hash(tokenizer),
+        source_dir=source,
+        load_dir=load_dir,
         rewritten=rewritten,
         max_positions=getattr(model_obj.config, "max_position_embeddings", None),
         num_parameters=sum(p.numel() for p in model_obj.parameters()),
         num_embedding_parameters=embedding_params,
-    )  # fmt: skip
+    )

@@ -62,9 +62,12 @@ class Outcome:
 
 
 def recheck(
-    first: np.ndarray, lengths: np.ndarray, margin: float | str, calibration: Calibration | None,
+    first: np.ndarray,
+    lengths: np.ndarray,
+    margin: float | str,
+    calibration: Calibration | None,
     run_fp32: Callable[[np.ndarray], np.ndarray],
-) -> tuple[np.ndarray, np.ndarray, Outcome]:  # fmt: skip
+) -> tuple[np.ndarray, np.ndarray, Outcome]:
     """Final logits, rows labelled from fp32, and the outcome, for one classifier's pass
     (rows longest first). With ``calibration`` (auto) a sample runs in fp32 first and its
     thresholds decide the near ties, else ``margin`` does; ``run_fp32(positions)`` returns
@@ -118,9 +121,12 @@ def fidelity(
     half precision ran on a CPU (device ``auto`` found no GPU), what coverage then says."""
     exact = mode in ("float32", "fp32")
     return {
-        "classifier": name, "docs": docs,
-        "fp32_docs": docs if mode == "fp32" else outcome.rechecked, "mode": mode,
+        "classifier": name,
+        "docs": docs,
+        "fp32_docs": docs if mode == "fp32" else outcome.rechecked,
+        "mode": mode,
         "residual": 0.0 if exact else outcome.residual,
         "residual_upper": 0.0 if exact else outcome.residual_upper,
-        "margin_too_small": outcome.too_small, "on_cpu": on_cpu and mode != "fp32",
-    }  # fmt: skip
+        "margin_too_small": outcome.too_small,
+        "on_cpu": on_cpu and mode != "fp32",
+    }

@@ -125,9 +125,11 @@ class _Loaded:
 
 
 def _prefetch(
-    ctx: JobContext, todo: list[FileTask], prepare: Callable[[list[str], list[str]], Any],
+    ctx: JobContext,
+    todo: list[FileTask],
+    prepare: Callable[[list[str], list[str]], Any],
     counter: TokenCounter | None = None,
-) -> Iterator[_Loaded]:  # fmt: skip
+) -> Iterator[_Loaded]:
     """Read + tokenize files (and count their tokens in the training tokenizer) on a
     background thread, one file ahead of the consumer."""
     q: queue.Queue[_Loaded | None] = queue.Queue(maxsize=1)
@@ -184,16 +186,24 @@ def _prefetch(
 
 
 def run_shard(
-    run_dir: Path, shard: int, *, engine_factory: Callable[[JobContext], Any] | None = None,
+    run_dir: Path,
+    shard: int,
+    *,
+    engine_factory: Callable[[JobContext], Any] | None = None,
     progress: bool = True,
-) -> ShardReport:  # fmt: skip
+) -> ShardReport:
     """Label every unfinished file of ``shard``, then mark the shard done."""
     ctx, files = JobContext.load(run_dir), shard_files(run_dir, shard)
     ctx.source.remember_sizes({f.rel: f.size for f in files})  # no HEAD per file
     done, left_out = files_done(ctx, shard, files), quarantine.load(run_dir)
     quarantined = sum(f.rel in left_out and f.rel not in done for f in files)
-    report = ShardReport(shard=shard, files=len(files), skipped=len(done), quarantined=quarantined,
-                         docs=sum(rows or 0 for rows in done.values()))  # fmt: skip
+    report = ShardReport(
+        shard=shard,
+        files=len(files),
+        skipped=len(done),
+        quarantined=quarantined,
+        docs=sum(rows or 0 for rows in done.values()),
+    )
     unknown_docs = any(rows is None for rows in done.values())
     todo = [f for f in files if f.rel not in done and f.rel not in left_out]
     if todo:
@@ -201,9 +211,11 @@ def run_shard(
     if report.failed:
         _fail(run_dir, report, len(todo))
     file_stats = summaries.write_for_shard(
-        run_dir, shard, [(f.rel, f.task_id) for f in files if f.rel not in left_out],
+        run_dir,
+        shard,
+        [(f.rel, f.task_id) for f in files if f.rel not in left_out],
         lambda rel: ctx.output.read_bytes(outputs.STATS.rel(rel)),
-    )  # fmt: skip
+    )
     marker = markers.ShardMarker(
         shard=shard,
         total_shards=ctx.meta.total_shards,
@@ -305,12 +317,22 @@ def _label_file(
     sizes = labelcounts.text_bytes(item.docs.texts)
     counts = labelcounts.count_labels(labels.columns, sizes, *_counted(ctx), tokens=item.tokens)
     stats = FileStats.of_labelled(
-        rel=rel, task_id=task.task_id, shard=shard, size=task.size, docs=len(item.docs),
-        timings=timings, engine=labels.stats, device=str(getattr(engine, "device", "")),
-        device_name=getattr(engine, "device_name", ""), dtype=getattr(engine, "dtype_name", ""),
-        counts=item.docs.counts, models=models, identity=task.identity,
-        labelling=_labelling(ctx), label_counts=counts,
-    )  # fmt: skip
+        rel=rel,
+        task_id=task.task_id,
+        shard=shard,
+        size=task.size,
+        docs=len(item.docs),
+        timings=timings,
+        engine=labels.stats,
+        device=str(getattr(engine, "device", "")),
+        device_name=getattr(engine, "device_name", ""),
+        dtype=getattr(engine, "dtype_name", ""),
+        counts=item.docs.counts,
+        models=models,
+        identity=task.identity,
+        labelling=_labelling(ctx),
+        label_counts=counts,
+    )
     columns = dict(labels.columns)
     if item.tokens is not None:
         columns[sidecar.TOKENS] = pa.array(item.tokens, pa.int64())
@@ -337,11 +359,13 @@ def _label_file(
 def _labelling(ctx: JobContext) -> dict[str, Any]:
     """What this job labels with besides the models (the same shape run.json pins)."""
     return labelling(
-        ctx.fields.id, ctx.fields.text, ctx.settings.input.url_field,
+        ctx.fields.id,
+        ctx.fields.text,
+        ctx.settings.input.url_field,
         ctx.settings.inference["max_length"],
         (kind for _name, _model, kind in ctx.meta.classifiers),
         count_tokenizer=(ctx.meta.labelling or {}).get("count_tokenizer"),
-    )  # fmt: skip
+    )
 
 
 def load_counter(ctx: JobContext) -> TokenCounter | None:

@@ -52,16 +52,25 @@ def backend_hash(backend: Tokenizer) -> str:
 
 
 def labelling(
-    id_field: str, text_field: str, url_field: str | None, max_length: int, kinds: Iterable[str],
-    *, count_tokenizer: str | None = None,
-) -> dict[str, Any]:  # fmt: skip
+    id_field: str,
+    text_field: str,
+    url_field: str | None,
+    max_length: int,
+    kinds: Iterable[str],
+    *,
+    count_tokenizer: str | None = None,
+) -> dict[str, Any]:
     """Everything besides the models that decides a label, as run.json pins it and each
     file's stats record it: the reader's fields (the url only when an input uses it), the
     truncation length, the templates, the counting tokenizer's hash (when there is one)."""
     used = sorted(set(kinds))
-    out = {"id_field": id_field, "text_field": text_field,
-           "url_field": url_field if "url_text" in used else None, "max_length": int(max_length),
-           "templates": {kind: TEMPLATES[kind] for kind in used}}  # fmt: skip
+    out = {
+        "id_field": id_field,
+        "text_field": text_field,
+        "url_field": url_field if "url_text" in used else None,
+        "max_length": int(max_length),
+        "templates": {kind: TEMPLATES[kind] for kind in used},
+    }
     if count_tokenizer is not None:
         out["count_tokenizer"] = count_tokenizer
     return out
@@ -182,8 +191,11 @@ def _component_types(node: Any) -> list[str | None]:
 
 def _is_splittable(spec: dict[str, Any]) -> tuple[bool, str]:
     """True when url and text can be encoded separately and concatenated (see module doc)."""
-    checks = {"normalizer": _SPLITTABLE_NORMALIZERS, "pre_tokenizer": _SPLITTABLE_PRE_TOKENIZERS,
-              "post_processor": _SPLITTABLE_POST}  # fmt: skip
+    checks = {
+        "normalizer": _SPLITTABLE_NORMALIZERS,
+        "pre_tokenizer": _SPLITTABLE_PRE_TOKENIZERS,
+        "post_processor": _SPLITTABLE_POST,
+    }
     for key, allowed in checks.items():
         for kind in _component_types(spec.get(key)):
             if kind not in allowed:
@@ -325,9 +337,12 @@ class SharedTokenizer:
         return out
 
     def _verify(
-        self, info: TokenizerInfo, texts: list[str], urls: list[str],
+        self,
+        info: TokenizerInfo,
+        texts: list[str],
+        urls: list[str],
         streams: dict[StreamKey, TokenStream],
-    ) -> str:  # fmt: skip
+    ) -> str:
         """Compare a sample (first and longest documents) with the tokenizer's own output."""
         if not texts or self.verify_docs <= 0:
             return ""

@@ -15,10 +15,11 @@ EXIT_INTERRUPTED = 143
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``classify-shard``."""
     p = sub.add_parser(
-        "classify-shard", help="label one logical shard (the classify rule)",
+        "classify-shard",
+        help="label one logical shard (the classify rule)",
         description="Label every unfinished, non-quarantined file of one shard, then mark "
         "the shard done. What the classify rule runs; exits 143 on SIGTERM.",
-    )  # fmt: skip
+    )
     add_run_dir(p)
     p.add_argument("--shard", type=int, required=True, help="the logical shard to label")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

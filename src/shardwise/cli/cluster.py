@@ -18,17 +18,20 @@ DEFAULT_CONFIG = "config/config.yaml"
 
 def _timeout_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--timeout", type=positive_int, default=20,
+        "--timeout",
+        type=positive_int,
+        default=20,
         help="seconds each SLURM command may take (default 20)",
-    )  # fmt: skip
+    )
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Add ``shardwise cluster`` (``check``, ``status``, ``retime``) to ``subparsers``."""
     parser = subparsers.add_parser(
-        "cluster", help="check the cluster against the profile; live state of a run's SLURM jobs",
+        "cluster",
+        help="check the cluster against the profile; live state of a run's SLURM jobs",
         description="SLURM operations: `check` before a run, `status` during one.",
-    )  # fmt: skip
+    )
     sub = parser.add_subparsers(dest="cluster_command", metavar="COMMAND", required=True)
 
     _add_check(sub)
@@ -46,20 +49,26 @@ def _add_check(sub: argparse._SubParsersAction) -> None:
         "why it matters and the exact fix. Exit 0 when nothing FAILs, 1 otherwise.",
     )
     p.add_argument(
-        "--profile", action="append", default=None, metavar="DIR",
+        "--profile",
+        action="append",
+        default=None,
+        metavar="DIR",
         help=f"Snakemake profile directory, repeatable, merged like snakemake does "
         f"(default: {DEFAULT_PROFILE})",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--configfile", default=None,
+        "--configfile",
+        default=None,
         help=f"the run's config, for walltime.max_minutes and resources (default: "
         f"{DEFAULT_CONFIG} if present, else the schema defaults)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--write-profile", default=None, metavar="DIR",
+        "--write-profile",
+        default=None,
+        metavar="DIR",
         help="write a site overlay profile to DIR/config.yaml with only the keys that fix "
         "what failed; use it as the last --profile",
-    )  # fmt: skip
+    )
     add_format(p)
     _timeout_option(p)
     p.set_defaults(func=_check)
@@ -83,10 +92,13 @@ def _add_status(sub: argparse._SubParsersAction) -> None:
     add_run_dir(p, "cluster status")
     add_format(p)
     p.add_argument(
-        "--watch", type=positive_int, default=None, metavar="SECONDS",
+        "--watch",
+        type=positive_int,
+        default=None,
+        metavar="SECONDS",
         help="redraw every SECONDS until Ctrl-C (plain text blocks when not a terminal; "
         "JSON Lines with --format json)",
-    )  # fmt: skip
+    )
     _timeout_option(p)
     p.set_defaults(func=_status)
 
@@ -94,18 +106,22 @@ def _add_status(sub: argparse._SubParsersAction) -> None:
 def _add_retime(sub: argparse._SubParsersAction) -> None:
     """``cluster retime``."""
     p = sub.add_parser(
-        "retime", help="lower the time limit of the run's queued jobs in place (before a window)",
+        "retime",
+        help="lower the time limit of the run's queued jobs in place (before a window)",
         description="For each of the run's pending SLURM jobs that asks for more than "
         "--max-minutes: `scontrol update JobId=<id> TimeLimit=<N>` (decrease only; the run's "
         "own jobs only; each change printed). The jobs keep their place in the queue and "
         "start before a maintenance window instead of after it. Prints the config change "
         "that makes the next submissions ask for the same. `cluster status` says which N.",
-    )  # fmt: skip
+    )
     add_run_dir(p, "cluster retime")
     p.add_argument(
-        "--max-minutes", type=positive_int, required=True, metavar="N",
+        "--max-minutes",
+        type=positive_int,
+        required=True,
+        metavar="N",
         help="the new time limit of every queued job of the run that asks for more",
-    )  # fmt: skip
+    )
     p.add_argument("--dry-run", action="store_true", help="print what would change, change nothing")
     _timeout_option(p)
     p.set_defaults(func=_retime)
@@ -114,9 +130,11 @@ def _add_retime(sub: argparse._SubParsersAction) -> None:
 def _check(args: argparse.Namespace) -> int:
     configfile = args.configfile or (DEFAULT_CONFIG if Path(DEFAULT_CONFIG).is_file() else None)
     run = cluster_check.check(
-        args.profile or [DEFAULT_PROFILE], configfile, timeout=args.timeout,
+        args.profile or [DEFAULT_PROFILE],
+        configfile,
+        timeout=args.timeout,
         write_profile=Path(args.write_profile) if args.write_profile else None,
-    )  # fmt: skip
+    )
     emit(args.format, run.to_dict, lambda _fmt: run.text())
     return 1 if run.failed else 0
 
@@ -156,10 +174,12 @@ def _status(args: argparse.Namespace) -> int:
 def _retime(args: argparse.Namespace) -> int:
     """Lower the queued jobs' limits (or say what would be); 1 when one could not be."""
     done = retime.retime(
-        args.run_dir, args.max_minutes,
+        args.run_dir,
+        args.max_minutes,
         lambda job_id, minutes: control.lower_time_limit(job_id, minutes, timeout=args.timeout),
-        dry_run=args.dry_run, timeout=args.timeout,
-    )  # fmt: skip
+        dry_run=args.dry_run,
+        timeout=args.timeout,
+    )
     for line in done.lines():
         print(line)
     if done.queue_problem is None and not done.outcomes:

@@ -47,9 +47,11 @@ def add_run_dir(parser: argparse.ArgumentParser, command: str | None = None) -> 
     ``command``, ``main`` refuses one that holds none (exit 2) before the verb runs."""
     parser.set_defaults(planned_run=command)
     parser.add_argument(
-        "--run-dir", required=True, type=Path,
+        "--run-dir",
+        required=True,
+        type=Path,
         help="the run directory (the one holding run.json, plan.parquet and shards/)",
-    )  # fmt: skip
+    )
 
 
 def add_format(
@@ -64,9 +66,12 @@ def add_format(
         return FORMAT_ALIASES.get(text, text)
 
     parser.add_argument(
-        "--format", type=fmt, choices=tuple(choices), default="table",
+        "--format",
+        type=fmt,
+        choices=tuple(choices),
+        default="table",
         help=help or f"output format: {', '.join(choices)} (default table)",
-    )  # fmt: skip
+    )
 
 
 def regex(text: str) -> str:
@@ -81,14 +86,18 @@ def regex(text: str) -> str:
 def add_coverage_options(parser: argparse.ArgumentParser) -> None:
     """``--gpus`` and ``--category-regex``: how coverage and the report count and project."""
     parser.add_argument(
-        "--gpus", type=positive_int, default=None,
+        "--gpus",
+        type=positive_int,
+        default=None,
         help="GPUs for the ETA (default: what the run's last snakemake could run at once: "
         "--jobs on SLURM, --cores locally; 1 before any)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--category-regex", type=regex, default=None,
+        "--category-regex",
+        type=regex,
+        default=None,
         help="derive categories from file paths (first group, else whole match)",
-    )  # fmt: skip
+    )
 
 
 def not_a_run_dir(run_dir: Path, command: str) -> bool:

@@ -10,14 +10,17 @@ from shardwise.ops.coverage_format import FORMATS, report_dict, report_text
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``coverage``."""
     parser = sub.add_parser(
-        "coverage", help="what is done and what is left, per category",
+        "coverage",
+        help="what is done and what is left, per category",
         description="Report shards/tasks/files/docs done, per-category completion "
         "with skew flags, throughput per GPU type and an ETA.",
-    )  # fmt: skip
+    )
     add_run_dir(parser, "coverage")
     add_format(
-        parser, FORMATS, "table (terminal), json (schema in docs/coverage.md) or markdown",
-    )  # fmt: skip
+        parser,
+        FORMATS,
+        "table (terminal), json (schema in docs/coverage.md) or markdown",
+    )
     add_coverage_options(parser)
     parser.set_defaults(func=run)
 

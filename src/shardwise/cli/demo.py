@@ -9,16 +9,18 @@ from shardwise.demo.corpus import write_demo
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``demo``."""
     p = sub.add_parser(
-        "demo", help="write the demo corpus, tiny offline models and config",
+        "demo",
+        help="write the demo corpus, tiny offline models and config",
         description="Write a small demo corpus (Parquet and JSONL), four tiny classifiers with "
         "random weights (built offline: their labels are meaningless) and DIR/config.yaml.",
-    )  # fmt: skip
+    )
     p.add_argument("dir", help="folder to write (e.g. demo)")
     p.add_argument(
-        "--dolma", action="store_true",
+        "--dolma",
+        action="store_true",
         help="the corpus in Dolma's layout (DIR/dolma/documents/...json.gz, metadata.url), "
         "labelled into Dolma attributes too (DIR/dolma/attributes/weborganizer)",
-    )  # fmt: skip
+    )
     p.set_defaults(func=run)
 
 

@@ -11,9 +11,10 @@ from shardwise.ops import dolma
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Add ``shardwise dolma`` (``export``, ``mix-config``)."""
     parser = subparsers.add_parser(
-        "dolma", help="labels as Dolma attributes, and the dolma mix config that filters on them",
+        "dolma",
+        help="labels as Dolma attributes, and the dolma mix config that filters on them",
         description="The labels as Dolma attributes (output.dolma), which `dolma mix` filters on.",
-    )  # fmt: skip
+    )
     sub = parser.add_subparsers(dest="dolma_command", metavar="COMMAND", required=True)
     p = sub.add_parser(
         "export",
@@ -29,20 +30,27 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true", help="write every file again")
     p.set_defaults(func=_export)
     p = sub.add_parser(
-        "mix-config", help="print a dolma mix config that keeps the documents of chosen domains",
+        "mix-config",
+        help="print a dolma mix config that keeps the documents of chosen domains",
         description="Print (or write) the `dolma mix` config whose stream keeps this run's "
         "labelled documents of the domains named by --keep (any of them): a label of one "
         "classifier (topic=Health) or a cell of several (topic=Health,format=Tutorial).",
-    )  # fmt: skip
+    )
     add_run_dir(p, "dolma mix-config")
     p.add_argument(
-        "--keep", action="append", default=[], metavar="CLASSIFIER=LABEL[,CLASSIFIER=LABEL]",
+        "--keep",
+        action="append",
+        default=[],
+        metavar="CLASSIFIER=LABEL[,CLASSIFIER=LABEL]",
         help="a domain to keep (repeatable: a document is kept when any holds)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--min-prob", type=float, default=None, metavar="P",
+        "--min-prob",
+        type=float,
+        default=None,
+        metavar="P",
         help="also require each named classifier's probability >= P",
-    )  # fmt: skip
+    )
     p.add_argument("--output", required=True, help="where dolma mix writes the mixed documents")
     p.add_argument("--stream", default="weborganizer", help="the stream's name (weborganizer)")
     p.add_argument("--processes", type=positive_int, default=1, help="dolma mix processes (1)")
@@ -52,9 +60,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def _export(args: argparse.Namespace) -> int:
     done = dolma.export(
-        args.run_dir, shard=args.shard, jobs=args.jobs, force=args.force,
+        args.run_dir,
+        shard=args.shard,
+        jobs=args.jobs,
+        force=args.force,
         progress=sys.stderr.isatty(),
-    )  # fmt: skip
+    )
     print(done.line())
     return 0
 
@@ -62,9 +73,13 @@ def _export(args: argparse.Namespace) -> int:
 def _mix_config(args: argparse.Namespace) -> int:
     keep = [dolma.Selection.parse(text) for text in args.keep]
     config = dolma.mix_config(
-        args.run_dir, keep, args.output, min_prob=args.min_prob, stream=args.stream,
+        args.run_dir,
+        keep,
+        args.output,
+        min_prob=args.min_prob,
+        stream=args.stream,
         processes=args.processes,
-    )  # fmt: skip
+    )
     text = dolma.mix_yaml(config, dolma.store_options(args.run_dir))
     if args.out is None:
         print(text, end="")

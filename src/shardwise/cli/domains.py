@@ -12,30 +12,36 @@ from shardwise.ops.domainplot import render_png
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``domains``."""
     parser = sub.add_parser(
-        "domains", help="the corpus's label distribution so far, with 95%% confidence intervals",
+        "domains",
+        help="the corpus's label distribution so far, with 95%% confidence intervals",
         description="Estimate each label's (or label pair's) share of the corpus's documents "
         "or text bytes from the shards finished so far, post-stratified by category, with "
         "95% confidence intervals that shrink to zero as the last shard lands. Reads one "
         "summary per finished shard. Method: docs/domains.md.",
-    )  # fmt: skip
+    )
     add_run_dir(parser, "domains")
     view = parser.add_mutually_exclusive_group()
     view.add_argument(
-        "--pair", metavar="A,B",
+        "--pair",
+        metavar="A,B",
         help="a pair of classifiers whose joint counts were kept, e.g. topic,format "
         "(default: the first configured pair)",
-    )  # fmt: skip
+    )
     view.add_argument("--classifier", metavar="NAME", help="one classifier, e.g. topic")
     parser.add_argument(
-        "--by", choices=("category",), default=None,
+        "--by",
+        choices=("category",),
+        default=None,
         help="also estimate each category on its own (the plan's categories)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--weight", choices=domains.WEIGHTS, default=None,
+        "--weight",
+        choices=domains.WEIGHTS,
+        default=None,
         help="share of documents (the default), of UTF-8 text bytes, or of tokens in the "
         "training tokenizer (runs labelled with domains.tokenizer set; the default of "
         "--format weborganizer there)",
-    )  # fmt: skip
+    )
     add_format(parser, domains_format.FORMATS)
     parser.add_argument(
         "--top",
@@ -45,19 +51,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         f"{domains_format.DEFAULT_TOP} pairs)",
     )
     parser.add_argument(
-        "--png", type=Path, default=None,
+        "--png",
+        type=Path,
+        default=None,
         help="also write a picture: the pair's heatmap with marginal bars (a bar chart "
         "for --classifier)",
-    )  # fmt: skip
+    )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Print the estimate (and write the picture); exit 2 when the run directory is not one."""
     d = domains.view(
-        args.run_dir, pair=args.pair, classifier=args.classifier, weight=args.weight,
+        args.run_dir,
+        pair=args.pair,
+        classifier=args.classifier,
+        weight=args.weight,
         fmt=args.format,
-    )  # fmt: skip
+    )
     by_category = args.by == "category"
     emit(
         args.format,

@@ -13,29 +13,33 @@ from shardwise.planner.prepare import prepare_run
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``plan``."""
     p = sub.add_parser(
-        "plan", help="list the input, pin run.json and cache the plan",
+        "plan",
+        help="list the input, pin run.json and cache the plan",
         description="What a dry run does first: check every classifier, list the input, "
         "create or validate run.json (run directory and output root), cache the plan and "
         "print the coverage report. --repin replaces a pinned run.json whose settings differ, "
         "but only while no file of the run is labelled; --extend takes a grown or shrunken "
         "input into the run under the same assignment.",
-    )  # fmt: skip
+    )
     p.add_argument("--configfile", default="config/config.yaml", help="the run's config file")
     p.add_argument(
-        "--repin", action="store_true",
+        "--repin",
+        action="store_true",
         help="re-pin changed settings (classifiers, total_shards, files_per_task, ...) "
         "while nothing is labelled; says what changed",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--extend", action="store_true",
+        "--extend",
+        action="store_true",
         help="take a grown or shrunken input into this run under the same assignment: new "
         "files join the shards the hash gives them, nothing labelled is touched",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--gone", choices=GONE,
+        "--gone",
+        choices=GONE,
         help="with --extend: what becomes of the outputs of planned files that are gone "
         "from the input (keep: left in place; remove: deleted); either way they leave the run",
-    )  # fmt: skip
+    )
     p.set_defaults(func=run)
 
 

@@ -10,19 +10,22 @@ from shardwise.run import quarantine
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``quarantine``."""
     parser = sub.add_parser(
-        "quarantine", help="leave broken files out of a run (or list / release them)",
+        "quarantine",
+        help="leave broken files out of a run (or list / release them)",
         description="Record files that are to be left out of this run, without changing "
         "the assignment of any other task: a quarantined file gets no sidecar, its shard "
         "can finish, and coverage, verify, retry-array, the report and the dry run list it "
         "apart from done and failed files. --release takes files back and reopens their "
         "shards so the next snakemake run labels them.",
-    )  # fmt: skip
+    )
     add_run_dir(parser, "quarantine")
     parser.add_argument(
-        "files", nargs="*", metavar="FILE",
+        "files",
+        nargs="*",
+        metavar="FILE",
         help="files relative to the input root (as the plan and error messages name them), "
         "or with the input root in front",
-    )  # fmt: skip
+    )
     parser.add_argument("--reason", default="", help="why the files are left out (required)")
     action = parser.add_mutually_exclusive_group()
     action.add_argument("--list", action="store_true", help="list the quarantined files")

@@ -12,20 +12,26 @@ from shardwise.run import ranges
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``retry-array``."""
     parser = sub.add_parser(
-        "retry-array", help="print the SLURM array expression of shards not yet done",
+        "retry-array",
+        help="print the SLURM array expression of shards not yet done",
         description="Print what to resubmit after a partial run, in NeMo Curator retry_array.py "
-            "format. Prints nothing when every shard is done.",
-    )  # fmt: skip
+        "format. Prints nothing when every shard is done.",
+    )
     add_run_dir(parser, "retry-array")
     parser.add_argument(
-        "--format", choices=("expression", "fields"), default="expression",
+        "--format",
+        choices=("expression", "fields"),
+        default="expression",
         help="expression: the range expression; fields: "
         "ARRAY_EXPRESSION SHARD_INDEX_OFFSET MINIMUM_SHARD_INDEX TOTAL_SHARDS per line",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--max-array-size", type=int, default=None, metavar="N",
+        "--max-array-size",
+        type=int,
+        default=None,
+        metavar="N",
         help="SLURM MaxArraySize: split into windows of N array indices (needs --format fields)",
-    )  # fmt: skip
+    )
     parser.set_defaults(func=lambda args: run(parser, args))
 
 

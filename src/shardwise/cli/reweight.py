@@ -21,10 +21,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--weights", type=Path, required=True, help="the weights file (JSON)")
     p.add_argument(
-        "--scale", action="append", required=True,
-        metavar="LABEL=FACTOR", help="e.g. Health=3 (repeatable; a domain holding two "
-        "scaled labels gets both factors)",
-    )  # fmt: skip
+        "--scale",
+        action="append",
+        required=True,
+        metavar="LABEL=FACTOR",
+        help="e.g. Health=3 (repeatable; a domain holding two scaled labels gets both factors)",
+    )
     p.add_argument("--out", type=Path, default=None, help="where to write (default stdout)")
     p.set_defaults(func=_reweight)
 

@@ -28,33 +28,43 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--weights", type=Path, default=None, help="the target weights (JSON)")
     p.add_argument("--tokens", default=None, metavar="N", help="the token budget: 100B, 2.5M, ...")
     p.add_argument(
-        "--max-repeat", type=positive_int, default=1, metavar="K",
+        "--max-repeat",
+        type=positive_int,
+        default=1,
+        metavar="K",
         help="the most copies of one document (default 1: none twice)",
-    )  # fmt: skip
+    )
     p.add_argument("--seed", type=int, default=0, help="the hash's seed (default 0)")
     p.add_argument(
-        "--redistribute", action="store_true",
+        "--redistribute",
+        action="store_true",
         help="spread what capped or empty domains cannot give over the others",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--partial", action="store_true",
+        "--partial",
+        action="store_true",
         help="select from what is labelled of a run not yet complete",
-    )  # fmt: skip
+    )
     p.add_argument("--pair", default=None, help="the view of cells (default the first pair)")
-    p.add_argument("--classifier", default=None,
-                   help="the classifier of one-label weights (marginals)")  # fmt: skip
+    p.add_argument(
+        "--classifier", default=None, help="the classifier of one-label weights (marginals)"
+    )
     p.add_argument("--name", default="selection", help="the selection's name (selection)")
     p.add_argument(
-        "--plan-only", action="store_true",
+        "--plan-only",
+        action="store_true",
         help="only pass 1: then `snakemake select_all` selects the files as jobs",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--shard", type=int, default=None,
+        "--shard",
+        type=int,
+        default=None,
         help="select this shard's files only (the select_all job)",
-    )  # fmt: skip
+    )
     p.add_argument("--jobs", type=positive_int, default=4, help="shards selected at once (4)")
-    p.add_argument("--mix-output", default=None,
-                   help="where dolma mix writes (default <selection>/mix)")  # fmt: skip
+    p.add_argument(
+        "--mix-output", default=None, help="where dolma mix writes (default <selection>/mix)"
+    )
     add_format(p)
     p.set_defaults(func=_select)
 
@@ -65,11 +75,17 @@ def _request(args: argparse.Namespace) -> select.Request | None:
     if args.weights is None or args.tokens is None:
         raise ConfigError("give both --weights and --tokens (or neither, to report a selection)")
     return select.Request(
-        name=args.name, weights=select.read_weights(args.weights), weights_from=str(args.weights),
-        budget_tokens=select.parse_budget(args.tokens), max_repeat=args.max_repeat,
-        seed=args.seed, redistribute=args.redistribute, partial=args.partial, pair=args.pair,
+        name=args.name,
+        weights=select.read_weights(args.weights),
+        weights_from=str(args.weights),
+        budget_tokens=select.parse_budget(args.tokens),
+        max_repeat=args.max_repeat,
+        seed=args.seed,
+        redistribute=args.redistribute,
+        partial=args.partial,
+        pair=args.pair,
         classifier=args.classifier,
-    )  # fmt: skip
+    )
 
 
 def _select(args: argparse.Namespace) -> int:
@@ -78,8 +94,13 @@ def _select(args: argparse.Namespace) -> int:
         print(f"selection {args.name!r} shard {args.shard}: {record.files:,} file(s) selected")
         return 0
     report = select_report.run(
-        args.run_dir, _request(args), args.name, plan_only=args.plan_only, jobs=args.jobs,
-        mix_output=args.mix_output, progress=sys.stderr.isatty(),
-    )  # fmt: skip
+        args.run_dir,
+        _request(args),
+        args.name,
+        plan_only=args.plan_only,
+        jobs=args.jobs,
+        mix_output=args.mix_output,
+        progress=sys.stderr.isatty(),
+    )
     emit(args.format, report.to_dict, lambda _fmt: "\n".join(select_report.lines(report)))
     return 0

@@ -9,13 +9,15 @@ from shardwise.run.sharding import shard_for_task
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``shard-of``."""
     p = sub.add_parser(
-        "shard-of", help="print the logical shard of each task id",
+        "shard-of",
+        help="print the logical shard of each task id",
         description="Print the logical shard of each task id, one per line: "
         "int(sha256(id)[:16], 16) % total_shards + minimum_shard_index (NeMo Curator's rule).",
-    )  # fmt: skip
+    )
     p.add_argument("--total-shards", type=int, required=True, help="the run's total_shards")
-    p.add_argument("--minimum-shard-index", type=int, default=0,
-                   help="the run's first shard (default 0)")  # fmt: skip
+    p.add_argument(
+        "--minimum-shard-index", type=int, default=0, help="the run's first shard (default 0)"
+    )
     p.add_argument("ids", nargs="+", metavar="ID", help="task ids (paths relative to the input)")
     p.set_defaults(func=run)
 

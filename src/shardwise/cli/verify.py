@@ -16,33 +16,41 @@ EXIT_CANNOT_VERIFY = 2
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``verify``."""
     parser = sub.add_parser(
-        "verify", help="check a run's outputs against its markers and inputs (an fsck)",
+        "verify",
+        help="check a run's outputs against its markers and inputs (an fsck)",
         description="Check every done shard and file marker: sidecar, stats, row counts, "
         "ids in order, classifier columns; list orphans. Exit 0 when consistent, 1 with "
         "one line per problem, 2 when the run cannot be verified.",
-    )  # fmt: skip
+    )
     add_run_dir(parser)
     parser.add_argument(
-        "--sample", type=float, default=1.0, metavar="FRACTION",
+        "--sample",
+        type=float,
+        default=1.0,
+        metavar="FRACTION",
         help="read the contents of this random fraction of marked files (default 1: all)",
-    )  # fmt: skip
+    )
     parser.add_argument("--seed", type=int, default=None, help="seed for --sample")
-    parser.add_argument("--jobs", type=int, default=4,
-                        help="files checked in parallel (I/O bound on S3)")  # fmt: skip
-    parser.add_argument("--complete", action="store_true",
-                        help="also a problem: any shard not done yet")  # fmt: skip
     parser.add_argument(
-        "--repair", action="store_true",
+        "--jobs", type=int, default=4, help="files checked in parallel (I/O bound on S3)"
+    )
+    parser.add_argument(
+        "--complete", action="store_true", help="also a problem: any shard not done yet"
+    )
+    parser.add_argument(
+        "--repair",
+        action="store_true",
         help="remove exactly the markers of the broken files (and their shard markers), "
         "printing each, so the next snakemake run relabels only those files; first, make the "
         "two run.json copies one again (a damaged or missing one from the intact one, the "
         "output root's when they disagree)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--accept-changed", action="store_true",
+        "--accept-changed",
+        action="store_true",
         help="keep the labels of input files changed in place since they were labelled (on "
         "purpose): the plan takes their new identity; --repair relabels them instead",
-    )  # fmt: skip
+    )
     add_format(parser, ("table", "json"), "table: one line per finding (default); json")
     parser.set_defaults(func=run)
 
@@ -51,9 +59,13 @@ def run(args: argparse.Namespace) -> int:
     """Findings on stdout, the summary last; 0 consistent, 1 problems, 2 cannot verify."""
     notes = sys.stderr if args.format == "json" else sys.stdout  # json keeps stdout clean
     check = functools.partial(
-        verify.verify_run, args.run_dir, sample=args.sample, seed=args.seed, jobs=args.jobs,
+        verify.verify_run,
+        args.run_dir,
+        sample=args.sample,
+        seed=args.seed,
+        jobs=args.jobs,
         complete=args.complete,
-    )  # fmt: skip
+    )
     try:
         if args.repair:  # first: every check below reads run.json
             for line in verify_repair.restore_run_json(args.run_dir):

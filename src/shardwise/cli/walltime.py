@@ -11,13 +11,15 @@ from shardwise.run.sharding import shard_range
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``walltime``."""
     p = sub.add_parser(
-        "walltime", help="the runtime each group of K shards would request",
+        "walltime",
+        help="the runtime each group of K shards would request",
         description="Print the SLURM runtime each group of K shards would request, computed "
         "from the input size and the speed measured so far (see walltime in the config).",
-    )  # fmt: skip
+    )
     p.add_argument("--configfile", default="config/config.yaml", help="the run's config file")
-    p.add_argument("--group-size", "-k", type=int, default=1,
-                   help="shards per SLURM job (group-components)")  # fmt: skip
+    p.add_argument(
+        "--group-size", "-k", type=int, default=1, help="shards per SLURM job (group-components)"
+    )
     p.add_argument("--attempt", type=int, default=1, help="Snakemake attempt (multiplies it)")
     p.add_argument("--verbose", "-v", action="store_true", help="explain each shard's figure")
     p.set_defaults(func=run)

@@ -65,8 +65,15 @@ def _records(
         doc_id = f"{source}-{category}-{part:04d}-{i:05d}"
         text, url = _text(rng, topic, size), f"https://{source}.example.org/{category}/{part}/{i}"
         if dolma:  # Dolma's fields: the url under metadata
-            out.append({"id": doc_id, "text": text, "source": source,
-                        "added": "2026-01-01", "metadata": {"url": url}})  # fmt: skip
+            out.append(
+                {
+                    "id": doc_id,
+                    "text": text,
+                    "source": source,
+                    "added": "2026-01-01",
+                    "metadata": {"url": url},
+                }
+            )
         else:
             out.append({"id": doc_id, "text": text, "url": url})
     return out
@@ -115,15 +122,19 @@ def demo_config(
         output = {"uri": str(directory / "labels"), "dolma": {"enabled": True}}
     else:
         source, output = {"uri": str(directory / "corpus")}, {"uri": str(directory / "labels")}
-    classifiers = [{"name": name, "model": str(directory / "models" / name), "input": kind}
-                   for name, kind in CLASSIFIERS]  # fmt: skip
+    classifiers = [
+        {"name": name, "model": str(directory / "models" / name), "input": kind}
+        for name, kind in CLASSIFIERS
+    ]
     return {
-        "run_dir": str(directory / "run"), "input": source, "output": output,
+        "run_dir": str(directory / "run"),
+        "input": source,
+        "output": output,
         "sharding": {"total_shards": total_shards, "minimum_shard_index": 0},
         "classifiers": classifiers,
         "inference": {"max_length": 512, "batch_tokens": 8192, "device": "auto"},
         **({"domains": {"tokenizer": str(tokenizer.absolute())}} if tokenizer else {}),
-    }  # fmt: skip
+    }
 
 
 def write_demo(

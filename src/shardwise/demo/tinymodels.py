@@ -57,8 +57,9 @@ def build_wordpiece_tokenizer(
     fall in hash order: the same texts give the same ids on every build and machine, so
     the demo's models, and its figures, are the same everywhere."""
     out_dir = Path(out_dir)
-    normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
-                                            strip_accents=None, lowercase=True)  # fmt: skip
+    normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=True
+    )
     pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     vocab = _wordpiece_vocab(texts, normalizer, pre_tokenizer, vocab_size)
     tok = Tokenizer(
@@ -134,30 +135,56 @@ def native_to_new_state_dict(state: dict[str, torch.Tensor]) -> dict[str, torch.
 
 def _new_style_config(config: GteConfig, labels: Sequence[str]) -> dict[str, Any]:
     """A config.json shaped like the real WebOrganizer (gte-base-en-v1.5) checkpoints."""
-    same = ("hidden_act", "hidden_size", "initializer_range", "intermediate_size",
-            "layer_norm_eps", "max_position_embeddings", "num_attention_heads",
-            "num_hidden_layers", "pad_token_id", "vocab_size")  # fmt: skip
+    same = (
+        "hidden_act",
+        "hidden_size",
+        "initializer_range",
+        "intermediate_size",
+        "layer_norm_eps",
+        "max_position_embeddings",
+        "num_attention_heads",
+        "num_hidden_layers",
+        "pad_token_id",
+        "vocab_size",
+    )
     return {
         **{key: getattr(config, key) for key in same},
-        "architectures": ["NewForSequenceClassification"], "attention_probs_dropout_prob": 0.0,
-        "auto_map": dict(_NEW_AUTO_MAP), "classifier_dropout": None, "hidden_dropout_prob": 0.1,
+        "architectures": ["NewForSequenceClassification"],
+        "attention_probs_dropout_prob": 0.0,
+        "auto_map": dict(_NEW_AUTO_MAP),
+        "classifier_dropout": None,
+        "hidden_dropout_prob": 0.1,
         "id2label": {str(i): label for i, label in enumerate(labels)},
         "label2id": {label: i for i, label in enumerate(labels)},
-        "layer_norm_type": "layer_norm", "logn_attention_clip1": False,
-        "logn_attention_scale": False, "model_type": "new", "pack_qkv": True,
+        "layer_norm_type": "layer_norm",
+        "logn_attention_clip1": False,
+        "logn_attention_scale": False,
+        "model_type": "new",
+        "pack_qkv": True,
         "position_embedding_type": "rope",
         "rope_scaling": {"factor": _NEW_NTK_FACTOR, "type": "ntk"},
-        "rope_theta": _NEW_ROPE_THETA, "torch_dtype": "float32",
-        "transformers_version": "4.39.1", "type_vocab_size": 0, "unpad_inputs": False,
+        "rope_theta": _NEW_ROPE_THETA,
+        "torch_dtype": "float32",
+        "transformers_version": "4.39.1",
+        "type_vocab_size": 0,
+        "unpad_inputs": False,
         "use_memory_efficient_attention": False,
-    }  # fmt: skip
+    }
 
 
 def build_tiny_gte_classifier(  # noqa: PLR0913 - a test model's shape knobs, keyword-only
-    out_dir: Path, labels: Sequence[str], tokenizer_dir: Path, *, seed: int = 0,
-    hidden_size: int = 32, num_layers: int = 2, num_heads: int = 2,
-    max_position_embeddings: int = 8192, new_format: bool = False, initializer_range: float = 0.3,
-) -> Path:  # fmt: skip
+    out_dir: Path,
+    labels: Sequence[str],
+    tokenizer_dir: Path,
+    *,
+    seed: int = 0,
+    hidden_size: int = 32,
+    num_layers: int = 2,
+    num_heads: int = 2,
+    max_position_embeddings: int = 8192,
+    new_format: bool = False,
+    initializer_range: float = 0.3,
+) -> Path:
     """A seeded random GTE sequence classifier that loads like a hub repo: native ``gte``, or
     (``new_format``) the real checkpoints' layout (``model_type: "new"``, NTK rope, Alibaba
     names), with the equivalent linear rope, so both give the same logits once loaded.
@@ -172,15 +199,25 @@ def build_tiny_gte_classifier(  # noqa: PLR0913 - a test model's shape knobs, ke
     vocab_size = len(tokenizer_json["model"]["vocab"])
     pad_id = tokenizer_json["model"]["vocab"].get("[PAD]", 0)
     head_dim = hidden_size // num_heads
-    rope = {"rope_type": "linear", "rope_theta": _NEW_ROPE_THETA * _NEW_NTK_FACTOR,
-            "factor": _NEW_NTK_FACTOR ** (2 / head_dim)}  # fmt: skip
+    rope = {
+        "rope_type": "linear",
+        "rope_theta": _NEW_ROPE_THETA * _NEW_NTK_FACTOR,
+        "factor": _NEW_NTK_FACTOR ** (2 / head_dim),
+    }
     config = GteConfig(
-        vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=num_layers,
-        num_attention_heads=num_heads, intermediate_size=hidden_size * 4,
-        max_position_embeddings=max_position_embeddings, type_vocab_size=0, pad_token_id=pad_id,
-        initializer_range=initializer_range, id2label=dict(enumerate(labels)),
-        label2id={label: i for i, label in enumerate(labels)}, rope_parameters=rope,
-    )  # fmt: skip
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        intermediate_size=hidden_size * 4,
+        max_position_embeddings=max_position_embeddings,
+        type_vocab_size=0,
+        pad_token_id=pad_id,
+        initializer_range=initializer_range,
+        id2label=dict(enumerate(labels)),
+        label2id={label: i for i, label in enumerate(labels)},
+        rope_parameters=rope,
+    )
     config.architectures = ["GteForSequenceClassification"]
     generator_state = torch.random.get_rng_state()
     try:

@@ -188,10 +188,16 @@ class Adapter:
     _KEEP = object()
 
     def _say(
-        self, action: str, text: str, *, minutes: int | None = None, jobs: tuple[str, ...] = (),
-        fit: Fit | object | None = _KEEP, probe: plan_probe.Planned | None = None,
+        self,
+        action: str,
+        text: str,
+        *,
+        minutes: int | None = None,
+        jobs: tuple[str, ...] = (),
+        fit: Fit | object | None = _KEEP,
+        probe: plan_probe.Planned | None = None,
         quiet: bool = False,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Print one line (unless ``quiet``) and record it (with the fit now in force)."""
         if not quiet:
             self.out.write(f"{PREFIX}{text}\n")
@@ -199,8 +205,11 @@ class Adapter:
         now_fit = self.record.fit if fit is Adapter._KEEP else fit
         cost = {}
         if probe is not None:
-            cost = {"probe_calls": probe.calls, "probe_seconds": probe.seconds,
-                    "probe_jobs": probe.submitted}  # fmt: skip
+            cost = {
+                "probe_calls": probe.calls,
+                "probe_seconds": probe.seconds,
+                "probe_jobs": probe.submitted,
+            }
         event = Event(at=_now(), action=action, text=text, minutes=minutes, jobs=jobs, **cost)
         self.record = self.record.with_event(event, now_fit)  # type: ignore[arg-type]
         adaptation.save(self.run_dir, self.record)
@@ -213,8 +222,10 @@ class Adapter:
                 try:
                     self.check()
                 except Exception as e:  # noqa: BLE001 - the workflow must outlive a bad round
-                    self.out.write(f"{PREFIX}this check failed ({type(e).__name__}: {e}); next "
-                                   f"in {self.settings.check_seconds:g} s\n")  # fmt: skip
+                    self.out.write(
+                        f"{PREFIX}this check failed ({type(e).__name__}: {e}); next "
+                        f"in {self.settings.check_seconds:g} s\n"
+                    )
                 self.stop.wait(self.settings.check_seconds)
 
         thread = threading.Thread(target=loop, name="shardwise-adapt", daemon=True)

@@ -127,12 +127,18 @@ class CheckRun:
         req.pop("raw", None)
         req.update(partitions=list(self.request.partitions), exclude=list(self.request.exclude))
         return {
-            "format_version": 1, "command": "cluster check", "user": self.user,
-            "generated_at": datetime.now().isoformat(timespec="seconds"), "profiles": self.profiles,
-            "configfile": self.configfile, "status": overall(self.found), "request": req,
+            "format_version": 1,
+            "command": "cluster check",
+            "user": self.user,
+            "generated_at": datetime.now().isoformat(timespec="seconds"),
+            "profiles": self.profiles,
+            "configfile": self.configfile,
+            "status": overall(self.found),
+            "request": req,
             "findings": [{**asdict(f), "sets": dict(f.sets)} for f in self.found],
-            "overlay": self.overlay_values, "overlay_path": self.overlay_path,
-        }  # fmt: skip
+            "overlay": self.overlay_values,
+            "overlay_path": self.overlay_path,
+        }
 
     def text(self) -> str:
         """One row per finding (WARN and FAIL add why and the fix), and how to use a

@@ -64,11 +64,15 @@ def check_facts(request: JobRequest, *, timeout: float = command.DEFAULT_TIMEOUT
     else:
         limits = queries.limits(user, timeout=timeout)
     facts = CheckFacts(
-        user=user, now=datetime.now(), config=cfg, nodes=queries.nodes(timeout=timeout),
-        limits=limits, reservations=queries.reservations(timeout=timeout),
+        user=user,
+        now=datetime.now(),
+        config=cfg,
+        nodes=queries.nodes(timeout=timeout),
+        limits=limits,
+        reservations=queries.reservations(timeout=timeout),
         queue=queries.jobs(user, timeout=timeout),
         sacct_installed=shutil.which("sacct") is not None,
-    )  # fmt: skip
+    )
     if status_command(request, facts) == "sacct" and facts.sacct_installed and accounting:
         facts = replace(facts, sacct=queries.sacct_answers(user, timeout=min(timeout, 15.0)))
     return facts

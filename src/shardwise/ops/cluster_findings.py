@@ -45,8 +45,13 @@ def findings(request: JobRequest, facts: CheckFacts, max_minutes: int) -> list[C
             fix=fix,
         )
     parts, part_findings = _partitions(request, facts, max_minutes)
-    out = [controller, _account(request, facts), _jobs(request, facts),
-           _status_command(request, facts), *part_findings]  # fmt: skip
+    out = [
+        controller,
+        _account(request, facts),
+        _jobs(request, facts),
+        _status_command(request, facts),
+        *part_findings,
+    ]
     if request.constraint:
         out.append(_constraint(request, facts, parts))
     out += _excluded(request, facts)
@@ -238,9 +243,14 @@ def _partitions(
 
 
 def _partition(
-    name: str, p: queries.Partition | None, source: str, gpu_list: str, *, request: JobRequest,
+    name: str,
+    p: queries.Partition | None,
+    source: str,
+    gpu_list: str,
+    *,
+    request: JobRequest,
     max_minutes: int,
-) -> CheckResult:  # fmt: skip
+) -> CheckResult:
     """One partition the jobs ask for."""
     if p is None:
         found = f"partition {name} ({source}) does not exist"
@@ -258,8 +268,13 @@ def _partition(
     if not p.up:
         problems.append(("not UP", "no job starts in it", "use another partition"))
     if request.gpus and not p.gpus:
-        problems.append(("has no GPUs (gres)", "a --gpus job never starts there",
-                         f"partitions with GPUs here: {gpu_list}"))  # fmt: skip
+        problems.append(
+            (
+                "has no GPUs (gres)",
+                "a --gpus job never starts there",
+                f"partitions with GPUs here: {gpu_list}",
+            )
+        )
     if p.max_minutes is not None and p.max_minutes < limit:
         fit_k = p.max_minutes // max(max_minutes, 1)
         found = f"MaxTime {p.max_minutes} min < K x walltime.max_minutes = {k} x {max_minutes}"

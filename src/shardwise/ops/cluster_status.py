@@ -222,20 +222,31 @@ def build(run_dir: Path, facts: StatusFacts) -> Status:
         notes.append(f"sinfo did not answer ({facts.nodes.problem})")
     others = None
     if facts.config.ok and "jobs" in queries.private_data(facts.config.value or {}):
-        notes.append("other users' jobs are hidden (PrivateData=jobs): how many jobs are ahead "
-                     "of yours is unknown")  # fmt: skip
+        notes.append(
+            "other users' jobs are hidden (PrivateData=jobs): how many jobs are ahead "
+            "of yours is unknown"
+        )
     elif facts.others is not None and facts.others.ok:
         c = Counter(j.state for j in facts.others.value or [])
         others = {"pending": c.get("PENDING", 0), "running": c.get("RUNNING", 0)}
     return Status(
-        run_dir=str(run_dir), generated_at=now.isoformat(timespec="seconds"), user=facts.user,
-        main_process=_main_process(submitter), jobs=jobs,
-        user_jobs=len(queue) if facts.queue.ok else None, submit_cap=cap, cap_source=source,
-        pending=_pending(jobs), probe=_probe(run_dir, facts, mine, now),
-        progress=_progress(run_dir, jobs, now), in_flight=flight,
-        nodes=_unavailable_nodes(facts, jobs), others=others, notes=tuple(notes) + flight.notes,
+        run_dir=str(run_dir),
+        generated_at=now.isoformat(timespec="seconds"),
+        user=facts.user,
+        main_process=_main_process(submitter),
+        jobs=jobs,
+        user_jobs=len(queue) if facts.queue.ok else None,
+        submit_cap=cap,
+        cap_source=source,
+        pending=_pending(jobs),
+        probe=_probe(run_dir, facts, mine, now),
+        progress=_progress(run_dir, jobs, now),
+        in_flight=flight,
+        nodes=_unavailable_nodes(facts, jobs),
+        others=others,
+        notes=tuple(notes) + flight.notes,
         adapted=_adapted(run_dir, notes),
-    )  # fmt: skip
+    )
 
 
 def _adapted(run_dir: Path, notes: list[str]) -> adaptation.Adaptation | None:
@@ -313,12 +324,14 @@ def _progress(run_dir: Path, jobs: tuple[RunJob, ...], now: datetime) -> Progres
     last = float(finished.max()) if finished.size else None
     eta = cov.eta.seconds if cov.eta is not None and gpus_running else None
     return Progress(
-        shards_done=cov.shards_done, shards_total=cov.shards_total,
+        shards_done=cov.shards_done,
+        shards_total=cov.shards_total,
         last_finished=datetime.fromtimestamp(last).isoformat(timespec="seconds") if last else None,
         seconds_since_last=round(now.timestamp() - last, 1) if last else None,
         finished_last_hour=int((finished >= now.timestamp() - 3600).sum()),
-        gpus_running=gpus_running, eta_seconds=round(eta, 1) if eta is not None else None,
-    )  # fmt: skip
+        gpus_running=gpus_running,
+        eta_seconds=round(eta, 1) if eta is not None else None,
+    )
 
 
 def _unavailable_nodes(facts: StatusFacts, jobs: tuple[RunJob, ...]) -> tuple[dict[str, str], ...]:
@@ -343,21 +356,28 @@ def _main_process(submitter: claims.Submitter | None) -> dict[str, Any]:
 
 
 def _probe(
-    run_dir: Path, facts: StatusFacts, mine: dict[str, tuple[queries.Job, tuple[int, ...]]],
+    run_dir: Path,
+    facts: StatusFacts,
+    mine: dict[str, tuple[queries.Job, tuple[int, ...]]],
     now: datetime,
-) -> Probe | None:  # fmt: skip
+) -> Probe | None:
     """The walltime probe of :func:`probed_job`, if one of the run's jobs pends."""
     oldest = probed_job(mine)
     if oldest is None:
         return None
     detail = facts.probe_detail
     return walltime_rows.probe(
-        oldest, len(mine[oldest.id][1]) or 1, facts.probe_starts if detail is not None else {},
-        reservations=facts.reservations, nodes=facts.nodes, now=now, hidden=facts.hidden_window,
+        oldest,
+        len(mine[oldest.id][1]) or 1,
+        facts.probe_starts if detail is not None else {},
+        reservations=facts.reservations,
+        nodes=facts.nodes,
+        now=now,
+        hidden=facts.hidden_window,
         run_dir=str(run_dir),
         planned=walltime_probe.planned(detail.value if detail is not None else None),
         plan=facts.planned,
-    )  # fmt: skip
+    )
 
 
 def status(run_dir: Path, *, timeout: float = command.DEFAULT_TIMEOUT) -> Status:

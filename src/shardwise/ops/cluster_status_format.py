@@ -17,22 +17,37 @@ from shardwise.run import adaptation, ranges
 def to_dict(status: Status) -> dict[str, Any]:
     """The JSON document (schema: docs/schemas/cluster-status.schema.json)."""
     gpus = sum(j.gpus for j in status.running)
-    counts = {"running": len(status.running), "pending": len(status.pending_jobs),
-              "gpus_in_use": gpus}  # fmt: skip
-    slots = {"run": len(status.jobs), "user": status.user_jobs, "cap": status.submit_cap,
-             "cap_source": status.cap_source}  # fmt: skip
+    counts = {
+        "running": len(status.running),
+        "pending": len(status.pending_jobs),
+        "gpus_in_use": gpus,
+    }
+    slots = {
+        "run": len(status.jobs),
+        "user": status.user_jobs,
+        "cap": status.submit_cap,
+        "cap_source": status.cap_source,
+    }
     return {
-        "format_version": 1, "command": "cluster status", "run_dir": status.run_dir,
-        "generated_at": status.generated_at, "user": status.user,
-        "main_process": status.main_process, "counts": counts, "gpus_in_use": _gpu_usage(status),
+        "format_version": 1,
+        "command": "cluster status",
+        "run_dir": status.run_dir,
+        "generated_at": status.generated_at,
+        "user": status.user,
+        "main_process": status.main_process,
+        "counts": counts,
+        "gpus_in_use": _gpu_usage(status),
         "jobs": [{**asdict(j), "shards": list(j.shards)} for j in status.jobs],
-        "submit_slots": slots, "pending_reasons": [dict(p) for p in status.pending],
+        "submit_slots": slots,
+        "pending_reasons": [dict(p) for p in status.pending],
         "walltime_probe": None if status.probe is None else asdict(status.probe),
-        "progress": asdict(status.progress), "in_flight": status.in_flight.to_dict(),
-        "unavailable_nodes": [dict(n) for n in status.nodes], "other_users": status.others,
+        "progress": asdict(status.progress),
+        "in_flight": status.in_flight.to_dict(),
+        "unavailable_nodes": [dict(n) for n in status.nodes],
+        "other_users": status.others,
         "notes": list(status.notes),
         "walltime_adaptation": None if status.adapted is None else status.adapted.to_json(),
-    }  # fmt: skip
+    }
 
 
 def _gpu_usage(status: Status) -> list[dict[str, Any]]:

@@ -31,8 +31,12 @@ def to_dict(cov: Coverage) -> dict[str, Any]:
         percent_done=round(cov.overall_percent, 3),
         skew_flagged=list(cov.skew_flagged),
         categories={
-            c.name: {"tasks_total": c.tasks_total, "tasks_done": c.tasks_done,
-                     "percent": round(c.percent, 3), "flagged": c.flagged}
+            c.name: {
+                "tasks_total": c.tasks_total,
+                "tasks_done": c.tasks_done,
+                "percent": round(c.percent, 3),
+                "flagged": c.flagged,
+            }
             for c in cov.categories
         },
         quarantined=[asdict(e) for e in cov.quarantined],
@@ -47,7 +51,7 @@ def to_dict(cov: Coverage) -> dict[str, Any]:
         walltime_adaptation=_adaptation_dict(cov),
         failing_reasons=[{"reason": r, "shards": list(s)} for r, s in cov.failing_reasons],
         failing_files=[{"file": f, "shard": s, "error": e} for f, s, e in cov.failing_files],
-    )  # fmt: skip
+    )
     if cov.throughput is not None and cov.throughput.overall is not None:
         devices = {d.device_name: _rate_dict(d) for d in cov.throughput.devices}
         out["throughput"] = {"overall": _rate_dict(cov.throughput.overall), "devices": devices}
@@ -60,9 +64,12 @@ def _fidelity_dict(f: fidelity.Fidelity) -> dict[str, Any]:
     """Shares, not the raw sums: the sums' denominators differ per classifier."""
     out = {k: v for k, v in asdict(f).items() if k not in ("residual", "residual_upper")}
     return {
-        **out, "fp32_share": round(f.fp32_share, 6), "residual_share": f.residual_share,
-        "residual_upper_share": f.residual_upper_share, "flagged": f.flagged,
-    }  # fmt: skip
+        **out,
+        "fp32_share": round(f.fp32_share, 6),
+        "residual_share": f.residual_share,
+        "residual_upper_share": f.residual_upper_share,
+        "flagged": f.flagged,
+    }
 
 
 def _rate_dict(rate: throughput.DeviceRate) -> dict[str, Any]:
@@ -70,12 +77,15 @@ def _rate_dict(rate: throughput.DeviceRate) -> dict[str, Any]:
         return None if p is None else {"p10": p.p10, "median": p.median, "p90": p.p90}
 
     return {
-        "files": rate.files, "gpu_seconds": rate.seconds, "docs_per_s": pct(rate.docs_per_s),
-        "tokens_per_s": pct(rate.tokens_per_s), "bytes_per_s": pct(rate.bytes_per_s),
+        "files": rate.files,
+        "gpu_seconds": rate.seconds,
+        "docs_per_s": pct(rate.docs_per_s),
+        "tokens_per_s": pct(rate.tokens_per_s),
+        "bytes_per_s": pct(rate.bytes_per_s),
         "files_per_hour": _finite(rate.files_per_hour),
         "docs_per_s_total": _finite(rate.docs_per_s_total),
         "bytes_per_s_total": rate.bytes_per_s_total,
-    }  # fmt: skip
+    }
 
 
 def _finite(x: float) -> float | None:
@@ -248,8 +258,11 @@ def quality_lines(quality: dict[str, int], docs: int) -> list[str]:
     def share(n: int) -> str:
         return f" ({100 * n / docs:.1f}%)" if docs else ""
 
-    kinds = (("missing_text", "missing the field"), ("null_texts", "null"),
-             ("empty_texts", "empty or whitespace only"))  # fmt: skip
+    kinds = (
+        ("missing_text", "missing the field"),
+        ("null_texts", "null"),
+        ("empty_texts", "empty or whitespace only"),
+    )
     no_text = sum(quality.get(key, 0) for key, _what in kinds)
     parts = []
     if no_text:
@@ -258,14 +271,16 @@ def quality_lines(quality: dict[str, int], docs: int) -> list[str]:
         parts.append(f"{no_text:,} without text{share(no_text)}: " + ", ".join(said))
     pairs = (
         ("non_string_texts", "non-string texts read as strings"),
-        ("missing_id", "missing the id field"), ("null_ids", "null ids"),
-        ("duplicate_ids", "duplicate ids"), ("missing_url", "missing the url field"),
+        ("missing_id", "missing the id field"),
+        ("null_ids", "null ids"),
+        ("duplicate_ids", "duplicate ids"),
+        ("missing_url", "missing the url field"),
         ("null_urls", "null urls"),
         ("invalid_utf8_lines", "JSONL lines with invalid UTF-8 (replaced)"),
         ("invalid_utf8_values", "Parquet values with invalid UTF-8 (replaced)"),
         ("utf8_bom_lines", "UTF-8 byte-order marks dropped"),
         ("truncated_docs", "truncated at max_length"),
-    )  # fmt: skip
+    )
     parts += [f"{quality[k]:,} {what}" for k, what in pairs if quality.get(k)]
     line = "data     " + "; ".join(parts)
     if docs and no_text / docs > NO_TEXT_WARN:

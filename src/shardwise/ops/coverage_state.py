@@ -174,9 +174,11 @@ def _read_all(output: Location, rels: Iterable[str]) -> Iterator[bytes]:
 
 
 def load_state(
-    run_dir: Path, *, read_stats: Callable[[], Iterable[dict[str, Any]]] | None = None,
+    run_dir: Path,
+    *,
+    read_stats: Callable[[], Iterable[dict[str, Any]]] | None = None,
     output_markers: set[str] | None = None,
-) -> RunState:  # fmt: skip
+) -> RunState:
     """Read a run directory (and a local output root, listed once) into a
     :class:`RunState`; ``read_stats`` replaces reading the stats (``lambda: ()``: none)."""
     pinned = run_state.load(run_dir)
@@ -217,18 +219,30 @@ def load_state(
         stats = stats.select(plan_index(plan, stats.file) >= 0)
         stats = stats.with_bytes(plan_values(plan, stats.file, "size"))
     return RunState(
-        run_dir=run_dir, name=run_dir.resolve().name, total_shards=total,
-        minimum_shard_index=minimum, plan=plan, done_shards=done, markers=shard_markers,
-        failing_shards=failing, last_failures=last, parallel=recorded_parallel(run_dir),
+        run_dir=run_dir,
+        name=run_dir.resolve().name,
+        total_shards=total,
+        minimum_shard_index=minimum,
+        plan=plan,
+        done_shards=done,
+        markers=shard_markers,
+        failing_shards=failing,
+        last_failures=last,
+        parallel=recorded_parallel(run_dir),
         stats=stats if stats is not None and len(stats) else None,
         output_markers=frozenset(output_markers) if output_markers is not None else None,
-        output_scan=found, roots=scanned_roots, quarantined=pinned.quarantined,
-        unreadable_markers=tuple(unreadable), stale_markers=tuple(stale),
-        changed=changes.load(run_dir)[0], skipped=skipped.load(run_dir),
-        drift=drift.load(run_dir), input_format=_input_format(run_dir),
+        output_scan=found,
+        roots=scanned_roots,
+        quarantined=pinned.quarantined,
+        unreadable_markers=tuple(unreadable),
+        stale_markers=tuple(stale),
+        changed=changes.load(run_dir)[0],
+        skipped=skipped.load(run_dir),
+        drift=drift.load(run_dir),
+        input_format=_input_format(run_dir),
         copies=run_state.copies_disagree(run_dir, meta, run_state.output_copy(output)),
         adapted=_adapted(run_dir),
-    )  # fmt: skip
+    )
 
 
 def _adapted(run_dir: Path) -> adaptation.Adaptation | None:

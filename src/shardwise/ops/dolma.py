@@ -57,9 +57,13 @@ def attributes_of(ctx: JobContext) -> Location:
 
 
 def export(
-    run_dir: Path, *, shard: int | None = None, jobs: int = 8, force: bool = False,
+    run_dir: Path,
+    *,
+    shard: int | None = None,
+    jobs: int = 8,
+    force: bool = False,
     progress: bool = True,
-) -> Exported:  # fmt: skip
+) -> Exported:
     """Write the missing attributes of the run's labelled files (``shard``'s only)."""
     ctx = JobContext.load(run_dir)
     attributes = attributes_of(ctx)
@@ -128,9 +132,14 @@ class Selection:
 
 
 def mix_config(
-    run_dir: Path, keep: Sequence[Selection], output: str, *, min_prob: float | None = None,
-    stream: str = "weborganizer", processes: int = 1,
-) -> dict[str, Any]:  # fmt: skip
+    run_dir: Path,
+    keep: Sequence[Selection],
+    output: str,
+    *,
+    min_prob: float | None = None,
+    stream: str = "weborganizer",
+    processes: int = 1,
+) -> dict[str, Any]:
     """The ``dolma mix`` config keeping the documents of ``keep`` (any of them); where a
     file's name would match another's under dolma's pattern matching, its attributes are
     copied to a set of their own first (:mod:`shardwise.ops.dolma_exact`)."""
@@ -142,8 +151,11 @@ def mix_config(
     check_where_dolma_looks(ctx.source, attributes, name)
     _check_labels(ctx, keep)
     marked = outputs.marked(ctx.output)
-    labelled = [rel for rel in plan.load(ctx.run_dir)["file"].to_pylist()
-                if rel in marked and dolma.applies(rel)]  # fmt: skip
+    labelled = [
+        rel
+        for rel in plan.load(ctx.run_dir)["file"].to_pylist()
+        if rel in marked and dolma.applies(rel)
+    ]
     have = {rel for rel, _ in attributes.list_files()}
     missing = [rel for rel in labelled if rel not in have]
     if missing:
@@ -165,9 +177,13 @@ def mix_stream(
 ) -> dict[str, Any]:
     """One stream of a ``dolma mix`` config: ``documents`` with the attribute set
     ``attributes``, kept where a jq expression of ``include`` holds, into ``output``."""
-    return {"name": name, "documents": documents, "attributes": [attributes],
-            "output": {"path": output, "max_size_in_bytes": 1_000_000_000},
-            "filter": {"syntax": "jq", "include": include}}  # fmt: skip
+    return {
+        "name": name,
+        "documents": documents,
+        "attributes": [attributes],
+        "output": {"path": output, "max_size_in_bytes": 1_000_000_000},
+        "filter": {"syntax": "jq", "include": include},
+    }
 
 
 def mix_yaml(config: dict[str, Any], options: StorageOptions | None = None) -> str:

@@ -76,9 +76,11 @@ class AttributeSets:
 
 
 def group(
-    files: Sequence[str], present: set[str], how: Matching = LOCAL,
+    files: Sequence[str],
+    present: set[str],
+    how: Matching = LOCAL,
     documents: Callable[[], set[str]] = set,
-) -> AttributeSets:  # fmt: skip
+) -> AttributeSets:
     """``files`` grouped so that dolma finds each one's own attributes among ``present``
     (the attributes files there are): a name that as a pattern matches another goes to
     an extra set, shared only with names that match none of its members (nor they it).

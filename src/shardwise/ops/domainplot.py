@@ -47,8 +47,9 @@ def render_png(data: DomainData, d: Domains) -> bytes:
     note = domains_format.status_line(d)
     if d.est.uncovered:
         note += f"; {len(d.est.uncovered)} categories not labelled yet (intervals widened)"
-    fig.text(0.02, 0.955, note, fontsize=11, va="top",
-             color="#333333" if d.est.exact else "#b45309")  # fmt: skip
+    fig.text(
+        0.02, 0.955, note, fontsize=11, va="top", color="#333333" if d.est.exact else "#b45309"
+    )
     if len(d.axes) == 1:
         _bars_only(fig, d)
     else:
@@ -63,8 +64,13 @@ def _bars_only(fig: Any, d: Domains) -> None:
     order = order[np.nan_to_num(e.share[order]) > 0][:40][::-1]
     share = 100 * np.nan_to_num(e.share[order])
     err = 100 * np.vstack([share / 100 - e.low[order], e.high[order] - share / 100])
-    ax.barh(np.arange(order.size), share, xerr=np.maximum(err, 0), color=BAR_COLOUR,
-            error_kw={"ecolor": "#222222", "capsize": 2, "lw": 1})  # fmt: skip
+    ax.barh(
+        np.arange(order.size),
+        share,
+        xerr=np.maximum(err, 0),
+        color=BAR_COLOUR,
+        error_kw={"ecolor": "#222222", "capsize": 2, "lw": 1},
+    )
     ax.set_yticks(np.arange(order.size), [d.cell_labels[c][0] for c in order])
     ax.set_xlabel(f"% of {'documents' if d.weight == 'docs' else 'text bytes'} (95% CI)")
     ax.grid(axis="x", alpha=0.3)
@@ -93,8 +99,9 @@ def _heatmap(fig: Any, data: DomainData, d: Domains) -> None:
         for j in range(grid.shape[1]):
             if grid[i, j] >= 100 * MIN_LABELLED_SHARE:
                 colour = "white" if grid[i, j] > 0.6 * limit else "#222222"
-                heat.text(j, i, f"{grid[i, j]:.1f}", ha="center", va="center",
-                          fontsize=6.5, color=colour)  # fmt: skip
+                heat.text(
+                    j, i, f"{grid[i, j]:.1f}", ha="center", va="center", fontsize=6.5, color=colour
+                )
     _marginal_bars(top, _marginal(data, d.axes[1], d.weight, cols), horizontal=False)
     _marginal_bars(right, _marginal(data, d.axes[0], d.weight, rows), horizontal=True)
 

@@ -236,9 +236,12 @@ def _offsets(parts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _rows_of_view(
-    tables: list[pa.Table], tmaps: list[np.ndarray], label_maps: list[list[np.ndarray]],
-    widths: list[int], weight: str,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    tables: list[pa.Table],
+    tmaps: list[np.ndarray],
+    label_maps: list[list[np.ndarray]],
+    widths: list[int],
+    weight: str,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(global task, cell, value) of every row of one view's slices, vectorised."""
     if not tables:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
@@ -264,9 +267,13 @@ def _rows_of_view(
 
 
 def view(
-    run_dir: Path, *, pair: str | None = None, classifier: str | None = None,
-    weight: str | None = "docs", fmt: str = "table",
-) -> Domains:  # fmt: skip
+    run_dir: Path,
+    *,
+    pair: str | None = None,
+    classifier: str | None = None,
+    weight: str | None = "docs",
+    fmt: str = "table",
+) -> Domains:
     """``shardwise domains``: load the run, refuse one with nothing labelled, estimate
     (``weight`` None: the default for ``fmt``, see :func:`default_weight`)."""
     data = load(run_dir)
@@ -276,9 +283,12 @@ def view(
 
 
 def compute(
-    data: DomainData, *, pair: str | None = None, classifier: str | None = None,
+    data: DomainData,
+    *,
+    pair: str | None = None,
+    classifier: str | None = None,
     weight: str = "docs",
-) -> Domains:  # fmt: skip
+) -> Domains:
     """Estimate one view (default: the first pair, else the first classifier)."""
     if weight not in WEIGHTS:
         raise DomainsError(f"weight must be one of {', '.join(WEIGHTS)}, got {weight!r}")

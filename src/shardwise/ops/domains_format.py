@@ -76,11 +76,15 @@ def _rows(
     d: Domains, share: np.ndarray, low: np.ndarray, high: np.ndarray, total: np.ndarray
 ) -> list[list[str]]:
     return [
-        [*d.cell_labels[c], _pct(share[c]), f"{_pct(low[c])} - {_pct(high[c])}",
-         _amount(float(total[c]), d.weight)]
+        [
+            *d.cell_labels[c],
+            _pct(share[c]),
+            f"{_pct(low[c])} - {_pct(high[c])}",
+            _amount(float(total[c]), d.weight),
+        ]
         for c in _order(d, share).tolist()
         if share[c] > 0
-    ]  # fmt: skip
+    ]
 
 
 def _sections(d: Domains, by_category: bool) -> list[tuple[str, list[list[str]]]]:
@@ -154,37 +158,61 @@ def _cell_dicts(
     d: Domains, share: np.ndarray, low: np.ndarray, high: np.ndarray, total: np.ndarray
 ) -> list[dict[str, Any]]:
     return [
-        {"labels": dict(zip(d.axes, d.cell_labels[c], strict=True)), "share": _num(share[c]),
-         "low": _num(low[c]), "high": _num(high[c]), "total": _num(total[c])}
+        {
+            "labels": dict(zip(d.axes, d.cell_labels[c], strict=True)),
+            "share": _num(share[c]),
+            "low": _num(low[c]),
+            "high": _num(high[c]),
+            "total": _num(total[c]),
+        }
         for c in _order(d, share).tolist()
         if share[c] > 0
-    ]  # fmt: skip
+    ]
 
 
 def to_dict(d: Domains, *, by_category: bool = False) -> dict[str, Any]:
     """The JSON document (format_version 1; schema in docs/domains.md)."""
     e = d.est
-    corpus = {"estimate": _num(e.corpus_total), "low": _num(e.corpus_low),
-              "high": _num(e.corpus_high)}  # fmt: skip
+    corpus = {
+        "estimate": _num(e.corpus_total),
+        "low": _num(e.corpus_low),
+        "high": _num(e.corpus_high),
+    }
     out: dict[str, Any] = {
-        "format_version": 1, "run": d.data.name, "run_dir": str(d.data.run_dir), "view": d.view,
-        "axes": list(d.axes), "weight": d.weight, "exact": e.exact, "tasks_total": e.tasks_total,
-        "tasks_labelled": e.tasks_labelled, "percent_done": round(d.percent_done, 3),
-        "shards_total": d.data.total_shards, "shards_done": d.data.shards_done,
-        "corpus_total": corpus, "uncovered_categories": e.uncovered,
-        "uncovered_weight": e.uncovered_weight, "quarantined_tasks": d.data.quarantined_tasks,
-        "unseen_cells": int((~(np.nan_to_num(e.share) > 0)).sum()), "unseen_upper": e.unseen_upper,
-        "notes": d.notes, "cells": _cell_dicts(d, e.share, e.low, e.high, e.total),
-    }  # fmt: skip
+        "format_version": 1,
+        "run": d.data.name,
+        "run_dir": str(d.data.run_dir),
+        "view": d.view,
+        "axes": list(d.axes),
+        "weight": d.weight,
+        "exact": e.exact,
+        "tasks_total": e.tasks_total,
+        "tasks_labelled": e.tasks_labelled,
+        "percent_done": round(d.percent_done, 3),
+        "shards_total": d.data.total_shards,
+        "shards_done": d.data.shards_done,
+        "corpus_total": corpus,
+        "uncovered_categories": e.uncovered,
+        "uncovered_weight": e.uncovered_weight,
+        "quarantined_tasks": d.data.quarantined_tasks,
+        "unseen_cells": int((~(np.nan_to_num(e.share) > 0)).sum()),
+        "unseen_upper": e.unseen_upper,
+        "notes": d.notes,
+        "cells": _cell_dicts(d, e.share, e.low, e.high, e.total),
+    }
     if by_category:
         b = e.by_category
         out["categories"] = {
-            name: {"tasks_total": int(b.tasks_total[h]), "tasks_labelled": int(b.tasks_labelled[h]),
-                   "estimated_total": _num(float(b.estimated_total[h])),
-                   "cells": _cell_dicts(d, b.share[h], b.low[h], b.high[h], b.total[h])
-                   if b.tasks_labelled[h] else []}
+            name: {
+                "tasks_total": int(b.tasks_total[h]),
+                "tasks_labelled": int(b.tasks_labelled[h]),
+                "estimated_total": _num(float(b.estimated_total[h])),
+                "cells": _cell_dicts(d, b.share[h], b.low[h], b.high[h], b.total[h])
+                if b.tasks_labelled[h]
+                else [],
+            }
             for h, name in enumerate(d.data.categories)
-        }  # fmt: skip
+        }
     return out
 
 
@@ -202,10 +230,15 @@ def format_csv(d: Domains, *, by_category: bool = False, top: int | None = None)
     for name, cells in groups:
         for cell in cells:
             writer.writerow(
-                [*([name] if by_category else []), *cell["labels"].values(),
-                 *(("" if cell[k] is None else repr(cell[k])) for k in
-                   ("share", "low", "high", "total"))]
-            )  # fmt: skip
+                [
+                    *([name] if by_category else []),
+                    *cell["labels"].values(),
+                    *(
+                        ("" if cell[k] is None else repr(cell[k]))
+                        for k in ("share", "low", "high", "total")
+                    ),
+                ]
+            )
     return buf.getvalue().rstrip("\n")
 
 
@@ -261,10 +294,12 @@ def to_weborganizer(d: Domains) -> list[dict[str, Any]]:
     for c in np.flatnonzero(np.nan_to_num(e.share) > 0).tolist():
         domain = [ids[axis][name] for axis, name in enumerate(d.cell_labels[c])]
         entry: dict[str, Any] = {
-            "domain": domain[0] if len(domain) == 1 else domain, "labels": list(d.cell_labels[c]),
+            "domain": domain[0] if len(domain) == 1 else domain,
+            "labels": list(d.cell_labels[c]),
             "tokens": round(float(e.total[c])) if d.weight == "tokens" else None,
-            "documents": docs.get(d.cell_labels[c]), "weight": float(e.share[c]),
-        }  # fmt: skip
+            "documents": docs.get(d.cell_labels[c]),
+            "weight": float(e.share[c]),
+        }
         if not e.exact:
             entry.update(estimated=True, weight_low=float(e.low[c]), weight_high=float(e.high[c]))
         out.append(entry)
@@ -274,12 +309,20 @@ def to_weborganizer(d: Domains) -> list[dict[str, Any]]:
 def _totals(d: Domains, weight: str) -> dict[tuple[str, ...], int]:
     """Each cell's estimated total in another weight (the same view), by its labels."""
     is_pair = "," in d.view
-    other = d if d.weight == weight else compute(
-        d.data, pair=d.view if is_pair else None, classifier=None if is_pair else d.view,
-        weight=weight,
-    )  # fmt: skip
-    return {labels: round(float(t)) for labels, t in zip(other.cell_labels, other.est.total,
-                                                          strict=True)}  # fmt: skip
+    other = (
+        d
+        if d.weight == weight
+        else compute(
+            d.data,
+            pair=d.view if is_pair else None,
+            classifier=None if is_pair else d.view,
+            weight=weight,
+        )
+    )
+    return {
+        labels: round(float(t))
+        for labels, t in zip(other.cell_labels, other.est.total, strict=True)
+    }
 
 
 def format_weborganizer(d: Domains, *, by_category: bool = False, top: int | None = None) -> str:

@@ -19,13 +19,40 @@ TAIL = 0.025
 #: Fewest degrees of freedom an interval uses (a cell seen in one task: t = 4.30)
 MIN_DF = 2.0
 #: Student t 97.5% quantiles for 1..30 degrees of freedom.
-_T975 = np.array([
-    12.7062047, 4.30265273, 3.18244631, 2.77644511, 2.57058184, 2.44691185, 2.36462425,
-    2.30600414, 2.26215716, 2.22813885, 2.20098516, 2.17881283, 2.16036866, 2.14478669,
-    2.13144955, 2.11990530, 2.10981558, 2.10092204, 2.09302405, 2.08596345, 2.07961384,
-    2.07387307, 2.06865761, 2.06389856, 2.05953855, 2.05552944, 2.05183052, 2.04840714,
-    2.04522964, 2.04227246,
-])  # fmt: skip
+_T975 = np.array(
+    [
+        12.7062047,
+        4.30265273,
+        3.18244631,
+        2.77644511,
+        2.57058184,
+        2.44691185,
+        2.36462425,
+        2.30600414,
+        2.26215716,
+        2.22813885,
+        2.20098516,
+        2.17881283,
+        2.16036866,
+        2.14478669,
+        2.13144955,
+        2.11990530,
+        2.10981558,
+        2.10092204,
+        2.09302405,
+        2.08596345,
+        2.07961384,
+        2.07387307,
+        2.06865761,
+        2.06389856,
+        2.05953855,
+        2.05552944,
+        2.05183052,
+        2.04840714,
+        2.04522964,
+        2.04227246,
+    ]
+)
 _Z975 = 1.959963984540054
 
 
@@ -182,12 +209,22 @@ def _sums(pop: Population, sample: Sample) -> _Sums:
         return np.bincount(key, weights=w, minlength=size).reshape(H, C).astype(np.float64)
 
     return _Sums(
-        M=per_h(np.ones_like(s)), m=per_h(lab.astype(np.float64)), B=per_h(s),
-        S=per_h(np.where(lab, s, 0.0)), N=per_h(n), NN=per_h(n * n),
-        SS=per_h(np.where(lab, s * s, 0.0)), NS=per_h(n * s), D=per_h(docs), Y=per_hc(y),
-        YY=per_hc(y * y), YN=per_hc(y * n[t]), YS=per_hc(y * s[t]), K=per_hc(None),
+        M=per_h(np.ones_like(s)),
+        m=per_h(lab.astype(np.float64)),
+        B=per_h(s),
+        S=per_h(np.where(lab, s, 0.0)),
+        N=per_h(n),
+        NN=per_h(n * n),
+        SS=per_h(np.where(lab, s * s, 0.0)),
+        NS=per_h(n * s),
+        D=per_h(docs),
+        Y=per_hc(y),
+        YY=per_hc(y * y),
+        YN=per_hc(y * n[t]),
+        YS=per_hc(y * s[t]),
+        K=per_hc(None),
         KF=per_hc((y >= n[t]).astype(np.float64)),
-    )  # fmt: skip
+    )
 
 
 def _scale(x: _Sums) -> np.ndarray:
@@ -209,17 +246,25 @@ def _var_terms(x: _Sums, p: np.ndarray) -> np.ndarray:
 
 
 def _interval(
-    p: np.ndarray, var: np.ndarray, df: np.ndarray, *, k: np.ndarray, kf: np.ndarray,
-    m: np.ndarray, M: np.ndarray, docs: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    p: np.ndarray,
+    var: np.ndarray,
+    df: np.ndarray,
+    *,
+    k: np.ndarray,
+    kf: np.ndarray,
+    m: np.ndarray,
+    M: np.ndarray,
+    docs: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
     """95% bounds; arrays broadcast (cells, or categories x cells). On the logit scale (a
     rare cell's estimate is skewed: a symmetric interval misses high far more often), the
     variance floored at a simple random sample's of the ``docs`` labelled documents."""
     complete = m >= M
     fpc = np.clip(1.0 - np.divide(m, M, out=np.ones(np.broadcast(m, M).shape), where=M > 0), 0, 1)
     with np.errstate(divide="ignore", invalid="ignore"):
-        floor = np.divide(fpc * p * (1.0 - p), docs, out=np.zeros(np.broadcast(p, docs).shape),
-                          where=docs > 0)  # fmt: skip
+        floor = np.divide(
+            fpc * p * (1.0 - p), docs, out=np.zeros(np.broadcast(p, docs).shape), where=docs > 0
+        )
     var = np.maximum(var, floor)
     t = t975(np.minimum(df, np.maximum(np.minimum(k, m - kf), MIN_DF)))
     inside = (p > 0) & (p < 1) & (var > 0)
@@ -337,13 +382,20 @@ def estimate(pop: Population, sample: Sample) -> Estimate:
     exact = bool(per_cat.M.size) and bool((per_cat.m >= per_cat.M).all())
 
     est = Estimate(
-        share=p, low=low, high=high, total=p * corpus, tasks_total=int(per_cat.M.sum()),
-        tasks_labelled=int(per_cat.m.sum()), corpus_total=corpus,
+        share=p,
+        low=low,
+        high=high,
+        total=p * corpus,
+        tasks_total=int(per_cat.M.sum()),
+        tasks_labelled=int(per_cat.m.sum()),
+        corpus_total=corpus,
         corpus_low=max(corpus - tot_half, float(per_cat.N.sum())),
-        corpus_high=corpus + tot_half if W == 0 else math.inf, exact=exact,
-        uncovered=[pop.categories[i] for i in uncovered], uncovered_weight=W,
+        corpus_high=corpus + tot_half if W == 0 else math.inf,
+        exact=exact,
+        uncovered=[pop.categories[i] for i in uncovered],
+        uncovered_weight=W,
         by_category=_by_category(per_cat),
-    )  # fmt: skip
+    )
     est.warnings.extend(_warnings(est, per_cat, uncovered))
     return est
 

@@ -159,9 +159,13 @@ class _Tally:
 
 
 def probe(
-    options: Callable[[int], list[str]], own: int, floor: int, *, bf_interval: int,
+    options: Callable[[int], list[str]],
+    own: int,
+    floor: int,
+    *,
+    bf_interval: int,
     timeout: float = command.DEFAULT_TIMEOUT,
-) -> Planned:  # fmt: skip
+) -> Planned:
     """Ask SLURM's plan for jobs of ``options(minutes)`` from ``own`` down to ``floor``
     minutes (two ladders), then clear every probe. See the module's docstring."""
     began, tally = time.monotonic(), _Tally()
@@ -179,16 +183,27 @@ def probe(
     started = sum(r.outcome is Outcome.STARTED for r in ordered)
     seconds = round(time.monotonic() - began, 1)
     return Planned(
-        rungs=ordered, longest_now=longest_now(ordered, datetime.now()), floor=floor,
-        calls=tally.calls, seconds=seconds, submitted=tally.submitted, started=started,
-        problem=tally.problem, at_cap=tally.at_cap, left=left, waited=waited,
-    )  # fmt: skip
+        rungs=ordered,
+        longest_now=longest_now(ordered, datetime.now()),
+        floor=floor,
+        calls=tally.calls,
+        seconds=seconds,
+        submitted=tally.submitted,
+        started=started,
+        problem=tally.problem,
+        at_cap=tally.at_cap,
+        left=left,
+        waited=waited,
+    )
 
 
 def _round(
-    limits: list[int], options: Callable[[int], list[str]], bf_interval: int, timeout: float,
+    limits: list[int],
+    options: Callable[[int], list[str]],
+    bf_interval: int,
+    timeout: float,
     tally: _Tally,
-) -> list[Rung]:  # fmt: skip
+) -> list[Rung]:
     """Submit one ladder (longest first), wait for SLURM's plan of it, cancel what pends."""
     slack = timedelta(minutes=lifetime_minutes(bf_interval))
     ids: dict[int, str] = {}
@@ -311,10 +326,13 @@ def _wait_for_others(bf_interval: int, timeout: float, tally: _Tally) -> float:
         queue = queries.jobs(timeout=timeout)
         tally.calls += 1
         others = [
-            j for j in queue.value or []
-            if _is_probe(j) and control.ProbeOwner.from_comment(j.comment) != mine
-            and owner_alive(j.comment) and (j.pending or j.running)
-        ]  # fmt: skip
+            j
+            for j in queue.value or []
+            if _is_probe(j)
+            and control.ProbeOwner.from_comment(j.comment) != mine
+            and owner_alive(j.comment)
+            and (j.pending or j.running)
+        ]
         if not others or time.monotonic() >= until:
             return round(time.monotonic() - began, 1)
         time.sleep(1.0)

@@ -132,15 +132,24 @@ def _bars(ax: Any, cov: coverage.Coverage) -> None:
     ax.barh(y, pct, color=colours, height=0.75)
     for yi, c in zip(y, shown, strict=True):
         ax.text(
-            101.0, yi, f"{c.percent:5.1f}%  {c.tasks_done:,}/{c.tasks_total:,}",
-            va="center", ha="left", fontsize=8.5,
+            101.0,
+            yi,
+            f"{c.percent:5.1f}%  {c.tasks_done:,}/{c.tasks_total:,}",
+            va="center",
+            ha="left",
+            fontsize=8.5,
             color=FLAG_COLOUR if c.flagged else "#333333",
-        )  # fmt: skip
+        )
     ax.axvline(cov.overall_percent, color="#333333", linestyle="--", linewidth=1)
     ax.text(
-        cov.overall_percent, rows - 0.35, f" overall {cov.overall_percent:.1f}%",
-        fontsize=8.5, va="bottom", ha="left", color="#333333",
-    )  # fmt: skip
+        cov.overall_percent,
+        rows - 0.35,
+        f" overall {cov.overall_percent:.1f}%",
+        fontsize=8.5,
+        va="bottom",
+        ha="left",
+        color="#333333",
+    )
     ax.set_yticks(y, [_short(c.name, 30) for c in shown], fontsize=8.5)
     for tick, c in zip(ax.get_yticklabels(), shown, strict=True):
         if c.flagged:
@@ -155,9 +164,13 @@ def _bars(ax: Any, cov: coverage.Coverage) -> None:
     if hidden:
         low = min(c.percent for c in cov.categories[len(shown) :]) if hidden else 0
         ax.text(
-            0, -0.08, f"+ {hidden:,} more categories, all at {low:.1f}% or more",
-            transform=ax.transAxes, fontsize=8.5, color="#555555",
-        )  # fmt: skip
+            0,
+            -0.08,
+            f"+ {hidden:,} more categories, all at {low:.1f}% or more",
+            transform=ax.transAxes,
+            fontsize=8.5,
+            color="#555555",
+        )
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
 
@@ -175,8 +188,15 @@ def _completion(ax: Any, series: CompletionSeries, cov: coverage.Coverage, now: 
     ax.set_ylabel("shards done (%)")
     ax.axhline(100, color="#999999", linewidth=0.8)
     if series.times.size == 0:
-        ax.text(0.5, 0.5, "no dated shard markers yet", ha="center", va="center",
-                transform=ax.transAxes, color="#555555")  # fmt: skip
+        ax.text(
+            0.5,
+            0.5,
+            "no dated shard markers yet",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+            color="#555555",
+        )
         ax.set_xticks([])
         return
     dates = _to_dates(series.times)
@@ -191,25 +211,44 @@ def _completion(ax: Any, series: CompletionSeries, cov: coverage.Coverage, now: 
         # Projected from the last finished shard, not from now: a stalled run would
         # otherwise squeeze months of history into one pixel column.
         end = last + cov.eta.seconds
-        ax.plot(_to_dates(np.array([last, end])), [series.percent[-1], 100.0],
-                linestyle="--", color="#555555", linewidth=1.5)  # fmt: skip
+        ax.plot(
+            _to_dates(np.array([last, end])),
+            [series.percent[-1], 100.0],
+            linestyle="--",
+            color="#555555",
+            linewidth=1.5,
+        )
         ax.annotate(
             f"ETA {format_duration(cov.eta.seconds)} on {cov.eta.gpus} "
             f"GPU{'s' if cov.eta.gpus != 1 else ''}",
-            xy=(_to_dates(np.array([end]))[0], 100.0), xytext=(-6, -16),
-            textcoords="offset points", ha="right", fontsize=9, color="#333333",
-        )  # fmt: skip
+            xy=(_to_dates(np.array([end]))[0], 100.0),
+            xytext=(-6, -16),
+            textcoords="offset points",
+            ha="right",
+            fontsize=9,
+            color="#333333",
+        )
     ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(ax.xaxis.get_major_locator()))
     ax.text(
-        0.01, 0.9, f"{cov.shards_done:,} / {cov.shards_total:,} ({cov.shards_percent:.1f}%)",
-        transform=ax.transAxes, va="top", fontsize=10, fontweight="bold",
-    )  # fmt: skip
+        0.01,
+        0.9,
+        f"{cov.shards_done:,} / {cov.shards_total:,} ({cov.shards_percent:.1f}%)",
+        transform=ax.transAxes,
+        va="top",
+        fontsize=10,
+        fontweight="bold",
+    )
     idle = now - last
     if cov.shards_remaining and idle > STALE_AFTER_S:
         ax.text(
-            0.01, 0.82, f"no shard finished for {format_duration(idle)}: stalled?",
-            transform=ax.transAxes, va="top", fontsize=10, color=FLAG_COLOUR,
-        )  # fmt: skip
+            0.01,
+            0.82,
+            f"no shard finished for {format_duration(idle)}: stalled?",
+            transform=ax.transAxes,
+            va="top",
+            fontsize=10,
+            color=FLAG_COLOUR,
+        )
     ax.grid(alpha=0.3)
 
 
@@ -217,19 +256,31 @@ def _rates(ax: Any, series: list[RateSeries]) -> None:
     """Median docs/s per GPU, one line per GPU type."""
     import matplotlib.dates as mdates  # noqa: PLC0415 - ~0.4 s, pictures only
 
-    ax.set_title("Throughput per GPU (median docs/s)", loc="left", fontsize=11,
-                 fontweight="bold")  # fmt: skip
+    ax.set_title("Throughput per GPU (median docs/s)", loc="left", fontsize=11, fontweight="bold")
     if not series:
-        ax.text(0.5, 0.5, "no stats yet", ha="center", va="center", transform=ax.transAxes,
-                color="#555555")  # fmt: skip
+        ax.text(
+            0.5,
+            0.5,
+            "no stats yet",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+            color="#555555",
+        )
         ax.set_xticks([])
         ax.set_yticks([])
         return
     for i, s in enumerate(series[: len(DEVICE_COLOURS)]):
         ok = np.isfinite(s.docs_per_s)
-        ax.plot(_to_dates(s.times[ok]), s.docs_per_s[ok], marker="o", markersize=3,
-                linewidth=1.5, color=DEVICE_COLOURS[i],
-                label=f"{s.device_name} ({s.files:,} files)")  # fmt: skip
+        ax.plot(
+            _to_dates(s.times[ok]),
+            s.docs_per_s[ok],
+            marker="o",
+            markersize=3,
+            linewidth=1.5,
+            color=DEVICE_COLOURS[i],
+            label=f"{s.device_name} ({s.files:,} files)",
+        )
     ax.set_ylim(bottom=0)
     ax.set_ylabel("docs/s per GPU")
     ax.legend(loc="lower left", fontsize=8.5, frameon=False)
@@ -248,18 +299,33 @@ def render_png(
     """The 1600 x 1000 px picture as PNG bytes (``now`` anchors the ETA projection)."""
     fig = picture.figure(FIGSIZE)
     grid = fig.add_gridspec(
-        2, 2, left=0.17, right=0.97, top=0.87, bottom=0.07, wspace=0.28, hspace=0.32,
+        2,
+        2,
+        left=0.17,
+        right=0.97,
+        top=0.87,
+        bottom=0.07,
+        wspace=0.28,
+        hspace=0.32,
         width_ratios=(1.0, 1.15),
-    )  # fmt: skip
+    )
     first, second = headline(cov)
     fig.text(0.02, 0.965, first, fontsize=15, fontweight="bold", va="top")
     fig.text(
-        0.02, 0.925, second, fontsize=11, va="top",
+        0.02,
+        0.925,
+        second,
+        fontsize=11,
+        va="top",
         color=FLAG_COLOUR if cov.skew_flagged or cov.shards_failing else "#333333",
-    )  # fmt: skip
+    )
     _bars(fig.add_subplot(grid[:, 0]), cov)
-    _completion(fig.add_subplot(grid[0, 1]), completion_series(state), cov,
-                time.time() if now is None else now)  # fmt: skip
+    _completion(
+        fig.add_subplot(grid[0, 1]),
+        completion_series(state),
+        cov,
+        time.time() if now is None else now,
+    )
     _rates(fig.add_subplot(grid[1, 1]), rate_series(state.stats))
     return picture.png(fig)
 
@@ -319,19 +385,33 @@ def render_html(
     encoded = base64.b64encode(png).decode("ascii")
     page = resources.files("shardwise").joinpath("data/report.html").read_text("utf-8")
     return string.Template(page).substitute(
-        name=e(cov.name), note_colour=FLAG_COLOUR if cov.skew_flagged else "#444",
-        flag_colour=FLAG_COLOUR, first=e(first), second=e(second), png=encoded,
-        summary=e("\n".join(summary_lines(cov))), rates=_rates_html(cov),
-        quarantine=_quarantine_html(cov), categories=f"{len(cov.categories):,}", rows=rows,
-        domains=domains_html, remaining=f"{cov.shards_remaining:,}",
-        incomplete=e(cov.incomplete_shards) or "none", run_dir=e(cov.run_dir),
-    )  # fmt: skip
+        name=e(cov.name),
+        note_colour=FLAG_COLOUR if cov.skew_flagged else "#444",
+        flag_colour=FLAG_COLOUR,
+        first=e(first),
+        second=e(second),
+        png=encoded,
+        summary=e("\n".join(summary_lines(cov))),
+        rates=_rates_html(cov),
+        quarantine=_quarantine_html(cov),
+        categories=f"{len(cov.categories):,}",
+        rows=rows,
+        domains=domains_html,
+        remaining=f"{cov.shards_remaining:,}",
+        incomplete=e(cov.incomplete_shards) or "none",
+        run_dir=e(cov.run_dir),
+    )
 
 
 def write_report(
-    state: coverage_state.RunState, cov: coverage.Coverage, out_html: Path, *,
-    out_png: Path | None = None, now: float | None = None, domains_png: Path | None = None,
-) -> tuple[Path, Path]:  # fmt: skip
+    state: coverage_state.RunState,
+    cov: coverage.Coverage,
+    out_html: Path,
+    *,
+    out_png: Path | None = None,
+    now: float | None = None,
+    domains_png: Path | None = None,
+) -> tuple[Path, Path]:
     """Write the PNG (default: beside the HTML) and the HTML, with the domain distribution
     when some shard has label counts (``domains_png``: its picture too, or a placeholder)."""
     out_html = Path(out_html)
@@ -364,9 +444,14 @@ class Written:
 
 
 def write(
-    run_dir: Path, out_html: Path, *, out_png: Path | None = None,
-    domains_png: Path | None = None, category_regex: str | None = None, gpus: int | None = None,
-) -> Written:  # fmt: skip
+    run_dir: Path,
+    out_html: Path,
+    *,
+    out_png: Path | None = None,
+    domains_png: Path | None = None,
+    category_regex: str | None = None,
+    gpus: int | None = None,
+) -> Written:
     """Load the run, compute its coverage and write the report (see :func:`write_report`)."""
     state = coverage.load_state(run_dir)
     cov = coverage.compute(state, category_regex=category_regex, gpus=gpus)

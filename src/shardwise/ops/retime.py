@@ -112,9 +112,13 @@ def advice(planned: list[Change], max_minutes: int) -> list[str]:
 
 
 def retime(
-    run_dir: Path, max_minutes: int, lower: Callable[[str, int], Answer[bool]], *,
-    dry_run: bool, timeout: float,
-) -> Retimed:  # fmt: skip
+    run_dir: Path,
+    max_minutes: int,
+    lower: Callable[[str, int], Answer[bool]],
+    *,
+    dry_run: bool,
+    timeout: float,
+) -> Retimed:
     """Find the run's queued jobs over ``max_minutes`` and lower them."""
     queue = queries.jobs(queries.current_user(), timeout=timeout)
     if not queue.ok:

@@ -14,9 +14,13 @@ Format = Literal["expression", "fields"]
 
 
 def retry_lines(
-    missing: Iterable[int], *, total_shards: int, minimum_shard_index: int,
-    max_array_size: int | None = None, fmt: Format = "expression",
-) -> list[str]:  # fmt: skip
+    missing: Iterable[int],
+    *,
+    total_shards: int,
+    minimum_shard_index: int,
+    max_array_size: int | None = None,
+    fmt: Format = "expression",
+) -> list[str]:
     """The lines to print for ``missing`` shards (``[]``: none). ValueError for a shard
     outside the range (it would classify the wrong shard), a non-positive
     ``max_array_size``, or one with the expression format (which cannot carry offsets)."""

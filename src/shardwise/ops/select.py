@@ -41,9 +41,13 @@ class Request:
 
     def same_as(self, plan: SelectionPlan) -> bool:
         """Whether an existing plan answers this request (its weights aside)."""
-        return (plan.budget_tokens, plan.max_repeat, plan.seed, plan.redistribute,
-                plan.partial) == (self.budget_tokens, self.max_repeat, self.seed,
-                                  self.redistribute, self.partial)  # fmt: skip
+        return (
+            plan.budget_tokens,
+            plan.max_repeat,
+            plan.seed,
+            plan.redistribute,
+            plan.partial,
+        ) == (self.budget_tokens, self.max_repeat, self.seed, self.redistribute, self.partial)
 
 
 def parse_budget(text: str) -> int:
@@ -131,8 +135,10 @@ def available(data: dom.DomainData, view: str) -> Available:
         cols = [cells.column(c).to_numpy()[keep].astype(np.int64) for c in ("a", "b")[: len(axes)]]
         key = cols[0] * 32768 + (cols[1] if len(cols) > 1 else 0)
         uniq, inverse = np.unique(key, return_inverse=True)
-        sums = [np.bincount(inverse, cells.column(c).to_numpy()[keep], len(uniq))
-                for c in ("tokens", "docs")]  # fmt: skip
+        sums = [
+            np.bincount(inverse, cells.column(c).to_numpy()[keep], len(uniq))
+            for c in ("tokens", "docs")
+        ]
         for j, k in enumerate(uniq.tolist()):
             idx = (k // 32768, k % 32768)[: len(axes)]
             names = tuple(s.labels[axes[a]][i] for a, i in enumerate(idx))
@@ -251,24 +257,38 @@ def plan(run_dir: Path, request: Request) -> SelectionPlan:
     docs = np.array([avail.docs[index[k]] if k in index else 0 for k in keys], np.int64)
     weights = np.array([wanted.get(k, 0.0) for k in keys])
     _check_budget(request, weights, tokens)
-    target, rate = rates(weights, tokens, request.budget_tokens, request.max_repeat,
-                         request.redistribute)  # fmt: skip
+    target, rate = rates(
+        weights, tokens, request.budget_tokens, request.max_repeat, request.redistribute
+    )
     domains = tuple(
-        Domain(labels=k, weight=float(weights[i]), available_tokens=int(tokens[i]),
-               available_docs=int(docs[i]), target_tokens=float(target[i]),
-               rate=float(rate[i]),
-               capped=bool(weights[i] > 0 and rate[i] * tokens[i] < target[i] * (1 - 1e-9)))
+        Domain(
+            labels=k,
+            weight=float(weights[i]),
+            available_tokens=int(tokens[i]),
+            available_docs=int(docs[i]),
+            target_tokens=float(target[i]),
+            rate=float(rate[i]),
+            capped=bool(weights[i] > 0 and rate[i] * tokens[i] < target[i] * (1 - 1e-9)),
+        )
         for i, k in enumerate(keys)
-    )  # fmt: skip
+    )
     return SelectionPlan(
-        name=request.name, axes=avail.axes, budget_tokens=request.budget_tokens,
-        max_repeat=request.max_repeat, seed=request.seed, redistribute=request.redistribute,
+        name=request.name,
+        axes=avail.axes,
+        budget_tokens=request.budget_tokens,
+        max_repeat=request.max_repeat,
+        seed=request.seed,
+        redistribute=request.redistribute,
         partial=avail.labelled_tasks < avail.population_tasks,
-        labelled_tasks=avail.labelled_tasks, population_tasks=avail.population_tasks,
-        shards=avail.shards, domains=domains, weights_from=request.weights_from,
+        labelled_tasks=avail.labelled_tasks,
+        population_tasks=avail.population_tasks,
+        shards=avail.shards,
+        domains=domains,
+        weights_from=request.weights_from,
         created_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        run_fingerprint=meta.fingerprint, run_changes=len(meta.input_changes),
-    )  # fmt: skip
+        run_fingerprint=meta.fingerprint,
+        run_changes=len(meta.input_changes),
+    )
 
 
 def changed_since(run_dir: Path, sel: SelectionPlan) -> str | None:
@@ -291,8 +311,10 @@ def reselect(run_dir: Path, sel: SelectionPlan) -> str:
     taken = set(selection.names(run_dir))
     names = (f"{sel.name}-{k}" for k in range(2, len(taken) + 3))
     name = next(n for n in names if n not in taken)
-    words = [f"shardwise select --run-dir {run_dir} --name {name} --weights {sel.weights_from}",
-             f"--tokens {sel.budget_tokens}"]  # fmt: skip
+    words = [
+        f"shardwise select --run-dir {run_dir} --name {name} --weights {sel.weights_from}",
+        f"--tokens {sel.budget_tokens}",
+    ]
     view = "--pair " + ",".join(sel.axes) if len(sel.axes) == 2 else f"--classifier {sel.axes[0]}"
     words += [view] if sel.axes else []
     words += [f"--max-repeat {sel.max_repeat}"] if sel.max_repeat != 1 else []

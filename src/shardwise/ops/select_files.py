@@ -111,9 +111,13 @@ def _write(run_dir: Path, sel: SelectionPlan, one: FileSelection, attrs: Locatio
 
 
 def select_shard(
-    run_dir: Path, name: str, shard: int, *, table: pa.Table | None = None,
+    run_dir: Path,
+    name: str,
+    shard: int,
+    *,
+    table: pa.Table | None = None,
     on_file: Callable[[], None] | None = None,
-) -> ShardSelection:  # fmt: skip
+) -> ShardSelection:
     """Select every file of ``shard`` and write its record (the Snakemake job;
     ``table``: the plan, loaded once by a caller that selects many shards)."""
     ctx = JobContext.load(run_dir)
@@ -144,11 +148,17 @@ def select_shard(
         if on_file is not None:
             on_file()
     record = ShardSelection(
-        shard=shard, plan=sel.digest(), files=len(files),
-        docs=tuple(docs.tolist()), tokens=tuple(tokens.tolist()),
-        selected_docs=tuple(taken.tolist()), copies=tuple(copies.tolist()),
-        selected_tokens=tuple(selected.tolist()), max_repeats=max_repeats, other_docs=other,
-    )  # fmt: skip
+        shard=shard,
+        plan=sel.digest(),
+        files=len(files),
+        docs=tuple(docs.tolist()),
+        tokens=tuple(tokens.tolist()),
+        selected_docs=tuple(taken.tolist()),
+        copies=tuple(copies.tolist()),
+        selected_tokens=tuple(selected.tolist()),
+        max_repeats=max_repeats,
+        other_docs=other,
+    )
     selection.save_shard(ctx.run_dir, name, record)
     return record
 

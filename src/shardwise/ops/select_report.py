@@ -93,23 +93,40 @@ def build(sel: SelectionPlan, got: dict[int, ShardSelection], files_root: str) -
             sums[k] += np.asarray(getattr(record, k), np.int64)
     total = int(sums["selected_tokens"].sum())
     rows = tuple(
-        Row(labels=d.labels, target_share=d.weight, available_tokens=d.available_tokens,
-            target_tokens=d.target_tokens, rate=d.rate, capped=d.capped,
-            selected_docs=int(sums["selected_docs"][i]), copies=int(sums["copies"][i]),
+        Row(
+            labels=d.labels,
+            target_share=d.weight,
+            available_tokens=d.available_tokens,
+            target_tokens=d.target_tokens,
+            rate=d.rate,
+            capped=d.capped,
+            selected_docs=int(sums["selected_docs"][i]),
+            copies=int(sums["copies"][i]),
             selected_tokens=int(sums["selected_tokens"][i]),
             selected_share=float(sums["selected_tokens"][i] / total) if total else 0.0,
-            shortfall_tokens=max(d.target_tokens - d.planned_tokens, 0.0))
+            shortfall_tokens=max(d.target_tokens - d.planned_tokens, 0.0),
+        )
         for i, d in enumerate(sel.domains)
-    )  # fmt: skip
+    )
     return Report(
-        name=sel.name, axes=sel.axes, budget_tokens=sel.budget_tokens, selected_tokens=total,
-        selected_docs=int(sums["selected_docs"].sum()), copies=int(sums["copies"].sum()),
-        max_repeat=sel.max_repeat, seed=sel.seed, redistribute=sel.redistribute,
-        partial=sel.partial, labelled_tasks=sel.labelled_tasks,
-        population_tasks=sel.population_tasks, shards_selected=len(got),
-        shards_planned=len(sel.shards), other_docs=sum(r.other_docs for r in got.values()),
-        rows=rows, files_root=files_root,
-    )  # fmt: skip
+        name=sel.name,
+        axes=sel.axes,
+        budget_tokens=sel.budget_tokens,
+        selected_tokens=total,
+        selected_docs=int(sums["selected_docs"].sum()),
+        copies=int(sums["copies"].sum()),
+        max_repeat=sel.max_repeat,
+        seed=sel.seed,
+        redistribute=sel.redistribute,
+        partial=sel.partial,
+        labelled_tasks=sel.labelled_tasks,
+        population_tasks=sel.population_tasks,
+        shards_selected=len(got),
+        shards_planned=len(sel.shards),
+        other_docs=sum(r.other_docs for r in got.values()),
+        rows=rows,
+        files_root=files_root,
+    )
 
 
 def _pct(x: float) -> str:
@@ -200,8 +217,7 @@ def finish(run_dir: Path, sel: SelectionPlan, mix_output: str | None = None) -> 
     if config is not None:
         path = base / "mix.yaml"
         path.write_text(mix_yaml(config, ctx.source.options))
-    report = Report(**{**vars(report), "mix_config": str(path) if path else None,
-                       "mix_note": note})  # fmt: skip
+    report = Report(**{**vars(report), "mix_config": str(path) if path else None, "mix_note": note})
     (base / "report.json").write_text(json.dumps(report.to_dict(), indent=2, sort_keys=True))
     png = ctx.run_dir / "report" / f"selection-{sel.name}.png"
     png.parent.mkdir(parents=True, exist_ok=True)
@@ -210,9 +226,15 @@ def finish(run_dir: Path, sel: SelectionPlan, mix_output: str | None = None) -> 
 
 
 def run(
-    run_dir: Path, request: planning.Request | None, name: str, *, plan_only: bool = False,
-    jobs: int = 4, mix_output: str | None = None, progress: bool = True,
-) -> Report:  # fmt: skip
+    run_dir: Path,
+    request: planning.Request | None,
+    name: str,
+    *,
+    plan_only: bool = False,
+    jobs: int = 4,
+    mix_output: str | None = None,
+    progress: bool = True,
+) -> Report:
     """``shardwise select``: plan selection ``name`` (or take its saved plan), select
     every shard not selected yet here (unless ``plan_only``: ``snakemake select_all``
     does it as jobs), and report."""
@@ -235,21 +257,25 @@ def run_shard(run_dir: Path, name: str, shard: int) -> ShardSelection:
 
 def render_png(r: Report, top: int = 30) -> bytes:
     """Target against selected share per domain (the largest targets), as PNG bytes."""
-    rows = sorted((x for x in r.rows if x.target_share > 0 or x.selected_tokens),
-                  key=lambda x: -x.target_share)[:top][::-1]  # fmt: skip
+    rows = sorted(
+        (x for x in r.rows if x.target_share > 0 or x.selected_tokens),
+        key=lambda x: -x.target_share,
+    )[:top][::-1]
     fig = picture.figure((11.0, 2.0 + 0.32 * max(len(rows), 1)))
     ax = fig.add_axes((0.34, 0.08, 0.62, 0.80))
     y = np.arange(len(rows))
     ax.barh(y + 0.2, [100 * x.target_share for x in rows], 0.4, label="target", color="#9ab8d6")
-    ax.barh(y - 0.2, [100 * x.selected_share for x in rows], 0.4, label="selected",
-            color="#3b75af")  # fmt: skip
-    ax.set_yticks(y, [TIMES.join(x.labels) + (" (capped)" if x.capped else "") for x in rows],
-                  fontsize=8)  # fmt: skip
+    ax.barh(y - 0.2, [100 * x.selected_share for x in rows], 0.4, label="selected", color="#3b75af")
+    ax.set_yticks(
+        y, [TIMES.join(x.labels) + (" (capped)" if x.capped else "") for x in rows], fontsize=8
+    )
     ax.set_xlabel("% of selected tokens")
     ax.legend(loc="lower right")
     ax.grid(axis="x", alpha=0.3)
-    title = (f"selection {r.name}: {human_count(r.selected_tokens)} of "
-             f"{human_count(r.budget_tokens)} tokens, cap {r.max_repeat}")  # fmt: skip
+    title = (
+        f"selection {r.name}: {human_count(r.selected_tokens)} of "
+        f"{human_count(r.budget_tokens)} tokens, cap {r.max_repeat}"
+    )
     if r.partial:
         title += f" (from {r.labelled_tasks:,} of {r.population_tasks:,} labelled tasks)"
     fig.text(0.02, 0.98, title, fontsize=12, fontweight="bold", va="top")

@@ -37,9 +37,13 @@ from shardwise.store.location import Location
 
 
 def verify_run(
-    run_dir: Path, *, sample: float = 1.0, seed: int | None = None, jobs: int = 4,
+    run_dir: Path,
+    *,
+    sample: float = 1.0,
+    seed: int | None = None,
+    jobs: int = 4,
     complete: bool = False,
-) -> VerifyReport:  # fmt: skip
+) -> VerifyReport:
     """Check a run's markers against its outputs and inputs (module docstring); a
     ShardwiseError only when it cannot be verified at all (no run.json, plan, listing)."""
     if not 0 < sample <= 1:
@@ -51,8 +55,13 @@ def verify_run(
     meta, table, left_out = ctx.meta, plan.load(run_dir), quarantine.load(run_dir)
     planned = _planned(ctx, table)
     in_run = shard_range(meta.total_shards, meta.minimum_shard_index)
-    report = VerifyReport(run_dir=str(run_dir), sample=sample, shards_total=len(in_run),
-                          files_planned=len(planned), files_quarantined=len(left_out))  # fmt: skip
+    report = VerifyReport(
+        run_dir=str(run_dir),
+        sample=sample,
+        shards_total=len(in_run),
+        files_planned=len(planned),
+        files_quarantined=len(left_out),
+    )
     _check_plan(report, run_dir, meta, planned)
     report.quarantined = [Finding(ctx.source.url(f), e.reason) for f, e in sorted(left_out.items())]
 
@@ -65,13 +74,25 @@ def verify_run(
         files_by_shard[shard].append(rel)
     done = markers.done_shards(run_dir)
     job_shards = _check_shards(
-        report, run_dir, meta=meta, done=done, files_by_shard=files_by_shard, found=found,
-        output=ctx.output, left_out=set(left_out),
-    )  # fmt: skip
+        report,
+        run_dir,
+        meta=meta,
+        done=done,
+        files_by_shard=files_by_shard,
+        found=found,
+        output=ctx.output,
+        left_out=set(left_out),
+    )
     report.shards_done = len(done & set(in_run))
     if complete:
-        _check_complete(report, run_dir, set(in_run) - done, files_by_shard=files_by_shard,
-                        found=found, left_out=left_out)  # fmt: skip
+        _check_complete(
+            report,
+            run_dir,
+            set(in_run) - done,
+            files_by_shard=files_by_shard,
+            found=found,
+            left_out=left_out,
+        )
 
     marked = sorted(rel for rel, kinds in found.items() if outputs.MARKER.name in kinds)
     report.files_marked = len(marked)
@@ -98,10 +119,14 @@ _LABELLED_QUARANTINED = "quarantined, yet labelled (`shardwise quarantine --rele
 
 
 def _check_complete(
-    report: VerifyReport, run_dir: Path, open_shards: set[int], *,
-    files_by_shard: dict[int, list[str]], found: dict[str, dict[str, int]],
+    report: VerifyReport,
+    run_dir: Path,
+    open_shards: set[int],
+    *,
+    files_by_shard: dict[int, list[str]],
+    found: dict[str, dict[str, int]],
     left_out: Mapping[str, Any],
-) -> None:  # fmt: skip
+) -> None:
     """``--complete``: every shard not done is a problem, with its files left."""
     for shard in sorted(open_shards):
         files = files_by_shard.get(shard, ())
@@ -132,8 +157,9 @@ def _check_plan(
         report.problem(str(run_dir / plan.PLAN_JSON), msg)
     if runjson.fingerprint({task for task, _shard in planned.values()}) != meta.fingerprint:
         report.problem(where, "its task set does not match run.json's fingerprint")
-    rule = functools.partial(shard_for_task, total_shards=meta.total_shards,
-                             minimum_shard_index=meta.minimum_shard_index)  # fmt: skip
+    rule = functools.partial(
+        shard_for_task, total_shards=meta.total_shards, minimum_shard_index=meta.minimum_shard_index
+    )
     moved = {task for task, shard in planned.values() if shard != rule(task)}
     if moved:
         report.problem(where, f"{len(moved)} task(s) in the wrong shard (e.g. {min(moved)!r})")
@@ -197,9 +223,12 @@ def _check_mirror(
 
 
 def _index_outputs(
-    report: VerifyReport, ctx: JobContext, listing: dict[str, int],
-    planned: dict[str, tuple[str, int]], retired_files: set[str],
-) -> dict[str, dict[str, int]]:  # fmt: skip
+    report: VerifyReport,
+    ctx: JobContext,
+    listing: dict[str, int],
+    planned: dict[str, tuple[str, int]],
+    retired_files: set[str],
+) -> dict[str, dict[str, int]]:
     """Planned file -> {kind: size} of its outputs; everything else is an orphan (but the
     outputs of retired files, kept on purpose)."""
     found: dict[str, dict[str, int]] = {rel: {} for rel in planned}
@@ -257,10 +286,16 @@ def _index_other_roots(
 
 
 def _check_shards(
-    report: VerifyReport, run_dir: Path, *, meta: runjson.RunMeta, done: set[int],
-    files_by_shard: dict[int, list[str]], found: dict[str, dict[str, int]], output: Location,
+    report: VerifyReport,
+    run_dir: Path,
+    *,
+    meta: runjson.RunMeta,
+    done: set[int],
+    files_by_shard: dict[int, list[str]],
+    found: dict[str, dict[str, int]],
+    output: Location,
     left_out: set[str],
-) -> dict[int, int]:  # fmt: skip
+) -> dict[int, int]:
     """Each shard marker fits the assignment and its files are marked (or quarantined);
     returns the docs each job-written marker claims."""
     in_run = shard_range(meta.total_shards, meta.minimum_shard_index)
@@ -295,9 +330,12 @@ def _check_shards(
 
 
 def _check_shard_docs(
-    report: VerifyReport, run_dir: Path, job_docs: dict[int, int],
-    files_by_shard: dict[int, list[str]], marker_rows: dict[str, int | None],
-) -> None:  # fmt: skip
+    report: VerifyReport,
+    run_dir: Path,
+    job_docs: dict[int, int],
+    files_by_shard: dict[int, list[str]],
+    marker_rows: dict[str, int | None],
+) -> None:
     """A job's shard marker counts the rows of its files' markers (when all were read)."""
     for shard, docs in sorted(job_docs.items()):
         rows = [marker_rows.get(rel) for rel in files_by_shard.get(shard, [])]

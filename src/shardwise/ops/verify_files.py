@@ -116,9 +116,12 @@ def _ids_only(fields: FieldPaths) -> FieldPaths:
 
 
 def check_file(
-    ctx: JobContext, rel: str, plan_row: tuple[str, int], classifiers: Iterable[str],
+    ctx: JobContext,
+    rel: str,
+    plan_row: tuple[str, int],
+    classifiers: Iterable[str],
     kinds: dict[str, int],
-) -> FileCheck:  # fmt: skip
+) -> FileCheck:
     """Read one marked file's outputs and its input's ids, and check each output against
     them (``outputs``: each kind's parser and checker), the marker first."""
     check = FileCheck(rel=rel)

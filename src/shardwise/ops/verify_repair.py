@@ -38,8 +38,10 @@ def repair(run_dir: Path, report: VerifyReport) -> list[str]:
         ctx.output.remove(outputs.MARKER.rel(rel))
         removed.append(f"removed {ctx.output.url(outputs.MARKER.rel(rel))} (relabel {rel})")
     for rel in sorted(report.rebuild - report.broken_files):  # relabelled ones get new ones
-        removed += [f"rewrote {url} from the sidecar" for url in
-                    outputs.rebuild(ctx.roots(), rel, ctx.settings.dolma_name)]  # fmt: skip
+        removed += [
+            f"rewrote {url} from the sidecar"
+            for url in outputs.rebuild(ctx.roots(), rel, ctx.settings.dolma_name)
+        ]
     _take_identities(run_dir, report.changed)  # relabelled as they are now
     return removed
 

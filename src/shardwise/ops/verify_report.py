@@ -62,9 +62,14 @@ class VerifyReport:
         return not self.problems
 
     def problem(
-        self, where: str, what: str, *, file: str | None = None, shard: int | None = None,
+        self,
+        where: str,
+        what: str,
+        *,
+        file: str | None = None,
+        shard: int | None = None,
         rebuild: str | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Record a contradiction; ``file``/``shard``: the marker ``--repair`` removes (the
         next run redoes exactly that); ``rebuild``: the file whose derived outputs it rewrites."""
         self.problems.append(Finding(where, what))
@@ -107,7 +112,10 @@ class VerifyReport:
     def to_json(self) -> dict[str, Any]:
         """A machine-readable form (``--format json``; docs/schemas/verify.schema.json)."""
         return {
-            **asdict(self), "format_version": 1, "broken_files": sorted(self.broken_files),
-            "broken_shards": sorted(self.broken_shards), "rebuild": sorted(self.rebuild),
+            **asdict(self),
+            "format_version": 1,
+            "broken_files": sorted(self.broken_files),
+            "broken_shards": sorted(self.broken_shards),
+            "rebuild": sorted(self.rebuild),
             "ok": self.ok,
-        }  # fmt: skip
+        }

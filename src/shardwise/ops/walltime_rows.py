@@ -44,11 +44,18 @@ class Probe:
 
 
 def probe(  # noqa: PLR0913 - SLURM's separate answers, keyword-only
-    oldest: queries.Job, shards: int, starts: dict[int, Answer[datetime]], *,
-    reservations: Answer[list[queries.Reservation]] | None, nodes: Answer[list[queries.Node]],
-    now: datetime, hidden: Answer[Located] | None = None, run_dir: str = "<run_dir>",
-    planned: bool = True, plan: Planned | None = None,
-) -> Probe | None:  # fmt: skip
+    oldest: queries.Job,
+    shards: int,
+    starts: dict[int, Answer[datetime]],
+    *,
+    reservations: Answer[list[queries.Reservation]] | None,
+    nodes: Answer[list[queries.Node]],
+    now: datetime,
+    hidden: Answer[Located] | None = None,
+    run_dir: str = "<run_dir>",
+    planned: bool = True,
+    plan: Planned | None = None,
+) -> Probe | None:
     """Would a shorter walltime start ``oldest`` (a pending job of ``shards`` shards) now?
     ``starts``: ``--test-only``'s answers by limit (bisection steps included); a visible
     window adds a row, and so does a hidden one (``hidden``: where it starts, and how it
@@ -160,10 +167,12 @@ def _overruled(window: ProbeRow, plan: Planned, plan_row: ProbeRow) -> ProbeRow:
     request, no longer than the row's limit, not start: corrected to say so."""
     now = plan_row.start
     refuted = [
-        r for r in plan.rungs
-        if r.minutes <= window.minutes and r.outcome is not Outcome.STARTED
+        r
+        for r in plan.rungs
+        if r.minutes <= window.minutes
+        and r.outcome is not Outcome.STARTED
         and not (r.start is not None and now is not None and r.start <= now)
-    ]  # fmt: skip
+    ]
     if not window.starts_now or not refuted:
         return window
     problem = "not now for your request: " + (
@@ -185,9 +194,12 @@ def _overruled(window: ProbeRow, plan: Planned, plan_row: ProbeRow) -> ProbeRow:
 
 
 def _window_row(
-    reservations: Answer[list[queries.Reservation]] | None, nodes: Answer[list[queries.Node]],
-    job: queries.Job, own: int, now: datetime,
-) -> ProbeRow | None:  # fmt: skip
+    reservations: Answer[list[queries.Reservation]] | None,
+    nodes: Answer[list[queries.Node]],
+    job: queries.Job,
+    own: int,
+    now: datetime,
+) -> ProbeRow | None:
     """The longest limit that ends before the next visible maintenance window: a firmer
     fact than ``--test-only``, which tests behind the run's own pending jobs. It starts now
     when a usable node of its partition is idle or mixed. None when no window is ahead."""
@@ -202,15 +214,23 @@ def _window_row(
         return None
     source = f"reservation {window.name} from {window.start:%Y-%m-%d %H:%M}"
     return _window(
-        minutes, start=window.start, source=source, method=Method.RESERVATION, nodes=nodes,
-        job=job, now=now,
-    )  # fmt: skip
+        minutes,
+        start=window.start,
+        source=source,
+        method=Method.RESERVATION,
+        nodes=nodes,
+        job=job,
+        now=now,
+    )
 
 
 def _hidden_row(
-    hidden: Answer[Located], nodes: Answer[list[queries.Node]], job: queries.Job, own: int,
+    hidden: Answer[Located],
+    nodes: Answer[list[queries.Node]],
+    job: queries.Job,
+    own: int,
     now: datetime,
-) -> ProbeRow | None:  # fmt: skip
+) -> ProbeRow | None:
     """The row of a window located blind: it starts about ``hidden.minutes`` from now."""
     found = hidden.value
     if not hidden.ok or found is None or (own and found.minutes >= own):
@@ -224,14 +244,21 @@ def _hidden_row(
         source = f"inferred: sbatch --test-only starts a small job ending before {start:%H:%M} "
         source += "earlier than one ending after it"
     source += "; reservations are hidden from you"
-    return _window(minutes, start=start, source=source, method=found.method, nodes=nodes,
-                   job=job, now=now)  # fmt: skip
+    return _window(
+        minutes, start=start, source=source, method=found.method, nodes=nodes, job=job, now=now
+    )
 
 
 def _window(
-    minutes: int, *, start: datetime, source: str, method: Method,
-    nodes: Answer[list[queries.Node]], job: queries.Job, now: datetime,
-) -> ProbeRow:  # fmt: skip
+    minutes: int,
+    *,
+    start: datetime,
+    source: str,
+    method: Method,
+    nodes: Answer[list[queries.Node]],
+    job: queries.Job,
+    now: datetime,
+) -> ProbeRow:
     """A limit that ends before a window starting at ``start``: now, if resources are free."""
     begins = f"{start:%H:%M}"
     if _free_in_partition(nodes, job):
@@ -282,9 +309,14 @@ def _label(minutes: int, own: int, shards: int) -> str:
 
 
 def _advice(
-    rows: list[ProbeRow], *, own: int, shards: int, job: queries.Job,
-    hidden: Answer[int] | None, run_dir: str,
-) -> str:  # fmt: skip
+    rows: list[ProbeRow],
+    *,
+    own: int,
+    shards: int,
+    job: queries.Job,
+    hidden: Answer[int] | None,
+    run_dir: str,
+) -> str:
     answered = [r for r in rows if r.start is not None]
     reserved = waits_for_reservation(job.reason)
     window = next((r for r in rows if r.label == WINDOW_LABEL), None)

@@ -143,11 +143,14 @@ def _extended(
     keep = pc.invert(pc.is_in(old["file"], value_set=pa.array(gone, pa.string())))
     inp = settings.input
     new = plan.build(
-        [(rel, sizes[rel]) for rel in added], files_per_task=inp.files_per_task,
-        total_shards=settings.total_shards, minimum_shard_index=settings.minimum_shard_index,
-        category_regex=inp.category_regex, tasks=build_tasks(added, inp.files_per_task),
+        [(rel, sizes[rel]) for rel in added],
+        files_per_task=inp.files_per_task,
+        total_shards=settings.total_shards,
+        minimum_shard_index=settings.minimum_shard_index,
+        category_regex=inp.category_regex,
+        tasks=build_tasks(added, inp.files_per_task),
         versions=listed.versions,
-    )  # fmt: skip
+    )
     table = pa.concat_tables([old.filter(keep), new]).sort_by("file")
     return table, added, gone
 
@@ -192,15 +195,21 @@ def _settled(table: pa.Table, reopened: list[int], added: list[str], output: Loc
         pc.is_in(table["shard"], value_set=pa.array(candidates, table["shard"].type))
     )
     marked = outputs.marked(output)
-    open_ = {s for f, s in zip(rows["file"].to_pylist(), rows["shard"].to_pylist(), strict=True)
-             if f not in marked}  # fmt: skip
+    open_ = {
+        s
+        for f, s in zip(rows["file"].to_pylist(), rows["shard"].to_pylist(), strict=True)
+        if f not in marked
+    }
     return [s for s in candidates if s not in open_]
 
 
 def _apply(
-    run_dir: Path, roots: dict[str, Location], done: Extension, labelled: list[str],
+    run_dir: Path,
+    roots: dict[str, Location],
+    done: Extension,
+    labelled: list[str],
     gone: str | None,
-) -> list[str]:  # fmt: skip
+) -> list[str]:
     """The changes before run.json's: the gone files' record or outputs, reopened shards."""
     if labelled and gone == "keep":
         retired.add(run_dir, labelled)

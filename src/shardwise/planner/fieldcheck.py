@@ -47,9 +47,12 @@ class SampleResult:
 
 
 def check_sample(
-    source: Location, files: Sequence[tuple[str, int]], fields: FieldPaths, fmt: str = "auto",
+    source: Location,
+    files: Sequence[tuple[str, int]],
+    fields: FieldPaths,
+    fmt: str = "auto",
     count: int = SAMPLE_FILES,
-) -> SampleResult:  # fmt: skip
+) -> SampleResult:
     """Read the sample; ConfigError when a field is in none of a format's sampled files (a
     line per field and format). An unreadable file says nothing of the config: noted."""
     source.remember_sizes(dict(files))  # no HEAD per sampled file on object storage

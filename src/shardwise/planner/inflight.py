@@ -96,9 +96,12 @@ def local_time(iso: str) -> str:
 
 
 def find(
-    run_dir: Path, submitter: Submitter | None, *, done: Iterable[int] = (),
+    run_dir: Path,
+    submitter: Submitter | None,
+    *,
+    done: Iterable[int] = (),
     queue: queries.Answer[list[queries.Job]] | None = None,
-) -> InFlight:  # fmt: skip
+) -> InFlight:
     """Shards held by live claims or queued by an earlier invocation of this workflow
     (``queue``: squeue's answer when the caller has one; else asked only when needed)."""
     done = set(done)
@@ -215,8 +218,11 @@ def parse_wrap(script: str) -> dict[str, Any]:
                 if name == "shard" and value.isdigit():
                     shards.append(int(value))
         snakefile = (values.get("--snakefile") or [""])[0]
-        return {"snakefile": snakefile, "configfiles": values.get("--configfiles", []),
-                "shards": sorted(shards)}  # fmt: skip
+        return {
+            "snakefile": snakefile,
+            "configfiles": values.get("--configfiles", []),
+            "shards": sorted(shards),
+        }
     return {"snakefile": "", "configfiles": [], "shards": []}
 
 

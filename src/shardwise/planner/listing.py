@@ -32,10 +32,13 @@ def list_input(settings: Settings, source: Location, output: Location) -> Listed
         raise InputError(_empty_input_message(source))
     inp = settings.input
     selection = select_files(
-        [(rel, size) for rel, size, _version in entries], glob=inp.glob, fmt=inp.format,
-        output_prefix=source.inner_prefix(output), other_roots=_inner(source, settings),
+        [(rel, size) for rel, size, _version in entries],
+        glob=inp.glob,
+        fmt=inp.format,
+        output_prefix=source.inner_prefix(output),
+        other_roots=_inner(source, settings),
         skip_unsafe=inp.skip_unsafe_names,
-    )  # fmt: skip
+    )
     notes = _selection_notes(selection, output)
     if not selection.files:
         left_out = skipped.Skipped.of(selection.other).lines(settings.input.format)

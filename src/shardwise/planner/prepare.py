@@ -73,9 +73,13 @@ class RunInfo:
 
 
 def prepare_run(
-    config: dict[str, Any], *, main_process: bool, dryrun: bool = False, repin: bool = False,
+    config: dict[str, Any],
+    *,
+    main_process: bool,
+    dryrun: bool = False,
+    repin: bool = False,
     submitter: inflight.Submitter | None = None,
-) -> RunInfo:  # fmt: skip
+) -> RunInfo:
     """Plan (top-level process) or read (cluster job) the run described by ``config``.
     ``repin`` replaces a run.json that differs while nothing is labelled; ``submitter``
     leaves out shards live jobs of an earlier invocation hold. Nothing is printed."""
@@ -131,11 +135,13 @@ def prepare_run(
         submitter.record(run_dir)
         inflight.clear_stale_incomplete(run_dir, submitter.workdir, flight)
     return RunInfo(
-        run_dir=run_dir, shards=tuple(shard_range(meta.total_shards, meta.minimum_shard_index)),
-        output_uri=settings.output_uri, in_flight=tuple(sorted(flight.shards)),
+        run_dir=run_dir,
+        shards=tuple(shard_range(meta.total_shards, meta.minimum_shard_index)),
+        output_uri=settings.output_uri,
+        in_flight=tuple(sorted(flight.shards)),
         messages=(*said, *(f"note: {note}" for note in (*planned.notes, *sampled))),
         in_flight_lines=tuple(flight.lines()),
-    )  # fmt: skip
+    )
 
 
 #: The dtypes that are half precision (as ``inference.dtype`` may spell them).
@@ -179,16 +185,24 @@ def run_meta(settings: Settings, task_count: int, fingerprint: str) -> runjson.R
     """The run.json this config pins for a task set of ``task_count`` tasks."""
     inp, classifiers = settings.input, settings.classifiers
     pinned = labelling(
-        inp.id_field, inp.text_field, inp.url_field, settings.inference["max_length"],
+        inp.id_field,
+        inp.text_field,
+        inp.url_field,
+        settings.inference["max_length"],
         (c["input"] for c in classifiers),
         count_tokenizer=_counter_identity(settings.count_tokenizer),
-    )  # fmt: skip
+    )
     return runjson.RunMeta.new(
-        total_shards=settings.total_shards, minimum_shard_index=settings.minimum_shard_index,
-        files_per_task=inp.files_per_task, input_uri=inp.uri, output_uri=settings.output_uri,
-        task_count=task_count, fingerprint=fingerprint,
-        classifiers=[(c["name"], c["model"], c["input"]) for c in classifiers], labelling=pinned,
-    )  # fmt: skip
+        total_shards=settings.total_shards,
+        minimum_shard_index=settings.minimum_shard_index,
+        files_per_task=inp.files_per_task,
+        input_uri=inp.uri,
+        output_uri=settings.output_uri,
+        task_count=task_count,
+        fingerprint=fingerprint,
+        classifiers=[(c["name"], c["model"], c["input"]) for c in classifiers],
+        labelling=pinned,
+    )
 
 
 def _counter_identity(source: str | None) -> str | None:
@@ -209,9 +223,12 @@ def _loaded_identity(source: str, _version: int) -> str:
 
 
 def _check_sample(
-    settings: Settings, recorded: context.RunSettings, source: Location, table: pa.Table,
+    settings: Settings,
+    recorded: context.RunSettings,
+    source: Location,
+    table: pa.Table,
     quarantined: set[str],
-) -> tuple[str, ...]:  # fmt: skip
+) -> tuple[str, ...]:
     """Read a few files per format (see fieldcheck.py); ConfigError for a field none has."""
     inp = settings.input
     if not inp.sample_files:
@@ -238,9 +255,13 @@ class _Planned:
 
 
 def _plan_table(
-    settings: Settings, source: Location, output: Location, quarantined: set[str], *,
+    settings: Settings,
+    source: Location,
+    output: Location,
+    quarantined: set[str],
+    *,
     fresh: bool = False,
-) -> _Planned:  # fmt: skip
+) -> _Planned:
     """The cached plan when listing is off or the listed task set matches it (quarantined
     files may be gone), else a new one (not yet saved: run.json is checked first)."""
     run_dir = settings.run_dir
@@ -294,10 +315,14 @@ def _plan_table(
     tasks = build_tasks([rel for rel, _ in listed.files], inp.files_per_task)
     fingerprint = runjson.fingerprint(t.task_id for t in tasks)
     table = plan.build(
-        listed.files, files_per_task=inp.files_per_task, total_shards=settings.total_shards,
-        minimum_shard_index=settings.minimum_shard_index, category_regex=inp.category_regex,
-        tasks=tasks, versions=versions,
-    )  # fmt: skip
+        listed.files,
+        files_per_task=inp.files_per_task,
+        total_shards=settings.total_shards,
+        minimum_shard_index=settings.minimum_shard_index,
+        category_regex=inp.category_regex,
+        tasks=tasks,
+        versions=versions,
+    )
     return _Planned(
         table=plan.with_identities(table, kept),
         task_count=len(tasks),
@@ -348,9 +373,14 @@ _NEVER_REPINNED = ("format_version",)
 
 
 def _pin(
-    settings: Settings, meta: runjson.RunMeta, planned: _Planned,
-    copies: tuple[runjson.Copy, runjson.Copy], *, repin: bool = False, say: Callable[[str], None],
-) -> None:  # fmt: skip
+    settings: Settings,
+    meta: runjson.RunMeta,
+    planned: _Planned,
+    copies: tuple[runjson.Copy, runjson.Copy],
+    *,
+    repin: bool = False,
+    say: Callable[[str], None],
+) -> None:
     """Validate both run.json copies (as read), create where absent: both are checked
     before either is created, so a refused run writes nothing (``repin``: replaced)."""
     run_dir = settings.run_dir
@@ -402,9 +432,11 @@ def _labelled(roots: list[Location]) -> list[str]:
 
 
 def _refusal_hints(
-    settings: Settings, pinned: runjson.RunMeta, diffs: list[tuple[str, Any, Any]],
+    settings: Settings,
+    pinned: runjson.RunMeta,
+    diffs: list[tuple[str, Any, Any]],
     found: drift.InputDrift | None,
-) -> list[str]:  # fmt: skip
+) -> list[str]:
     """How to go on from a refused run: extend it to the input's new file set, quarantine,
     or re-pin while nothing is labelled."""
     lines = []
@@ -438,17 +470,25 @@ def _refusal_hints(
         return lines
     labelled = _labelled(_outputs_of(settings, [pinned]))
     if labelled:
-        return [*lines, f"{len(labelled):,} file(s) of this run are already labelled (e.g. "
-                f"{labelled[0]}), so its pinned settings stay."]  # fmt: skip
-    return [*lines, "Nothing of this run is labelled yet (no per-file .done marker in its "
-            "output): `shardwise plan --repin --configfile <this config>` re-pins it with "
-            "these settings."]  # fmt: skip
+        return [
+            *lines,
+            f"{len(labelled):,} file(s) of this run are already labelled (e.g. "
+            f"{labelled[0]}), so its pinned settings stay.",
+        ]
+    return [
+        *lines,
+        "Nothing of this run is labelled yet (no per-file .done marker in its "
+        "output): `shardwise plan --repin --configfile <this config>` re-pins it with "
+        "these settings.",
+    ]
 
 
 def _repin(
-    settings: Settings, meta: runjson.RunMeta, changed: list[tuple[Location, runjson.RunMeta]],
+    settings: Settings,
+    meta: runjson.RunMeta,
+    changed: list[tuple[Location, runjson.RunMeta]],
     say: Callable[[str], None],
-) -> None:  # fmt: skip
+) -> None:
     """Replace the run.json copies that differ, if no file of the run is labelled yet; the
     old assignment's per-shard state goes (failure records set aside)."""
     labelled = _labelled(_outputs_of(settings, [old for _, old in changed]))
@@ -488,9 +528,12 @@ def remove_stale_markers(run_dir: Path, table: pa.Table, meta: runjson.RunMeta) 
 
 
 def mark_shards_without_work(
-    run_dir: Path, table: pa.Table, meta: runjson.RunMeta, output: Location,
+    run_dir: Path,
+    table: pa.Table,
+    meta: runjson.RunMeta,
+    output: Location,
     quarantined: set[str] | None = None,
-) -> dict[str, int]:  # fmt: skip
+) -> dict[str, int]:
     """Mark empty shards, and shards whose every file has an output marker or is
     quarantined, as done (the output listed once, only while such a shard is open)."""
     quarantined = quarantined or set()
@@ -523,9 +566,14 @@ def mark_shards_without_work(
             left_out = sum(1 for i in idx if rows["file"][i] in quarantined)
             tasks = len({rows["task_id"][i] for i in idx})
             marker = markers.ShardMarker(
-                shard=shard, tasks=tasks, files=len(idx), docs=None, source="remote",
-                quarantined=left_out, **assignment,
-            )  # fmt: skip
+                shard=shard,
+                tasks=tasks,
+                files=len(idx),
+                docs=None,
+                source="remote",
+                quarantined=left_out,
+                **assignment,
+            )
             markers.write_shard_marker(run_dir, marker)
             counts["remote"] += 1
     return counts

@@ -213,9 +213,12 @@ def process_alive(pid: int, identity: str | None) -> bool:
 
 
 def judge(  # noqa: PLR0911 - one return per case of the module docstring
-    claim: Claim, *, live_jobs: dict[str, str] | None, live_steps: set[str] | None = None,
+    claim: Claim,
+    *,
+    live_jobs: dict[str, str] | None,
+    live_steps: set[str] | None = None,
     here: str | None = None,
-) -> Verdict:  # fmt: skip
+) -> Verdict:
     """Is ``claim``'s holder alive? Pure, given what squeue said: ``live_jobs`` (job id ->
     state of unfinished jobs) and ``live_steps`` (``<job>.<step>``); None: not asked."""
     here = here or hostname()

@@ -52,8 +52,12 @@ class InputDrift:
 
     def counted(self) -> dict[str, Any]:
         """The JSON views print: counts and every file (``--format json``)."""
-        return {"added": self.added, "gone": self.gone, "added_files": list(self.added_files),
-                "gone_files": list(self.gone_files)}  # fmt: skip
+        return {
+            "added": self.added,
+            "gone": self.gone,
+            "added_files": list(self.added_files),
+            "gone_files": list(self.gone_files),
+        }
 
     def __bool__(self) -> bool:
         return bool(self.added or self.gone)

@@ -85,8 +85,11 @@ def cause_of_files(errors: Sequence[BaseException], files: int, labelled: int, h
     return Cause("input", f"{text} {hint}".strip())
 
 
-INTERRUPTED = Cause("interrupted", "interrupted (SIGTERM or SIGINT: walltime, preemption or "
-                    "Ctrl-C); finished files stay done, the shard runs again")  # fmt: skip
+INTERRUPTED = Cause(
+    "interrupted",
+    "interrupted (SIGTERM or SIGINT: walltime, preemption or "
+    "Ctrl-C); finished files stay done, the shard runs again",
+)
 
 
 def record_failure(
@@ -124,11 +127,16 @@ class FailureRecord:
     def of(cls, shard: int, failed: Sequence[dict[str, str]], cause: Cause) -> Self:
         """This attempt's record, stamped with the job, host and time."""
         return cls(
-            shard=shard, failed=tuple(failed), kind=cause.kind, reason=cause.reason,
-            shared=cause.shared, slurm_job_id=os.environ.get("SLURM_JOB_ID"),
-            attempt=os.environ.get("SHARDWISE_ATTEMPT"), hostname=os.uname().nodename,
+            shard=shard,
+            failed=tuple(failed),
+            kind=cause.kind,
+            reason=cause.reason,
+            shared=cause.shared,
+            slurm_job_id=os.environ.get("SLURM_JOB_ID"),
+            attempt=os.environ.get("SHARDWISE_ATTEMPT"),
+            hostname=os.uname().nodename,
             at=markers.now(),
-        )  # fmt: skip
+        )
 
     def to_json(self) -> bytes:
         """The file's bytes."""

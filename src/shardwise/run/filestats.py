@@ -59,8 +59,9 @@ class Figure:
         return pa.string() if self.column in ("name", "time") else pa.float64()
 
 
-def figure(column: str, *, total: str | None = None, missing: str = "",
-           arrow: pa.DataType | None = None) -> Any:  # fmt: skip
+def figure(
+    column: str, *, total: str | None = None, missing: str = "", arrow: pa.DataType | None = None
+) -> Any:
     """A :class:`FileStats` field that is a figure (module docstring), absent by default."""
     return field(default=None, metadata={"figure": Figure(column, total, missing, arrow)})  # type: ignore[arg-type]
 
@@ -113,34 +114,63 @@ class FileStats:
 
     @classmethod
     def of_labelled(  # noqa: PLR0913 - one keyword per figure the job measured
-        cls, *, rel: str, task_id: str, shard: int, size: int, docs: int,
-        timings: Mapping[str, float], engine: Mapping[str, Any], device: str, device_name: str,
-        dtype: str, counts: Mapping[str, int], models: Mapping[str, Any], identity: str | None,
-        labelling: Mapping[str, Any], label_counts: Mapping[str, Any],
-    ) -> Self:  # fmt: skip
+        cls,
+        *,
+        rel: str,
+        task_id: str,
+        shard: int,
+        size: int,
+        docs: int,
+        timings: Mapping[str, float],
+        engine: Mapping[str, Any],
+        device: str,
+        device_name: str,
+        dtype: str,
+        counts: Mapping[str, int],
+        models: Mapping[str, Any],
+        identity: str | None,
+        labelling: Mapping[str, Any],
+        label_counts: Mapping[str, Any],
+    ) -> Self:
         """The stats of a file just labelled (``timings`` so far; see :meth:`with_write`)."""
         return cls(
-            file=rel, task_id=task_id, shard=shard, bytes=size, docs=docs,
-            tokens=int(engine.get("tokens", 0)), tokens_counted=TOKENS_COUNTED, counts=dict(counts),
+            file=rel,
+            task_id=task_id,
+            shard=shard,
+            bytes=size,
+            docs=docs,
+            tokens=int(engine.get("tokens", 0)),
+            tokens_counted=TOKENS_COUNTED,
+            counts=dict(counts),
             truncated_docs=int(engine.get("truncated_docs", 0)),
-            fidelity=tuple(engine.get("fidelity", ())), models=dict(models), device=device,
-            device_name=device_name, dtype=dtype, hostname=socket.gethostname(),
-            platform=platform.platform(), slurm_job_id=os.environ.get("SLURM_JOB_ID"),
-            versions=versions(), source_identity=identity, labelling=dict(labelling),
+            fidelity=tuple(engine.get("fidelity", ())),
+            models=dict(models),
+            device=device,
+            device_name=device_name,
+            dtype=dtype,
+            hostname=socket.gethostname(),
+            platform=platform.platform(),
+            slurm_job_id=os.environ.get("SLURM_JOB_ID"),
+            versions=versions(),
+            source_identity=identity,
+            labelling=dict(labelling),
             precision={"dtype": dtype, "recheck_margin": engine.get("recheck_margin")},
-            engine=dict(engine), label_counts=dict(label_counts),
-        ).with_timings(timings)  # fmt: skip
+            engine=dict(engine),
+            label_counts=dict(label_counts),
+        ).with_timings(timings)
 
     def with_timings(self, timings: Mapping[str, float]) -> Self:
         """These stats with ``timings`` and the rates and time they imply, stamped now."""
         seconds = sum(timings.values())
         tokens, docs = self.tokens or 0, self.docs or 0
         return dataclasses.replace(
-            self, timings={k: round(v, 4) for k, v in timings.items()}, seconds=round(seconds, 4),
+            self,
+            timings={k: round(v, 4) for k, v in timings.items()},
+            seconds=round(seconds, 4),
             docs_per_s=round(docs / seconds, 3) if seconds > 0 else None,
             tokens_per_s=round(tokens / seconds, 1) if seconds > 0 else None,
             finished_at=datetime.now(UTC).isoformat(timespec="seconds"),
-        )  # fmt: skip
+        )
 
     def with_write(self, write_s: float) -> Self:
         """These stats with the time the outputs before them took to write."""
@@ -172,16 +202,21 @@ class FileStats:
         return stats
 
     def problems(
-        self, rel: str, rows: int | None, pinned: Mapping[str, Any] | None,
+        self,
+        rel: str,
+        rows: int | None,
+        pinned: Mapping[str, Any] | None,
         models: Mapping[str, Mapping[str, Any]] | None = None,
-    ) -> list[str]:  # fmt: skip
+    ) -> list[str]:
         """How these stats disagree with their file, its input's ``rows``, the labelling
         run.json pins (files labelled before stats recorded it: not compared) and its
         pinned models (``models``: a file labelled with another one is named)."""
         found = []
         for name, diffs in modelpin.mismatched(models or {}, self.models).items():
-            found.append(f"labelled with another {name!r} model than run.json pins "
-                         f"({modelpin.describe(diffs)})")  # fmt: skip
+            found.append(
+                f"labelled with another {name!r} model than run.json pins "
+                f"({modelpin.describe(diffs)})"
+            )
         if self.file != rel:
             found.append(f"file is {self.file!r}, expected {rel!r}")
         if rows is not None and self.docs != rows:

@@ -60,15 +60,20 @@ def _cells(keys: np.ndarray, weights: list[np.ndarray], size: int) -> tuple[np.n
     """Non-zero cells, their documents, and each weight's sum per cell (rounded)."""
     docs = np.bincount(keys, minlength=size)
     nonzero = np.flatnonzero(docs)
-    sums = [np.rint(np.bincount(keys, weights=w, minlength=size)[nonzero]).astype(np.int64)
-            for w in weights]  # fmt: skip
+    sums = [
+        np.rint(np.bincount(keys, weights=w, minlength=size)[nonzero]).astype(np.int64)
+        for w in weights
+    ]
     return nonzero, np.stack([docs[nonzero], *sums], axis=1)
 
 
 def count_labels(
-    columns: Mapping[str, pa.Array], nbytes: np.ndarray, classifiers: Sequence[str],
-    pairs: Sequence[Pair] = (), tokens: np.ndarray | None = None,
-) -> dict[str, Any]:  # fmt: skip
+    columns: Mapping[str, pa.Array],
+    nbytes: np.ndarray,
+    classifiers: Sequence[str],
+    pairs: Sequence[Pair] = (),
+    tokens: np.ndarray | None = None,
+) -> dict[str, Any]:
     """The ``label_counts`` of one file, from the sidecar's ``<name>_label_id`` and
     ``<name>_label`` columns, row-aligned with ``nbytes`` (and ``tokens`` when counted)."""
     nbytes = np.asarray(nbytes, dtype=np.float64)
@@ -80,8 +85,9 @@ def count_labels(
     singles: dict[str, dict[str, list[int]]] = {}
     for name, (label_ids, names) in ids.items():
         cells, sums = _cells(label_ids, weights, len(names))
-        singles[name] = {names[c]: row for c, row in zip(cells.tolist(), sums.tolist(),
-                                                          strict=True)}  # fmt: skip
+        singles[name] = {
+            names[c]: row for c, row in zip(cells.tolist(), sums.tolist(), strict=True)
+        }
     joint: dict[str, dict[str, dict[str, list[int]]]] = {}
     for a, b in pairs:
         (ia, na), (ib, nb) = ids[a], ids[b]
@@ -91,8 +97,13 @@ def count_labels(
         for c, row in zip(cells.tolist(), sums.tolist(), strict=True):
             table.setdefault(na[c // width], {})[nb[c % width]] = row
         joint[pair_key((a, b))] = table
-    out = {"format_version": FORMAT_VERSION, "docs": int(nbytes.size),
-           "text_bytes": int(nbytes.sum()), "classifiers": singles, "pairs": joint}  # fmt: skip
+    out = {
+        "format_version": FORMAT_VERSION,
+        "docs": int(nbytes.size),
+        "text_bytes": int(nbytes.sum()),
+        "classifiers": singles,
+        "pairs": joint,
+    }
     if tokens is not None:
         out["tokens"] = int(np.asarray(tokens, dtype=np.int64).sum())
     return out

@@ -65,10 +65,14 @@ class Selection:
 
 
 def select_files(
-    listing: list[tuple[str, int]], *, glob: str = "**/*", fmt: str = "auto",
-    output_prefix: str | None = None, other_roots: tuple[str, ...] = (),
+    listing: list[tuple[str, int]],
+    *,
+    glob: str = "**/*",
+    fmt: str = "auto",
+    output_prefix: str | None = None,
+    other_roots: tuple[str, ...] = (),
     skip_unsafe: bool = False,
-) -> Selection:  # fmt: skip
+) -> Selection:
     """The listing's source files: matching ``glob`` and ``fmt``, not hidden, not outputs.
     ``output_prefix``: where the output root lies inside the input root (``""``, a folder,
     or None: elsewhere): a name like an output is one only there. ``other_roots`` (the Dolma

@@ -62,16 +62,25 @@ class PlanSummary:
             ("total_shards", self.shards_total, meta.total_shards),
             ("minimum_shard_index", self.minimum_shard_index, meta.minimum_shard_index),
             ("files_per_task", self.files_per_task, meta.files_per_task),
-            ("fingerprint", self.fingerprint, meta.fingerprint))  # fmt: skip
-        return [f"{name} {ours!r} != {theirs!r}" for name, ours, theirs in pinned
-                if ours is not None and ours != theirs]  # fmt: skip
+            ("fingerprint", self.fingerprint, meta.fingerprint),
+        )
+        return [
+            f"{name} {ours!r} != {theirs!r}"
+            for name, ours, theirs in pinned
+            if ours is not None and ours != theirs
+        ]
 
 
 def build(
-    files: list[tuple[str, int]], *, files_per_task: int, total_shards: int,
-    minimum_shard_index: int, category_regex: str, tasks: list[Task] | None = None,
+    files: list[tuple[str, int]],
+    *,
+    files_per_task: int,
+    total_shards: int,
+    minimum_shard_index: int,
+    category_regex: str,
+    tasks: list[Task] | None = None,
     versions: Mapping[str, str] | None = None,
-) -> pa.Table:  # fmt: skip
+) -> pa.Table:
     """One row per file, sorted by file; each task's files share its id and shard
     (``tasks``: the grouping already made; ``versions`` make each file's identity)."""
     sizes = dict(files)
@@ -100,11 +109,16 @@ def summarize(
     task_ids = pc.unique(table["task_id"]).to_pylist()
     used = len(pc.unique(table["shard"])) if table.num_rows else 0
     return PlanSummary(
-        fingerprint=fingerprint(task_ids), tasks=len(task_ids), files=table.num_rows,
-        bytes=int(pc.sum(table["size"]).as_py() or 0), shards_total=total_shards,
-        shards_empty=total_shards - used, built_at=datetime.now(UTC).isoformat(timespec="seconds"),
-        minimum_shard_index=minimum_shard_index, files_per_task=files_per_task,
-    )  # fmt: skip
+        fingerprint=fingerprint(task_ids),
+        tasks=len(task_ids),
+        files=table.num_rows,
+        bytes=int(pc.sum(table["size"]).as_py() or 0),
+        shards_total=total_shards,
+        shards_empty=total_shards - used,
+        built_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        minimum_shard_index=minimum_shard_index,
+        files_per_task=files_per_task,
+    )
 
 
 def save(run_dir: Path, table: pa.Table, summary: PlanSummary) -> None:
@@ -174,8 +188,11 @@ def changed_files(table: pa.Table, now: Mapping[str, str]) -> dict[str, tuple[st
     """Files whose identity in ``now`` (a new listing) differs from the planned one:
     file -> (planned, now). Files planned without an identity are not compared."""
     planned = zip(table["file"].to_pylist(), table["identity"].to_pylist(), strict=True)
-    return {rel: (was, now[rel]) for rel, was in planned
-            if was is not None and rel in now and now[rel] != was}  # fmt: skip
+    return {
+        rel: (was, now[rel])
+        for rel, was in planned
+        if was is not None and rel in now and now[rel] != was
+    }
 
 
 def task_ids(table: pa.Table) -> set[str]:

@@ -268,9 +268,14 @@ def _column(table: pa.Table, path: str) -> tuple[pa.ChunkedArray | None, int]:
 
 
 def _strings(
-    col: pa.ChunkedArray | None, n: int = 0, *, keep_null: bool = False,
-    counts: Counter[str] | None = None, role: str = "", where: str = "",
-) -> list:  # fmt: skip
+    col: pa.ChunkedArray | None,
+    n: int = 0,
+    *,
+    keep_null: bool = False,
+    counts: Counter[str] | None = None,
+    role: str = "",
+    where: str = "",
+) -> list:
     """A column as Python strings: invalid UTF-8 replaced and counted (writers do not all
     validate it), a non-string text column cast (``non_string_texts``)."""
     if col is None:

@@ -144,6 +144,12 @@ class Fields:
         if origin is tuple:
             value = self.list(key, default)
             return tuple(value) if isinstance(value, list) else value
-        reader = {int: self.count, float: self.number, str: self.str, bool: self.bool,
-                  dict: self.dict, list: self.list}.get(origin, self.any)  # fmt: skip
+        reader = {
+            int: self.count,
+            float: self.number,
+            str: self.str,
+            bool: self.bool,
+            dict: self.dict,
+            list: self.list,
+        }.get(origin, self.any)
         return reader(key, default)

@@ -123,8 +123,11 @@ def differences(old: RunMeta, new: RunMeta) -> list[tuple[str, Any, Any]]:
         if f.name == "labelling":
             if a is None or b is None:
                 continue  # a run.json from before labelling was pinned
-            out += [(f"labelling.{k}", a.get(k), b.get(k)) for k in sorted({*a, *b})
-                    if a.get(k) != b.get(k)]  # fmt: skip
+            out += [
+                (f"labelling.{k}", a.get(k), b.get(k))
+                for k in sorted({*a, *b})
+                if a.get(k) != b.get(k)
+            ]
             continue
         out.append((f.name, a, b))
     return out
@@ -136,10 +139,12 @@ def change_lines(diffs: list[tuple[str, Any, Any]]) -> list[str]:
 
 
 def check_same(
-    old: RunMeta, new: RunMeta, where: str,
+    old: RunMeta,
+    new: RunMeta,
+    where: str,
     task_change: Callable[[], tuple[int, int]] | None = None,
     hints: Callable[[list[tuple[str, Any, Any]]], list[str]] | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """Raise RunMismatchError naming every differing field (and tasks added/removed);
     ``hints`` add how to go on (called only on a mismatch)."""
     diffs = differences(old, new)
@@ -279,9 +284,13 @@ def read_copy(loc: Location) -> Copy:
 
 
 def check_copies(
-    local: Copy, output: Copy, run_dir: Path, *, repin: bool = False,
+    local: Copy,
+    output: Copy,
+    run_dir: Path,
+    *,
+    repin: bool = False,
     evidence: Callable[[], Evidence] | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """Refuse, with the way forward, a damaged copy or two copies that disagree (what an
     interrupted re-pin or extension leaves: ``repin`` then finishes it, not refused)."""
     for bad, other in ((local, output), (output, local)):
@@ -324,8 +333,9 @@ def restore(
     if ours.meta and theirs.meta and differences(ours.meta, theirs.meta):
         trust = trusted(ours, theirs, evidence)
         trust.other.loc.write_bytes(RUN_JSON, trust.keep.loc.read_bytes(RUN_JSON))
-        return [f"restored {trust.other.where} from {trust.keep.where} (they disagreed; "
-                f"{trust.why})"]  # fmt: skip
+        return [
+            f"restored {trust.other.where} from {trust.keep.where} (they disagreed; {trust.why})"
+        ]
     for bad, good in ((ours, theirs), (theirs, ours)):
         if good.meta is not None and bad.meta is None:
             bad.loc.write_bytes(RUN_JSON, good.loc.read_bytes(RUN_JSON))

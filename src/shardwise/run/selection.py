@@ -162,8 +162,13 @@ class ShardSelection:
         """Parse one; RecordError naming the field when it is not one."""
         f = Fields.parse(raw, where)
         record = f.into(cls)
-        lists = (record.docs, record.tokens, record.selected_docs, record.copies,
-                 record.selected_tokens)  # fmt: skip
+        lists = (
+            record.docs,
+            record.tokens,
+            record.selected_docs,
+            record.copies,
+            record.selected_tokens,
+        )
         if len({len(x) for x in lists}) != 1:
             raise f.refuse("docs", "and the other per-domain lists differ in length")
         if not all(isinstance(v, int) and v > 0 for v in record.max_repeats.values()):

@@ -48,8 +48,11 @@ def label_columns(
     scores = probs[np.arange(len(probs)), label_ids].astype(np.float32)
     names = pa.array(list(labels), type=pa.string())
     ids = pa.array(label_ids, type=pa.int32())
-    columns = {f"{name}_label": names.take(ids), f"{name}_label_id": ids,
-               f"{name}_score": pa.array(scores, type=pa.float32())}  # fmt: skip
+    columns = {
+        f"{name}_label": names.take(ids),
+        f"{name}_label_id": ids,
+        f"{name}_score": pa.array(scores, type=pa.float32()),
+    }
     if with_probs:
         flat = pa.array(probs.astype(np.float16).reshape(-1), type=pa.float16())
         offsets = pa.array(np.arange(len(probs) + 1, dtype=np.int32) * probs.shape[1], pa.int32())
@@ -89,9 +92,13 @@ def read_columns(
 
 
 def problems(
-    table: pa.Table, classifiers: Iterable[str], ids: list[str | None] | None, *,
-    tokens: bool = False, id_json: list[str | None] | None = None,
-) -> list[str]:  # fmt: skip
+    table: pa.Table,
+    classifiers: Iterable[str],
+    ids: list[str | None] | None,
+    *,
+    tokens: bool = False,
+    id_json: list[str | None] | None = None,
+) -> list[str]:
     """What is wrong with a sidecar: rows and ids against the input's (their JSON type
     too: ``id_json``), label columns, and (``tokens``: the run counts them) the token counts."""
     found: list[str] = []

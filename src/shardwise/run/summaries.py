@@ -91,8 +91,9 @@ def build(
 
     def row(task: int, view: int, a: int, b: int, cell: Sequence[int]) -> None:
         tokens = int(cell[2]) if len(cell) > 2 else 0
-        for name, value in zip(SCHEMA.names, (task, view, a, b, int(cell[0]), int(cell[1]), tokens),
-                               strict=True):  # fmt: skip
+        for name, value in zip(
+            SCHEMA.names, (task, view, a, b, int(cell[0]), int(cell[1]), tokens), strict=True
+        ):
             cols[name].append(value)
 
     for t, (_, total, _) in enumerate(complete):
@@ -107,20 +108,23 @@ def build(
                 for lb, cell in cols_b.items():
                     row(t, view_of[key], ia[la], ib[lb], cell)
     meta = {
-        "format_version": FORMAT_VERSION, "shard": shard,
+        "format_version": FORMAT_VERSION,
+        "shard": shard,
         "written_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "labels": {name: list(labels[name]) for name in names}, "pairs": [list(p) for p in pairs],
+        "labels": {name: list(labels[name]) for name in names},
+        "pairs": [list(p) for p in pairs],
         "views": views,
         "tasks": [_task_entry(task_id, total, n_files) for task_id, total, n_files in complete],
         "tokens_counted": bool(complete) and all("tokens" in t for _i, t, _n in complete),
         "incomplete_tasks": incomplete,
-    }  # fmt: skip
+    }
     # Sorted by view, so that a reader takes one view as one slice of each file.
     table = pa.table(
         {name: pa.array(cols[name], SCHEMA.field(name).type) for name in SCHEMA.names},
         schema=SCHEMA,
-    ).sort_by([("view", "ascending"), ("task", "ascending"), ("a", "ascending"),
-               ("b", "ascending")])  # fmt: skip
+    ).sort_by(
+        [("view", "ascending"), ("task", "ascending"), ("a", "ascending"), ("b", "ascending")]
+    )
     bounds = np.searchsorted(table.column("view").to_numpy(), np.arange(len(views) + 1))
     meta["view_rows"] = [[int(bounds[i]), int(bounds[i + 1])] for i in range(len(views))]
     table = table.replace_schema_metadata({META_KEY: json.dumps(meta).encode()})
@@ -133,8 +137,13 @@ def build(
 def _task_entry(task_id: str, total: Mapping[str, Any], files: int) -> dict[str, Any]:
     """One task of the metadata's ``tasks``."""
     docs, text_bytes, tokens = (int(total.get(k, 0)) for k in ("docs", "text_bytes", "tokens"))
-    return {"task_id": task_id, "docs": docs, "text_bytes": text_bytes, "tokens": tokens,
-            "files": files}  # fmt: skip
+    return {
+        "task_id": task_id,
+        "docs": docs,
+        "text_bytes": text_bytes,
+        "tokens": tokens,
+        "files": files,
+    }
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

@@ -121,9 +121,13 @@ class Eta:
 
 
 def eta(
-    remaining: float, throughput: Throughput, gpus: int, *,
-    unit: Literal["files", "bytes"] = "files", per: str = "GPU",
-) -> Eta | None:  # fmt: skip
+    remaining: float,
+    throughput: Throughput,
+    gpus: int,
+    *,
+    unit: Literal["files", "bytes"] = "files",
+    per: str = "GPU",
+) -> Eta | None:
     """ETA = remaining / (aggregate rate per GPU x gpus); None without a usable rate. Bytes
     are the better unit (files vary 100x in a crawl); start-up per shard is not counted."""
     if gpus <= 0:

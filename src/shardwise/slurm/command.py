@@ -55,9 +55,14 @@ def run(
         return Reply(argv=argv, returncode=None, kind="missing", problem=why)
     try:
         proc = subprocess.run(
-            argv, capture_output=True, text=True, timeout=timeout, check=False,
-            env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            env={**os.environ, **(env or {})},
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired:
         why = f"`{line}` did not answer within {timeout:g} s"
         return Reply(argv=argv, returncode=None, kind="timeout", problem=why)

@@ -121,10 +121,19 @@ def submit_probe(
     ``true``, writes nothing (``-o /dev/null``), and that SLURM removes on its own once it
     can no longer end by ``deadline``. Its job id; kind ``cap`` when the submit cap
     refused it."""
-    argv = ["sbatch", "--parsable", f"--job-name={PLAN_PROBE_NAME}", "--output=/dev/null",
-            "--error=/dev/null", f"--comment={ProbeOwner.this().to_comment()}",
-            f"--deadline={deadline:%Y-%m-%dT%H:%M:%S}", "--no-requeue", *options,
-            "--wrap", "true"]  # fmt: skip
+    argv = [
+        "sbatch",
+        "--parsable",
+        f"--job-name={PLAN_PROBE_NAME}",
+        "--output=/dev/null",
+        "--error=/dev/null",
+        f"--comment={ProbeOwner.this().to_comment()}",
+        f"--deadline={deadline:%Y-%m-%dT%H:%M:%S}",
+        "--no-requeue",
+        *options,
+        "--wrap",
+        "true",
+    ]
     reply = command.run(argv, timeout=timeout)
     if reply.ok:
         return Answer(reply.stdout.strip().split(";")[0])

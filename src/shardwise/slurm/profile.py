@@ -98,9 +98,10 @@ class JobRequest:
 
 
 def view(
-    profile: dict[str, Any], config: dict[str, Any] | None = None,
+    profile: dict[str, Any],
+    config: dict[str, Any] | None = None,
     environ: Mapping[str, str] | None = None,
-) -> JobRequest:  # fmt: skip
+) -> JobRequest:
     """What the classify rule's jobs ask for under ``profile`` (merged) and ``config``."""
     env = os.environ if environ is None else environ
     defaults = profile.get("default-resources") or {}
@@ -137,7 +138,8 @@ def view(
     jobs = profile.get("jobs")
     return JobRequest(
         jobs=int(jobs) if isinstance(jobs, int | str) and str(jobs).isdigit() else None,
-        group_components=int(k), partitions=partitions,
+        group_components=int(k),
+        partitions=partitions,
         partition_source=source or "the cluster's default partition",
         account=None if account in (None, "") else str(account),
         constraint=None if constraint in (None, "") else str(constraint),
@@ -146,8 +148,10 @@ def view(
         gpus=int(gpus if gpus is not None else classify_cfg.get("gpu", 0) or 0),
         cpus=int(cpus) if cpus is not None else classify_cfg.get("cpus_per_task"),
         mem_mb=int(mem) if mem is not None else classify_cfg.get("mem_mb"),
-        status_command=str(status) if status else None, init_seconds=int(init), raw=profile,
-    )  # fmt: skip
+        status_command=str(status) if status else None,
+        init_seconds=int(init),
+        raw=profile,
+    )
 
 
 def feature_names(constraint: str) -> list[str]:

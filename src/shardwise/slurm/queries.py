@@ -301,16 +301,29 @@ def backfill_interval_seconds(cfg: dict[str, str]) -> int:
 
 def _job(r: dict[str, str]) -> Job:
     """One row of squeue's ``-O`` reply."""
-    plain = {k: r[k] for k in ("id", "state", "name", "user", "partition", "tres_alloc", "qos",
-                               "account", "workdir")}  # fmt: skip
+    plain = {
+        k: r[k]
+        for k in (
+            "id",
+            "state",
+            "name",
+            "user",
+            "partition",
+            "tres_alloc",
+            "qos",
+            "account",
+            "workdir",
+        )
+    }
     blank = {k: _text(r[k]) for k in ("nodes", "tres_per_job", "tres_per_node", "reason")}
     return Job(
-        **plain, **blank,
+        **plain,
+        **blank,
         time_limit_minutes=command.minutes(r["time_limit"]),
         submit_time=command.timestamp(r["submit_time"]),
         start_time=command.timestamp(r["start_time"]),
         comment=_text(r["comment"].removesuffix("|").strip()),
-    )  # fmt: skip
+    )
 
 
 def partition_jobs(
@@ -325,8 +338,21 @@ def partition_jobs(
 
 def _partial_job(id: str, state: str, user: str, partition: str) -> Job:
     """A job as another user's queue shows it: no request, no times."""
-    blank = dict.fromkeys(("name", "nodes", "tres_alloc", "tres_per_job", "tres_per_node", "qos",
-                           "account", "workdir", "reason", "comment"), "")  # fmt: skip
+    blank = dict.fromkeys(
+        (
+            "name",
+            "nodes",
+            "tres_alloc",
+            "tres_per_job",
+            "tres_per_node",
+            "qos",
+            "account",
+            "workdir",
+            "reason",
+            "comment",
+        ),
+        "",
+    )
     times = dict.fromkeys(("time_limit_minutes", "submit_time", "start_time"), None)
     return Job(id=id, state=state, user=user, partition=partition, **blank, **times)
 
@@ -433,8 +459,10 @@ def limits(user: str | None = None, timeout: float = command.DEFAULT_TIMEOUT) ->
         )
         for r in command.rows(assoc.stdout, names)
     )
-    qos_map = {r["name"]: Qos(r["name"], command.count(r["maxsubmit"]))
-               for r in command.rows(qos.stdout, ("name", "maxsubmit"))}  # fmt: skip
+    qos_map = {
+        r["name"]: Qos(r["name"], command.count(r["maxsubmit"]))
+        for r in command.rows(qos.stdout, ("name", "maxsubmit"))
+    }
     default = who.stdout.strip().splitlines()[0].strip() if who.ok and who.stdout.strip() else ""
     return Answer(Limits(associations, qos_map, default))
 
@@ -489,10 +517,13 @@ def next_maintenance(
     naming another partition is left out, node lists are kept rather than guessed (the
     warning errs toward caution)."""
     windows = [
-        r for r in found
-        if r.maintenance and r.start is not None and (r.end is None or r.end >= now)
+        r
+        for r in found
+        if r.maintenance
+        and r.start is not None
+        and (r.end is None or r.end >= now)
         and not (r.partition and partitions and r.partition not in partitions)
-    ]  # fmt: skip
+    ]
     return min(windows, key=lambda r: r.start or now, default=None)
 
 

@@ -147,11 +147,18 @@ def _connection_error_types() -> tuple[type[BaseException], ...]:
     import fsspec.exceptions  # noqa: PLC0415 - object stores only
 
     return (
-        ConnectionError, TimeoutError, boto.ConnectionError, boto.HTTPClientError,
-        boto.IncompleteReadError, boto.ResponseStreamingError, aiohttp.ClientConnectionError,
-        aiohttp.ClientPayloadError, fsspec.exceptions.FSTimeoutError, IncompleteRead,
+        ConnectionError,
+        TimeoutError,
+        boto.ConnectionError,
+        boto.HTTPClientError,
+        boto.IncompleteReadError,
+        boto.ResponseStreamingError,
+        aiohttp.ClientConnectionError,
+        aiohttp.ClientPayloadError,
+        fsspec.exceptions.FSTimeoutError,
+        IncompleteRead,
         RemoteDisconnected,
-    )  # fmt: skip
+    )
 
 
 _CONNECTION_ERRORS: tuple[type[BaseException], ...] | None = None
@@ -183,10 +190,13 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def call(
-    fn: Callable[[], T], *, key: str, policy: RetryPolicy,
+    fn: Callable[[], T],
+    *,
+    key: str,
+    policy: RetryPolicy,
     sleep: Callable[[float], None] = time.sleep,
     transient: Callable[[BaseException], bool] = is_transient,
-) -> T:  # fmt: skip
+) -> T:
     """Run ``fn`` until it succeeds, a final error occurs (raised unchanged, so callers
     still tell ``FileNotFoundError`` from the rest), or the attempts are spent
     (``RetriesExhaustedError`` naming ``key``)."""
@@ -205,6 +215,10 @@ def call(
                 raise RetriesExhaustedError(key, attempt, exc) from exc
             log.warning(
                 "%s: transient error (attempt %d/%d), retrying in %.2fs: %s",
-                key, attempt, policy.attempts, delay, describe(exc),
-            )  # fmt: skip
+                key,
+                attempt,
+                policy.attempts,
+                delay,
+                describe(exc),
+            )
             sleep(delay)

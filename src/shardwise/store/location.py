@@ -403,10 +403,13 @@ def _remote_filesystem(uri: str, options: StorageOptions) -> tuple[Any, str]:
     if options.addressing_style != "auto":
         config_kwargs["s3"] = {"addressing_style": options.addressing_style}
     kwargs: dict[str, Any] = {
-        "anon": options.anon, "endpoint_url": options.endpoint_url, "client_kwargs": client_kwargs,
-        "config_kwargs": config_kwargs, "use_listings_cache": False,
+        "anon": options.anon,
+        "endpoint_url": options.endpoint_url,
+        "client_kwargs": client_kwargs,
+        "config_kwargs": config_kwargs,
+        "use_listings_cache": False,
         "default_block_size": DEFAULT_BLOCK_SIZE,
-    }  # fmt: skip
+    }
     if options.profile:
         kwargs["profile"] = options.profile
     cls = _s3_filesystem_class()

@@ -8,6 +8,7 @@ is one registry entry with its builder, parser and checker, and nothing else.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,19 @@ def test_ids_written_as_numbers_stay_numbers_in_the_attributes_and_old_sidecars_
     verify_repair.repair(run_dir, report)
     label(run_dir)
     assert verify.verify_run(run_dir, complete=True).ok
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_the_readme_outputs_table_lists_every_kind_in_write_order():
+    """README's outputs table is the one list of per-file outputs the docs link to."""
+    text = README.read_text("utf-8")
+    section = text[text.index("## Outputs") :]
+    table = section[: section.index("\n\n", section.index("| file | content |"))]
+    listed = re.findall(r"^\| `([^`]+)` \|", table, re.MULTILINE)
+    want = [
+        f"<rel>{k.suffix}" if k.root == "output" else f"<{k.root} root>/<rel>{k.suffix}"
+        for k in outputs.kinds()
+    ]
+    assert listed == want

@@ -317,6 +317,9 @@ def _advice(
     hidden: Answer[int] | None,
     run_dir: str,
 ) -> str:
+    """What to do, from the rows: nothing answered, the job's own request starts now, no
+    shorter limit starts earlier, or the longest limit that starts first and how to ask
+    for it."""
     answered = [r for r in rows if r.start is not None]
     reserved = waits_for_reservation(job.reason)
     window = next((r for r in rows if r.label == WINDOW_LABEL), None)
@@ -334,16 +337,37 @@ def _advice(
         return "its own request would start now: the job waits for the next scheduling pass"
     first = min(r.start for r in answered if r.start)
     if own_row is not None and own_row.start == first:
-        if reserved:
-            text = f"the job waits for a reservation ({job.reason}), yet no shorter limit was "
-            text += "found that starts earlier: the window may already be open, or its nodes "
-            return text + "are busy; see the pending reason"
-        why = "the wait is not about time (see the pending reason)"
-        return f"no shorter walltime starts earlier: {why}"
+        return _nothing_earlier(job, reserved=reserved)
     best = max((r for r in answered if r.start == first), key=lambda r: r.minutes)
+    tested_now = any(r.starts_now for r in answered if r.method is Method.TEST_ONLY)
+    return located + _shorten(
+        best, own_row, first=first, tested_now=tested_now, own=own, shards=shards, run_dir=run_dir
+    )
+
+
+def _nothing_earlier(job: queries.Job, *, reserved: bool) -> str:
+    """The job's own limit starts first: the wait is not about time (or the window)."""
+    if reserved:
+        text = f"the job waits for a reservation ({job.reason}), yet no shorter limit was "
+        text += "found that starts earlier: the window may already be open, or its nodes "
+        return text + "are busy; see the pending reason"
+    why = "the wait is not about time (see the pending reason)"
+    return f"no shorter walltime starts earlier: {why}"
+
+
+def _shorten(
+    best: ProbeRow,
+    own_row: ProbeRow | None,
+    *,
+    first: str,
+    tested_now: bool,
+    own: int,
+    shards: int,
+    run_dir: str,
+) -> str:
+    """Ask for ``best``'s limit: retime the queued jobs, and what the next submissions set."""
     when = "now" if best.starts_now else f"at {first.replace('T', ' ')}"
     behind = ""
-    tested_now = any(r.starts_now for r in answered if r.method is Method.TEST_ONLY)
     if best.label == WINDOW_LABEL and not tested_now:
         behind = " (sbatch --test-only found no limit that starts now: it adds to its answer "
         behind += "the time of the pending jobs ahead in the partition, this run's own included)"
@@ -353,7 +377,7 @@ def _advice(
     k = best.minutes // max(share, 1)
     if 1 <= k < shards:
         options.append(f"--group-components classify={k} (shards keep their walltime)")
-    text = f"{located}a job asking for {best.minutes} min or less starts {when}{instead}{behind} "
+    text = f"a job asking for {best.minutes} min or less starts {when}{instead}{behind} "
     text += f"(yours asks for {own} min for {shards} shard(s)): shorten the queued jobs in place "
     text += f"with `shardwise cluster retime --run-dir {run_dir} --max-minutes {best.minutes}` "
     text += "(decrease only; a shard cut short resumes on its retry), and for the next "

@@ -108,20 +108,34 @@ def find(
     held = {s: c for s, c in claims.read_claims(run_dir).items() if s not in done}
     cluster = submitter is not None and submitter.cluster
     wants_queue = cluster or any(c.slurm_job_id for c in held.values())
-    notes: list[str] = []
     if queue is None and wants_queue and shutil.which("squeue") is not None:
         queue = queries.jobs(timeout=SQUEUE_TIMEOUT)
+    notes: list[str] = []
     live_jobs: dict[str, str] | None = None
     if queue is not None:
         if queue.ok:
             live_jobs = {j.id: j.state for j in queue.value or ()}
         else:
             notes.append(f"squeue did not answer ({queue.problem}); claims are trusted as live")
+    flying, stale = _claimed(held, live_jobs)
+    if queue is not None and queue.ok and submitter is not None:
+        queued = queued_shards(run_dir, submitter, queue.value or [])
+        _add_queued(flying, queued, done)
+    if stale:
+        gone = f"shards {ranges.compress(stale)}"
+        notes.append(f"{len(stale)} stale claim(s) ignored (their jobs are gone): {gone}")
+    return InFlight(flying, tuple(notes), tuple(stale))
+
+
+def _claimed(
+    held: dict[int, claims.Claim], live_jobs: dict[str, str] | None
+) -> tuple[dict[int, Flying], list[int]]:
+    """The claimed shards whose holder may be alive (squeue's ``live_jobs`` and, for job
+    steps, its steps: asked only when a claim names a step of a live job), and the stale."""
     steps: set[str] | None = None
     if live_jobs and any(c.step and c.slurm_job_id in live_jobs for c in held.values()):
         found = queries.steps(timeout=SQUEUE_TIMEOUT)
         steps = found.value if found.ok else None
-
     flying: dict[int, Flying] = {}
     stale: list[int] = []
     for shard, claim in sorted(held.items()):
@@ -129,30 +143,30 @@ def find(
         if verdict.alive is False:
             stale.append(shard)
             continue
-        state = (live_jobs or {}).get(claim.slurm_job_id or "", "running")
-        since, certain = local_time(claim.started_at), verdict.alive is True
         flying[shard] = Flying(
             shard=shard,
             job_id=claim.slurm_job_id,
-            state=state,
-            since=since,
+            state=(live_jobs or {}).get(claim.slurm_job_id or "", "running"),
+            since=local_time(claim.started_at),
             holder=claim.holder(),
-            certain=certain,
+            certain=verdict.alive is True,
         )
-    if queue is not None and queue.ok and submitter is not None:
-        for job, shards in queued_shards(run_dir, submitter, queue.value or []).items():
-            since = job.start_time if job.running and job.start_time else job.submit_time
-            when = since.isoformat() if since else ""
-            holder = f"SLURM job {job.id}" + (f" on {job.nodes}" if job.nodes else "")
-            for shard in shards:
-                if shard not in done and shard not in flying:
-                    flying[shard] = Flying(
-                        shard=shard, job_id=job.id, state=job.state, since=when, holder=holder
-                    )
-    if stale:
-        gone = f"shards {ranges.compress(stale)}"
-        notes.append(f"{len(stale)} stale claim(s) ignored (their jobs are gone): {gone}")
-    return InFlight(flying, tuple(notes), tuple(stale))
+    return flying, stale
+
+
+def _add_queued(
+    flying: dict[int, Flying], queued: dict[queries.Job, list[int]], done: set[int]
+) -> None:
+    """The shards queued jobs hold, unless done or already held by a claim."""
+    for job, shards in queued.items():
+        since = job.start_time if job.running and job.start_time else job.submit_time
+        when = since.isoformat() if since else ""
+        holder = f"SLURM job {job.id}" + (f" on {job.nodes}" if job.nodes else "")
+        for shard in shards:
+            if shard not in done and shard not in flying:
+                flying[shard] = Flying(
+                    shard=shard, job_id=job.id, state=job.state, since=when, holder=holder
+                )
 
 
 def candidate(job: queries.Job, submitter: Submitter) -> bool:

@@ -91,5 +91,4 @@ def run(args: argparse.Namespace) -> int:
     for line in verify_repair.repair(args.run_dir, report):
         print(line, file=notes)
     print(verify_repair.repaired_line(report, advice), file=notes)
-    left = len(report.problems) - report.repairable
-    return EXIT_OK if left == 0 else EXIT_PROBLEMS
+    return EXIT_OK if report.unrepairable == 0 else EXIT_PROBLEMS

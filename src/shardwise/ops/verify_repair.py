@@ -152,7 +152,7 @@ def _repair_line(run_dir: Path, report: VerifyReport, *, broken: int, rebuild: i
 
 def repaired_line(report: VerifyReport, advice: Advice) -> str:
     """What ``--repair`` leaves to do: relabel, or nothing; and the problems it cannot fix."""
-    left = len(report.problems) - report.repairable
+    left = report.unrepairable
     if advice.broken:
         text = "repaired: run `snakemake` (with your profile) to relabel them"
     else:

@@ -61,6 +61,11 @@ class VerifyReport:
         """True when nothing contradicts the markers."""
         return not self.problems
 
+    @property
+    def unrepairable(self) -> int:
+        """Problems ``--repair`` does not resolve (they need another fix)."""
+        return len(self.problems) - self.repairable
+
     def problem(
         self,
         where: str,

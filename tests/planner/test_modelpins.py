@@ -136,3 +136,17 @@ def test_a_run_pinned_before_gets_its_pin_from_its_files_and_mixed_files_are_rel
     label(run_dir)
     assert verify.verify_run(run_dir, complete=True).ok
     assert markers.done_shards(run_dir)
+
+
+def test_labelled_means_a_marker_in_the_output_not_a_journal_in_the_run_dir(tmp_path):
+    """The journals are bookkeeping (a run directory rebuilt, another cluster's jobs): a
+    model that changed under files with markers is refused all the same."""
+    models = own_models(tmp_path)
+    cfg = plan_run(tmp_path, classifiers=classifiers({n: str(p) for n, p in models.items()}))
+    run_dir = Path(cfg["run_dir"])
+    label(run_dir, sorted(plan.nonempty_shards(plan.load(run_dir)))[:1])
+    shutil.rmtree(run_dir / "progress")
+    weights = models["topic"] / "model.safetensors"
+    weights.write_bytes((models["topic_nourl"] / "model.safetensors").read_bytes())
+    with pytest.raises(RunMismatchError, match="classifier 'topic': the model at"):
+        dry_run(cfg)

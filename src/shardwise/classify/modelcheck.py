@@ -247,6 +247,14 @@ def identity(model: str, *, cache_root: Path | None = None) -> dict[str, Any]:
     return {"model": model, "content_hash": digest, "tokenizer_hash": tokens, "revision": revision}
 
 
+def identities(classifiers: Iterable[tuple[str, str, str]]) -> dict[str, dict[str, Any]]:
+    """Each classifier's (name, model, input) model identity (:func:`identity`), each model
+    path hashed once: what a file's stats record and run.json pins."""
+    classifiers = list(classifiers)
+    by_model = {model: identity(model) for model in {m for _, m, _ in classifiers}}
+    return {name: by_model[model] for name, model, _ in classifiers}
+
+
 def _content_hash(files: list[Path], cache_root: Path | None) -> str:
     stamp = hashlib.sha256()
     for f in files:

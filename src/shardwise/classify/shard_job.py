@@ -24,7 +24,7 @@ import pyarrow as pa
 from tqdm import tqdm
 
 from shardwise.classify import gate
-from shardwise.classify.modelcheck import identity
+from shardwise.classify.modelcheck import identities
 from shardwise.classify.tokencount import TokenCounter
 from shardwise.classify.tokenization import labelling
 from shardwise.config import Pair, resolve_pairs
@@ -392,8 +392,7 @@ def _counted(ctx: JobContext) -> tuple[list[str], list[Pair]]:
 
 def model_identities(ctx: JobContext) -> dict[str, Any]:
     """Each classifier's model identity (content hash, hub revision) for the stats."""
-    by_model = {model: identity(model) for model in {m for _, m, _ in ctx.meta.classifiers}}
-    return {name: by_model[model] for name, model, _kind in ctx.meta.classifiers}
+    return identities(ctx.meta.classifiers)
 
 
 def check_models(ctx: JobContext, models: dict[str, Any]) -> None:

@@ -4,9 +4,11 @@ At planning (every dry run and run start, the top-level process): a run without 
 gets one (the models as they are while nothing is labelled; from its files' stats once
 something is, naming the files of another model); a run with one has each classifier's
 model compared with it: while nothing is labelled a change is re-pinned and said, once
-anything is it is refused in one line per classifier (``run/modelpin.py``). Jobs check
-the same before they label (``classify/shard_job.py``), so no file of an output is
-labelled with another model than its run.json names.
+anything is it is refused in one line per classifier (``run/modelpin.py``). "Labelled"
+is what ``plan --repin`` asks too: a per-file marker in the output (one listing, made
+only when the answer matters). Jobs check the same before they label
+(``classify/shard_job.py``), so no file of an output is labelled with another model
+than its run.json names.
 """
 
 from collections.abc import Iterator
@@ -15,40 +17,40 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from shardwise.classify.modelcheck import identity
+from shardwise.classify.modelcheck import identities
 from shardwise.errors import RecordError, RunMismatchError
-from shardwise.run import journal, modelpin, outputs, runjson
+from shardwise.run import modelpin, outputs, runjson
 from shardwise.run.filestats import FileStats
 from shardwise.store.location import Location
 
 
 def current_models(meta: runjson.RunMeta) -> dict[str, dict[str, Any]]:
     """Each classifier's model identity as it is now (each model path hashed once)."""
-    by_model = {model: identity(model) for model in {m for _, m, _ in meta.classifiers}}
-    return {name: by_model[model] for name, model, _ in meta.classifiers}
+    return identities(meta.classifiers)
 
 
 def initial(
-    meta: runjson.RunMeta, copies: tuple[runjson.Copy, runjson.Copy]
+    now: dict[str, dict[str, Any]], copies: tuple[runjson.Copy, runjson.Copy]
 ) -> dict[str, dict[str, Any]] | None:
     """The models a run.json created now pins, from the (run directory, output root)
-    copies as read: a new run's as they are (so its first write is its only one); where a
-    copy exists, its pin (the output root's first: it vouches for the labels), None for a
-    run pinned before models were (:func:`check_and_pin` derives it from the files)."""
+    copies as read: a new run's as they are (``now``: so its first write is its only one);
+    where a copy exists, its pin (the output root's first: it vouches for the labels),
+    None for a run pinned before models were (:func:`check_and_pin` derives it from the
+    files)."""
     found = [c.meta for c in reversed(copies) if c.meta is not None]
     if not found:
-        return _pins(current_models(meta))
+        return _pins(now)
     return found[0].models
 
 
-def check_and_pin(run_dir: Path, output: Location) -> list[str]:
-    """Pin or compare the models (module docstring); the lines to say. RunMismatchError
-    when a model changed under a run that has labelled files. The journals are read only
-    where the answer depends on them (no pin yet, or a model that changed)."""
+def check_and_pin(run_dir: Path, output: Location, now: dict[str, dict[str, Any]]) -> list[str]:
+    """Pin or compare the models (module docstring) with ``now``, the models as they are;
+    the lines to say. RunMismatchError when a model changed under a run that has labelled
+    files. The output is listed only where the answer depends on it (no pin yet, or a
+    model that changed)."""
     meta = runjson.read_run_dir(run_dir)
-    now = current_models(meta)
     if meta.models is None:
-        labelled = labelled_files(run_dir)
+        labelled = sorted(outputs.marked(output))
         if not labelled:
             _write(run_dir, output, replace(meta, models=_pins(now)))
             return []
@@ -59,18 +61,11 @@ def check_and_pin(run_dir: Path, output: Location) -> list[str]:
     if not wrong:
         return []
     models = {name: model for name, model, _ in meta.classifiers}
-    if not labelled_files(run_dir):
+    if not outputs.marked(output):
         _write(run_dir, output, replace(meta, models={**meta.models, **_pins(now)}))
         names = ", ".join(repr(n) for n in wrong)
         return [f"note: re-pinned the model of {names}: it changed, and nothing is labelled yet"]
     raise RunMismatchError("\n".join(modelpin.refusal(n, models[n], d) for n, d in wrong.items()))
-
-
-def labelled_files(run_dir: Path) -> list[str]:
-    """The files this run's jobs finished (their progress journals; none: nothing is
-    labelled), in file order."""
-    found = {rel for shard in journal.shards(run_dir) for rel in journal.entries(run_dir, shard)}
-    return sorted(found)
 
 
 def _pins(now: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -108,9 +108,10 @@ def prepare_run(
         check_shard_count(settings.total_shards, planned.task_count)
         sampled = _check_sample(settings, recorded, source, planned.table, set(quarantined))
     meta = run_meta(settings, planned.task_count, planned.fingerprint)
-    meta = replace(meta, models=modelpins.initial(meta, copies))
+    models_now = modelpins.current_models(meta)  # each model hashed once per dry run
+    meta = replace(meta, models=modelpins.initial(models_now, copies))
     _pin(settings, meta, planned, copies, repin=repin, say=said.append)
-    said += modelpins.check_and_pin(run_dir, output)
+    said += modelpins.check_and_pin(run_dir, output, models_now)
     if planned.input_drift:  # the new set is the pinned one (an extension half done)
         drift.record(run_dir, drift.InputDrift())
     if planned.fresh:

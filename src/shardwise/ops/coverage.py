@@ -223,6 +223,7 @@ class _Files:
     done: np.ndarray  # bool: labelled (shard marker, or its own marker)
     quarantined: np.ndarray  # bool: left out of the run (never done, never left to do)
     size: np.ndarray  # int64 bytes
+    stats_row: np.ndarray  # int64 per stats row: its plan row (-1: not in the plan)
 
 
 def _files(state: RunState) -> _Files:
@@ -241,6 +242,8 @@ def _files(state: RunState) -> _Files:
         quarantined = _in(plan["file"], state.quarantined)
         done &= ~quarantined
     size = plan["size"].to_numpy().astype(np.int64)
+    stats = state.stats
+    stats_row = plan_index(plan, stats.file) if stats is not None else np.zeros(0, np.int64)
     return _Files(
         rel_shard=rel_shard,
         in_range=in_range,
@@ -248,6 +251,7 @@ def _files(state: RunState) -> _Files:
         done=done,
         quarantined=quarantined,
         size=size,
+        stats_row=stats_row,
     )
 
 
@@ -307,7 +311,7 @@ def _docs(state: RunState, f: _Files) -> int:
     """Documents labelled: a done shard's marker counts; per-file stats fill in files done
     in unfinished shards and markers without a count."""
     total = state.total_shards
-    stat_docs = _per_file(state, "docs")
+    stat_docs = _per_file(state, f, "docs")
     rel = f.rel_shard[f.in_range]
     per_shard_stats = np.bincount(rel, weights=(stat_docs * f.done)[f.in_range], minlength=total)
     marker_docs = np.full(total, np.nan)
@@ -319,7 +323,7 @@ def _docs(state: RunState, f: _Files) -> int:
 def _totals(state: RunState, f: _Files) -> dict[str, int | None]:
     """Each figure with a ``total``, summed over the labelled files' stats."""
     return {
-        how.total: round(float((_per_file(state, name) * f.done).sum()))
+        how.total: round(float((_per_file(state, f, name) * f.done).sum()))
         if state.stats is not None
         else None
         for name, how in figure_fields().items()
@@ -327,13 +331,12 @@ def _totals(state: RunState, f: _Files) -> dict[str, int | None]:
     }
 
 
-def _per_file(state: RunState, name: str) -> np.ndarray:
+def _per_file(state: RunState, f: _Files, name: str) -> np.ndarray:
     """A number figure per plan row, 0 where no stats give it."""
     out = np.zeros(state.plan.num_rows)
     if state.stats is not None:
-        idx = plan_index(state.plan, state.stats.file)
-        known = idx >= 0
-        out[idx[known]] = np.nan_to_num(state.stats.column(name)[known])
+        known = f.stats_row >= 0
+        out[f.stats_row[known]] = np.nan_to_num(state.stats.column(name)[known])
     return out
 
 
@@ -342,7 +345,7 @@ def _labelled_stats(state: RunState, f: _Files) -> tuple[dict[str, int], list[fi
     stats = state.stats
     if stats is None:
         return {}, []
-    idx = plan_index(state.plan, stats.file)
+    idx = f.stats_row
     counted = np.zeros(idx.size, dtype=bool)
     counted[idx >= 0] = f.done[idx[idx >= 0]]
     return statstable.quality_totals(stats, counted), fidelity.totals(stats.fidelity[counted])

@@ -6,6 +6,7 @@
 from snakemake.utils import min_version, validate
 
 from shardwise.snakefile import (
+    JobKeeping,
     Submitter,
     WalltimeAdaptation,
     is_dry_run,
@@ -50,18 +51,24 @@ RUN_DIR = str(RUN.run_dir)
 # Walltimes fitted to a hidden maintenance window by SLURM's own plan (walltime.adapt),
 # started once the workflow knows its executor.
 ADAPTING = WalltimeAdaptation(config, RUN, main_process=workflow.is_main_process)
+# Preempted, held or vanished SLURM jobs of the run: requeued, retried or reported, so
+# that no job is waited for forever (docs/slurm.md, Preemption).
+KEEPING = JobKeeping(config, RUN, main_process=workflow.is_main_process)
 
 
 onstart:
     ADAPTING.start(workflow)
+    KEEPING.start(workflow)
 
 
 onsuccess:
     ADAPTING.stop()
+    KEEPING.stop()
 
 
 onerror:
     ADAPTING.stop()
+    KEEPING.stop()
     print_failures(FAILURES)
 
 
@@ -76,6 +83,7 @@ wildcard_constraints:
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/classify.smk"
+include: "workflow/rules/adopt.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/dolma.smk"
 include: "workflow/rules/select.smk"
@@ -85,4 +93,5 @@ rule all:
     default_target: True
     input:
         RUN.targets(),
+        adopted_shards,
         RUN.when_settled(f"{RUN_DIR}/report/coverage.png"),

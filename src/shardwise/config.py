@@ -319,6 +319,8 @@ class Settings:
     domain_pairs: tuple[tuple[str, str], ...] = ()
     #: Shards failed for one shared reason, before any succeeded, that stop a run (0: never).
     stop_after: int = 2
+    #: Seconds between two looks of the job keeper at the run's SLURM jobs.
+    watch_seconds: float = 60.0
     dolma: DolmaSettings | None = None  # output.dolma, when enabled
     count_tokenizer: str | None = None  # domains.tokenizer: counts each document's tokens
     inert: tuple[str, ...] = ()  # settings their block's switch leaves off (inert_settings)
@@ -340,6 +342,7 @@ class Settings:
             walltime=dict(cfg["walltime"]),
             domain_pairs=tuple(_domain_pairs(cfg)),
             stop_after=cfg["failures"]["stop_after"],
+            watch_seconds=float(cfg["failures"]["watch_seconds"]),
             dolma=DolmaSettings.from_config(cfg),
             count_tokenizer=cfg.get("domains", {}).get("tokenizer"),
             inert=inert_settings(cfg),

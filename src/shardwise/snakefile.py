@@ -3,7 +3,9 @@ with ``cli``): the Snakefile stays a table of contents that calls :func:`prepare
 
 import functools
 import sys
+import threading
 import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -12,6 +14,8 @@ from shardwise.errors import ShardwiseError
 from shardwise.ops import adapt, failed_jobs
 from shardwise.ops.adapt import Adapter
 from shardwise.ops.failed_jobs import FailureLog
+from shardwise.ops.fates import Duty
+from shardwise.ops.keeper import Keeper
 from shardwise.ops.planning import report_lines
 from shardwise.planner import prepare, walltime
 from shardwise.planner.inflight import Submitter
@@ -22,7 +26,7 @@ from shardwise.slurm.profile import site_resources
 from shardwise.slurm.submiterrors import show_submit_errors
 
 __all__ = [
-    "FailureLog", "RunInfo", "Submitter", "WalltimeAdaptation", "classify_group_size",
+    "FailureLog", "JobKeeping", "RunInfo", "Submitter", "WalltimeAdaptation", "classify_group_size",
     "is_dry_run", "prepare_run", "reject_secret_keys", "runtime_minutes_for",
     "selection_targets", "show_failed_jobs", "show_submit_errors", "site_resources",
 ]  # fmt: skip
@@ -115,8 +119,7 @@ class WalltimeAdaptation:
             return None
         settings = Settings.from_config(self.config)
         mode = settings.walltime.get("adapt", "auto")
-        plugin = getattr(workflow, "executor_plugin", None)
-        on_slurm = plugin is not None and "slurm" in str(getattr(plugin, "name", ""))
+        on_slurm = _on_slurm(workflow)
         if mode is False or (mode == "auto" and not on_slurm):
             record = adaptation.load(self.run.run_dir)
             if record is not None and record.fit is not None:
@@ -135,3 +138,126 @@ class WalltimeAdaptation:
         """Stop after the round in progress (the thread is a daemon: an exit ends it too)."""
         if self.adapter is not None:
             self.adapter.close()
+
+
+class ExecutorJobs:
+    """The jobs the SLURM executor waits for, as the job keeper sees them, and the keeper's
+    word on their end, given to Snakemake inside the executor's own status check.
+
+    The executor's ``check_active_jobs`` (Snakemake's executor interface: each round it
+    yields the jobs still running and reports the others) is wrapped on this one executor
+    object, never in the plugin's files: a job the keeper ended is reported there, as the
+    plugin reports one (``report_job_success`` / ``report_job_error``), and a job the
+    plugin dropped without a report is yielded again. Plugin 2.8.0 drops every job it is
+    checking when its status command fails ``slurm-status-attempts`` times in a row (a
+    controller restart): Snakemake would wait for them forever."""
+
+    def __init__(self, executor: Any) -> None:
+        self.executor = executor
+        self.lock = threading.Lock()
+        self.known: dict[str, Any] = {}  # SLURM job id -> SubmittedJobInfo, last round
+        self.ends: dict[str, tuple[bool, str]] = {}  # the keeper's word, for the next round
+        self.ended: set[str] = set()  # jobs whose end the keeper's word reported
+        self.reported: set[int] = set()
+        self._wrap()
+
+    def _wrap(self) -> None:
+        executor, checked = self.executor, self.executor.check_active_jobs
+        for name in ("report_job_success", "report_job_error"):
+            setattr(executor, name, self._tracked(getattr(executor, name)))
+
+        async def check_active_jobs(active_jobs: list[Any]) -> AsyncIterator[Any]:
+            self.reported.clear()
+            with self.lock:
+                self.known = {str(i.external_jobid): i for i in active_jobs if i.external_jobid}
+            still = [info async for info in checked(active_jobs)]
+            ids = {id(i) for i in still}
+            dropped = [i for i in active_jobs if id(i) not in ids and id(i) not in self.reported]
+            for info in still + dropped:
+                with self.lock:
+                    end = self.ends.pop(str(info.external_jobid), None)
+                    if end is not None:
+                        self.ended.add(str(info.external_jobid))
+                if end is None:
+                    yield info
+                elif end[0]:
+                    executor.report_job_success(info)
+                else:
+                    executor.report_job_error(
+                        info, msg=f"SLURM job {info.external_jobid} {end[1]}. "
+                    )
+
+        executor.check_active_jobs = check_active_jobs
+
+    def _tracked(self, report: Callable[..., Any]) -> Callable[..., Any]:
+        def tracked(info: Any, *args: Any, **kwargs: Any) -> Any:
+            self.reported.add(id(info))
+            return report(info, *args, **kwargs)
+
+        return tracked
+
+    def _infos(self) -> dict[str, Any]:
+        """The jobs being waited for: the last round's and those submitted since."""
+        with self.executor.lock:
+            infos = {str(i.external_jobid): i for i in self.executor.active_jobs}
+        with self.lock:
+            return {**self.known, **infos}
+
+    def watched(self) -> dict[str, tuple[int, ...]]:
+        return {k: _shards_of(i.job) for k, i in self._infos().items() if k != "None"}
+
+    def end(self, job_id: str, *, done: bool, why: str) -> bool:
+        """Have the executor's next round report the job's end (once)."""
+        if job_id not in self._infos():
+            return False
+        with self.lock:
+            if job_id in self.ends or job_id in self.ended:
+                return False
+            self.ends[job_id] = (done, why)
+        return True
+
+
+def _shards_of(job: Any) -> tuple[int, ...]:
+    """The shards of a Snakemake job or group job (its classify members' wildcard)."""
+    members = list(job) if job.is_group() else [job]
+    found = (getattr(m, "wildcards", {}).get("shard") for m in members)
+    return tuple(sorted(int(s) for s in found if s is not None and str(s).isdigit()))
+
+
+class JobKeeping:
+    """The job keeper of one invocation (``ops/keeper.py``): made at parse time, started by
+    ``onstart`` with the executor, stopped by ``onsuccess``/``onerror``. Only with a
+    remote executor that has jobs to keep (SLURM); the local executor's jobs are processes."""
+
+    def __init__(self, config: dict[str, Any], run: RunInfo, *, main_process: bool) -> None:
+        self.config, self.run, self.main_process = config, run, main_process
+        self.keeper: Keeper | None = None
+
+    def start(self, workflow: Any) -> Keeper | None:
+        """Start keeping the executor's jobs in a real run on SLURM."""
+        if not self.main_process or is_dry_run(workflow):
+            return None
+        scheduler = getattr(workflow, "scheduler", None)
+        executor = getattr(scheduler, "_executor", None)
+        if executor is None or not hasattr(executor, "active_jobs") or not _on_slurm(workflow):
+            return None
+        settings = workflow.executor_settings
+        duty = Duty.own(plugin_requeue=bool(getattr(settings, "requeue", False)))
+        self.keeper = Keeper(
+            run_dir=self.run.run_dir,
+            jobs=ExecutorJobs(executor),
+            duty=duty,
+            every=Settings.from_config(self.config).watch_seconds,
+        )
+        self.keeper.start()
+        return self.keeper
+
+    def stop(self) -> None:
+        """Stop after the round in progress."""
+        if self.keeper is not None:
+            self.keeper.close()
+
+
+def _on_slurm(workflow: Any) -> bool:
+    plugin = getattr(workflow, "executor_plugin", None)
+    return plugin is not None and "slurm" in str(getattr(plugin, "name", ""))

@@ -93,6 +93,7 @@ def test_a_fitting_profile_is_all_ok():
         "exclude",
         "node",
         "reservations",
+        "preemption",
     ]
 
 

@@ -126,25 +126,24 @@ def _incomplete_flag(workdir, path):
     return flag
 
 
-def test_stale_incomplete_flags_of_finished_shards_are_cleared_others_kept(tmp_path):
+def test_incomplete_flags_of_the_runs_shard_markers_are_cleared_others_kept(tmp_path):
+    """A marker is written last and whole: one that exists is complete, one that does not is
+    missing. The flags a killed Snakemake left would make the next one rerun the shards its
+    adopted jobs finish, so every flag of a shard marker goes; flags of other paths stay."""
     run_dir = tmp_path / "run"
-    for shard in (0, 1):
-        markers.write_shard_marker(
-            run_dir,
-            markers.ShardMarker(
-                shard=shard, total_shards=4, minimum_shard_index=0, tasks=1, files=1, docs=1
-            ),
-        )
-    done_flag = _incomplete_flag(tmp_path, run_dir / "shards" / "0.done")
-    flying_flag = _incomplete_flag(tmp_path, run_dir / "shards" / "1.done")
-    running_flag = _incomplete_flag(tmp_path, "run/shards/2.done")  # no marker yet
-    other_flag = _incomplete_flag(tmp_path, tmp_path / "elsewhere" / "0.done")
-    flight = inflight.InFlight(
-        {1: inflight.Flying(shard=1, job_id="9", state="RUNNING", since="", holder="SLURM job 9")}
+    markers.write_shard_marker(
+        run_dir,
+        markers.ShardMarker(
+            shard=0, total_shards=4, minimum_shard_index=0, tasks=1, files=1, docs=1
+        ),
     )
-    assert inflight.clear_stale_incomplete(run_dir, str(tmp_path), flight) == [0]
-    assert not done_flag.exists()
-    assert flying_flag.exists() and running_flag.exists() and other_flag.exists()
+    done_flag = _incomplete_flag(tmp_path, run_dir / "shards" / "0.done")
+    flying_flag = _incomplete_flag(tmp_path, run_dir / "shards" / "1.done")  # its job runs on
+    relative_flag = _incomplete_flag(tmp_path, "run/shards/2.done")
+    other_flag = _incomplete_flag(tmp_path, tmp_path / "elsewhere" / "0.done")
+    assert inflight.clear_stale_incomplete(run_dir, str(tmp_path)) == [0, 1, 2]
+    assert not done_flag.exists() and not flying_flag.exists() and not relative_flag.exists()
+    assert other_flag.exists()
 
 
 def _planned(tmp_path):
@@ -152,21 +151,53 @@ def _planned(tmp_path):
     return minimal_config(tmp_path, tmp_path / "corpus", sharding={"total_shards": 4})
 
 
-def test_planning_leaves_claimed_shards_out_of_the_targets_and_prints_them(tmp_path):
+def test_planning_adopts_shards_a_checkable_holder_claims_and_prints_them(tmp_path):
     cfg = _planned(tmp_path)
     prepare_run(cfg, main_process=True, dryrun=True, out=io.StringIO())
     submitter = replace(SUBMITTER, workdir=str(tmp_path), cluster=False)
-    with claims.held(tmp_path / "run", 1):
+    with claims.held(tmp_path / "run", 1):  # a live process on this host
         out = io.StringIO()
         info = prepare_run(cfg, main_process=True, dryrun=True, out=out, submitter=submitter)
-    assert info.in_flight == (1,)
-    assert str(tmp_path / "run" / "shards" / "1.done") not in info.targets()
-    assert len(info.targets()) == 3
-    assert info.when_settled("report.png") == []
-    assert "in flight 1 shard(s) held by 1 live job(s)" in out.getvalue()
+    marker = str(tmp_path / "run" / "shards" / "1.done")
+    assert (info.in_flight, info.adopted) == ((1,), (1,))
+    assert marker not in info.targets() and len(info.targets()) == 3
+    assert info.adopted_targets() == [marker]  # after the adopt checkpoint
+    assert info.when_settled("report.png") == ["report.png"]  # adopted shards are waited for
+    assert "in flight 1 shard(s) held by 1 live job(s) of an earlier invocation: adopted" in (
+        out.getvalue()
+    )
     assert inflight.Submitter.recorded(tmp_path / "run") == submitter
+    assert claims.read_adoption(tmp_path / "run") is None  # a dry run writes no adoption
     again = prepare_run(cfg, main_process=True, dryrun=True, out=io.StringIO())
-    assert (again.in_flight, again.when_settled("report.png")) == ((), ["report.png"])
+    assert (again.in_flight, again.adopted, again.when_settled("x")) == ((), (), ["x"])
+
+
+def test_a_holder_that_cannot_be_checked_is_left_out_and_the_run_not_settled(tmp_path):
+    cfg = _planned(tmp_path)
+    prepare_run(cfg, main_process=True, dryrun=True, out=io.StringIO())
+    path = claims.claim_path(tmp_path / "run", 2)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(replace(claims.for_this_process(2), host="elsewhere").to_bytes())
+    submitter = replace(SUBMITTER, workdir=str(tmp_path), cluster=False)
+    out = io.StringIO()
+    info = prepare_run(cfg, main_process=True, dryrun=False, out=out, submitter=submitter)
+    assert (info.in_flight, info.adopted, info.when_settled("report.png")) == ((2,), (), [])
+    assert "cannot be checked from here: left out of this run" in out.getvalue()
+    assert claims.read_adoption(tmp_path / "run") is None
+
+
+def test_a_real_planning_writes_the_adoption_the_adopt_checkpoint_reads(tmp_path):
+    cfg = _planned(tmp_path)
+    submitter = replace(SUBMITTER, workdir=str(tmp_path), cluster=False)
+    prepare_run(cfg, main_process=True, out=io.StringIO(), submitter=submitter)
+    with claims.held(tmp_path / "run", 3) as mine:
+        info = prepare_run(cfg, main_process=True, out=io.StringIO(), submitter=submitter)
+    adoption = claims.read_adoption(tmp_path / "run")
+    assert adoption is not None and adoption.token == info.adoption_token
+    assert adoption.holders == (
+        claims.Holder(shards=(3,), pid=mine.pid, host=mine.host, process=mine.process),
+    )
+    assert info.adoption_end().endswith(f"claims/adopted/{info.adoption_token}.json")
 
 
 def test_coverage_json_lists_in_flight_shards(tmp_path, capsys):
@@ -190,9 +221,12 @@ def _wait_for(predicate, timeout, what):
 
 @pytest.mark.slow
 @pytest.mark.race
-def test_local_run_killed_with_sigkill_restarts_without_running_a_shard_twice(
+def test_local_run_killed_with_sigkill_is_finished_by_the_same_command_run_again(
     tmp_path, demo_models
 ):
+    """kill -9 of the main process while two shard processes run: the same command, run
+    again with no --unlock, clears the dead process's lock, adopts the two orphans, waits
+    for them and labels the rest; every shard runs once."""
     config = make_run(tmp_path, demo_models, total_shards=4)
     gate = Gate(tmp_path / "gate")
     gated = gated_shardwise(tmp_path / "bin", tmp_path / "ledger", gate)  # the first run's jobs
@@ -206,18 +240,22 @@ def test_local_run_killed_with_sigkill_restarts_without_running_a_shard_twice(
         os.kill(first.pid, signal.SIGKILL)  # the main process only: its shard jobs go on
         first.wait()
     assert sorted(claims.read_claims(run_dir)) == held
-    subprocess.run(snakemake_cmd(config, "--unlock"), env=env, check=True, capture_output=True)
-    second = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=False)
-    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
-    log = second.stdout + second.stderr
-    assert "in flight 2 shard(s) held by 2 live job(s)" in log, log[-3000:]
+    log_path = tmp_path / "second.log"
+    with log_path.open("w") as log:
+        second = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        _wait_for(lambda: "adopted 2 live job(s)" in log_path.read_text(), 300, "the adoption")
+        assert second.poll() is None  # it waits for the orphans
+        gate.open()  # the orphaned jobs finish their shards now
+        assert second.wait(timeout=600) == 0, log_path.read_text()[-3000:]
+    finally:
+        if second.poll() is None:
+            second.kill()
+    log = log_path.read_text()
+    assert "cleared Snakemake's lock" in log and "LockException" not in log, log[-3000:]
+    assert "in flight 2 shard(s) held by 2 live job(s) of an earlier invocation: adopted" in log
     for shard in held:
         assert f"shards {shard} " in log
-    gate.open()  # the orphaned jobs finish their shards now
-    _wait_for(lambda: claims.read_claims(run_dir) == {}, 300, "the orphaned shards to end")
-    third = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=False)
-    assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
-    assert "rule classify" not in third.stdout + third.stderr  # nothing left to label
     assert ledger_counts(tmp_path / "ledger") == {0: 1, 1: 1, 2: 1, 3: 1}
     assert main(["verify", "--run-dir", str(run_dir), "--complete"]) == 0
     assert (run_dir / "report" / "coverage.png").exists()

@@ -12,6 +12,10 @@
 #                                   usage,users; "none" clears it) on the running
 #                                   cluster: scontrol reconfigure, no restart; a start
 #                                   writes the config without it again
+#   tests/slurm/cluster.sh min-job-age SECONDS
+#                                   how long finished jobs stay in squeue (MinJobAge, 300 by
+#                                   default) on the running cluster: scontrol reconfigure;
+#                                   a start writes 300 again
 #   tests/slurm/cluster.sh add-user NAME
 #                                   an ordinary user NAME (useradd) in account
 #                                   "shardwise": PrivateData binds only such users,
@@ -44,6 +48,13 @@
 #                               ctld/ and slurmd/ are wiped on every (re)start so a
 #                               node drained by a previous run does not stay drained
 #   SHARDWISE_SLURM_ACCOUNTING  1 (default) or 0
+#   SHARDWISE_SLURM_PREEMPT     0 (default) or 1: preemption as a cluster with a
+#                               preemptible tier has it (PreemptType=preempt/partition_prio,
+#                               partitions "main", PriorityTier 1, PreemptMode REQUEUE, and
+#                               "urgent", PriorityTier 10, on the live node; a requeued job
+#                               waits cred_expire=SHARDWISE_SLURM_CRED_EXPIRE (15) s, not
+#                               120, before it starts again); tests change a partition's
+#                               PreemptMode and GraceTime with scontrol update
 #   SHARDWISE_SLURM_CPUS / _MEM_MB / _GPUS   node size (8 / 64000 / 2)
 #   SHARDWISE_SLURM_NO_INSTALL  1: never run apt-get (fail if packages are missing)
 set -euo pipefail
@@ -53,6 +64,8 @@ ACCOUNTING="${SHARDWISE_SLURM_ACCOUNTING:-1}"
 CPUS="${SHARDWISE_SLURM_CPUS:-8}"
 MEM_MB="${SHARDWISE_SLURM_MEM_MB:-64000}"
 GPUS="${SHARDWISE_SLURM_GPUS:-2}"
+PREEMPT="${SHARDWISE_SLURM_PREEMPT:-0}"
+CRED_EXPIRE="${SHARDWISE_SLURM_CRED_EXPIRE:-15}"
 CLUSTER=shardwise
 BAD_NODE=gpu-bad01 # keep in step with tests/slurm/profile-ci and profiles/sites/reference
 ACCOUNT=shardwise
@@ -180,6 +193,15 @@ JobAcctGatherFrequency=30"
         acct_lines="AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none"
     fi
+    local preempt_lines="" preempt_partitions=""
+    if [[ $PREEMPT == 1 ]]; then
+        preempt_lines="PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
+# how long a requeued job waits before it starts again (SLURM's default is 120 s)
+AuthInfo=cred_expire=$CRED_EXPIRE"
+        preempt_partitions="PartitionName=main Nodes=$host MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE
+PartitionName=urgent Nodes=$host MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF"
+    fi
     mem_per_cpu=$(( MEM_MB / CPUS / 2 ))
     (( mem_per_cpu > 1000 )) && mem_per_cpu=1000
     cat >"$ETC/slurm.conf" <<EOF
@@ -223,6 +245,7 @@ SlurmctldTimeout=120
 SlurmdTimeout=300
 PriorityType=priority/basic
 $acct_lines
+$preempt_lines
 NodeName=$host NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=$MEM_MB Gres=gpu:$GPUS Features=fakegpu State=UNKNOWN
 # the reference cluster's node with a bad GPU: defined, never started, DOWN; the
 # CI overlay's slurm-exclude-failed-nodes names it (an unknown name makes sbatch fail)
@@ -230,6 +253,7 @@ NodeName=$BAD_NODE NodeAddr=127.0.0.1 Port=6899 CPUs=$CPUS RealMemory=$MEM_MB Fe
 PartitionName=ice-gpu Nodes=$host,$BAD_NODE Default=YES MaxTime=INFINITE State=UP
 PartitionName=coe-gpu Nodes=$host,$BAD_NODE MaxTime=INFINITE State=UP
 PartitionName=ice-bw-gpu Nodes=$host,$BAD_NODE MaxTime=INFINITE State=UP
+$preempt_partitions
 EOF
     cat >"$ETC/gres.conf" <<EOF
 $MARKER
@@ -347,7 +371,18 @@ healthy() {
     else
         [[ $ACCOUNTING == 0 ]] || return 1
     fi
+    if grep -q '^PreemptType=preempt/partition_prio' "$ETC/slurm.conf" 2>/dev/null; then
+        [[ $PREEMPT == 1 ]] || return 1
+    else
+        [[ $PREEMPT == 0 ]] || return 1
+    fi
     scontrol ping >/dev/null 2>&1 && node_ready
+}
+
+# the daemons answer, whatever configuration they were started with (what the commands
+# that change a running cluster need)
+running() {
+    pid_alive "$RUN/slurmctld.pid" && pid_alive "$RUN/slurmd.pid" && scontrol ping >/dev/null 2>&1
 }
 
 cmd_stop() {
@@ -419,13 +454,23 @@ flock -w 600 9 || die "another cluster.sh held $STATE/cluster.lock for 10 minute
 
 cmd_private_data() {
     local flags="${1:?usage: $0 private-data FLAGS}"
-    healthy || die "the cluster is not running: start it first"
+    running || die "the cluster is not running: start it first"
     sed -i '/^PrivateData=/d' "$ETC/slurm.conf"
     [[ $flags == none ]] || echo "PrivateData=$flags" >>"$ETC/slurm.conf"
     scontrol reconfigure
     wait_for 30 "PrivateData=$flags in effect" \
         bash -c "scontrol show config | grep '^PrivateData' | grep -qi '${flags%%,*}'"
     log "PrivateData=$flags"
+}
+
+cmd_min_job_age() {
+    local age="${1:?usage: $0 min-job-age SECONDS}"
+    running || die "the cluster is not running: start it first"
+    sed -i "s/^MinJobAge=.*/MinJobAge=$age/" "$ETC/slurm.conf"
+    scontrol reconfigure
+    wait_for 30 "MinJobAge=$age in effect" \
+        bash -c "scontrol show config | grep -q '^MinJobAge *= $age sec'"
+    log "MinJobAge=$age"
 }
 
 cmd_add_user() {
@@ -446,5 +491,6 @@ case "${1:-}" in
     restart) cmd_stop; cmd_start ;;
     private-data) cmd_private_data "${2:-}" ;;
     add-user) cmd_add_user "${2:-}" ;;
-    *) echo "usage: $0 start|stop|status|restart|private-data FLAGS|add-user NAME" >&2; exit 2 ;;
+    min-job-age) cmd_min_job_age "${2:-}" ;;
+    *) echo "usage: $0 start|stop|status|restart|private-data FLAGS|min-job-age S|add-user NAME" >&2; exit 2 ;;
 esac

@@ -33,3 +33,12 @@ def classify_runtime(wildcards, attempt):
 def slurm_site_resources():
     """Partition, constraint, QOS from $SHARDWISE_SLURM_* when set (see slurm/profile.py)."""
     return site_resources()
+
+
+def adopted_shards(wildcards):
+    """The adopted shards' markers, once the adopt checkpoint has waited for the jobs of an
+    earlier invocation that held them: what they left is then labelled (none: [])."""
+    if not RUN.adopted:
+        return []
+    checkpoints.adopt.get()
+    return RUN.adopted_targets()

@@ -2,8 +2,10 @@
 
 import argparse
 import os
+import signal
 import sys
 
+from shardwise.classify.preempted import requeue_if_preempted
 from shardwise.classify.shard_job import Interrupted, install_signal_handlers, run_shard
 from shardwise.cli.common import add_run_dir
 from shardwise.run.claims import held
@@ -36,6 +38,11 @@ def run(args: argparse.Namespace) -> int:
             report = run_shard(args.run_dir, args.shard, progress=not args.no_progress)
     except Interrupted as e:
         print(f"shardwise: {e}", file=sys.stderr)
+        for sig in (signal.SIGTERM, signal.SIGINT):  # SLURM repeats SIGTERM: finish the stop
+            signal.signal(sig, signal.SIG_IGN)
+        said = requeue_if_preempted(args.run_dir, args.shard)  # SLURM preempts: back in queue
+        if said is not None:
+            print(f"shardwise: {said}", file=sys.stderr)
         return EXIT_INTERRUPTED
     msg = f"shard {report.shard}: {report.files} file(s), {report.labelled} labelled, "
     print(msg + f"{report.skipped} already done, {report.docs} docs", file=sys.stderr)

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from shardwise import __version__
 from shardwise.cli import (
+    adopt,
     classify_shard,
     cluster,
     coverage,
@@ -32,7 +33,7 @@ from shardwise.cli.common import not_a_run_dir
 from shardwise.errors import ShardwiseError
 
 #: The verbs in the order ``shardwise --help`` lists them.
-VERBS = (shard_of, demo, plan, classify_shard, walltime, coverage, domains, dolma, reweight,
+VERBS = (shard_of, demo, plan, classify_shard, adopt, walltime, coverage, domains, dolma, reweight,
          select, retry_array, quarantine, relocate, cluster, report, verify)  # fmt: skip
 
 

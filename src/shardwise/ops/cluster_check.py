@@ -41,11 +41,17 @@ def overlay(
         out["jobs"] = max(1, math.floor(cap * (1 - HEADROOM)))
     if by["status_command"].status != OK:
         out.update(dict(by["status_command"].sets))
+    preempt = [f for f in found if f.check == "preemption" and f.status != OK]
+    sets = dict(s for f in preempt for s in f.sets)
+    out.update({k: v == "true" for k, v in sets.items() if k.startswith("slurm-")})
+    leads = [v for f in preempt for k, v in f.sets if k == "slurm_extra"]  # the longest grace
+    fixed: dict[str, str] = {}
+    if leads:
+        fixed["slurm_extra"] = max(leads, key=lambda v: profile.signal_lead(v) or 0)
     failed = {f.check for f in found if f.status == FAIL}
     if "exclude" in failed:
         known = {n.name for n in facts.nodes.value or []}
         out["slurm-exclude-failed-nodes"] = ",".join(n for n in request.exclude if n in known)
-    fixed: dict[str, str] = {}
     good = _good_partitions(request, facts, max_minutes) if "partition" in failed else []
     if good:
         fixed["slurm_partition"] = profile.quoted(",".join(good))
@@ -73,9 +79,10 @@ def _good_partitions(request: JobRequest, facts: CheckFacts, max_minutes: int) -
 
 #: Which overlay key answers which check.
 _OVERLAY_KEYS = {
-    "jobs": "jobs", "status_command": "slurm-status-command",
-    "exclude": "slurm-exclude-failed-nodes", "partition": "set-resources",
-    "constraint": "set-resources", "account": "default-resources",
+    "jobs": ("jobs",), "status_command": ("slurm-status-command",),
+    "exclude": ("slurm-exclude-failed-nodes",), "partition": ("set-resources",),
+    "constraint": ("set-resources",), "account": ("default-resources",),
+    "preemption": ("slurm-requeue", "set-resources"),
 }  # fmt: skip
 
 
@@ -92,7 +99,11 @@ def overlay_header(profiles: list[str], found: list[CheckResult], values: dict[s
         "#",
         "# Fixes:",
     ]
-    fixed = [f for f in found if f.status != OK and _OVERLAY_KEYS.get(f.check) in values]
+    fixed = [
+        f
+        for f in found
+        if f.status != OK and any(k in values for k in _OVERLAY_KEYS.get(f.check, ()))
+    ]
     lines += [f"#   {f.status} {f.check}: {f.found}" for f in fixed]
     if not fixed:
         lines.append("#   nothing: no finding here is fixed by a profile key")

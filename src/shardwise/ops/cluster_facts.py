@@ -46,6 +46,10 @@ class CheckFacts:
     queue: Answer[list[queries.Job]]
     sacct: Answer[bool] | None = None  # sacct probed (only when it is the status command)
     sacct_installed: bool = True
+    #: Each partition's PreemptMode, GraceTime and PriorityTier (None: not asked).
+    partition_preemption: Answer[dict[str, queries.Preemption]] | None = None
+    #: Each QOS's preemption (asked only under PreemptType=preempt/qos; needs slurmdbd).
+    qos_preemption: Answer[dict[str, queries.Preemption]] | None = None
 
 
 def status_command(request: JobRequest, facts: CheckFacts) -> str:
@@ -72,7 +76,10 @@ def check_facts(request: JobRequest, *, timeout: float = command.DEFAULT_TIMEOUT
         reservations=queries.reservations(timeout=timeout),
         queue=queries.jobs(user, timeout=timeout),
         sacct_installed=shutil.which("sacct") is not None,
+        partition_preemption=queries.partition_preemption(timeout=timeout),
     )
+    if (cfg.value or {}).get("PreemptType", "").endswith("/qos") and accounting:
+        facts = replace(facts, qos_preemption=queries.qos_preemption(timeout=timeout))
     if status_command(request, facts) == "sacct" and facts.sacct_installed and accounting:
         facts = replace(facts, sacct=queries.sacct_answers(user, timeout=min(timeout, 15.0)))
     return facts

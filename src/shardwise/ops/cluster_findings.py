@@ -10,6 +10,7 @@ import math
 from dataclasses import replace
 from datetime import timedelta
 
+from shardwise.ops import cluster_preemption
 from shardwise.ops.cluster_facts import (
     FAIL,
     HEADROOM,
@@ -57,6 +58,7 @@ def findings(request: JobRequest, facts: CheckFacts, max_minutes: int) -> list[C
     out += _excluded(request, facts)
     out += _bad_nodes(request, facts, parts)
     out.append(_reservations(request, facts, parts, max_minutes))
+    out += cluster_preemption.rows(request, facts, list(parts))
     return out
 
 

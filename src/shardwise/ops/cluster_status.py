@@ -22,7 +22,7 @@ from shardwise.ops import cluster_facts, coverage, plan_probe, walltime_probe, w
 from shardwise.ops.plan_probe import Planned
 from shardwise.ops.walltime_rows import Probe
 from shardwise.planner import inflight
-from shardwise.run import adaptation, claims, markers
+from shardwise.run import adaptation, claims, jobevents, markers
 from shardwise.slurm import command, queries
 from shardwise.slurm.pending import explain
 from shardwise.slurm.queries import Answer
@@ -43,6 +43,8 @@ class RunJob:
     submitted: str
     started: str
     nodes: str
+    qos: str = ""
+    restarts: int = 0  # times SLURM requeued it (preempted, node failure)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,6 +81,8 @@ class Status:
     notes: tuple[str, ...] = field(default_factory=tuple)
     #: What the workflow's walltime adaptation changed (run/adaptation), when it did.
     adapted: adaptation.Adaptation | None = None
+    #: Preemptions, node failures and lost jobs of the run (run/jobevents).
+    fates: jobevents.Tally = field(default_factory=jobevents.Tally)
 
     @property
     def running(self) -> list[RunJob]:
@@ -246,6 +250,7 @@ def build(run_dir: Path, facts: StatusFacts) -> Status:
         others=others,
         notes=tuple(notes) + flight.notes,
         adapted=_adapted(run_dir, notes),
+        fates=jobevents.tally(jobevents.load(run_dir), now),
     )
 
 
@@ -275,6 +280,8 @@ def _run_job(j: queries.Job, shards: tuple[int, ...]) -> RunJob:
         submitted=submitted,
         started=started,
         nodes=j.nodes,
+        qos=j.qos,
+        restarts=j.restarts,
     )
 
 

@@ -47,16 +47,39 @@ def to_dict(status: Status) -> dict[str, Any]:
         "other_users": status.others,
         "notes": list(status.notes),
         "walltime_adaptation": None if status.adapted is None else status.adapted.to_json(),
+        "job_fates": _fates(status),
     }
 
 
+def _fates(status: Status) -> dict[str, Any]:
+    """Preemptions (per hour since the first), node failures, held and lost jobs."""
+    t = status.fates
+    per_hour = t.per_hour(datetime.fromisoformat(status.generated_at))
+    return {**asdict(t), "preemptions_per_hour": None if per_hour is None else round(per_hour, 2)}
+
+
+def _fate_line(status: Status) -> list[str]:
+    """``preempted 3 (1.5/h), 1 in the last hour; node failures 0; lost 1; held 0``."""
+    t = status.fates
+    if not t.any:
+        return []
+    per_hour = t.per_hour(datetime.fromisoformat(status.generated_at))
+    rate = f" ({per_hour:.1f}/h since {t.first_at})" if per_hour is not None else ""
+    text = f"preempted     {t.preemptions:,}{rate}, {t.preemptions_last_hour:,} in the last hour; "
+    text += f"node failures {t.node_failures:,}; lost {t.lost:,}; held {t.held:,} "
+    return [text + "(each requeued or retried: job-events.jsonl)"]
+
+
 def _gpu_usage(status: Status) -> list[dict[str, Any]]:
-    usage: Counter[tuple[str, str]] = Counter()
+    """GPUs held by partition, QOS and GPU type (preemptible capacity shows apart)."""
+    usage: Counter[tuple[str, str, str]] = Counter()
     for j in status.running:
         for kind, n in (j.gpu_types or {"gpu": j.gpus}).items():
             if n:
-                usage[(j.partition, kind)] += n
-    return [{"partition": p, "type": t, "gpus": n} for (p, t), n in sorted(usage.items())]
+                usage[(j.partition, j.qos, kind)] += n
+    return [
+        {"partition": p, "qos": q, "type": t, "gpus": n} for (p, q, t), n in sorted(usage.items())
+    ]
 
 
 def _ago(seconds: float | None) -> str:
@@ -67,6 +90,7 @@ def format_table(status: Status) -> str:
     """The plain-text view (also what --watch redraws)."""
     lines = [f"cluster status of {status.run_dir} at {status.generated_at} (user {status.user})"]
     lines += _head_lines(status)
+    lines += _fate_line(status)
     listed = {s for j in status.jobs for s in j.shards}
     if set(status.in_flight.shards) - listed:  # shards of local processes or unlisted jobs
         lines += ["", *status.in_flight.lines(notes=False, planning=False)]
@@ -92,7 +116,8 @@ def format_table(status: Status) -> str:
     return "\n".join(lines)
 
 
-_GONE = "GONE (run snakemake again: shards that live jobs still hold are not submitted twice)"
+_GONE = "GONE (run the same snakemake command again: it adopts the run's live jobs, labels "
+_GONE += "what they leave and clears the dead process's lock)"
 
 
 def _head_lines(status: Status) -> list[str]:
@@ -109,7 +134,11 @@ def _head_lines(status: Status) -> list[str]:
     text = f"jobs          {len(status.running)} running, {len(status.pending_jobs)} pending "
     lines.append(text + f"(this run); submit slots: run {len(status.jobs)}, you {user_jobs} {cap}")
     usage = _gpu_usage(status)
-    types = ", ".join(f"{u['partition']} {u['type']} x{u['gpus']}" for u in usage)
+    several_qos = len({u["qos"] for u in usage}) > 1  # preemptible capacity by QOS
+    types = ", ".join(
+        f"{u['partition']}{'/' + u['qos'] if several_qos else ''} {u['type']} x{u['gpus']}"
+        for u in usage
+    )
     lines.append(f"GPUs in use   {sum(u['gpus'] for u in usage)}" + (f": {types}" if usage else ""))
     p = status.progress
     eta = "no ETA: no GPU of this run is running" if p.shards_done < p.shards_total else ""

@@ -25,6 +25,7 @@ from shardwise.run import (
     drift,
     failures,
     fidelity,
+    jobevents,
     markers,
     outputs,
     quarantine,
@@ -105,6 +106,8 @@ class Coverage:
     copies: str = ""  # the two run.json copies disagree: how, and which to keep
     #: What the workflow's walltime adaptation changed (None: it never adapted).
     adapted: adaptation.Adaptation | None = None
+    #: Preemptions, node failures, held and lost jobs of the run (job-events.jsonl).
+    fates: jobevents.Tally = field(default_factory=jobevents.Tally)
     #: The format setting they were judged by (``input.format``).
     input_format: str = "auto"
     #: Per output kind, labelled files (with a marker) without that output; None when
@@ -421,6 +424,7 @@ def compute(
         copies=state.copies,
         input_format=state.input_format,
         adapted=state.adapted,
+        fates=jobevents.tally(state.job_events, state.loaded_at),
     )
 
 

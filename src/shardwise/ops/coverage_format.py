@@ -49,6 +49,7 @@ def to_dict(cov: Coverage) -> dict[str, Any]:
         run_json_copies=cov.copies,
         input_drift=cov.drift.counted(),
         walltime_adaptation=_adaptation_dict(cov),
+        job_fates=asdict(cov.fates),
         failing_reasons=[{"reason": r, "shards": list(s)} for r, s in cov.failing_reasons],
         failing_files=[{"file": f, "shard": s, "error": e} for f, s, e in cov.failing_files],
     )
@@ -149,6 +150,7 @@ def _state_lines(cov: Coverage) -> list[str]:
     lines += cov.skipped.lines(cov.input_format)
     lines += cov.drift.lines()
     lines += _adaptation_lines(cov)
+    lines += _fate_lines(cov)
     lines += [f"run.json {cov.copies}"] if cov.copies else []
     if cov.stale_markers:
         text = f"stale    {len(cov.stale_markers):,} shard marker(s) do not match the plan "
@@ -359,6 +361,19 @@ def _adaptation_dict(cov: Coverage) -> dict[str, Any] | None:
     last = asdict(record.events[-1]) if record.events else None
     fit = asdict(record.fit) if record.fit is not None else None
     return {"fit": fit, "changes": len(record.events), "last": last}
+
+
+def _fate_lines(cov: Coverage) -> list[str]:
+    """One line: what SLURM did to the run's jobs outside its plan, each handled."""
+    t = cov.fates
+    if not t.any:
+        return []
+    text = (
+        f"slurm    {t.preemptions:,} preemption(s) ({t.preemptions_last_hour:,} in the last hour), "
+    )
+    text += f"{t.node_failures:,} node failure(s), {t.lost:,} job(s) lost from squeue, {t.held:,} "
+    text += "held: each requeued or retried, finished files kept (`shardwise cluster status`)"
+    return [text]
 
 
 def _adaptation_lines(cov: Coverage) -> list[str]:

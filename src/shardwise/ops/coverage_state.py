@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from shardwise.run import (
     context,
     drift,
     failures,
+    jobevents,
     journal,
     markers,
     outputs,
@@ -81,6 +83,9 @@ class RunState:
     parallel: tuple[int, str] = (1, "GPU")
     #: What the workflow's walltime adaptation changed (None: it never adapted).
     adapted: adaptation.Adaptation | None = None
+    #: What SLURM did to the run's jobs: preemptions, node failures, lost jobs.
+    job_events: tuple[jobevents.JobEvent, ...] = ()
+    loaded_at: datetime = field(default_factory=datetime.now)  # "the last hour" ends here
 
 
 def _marker_columns(found: dict[int, markers.ShardMarker]) -> ShardMarkers:
@@ -242,6 +247,7 @@ def load_state(
         input_format=_input_format(run_dir),
         copies=run_state.copies_disagree(run_dir, meta, run_state.output_copy(output)),
         adapted=_adapted(run_dir),
+        job_events=tuple(jobevents.load(run_dir)),
     )
 
 

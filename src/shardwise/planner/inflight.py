@@ -1,9 +1,10 @@
-"""Shards that live jobs are already working on: left out of a new invocation's targets.
+"""Shards that live jobs are already working on: adopted by a new invocation.
 
 A main process that dies leaves its jobs running, and the next invocation would submit
 their shards again. They are the live **claims**, and **the queue**'s plugin jobs of this
 workflow, whose batch script (read once, cached) names this Snakefile, these config files
-and the shards.
+and the shards. A new invocation adopts the holders it can check (:func:`adoption`): it
+waits for them and labels what they leave; those it cannot check are left out.
 """
 
 import base64
@@ -59,29 +60,66 @@ class InFlight:
 
     def lines(self, *, notes: bool = True, planning: bool = True) -> list[str]:
         """The "in flight" block of the coverage printout (empty when nothing flies);
-        ``planning``: printed by a new invocation, which leaves these shards out."""
+        ``planning``: printed by a new invocation, which adopts the holders it can check
+        and leaves out the shards of those it cannot."""
         out: list[str] = []
-        if self.shards:
-            groups = self.jobs()
-            head = f"in flight {len(self.shards):,} shard(s) held by {len(groups):,} live job(s)"
-            if planning:
-                head += " of an earlier invocation: left out of this run; run snakemake again "
-                head += "after they end to pick up whatever they leave"
-            out.append(head)
-            for flying in groups.values():
-                first = flying[0]
-                shards = ranges.compress([f.shard for f in flying])
-                what = f"job {first.job_id}" if first.job_id else first.holder
-                check = "" if first.certain else "  (cannot be checked from here)"
-                line = f"  shards {shards:<12} {what:<22} {first.state:<10} since {first.since}"
-                out.append(line + check)
+        if not planning and self.shards:
+            out.append(_head(self.shards, "live job(s)"))
+        if planning and self.adoptable():
+            head = _head(self.adoptable(), "live job(s) of an earlier invocation")
+            out.append(f"{head}: adopted: this run waits for them (fitting their walltimes with "
+                       "its own) and labels whatever they leave")  # fmt: skip
+        if planning and self.left_out():
+            head = _head(self.left_out(), "job(s) that cannot be checked from here")
+            out.append(f"{head}: left out of this run; run snakemake again after they end to "
+                       "pick up whatever they leave")  # fmt: skip
+        for flying in self.jobs().values():
+            first = flying[0]
+            shards = ranges.compress([f.shard for f in flying])
+            what = f"job {first.job_id}" if first.job_id else first.holder
+            check = "" if first.certain else "  (cannot be checked from here)"
+            line = f"  shards {shards:<12} {what:<22} {first.state:<10} since {first.since}"
+            out.append(line + check)
         if notes:
             out += [f"note     {n}" for n in self.notes]
         return out
 
+    def adoptable(self) -> dict[int, Flying]:
+        """Shards whose holder can be checked from here: a restarted workflow waits for it."""
+        return {s: f for s, f in self.shards.items() if f.certain}
+
+    def left_out(self) -> dict[int, Flying]:
+        """Shards whose holder cannot be checked (another host, squeue silent)."""
+        return {s: f for s, f in self.shards.items() if not f.certain}
+
     def to_dict(self) -> list[dict[str, Any]]:
         """JSON form: one object per in-flight shard."""
         return [asdict(f) for f in sorted(self.shards.values(), key=lambda f: f.shard)]
+
+
+def _head(shards: dict[int, Flying], holders: str) -> str:
+    n = len({f.job_id or f.holder for f in shards.values()})
+    return f"in flight {len(shards):,} shard(s) held by {n:,} {holders}"
+
+
+def adoption(run_dir: Path, flight: InFlight, token: str) -> claims.Adoption | None:
+    """What a new invocation adopts: every holder it can check (a live SLURM job, a local
+    process on this host), with the shards it holds; None when there is none."""
+    holders = []
+    for flying in InFlight(flight.adoptable()).jobs().values():
+        shards = tuple(f.shard for f in flying)
+        first = flying[0]
+        if first.job_id:
+            holders.append(claims.Holder(shards=shards, job_id=first.job_id))
+            continue
+        claim = claims.read_claim(claims.claim_path(run_dir, first.shard))
+        if claim is not None:
+            holders.append(
+                claims.Holder(shards=shards, pid=claim.pid, host=claim.host, process=claim.process)
+            )
+    if not holders:
+        return None
+    return claims.Adoption(at=markers.now(), token=token, holders=tuple(holders))
 
 
 def local_time(iso: str) -> str:
@@ -263,12 +301,13 @@ def _same_path(a: str, b: str) -> bool:
 SNAKEMAKE_INCOMPLETE = Path(".snakemake") / "incomplete"
 
 
-def clear_stale_incomplete(run_dir: Path, workdir: str, flight: InFlight) -> list[int]:
-    """Drop Snakemake's "incomplete" flag of shards whose marker a job wrote after all: a
-    SIGKILLed Snakemake leaves one per started job, and an orphaned local job finishes with
-    no Snakemake to clear it, so the next invocation would rerun the shard or refuse. The
-    marker is written last, so one that exists proves the flag stale (in-flight shards
-    keep theirs). Snakemake's file backend: names are url-safe base64 of the output path."""
+def clear_stale_incomplete(run_dir: Path, workdir: str) -> list[int]:
+    """Drop Snakemake's "incomplete" flags of the run's shard markers: a SIGKILLed Snakemake
+    leaves one per started job, and the jobs it left (adopted by the next invocation) or an
+    orphaned local job finish with no Snakemake to clear them, so the next invocation would
+    rerun the shard or refuse. A shard marker is written last and whole, so one that
+    exists is complete, and one that does not is simply missing: no flag is needed.
+    Snakemake's file backend: names are url-safe base64 of the output path."""
     root = Path(workdir) / SNAKEMAKE_INCOMPLETE
     try:
         names = [p for p in root.rglob("*") if p.is_file() and not p.name.startswith("@")]
@@ -285,8 +324,6 @@ def clear_stale_incomplete(run_dir: Path, workdir: str, flight: InFlight) -> lis
         path = Path(text) if Path(text).is_absolute() else Path(workdir) / text
         shard = markers.shard_of_marker(path.name)
         if shard is None or path.parent.resolve() != shards_dir:
-            continue
-        if shard in flight.shards or not path.exists():
             continue
         with contextlib.suppress(OSError):
             flag.unlink()

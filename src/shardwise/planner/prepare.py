@@ -10,6 +10,7 @@ import fcntl
 import functools
 import os
 import re
+import secrets
 import shutil
 import time
 from collections.abc import Callable
@@ -24,9 +25,10 @@ from shardwise.classify.tokencount import TokenCounter
 from shardwise.classify.tokenization import labelling
 from shardwise.config import Settings, check_shard_count
 from shardwise.errors import RunMismatchError
-from shardwise.planner import fieldcheck, inflight, listing, modelpins
+from shardwise.planner import fieldcheck, inflight, listing, modelpins, snakemakelock
 from shardwise.run import (
     changes,
+    claims,
     context,
     dolma,
     drift,
@@ -40,6 +42,7 @@ from shardwise.run import (
     runjson,
     state,
 )
+from shardwise.run.claims import Submitter
 from shardwise.run.manifest import build_tasks
 from shardwise.run.sharding import shard_range
 from shardwise.store.location import Location
@@ -57,19 +60,33 @@ class RunInfo:
     shards: tuple[int, ...]
     output_uri: str
     in_flight: tuple[int, ...] = ()  # held by live jobs of an earlier invocation
+    adopted: tuple[int, ...] = ()  # those of them whose holders this invocation waits for
+    adoption_token: str = ""  # names the adopt checkpoint's output (one per invocation)
+    main_pid: int = 0  # the top-level process (the adoption stops when it dies)
     messages: tuple[str, ...] = ()  # what planning tells the operator (the caller prints)
     in_flight_lines: tuple[str, ...] = ()  # the report's "in flight" block
 
     def targets(self) -> list[str]:
-        """The shard markers, the run's Snakemake targets (in-flight shards left out)."""
+        """The shard markers, the run's Snakemake targets (in-flight shards left out: the
+        adopted ones come in through :meth:`adopted_targets` once their holders ended)."""
         skip = set(self.in_flight)
         return [
             str(markers.shard_marker_path(self.run_dir, s)) for s in self.shards if s not in skip
         ]
 
+    def adopted_targets(self) -> list[str]:
+        """The adopted shards' markers: what the adopt checkpoint's holders left is labelled."""
+        return [str(markers.shard_marker_path(self.run_dir, s)) for s in self.adopted]
+
+    def adoption_end(self) -> str:
+        """The adopt checkpoint's output (a name that exists in no earlier invocation)."""
+        token = self.adoption_token or "none"
+        return str(claims.adoption_end_path(self.run_dir, token))
+
     def when_settled(self, *paths: str) -> list[str]:
-        """``paths`` unless shards are in flight (then the run is not whole yet)."""
-        return [] if self.in_flight else list(paths)
+        """``paths`` unless shards are left out (held by jobs this run cannot check: then
+        the run is not whole yet); adopted shards are waited for, so they do not count."""
+        return [] if set(self.in_flight) - set(self.adopted) else list(paths)
 
 
 def prepare_run(
@@ -131,18 +148,36 @@ def prepare_run(
     said += half_on_cpu_notes(settings.inference, gpu_visible)
     said += _dolma_notes(settings, planned.table)
     mark_shards_without_work(run_dir, planned.table, meta, output, set(quarantined))
-    flight = inflight.find(run_dir, submitter, done=markers.done_shards(run_dir))
-    if submitter is not None:
-        submitter.record(run_dir)
-        inflight.clear_stale_incomplete(run_dir, submitter.workdir, flight)
+    flight, adoption = _take_over(run_dir, submitter, dryrun=dryrun, say=said.append)
     return RunInfo(
         run_dir=run_dir,
         shards=tuple(shard_range(meta.total_shards, meta.minimum_shard_index)),
         output_uri=settings.output_uri,
         in_flight=tuple(sorted(flight.shards)),
+        adopted=adoption.shards if adoption is not None else (),
+        adoption_token=adoption.token if adoption is not None else "",
+        main_pid=os.getpid(),
         messages=(*said, *(f"note: {note}" for note in (*planned.notes, *sampled))),
         in_flight_lines=tuple(flight.lines()),
     )
+
+
+def _take_over(
+    run_dir: Path, submitter: Submitter | None, *, dryrun: bool, say: Callable[[str], None]
+) -> tuple[inflight.InFlight, claims.Adoption | None]:
+    """What an earlier invocation left: the shards its live jobs hold (adopted when they
+    can be checked), Snakemake's lock if its main process died, its "incomplete" flags."""
+    flight = inflight.find(run_dir, submitter, done=markers.done_shards(run_dir))
+    if submitter is None:
+        return flight, None
+    adoption = inflight.adoption(run_dir, flight, f"{os.getpid()}-{secrets.token_hex(4)}")
+    if not dryrun:  # a dry run holds no lock: it may sit beside a live run
+        for line in snakemakelock.clear_stale(run_dir, submitter, Submitter.recorded(run_dir)):
+            say(line)
+        claims.write_adoption(run_dir, adoption)
+    submitter.record(run_dir)
+    inflight.clear_stale_incomplete(run_dir, submitter.workdir)
+    return flight, adoption
 
 
 #: The dtypes that are half precision (as ``inference.dtype`` may spell them).

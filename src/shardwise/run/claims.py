@@ -11,7 +11,7 @@ import json
 import os
 import secrets
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Self
 
@@ -26,6 +26,10 @@ CLAIMS_DIR = "claims"
 WORKFLOW_JSON = "workflow.json"
 #: Per-job cache of the shards a queued job carries (from its batch script).
 JOBS_CACHE = "jobs.json"
+#: The jobs of an earlier invocation the running workflow adopted (written at planning).
+ADOPTED_JSON = "adopted.json"
+#: The adoption's end: the workflow's ``adopt`` checkpoint writes ``adopted/<token>.json``.
+ADOPTED_DIR = "adopted"
 #: SLURM's pseudo step ids (batch, extern, interactive): not an srun step of ours.
 _PSEUDO_STEP = 4294967290
 
@@ -83,6 +87,7 @@ class Submitter:
     host: str = ""
     pid: int = 0
     started_at: str = ""
+    process: str | None = None  # the main process's identity (survives pid reuse)
 
     @classmethod
     def of(cls, workflow: Any) -> Self:
@@ -101,6 +106,7 @@ class Submitter:
             host=hostname(),
             pid=os.getpid(),
             started_at=markers.now(),
+            process=process_identity(os.getpid()),
         )
 
     @classmethod
@@ -115,6 +121,89 @@ class Submitter:
     def record(self, run_dir: Path) -> None:
         """Write ``claims/workflow.json`` (the main process, once per invocation)."""
         write_atomic(run_dir / CLAIMS_DIR / WORKFLOW_JSON, json_bytes(asdict(self)))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Holder:
+    """One live holder of shards that a restarted workflow waits for: a SLURM job, or a
+    local process (an orphaned shard job of the local executor)."""
+
+    shards: tuple[int, ...]
+    job_id: str | None = None
+    pid: int | None = None
+    host: str = ""
+    process: str | None = None
+
+    def name(self) -> str:
+        """``job 12`` / ``process 42 on laptop``, for messages."""
+        return f"job {self.job_id}" if self.job_id else f"process {self.pid} on {self.host}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Adoption:
+    """``claims/adopted.json``: what the invocation that planned at ``at`` adopted."""
+
+    at: str
+    token: str
+    holders: tuple[Holder, ...] = ()
+
+    def to_json(self) -> bytes:
+        """The file content."""
+        return json_bytes(asdict(self))
+
+    @classmethod
+    def from_json(cls, data: bytes, where: str) -> Self:
+        """Read ``claims/adopted.json``; RecordError naming a damaged field."""
+        f = Fields.parse(data, where)
+        holders = (h.into(Holder) for h in f.objects("holders", []))
+        checked = tuple(replace(h, shards=_ints(h.shards, where)) for h in holders)
+        return f.into(cls, holders=checked)
+
+    @property
+    def shards(self) -> tuple[int, ...]:
+        """Every adopted shard, ascending."""
+        return tuple(sorted(s for h in self.holders for s in h.shards))
+
+
+def _ints(values: tuple[Any, ...], where: str) -> tuple[int, ...]:
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        raise RecordError(where, f"field 'shards' must hold shard numbers, got {list(values)!r}")
+    return tuple(values)
+
+
+def adoption_path(run_dir: Path) -> Path:
+    """``<run_dir>/claims/adopted.json``."""
+    return Path(run_dir) / CLAIMS_DIR / ADOPTED_JSON
+
+
+def adoption_end_path(run_dir: Path, token: str) -> Path:
+    """What the ``adopt`` checkpoint writes once every adopted holder has ended."""
+    return Path(run_dir) / CLAIMS_DIR / ADOPTED_DIR / f"{token}.json"
+
+
+def read_adoption(run_dir: Path) -> Adoption | None:
+    """The adoption the last planning wrote; None when there is none."""
+    target = adoption_path(run_dir)
+    try:
+        data = target.read_bytes()
+    except FileNotFoundError:
+        return None
+    return Adoption.from_json(data, str(target))
+
+
+def write_adoption(run_dir: Path, adoption: Adoption | None) -> None:
+    """Replace ``claims/adopted.json`` (remove it when nothing is adopted), and drop the
+    ends of earlier adoptions."""
+    target = adoption_path(run_dir)
+    if adoption is None:
+        target.unlink(missing_ok=True)
+    else:
+        write_atomic(target, adoption.to_json())
+    ends = Path(run_dir) / CLAIMS_DIR / ADOPTED_DIR
+    keep = None if adoption is None else adoption_end_path(run_dir, adoption.token).name
+    for old in ends.glob("*.json") if ends.is_dir() else ():
+        if old.name != keep:
+            old.unlink(missing_ok=True)
 
 
 def read_jobs_cache(run_dir: Path) -> dict[str, Any]:

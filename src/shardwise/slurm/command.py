@@ -174,3 +174,19 @@ def count(value: str | None) -> int | None:
         return None
     text = str(value).strip()
     return int(text) if text.isdigit() else None
+
+
+def seconds(value: str | None) -> int | None:
+    """A duration SLURM prints as ``[D-]HH:MM:SS`` or ``MM:SS`` (sacctmgr's GraceTime), or
+    plain seconds (``scontrol``'s), in seconds; None when unset or unreadable."""
+    if is_null(value):
+        return None
+    text = str(value).strip()
+    days, _, clock = text.rpartition("-")
+    parts = clock.split(":")
+    if (days and not days.isdigit()) or not all(p.isdigit() for p in parts) or len(parts) > 3:
+        return None
+    total = 0
+    for p in parts:
+        total = total * 60 + int(p)
+    return total + int(days or 0) * 86400

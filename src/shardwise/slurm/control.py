@@ -5,6 +5,11 @@ JobId=<id> TimeLimit=<minutes>``: a user may lower the limit of their own pendin
 (raising it needs an operator), and the job keeps its place in the queue, which a
 cancel and resubmit would lose. Used by ``shardwise cluster retime``.
 
+The run's jobs that preemption or a node failure ended without a requeue are put back in
+the queue with :func:`requeue` (``scontrol requeue``, allowed to a job's owner when it
+was submitted with ``--requeue``): the same job id, limit and request, so Snakemake keeps
+waiting for it and no second job of the shard is ever submitted.
+
 And the 1-CPU allocations of ``cluster status`` that locate a hidden maintenance window
 where ``sbatch --test-only`` cannot (:func:`try_allocation`): each is given back at once
 or revoked within a second; none touches a job of the user's.
@@ -34,6 +39,13 @@ def lower_time_limit(
     """Set the time limit of ``job_id`` to ``minutes``; True when SLURM took it."""
     argv = ["scontrol", "update", f"JobId={job_id}", f"TimeLimit={minutes}"]
     reply = command.run(argv, timeout=timeout)
+    return Answer(True) if reply.ok else Answer(None, reply.problem, reply.kind)
+
+
+def requeue(job_id: str, *, timeout: float = command.DEFAULT_TIMEOUT) -> Answer[bool]:
+    """``scontrol requeue`` one finished or running batch job: back to PENDING under the same
+    id (SLURM holds it for its credential lifetime, ``cred_expire``, 120 s by default)."""
+    reply = command.run(["scontrol", "requeue", job_id], timeout=timeout)
     return Answer(True) if reply.ok else Answer(None, reply.problem, reply.kind)
 
 

@@ -94,6 +94,8 @@ class JobRequest:
     mem_mb: int | None
     status_command: str | None  # None: the plugin picks (sacct when installed)
     init_seconds: int
+    requeue: bool | None = None  # slurm-requeue / slurm-no-requeue; None: the cluster's JobRequeue
+    signal_lead: int | None = None  # seconds of sbatch --signal=TERM@N in slurm_extra
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
@@ -136,6 +138,9 @@ def view(
     status = profile.get("slurm-status-command")
     init = profile.get("slurm-init-seconds-before-status-checks", PLUGIN_INIT_SECONDS)
     jobs = profile.get("jobs")
+    requeue = True if profile.get("slurm-requeue") else None
+    requeue = False if profile.get("slurm-no-requeue") else requeue
+    extra = resource_value(rule_set.get("slurm_extra", defaults.get("slurm_extra")), env)
     return JobRequest(
         jobs=int(jobs) if isinstance(jobs, int | str) and str(jobs).isdigit() else None,
         group_components=int(k),
@@ -150,8 +155,20 @@ def view(
         mem_mb=int(mem) if mem is not None else classify_cfg.get("mem_mb"),
         status_command=str(status) if status else None,
         init_seconds=int(init),
+        requeue=requeue,
+        signal_lead=signal_lead(str(extra or "")),
         raw=profile,
     )
+
+
+_SIGNAL = re.compile(r"--signal[= ](?:R:)?(?:B:)?(?:SIG)?(?:TERM|15)?@(\d+)")
+
+
+def signal_lead(extra: str) -> int | None:
+    """Seconds before the end a ``--signal=[B:]TERM@N`` in sbatch's extra options asks for
+    (None: no such option; SLURM then sends no warning)."""
+    found = _SIGNAL.search(extra)
+    return int(found.group(1)) if found else None
 
 
 def feature_names(constraint: str) -> list[str]:

@@ -31,7 +31,8 @@ _JOB_FIELDS = (
     ("submit_time", "SubmitTime"), ("start_time", "StartTime"), ("nodes", "NodeList"),
     ("tres_alloc", "tres-alloc"), ("tres_per_job", "tres-per-job"),
     ("tres_per_node", "tres-per-node"), ("qos", "QOS"), ("account", "Account"),
-    ("workdir", "WorkDir"), ("reason", "Reason"), ("comment", "Comment"),
+    ("workdir", "WorkDir"), ("reason", "Reason"), ("requeue", "Requeue"),
+    ("restarts", "RestartCnt"), ("comment", "Comment"),
 )  # fmt: skip
 
 
@@ -247,6 +248,8 @@ class Job:
     workdir: str
     reason: str
     comment: str
+    requeue: bool | None = None  # SLURM may requeue it (sbatch --requeue); None: unknown
+    restarts: int = 0  # times SLURM requeued it (preempted, node failure, scontrol requeue)
 
     @property
     def pending(self) -> bool:
@@ -319,6 +322,8 @@ def _job(r: dict[str, str]) -> Job:
     return Job(
         **plain,
         **blank,
+        requeue={"1": True, "0": False}.get(r["requeue"].strip()),
+        restarts=command.count(r["restarts"]) or 0,
         time_limit_minutes=command.minutes(r["time_limit"]),
         submit_time=command.timestamp(r["submit_time"]),
         start_time=command.timestamp(r["start_time"]),
@@ -543,3 +548,63 @@ def test_only(options: Sequence[str], timeout: float = command.DEFAULT_TIMEOUT) 
     if when is None:
         return Answer(None, f"sbatch --test-only: unreadable start time {m.group(1)!r}", "failed")
     return Answer(when)
+
+
+def run_history(job_id: str, timeout: float = command.DEFAULT_TIMEOUT) -> Answer[list[str]]:
+    """How each run of a job ended, oldest first (``sacct -D``: a requeued job's earlier
+    runs read ``PREEMPTED``, ``NODE_FAIL`` or ``REQUEUED``); needs accounting."""
+    argv = ["sacct", "-n", "-P", "-X", "-D", "-j", job_id, "-o", "State"]
+    return _ask(argv, timeout, lambda out: [s.split()[0] for s in out.split("\n") if s.strip()])
+
+
+@dataclass(frozen=True, kw_only=True)
+class Preemption:
+    """How a partition or a QOS treats the jobs it preempts, as SLURM says."""
+
+    name: str
+    mode: str  # OFF, CANCEL, REQUEUE, SUSPEND (GANG), or "" when the cluster default applies
+    grace_seconds: int | None  # SIGTERM before SIGKILL; None: unknown
+    priority_tier: int | None = None  # partitions: a higher tier preempts a lower one
+    preempts: tuple[str, ...] = ()  # QOS: the QOS whose jobs this one may preempt
+
+
+def partition_preemption(
+    timeout: float = command.DEFAULT_TIMEOUT,
+) -> Answer[dict[str, Preemption]]:
+    """Each visible partition's ``PreemptMode``, ``GraceTime`` and ``PriorityTier``
+    (``scontrol show partition -o``)."""
+
+    def parse(out: str) -> dict[str, Preemption]:
+        found = {}
+        for line in out.splitlines():
+            kv = command.key_values(line)
+            if "PartitionName" in kv:
+                found[kv["PartitionName"]] = Preemption(
+                    name=kv["PartitionName"],
+                    mode=_text(kv.get("PreemptMode")).upper(),
+                    grace_seconds=command.count(kv.get("GraceTime")),
+                    priority_tier=command.count(kv.get("PriorityTier")),
+                )
+        return found
+
+    return _ask(["scontrol", "show", "partition", "-o"], timeout, parse)
+
+
+def qos_preemption(timeout: float = command.DEFAULT_TIMEOUT) -> Answer[dict[str, Preemption]]:
+    """Each QOS's ``PreemptMode``, ``GraceTime`` and the QOS it may preempt (sacctmgr:
+    needs slurmdbd)."""
+    argv = ["sacctmgr", "-nP", "show", "qos", "format=name,preempt,preemptmode,gracetime"]
+
+    def parse(out: str) -> dict[str, Preemption]:
+        rows = command.rows(out, ("name", "preempt", "mode", "grace"))
+        return {
+            r["name"]: Preemption(
+                name=r["name"],
+                mode=r["mode"].upper() if r["mode"].lower() != "cluster" else "",
+                grace_seconds=command.seconds(r["grace"]),
+                preempts=tuple(q for q in r["preempt"].split(",") if q),
+            )
+            for r in rows
+        }
+
+    return _ask(argv, timeout, parse)

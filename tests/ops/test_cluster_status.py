@@ -199,7 +199,9 @@ def test_the_json_document_follows_the_documented_schema(tmp_path):
     schema = json.loads((REPO / "docs/schemas/cluster-status.schema.json").read_text())
     jsonschema.validate(json.loads(json.dumps(doc)), schema)
     assert doc["counts"] == {"running": 1, "pending": 1, "gpus_in_use": 1}
-    assert doc["gpus_in_use"] == [{"partition": "ice-gpu", "qos": "normal", "type": "a100", "gpus": 1}]
+    assert doc["gpus_in_use"] == [
+        {"partition": "ice-gpu", "qos": "normal", "type": "a100", "gpus": 1}
+    ]
     done = markers.done_shards(run_dir)  # empty shards are marked done at plan time
     assert sorted(f["shard"] for f in doc["in_flight"]) == sorted({0, 1, 3, 6, 7} - done)
 

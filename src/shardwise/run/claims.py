@@ -295,10 +295,21 @@ def process_alive(pid: int, identity: str | None) -> bool:
         return False
     except PermissionError:
         pass  # exists, owned by someone else
+    if _zombie(pid):
+        return False  # it has exited; only its parent has not reaped it yet
     if identity is None:
         return True
     now = process_identity(pid)
     return now is None or now == identity
+
+
+def _zombie(pid: int) -> bool:
+    """Whether ``pid`` has exited and waits to be reaped (Linux ``/proc``; False elsewhere)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2 : stat.rfind(")") + 3] == "Z"
 
 
 def judge(  # noqa: PLR0911 - one return per case of the module docstring

@@ -134,7 +134,7 @@ def tally(events: Iterable[JobEvent], now: datetime) -> Tally:
             if known is None or _REQUEUES.index(kind) < _REQUEUES.index(known):
                 why[(e.job_id, e.run)] = kind
             if kind is Kind.PREEMPTED and known is not Kind.PREEMPTED:
-                first = first or e.at
+                first = min(first or e.at, e.at)
                 recent += _within(e.at, now, timedelta(hours=1))
         else:
             other.add((e.job_id, e.run, e.kind))

@@ -150,10 +150,12 @@ class ExecutorJobs:
     plugin reports one (``report_job_success`` / ``report_job_error``), and a job the
     plugin dropped without a report is yielded again. Plugin 2.8.0 drops every job it is
     checking when its status command fails ``slurm-status-attempts`` times in a row (a
-    controller restart): Snakemake would wait for them forever."""
+    controller restart): Snakemake would wait for them forever. The plugin's wait between
+    two rounds is kept at most ``failures.watch_seconds``."""
 
-    def __init__(self, executor: Any) -> None:
+    def __init__(self, executor: Any, *, every: float) -> None:
         self.executor = executor
+        self.every = every
         self.lock = threading.Lock()
         self.known: dict[str, Any] = {}  # SLURM job id -> SubmittedJobInfo, last round
         self.ends: dict[str, tuple[bool, str]] = {}  # the keeper's word, for the next round
@@ -243,11 +245,12 @@ class JobKeeping:
             return None
         settings = workflow.executor_settings
         duty = Duty.own(plugin_requeue=bool(getattr(settings, "requeue", False)))
+        every = Settings.from_config(self.config).watch_seconds
         self.keeper = Keeper(
             run_dir=self.run.run_dir,
-            jobs=ExecutorJobs(executor),
+            jobs=ExecutorJobs(executor, every=every),
             duty=duty,
-            every=Settings.from_config(self.config).watch_seconds,
+            every=every,
         )
         self.keeper.start()
         return self.keeper

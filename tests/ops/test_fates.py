@@ -69,9 +69,11 @@ def test_a_requeue_slurm_did_is_said_about_the_run_that_ended_and_its_cause_aske
     assert requeued.why.startswith("was requeued by SLURM (run 2)")
 
 
-def test_a_job_first_seen_already_requeued_is_not_an_event():
-    (verdict,), seen = rounds(OWN, job("7", "PENDING", restarts=2))
-    assert verdict.kind is None and seen.run == 2
+def test_a_job_first_seen_already_requeued_says_its_last_requeue_once():
+    verdicts, seen = rounds(OWN, job("7", "PENDING", restarts=2), job("7", "PENDING", restarts=2))
+    assert [(v.kind, v.run) for v in verdicts] == [(Kind.REQUEUED, 1), (None, 0)]
+    assert "requeued by SLURM while no workflow kept it (run 3)" in verdicts[0].why
+    assert seen.run == 2
 
 
 def test_a_job_held_after_a_requeue_is_cancelled_once():

@@ -25,10 +25,14 @@ class Queue:
         self.requeued: list[str] = []
         self.cancelled: list[str] = []
         self.refuse_requeue = False
+        self.state_after_refusal = "PREEMPTED"
 
     def jobs_by_id(self, ids, timeout):
         rows = self.rounds.pop(0)
         return rows if isinstance(rows, Answer) else Answer([r for r in rows if r.id in ids])
+
+    def job_states(self, ids, timeout):
+        return Answer({i: self.state_after_refusal for i in ids})
 
     def requeue(self, job_id, timeout):
         self.requeued.append(job_id)
@@ -47,6 +51,7 @@ def keeper(tmp_path, monkeypatch, queue, jobs, duty):
     monkeypatch.setattr(keeper_mod.queries, "jobs_by_id", queue.jobs_by_id)
     monkeypatch.setattr(keeper_mod.control, "requeue", queue.requeue)
     monkeypatch.setattr(keeper_mod.control, "cancel", queue.cancel)
+    monkeypatch.setattr(keeper_mod.queries, "job_states", queue.job_states)
     monkeypatch.setattr(
         keeper_mod.queries, "run_history", lambda job_id, timeout: Answer(["PREEMPTED", "PENDING"])
     )
@@ -82,6 +87,16 @@ def test_a_refused_requeue_ends_the_job_and_snakemake_retries_it(tmp_path, monke
         "1 of 1 shard(s) left (shards 3): Snakemake submits them again, each resuming from its "
         "last finished file"
     )
+
+
+def test_a_refused_requeue_of_a_job_that_requeued_itself_ends_nothing(tmp_path, monkeypatch):
+    queue = Queue([job("7", "PREEMPTED", requeue=True)], [job("7", "PENDING", restarts=1)])
+    queue.refuse_requeue, queue.state_after_refusal = True, "PENDING"
+    jobs = AdoptedJobs({"7": (3,)})
+    k = keeper(tmp_path, monkeypatch, queue, jobs, Duty.own(plugin_requeue=True))
+    assert (k.check(), k.check()) == (1, 1)
+    assert jobs.ended == {}  # nothing reported: Snakemake submits no second job of shard 3
+    assert k.out.getvalue().count("\n") == 1 and "requeued" in k.out.getvalue()
 
 
 def test_a_job_lost_from_squeue_is_ended_by_what_its_markers_say(tmp_path, monkeypatch):

@@ -52,7 +52,7 @@
 #                               preemptible tier has it (PreemptType=preempt/partition_prio,
 #                               partitions "main", PriorityTier 1, PreemptMode REQUEUE, and
 #                               "urgent", PriorityTier 10, on the live node; a requeued job
-#                               waits cred_expire=SHARDWISE_SLURM_CRED_EXPIRE (15) s, not
+#                               waits cred_expire=SHARDWISE_SLURM_CRED_EXPIRE (8) s, not
 #                               120, before it starts again); tests change a partition's
 #                               PreemptMode and GraceTime with scontrol update
 #   SHARDWISE_SLURM_CPUS / _MEM_MB / _GPUS   node size (8 / 64000 / 2)
@@ -65,7 +65,7 @@ CPUS="${SHARDWISE_SLURM_CPUS:-8}"
 MEM_MB="${SHARDWISE_SLURM_MEM_MB:-64000}"
 GPUS="${SHARDWISE_SLURM_GPUS:-2}"
 PREEMPT="${SHARDWISE_SLURM_PREEMPT:-0}"
-CRED_EXPIRE="${SHARDWISE_SLURM_CRED_EXPIRE:-15}"
+CRED_EXPIRE="${SHARDWISE_SLURM_CRED_EXPIRE:-8}"
 CLUSTER=shardwise
 BAD_NODE=gpu-bad01 # keep in step with tests/slurm/profile-ci and profiles/sites/reference
 ACCOUNT=shardwise

@@ -82,6 +82,7 @@ class Verdict:
     why: str = ""
     run: int = 0  # the job's run the event is about (SLURM's restart count during it)
     ask_history: bool = False  # a requeue SLURM did: its cause is in ``sacct -D``
+    unseen: bool = False  # it happened before the keeper first saw the job
 
 
 def judge(
@@ -93,16 +94,18 @@ def judge(
     seen = replace(before, state=now.state, missing=0, run=max(before.run, now.restarts))
     if now.state not in LIVE_STATES:
         return _ended(seen, now, duty)
-    if now.restarts > before.run and before.state is not None:
-        if before.acted == (now.restarts - 1, Act.REQUEUE):
-            return seen, Verdict()  # our own requeue, said when it was made
-        why = f"was requeued by SLURM (run {now.restarts + 1}); its shards resume from their "
-        why += "last finished file in the same job"
-        return _say(seen, now.restarts - 1, Kind.REQUEUED, Act.NONE, why, history=True)
     if now.pending and _held(now) and now.restarts > 0:
         why = f"was held by SLURM after a requeue ({now.reason}), which only an operator can "
         why += "release: cancelled, so that Snakemake submits it again"
         return _say(seen, now.restarts, Kind.HELD, Act.CANCEL, why)
+    if now.restarts > before.run:
+        if before.acted == (now.restarts - 1, Act.REQUEUE):
+            return seen, Verdict()  # our own requeue, said when it was made
+        unseen = " while no workflow kept it" if before.state is None else ""
+        why = f"was requeued by SLURM{unseen} (run {now.restarts + 1}); its shards resume from "
+        why += "their last finished file in the same job"
+        said, verdict = _say(seen, now.restarts - 1, Kind.REQUEUED, Act.NONE, why, history=True)
+        return said, replace(verdict, unseen=bool(unseen))
     return seen, Verdict()
 
 

@@ -79,12 +79,14 @@ class Keeper:
     ) -> None:
         """Do what the verdict says; one line and one event when there is news."""
         kind, why, action = verdict.kind, verdict.why, ""
+        if verdict.unseen and self._told(job_id, verdict.run):
+            return  # a requeue recorded before this keeper came (by the job, or a keeper)
         if verdict.ask_history and kind is Kind.REQUEUED and job is not None:
             kind, why = self._cause(job, verdict.run, why)
         if verdict.act is Act.REQUEUE:
             done = control.requeue(job_id, timeout=self.timeout)
             action = "requeued"
-            if not done.ok:
+            if not done.ok and not self._back_in_queue(job_id):  # the job may have done it
                 run = self.seen[job_id].run
                 self.seen[job_id] = replace(self.seen[job_id], acted=(run, Act.END))
                 why = why.split(":")[0] + f": SLURM refused to requeue it ({done.problem})"
@@ -100,6 +102,16 @@ class Keeper:
             why = f"{why}: {outcome}"
         if kind is not None or verdict.act is Act.END:
             self._record(job_id, shards, job, (kind or Kind.ENDED, verdict.run), action, why)
+
+    def _told(self, job_id: str, run: int) -> list[JobEvent]:
+        """The events already recorded about this run of the job."""
+        return [e for e in jobevents.load(self.run_dir) if e.job_id == job_id and e.run == run]
+
+    def _back_in_queue(self, job_id: str) -> bool:
+        """Whether the job is live again (a preempted shard job requeues itself, and SLURM
+        refuses a second requeue): then nothing ends and nothing is submitted again."""
+        states = queries.job_states([job_id], timeout=self.timeout)
+        return states.ok and (states.value or {}).get(job_id) in queries.LIVE_STATES
 
     def _outcome(self, shards: Sequence[int], left: list[int]) -> tuple[str, str]:
         """The action and the words for a job whose end the keeper reported."""
@@ -117,7 +129,7 @@ class Keeper:
     def _cause(self, job: queries.Job, run: int, why: str) -> tuple[Kind, str]:
         """Why a job went back to the queue: what the job itself recorded (a preempted
         shard job requeues itself), else ``sacct -D`` when accounting answers."""
-        told = [e for e in jobevents.load(self.run_dir) if e.job_id == job.id and e.run == run]
+        told = self._told(job.id, run)
         tail = why.partition("; ")[2]
         where = f" in partition {job.partition}" if job.partition else ""
         if any(e.kind == Kind.PREEMPTED for e in told):

@@ -122,3 +122,8 @@ def test_bench_tokencount_prints_docs_per_second_with_and_without_the_tokenizer(
     assert re.search(rf"^without domains.tokenizer +{NUMBER} docs/s$", out, re.MULTILINE), out
     assert re.search(rf"^with domains.tokenizer +{NUMBER} docs/s$", out, re.MULTILINE), out
     assert re.search(rf"with / without: {NUMBER}x the rate", out), out
+
+
+def test_bench_scheduling_prints_a_round_with_and_without_the_subsample(tmp_path):
+    out = bench(tmp_path, "scheduling.py", "--ready", "1500", "--free", "20", "--subsample", "100")
+    assert re.search(rf"^\s+1,500\s+{NUMBER} s\s+{NUMBER} s\s+{NUMBER}x$", out, re.MULTILINE), out

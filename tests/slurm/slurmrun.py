@@ -42,6 +42,9 @@ def demo(base: Path, *, walltime: dict | None = None, total_shards: int | None =
     # venv's torch is the CPU build: `device: auto` would rightly refuse to fall back to
     # the CPU in a job that was given a GPU, so these runs ask for the CPU on purpose.
     config["inference"]["device"] = "cpu"
+    # the job keeper and the adoption look at the run's jobs every 2 s, not 60: the tests'
+    # jobs take seconds
+    config["failures"] = {"watch_seconds": 2}
     if walltime:
         config["walltime"] = walltime
     if total_shards:

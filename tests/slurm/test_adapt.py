@@ -19,6 +19,7 @@ As the ordinary ``useradd`` user under ``PrivateData=accounts,jobs,reservations,
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -182,21 +183,28 @@ def test_slurms_plan_names_a_limit_that_really_starts_on_a_busy_cluster():
 
 
 @pytest.mark.usefixtures("ordinary_user")
-def test_a_kill_9_in_the_middle_of_a_probe_leaves_the_queue_as_it_was():
-    """The adapting workflow and then ``cluster status`` killed while a plan probe is
-    queued (the event): the next ``cluster status`` clears what they left; the run's jobs
-    keep their limits or lower ones, and no file is labelled twice. Then two statuses at
-    once: the second leaves the first's live probes alone and waits for them."""
+def test_a_workflow_killed_during_a_probe_and_an_adaptation_is_finished_by_the_same_command():
+    """The adapting workflow, its jobs pending behind a hidden window, is killed with -9 while
+    a plan probe is queued (the event), and ``cluster status`` too: the next ``cluster
+    status`` clears what they left, the run's jobs keep their limits or lower ones; two
+    statuses at once: the second leaves the first's live probes alone and waits for them.
+    Then the same snakemake command, run again, adopts the pending jobs and is killed again
+    as it fits them to SLURM's plan (the event: its ``fitted`` line); run once more, with no
+    other operator command, it finishes the run: every file labelled once."""
     _reserve(30)
     with _users_folder() as base:
         made = _as_user(sys.executable, "-m", "shardwise.cli", "demo", str(base / "demo"), cwd=base)
         assert made.returncode == 0, made.stderr[-2000:]
+        for extra in sorted((base / "demo" / "corpus").rglob("*.*"))[4:]:
+            extra.unlink()  # four files: the run ends in a minute once its jobs start
         config = yaml.safe_load((base / "demo" / "config.yaml").read_text())
         config["inference"]["device"] = "cpu"
         config["resources"] = {"classify": {"runtime": 960}}
         config["walltime"] = {"adapt": True, "adapt_check_seconds": 5}
+        config["failures"] = {"watch_seconds": 5}
         configfile = base / "config.yaml"
         configfile.write_text(yaml.safe_dump(config, sort_keys=False))
+        shutil.chown(configfile, USER, USER)
         run_dir = base / "demo" / "run"
         extra = (
             "--jobs",
@@ -208,27 +216,14 @@ def test_a_kill_9_in_the_middle_of_a_probe_leaves_the_queue_as_it_was():
         )
         cmd = sr.snakemake(base, configfile, sr.PROFILE, sr.PROFILE_CI, extra=extra)
         try:
-            with (base / "snakemake.log").open("w") as log:
-                run = subprocess.Popen(
-                    _user_argv(cmd), cwd=base, stdout=log, stderr=subprocess.STDOUT
-                )
+            run = _start(cmd, base, "first.log")
             sr.wait_for(_probes_queued, 240, "the workflow's first plan probe")
             before = _limits(USER)
-            subprocess.run(["pkill", "-KILL", "-u", USER, "-f", "snakemake"], check=False)
-            run.wait()
+            _kill(run)
             status = _as_user(
-                sys.executable,
-                "-m",
-                "shardwise.cli",
-                "cluster",
-                "status",
-                "--run-dir",
-                str(run_dir),
-                "--format",
-                "json",
-                cwd=base,
-                timeout=300,
-            )
+                sys.executable, "-m", "shardwise.cli", "cluster", "status", "--run-dir",
+                str(run_dir), "--format", "json", cwd=base, timeout=300,
+            )  # fmt: skip
             assert _probes_queued() == [], status.stdout[-2000:]
             doc = sr.json_doc(status)
             after = _limits(USER)
@@ -237,12 +232,46 @@ def test_a_kill_9_in_the_middle_of_a_probe_leaves_the_queue_as_it_was():
             planned = doc["walltime_probe"]["planned"]
             assert planned is not None and planned["left"] == [], planned
             _two_statuses_at_once(run_dir, base)
+            run = _start(cmd, base, "second.log")
+            sr.wait_for(lambda: "SLURM's plan for its request starts" in _log(base, "second.log"),
+                        300, "the second invocation's fit")  # fmt: skip
+            _kill(run)  # during the adaptation: the fit said, the jobs being lowered
+            run = _start(cmd, base, "third.log")
+            assert run.wait(timeout=600) == 0, _log(base, "third.log")[-4000:]
         finally:
             subprocess.run(["pkill", "-KILL", "-u", USER], check=False, capture_output=True)
             subprocess.run(["scancel", "-u", USER], check=False, capture_output=True)
-        markers = [p.name for p in (base / "demo" / "labels").rglob("*.done")]
-        assert len(markers) == len(set(markers))
-        assert not (base / "snakemake.log").read_text().count("Traceback")
+        third = _log(base, "third.log")
+        said = [
+            ln for ln in third.splitlines() if ln.startswith(("shardwise", "note", "in flight"))
+        ]
+        print("\n--- the third invocation ---\n" + "\n".join(said), file=sys.stderr)
+        assert "cleared Snakemake's lock" in third and "adopted" in third, third[-4000:]
+        assert _probes_queued() == []
+        verified = _as_user(sys.executable, "-m", "shardwise.cli", "verify", "--run-dir",
+                            str(run_dir), "--complete", cwd=base)  # fmt: skip
+        assert verified.returncode == 0, verified.stdout[-2000:] + verified.stderr[-2000:]
+        journals = (base / "demo" / "run" / "progress").glob("*.jsonl")
+        labelled = [json.loads(ln)["file"] for p in journals for ln in p.read_text().splitlines()]
+        assert len(labelled) == len(set(labelled)) == 4  # each file labelled once
+        for name in ("first.log", "second.log", "third.log"):
+            assert "Traceback" not in _log(base, name), name
+
+
+def _start(cmd: list[str], base: Path, name: str) -> subprocess.Popen:
+    """The workflow as the user, its console in ``base/name``."""
+    with (base / name).open("w") as log:
+        return subprocess.Popen(_user_argv(cmd), cwd=base, stdout=log, stderr=subprocess.STDOUT)
+
+
+def _kill(run: subprocess.Popen) -> None:
+    """kill -9 of the user's snakemake (its jobs and probes live on)."""
+    subprocess.run(["pkill", "-KILL", "-u", USER, "-f", "snakemake"], check=False)
+    run.wait()
+
+
+def _log(base: Path, name: str) -> str:
+    return (base / name).read_text()
 
 
 def _two_statuses_at_once(run_dir: Path, base: Path) -> None:

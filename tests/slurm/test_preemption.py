@@ -33,7 +33,6 @@ from pathlib import Path
 
 import pytest
 import slurmrun as sr
-import yaml
 from e2e import Gate, gated_shardwise
 
 from shardwise.cli.main import main
@@ -169,9 +168,6 @@ def _restarted(work: Path) -> bool:
 )
 def test_a_preempted_campaign_finishes_with_no_operator(preemptive, tmp_path, cell):
     configfile = sr.demo(tmp_path, total_shards=cell.shards)
-    config = yaml.safe_load(configfile.read_text())
-    config["failures"] = {"watch_seconds": 2}
-    configfile.write_text(yaml.safe_dump(config, sort_keys=False))
     run_dir = tmp_path / "demo" / "run"
     work = tmp_path / "work"
     work.mkdir()

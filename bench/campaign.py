@@ -22,6 +22,21 @@ its first plan probe is queued, then started again: what that start found and cl
 
     python bench/campaign.py                          # window in 12 min
     python bench/campaign.py --window 10 --others-minutes 7 --json out.json  # CI's smoke
+
+``--preempt``: the preemption cell instead, on the cluster restarted with preemption
+(``cluster.sh`` with ``SHARDWISE_SLURM_PREEMPT=1``; 2 GPUs). The user's fair share is one
+GPU (partition ``main`` under a QOS of ``MaxTRESPerUser=gres/gpu=1``, not preemptible);
+the other GPU is idle capacity lent through ``scavenger``, a preemptible partition
+(``--scavenger-mode``, CANCEL with GraceTime 0 by default: the harshest; the workflow
+requeues what SLURM cancels). Two campaigns of the same demo, one after the other, with no
+operator command: ``guaranteed`` (``main`` only) and ``preemptible`` (``main,scavenger``).
+In each, ``--preempt-after`` seconds after its jobs hold their GPUs, another user takes one GPU
+through ``urgent`` (PriorityTier 10) for ``--others-seconds``: the scavenger job is
+preempted, requeued, and resumes. Figures per campaign: wall time to the last marker,
+GPU-seconds held and their share of the GPU-slot time free of the other user's job,
+preemptions, files labelled more than once and files lost (both 0).
+
+    python bench/campaign.py --preempt --json out.json          # CI's smoke
 """
 
 from __future__ import annotations
@@ -37,6 +52,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -108,8 +124,10 @@ def prepare(base: Path, user: str, *, adapt: bool, limit: int, docs: int) -> tup
     return path, Path(config["run_dir"])
 
 
-def start(user: str, base: Path, config: Path) -> subprocess.Popen:
-    """The campaign's snakemake as ``user``, production request, 2 shards per job."""
+def start(
+    user: str, base: Path, config: Path, *, extra_profiles: tuple[Path, ...] = (), group: int = 2
+) -> subprocess.Popen:
+    """The campaign's snakemake as ``user``, production request, ``group`` shards per job."""
     cmd = [
         sys.executable,
         "-m",
@@ -121,9 +139,10 @@ def start(user: str, base: Path, config: Path) -> subprocess.Popen:
         "--configfile",
         str(config),
     ]
-    for profile in PROFILES:
+    for profile in (*PROFILES, *extra_profiles):
         cmd += ["--profile", str(profile)]
-    cmd += ["--jobs", "4", "--set-resources", *PRODUCTION]
+    cmd += ["--jobs", "4", "--group-components", f"classify={group}"]
+    cmd += ["--set-resources", *PRODUCTION]
     log = (base / "snakemake.log").open("a")
     return subprocess.Popen(user_argv(user, cmd), cwd=base, stdout=log, stderr=subprocess.STDOUT)
 
@@ -236,6 +255,119 @@ def probe_cost(run_dir: Path) -> dict:
     }
 
 
+#: The preemption cell's campaigns: the partitions each may use.
+PREEMPT_CAMPAIGNS = {"guaranteed": "main", "preemptible": "main,scavenger"}
+FAIR_SHARE_QOS = "swfairshare"
+
+
+def preempt_cell(args: argparse.Namespace) -> dict:
+    """Both campaigns of the preemption cell, one after the other; their figures."""
+    env = {**os.environ, "SHARDWISE_SLURM_PREEMPT": "1"}
+    sh("bash", str(CLUSTER_SH), "start", env=env)
+    sh("sacctmgr", "-i", "add", "qos", FAIR_SHARE_QOS, "MaxTRESPerUser=gres/gpu=1", check=False)
+    sh("scontrol", "update", "PartitionName=main", f"QOS={FAIR_SHARE_QOS}", "PreemptMode=OFF")
+    sh("scontrol", "update", "PartitionName=scavenger", f"PreemptMode={args.scavenger_mode}",
+       "GraceTime=0")  # fmt: skip
+    user = USERS["adapt"]
+    for who in (user, OTHER):
+        sh("bash", str(CLUSTER_SH), "add-user", who)
+    venv = Path(sys.executable).parent.parent
+    opened = open_for_others([REPO, venv, Path(sys.base_prefix)])
+    root = Path(tempfile.mkdtemp(prefix="shardwise-preempt-"))
+    root.chmod(0o755)
+    out: dict = {
+        "cell": "preempt",
+        "campaigns": {},
+        "others_seconds": args.others_seconds,
+        "scavenger_mode": args.scavenger_mode,
+    }
+    try:
+        for name, partitions in PREEMPT_CAMPAIGNS.items():
+            out["campaigns"][name] = preempt_campaign(root / name, user, partitions, args)
+    finally:
+        for who in (user, OTHER):
+            sh("pkill", "-KILL", "-u", who, check=False)
+            sh("scancel", "-u", who, check=False)
+        sh("scontrol", "update", "PartitionName=main", "QOS=", "PreemptMode=REQUEUE", check=False)
+        sh("scontrol", "update", "PartitionName=scavenger", "PreemptMode=REQUEUE", check=False)
+        for path, mode in opened:
+            path.chmod(mode)
+        shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
+def preempt_campaign(base: Path, user: str, partitions: str, args: argparse.Namespace) -> dict:
+    """One campaign of the preemption cell, to its end; its figures."""
+    config, run_dir = prepare(base, user, adapt=False, limit=10, docs=args.docs_per_file)
+    data = yaml.safe_load(config.read_text())
+    data["sharding"]["total_shards"] = 4
+    data["failures"] = {"watch_seconds": 2}
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+    overlay = base / "profile"
+    overlay.mkdir()
+    resources = {"slurm_partition": repr(partitions), "slurm_account": "'shardwise'",
+                 "mem_mb": 500, "cpus_per_task": 1, "runtime": 10}  # fmt: skip
+    (overlay / "config.yaml").write_text(yaml.safe_dump({"default-resources": resources}))
+    shutil.chown(overlay / "config.yaml", user, user)
+    began = datetime.now()
+    proc = start(user, base, config, extra_profiles=(overlay,), group=1)
+    deadline = time.monotonic() + 600
+    want = len(partitions.split(","))  # one GPU in each partition: the fair share, the lent one
+    while len([j for j in queued(user) if _running(j)]) < want:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(
+                f"no job of the campaign started: {(base / 'snakemake.log').read_text()[-3000:]}"
+            )
+        time.sleep(0.5)
+    time.sleep(args.preempt_after)
+    sh("runuser", "-u", OTHER, "--", "sbatch", "-p", "urgent", "--gpus=1", "-t", "5",
+       "-o", "/dev/null", "-D", "/tmp", "--wrap", f"sleep {args.others_seconds}")  # fmt: skip
+    code = proc.wait(timeout=1800)
+    ended = datetime.now()
+    wall = (ended - began).total_seconds()
+    others = gpu_seconds(OTHER, began, ended)
+    held = gpu_seconds(user, began, ended)
+    journals = [
+        ln for p in (run_dir / "progress").glob("*.jsonl") for ln in p.read_text().splitlines()
+    ]
+    labelled = Counter(json.loads(ln)["file"] for ln in journals)
+    output = Path(data["output"]["uri"])
+    planned = len(list((base / "demo" / "corpus").rglob("*.*")))
+    events = [json.loads(ln) for ln in _lines(run_dir / "job-events.jsonl")]
+    return {
+        "partitions": partitions,
+        "exit": code,
+        "wall_seconds": round(wall, 1),
+        "gpu_seconds": round(held, 1),
+        "gpu_slot_use": round(held / max(1.0, 2 * wall - others), 3),
+        "preemptions": len({(e["job_id"], e["run"]) for e in events if e["kind"] == "preempted"}),
+        "files_labelled_twice": sum(1 for n in labelled.values() if n > 1),
+        "files_lost": planned - sum(1 for _ in output.rglob("*.done")),
+        "operator_commands": 0,
+    }
+
+
+def _running(job_id: str) -> bool:
+    state = sh("squeue", "-h", "-j", job_id, "-o", "%T", check=False).stdout.strip()
+    return state == "RUNNING"
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def print_preempt(report: dict) -> None:
+    """The preemption cell as a table."""
+    print(f"preemption cell: another user takes one GPU for {report['others_seconds']} s; "
+          f"scavenger preempts with {report['scavenger_mode']}")  # fmt: skip
+    print(f"{'campaign':<12} {'partitions':<16} {'wall s':>7} {'GPU s':>7} {'slot use':>9} "
+          f"{'preempted':>10} {'twice':>6} {'lost':>5} {'operator':>9}")  # fmt: skip
+    for name, c in report["campaigns"].items():
+        print(f"{name:<12} {c['partitions']:<16} {c['wall_seconds']:>7g} {c['gpu_seconds']:>7g} "
+              f"{c['gpu_slot_use']:>9.1%} {c['preemptions']:>10} {c['files_labelled_twice']:>6} "
+              f"{c['files_lost']:>5} {c['operator_commands']:>9}")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--window", type=int, default=12, help="minutes to the window")
@@ -246,9 +378,19 @@ def main() -> None:
     parser.add_argument("--docs-per-file", type=int, default=200, help="the demo's is 40")
     parser.add_argument("--kill-once", action="store_true")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--preempt", action="store_true", help="the preemption cell instead")
+    parser.add_argument("--preempt-after", type=float, default=10, help="seconds into the run")
+    parser.add_argument("--others-seconds", type=int, default=30, help="the other user's job")
+    parser.add_argument("--scavenger-mode", default="CANCEL", choices=("CANCEL", "REQUEUE"))
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("bench/campaign.py needs root (it makes users and a reservation)")
+    if args.preempt:
+        report = preempt_cell(args)
+        print_preempt(report)
+        if args.json:
+            args.json.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+        return
     sh("bash", str(CLUSTER_SH), "start")
     for user in (*USERS.values(), OTHER):
         sh("bash", str(CLUSTER_SH), "add-user", user)

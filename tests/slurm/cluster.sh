@@ -50,8 +50,9 @@
 #   SHARDWISE_SLURM_ACCOUNTING  1 (default) or 0
 #   SHARDWISE_SLURM_PREEMPT     0 (default) or 1: preemption as a cluster with a
 #                               preemptible tier has it (PreemptType=preempt/partition_prio,
-#                               partitions "main", PriorityTier 1, PreemptMode REQUEUE, and
-#                               "urgent", PriorityTier 10, on the live node; a requeued job
+#                               partitions "main" and "scavenger" (a preemptible tier), PriorityTier
+#                               1, PreemptMode REQUEUE, and "urgent", PriorityTier 10, on the
+#                               live node; a requeued job
 #                               waits cred_expire=SHARDWISE_SLURM_CRED_EXPIRE (8) s, not
 #                               120, before it starts again); tests change a partition's
 #                               PreemptMode and GraceTime with scontrol update
@@ -200,6 +201,7 @@ PreemptMode=REQUEUE
 # how long a requeued job waits before it starts again (SLURM's default is 120 s)
 AuthInfo=cred_expire=$CRED_EXPIRE"
         preempt_partitions="PartitionName=main Nodes=$host MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE
+PartitionName=scavenger Nodes=$host MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE
 PartitionName=urgent Nodes=$host MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF"
     fi
     mem_per_cpu=$(( MEM_MB / CPUS / 2 ))

@@ -21,6 +21,7 @@ workflow during a preemption, followed by the same command. In every cell:
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -57,8 +58,9 @@ class Cell:
         return 2 * self.k
 
 
+#: CANCEL with GraceTime 0 and one shard per job, once: the preemptible campaign of the
+#: benchmark's preemption cell (test_the_benchmarks_preemption_cell below).
 CELLS = [
-    Cell("CANCEL", 0, 1, 1),
     Cell("REQUEUE", 60, 2, 1, "vanish"),
     Cell("REQUEUE", 0, 2, 2, "kill"),
     Cell("CANCEL", 60, 1, 2, "node_fail"),
@@ -309,3 +311,25 @@ def _check_the_run(run_dir: Path, work: Path, console: str, cell: Cell) -> None:
     assert fates["preemptions"] == 2 * cell.times, fates
     print(f"\n--- {cell}: {fates}", file=sys.stderr)
     assert markers.done_shards(run_dir) == set(range(cell.shards))
+
+
+@pytest.mark.race
+def test_the_benchmarks_preemption_cell_labels_every_file_once_with_and_without_scavenger(
+    preemptive, tmp_path
+):
+    """bench/campaign.py --preempt's smoke run: a fair share of one GPU in ``main``, and a
+    second GPU lent through ``scavenger`` (CANCEL, GraceTime 0, one shard per job), which
+    another user takes back mid-run; no operator command in either campaign."""
+    out = tmp_path / "preempt.json"
+    argv = [sys.executable, str(sr.REPO / "bench" / "campaign.py"), "--preempt",
+            "--docs-per-file", "20", "--preempt-after", "3", "--others-seconds", "10",
+            "--json", str(out)]  # fmt: skip
+    env = {**sr.env(), "SHARDWISE_SLURM_PREEMPT": "1"}
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=900, env=env, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    print(proc.stdout, file=sys.stderr)
+    campaigns = json.loads(out.read_text())["campaigns"]
+    for name, c in campaigns.items():
+        assert (c["exit"], c["files_lost"], c["files_labelled_twice"]) == (0, 0, 0), (name, c)
+    assert campaigns["guaranteed"]["preemptions"] == 0
+    assert campaigns["preemptible"]["preemptions"] >= 1

@@ -11,7 +11,7 @@ import pytest
 from shardwise.config import StorageOptions
 from shardwise.errors import RecordError, RunMismatchError
 from shardwise.run import quarantine
-from shardwise.run.claims import Submitter
+from shardwise.run.claims import Adoption, Holder, Submitter
 from shardwise.run.context import (
     RecordedDolma,
     RecordedDomains,
@@ -21,6 +21,7 @@ from shardwise.run.context import (
 )
 from shardwise.run.failures import FailureRecord
 from shardwise.run.filestats import FileStats
+from shardwise.run.jobevents import JobEvent
 from shardwise.run.journal import Line
 from shardwise.run.markers import FileMarker, ShardMarker
 from shardwise.run.plan import PlanSummary
@@ -91,6 +92,22 @@ RECORDS = [
         at="2026-01-01T00:00:00+00:00",
     ),
     Line("a/b.jsonl.gz", 5, STATS.figures(), {"docs": 5, "classifiers": {}, "pairs": {}}),
+    JobEvent(
+        at="2026-12-06T05:31:46",
+        job_id="12",
+        kind="preempted",
+        shards=(3, 4),
+        state="PREEMPTED",
+        partition="main",
+        run=1,
+        action="requeued",
+        text="job 12 (shards 3-4) was preempted in partition main (PREEMPTED): requeued",
+    ),
+    Adoption(
+        at="2026-12-06T05:38:20+00:00",
+        token="15397-3360954e",
+        holders=(Holder(shards=(2, 3), job_id="31"), Holder(shards=(5,), pid=42, host="login1")),
+    ),
 ]
 RUN_JSON = RunMeta.new(
     total_shards=8,
@@ -133,6 +150,10 @@ def test_a_record_round_trips(record):
         (RECORDS[6], "failed", ["a.jsonl"], "field 'failed' must be an array of objects"),
         (RECORDS[6], "shared", "yes", "field 'shared' must be true or false"),
         (RECORDS[7], "rows", -1, "field 'rows' must be a count >= 0"),
+        (RECORDS[8], "kind", "exploded", "field 'kind' must be one of"),
+        (RECORDS[8], "run", -1, "field 'run' must be a count >= 0"),
+        (RECORDS[9], "holders", [{"shards": [1]}, 3], "field 'holders' must be an array of obj"),
+        (RECORDS[9], "token", 7, "field 'token' must be a string"),
     ],
 )
 def test_a_damaged_field_is_refused_naming_the_file_and_the_field(record, field, value, message):

@@ -9,6 +9,11 @@ def run_dir_of_output(wildcards, output):
     return str(Path(output[0]).parent.parent)
 
 
+def run_dir_of_adoption(wildcards, output):
+    """The run directory, from the adopt checkpoint's output (<run_dir>/claims/adopted/<token>.json)."""
+    return str(Path(output[0]).parents[2])
+
+
 def run_dir_of_selection(wildcards, output):
     """The run directory, from a selection's shard record (<run_dir>/selections/<name>/shards/<shard>.json)."""
     return str(Path(output[0]).parents[3])

@@ -6,6 +6,7 @@ one from its files' stats, the files of another model named and relabelled."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -100,7 +101,8 @@ def test_a_hub_snapshot_that_moved_to_another_revision_is_refused(tmp_path, monk
     with pytest.raises(RunMismatchError, match=f"revision pinned {first}, found {second}"):
         dry_run(cfg)
     done = marked(run_dir)
-    with pytest.raises(ModelError, match="acme/topic is not the one this run labelled"):
+    named = rf"acme/topic \(-> {re.escape(str(repo))}/snapshots/{second}\) is not the one"
+    with pytest.raises(ModelError, match=named):  # the name and what it resolves to
         label(run_dir, shards[1:2])
     assert marked(run_dir) == done
 

@@ -1,12 +1,15 @@
 """A pause a shard job honours, so that tests which race a run wait for an event, not time.
 
-Never set in production. With ``SHARDWISE_TEST_GATE=<dir>`` a job stops after its
+Never set in production. :func:`moment` names the points of a job's start (models
+checked, loaded) where an in-process test acts (``on_moment``: a callback, None in
+production). With ``SHARDWISE_TEST_GATE=<dir>`` a job stops after its
 ``SHARDWISE_TEST_GATE_AFTER``-th labelled file, writes ``<dir>/<shard>.waiting`` and goes
 on once ``<dir>/open`` exists (or after ``SHARDWISE_TEST_GATE_TIMEOUT`` s, default 900).
 """
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 GATE_ENV = "SHARDWISE_TEST_GATE"
@@ -14,6 +17,14 @@ AFTER_ENV = "SHARDWISE_TEST_GATE_AFTER"
 TIMEOUT_ENV = "SHARDWISE_TEST_GATE_TIMEOUT"
 #: The file whose existence opens the gate for every job.
 OPEN = "open"
+#: Tests only: called with the name of each point of a job's start (see :func:`moment`).
+on_moment: Callable[[str], None] | None = None
+
+
+def moment(name: str) -> None:
+    """A named point of a shard job's start; a test's ``on_moment`` acts there."""
+    if on_moment is not None:
+        on_moment(name)
 
 
 def pause(shard: int, labelled: int) -> None:

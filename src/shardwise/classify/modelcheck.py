@@ -226,18 +226,31 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
                    "spiece.model", "sentencepiece.bpe.model")  # fmt: skip
 
 
-def identity(model: str, *, cache_root: Path | None = None) -> dict[str, Any]:
+def source_of(model: str) -> Path | None:
+    """The real directory a classifier's model names, resolved once: symlinks followed (a
+    ``latest`` link repointed later does not move it), a hub id's cached snapshot (the
+    revision cached now); None when it is not on disk."""
+    path = Path(model).expanduser()
+    if path.exists():
+        return path.resolve()
+    if HUB_ID.match(model):
+        return cached_snapshot(model)
+    return None
+
+
+def identity(
+    model: str, *, source: Path | None = None, cache_root: Path | None = None
+) -> dict[str, Any]:
     """``{model, content_hash, tokenizer_hash, revision}`` of a classifier's model, for
     the stats and run.json's pin: sha256 over ``config.json`` and every weight file (name
     and bytes), and over its tokenizer files, each cached under ``cache_root`` by path,
-    size and mtime (paid once per model version); the hub commit of a snapshot."""
-    path = Path(model).expanduser()
-    revision = None
-    if not path.exists() and HUB_ID.match(model):
-        snapshot = cached_snapshot(model)
-        if snapshot is None:
-            return {"model": model, "content_hash": None, "revision": None}
-        path, revision = snapshot, snapshot.name
+    size, mtime, inode and ctime (paid once per model version: a file written in place,
+    even with its size and mtime restored, is hashed again); the hub commit of a snapshot.
+    ``source``: the directory :func:`source_of` resolved (default: resolved now)."""
+    path = source if source is not None else source_of(model)
+    if path is None:
+        return {"model": model, "content_hash": None, "revision": None}
+    revision = path.name if not Path(model).expanduser().exists() else None
     files = [path / "config.json"]
     files += sorted(path.glob("*.safetensors")) + sorted(path.glob("pytorch_model*.bin"))
     files = [f for f in files if f.is_file()]
@@ -247,11 +260,15 @@ def identity(model: str, *, cache_root: Path | None = None) -> dict[str, Any]:
     return {"model": model, "content_hash": digest, "tokenizer_hash": tokens, "revision": revision}
 
 
-def identities(classifiers: Iterable[tuple[str, str, str]]) -> dict[str, dict[str, Any]]:
+def identities(
+    classifiers: Iterable[tuple[str, str, str]], sources: Mapping[str, Path | None] | None = None
+) -> dict[str, dict[str, Any]]:
     """Each classifier's (name, model, input) model identity (:func:`identity`), each model
-    path hashed once: what a file's stats record and run.json pins."""
+    hashed once, at ``sources`` (model -> resolved directory) when given: what a file's
+    stats record and run.json pins."""
     classifiers = list(classifiers)
-    by_model = {model: identity(model) for model in {m for _, m, _ in classifiers}}
+    models = {m for _, m, _ in classifiers}
+    by_model = {m: identity(m, source=sources.get(m)) if sources else identity(m) for m in models}
     return {name: by_model[model] for name, model, _ in classifiers}
 
 
@@ -259,7 +276,8 @@ def _content_hash(files: list[Path], cache_root: Path | None) -> str:
     stamp = hashlib.sha256()
     for f in files:
         st = f.stat()
-        stamp.update(f"{f.resolve()}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        key = f"{f.resolve()}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}\0{st.st_ctime_ns}\n"
+        stamp.update(key.encode())
     cached = Path(cache_root or default_cache_root()) / f"identity-{stamp.hexdigest()[:32]}.txt"
     try:
         return cached.read_text("ascii").strip()

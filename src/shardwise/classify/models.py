@@ -237,6 +237,15 @@ def _check_loading_info(info: dict[str, Any], model: str) -> None:
         raise ModelError(f"model {model!r}: checkpoint weights the model does not use: {unused}")
 
 
+def _own_memory(model_obj: torch.nn.Module) -> None:
+    """Copy the weights out of the checkpoint's memory map: on the CPU they may still be
+    the file's pages, so a file written in place would change the model mid-job (a GPU
+    copy is the device's own). Once per load; the model's size in host memory."""
+    with torch.no_grad():
+        for tensor in (*model_obj.parameters(), *model_obj.buffers()):
+            tensor.data = tensor.data.clone()
+
+
 def load_classifier(
     model: str,
     *,
@@ -278,6 +287,8 @@ def load_classifier(
         model_obj = model_obj.to(device).eval()
     except (RuntimeError, ValueError) as exc:
         raise ModelError(f"model {model!r}: cannot move to {device}: {exc}") from exc
+    if torch.device(device).type == "cpu":
+        _own_memory(model_obj)
     embedding_params = 0
     with contextlib.suppress(AttributeError, NotImplementedError):
         embedding_params = sum(p.numel() for p in model_obj.get_input_embeddings().parameters())

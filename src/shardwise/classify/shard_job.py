@@ -7,6 +7,7 @@ only when every file has its marker. SIGTERM (SLURM's warning before a walltime 
 preemption kill) raises ``Interrupted``: nothing partial is marked done.
 """
 
+import dataclasses
 import logging
 import queue
 import signal
@@ -24,7 +25,7 @@ import pyarrow as pa
 from tqdm import tqdm
 
 from shardwise.classify import gate
-from shardwise.classify.modelcheck import identities
+from shardwise.classify.modelcheck import identities, source_of
 from shardwise.classify.tokencount import TokenCounter
 from shardwise.classify.tokenization import labelling
 from shardwise.config import Pair, resolve_pairs
@@ -254,9 +255,14 @@ def _label_todo(
     current = ""
     try:
         gate.pause(shard, 0)  # tests only: see classify/gate.py
-        models = model_identities(ctx)
-        check_models(ctx, models)  # before anything is labelled: never two models in one output
-        engine = engine_factory(ctx)
+        gate.moment("start")
+        sources = model_sources(ctx)  # each model's directory, resolved once
+        models = model_identities(ctx, sources)
+        check_models(ctx, models, sources)  # before anything is labelled: one model per output
+        gate.moment("checked")
+        engine = engine_factory(loading_from(ctx, sources))
+        gate.moment("loaded")
+        check_loaded(ctx, models, sources)  # the bytes loaded are the bytes checked
         report.half_on_cpu = half_on_cpu(engine)
         counter = load_counter(ctx)
         for item in _prefetch(ctx, todo, engine.prepare, counter):
@@ -272,6 +278,7 @@ def _label_todo(
                 report.docs += rows
                 report.labelled += 1
                 gate.pause(shard, report.labelled)
+                gate.moment("labelled")
             bar.update(1)
     except Interrupted:
         failures.record_failure(run_dir, shard, report.failed, cause=failures.INTERRUPTED)
@@ -390,20 +397,64 @@ def _counted(ctx: JobContext) -> tuple[list[str], list[Pair]]:
     return names, resolve_pairs(names, ctx.settings.domains.pairs)
 
 
-def model_identities(ctx: JobContext) -> dict[str, Any]:
+def model_sources(ctx: JobContext) -> dict[str, Path | None]:
+    """Each classifier's model resolved once to a real directory (a symlink followed, a hub
+    id's cached snapshot): the job checks and loads that directory, never the name again."""
+    return {model: source_of(model) for _, model, _ in ctx.meta.classifiers}
+
+
+def model_identities(
+    ctx: JobContext, sources: dict[str, Path | None] | None = None
+) -> dict[str, Any]:
     """Each classifier's model identity (content hash, hub revision) for the stats."""
-    return identities(ctx.meta.classifiers)
+    return identities(ctx.meta.classifiers, sources)
 
 
-def check_models(ctx: JobContext, models: dict[str, Any]) -> None:
+def check_models(
+    ctx: JobContext, models: dict[str, Any], sources: dict[str, Path | None] | None = None
+) -> None:
     """ModelError (the shard stops before its first file) when a classifier's model is
     not the one run.json pins: replaced in place, or a hub snapshot that moved."""
     if ctx.meta.models is None:
         return  # pinned by the next dry run (from the files' stats)
     wrong = modelpin.mismatched(ctx.meta.models, models)
     if wrong:
-        paths = {name: model for name, model, _ in ctx.meta.classifiers}
+        paths = {name: _named(model, sources) for name, model, _ in ctx.meta.classifiers}
         raise ModelError(" ".join(modelpin.refusal(n, paths[n], d) for n, d in wrong.items()))
+
+
+def check_loaded(ctx: JobContext, checked: dict[str, Any], sources: dict[str, Path | None]) -> None:
+    """ModelError when a model's files changed while the job loaded them (written in place:
+    a symlink repointed meanwhile does not move the resolved directory): its identity
+    now differs from the one checked before the load. Cheap when nothing changed (the
+    identity cache answers from each file's size, mtime, inode and ctime)."""
+    after = model_identities(ctx, sources)
+    changed = modelpin.mismatched({n: modelpin.pin_of(i) for n, i in checked.items()}, after)
+    if changed:
+        paths = {name: _named(model, sources) for name, model, _ in ctx.meta.classifiers}
+        text = " ".join(
+            f"classifier {n!r}: the model at {paths[n]} changed while this job loaded it "
+            f"({modelpin.describe(d)})."
+            for n, d in changed.items()
+        )
+        raise ModelError(text + " Nothing was labelled; the shard runs again with what is there")
+
+
+def loading_from(ctx: JobContext, sources: dict[str, Path | None]) -> JobContext:
+    """``ctx`` whose classifiers name the resolved directories (what the engine loads)."""
+    specs = tuple(
+        (n, str(sources[m]) if sources.get(m) is not None else m, i)
+        for n, m, i in ctx.meta.classifiers
+    )
+    return dataclasses.replace(ctx, meta=dataclasses.replace(ctx.meta, classifiers=specs))
+
+
+def _named(model: str, sources: dict[str, Path | None] | None) -> str:
+    """``models/topic (-> /data/models/topic-v2)`` when the name resolves elsewhere."""
+    source = (sources or {}).get(model)
+    if source is None or str(source) == model:
+        return model
+    return f"{model} (-> {source})"
 
 
 def load_engine(ctx: JobContext) -> Any:

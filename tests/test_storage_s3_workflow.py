@@ -257,6 +257,15 @@ def test_server_stopped_mid_run_then_rerun_labels_each_row_once(
     logs = "".join(p.read_text() for p in (tmp_path / "run" / "logs").rglob("*.log"))
     assert "gave up after" in logs or "cannot" in logs, logs[-3000:]
     assert s3.url("labels") in logs or s3.url("corpus") in logs  # the key is named
+    # the advice is the store's: run again once it answers; no file is called failing
+    assert "the store did not answer, not the files: run again once it answers" in out, out[-3000:]
+    assert "shardwise quarantine" not in out, out[-3000:]
+    cov = subprocess.run(
+        [sys.executable, "-m", "shardwise.cli", "coverage", "--run-dir", str(tmp_path / "run")],
+        capture_output=True, text=True, env=env, check=False,
+    )  # fmt: skip
+    assert "stopped because the store did not answer" in cov.stdout, cov.stdout
+    assert "shardwise quarantine" not in cov.stdout and "failing:" not in cov.stdout, cov.stdout
 
     before = {k: s3.get(k) for k in s3.keys("labels/") if k.endswith(".done")}
     assert before, "nothing finished before the stop"
@@ -270,6 +279,7 @@ def test_server_stopped_mid_run_then_rerun_labels_each_row_once(
     assert not rewritten, f"labelled twice: {rewritten}"
     for key, data in before.items():
         assert s3.get(key) == data
+    assert not (tmp_path / "run" / "quarantine.json").exists()  # nothing was quarantined
 
 
 def test_credentials_never_written(tmp_path: Path, demo_models: Path, s3: Any) -> None:

@@ -53,7 +53,7 @@ def test_a_text_field_typo_fails_each_file_by_name_and_the_fix_relabels(tmp_path
         label(tmp_path / "run")
     message = str(info.value)
     files = plan.load(tmp_path / "run")["file"].to_pylist()
-    assert f"shard 0: {len(files)} of {len(files)} file(s) failed" in message
+    assert f"shard 0: {len(files)} of {len(files)} file(s) tried failed" in message
     assert message.count("input.text_field 'body' is in none of its") == len(files)
     assert "fields found: id, text, url" in message
     assert not list((tmp_path / "labels").rglob("*.done"))  # nothing vouches for empty text

@@ -73,7 +73,7 @@ def test_one_bad_file_is_not_shared_and_says_how_to_quarantine():
     errors = [InputError("/data/a.parquet: cannot read parquet file: truncated")]
     cause = failures.cause_of_files(errors, files=3, labelled=2, hint="`shardwise quarantine`")
     assert cause.kind == "input" and not cause.shared
-    assert cause.reason.startswith("1 of 3 file(s) failed: /data/a.parquet: cannot read")
+    assert cause.reason.startswith("1 of 3 file(s) tried failed: /data/a.parquet: cannot read")
     assert cause.reason.endswith("`shardwise quarantine`")
 
 
@@ -83,9 +83,16 @@ def test_a_missing_field_in_some_files_only_is_not_shared():
     assert not cause.shared
 
 
-def test_a_storage_error_among_file_errors_is_the_store():
+def test_a_storage_error_among_file_errors_is_the_store_and_says_what_was_tried():
     errors = [StorageError("s3://b/a: retries exhausted")]
-    assert failures.cause_of_files(errors, files=5, labelled=0, hint="").kind == "storage"
+    cause = failures.cause_of_files(errors, files=6, labelled=0, hint="`shardwise quarantine`")
+    assert cause == failures.Cause(
+        "storage",
+        "stopped after 1 of 6 file(s) tried (0 labelled, 5 not tried): s3://b/a: retries "
+        "exhausted; the store did not answer, not the files: run again once it answers "
+        "(`snakemake -n` lists the input through it), and leave the files in",
+    )
+    assert "quarantine" not in cause.reason
 
 
 def test_whole_shard_causes():

@@ -300,10 +300,14 @@ def _fail(run_dir: Path, report: ShardReport, todo: int) -> None:
     hint = quarantine_hint(run_dir)
     cause = failures.cause_of_files(report.errors, todo, report.labelled, hint)
     failures.record_failure(run_dir, report.shard, report.failed, cause=cause)
+    if cause.kind == "storage":  # no file is at fault: no file named as failing
+        msg = f"shard {report.shard}: {cause.reason}; every finished file stays done"
+        raise ShardFailedError(msg)
     names = ", ".join(f["file"] for f in report.failed)
     details = "\n".join(f"  {f['error']}" for f in report.failed)
     fix = "" if cause.shared else f"\n{hint}"
-    msg = f"shard {report.shard}: {len(report.failed)} of {report.files} file(s) failed ({names}); "
+    tried = report.labelled + len(report.failed)
+    msg = f"shard {report.shard}: {len(report.failed)} of {tried} file(s) tried failed ({names}); "
     msg += f"every other finished file stays done; the shard will be retried:\n{details}{fix}"
     raise ShardFailedError(msg)
 

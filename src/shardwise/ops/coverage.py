@@ -100,6 +100,8 @@ class Coverage:
     failing_reasons: tuple[tuple[str, tuple[int, ...]], ...] = ()
     #: The files that failed in them: (file, shard, error), in file order.
     failing_files: tuple[tuple[str, int, str], ...] = ()
+    #: Failing shards the store stopped (unreachable, throttled, refused): no file at fault.
+    shards_store_stopped: int = 0
     #: Listed files input.glob matches that are neither inputs nor outputs (last listing).
     skipped: skipped.Skipped = field(default_factory=skipped.Skipped)
     drift: drift.InputDrift = field(default_factory=drift.InputDrift)
@@ -153,7 +155,7 @@ def failing_files(records: dict[int, failures.FailureRecord]) -> tuple[tuple[str
     out = [
         (f.get("file", "?"), shard, failures.first_line(f.get("error", "")))
         for shard, record in records.items()
-        if not record.interrupted and not record.shared
+        if not record.interrupted and not record.shared and record.kind != "storage"
         for f in record.failed
     ]
     return tuple(sorted(out))
@@ -397,6 +399,7 @@ def compute(
         shards_interrupted=interrupted,
         failing_reasons=reasons_of(state.last_failures, interrupted=False),
         failing_files=failing_files(state.last_failures),
+        shards_store_stopped=sum(r.kind == "storage" for r in state.last_failures.values()),
         tasks_total=tasks.total,
         tasks_done=tasks.done,
         files_total=state.plan.num_rows,

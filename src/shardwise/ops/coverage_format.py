@@ -19,6 +19,7 @@ _PLAIN = (
     "shards_empty", "shards_remaining", "shards_failing", "shards_interrupted", "tasks_total",
     "tasks_done", "files_total", "files_done", "bytes_total", "bytes_done", "docs_done",
     "incomplete_shards", "files_quarantined", "tasks_quarantined", "tasks_left",
+    "shards_store_stopped",
     "outputs_missing",
 )  # fmt: skip
 
@@ -233,6 +234,12 @@ def failing_lines(cov: Coverage, shown: int = 3) -> list[str]:
     if len(cov.failing_reasons) > shown:
         hidden = len(cov.failing_reasons) - shown
         lines.append(f"failing  ... {hidden} more reason(s) (--format json)")
+    if cov.shards_store_stopped:
+        text = f"store    {cov.shards_store_stopped:,} of them stopped because the store did not "
+        text += "answer (their reason above), not for a file: run again once it answers "
+        lines.append(
+            text + "(`snakemake -n` lists the input through it); the files are not at fault"
+        )
     if cov.failing_files:
         named = "; ".join(f"{rel} (shard {shard})" for rel, shard, _e in cov.failing_files[:shown])
         hidden = len(cov.failing_files) - shown

@@ -61,16 +61,24 @@ def cause_of(exc: BaseException, where: str = "") -> Cause:
     if isinstance(exc, ConfigError):
         return Cause("config", text, shared=True)
     if isinstance(exc, StorageError):
-        return Cause("storage", text)
+        return Cause("storage", f"{text}; {STORE_ADVICE}")
     if isinstance(exc, ShardwiseError):
         return Cause("input", text)
     return Cause("error", text)
 
 
+#: What to do when the store, not a file, stopped a shard (never "quarantine the file").
+STORE_ADVICE = (
+    "the store did not answer, not the files: run again once it answers "
+    "(`snakemake -n` lists the input through it), and leave the files in"
+)
+
+
 def cause_of_files(errors: Sequence[BaseException], files: int, labelled: int, hint: str) -> Cause:
     """The cause of a shard whose files failed one by one: the same absent field in every
     file and none labelled is a shared config mistake (said in the same words by every
-    shard); else the files: how many, the first error, and ``hint``."""
+    shard); a store that stopped answering stopped the shard (what was tried, what was
+    not); else the files: how many of those tried failed, the first error, and ``hint``."""
     fields = {(e.config_key, e.path) for e in errors if isinstance(e, FieldMissingError)}
     if errors and not labelled and len(fields) == 1 and len(errors) == files:
         first = errors[0]
@@ -78,10 +86,14 @@ def cause_of_files(errors: Sequence[BaseException], files: int, labelled: int, h
         advice = field_advice(first.config_key, first.path, first.found, "nothing was written")
         text = f"{first.config_key} {first.path!r} is in no row of any file; {advice}"
         return Cause("config", text, shared=True)
-    more = f" (and {len(errors) - 1:,} more)" if len(errors) > 1 else ""
-    text = f"{len(errors):,} of {files:,} file(s) failed: {first_line(str(errors[0]))}{more}"
-    if any(isinstance(e, StorageError) for e in errors):  # the store, not the files
+    tried = labelled + len(errors)
+    store = next((e for e in errors if isinstance(e, StorageError)), None)
+    if store is not None:  # the store, not the files: the job stopped at the first of them
+        text = f"stopped after {tried:,} of {files:,} file(s) tried ({labelled:,} labelled, "
+        text += f"{files - tried:,} not tried): {first_line(str(store))}; {STORE_ADVICE}"
         return Cause("storage", text)
+    more = f" (and {len(errors) - 1:,} more)" if len(errors) > 1 else ""
+    text = f"{len(errors):,} of {tried:,} file(s) tried failed: {first_line(str(errors[0]))}{more}"
     return Cause("input", f"{text} {hint}".strip())
 
 

@@ -357,16 +357,29 @@ def _labelled_stats(state: RunState, f: _Files) -> tuple[dict[str, int], list[fi
 
 
 def _eta(
-    rates: throughput.Throughput | None, f: _Files, gpus: int, per: str
+    state: RunState, rates: throughput.Throughput | None, f: _Files, gpus: int, per: str
 ) -> throughput.Eta | None:
-    """Time left at ``gpus``: by bytes when the rate knows them, else by files."""
-    if rates is None or rates.overall is None:
-        return None
+    """Time left at ``gpus``: at the pace of the finished shard jobs (their wall seconds
+    per input byte, start-up included), else at the labelling rate alone (by bytes when
+    it knows them, else by files)."""
     left = ~f.done & ~f.quarantined
-    estimate = throughput.eta(int(f.size[left].sum()), rates, gpus, unit="bytes", per=per)
-    if estimate is None:
-        estimate = throughput.eta(int(left.sum()), rates, gpus, unit="files", per=per)
-    return estimate
+    labelling = None
+    if rates is not None and rates.overall is not None:
+        labelling = throughput.eta(int(f.size[left].sum()), rates, gpus, unit="bytes", per=per)
+        if labelling is None:
+            labelling = throughput.eta(int(left.sum()), rates, gpus, unit="files", per=per)
+    sizes = np.bincount(
+        f.rel_shard[f.in_range], weights=f.size[f.in_range], minlength=state.total_shards
+    )
+    done = {
+        s - state.minimum_shard_index: t
+        for s, t in state.job_seconds.items()
+        if 0 <= s - state.minimum_shard_index < sizes.size
+        and f.shard_done[s - state.minimum_shard_index]
+    }
+    shard_bytes = [float(sizes[s]) for s in done]
+    remaining = float(f.size[left].sum())
+    return throughput.paced(labelling, remaining, done.values(), shard_bytes, gpus, per)
 
 
 def compute(
@@ -413,7 +426,7 @@ def compute(
         skew_flagged=tuple(c.name for c in tasks.categories if c.flagged),
         overall_percent=100.0 * tasks.overall,
         throughput=rates,
-        eta=_eta(rates, f, gpus, per),
+        eta=_eta(state, rates, f, gpus, per),
         files_quarantined=int(f.quarantined.sum()),
         tasks_quarantined=tasks.quarantined,
         quarantined=tuple(sorted(state.quarantined.values(), key=lambda e: e.file)),

@@ -179,14 +179,28 @@ def _rate_lines(cov: Coverage) -> list[str]:
         lines.append(text + f"{dev.files_per_hour:,.1f} files/h/GPU  [{dev.files:,} files]")
     eta = cov.eta
     if eta is not None and eta.remaining > 0:
-        if eta.unit == "bytes":
-            left, per = human_bytes(eta.remaining), f"{human_bytes(eta.rate_per_gpu)}/s"
-        else:
-            left, per = f"{eta.remaining:,.0f} files", f"{eta.rate_per_gpu * 3600:,.1f} files/h"
-        text = f"ETA      {format_duration(eta.seconds)} on {eta.gpus} {eta.per}"
-        text += f"{'s' if eta.gpus != 1 else ''} ({left} left at {per} per {eta.per})"
-        lines.append(text)
+        lines.append(eta_line(eta))
     return lines
+
+
+def eta_line(eta: throughput.Eta) -> str:
+    """The ETA, with the pace it rests on: finished shard jobs (start-up included), or,
+    before any finished, unknown, with the labelling-only time it would not exceed."""
+    if eta.unit == "bytes":
+        left, per = human_bytes(eta.remaining), f"{human_bytes(eta.rate_per_gpu)}/s"
+    else:
+        left, per = f"{eta.remaining:,.0f} files", f"{eta.rate_per_gpu * 3600:,.1f} files/h"
+    on = f"on {eta.gpus} {eta.per}{'s' if eta.gpus != 1 else ''}"
+    if eta.basis == "labelling":
+        text = "ETA      unknown until a shard job finishes (start-up and model loading are "
+        text += f"not measured yet); labelling alone: {format_duration(eta.seconds)} {on} "
+        return text + f"({left} left at {per} per {eta.per})"
+    text = f"ETA      {format_duration(eta.seconds)} {on} at the pace of {eta.jobs:,} finished "
+    text += f"shard job(s) ({format_duration(eta.seconds_per_job or 0)} each, start-up and model "
+    text += f"loading included: {per} per {eta.per}; {left} left)"
+    if eta.labelling_seconds is not None:
+        text += f"; labelling alone: {format_duration(eta.labelling_seconds)}"
+    return text
 
 
 def fidelity_lines(fidelities: Iterable[fidelity.Fidelity]) -> list[str]:

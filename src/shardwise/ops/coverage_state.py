@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 from shardwise.errors import RecordError
 from shardwise.run import (
     adaptation,
+    benchmarks,
     changes,
     claims,
     context,
@@ -86,6 +87,8 @@ class RunState:
     #: What SLURM did to the run's jobs: preemptions, node failures, lost jobs.
     job_events: tuple[jobevents.JobEvent, ...] = ()
     loaded_at: datetime = field(default_factory=datetime.now)  # "the last hour" ends here
+    #: Each benchmarked shard job's wall seconds (start-up included): the ETA's pace.
+    job_seconds: dict[int, float] = field(default_factory=dict)
 
 
 def _marker_columns(found: dict[int, markers.ShardMarker]) -> ShardMarkers:
@@ -248,6 +251,7 @@ def load_state(
         copies=run_state.copies_disagree(run_dir, meta, run_state.output_copy(output)),
         adapted=_adapted(run_dir),
         job_events=tuple(jobevents.load(run_dir)),
+        job_seconds=benchmarks.shard_seconds(run_dir),
     )
 
 

@@ -109,7 +109,9 @@ def summarize(stats: Iterable[Mapping[str, Any]] | StatsTable) -> Throughput:
 
 @dataclass(frozen=True, kw_only=True)
 class Eta:
-    """Time to finish ``remaining`` units on ``gpus`` GPUs at the aggregate rate."""
+    """Time to finish ``remaining`` units on ``gpus`` GPUs at a measured rate: the pace of
+    whole shard jobs (``basis`` "shard jobs": start-up and model loading included), or,
+    before any shard job finished, the labelling rate alone (``basis`` "labelling")."""
 
     seconds: float
     remaining: float
@@ -118,6 +120,38 @@ class Eta:
     rate_per_gpu: float  # units per second per GPU
     #: What runs in parallel: "GPU" (cluster jobs, one GPU each) or "local job".
     per: str = "GPU"
+    basis: Literal["shard jobs", "labelling"] = "labelling"
+    jobs: int = 0  # the finished shard jobs the pace rests on
+    seconds_per_job: float | None = None  # their mean wall seconds
+    labelling_seconds: float | None = None  # the labelling-only ETA, beside the paced one
+
+
+def paced(
+    labelling: Eta | None,
+    remaining_bytes: float,
+    job_seconds: Iterable[float],
+    job_bytes: Iterable[float],
+    gpus: int,
+    per: str,
+) -> Eta | None:
+    """The ETA at the pace of finished shard jobs (wall seconds per input byte, summed over
+    them): the labelling-only ``labelling`` ETA when none finished (or they read nothing)."""
+    seconds, nbytes = np.asarray(list(job_seconds), float), np.asarray(list(job_bytes), float)
+    if seconds.size == 0 or not nbytes.sum() > 0 or not seconds.sum() > 0:
+        return labelling
+    rate = float(nbytes.sum() / seconds.sum())  # bytes per second per job, all included
+    return Eta(
+        seconds=float(remaining_bytes) / (rate * gpus),
+        remaining=float(remaining_bytes),
+        unit="bytes",
+        gpus=gpus,
+        rate_per_gpu=rate,
+        per=per,
+        basis="shard jobs",
+        jobs=int(seconds.size),
+        seconds_per_job=float(seconds.mean()),
+        labelling_seconds=labelling.seconds if labelling is not None else None,
+    )
 
 
 def eta(

@@ -2,6 +2,7 @@
 
 import io
 import json
+import os
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -422,3 +423,32 @@ def test_answers_before_the_first_backfill_pass_are_called_provisional(tmp_path)
     assert "ask again in a minute" in advice
     assert walltime_probe.planned(command.key_values(PLANNED_JOB))
     assert walltime_probe.planned(None)  # nothing known: nothing to warn about
+
+
+def test_the_workflows_fit_in_force_is_the_answer_and_no_probe_is_made(tmp_path):
+    """While the live workflow's walltime fit is in force, ``cluster status`` shows that
+    fit and its evidence instead of probing SLURM's plan a second time (#48)."""
+    from shardwise.run import adaptation
+
+    run_dir = _run(tmp_path)
+    now = datetime.now()
+    fit = adaptation.Fit(
+        horizon=(now + timedelta(minutes=40)).isoformat(timespec="seconds"),
+        minutes=40,
+        floor=5,
+        since=now.isoformat(timespec="seconds"),
+        reason="job 20 pends for a reservation; SLURM's plan starts a job of 40 min now",
+    )
+    adaptation.save(run_dir, adaptation.Adaptation(fit, ()))
+    assert cluster_status.fit_in_force(run_dir, now) is None  # the recorded process is gone
+    live = replace(claims.Submitter.recorded(run_dir), host=claims.hostname(), pid=os.getpid())
+    live.record(run_dir)
+    assert cluster_status.fit_in_force(run_dir, now) == fit
+    assert cluster_status.fit_in_force(run_dir, now + timedelta(minutes=39)) is None  # expired
+    facts = replace(_facts(run_dir), fit=fit, probe_detail=None, probe_starts={})
+    status = cluster_status.build(run_dir, facts)
+    (note,) = [n for n in status.notes if n.startswith("no walltime probe")]
+    assert "the workflow's adaptation is in force" in note and fit.reason in note
+    assert note.endswith("`cluster status --probe` asks SLURM's plan again")
+    text = cluster_status_format.format_table(status)
+    assert "in force: jobs end by" in text and text.count("ask again in a minute") <= 1

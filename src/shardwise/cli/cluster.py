@@ -99,6 +99,12 @@ def _add_status(sub: argparse._SubParsersAction) -> None:
         help="redraw every SECONDS until Ctrl-C (plain text blocks when not a terminal; "
         "JSON Lines with --format json)",
     )
+    p.add_argument(
+        "--probe",
+        action="store_true",
+        help="ask SLURM's plan even while the workflow's own walltime fit is in force (by "
+        "default its fit and evidence are the answer, and no probe job is submitted)",
+    )
     _timeout_option(p)
     p.set_defaults(func=_status)
 
@@ -141,7 +147,7 @@ def _check(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     if not args.watch:
-        status = cluster_status.status(args.run_dir, timeout=args.timeout)
+        status = cluster_status.status(args.run_dir, timeout=args.timeout, probe=args.probe)
         emit(
             args.format,
             lambda: cluster_status_format.to_dict(status),
@@ -150,7 +156,7 @@ def _status(args: argparse.Namespace) -> int:
         return 0
 
     def render() -> str:
-        status = cluster_status.status(args.run_dir, timeout=args.timeout)
+        status = cluster_status.status(args.run_dir, timeout=args.timeout, probe=args.probe)
         if args.format == "json":
             return json_text(cluster_status_format.to_dict(status), one_line=True)
         return cluster_status_format.format_table(status)

@@ -113,6 +113,8 @@ class StatusFacts:
     hidden_window: Answer[walltime_probe.Located] | None = None
     #: SLURM's plan for probe jobs of the pending job's request (what really starts now).
     planned: Planned | None = None
+    #: The live workflow's walltime fit in force: shown as the answer, no probe made.
+    fit: adaptation.Fit | None = None
 
 
 def run_jobs(
@@ -131,8 +133,24 @@ def run_jobs(
     return out
 
 
-def status_facts(run_dir: Path, *, timeout: float = command.DEFAULT_TIMEOUT) -> StatusFacts:
-    """Ask SLURM what the view needs (the walltime probe only when a job pends)."""
+def fit_in_force(run_dir: Path, now: datetime) -> adaptation.Fit | None:
+    """The live workflow's walltime fit, while in force: SLURM's plan it already asked,
+    which a second probe by ``cluster status`` would only contradict or repeat."""
+    try:
+        record = adaptation.load(run_dir)
+    except RecordError:
+        return None
+    fit = record.fit if record is not None else None
+    if fit is None or fit.cap(now) is None:
+        return None
+    return fit if _main_process(claims.Submitter.recorded(run_dir))["alive"] else None
+
+
+def status_facts(
+    run_dir: Path, *, timeout: float = command.DEFAULT_TIMEOUT, probe: bool = False
+) -> StatusFacts:
+    """Ask SLURM what the view needs (the walltime probe only when a job pends, and not
+    while the workflow's own adaptation is in force, unless ``probe`` asks for it)."""
     user = queries.current_user()
     queue = queries.jobs(user, timeout=timeout)
     cleared = plan_probe.clear_leftovers(queue, timeout)
@@ -146,6 +164,9 @@ def status_facts(run_dir: Path, *, timeout: float = command.DEFAULT_TIMEOUT) -> 
     nodes = queries.nodes(timeout=timeout)
     mine = run_jobs(run_dir, queue.value or [], claims.Submitter.recorded(run_dir))
     oldest = probed_job(mine)
+    fitted = None if probe else fit_in_force(run_dir, datetime.now())
+    if fitted is not None:
+        oldest = None  # the workflow's fit is the answer: no second probe
     detail = None
     starts: dict[int, Answer[datetime]] = {}
     windows = None
@@ -188,6 +209,7 @@ def status_facts(run_dir: Path, *, timeout: float = command.DEFAULT_TIMEOUT) -> 
         reservations=windows,
         hidden_window=hidden,
         planned=planned,
+        fit=fitted,
     )
 
 
@@ -248,10 +270,19 @@ def build(run_dir: Path, facts: StatusFacts) -> Status:
         in_flight=flight,
         nodes=_unavailable_nodes(facts, jobs),
         others=others,
-        notes=tuple(notes) + flight.notes,
+        notes=tuple(notes + _fit_note(facts.fit)) + flight.notes,
         adapted=_adapted(run_dir, notes),
         fates=jobevents.tally(jobevents.load(run_dir), now),
     )
+
+
+def _fit_note(fit: adaptation.Fit | None) -> list[str]:
+    """Why no walltime probe was made: the workflow's fit is in force (its evidence below)."""
+    if fit is None:
+        return []
+    text = "no walltime probe: the workflow's adaptation is in force (jobs end by "
+    text += f"{fit.horizon.replace('T', ' ')}; SLURM's plan at {fit.since}: {fit.reason}); "
+    return [text + "`cluster status --probe` asks SLURM's plan again"]
 
 
 def _adapted(run_dir: Path, notes: list[str]) -> adaptation.Adaptation | None:
@@ -387,6 +418,9 @@ def _probe(
     )
 
 
-def status(run_dir: Path, *, timeout: float = command.DEFAULT_TIMEOUT) -> Status:
-    """``shardwise cluster status``: ask SLURM (with ``timeout`` per command), then build."""
-    return build(run_dir, status_facts(run_dir, timeout=timeout))
+def status(
+    run_dir: Path, *, timeout: float = command.DEFAULT_TIMEOUT, probe: bool = False
+) -> Status:
+    """``shardwise cluster status``: ask SLURM (with ``timeout`` per command), then build.
+    ``probe``: ask SLURM's plan even while the workflow's own fit is in force."""
+    return build(run_dir, status_facts(run_dir, timeout=timeout, probe=probe))

@@ -106,10 +106,11 @@ def probe(  # noqa: PLR0913 - SLURM's separate answers, keyword-only
         advice = f"SLURM's plan for your jobs' request: {plan.why_none()}. A shorter limit does "
         advice += "not start them before the window; they start after it (with walltime.adapt "
         advice += "on, the workflow asks again by itself and lowers them when one fits)"
-    if not planned:
+    if not planned:  # said once, whatever the rest says
+        rest = advice.replace("; ask again in a minute", "").replace(", ask again in a minute", "")
         advice = f"SLURM has not planned job {oldest.id} yet (its first backfill pass comes within "
         advice += "bf_interval, 30 s by default): these answers are provisional, ask again in a "
-        advice += f"minute. {advice}"
+        advice += f"minute. {rest}"
     submitted = oldest.submit_time.isoformat() if oldest.submit_time else ""
     blind = window is not None and window.method is not Method.RESERVATION
     located = hidden.value if hidden is not None and blind else None

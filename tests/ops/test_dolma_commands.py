@@ -99,6 +99,37 @@ def test_a_mix_on_an_object_store_names_the_environment_dolma_needs():
     assert not any(line.startswith("  export AWS_ENDPOINT_URL") for line in bare)
 
 
+@pytest.mark.parametrize(
+    ("options", "why"),
+    [
+        (StorageOptions(endpoint_url="https://minio.lab.example:9000"), "is a host name"),
+        (
+            StorageOptions(endpoint_url="https://s3.lab.example", addressing_style="path"),
+            "storage.addressing_style is path",
+        ),
+        (StorageOptions(addressing_style="path"), "storage.addressing_style is path"),
+    ],
+)
+def test_a_store_dolma_cannot_reach_is_said_with_what_to_do_instead(options, why):
+    remote = dolma.mix_stream("s", ["s3://corpus/ds/documents/a.jsonl"], "w", "/mix", [])
+    text = dolma.mix_yaml({"streams": [remote]}, options)
+    assert "# WARNING: dolma 1.2.1 cannot reach this store as configured: " in text
+    assert why in text and "(corpus." in text  # the bucket host name dolma would ask for
+    assert "virtual-host endpoint" in text and "mix from a" in text and "local copy" in text
+    assert yaml.safe_load(text) == {"streams": [remote]}
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [None, "http://127.0.0.1:9000", "http://localhost:5000", "https://s3.us-east-1.amazonaws.com",
+     "https://acct.r2.cloudflarestorage.com"],
+)  # fmt: skip
+def test_stores_dolma_reaches_get_no_warning(endpoint):
+    remote = dolma.mix_stream("s", ["s3://b/ds/documents/a.jsonl"], "w", "/mix", [])
+    text = dolma.mix_yaml({"streams": [remote]}, StorageOptions(endpoint_url=endpoint))
+    assert "WARNING" not in text
+
+
 def test_mix_config_refuses_attributes_where_dolma_does_not_look(tmp_path):
     _found, run_dir = dolma_run(tmp_path, uri=str(tmp_path / "elsewhere"))
     label(run_dir)

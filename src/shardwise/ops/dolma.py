@@ -6,12 +6,14 @@ idempotent (what exists is kept unless ``force``). ``mix_config`` keeps the docu
 chosen labels or cells, with their attributes where the mixer looks.
 """
 
+import ipaddress
 import json
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
+from urllib.parse import urlparse
 
 import yaml
 from tqdm import tqdm
@@ -216,7 +218,53 @@ def store_environment(config: dict[str, Any], options: StorageOptions | None) ->
         lines.append(f"  export AWS_PROFILE={options.profile}")
     else:
         lines.append("  and the credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY")
-    return lines
+    unreachable = dolma_cannot_reach(options, _buckets(paths))
+    return lines + unreachable
+
+
+#: Endpoints whose stores answer a bucket by host name (what dolma's client asks).
+VIRTUAL_HOSTS = ("amazonaws.com", "r2.cloudflarestorage.com")
+
+
+def dolma_cannot_reach(options: StorageOptions, buckets: Sequence[str] = ()) -> list[str]:
+    """Why dolma (1.2.1) cannot reach this store, as header lines (none when it can): its
+    client always addresses a bucket by host name (``<bucket>.<host>``), which a store that
+    needs path-style addressing, or an endpoint given as a host name of a store without
+    per-bucket host names (MinIO, Ceph), does not answer: a DNS error on ``bucket.host``.
+    An IP address endpoint gets path-style from the client itself; AWS and R2 answer
+    bucket host names."""
+    host = urlparse(options.endpoint_url or "").hostname or ""
+    named = bool(host) and not _is_ip(host) and not host.endswith(VIRTUAL_HOSTS)
+    if options.addressing_style != "path" and not named:
+        return []
+    bucket = buckets[0] if buckets else "<bucket>"
+    why = (
+        "the run's storage.addressing_style is path"
+        if options.addressing_style == "path"
+        else (f"the endpoint {options.endpoint_url} is a host name")
+    )
+    return [
+        f"WARNING: dolma 1.2.1 cannot reach this store as configured: {why}, and dolma's",
+        f"  client always asks for the bucket by host name ({bucket}.{host or '<host>'}):",
+        "  `dolma mix` fails with a DNS error. Either give it an endpoint that answers bucket",
+        "  host names",
+        "  (the store's virtual-host endpoint, or a DNS name for each bucket), or mix from a",
+        "  local copy: copy the documents and the attributes (same layout) to a local folder,",
+        "  write this config for it (the same command with the run's output copied there), and",
+        "  run dolma on the copy.",
+    ]
+
+
+def _buckets(paths: Sequence[str]) -> list[str]:
+    return [urlparse(p).netloc for p in paths if urlparse(p).scheme.lower() in ("s3", "s3a")]
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return host == "localhost"
+    return True
 
 
 def store_options(run_dir: Path) -> StorageOptions:

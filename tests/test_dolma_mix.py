@@ -314,6 +314,44 @@ def test_select_mixes_each_document_as_many_times_as_selected_with_the_report_s_
     assert counted == report["selected_tokens"]
 
 
+def test_a_selection_over_a_shrunk_run_stops_dolma_and_names_what_changed(
+    tmp_path, demo_models, dolma_cli, capsys
+):
+    """``plan --extend --gone remove`` after a selection: its old mix config stops the real
+    ``dolma mix`` (which names the stale selection), the gone files' selection attribute
+    files are removed with their outputs, and the report says files were removed."""
+    write_corpus(tmp_path / "ds" / "documents", SIZE, dolma=True)
+    cfg = dolma_config(tmp_path, demo_models, str(tmp_path / "ds" / "documents"))
+    cfg["domains"] = {"tokenizer": str(demo_models / "topic")}
+    run_dir = label(cfg)
+    weights = tmp_path / "uniform.json"
+    _uniform_weights(run_dir, weights)
+    assert main(["select", "--run-dir", str(run_dir), "--weights", str(weights), "--tokens",
+                 "5k", "--name", "s1"]) == 0  # fmt: skip
+    attrs = tmp_path / "ds" / "attributes" / "s1"
+    selected = sorted(str(p.relative_to(attrs)) for p in attrs.rglob("*.gz"))
+    gone = selected[:2]
+    for rel in gone:
+        (tmp_path / "ds" / "documents" / rel).unlink()
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    capsys.readouterr()
+    assert main(["plan", "--configfile", str(config), "--extend", "--gone", "remove"]) == 0
+    said = capsys.readouterr().err
+    assert "selection(s) s1 were made before this change: their mix.yaml now stops dolma" in said
+    assert all(not (attrs / rel).exists() for rel in gone)  # removed with the gone outputs
+    assert all((attrs / rel).exists() for rel in selected[2:])
+    base = run_dir / "selections" / "s1"
+    assert (base / "mix.yaml.stale").is_file()
+    proc = subprocess.run([dolma_cli, "-c", str(base / "mix.yaml"), "mix"], capture_output=True,
+                          text=True, check=False)  # fmt: skip
+    assert proc.returncode != 0
+    assert "stale-selection-s1-the-run-changed-select-anew" in proc.stderr, proc.stderr[-2000:]
+    assert main(["select", "--run-dir", str(run_dir), "--name", "s1"]) == 0
+    out = capsys.readouterr().out
+    assert "since: 2 task(s) removed): files it selected have left the run; select anew" in out
+
+
 def test_select_is_reproducible_by_seed_and_refuses_bad_requests(counted_run, capsys):
     root, run_dir = counted_run["root"], counted_run["run_dir"]
     weights = root / "uniform-2.json"

@@ -97,7 +97,7 @@ def test_a_selection_over_a_run_extended_since_says_so_and_how_to_select_anew(tm
     assert main(["select", "--run-dir", str(run_dir), "--name", "s1"]) == 0
     out = capsys.readouterr().out
     said = "! made before the run changed (1 input change(s) by `shardwise plan --extend` since: "
-    assert said + "2 task(s) added, 0 removed)" in out, out
+    assert said + "2 task(s) added): the files added since are in no shard of it" in out, out
     command = re.search(r"select anew: `([^`]+)`", out).group(1)
     assert "--name s1-2" in command and "--tokens 50 --classifier topic" in command
     assert main(ask) == 1  # the same request again: refused for the run's change, by name

@@ -15,6 +15,7 @@ import numpy as np
 from shardwise.errors import ConfigError
 from shardwise.ops import domains as dom
 from shardwise.ops.text import human_count, near_labels
+from shardwise.planner.extend import change_words
 from shardwise.run import runjson, selection, summaries
 from shardwise.run.selection import Domain, SelectionPlan
 
@@ -302,7 +303,20 @@ def changed_since(run_dir: Path, sel: SelectionPlan) -> str | None:
     since = meta.input_changes[sel.run_changes :]
     added, removed = sum(c.tasks_added for c in since), sum(c.tasks_removed for c in since)
     text = f"{len(since):,} input change(s) by `shardwise plan --extend` since: "
-    return text + f"{added:,} task(s) added, {removed:,} removed"
+    return text + change_words(added, removed, "task")
+
+
+def consequence(run_dir: Path, sel: SelectionPlan) -> str:
+    """What the run's change since ``sel`` was made means for it: tasks added are in no
+    shard of it; tasks removed were selected from documents the run no longer has."""
+    meta = runjson.read_run_dir(run_dir)
+    since = meta.input_changes[sel.run_changes :]
+    out = []
+    if sum(c.tasks_added for c in since):
+        out.append("the files added since are in no shard of it")
+    if sum(c.tasks_removed for c in since):
+        out.append("files it selected have left the run")
+    return " and ".join(out) or "its shards were selected from another input"
 
 
 def reselect(run_dir: Path, sel: SelectionPlan) -> str:
@@ -337,7 +351,7 @@ def planned(run_dir: Path, request: Request | None, name: str) -> SelectionPlan:
     if existing is not None and (changed := changed_since(run_dir, existing)) is not None:
         where = selection.root(run_dir, existing.name)
         msg = f"selection {name!r} of {run_dir} was made before the run changed ({changed}): "
-        msg += "its shards were selected without the files added since. Select over the run as "
+        msg += f"{consequence(run_dir, existing)}. Select over the run as "
         msg += f"it is now under another name: `{reselect(run_dir, existing)}`; or remove "
         raise ConfigError(msg + f"{where} to plan {name!r} anew")
     new = plan(run_dir, request)

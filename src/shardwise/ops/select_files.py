@@ -43,8 +43,7 @@ def attributes_root(ctx: JobContext, name: str) -> Location | None:
     (``.../attributes/<name>``); None when the run writes no Dolma attributes."""
     if ctx.attributes is None:
         return None
-    parent = ctx.attributes.uri.rstrip("/").rpartition("/")[0]
-    return Location(f"{parent}/{name}", ctx.settings.storage)
+    return selection.attribute_set(ctx.attributes, name)
 
 
 def domain_of_rows(table: pa.Table, axes: Sequence[str], index: Mapping[tuple[str, ...], int]):

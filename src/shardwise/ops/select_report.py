@@ -207,15 +207,16 @@ def finish(run_dir: Path, sel: SelectionPlan, mix_output: str | None = None) -> 
     report = build(sel, got, str(base / selection.FILES_DIR))
     changed = planning.changed_since(ctx.run_dir, sel)
     if changed is not None:
-        note = f"made before the run changed ({changed}): the files added since are in no "
-        note += f"shard of it; select anew: `{planning.reselect(ctx.run_dir, sel)}`"
+        note = f"made before the run changed ({changed}): "
+        note += f"{planning.consequence(ctx.run_dir, sel)}; select anew: "
+        note += f"`{planning.reselect(ctx.run_dir, sel)}`"
         report = Report(**{**vars(report), "run_changed": note})
     if not report.complete:
         return report
     config, note = mix_config(ctx, sel, got, mix_output or str(base.absolute() / "mix"))
     path = None
     if config is not None:
-        path = base / "mix.yaml"
+        path = base / selection.MIX_YAML
         path.write_text(mix_yaml(config, ctx.source.options))
     report = Report(**{**vars(report), "mix_config": str(path) if path else None, "mix_note": note})
     (base / "report.json").write_text(json.dumps(report.to_dict(), indent=2, sort_keys=True))

@@ -30,6 +30,7 @@ from shardwise.run import (
     quarantine,
     retired,
     runjson,
+    selection,
 )
 from shardwise.run.manifest import build_tasks
 from shardwise.store.location import Location
@@ -49,6 +50,11 @@ class Extension:
     settled: tuple[int, ...] = ()  # of those, the ones with every remaining file labelled
     removed: tuple[str, ...] = ()  # output URLs deleted (gone="remove")
     kept: tuple[str, ...] = ()  # gone files whose outputs stay (gone="keep")
+    stale_selections: tuple[str, ...] = ()  # whose mix configs now stop dolma
+
+    def change_text(self) -> str:
+        """What changed, in the words a stale selection repeats."""
+        return change_words(len(self.added), len(self.gone), "file")
 
     def lines(self) -> list[str]:
         """What the operator reads."""
@@ -65,7 +71,22 @@ class Extension:
             out.append(f"kept the outputs of {len(self.kept):,} gone file(s) (retired.json)")
         if self.removed:
             out.append(f"removed {len(self.removed):,} output(s) of gone files")
+        if self.stale_selections:
+            names = ", ".join(self.stale_selections)
+            text = f"selection(s) {names} were made before this change: their mix.yaml now "
+            text += "stops dolma (the config as it was: mix.yaml.stale); select anew"
+            out.append(text)
         return out
+
+
+def change_words(added: int, removed: int, what: str) -> str:
+    """``2 files removed``, ``3 files added``, ``3 files added and 2 removed``."""
+    parts = []
+    if added:
+        parts.append(f"{added:,} {what}(s) added")
+    if removed:
+        parts.append(f"{removed:,} {what}(s) removed" if not added else f"{removed:,} removed")
+    return " and ".join(parts) or f"no {what} added or removed"
 
 
 def extend(config: dict[str, Any], *, gone: str | None = None) -> Extension:
@@ -127,7 +148,8 @@ def extend(config: dict[str, Any], *, gone: str | None = None) -> Extension:
         runjson.replace(copy.loc, _with_history(copy.meta or pinned[0].meta, meta, change))
     plan.save(run_dir, table, summary)
     drift.record(run_dir, drift.InputDrift())
-    return replace(done, removed=tuple(removed))
+    retired = selection.retire_mix_configs(run_dir, done.change_text())
+    return replace(done, removed=tuple(removed), stale_selections=tuple(retired))
 
 
 def _extended(
@@ -217,6 +239,7 @@ def _apply(
     if labelled and gone == "remove":
         for rel in labelled:
             removed += outputs.remove_all(roots, rel)
+        removed += selection.remove_gone(run_dir, roots.get("attributes"), labelled)
     if done.gone:
         markers.forget_in_snapshot(run_dir, set(done.gone))
         for shard in done.reopened:

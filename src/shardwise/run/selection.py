@@ -20,9 +20,13 @@ import pyarrow.parquet as pq
 from shardwise.run import dolma
 from shardwise.run.record import Fields
 from shardwise.store.atomic import json_bytes, write_atomic
+from shardwise.store.location import Location
 
 SELECTIONS_DIR = "selections"
 PLAN_JSON = "selection.json"
+#: A complete selection's ``dolma mix`` config, and where it goes when the run changes.
+MIX_YAML = "mix.yaml"
+STALE_MIX_YAML = "mix.yaml.stale"
 FILES_DIR = "files"
 SHARDS_DIR = "shards"
 FORMAT_VERSION = 1
@@ -230,3 +234,63 @@ def file_bytes(table: pa.Table) -> bytes:
 def attributes_bytes(rel: str, ids: Sequence[Any], k: np.ndarray, name: str) -> bytes:
     """The Dolma attributes of one file: every row's repeat count (0: not taken)."""
     return dolma.build_rows(rel, ids, {repeats_key(name): k.tolist()})
+
+
+def retire_mix_configs(run_dir: Path, changed: str) -> list[str]:
+    """Once the run changed (``plan --extend``), every selection's mix config describes
+    documents the run no longer has as they were: each is moved to ``mix.yaml.stale`` and
+    ``mix.yaml`` becomes a config dolma refuses to run (its one stream names no document,
+    and dolma says so by the stream's name, which says why). The selections it retired."""
+    retired = []
+    for name in names(run_dir):
+        base = root(run_dir, name)
+        mix = base / MIX_YAML
+        if not mix.is_file() or mix.read_text("utf-8").startswith("# STALE"):
+            continue
+        mix.replace(base / STALE_MIX_YAML)
+        write_atomic(mix, stale_mix_yaml(base, name, changed).encode())
+        retired.append(name)
+    return retired
+
+
+def stale_mix_yaml(base: Path, name: str, changed: str) -> str:
+    """A mix config that stops ``dolma mix`` with a reason: ``No documents found for the
+    paths for stale-selection-<name>-the-run-changed-select-anew config``."""
+    stream = f"stale-selection-{name}-the-run-changed-select-anew"
+    head = [
+        f"# STALE: selection {name!r} was made before the run changed ({changed}).",
+        "# dolma refuses this config on purpose: its stream names no document. The config",
+        f"# as it was is {STALE_MIX_YAML} beside this file; select over the run as it is now",
+        f"# (`shardwise select --run-dir <run_dir> --name {name}` prints the command).",
+    ]
+    body = (
+        "streams:\n"
+        f"- name: {stream}\n"
+        f"  documents: ['{base / 'stale' / 'documents'}/*.json.gz']\n"
+        f"  attributes: [{name}]\n"
+        f"  output: {{path: '{base / 'stale' / 'mix'}', max_size_in_bytes: 1000000000}}\n"
+        f"  filter: {{syntax: jq, include: ['.attributes.{repeats_key(name)} >= 1']}}\n"
+        "processes: 1\n"
+    )
+    return "\n".join(head) + "\n" + body
+
+
+def attribute_set(attributes: Location, name: str) -> Location:
+    """Where selection ``name``'s Dolma attribute set lies: beside the labels' own set
+    (``<...>/attributes/<name>``, where ``dolma mix`` looks for attribute set ``name``)."""
+    parent = attributes.uri.rstrip("/").rpartition("/")[0]
+    return Location(f"{parent}/{name}", attributes.options)
+
+
+def remove_gone(run_dir: Path, attributes: Location | None, rels: Sequence[str]) -> list[str]:
+    """Drop gone files from every selection (``plan --extend --gone remove``): their
+    ``files/<rel>.parquet`` and their attribute files; the URLs of the attribute files removed."""
+    removed = []
+    for name in names(run_dir):
+        attrs = attribute_set(attributes, name) if attributes is not None else None
+        for rel in rels:
+            (root(run_dir, name) / FILES_DIR / f"{rel}.parquet").unlink(missing_ok=True)
+            if attrs is not None and dolma.applies(rel) and attrs.exists(rel):
+                attrs.remove(rel)
+                removed.append(attrs.url(rel))
+    return removed

@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -117,3 +118,22 @@ def test_settings_a_switch_leaves_off_are_named_filled_in_or_not():
     assert inert_settings(validate(cfg)) == ()
     cfg["output"]["dolma"] = {"name": "mylabels", "uri": "attrs", "enabled": True}
     assert Settings.from_config(cfg).inert == ()
+
+
+def test_the_real_config_sets_what_a_dolma_campaign_needs_and_its_header_runs_as_written():
+    """config/weborganizer.yaml: Dolma attributes where dolma mix looks, token counts from
+    the start (pinned: adding them later means a new output), and the commands a SLURM
+    run needs: the account, the site overlay `cluster check` writes, the profiles (#48)."""
+    path = Path("config/weborganizer.yaml")
+    settings = Settings.from_config(yaml.safe_load(path.read_text()))
+    assert settings.dolma is not None and settings.count_tokenizer
+    assert settings.dolma.uri.endswith("/attributes/weborganizer") and not settings.inert
+    header = [ln.removeprefix("#").strip() for ln in path.read_text().splitlines() if ln[:1] == "#"]
+    run = "snakemake --profile profiles/slurm --profile profiles/site --configfile " + str(path)
+    assert run in header
+    assert "export SHARDWISE_SLURM_ACCOUNT=<your account>       # sacctmgr -s list user $USER" in (
+        header
+    )
+    check = next(ln for ln in header if ln.startswith("shardwise cluster check"))
+    assert check == f"shardwise cluster check --configfile {path} --write-profile profiles/site"
+    assert "Decide domains.tokenizer before the first file is labelled" in " ".join(header)

@@ -297,3 +297,20 @@ def test_the_fidelity_line_sums_each_files_estimate(tmp_path: Path, capsys) -> N
                                                            "format_nourl"}  # fmt: skip
     report = verify.verify_run(run_dir)
     assert any(ln.startswith("fidelity topic:") for ln in report.lines())
+
+
+def test_missing_derived_outputs_are_said_to_be_rewritten_not_relabelled(tmp_path: Path):
+    """The dry run's coverage names the cheap fix ``--repair`` really makes (#48)."""
+    from dataclasses import replace as dc_replace
+
+    from shardwise.ops import coverage_format
+
+    run_dir, _files, _done = _small_run(tmp_path)
+    base = coverage.compute(coverage.load_state(run_dir))
+    derived = dc_replace(base, outputs_missing={"dolma": 3})
+    (line,) = [ln for ln in coverage_format.summary_lines(derived) if ln.startswith("outputs")]
+    assert "`--repair` writes their dolma outputs again from the sidecars (relabelling" in line
+    assert "relabels" not in line.replace("relabelling", "")
+    both = dc_replace(base, outputs_missing={"dolma": 3, "stats": 1})
+    (line,) = [ln for ln in coverage_format.summary_lines(both) if ln.startswith("outputs")]
+    assert line.endswith("and relabels the files without their stats")

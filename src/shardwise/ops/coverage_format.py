@@ -11,7 +11,7 @@ from typing import Any
 
 from shardwise.ops.coverage import CategoryCoverage, Coverage, Report
 from shardwise.ops.text import format_duration, human_bytes, human_count
-from shardwise.run import changes, fidelity, ranges, throughput
+from shardwise.run import changes, fidelity, outputs, ranges, throughput
 
 #: Coverage fields written to JSON as they are (the rest are shaped below).
 _PLAIN = (
@@ -158,10 +158,7 @@ def _state_lines(cov: Coverage) -> list[str]:
         text += f"(another assignment, e.g. {cov.stale_markers[0]}) and count as not done; "
         lines.append(text + "`snakemake -n` removes them")
     if cov.outputs_missing:
-        what = ", ".join(f"{n:,} without their {kind}" for kind, n in cov.outputs_missing.items())
-        text = f"outputs  labelled file(s) with missing outputs: {what}; "
-        text += f"`shardwise verify --run-dir {cov.run_dir}` names them, `--repair` relabels them"
-        lines.append(text)
+        lines.append(_missing_outputs_line(cov))
     if cov.unreadable_markers:
         text = f"unreadable {len(cov.unreadable_markers):,} marker(s) count as not done "
         text += f"(e.g. {cov.unreadable_markers[0]}); `shardwise verify --repair` clears them"
@@ -382,6 +379,26 @@ def _adaptation_dict(cov: Coverage) -> dict[str, Any] | None:
     last = asdict(record.events[-1]) if record.events else None
     fit = asdict(record.fit) if record.fit is not None else None
     return {"fit": fit, "changes": len(record.events), "last": last}
+
+
+def _missing_outputs_line(cov: Coverage) -> str:
+    """Labelled files missing an output, and the fix ``--repair`` really makes: a derived
+    output (Dolma attributes) is written again from the sidecar, relabelling nothing; any
+    other is relabelled."""
+    missing = cov.outputs_missing or {}
+    what = ", ".join(f"{n:,} without their {kind}" for kind, n in missing.items())
+    derived = {k.name for k in outputs.kinds() if k.derived}
+    rebuilt, relabelled = missing.keys() & derived, missing.keys() - derived
+    fix = []
+    if rebuilt:
+        names = ", ".join(sorted(rebuilt))
+        text = f"writes their {names} outputs again from the sidecars (relabelling nothing; "
+        fix.append(text + f"`shardwise dolma export --run-dir {cov.run_dir}` does the same)")
+    if relabelled:
+        fix.append(f"relabels the files without their {', '.join(sorted(relabelled))}")
+    text = f"outputs  labelled file(s) with missing outputs: {what}; "
+    text += f"`shardwise verify --run-dir {cov.run_dir}` names them, `--repair` "
+    return text + " and ".join(fix)
 
 
 def _fate_lines(cov: Coverage) -> list[str]:

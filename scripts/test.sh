@@ -26,7 +26,7 @@ lint_dir=$(mktemp -d)
 shardwise demo "$lint_dir" >/dev/null
 snakemake --lint --configfile "$lint_dir/config.yaml" >/dev/null
 rm -rf "$lint_dir"
-pytest "$@"
+pytest --durations=30 "$@"  # the slowest tests, to keep CI under its hour
 if [ "$#" = 0 ]; then
   # The tests that race a run (kill, restart, a second run) once more with every snakemake
   # start slowed by 10 s (a SLURM client that waits for a controller): they synchronise on

@@ -242,27 +242,36 @@ def test_3_snakemake_killed_then_rerun_incomplete(tmp_path, demo_models):
         start_new_session=True,
         env=env(**gate.env()),
     )
+    again = None
+    log = tmp_path / "again.log"
     try:
         gate.wait(1, alive=lambda: proc.poll() is None)
-        # Only Snakemake dies (as under the OOM killer); its running job is orphaned
-        # and finishes its shard once the gate opens, after the restarted run planned.
+        # Only Snakemake dies (as under the OOM killer); its running job is orphaned. The
+        # same command run again adopts it (no --unlock: the dead process's lock is
+        # cleared), labels the other shards, and waits for the orphan to finish its own.
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         before = {p: m for p, m in outputs_state(labels).items() if p.name.endswith(".done")}
         assert before and len(markers.done_shards(tmp_path / "run")) < 3
-        again = run_snakemake(config, "--rerun-incomplete", check=False)
-        if again.returncode != 0 and "cannot be locked" in again.stdout:
-            # Snakemake keeps its lock after a kill -9: the documented recovery.
-            print("snakemake kept its lock after kill -9; unlocking")
-            run_snakemake(config, "--unlock")
-            again = run_snakemake(config, "--rerun-incomplete", check=False)
-        assert again.returncode == 0, again.stdout[-4000:]
-        assert "in flight 1 shard(s)" in again.stdout, again.stdout[-4000:]
+        with log.open("w") as out:
+            again = subprocess.Popen(
+                snakemake_cmd(config, "--rerun-incomplete"),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env(),
+            )
+        adopted = "in flight 1 shard(s) held by 1 live job(s) of an earlier invocation: adopted"
+        wait_until(lambda: adopted in log.read_text() or again.poll() is not None, "adoption")
+        assert adopted in log.read_text(), log.read_text()[-4000:]
         gate.open()
-        wait_until(lambda: not claims.read_claims(tmp_path / "run"), "the orphan to finish")
+        assert again.wait(timeout=600) == 0, log.read_text()[-4000:]
+        assert "cannot be locked" not in log.read_text()
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)  # any orphan of the killed run
+        if again is not None and again.poll() is None:
+            again.kill()
+    assert not claims.read_claims(tmp_path / "run")
     assert_untouched(before)
     assert markers.done_shards(tmp_path / "run") == {0, 1, 2}
     assert_verified(tmp_path / "run")

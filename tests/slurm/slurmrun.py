@@ -169,6 +169,26 @@ def scancel_workdir(workdir: Path) -> None:
     ids = [j["id"] for j in squeue_of(workdir)]
     if ids:
         subprocess.run(["scancel", *ids], check=False, capture_output=True)
+    _kill_strays(workdir)
+
+
+def _kill_strays(workdir: Path) -> None:
+    """Kill what a job step left running under ``workdir`` without its slurmstepd.
+
+    The test cluster tracks processes by ancestry (proctrack/linuxproc): a step process
+    that caught SIGTERM and outlived its slurmstepd (a requeue, a node set DOWN) is
+    orphaned and never killed, where a real node's cgroup would be. Left alone it sits
+    in a later test's process table for the rest of the session.
+    """
+    needle = str(workdir).encode()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if needle in (proc / "cmdline").read_bytes():
+                os.kill(int(proc.name), signal.SIGKILL)
+        except (OSError, ValueError):
+            continue
 
 
 def json_doc(proc: subprocess.CompletedProcess) -> dict:

@@ -246,7 +246,10 @@ def test_a_workflow_killed_during_a_probe_and_an_adaptation_is_finished_by_the_s
             ln for ln in third.splitlines() if ln.startswith(("shardwise", "note", "in flight"))
         ]
         print("\n--- the third invocation ---\n" + "\n".join(said), file=sys.stderr)
-        assert "cleared Snakemake's lock" in third and "adopted" in third, third[-4000:]
+        assert "cleared Snakemake's lock" in third, third[-4000:]
+        # The lowered jobs may start and end before the third invocation looks (a loaded
+        # machine): then there is nothing to adopt, only finished shards to pick up.
+        assert "in flight" not in third or "adopted" in third, third[-4000:]
         assert _probes_queued() == []
         verified = _as_user(sys.executable, "-m", "shardwise.cli", "verify", "--run-dir",
                             str(run_dir), "--complete", cwd=base)  # fmt: skip

@@ -127,3 +127,12 @@ def test_bench_tokencount_prints_docs_per_second_with_and_without_the_tokenizer(
 def test_bench_scheduling_prints_a_round_with_and_without_the_subsample(tmp_path):
     out = bench(tmp_path, "scheduling.py", "--ready", "1500", "--free", "20", "--subsample", "100")
     assert re.search(rf"^\s+1,500\s+{NUMBER} s\s+{NUMBER} s\s+{NUMBER}x$", out, re.MULTILINE), out
+
+
+def test_bench_startup_prints_each_stage_and_the_share_of_a_shard(tmp_path):
+    out = bench(tmp_path, "startup.py", "--jobs", "2", "--device", "cpu")
+    assert re.search(r"start-up per shard job on cpu \(float32, padded\)", out), out
+    rows = re.findall(rf"^\s+[12]\s+{NUMBER}s\s+{NUMBER}s\s+{NUMBER}s\s+{NUMBER}s\s+{NUMBER}s "
+                      rf"{NUMBER}% of a 360 s shard", out, re.M)  # fmt: skip
+    assert len(rows) == 2, out
+    assert "models loaded per job: 4" in out, out

@@ -1,4 +1,5 @@
-"""The prepared GPU check's CPU-safe parts run in CI (``bench/gpu_check.py --cpu``)."""
+"""The prepared GPU check's CPU-safe parts run in CI: the full check's ``--cpu`` smoke run,
+``--prepare``, ``--quick`` without CUDA, and the quick check's sections at a tiny shape."""
 
 from __future__ import annotations
 
@@ -6,9 +7,13 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+import torch
+
+from shardwise.classify.device import GPU_ENV_VARS
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -21,7 +26,7 @@ def test_gpu_check_cpu_smoke_mode_passes_and_reports_every_section(tmp_path: Pat
         SHARDWISE_BENCH_CACHE=str(tmp_path / "bench"),
         SHARDWISE_MODEL_CACHE=str(tmp_path / "models"),
     )
-    for name in ("CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS"):
+    for name in GPU_ENV_VARS:
         env.pop(name, None)
     proc = subprocess.run(
         [str(REPO / "bench" / "gpu-check.sh"), "--cpu"],
@@ -48,3 +53,77 @@ def test_gpu_check_cpu_smoke_mode_passes_and_reports_every_section(tmp_path: Pat
     assert summary["overlap"]["same_labels"] is True
     demo = summary["demo_workflow"]
     assert demo["verify_returncode"] == 0 and demo["devices"] == ["cpu"] and demo["files"] > 0
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = dict(
+        os.environ,
+        PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        SHARDWISE_BENCH_CACHE=str(tmp_path / "bench"),
+        SHARDWISE_MODEL_CACHE=str(tmp_path / "models"),
+        SHARDWISE_GPU_WHEELS=str(tmp_path / "wheels"),
+    )
+    for name in GPU_ENV_VARS:
+        env.pop(name, None)
+    return env
+
+
+def _check(tmp_path: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(REPO / "bench" / "gpu-check.sh"), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=_env(tmp_path),
+        check=False,
+    )
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_quick_without_cuda_stops_at_once_in_one_line(tmp_path: Path) -> None:
+    started = time.monotonic()
+    proc = _check(tmp_path, "--quick", timeout=60)
+    assert time.monotonic() - started < 60
+    assert proc.returncode == 2 and proc.stdout == ""
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("gpu-check --quick: CUDA is not available here (torch ")
+    assert "run it on a node with one CUDA GPU" in line and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_prepare_makes_the_wheels_a_gpu_node_without_network_lacks(tmp_path: Path) -> None:
+    proc = _check(tmp_path, "--prepare")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    wheels = sorted(p.name for p in (tmp_path / "wheels").iterdir())
+    pins = {"transformers": "5.23.0", "tokenizers": "0.23.3", "zstandard": "0.25.0"}
+    for name, version in pins.items():
+        assert any(w.startswith(f"{name}-{version}-") for w in wheels), wheels
+    assert any(w.startswith("shardwise-") for w in wheels), wheels
+    assert all("cp311" not in w for w in wheels)  # built for the GPU image's Python 3.12
+    size = sum(p.stat().st_size for p in (tmp_path / "wheels").iterdir())
+    assert size < 64 * 2**20
+    assert "carry" in proc.stderr and "--quick" in proc.stderr
+
+
+@pytest.mark.slow
+def test_quick_sections_run_on_the_cpu_at_a_tiny_shape(tmp_path: Path) -> None:
+    """``--cpu``: every section of the five-minute check, so none rots where CI has no GPU."""
+    proc = subprocess.run(
+        [sys.executable, "gpu_quick.py", "--cpu"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=_env(tmp_path),
+        cwd=REPO / "bench",
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = json.loads(proc.stdout)
+    assert summary["ok"] and set(summary["throughput"]) >= {"shapes", "topic", "format_nourl"}
+    topic = summary["throughput"]["topic"]
+    for key in ("padded_fixed_512", "packed_fixed_512", "padded_mix", "packed_mix"):
+        assert topic[key]["tokens_per_s"] > 0 and "mfu" in topic[key]
+    assert topic["packed_mix"]["attention"] == "packed" and topic["self_check"][0]["passed"]
+    assert set(summary["agreement"]["format"]) == {"bf16_padded", "bf16_packed"}
+    jobs = summary["startup"]["jobs"]
+    assert len(jobs) == 2 and all(0 < job["share"] < 1 for job in jobs)

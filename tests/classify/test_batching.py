@@ -14,6 +14,7 @@ from shardwise.classify.batching import (
     padded_tokens,
     plan_batches,
     plan_min_padding,
+    plan_packed,
 )
 
 
@@ -132,3 +133,17 @@ def test_policy_plans_with_a_batch_cost_and_replans_after_oom() -> None:
     assert policy.plan(lengths, 3) == [(3, 8)]
     fixed = BatchPolicy(budget=4000)  # no batch cost: greedy fill, as before
     assert fixed.plan(lengths) == [(0, 4), (4, 8)]
+
+
+def test_packed_plans_count_real_tokens() -> None:
+    lengths = [900, 500, 300, 300, 100, 10, 10, 1]
+    cuts = plan_packed(lengths, 1000)
+    assert cuts == [(0, 1), (1, 3), (3, 8)]
+    assert all(sum(lengths[a:b]) <= 1000 for a, b in cuts)
+    assert plan_packed([5000, 3], 1000) == [(0, 1), (1, 2)]  # one over the budget: alone
+    assert plan_packed([1] * 10, 1000, max_docs=4) == [(0, 4), (4, 8), (8, 10)]
+    assert plan_packed([], 10) == []
+    policy = BatchPolicy(budget=1000, batch_cost=64, packed=True)
+    assert policy.plan(lengths, 1) == [(1, 3), (3, 8)]
+    policy.on_oom(3, 1100)  # real tokens when packed
+    assert policy.budget == 500 and policy.plan(lengths, 1)[0] == (1, 2)

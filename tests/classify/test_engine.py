@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from pathlib import Path
 
@@ -16,10 +17,12 @@ from shardwise.classify import calibration, recheck
 from shardwise.classify.batching import CannotShrinkError
 from shardwise.classify.device import (
     GPU_ENV_VARS,
+    fp32_matmul_error,
     gpus_assigned,
     probe_rows,
     select_device,
     select_dtype,
+    strict_fp32,
 )
 from shardwise.classify.engine import ClassifierSpec, Engine, InferenceSettings
 from shardwise.classify.recheck import DEFAULT_RECHECK_MARGIN, top2_margins
@@ -302,6 +305,10 @@ def test_device_selection(no_gpu_env) -> None:
         ({"CUDA_VISIBLE_DEVICES": "GPU-5c7a1f2e-9d1b-4f3a-8e2c-000000000000"}, True),
         ({"SLURM_JOB_GPUS": "2,3"}, True),
         ({"SLURM_STEP_GPUS": "1"}, True),
+        ({"NVIDIA_VISIBLE_DEVICES": "0"}, True),
+        ({"NVIDIA_VISIBLE_DEVICES": "all"}, True),
+        ({"NVIDIA_VISIBLE_DEVICES": "none"}, False),
+        ({"NVIDIA_VISIBLE_DEVICES": "void"}, False),
         ({"CUDA_VISIBLE_DEVICES": ""}, False),
         ({"CUDA_VISIBLE_DEVICES": "-1"}, False),
         ({"CUDA_VISIBLE_DEVICES": "NoDevFiles"}, False),
@@ -313,7 +320,9 @@ def test_gpus_assigned_reads_the_scheduler_variables(env, given) -> None:
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a torch that cannot use CUDA")
-@pytest.mark.parametrize("variable", ["CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS"])
+@pytest.mark.parametrize(
+    "variable", ["CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS", "NVIDIA_VISIBLE_DEVICES"]
+)
 def test_auto_refuses_to_fall_back_to_cpu_when_the_job_was_given_a_gpu(
     no_gpu_env, variable
 ) -> None:
@@ -552,15 +561,22 @@ def test_a_model_with_a_larger_half_precision_error_gets_a_larger_threshold(
 
 
 def test_when_most_rows_would_be_rechecked_the_classifier_runs_in_fp32(
-    specs, cache_root, corpus, result, monkeypatch
+    specs, cache_root, corpus, result, monkeypatch, caplog
 ) -> None:
     monkeypatch.setattr(recheck, "FALLBACK_SHARE", 0.0)  # any near tie at all: fall back
     engine = _half_engine(specs, cache_root, "auto")
     texts, urls = corpus
-    first = engine.run(engine.prepare(texts, urls))
-    assert all(engine.calibrations[name].fp32 for name in NAMES)
-    assert {f["mode"] for f in first.stats["fidelity"]} == {"recheck"}  # decided after file 1
-    labels = engine.run(engine.prepare(texts, urls))
+    with caplog.at_level(logging.WARNING, logger="shardwise.classify.engine"):
+        first = engine.run(engine.prepare(texts, urls))
+        assert all(engine.calibrations[name].fp32 for name in NAMES)
+        assert {f["mode"] for f in first.stats["fidelity"]} == {"recheck"}  # decided after file 1
+        labels = engine.run(engine.prepare(texts, urls))
+    said = [r.getMessage() for r in caplog.records if "wholly in float32" in r.getMessage()]
+    assert len(said) == len(NAMES)  # one line per classifier, when it switches, not per file
+    assert {line.split("(")[1].split(")")[0] for line in said} == set(NAMES)
+    for line in said:
+        assert "% of this file's documents have a top-two margin" in line
+        assert "10-15x slower" in line and "inference.dtype: float32" in line
     for entry in labels.stats["fidelity"]:
         assert entry["mode"] == "float32" and entry["fp32_docs"] == len(texts)
         assert entry["residual"] == entry["residual_upper"] == 0.0
@@ -730,3 +746,28 @@ def test_cuda_fp16_overflow_rows_come_back_from_fp32(
     labels = engine.run(engine.prepare(*corpus))
     assert labels.stats["nonfinite_docs"]["loud"] > 0
     assert np.isfinite(labels.columns["loud_score"].to_numpy()).all()
+
+
+def test_float32_is_made_strict_and_checked(monkeypatch) -> None:
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.set_float32_matmul_precision("medium")
+    try:
+        assert strict_fp32(torch.device("cpu")) == ""
+        assert torch.backends.cuda.matmul.allow_tf32 is False
+        assert torch.get_float32_matmul_precision() == "highest"
+    finally:
+        torch.set_float32_matmul_precision("highest")
+    assert fp32_matmul_error(torch.device("cpu")) < 1e-5
+
+    def tf32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """TF32's 10-bit mantissa: the inputs rounded as a tensor core would."""
+        keep = torch.tensor(~((1 << 13) - 1), dtype=torch.int32)
+        return (a.view(torch.int32) & keep).view(torch.float32) @ (b.view(torch.int32) & keep).view(
+            torch.float32
+        )
+
+    assert fp32_matmul_error(torch.device("cpu"), tf32) > 1e-4
+    monkeypatch.setattr("shardwise.classify.device.fp32_matmul_error", lambda device: 2e-3)
+    text = strict_fp32(torch.device("cpu"), {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"})
+    assert "float32 matmuls on cpu are not float32 (relative error 2.0e-03" in text
+    assert "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 turns TF32 on: unset it in the job" in text

@@ -143,6 +143,23 @@ def plan_min_padding(
     return cuts
 
 
+def plan_packed(
+    sorted_lengths: Sequence[int], budget: int, max_docs: int = DEFAULT_MAX_BATCH_DOCS
+) -> list[tuple[int, int]]:
+    """Packed batches (no padding, nothing to weigh against it): each as many documents as
+    fit ``budget`` real tokens, at most ``max_docs``, at least one (never dropped)."""
+    cuts: list[tuple[int, int]] = []
+    start, n = 0, len(sorted_lengths)
+    while start < n:
+        end, tokens = start + 1, int(sorted_lengths[start])
+        while end < n and end - start < max_docs and tokens + int(sorted_lengths[end]) <= budget:
+            tokens += int(sorted_lengths[end])
+            end += 1
+        cuts.append((start, end))
+        start = end
+    return cuts
+
+
 class CannotShrinkError(RuntimeError):
     """A single document does not fit in memory: halving cannot help any more."""
 
@@ -159,6 +176,8 @@ class BatchPolicy:
     oom_retries: int = 0
     #: Per-batch cost in tokens for :func:`plan_min_padding`; ``None`` cuts greedily instead.
     batch_cost: int | None = None
+    #: Packed batches: the budget counts real tokens (:func:`plan_packed`).
+    packed: bool = False
 
     def __post_init__(self) -> None:
         if self.budget is None and self.batch_size is None:
@@ -166,9 +185,11 @@ class BatchPolicy:
 
     def plan(self, sorted_lengths: Sequence[int], start: int = 0) -> list[tuple[int, int]]:
         """Every ``(start, end)`` batch from ``start`` on under the current limits: fixed
-        rows, least padding plus per-batch cost (``batch_cost``), or a greedy fill."""
+        rows, packed, least padding plus per-batch cost (``batch_cost``), or a greedy fill."""
         rest = sorted_lengths[start:]
-        if self.batch_size is not None or self.batch_cost is None:
+        if self.packed and self.budget is not None and self.batch_size is None:
+            cuts = plan_packed(rest, self.budget, self.max_docs)
+        elif self.batch_size is not None or self.batch_cost is None:
             cuts = plan_batches(rest, self.budget, self.batch_size, self.max_docs)
         else:
             assert self.budget is not None  # __post_init__: budget or batch_size
@@ -176,7 +197,8 @@ class BatchPolicy:
         return [(start + a, start + b) for a, b in cuts]
 
     def on_oom(self, rows: int, padded: int) -> None:
-        """Shrink after a batch of ``rows`` rows and ``padded`` tokens ran out of memory
+        """Shrink after a batch of ``rows`` rows and ``padded`` tokens (real ones when
+        packed) ran out of memory
         (:class:`CannotShrinkError` for a single document)."""
         if rows <= 1:
             msg = f"out of memory on a single document of {padded} tokens; "

@@ -18,8 +18,11 @@ from shardwise.classify.batching import CannotShrinkError
 from shardwise.classify.tokenization import TokenStream
 from shardwise.errors import ModelError
 
-#: Environment variables through which a scheduler hands a job its GPUs.
-GPU_ENV_VARS = ("CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS")
+#: Environment variables through which a scheduler or a container runtime hands a job its
+#: GPUs (``NVIDIA_VISIBLE_DEVICES``: the NVIDIA container runtime, Kubernetes' device plugin).
+GPU_ENV_VARS = (
+    "CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "NVIDIA_VISIBLE_DEVICES",
+)  # fmt: skip
 #: Values of those variables that mean "no GPU".
 _NO_GPU_VALUES = {"", "none", "nodevfiles", "void", "n/a"}
 
@@ -111,6 +114,40 @@ def select_dtype(
     if capability is None:
         raise ModelError("inference dtype 'auto' on CUDA needs the device's compute capability")
     return torch.bfloat16 if tuple(capability) >= (8, 0) else torch.float16
+
+
+#: Largest relative error of a float32 matmul still called float32 (TF32 gives ~1e-3).
+FP32_TOLERANCE = 1e-5
+_TF32_OVERRIDE = "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"
+
+
+def strict_fp32(device: torch.device, environ: Mapping[str, str] | None = None) -> str:
+    """Make float32 mean float32 for the re-check and the calibration: TF32 off for matmuls
+    and convolutions, then checked once on ``device`` (a 256 x 256 matmul against float64).
+    Returns "" when it holds, else what is wrong and why, for the job's console line."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    error = fp32_matmul_error(device)
+    if error <= FP32_TOLERANCE:
+        return ""
+    env = os.environ if environ is None else environ
+    text = f"float32 matmuls on {device} are not float32 (relative error {error:.1e}, "
+    text += f"float32 gives under {FP32_TOLERANCE:.0e}): the fp32 re-check and calibration "
+    text += "run at reduced precision, so labels may depend on the GPU"
+    if env.get(_TF32_OVERRIDE, "0") not in ("", "0"):
+        text += f"; {_TF32_OVERRIDE}={env[_TF32_OVERRIDE]} turns TF32 on: unset it in the job"
+    return text
+
+
+def fp32_matmul_error(device: torch.device, matmul: Callable | None = None) -> float:
+    """The largest relative error of a float32 ``matmul`` (default ``torch.matmul``) of two
+    random 256 x 256 matrices on ``device``, against float64 on the host."""
+    generator = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(256, 256, generator=generator) for _ in range(2))
+    exact = a.double() @ b.double()
+    got = (matmul or torch.matmul)(a.to(device), b.to(device)).double().cpu()
+    return float((got - exact).abs().max() / exact.abs().max())
 
 
 def probe_rows(

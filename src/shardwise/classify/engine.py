@@ -13,14 +13,16 @@ import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Self
 
 import numpy as np
 import pyarrow as pa
 import torch
 
+from shardwise.classify import attention
 from shardwise.classify.batching import BatchPolicy, CannotShrinkError
-from shardwise.classify.calibration import Calibration
+from shardwise.classify.calibration import FALLBACK_SHARE, Calibration
 from shardwise.classify.device import (
     SdpaRecorder,
     collate,
@@ -29,8 +31,10 @@ from shardwise.classify.device import (
     probe_rows,
     select_device,
     select_dtype,
+    strict_fp32,
 )
 from shardwise.classify.models import LoadedClassifier, load_classifier
+from shardwise.classify.packed import PackedGte, pack, supports
 from shardwise.classify.recheck import (
     AUTO,
     DEFAULT_RECHECK_MARGIN,
@@ -48,6 +52,8 @@ from shardwise.classify.tokenization import (
     TokenStream,
 )
 from shardwise.errors import DeviceError, ModelError
+from shardwise.run import budgets
+from shardwise.run.failures import first_line
 from shardwise.run.sidecar import label_columns
 
 log = logging.getLogger("shardwise.classify.engine")
@@ -90,6 +96,8 @@ class InferenceSettings:
     probs: bool = False  # also write <name>_probs (list<float16>)
     #: "auto": a threshold measured per job and classifier; a number pins it; 0: no re-check
     recheck_margin: float | str = DEFAULT_RECHECK_MARGIN
+    #: auto|padded|packed: packed batches (no padding, fused projections; classify/packed.py)
+    attention: str = "auto"
 
 
 @dataclass
@@ -119,6 +127,7 @@ class _Classifier:
     loaded: LoadedClassifier
     key: StreamKey
     key_mask_4d: bool  # the model accepts a ready 4D additive mask (native GTE does)
+    packed: PackedGte | None = None  # the packed forward, while the job runs packed batches
 
 
 @dataclass
@@ -190,10 +199,17 @@ class Engine:
         #: Per-batch cost for the batch planner; ``None`` until the first run picks the default.
         self.batch_cost: int | None = None
         self.probe_s = 0.0
+        self.budget_cached = False  # the CUDA budget came from an earlier job's probe
+        self._budget_dir: Path | None = None
         self.attention_kernels: dict[str, str] = {}
         self._warned: set[str] = set()
         #: Per classifier, the job's calibration of the re-check threshold (auto only).
         self.calibrations: dict[str, Calibration] = {}
+        #: The forward the job runs (packed until its self-check says otherwise).
+        self.attention = attention.Choice("padded", "inference.attention: padded")
+        self.self_checks: list[attention.SelfCheck] = []
+        #: Whether float32 matmuls were checked to be float32 here (:func:`strict_fp32`).
+        self.fp32_matmul_ok = True
 
     @classmethod
     def load(
@@ -203,10 +219,12 @@ class Engine:
         *,
         forward_hook: ForwardHook | None = None,
         cache_root: Any = None,
+        budget_dir: Path | None = None,
     ) -> Self:
         """Load every classifier (once per distinct model) on the selected device and dtype,
         and an fp32 copy when half precision is re-checked. ``forward_hook`` injects faults
-        in tests; ``cache_root`` overrides where rewritten configs are kept."""
+        in tests; ``cache_root`` overrides where rewritten configs are kept; ``budget_dir``
+        keeps the CUDA batch budget probed per kind of GPU (``run/budgets.py``)."""
         if not specs:
             raise ModelError("no classifiers configured")
         names = [spec.name for spec in specs]
@@ -223,6 +241,9 @@ class Engine:
         if margin != AUTO and not (number and margin >= 0):  # also refuses NaN
             raise ModelError(f"recheck_margin {margin!r}: expected 'auto' or a number >= 0")
         device = select_device(settings.device)
+        fp32_problem = strict_fp32(device)  # once per job: the re-check's fp32 is fp32
+        if fp32_problem:
+            log.warning("%s", fp32_problem)
         capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
         dtype = select_dtype(settings.dtype, device.type, capability)
         if device.type == "cpu" and dtype is not torch.float32:  # device auto, no GPU here
@@ -251,7 +272,7 @@ class Engine:
             key_mask_4d = getattr(loaded.model.config, "model_type", "") == "gte"
             classifiers.append(_Classifier(spec, loaded, key, key_mask_4d))
         shared = SharedTokenizer(list(infos.values()))
-        return cls(
+        engine = cls(
             classifiers,
             settings,
             device,
@@ -261,6 +282,10 @@ class Engine:
             forward_hook=forward_hook,
             cache_root=cache_root,
         )
+        engine.attention = _choose_attention(classifiers, settings.attention, device, dtype)
+        engine.fp32_matmul_ok = not fp32_problem
+        engine._budget_dir = budget_dir
+        return engine
 
     @property
     def labels(self) -> dict[str, tuple[str, ...]]:
@@ -315,12 +340,13 @@ class Engine:
             policy = BatchPolicy(budget=max(1, settings.batch_tokens))
         elif self.device.type != "cuda":
             policy = BatchPolicy(budget=CPU_BATCH_TOKENS)
-        else:
-            started = time.perf_counter()
-            budget, kernel = self._probe_budget(masked=True)
-            self.probe_s = time.perf_counter() - started
-            self.attention_kernels["masked"] = kernel
-            policy = BatchPolicy(budget=budget)
+        else:  # probed once per kind of GPU and set-up: later jobs read the run's record
+            budget, self.budget_cached = budgets.cached(
+                self._budget_dir, self._budget_key(), self._timed_probe
+            )
+            self.probe_s = 0.0 if self.budget_cached else budget.probe_s
+            self.attention_kernels["masked"] = budget.kernel
+            policy = BatchPolicy(budget=budget.tokens)
         if self.batch_cost is None and policy.budget is not None:
             cuda_cost = max(1024, policy.budget // CUDA_BATCH_COST_DIVISOR)
             self.batch_cost = cuda_cost if self.device.type == "cuda" else CPU_BATCH_COST
@@ -339,6 +365,27 @@ class Engine:
         assert main.budget is not None  # BatchPolicy holds a budget or a batch size
         budget = max(1, int(main.budget * shrink))
         return BatchPolicy(budget=budget, max_docs=main.max_docs, batch_cost=main.batch_cost)
+
+    def _budget_key(self) -> budgets.BudgetKey:
+        """What the probe's answer depends on: the GPU, the dtype, torch, the longest input
+        and every model copy on the GPU (they take the memory the batches do not get)."""
+        props = torch.cuda.get_device_properties(self.device)
+        copies = {c.spec.model: c.loaded.num_parameters for c in self._classifiers}
+        fp32 = [loaded.num_parameters for loaded in self._fp32.values()]
+        return budgets.BudgetKey(
+            gpu=str(props.name),
+            memory=int(props.total_memory),
+            dtype=self.dtype_name,
+            torch=str(torch.__version__),
+            max_length=max(c.key.max_length for c in self._classifiers),
+            models=tuple(sorted([*copies.values(), *fp32])),
+        )
+
+    def _timed_probe(self) -> tuple[int, str, float]:
+        """:meth:`_probe_budget` with masked batches, and its seconds."""
+        started = time.perf_counter()
+        tokens, kernel = self._probe_budget(masked=True)
+        return tokens, kernel, time.perf_counter() - started
 
     def _probe_budget(self, *, masked: bool = True) -> tuple[int, str]:
         """Largest padded-token budget (a multiple of the longest length) that fits, by trial,
@@ -417,6 +464,51 @@ class Engine:
         out = model(input_ids=ids, attention_mask=mask)
         return out.logits.float()
 
+    def _packed_kernel(self) -> str | None:
+        """The packed forward's attention (``varlen_flash`` or ``reference``), if it runs."""
+        runs = next((c.packed for c in self._classifiers if c.packed is not None), None)
+        return runs.attention_kernel(self.dtype, self.device) if runs else None
+
+    def _forward_packed(
+        self, packed: PackedGte, batch: Any, rows: int, tokens: int
+    ) -> torch.Tensor:
+        """float32 logits of one packed batch (the fault hook sees its rows and tokens)."""
+        if self._forward_hook is not None:
+            self._forward_hook(rows, tokens)
+        return packed.logits(batch)
+
+    def _check_packed(self, prepared: Prepared) -> None:
+        """The self-check (``classify/attention.py``), once per job before any packed
+        batch: a few of the job's documents through both forwards, per distinct model. A
+        failure, or an exception, turns the job to padded batches, said on the console."""
+        checks: dict[str, attention.SelfCheck] = {}
+        for clf in self._classifiers:
+            if clf.packed is None or clf.spec.model in checks:
+                continue
+            sample = attention.sample(prepared.streams[clf.key])
+            rows = np.arange(len(sample.lengths))
+            try:
+                with torch.inference_mode():
+                    width = int(sample.lengths.max())
+                    ids, mask = collate(sample, rows, width, self.dtype, self.device)
+                    padded = self._forward(clf.loaded.model, clf.key_mask_4d, ids, mask, hook=False)
+                    packed = clf.packed.logits(pack(sample, rows, self.device))
+                    pair = padded.cpu().numpy(), packed.cpu().numpy()
+                check = attention.compare(clf.spec.name, *pair)
+            except Exception as exc:  # noqa: BLE001 - any failure of the packed path means padded
+                error = f"{type(exc).__name__}: {first_line(str(exc))}"
+                check = attention.SelfCheck(clf.spec.name, len(rows), error=error)
+            checks[clf.spec.model] = check
+        self.self_checks = list(checks.values())
+        failed = [c for c in self.self_checks if not c.passed]
+        if failed:
+            why = f"{failed[0].classifier}: {failed[0].line()}"
+            self.attention = attention.Choice("padded", f"self-check failed ({why})")
+            for clf in self._classifiers:
+                clf.packed = None
+            text = "inference.attention %s: the packed forward failed its self-check (%s): "
+            log.warning(text + "this job runs padded batches", self.settings.attention, why)
+
     def _pass(
         self,
         models: Sequence[tuple[torch.nn.Module, bool]],
@@ -427,10 +519,12 @@ class Engine:
         policy: BatchPolicy,
         dtype: torch.dtype,
         what: str,
+        packed: Sequence[PackedGte] = (),
     ) -> tuple[list[np.ndarray], _Pass]:
         """Logits of ``models`` for documents ``rows`` (sorted longest first), in that order:
         batches are queued without waiting, each model's logits fetched once at the end. On
-        out-of-memory the policy halves and the failing batch is retried."""
+        out-of-memory the policy halves and the failing batch is retried. ``packed``: the
+        models' packed forwards (one each), run on packed batches instead."""
         work = _Pass()
         pieces: list[list[torch.Tensor]] = [[] for _ in models]
         plan = policy.plan(lengths, 0)
@@ -439,21 +533,27 @@ class Engine:
             start, end = plan[index]
             width = int(lengths[start])
             padded = (end - start) * width
+            real = int(lengths[start:end].sum())
+            size = real if packed else padded
             oom = ""
             try:
-                ids, mask = collate(stream, rows[start:end], width, dtype, self.device)
-                outputs = [self._forward(m, mask_4d, ids, mask) for m, mask_4d in models]
+                if packed:
+                    batch = pack(stream, rows[start:end], self.device)
+                    outputs = [self._forward_packed(p, batch, end - start, real) for p in packed]
+                else:
+                    ids, mask = collate(stream, rows[start:end], width, dtype, self.device)
+                    outputs = [self._forward(m, mask_4d, ids, mask) for m, mask_4d in models]
             except torch.OutOfMemoryError as exc:
                 oom = str(exc) or "out of memory"
             if oom:
                 # outside the except block: the traceback (and the activations its frames
                 # hold) is gone, so the cache can really be emptied
-                ids = mask = None
+                ids = mask = batch = None
                 outputs = []
                 if self.device.type == "cuda":
                     torch.cuda.empty_cache()
                 try:
-                    policy.on_oom(end - start, padded)
+                    policy.on_oom(end - start, size)
                 except CannotShrinkError as shrink:
                     raise ModelError(f"{what}: {shrink} ({oom})") from None
                 plan = policy.plan(lengths, start)
@@ -462,8 +562,8 @@ class Engine:
             for bucket, out in zip(pieces, outputs, strict=True):
                 bucket.append(out)
             work.batches += 1
-            work.padded_tokens += padded * len(models)
-            work.real_tokens += int(lengths[start:end].sum()) * len(models)
+            work.padded_tokens += size * len(models)
+            work.real_tokens += real * len(models)
             index += 1
         fetched = [
             torch.cat(bucket).cpu().numpy()
@@ -500,6 +600,8 @@ class Engine:
 
         calibration = self._calibration(clf.spec.name)
         final, done, info.outcome = recheck(first, lengths, margin, calibration, run_fp32)
+        if info.outcome.fp32_share is not None:  # once per job: the switch happens once
+            _say_fp32(what, info.outcome.fp32_share, calibration)
         if info.outcome.too_small and clf.spec.name not in self._warned:  # once per job
             self._warned.add(clf.spec.name)
             log.warning(
@@ -584,6 +686,9 @@ class Engine:
     def _infer(self, prepared: Prepared) -> Inference:
         if self._policy is None:
             self._policy = self._make_policy()  # on CUDA: the one-off budget probe (probe_s)
+        if self.attention.mode == "packed" and not self.self_checks and prepared.docs:
+            self._check_packed(prepared)
+        self._policy.packed = self.attention.mode == "packed"
         started = time.perf_counter()
         result = Inference({}, {}, {}, {})
         checks: dict[str, _Recheck] = {}
@@ -613,6 +718,7 @@ class Engine:
                         policy=self._policy,
                         dtype=self.dtype,
                         what=f"model {half[0].spec.model!r}",
+                        packed=[c.packed for c in half if c.packed is not None],
                     )
                     work.add(done)
                 t0 = time.perf_counter()
@@ -670,8 +776,14 @@ class Engine:
             "oom_retries": retries,
             "batches": work.batches,
             "probe_s": self.probe_s,
+            "budget_cached": self.budget_cached,
             "attention_kernel": self.attention_kernels.get("masked", "none"),
             "attention_kernel_unmasked": self.attention_kernels.get("unmasked", "none"),
+            "attention": self.attention.mode,
+            "attention_reason": self.attention.reason,
+            "attention_kernel_packed": self._packed_kernel(),
+            "attention_self_check": [c.to_json() for c in self.self_checks],
+            "fp32_matmul_ok": self.fp32_matmul_ok,
             "recheck_margin": self.recheck_margin,
             "rechecked_docs": {name: o.rechecked for name, o in outcomes.items()},
             "recheck_changed": {name: o.changed for name, o in outcomes.items()},
@@ -687,6 +799,41 @@ class Engine:
             "tokenize_verified_docs": prepared.verified_docs,
             "distinct_tokenizers": self.distinct_tokenizers,
         }
+
+
+def _say_fp32(what: str, share: float, calibration: Calibration | None) -> None:
+    """The console line of a classifier that goes wholly to fp32 (about 10-15x slower)."""
+    threshold = max((t for _, t in calibration.buckets()), default=0.0) if calibration else 0.0
+    log.warning(
+        "%s: %.0f%% of this file's documents have a top-two margin under the calibrated "
+        "re-check threshold (up to %.4f: half precision moves margins that much here), more "
+        "than %.0f%%: the classifier runs wholly in float32 for the rest of this job, about "
+        "10-15x slower than half precision; inference.dtype: float32 does so from the start",
+        what,
+        100 * share,
+        threshold,
+        100 * FALLBACK_SHARE,
+    )
+
+
+def _choose_attention(
+    classifiers: list[_Classifier], setting: str, device: torch.device, dtype: torch.dtype
+) -> attention.Choice:
+    """The job's forward (``inference.attention``); a packed one fuses each model's
+    projections once, here (the padded forward shares the fused weights)."""
+    unsupported = [c.spec.name for c in classifiers if not supports(c.loaded.model)]
+    half = dtype is not torch.float32
+    try:
+        choice = attention.choose(
+            setting, cuda=device.type == "cuda", half=half, unsupported=unsupported
+        )
+    except ValueError as exc:
+        raise ModelError(str(exc)) from None
+    if choice.mode == "packed":
+        fused: dict[str, PackedGte] = {}
+        for clf in classifiers:
+            clf.packed = fused.setdefault(clf.spec.model, PackedGte(clf.loaded.model))
+    return choice
 
 
 def _require_finite(logits: np.ndarray, rows: np.ndarray, what: str, also: str) -> None:

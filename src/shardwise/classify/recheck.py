@@ -59,6 +59,9 @@ class Outcome:
     residual_upper: float | None = None  # its 95% upper bound
     too_small: bool = False  # a pinned margin well below the errors measured
     sample_s: float = 0.0  # seconds of the calibration sample's fp32 pass
+    #: Set when this file sent the classifier to fp32 for the rest of the job: the share of
+    #: its rows under the calibrated threshold (above FALLBACK_SHARE).
+    fp32_share: float | None = None
 
 
 def recheck(
@@ -108,6 +111,7 @@ def recheck(
     calibration.files += 1
     if n and below.mean() > FALLBACK_SHARE:
         calibration.fp32 = True  # from the next file on: half precision buys nothing here
+        out.fp32_share = float(below.mean())
     return final, done, out
 
 

@@ -31,6 +31,7 @@ from shardwise.classify.tokenization import labelling
 from shardwise.config import Pair, resolve_pairs
 from shardwise.errors import InputError, ModelError, ShardFailedError, ShardwiseError, StorageError
 from shardwise.run import (
+    budgets,
     failures,
     journal,
     labelcounts,
@@ -467,7 +468,8 @@ def load_engine(ctx: JobContext) -> Any:
     from shardwise.classify.engine import ClassifierSpec, Engine, InferenceSettings  # noqa: PLC0415 - torch: jobs only
 
     specs = [ClassifierSpec(n, m, i) for n, m, i in ctx.meta.classifiers]
-    return Engine.load(specs, InferenceSettings(**ctx.settings.inference))
+    settings = InferenceSettings(**ctx.settings.inference)
+    return Engine.load(specs, settings, budget_dir=ctx.run_dir / budgets.DIRECTORY)
 
 
 def install_signal_handlers() -> None:

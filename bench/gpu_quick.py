@@ -1,0 +1,240 @@
+"""The GPU check in five minutes on one GPU, without network: one JSON of per-classifier figures.
+
+``bench/gpu-check.sh --quick`` runs this after installing ``bench/.gpu-wheels/`` (made by
+``--prepare`` where there is network). The plan, with its time budget on one H100
+(``--budget-s``: no section starts after it; the whole command is killed at 300 s):
+
+=====================  =====  ===============================================================
+section                 est.  what
+=====================  =====  ===============================================================
+wheels (the .sh)         20 s  transformers at the project's pin, zstandard, shardwise
+environment               5 s  device auto, dtype, varlen kernel, TF32 off
+models                   40 s  the four classifiers at the real shape (hidden 768, 12
+                               layers), trained briefly so labels mean something
+throughput               80 s  per classifier, padded and packed, fixed 512 and a Dolma-like
+                               mix (mean ~1,600, token-weighted ~3,400): tokens/s and MFU
+                               against 989 TFLOP/s; the self-check's verdict
+agreement                30 s  bf16 against fp32 labels per classifier, padded and packed
+startup                  40 s  two shard jobs' start-up (fresh processes): imports, loads,
+                               probe (then read from the first job's record), share of 360 s
+=====================  =====  ===============================================================
+
+Without CUDA it stops at once with one line naming CUDA (exit 2). Exit 1 when a packed
+forward failed its self-check or labelled otherwise than padded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+#: The MFU denominator: H100/H200 SXM dense bf16 (the issue's and the README's figure).
+PEAK_FLOPS = 989e12
+#: A Dolma-like length mix: lognormal with mean ~1,600 and E[L^2]/E[L] ~3,400 (before the
+#: 8,192 cap), sigma^2 = ln(3400 / 1600).
+MIX_MU, MIX_SIGMA = 7.0, 0.868
+#: The real shape on CUDA; ``--cpu``: a tiny one, so CI runs every section (nothing timed
+#: there means anything). ``tokens``: per timed measurement (about a second on an H100);
+#: ``steps``: training steps per task, enough for labels that are not all ties.
+SHAPES = {
+    "cuda": {"hidden_size": 768, "layers": 12, "heads": 12, "vocab_size": 30000,
+             "steps": 60, "tokens": 1_000_000, "docs": 400, "max_length": 8192},
+    "cpu": {"hidden_size": 32, "layers": 2, "heads": 2, "vocab_size": 2000,
+            "steps": 10, "tokens": 20_000, "docs": 24, "max_length": 2048},
+}  # fmt: skip
+
+
+def cuda_or_exit() -> None:
+    """Stop at once, in one line, where there is no CUDA (no traceback, no section run)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "unset")
+    print(
+        f"gpu-check --quick: CUDA is not available here (torch {torch.__version__}, "
+        f"torch.version.cuda={torch.version.cuda}, CUDA_VISIBLE_DEVICES={visible}): "
+        "run it on a node with one CUDA GPU (docs/engine.md, 'The GPU check in five minutes')",
+        file=sys.stderr,
+    )
+    raise SystemExit(2)
+
+
+def mix_lengths(tokens: int, cap: int = 8192, seed: int = 0):
+    """Document lengths of the Dolma-like mix adding up to about ``tokens``."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    drawn = np.clip(rng.lognormal(MIX_MU, MIX_SIGMA, size=4 * tokens // 1600 + 8), 16, cap)
+    keep = np.searchsorted(np.cumsum(drawn), tokens) + 1
+    return drawn[:keep].astype(np.int32)
+
+
+def prepared_for(engine, lengths, seed: int = 0):
+    """A :class:`Prepared` of random ids with these lengths for every classifier's stream."""
+    import numpy as np
+
+    from shardwise.classify.engine import Prepared
+    from shardwise.classify.tokenization import TokenStream
+
+    rng = np.random.default_rng(seed)
+    lengths = np.asarray(lengths, np.int32)
+    offsets = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    vocab = int(engine._classifiers[0].loaded.model.config.vocab_size)
+    ids = rng.integers(min(1000, vocab // 2), vocab, int(offsets[-1])).astype(np.int32)
+    ids[offsets[:-1]] = 101  # [CLS] first, as the tokenizer puts it
+    stream = TokenStream(ids=ids, offsets=offsets, lengths=lengths, pad_id=0)
+    keys = {c.key for c in engine._classifiers}
+    return Prepared(docs=len(lengths), streams=dict.fromkeys(keys, stream), tokenize_s=0.0)
+
+
+def timed(engine, prepared) -> tuple[float, object]:
+    """Seconds of one ``infer`` (synchronised) and its result."""
+    import torch
+
+    cuda = engine.device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize()
+    started = time.perf_counter()
+    result = engine.infer(prepared)
+    if cuda:
+        torch.cuda.synchronize()
+    return time.perf_counter() - started, result
+
+
+def throughput(check, specs, run_dir, shape: dict) -> dict:
+    """Per classifier, mode and shape: tokens/s and MFU; the packed self-check's verdict."""
+    import numpy as np
+    from synthetic import model_flops
+
+    from shardwise.classify.engine import Engine, InferenceSettings
+
+    tokens, cap = shape["tokens"], shape["max_length"]
+    shapes = {"fixed_512": np.full(tokens // 512, 512, np.int32), "mix": mix_lengths(tokens, cap)}
+    out: dict = {"shapes": {}}
+    for name, lengths in shapes.items():
+        weighted = float((lengths.astype(float) ** 2).sum() / lengths.sum())
+        out["shapes"][name] = {
+            "docs": len(lengths),
+            "mean": round(float(lengths.mean())),
+            "token_weighted": round(weighted),
+        }
+    for spec in specs:
+        per: dict = {}
+        for mode in ("padded", "packed"):
+            settings = InferenceSettings(
+                attention=mode, recheck_margin=0, max_length=cap, device=shape["device"]
+            )
+            engine = Engine.load([spec], settings, budget_dir=run_dir / "budgets")
+            engine.infer(prepared_for(engine, shapes["mix"][:64]))  # warm-up, probe, self-check
+            for kind, lengths in shapes.items():
+                seconds, result = timed(engine, prepared_for(engine, lengths))
+                flops = model_flops(engine, [lengths.astype(np.int64)])
+                per[f"{mode}_{kind}"] = {
+                    "tokens_per_s": round(int(lengths.sum()) / seconds),
+                    "mfu": round(flops / seconds / PEAK_FLOPS, 4),
+                    "seconds": round(seconds, 2),
+                    "attention": result.stats["attention"],
+                    "kernel": result.stats["attention_kernel_packed"]
+                    or result.stats["attention_kernel"],
+                }
+            if mode == "packed":
+                per["self_check"] = result.stats["attention_self_check"]
+                check.expect(
+                    result.stats["attention"] == "packed",
+                    f"{spec.name}: packed fell back ({result.stats['attention_reason']})",
+                )
+            del engine
+        for kind in shapes:
+            packed, padded = per[f"packed_{kind}"], per[f"padded_{kind}"]
+            per[f"packed_over_padded_{kind}"] = round(
+                packed["tokens_per_s"] / padded["tokens_per_s"], 3
+            )
+        out[spec.name] = per
+    return out
+
+
+def agreement(check, specs, corpus, device: str) -> dict:
+    """bf16 (padded, packed; no re-check) against fp32 labels, per classifier."""
+    from shardwise.classify.engine import Engine, InferenceSettings
+
+    logits = {}
+    for label, dtype, mode in (
+        ("fp32", "float32", "padded"),
+        ("bf16_padded", "bfloat16", "padded"),
+        ("bf16_packed", "bfloat16", "packed"),
+    ):
+        settings = InferenceSettings(dtype=dtype, attention=mode, recheck_margin=0, device=device)
+        engine = Engine.load(specs, settings)
+        logits[label] = engine.infer(engine.prepare(corpus.texts, corpus.urls)).logits
+        del engine
+    out = {}
+    for spec in specs:
+        truth = logits["fp32"][spec.name].argmax(1)
+        row = {}
+        for label in ("bf16_padded", "bf16_packed"):
+            row[label] = round(float((logits[label][spec.name].argmax(1) == truth).mean()), 4)
+        same = (logits["bf16_packed"][spec.name].argmax(1) == truth).mean()
+        check.expect(same >= row["bf16_padded"] - 0.01, f"{spec.name}: packed labels drift")
+        out[spec.name] = row
+    out["docs"] = len(corpus.texts)
+    return out
+
+
+def startup(models_dir, run_dir, device: str) -> dict:
+    """Two shard jobs' start-up, each a fresh process, on one run directory."""
+    import startup as bench_startup
+
+    jobs = [bench_startup.one_job(models_dir, device, "auto", run_dir) for _ in range(2)]
+    return bench_startup.report(jobs, bench_startup.SHARD_SECONDS)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--budget-s", type=float, default=250, help="no section starts after")
+    parser.add_argument("--cpu", action="store_true", help="CI's smoke run: tiny, on the CPU")
+    args = parser.parse_args()
+    started = time.monotonic()
+    if not args.cpu:
+        cuda_or_exit()
+    shape = SHAPES["cpu" if args.cpu else "cuda"] | {"device": "cpu" if args.cpu else "cuda"}
+    import tempfile
+    from pathlib import Path
+
+    from gpu_check import Check, environment
+    from synthetic import labelled_corpus, trained_models
+
+    check = Check(cuda=not args.cpu, deadline=started + args.budget_s)
+    holder: dict = {}
+    with tempfile.TemporaryDirectory(prefix="shardwise-gpu-quick-") as tmp:
+        run_dir = Path(tmp) / "run"
+
+        def models() -> dict:
+            holder["specs"] = trained_models(
+                hidden_size=shape["hidden_size"], layers=shape["layers"], heads=shape["heads"],
+                vocab_size=shape["vocab_size"], steps=shape["steps"], device=shape["device"],
+            )  # fmt: skip
+            return {"models": [s.model for s in holder["specs"]], "steps": shape["steps"]}
+
+        check.section("environment", lambda: environment(check))
+        check.section("models", models)
+        specs = holder.get("specs")
+        if specs:
+            corpus = labelled_corpus(shape["docs"], seed=7, median_words=300, max_words=6000)
+            device = shape["device"]
+            check.section("throughput", lambda: throughput(check, specs, run_dir, shape))
+            check.section("agreement", lambda: agreement(check, specs, corpus, device))
+            models_dir = Path(specs[0].model).parent
+            check.section("startup", lambda: startup(models_dir, Path(tmp) / "startup", device))
+    check.summary["elapsed_s"] = round(time.monotonic() - started, 1)
+    summary = {"ok": not check.failures, "failures": check.failures, **check.summary}
+    print(json.dumps(summary, indent=1, default=str))
+    return 1 if check.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

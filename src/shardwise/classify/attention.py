@@ -1,0 +1,125 @@
+"""Which forward a job runs (``inference.attention``), and the packed path's self-check.
+
+``auto`` runs packed batches (``classify/packed.py``) where they pay: on CUDA, in half
+precision, with every classifier a native GTE; ``packed`` runs them anywhere (the CPU's
+reference attention is slow). A kernel bug would label silently, so once per job, before
+any packed batch, one small batch of the job's own documents goes through both forwards:
+the labels must agree (but for near ties, which half precision cannot decide anyway) and
+the probabilities stay within :data:`TOLERANCE`. A failure or an exception means padded
+batches for the rest of the job, said in one console line (docs/engine.md).
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from shardwise.classify.calibration import spread
+from shardwise.classify.tokenization import TokenStream
+
+MODES = ("auto", "padded", "packed")
+#: Largest probability difference the self-check accepts between the two forwards: half
+#: precision's own error on these models is of this size (docs/engine.md).
+TOLERANCE = 0.02
+#: The self-check's batch: this many documents spread over the lengths, cut to this length.
+CHECK_DOCS = 8
+CHECK_TOKENS = 512
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The forward a job runs: ``packed`` (confirmed by the self-check before its first
+    batch) or ``padded``, and why (the stats say it)."""
+
+    mode: str
+    reason: str
+
+
+def choose(setting: str, *, cuda: bool, half: bool, unsupported: list[str]) -> Choice:
+    """The forward for ``inference.attention`` = ``setting`` on this device and dtype;
+    ``unsupported``: the classifiers that are not a native GTE (ValueError with ``packed``)."""
+    if setting not in MODES:
+        raise ValueError(f"inference.attention {setting!r}: expected one of {list(MODES)}")
+    if setting == "padded":
+        return Choice("padded", "inference.attention: padded")
+    if unsupported:
+        names = ", ".join(unsupported)
+        if setting == "packed":
+            msg = f"inference.attention packed: classifier(s) {names} are not GTE models "
+            raise ValueError(msg + "(packed batches need one); use auto or padded")
+        return Choice("padded", f"auto: {names} not GTE")
+    if setting == "packed":
+        return Choice("packed", "inference.attention: packed")
+    if not cuda:
+        return Choice("padded", "auto: not on CUDA")
+    if not half:
+        return Choice("padded", "auto: float32 (the varlen kernel needs half precision)")
+    return Choice("packed", "auto: CUDA in half precision")
+
+
+def sample(stream: TokenStream) -> TokenStream:
+    """The self-check's documents: up to :data:`CHECK_DOCS` of ``stream`` spread from the
+    longest to the shortest, each cut to :data:`CHECK_TOKENS`, longest first."""
+    order = np.argsort(-stream.lengths, kind="stable")
+    picks = order[spread(len(order), CHECK_DOCS)]
+    pieces = [stream.ids[stream.offsets[i] : stream.offsets[i] + CHECK_TOKENS] for i in picks]
+    lengths = np.array([len(p) for p in pieces], dtype=np.int32)
+    offsets = np.zeros(len(pieces) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    ids = np.concatenate(pieces) if pieces else np.zeros(0, stream.ids.dtype)
+    return TokenStream(ids=ids, offsets=offsets, lengths=lengths, pad_id=stream.pad_id)
+
+
+@dataclass(frozen=True)
+class SelfCheck:
+    """What the self-check found for one classifier (or the error that stopped it)."""
+
+    classifier: str
+    docs: int = 0
+    max_prob_diff: float = 0.0
+    label_diffs: int = 0  # labels that differ outside near ties
+    error: str = ""
+
+    @property
+    def passed(self) -> bool:
+        """Whether packed batches may label this job's documents."""
+        return not self.error and self.label_diffs == 0 and self.max_prob_diff <= TOLERANCE
+
+    def line(self) -> str:
+        """Why it failed, in a few words (the console line names the classifier too)."""
+        if self.error:
+            return f"the packed forward raised {self.error}"
+        return (
+            f"{self.label_diffs} label(s) differ, probabilities by up to "
+            f"{self.max_prob_diff:.4f} (tolerance {TOLERANCE}) on {self.docs} document(s)"
+        )
+
+    def to_json(self) -> dict[str, object]:
+        """The stats' ``attention_self_check`` entry."""
+        return {
+            "classifier": self.classifier,
+            "docs": self.docs,
+            "max_prob_diff": round(self.max_prob_diff, 6),
+            "label_diffs": self.label_diffs,
+            "passed": self.passed,
+            "error": self.error or None,
+        }
+
+
+def compare(classifier: str, padded: np.ndarray, packed: np.ndarray) -> SelfCheck:
+    """Compare both forwards' logits of the same documents: probabilities, and labels
+    wherever the padded forward's top two are more than ``2 x TOLERANCE`` apart."""
+    finite = np.isfinite(padded).all(axis=1)  # a row half precision overflowed: the re-check's
+    if not np.isfinite(packed[finite]).all():
+        return SelfCheck(classifier, len(padded), error="non-finite logits")
+    p, q = _softmax(padded[finite]), _softmax(packed[finite])
+    diff = float(np.abs(p - q).max()) if p.size else 0.0
+    top2 = np.sort(p, axis=1)[:, -2:] if p.shape[1] > 1 else np.ones((len(p), 2))
+    clear = (top2[:, 1] - top2[:, 0]) > 2 * TOLERANCE
+    differ = int(((p.argmax(1) != q.argmax(1)) & clear).sum())
+    return SelfCheck(classifier, len(padded), diff, differ)
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = logits.astype(np.float64) - logits.max(axis=1, keepdims=True)
+    exp = np.exp(shifted)
+    return exp / exp.sum(axis=1, keepdims=True)

@@ -1,0 +1,171 @@
+"""The packed forward of a GTE classifier: each batch one flat token stream, no padding.
+
+A padded batch pays for its padding and carries a dense key mask, which rules out SDPA's
+flash kernel; vLLM's ``GteNew`` and TEI's FlashGTE run this architecture padding-free,
+with q/k/v as one GEMM and gate/up as one. :class:`PackedGte` does the same on the model
+transformers loaded (so ``tests/classify/test_models.py`` still vouches for the weights):
+the projections are fused once, at load time, into one tensor each, and the model's own
+``Linear`` layers are re-pointed at views of it, so the padded path (the fp32 re-check,
+a fallback) shares the memory. Attention is torch's varlen flash kernel on CUDA in half
+precision, else a reference attention per run of equal lengths: correct, not fast, so
+the packed layout is tested on any machine. docs/engine.md has the arithmetic.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+from transformers import GteForSequenceClassification
+
+from shardwise.classify.tokenization import TokenStream
+
+try:  # torch >= 2.9; flash kernels, CUDA only
+    from torch.nn.attention.varlen import varlen_attn
+except ImportError:  # an older torch: the reference attention everywhere
+    varlen_attn = None
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+@dataclass(frozen=True)
+class Packed:
+    """One packed batch on the device: ``ids`` and ``positions`` per token, ``starts`` the
+    cumulative sequence offsets (int32, ``rows + 1``), ``lengths`` per row on the host."""
+
+    ids: torch.Tensor
+    positions: torch.Tensor
+    starts: torch.Tensor
+    lengths: tuple[int, ...]
+
+    @property
+    def longest(self) -> int:
+        """The longest sequence (what the varlen kernel sizes its tiles by)."""
+        return max(self.lengths, default=0)
+
+
+def pack(stream: TokenStream, rows: np.ndarray, device: torch.device) -> Packed:
+    """Documents ``rows`` of ``stream`` as one packed batch on ``device`` (on CUDA pinned
+    and copied without waiting, like a padded batch)."""
+    lengths = stream.lengths[rows].astype(np.int64)
+    starts = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=starts[1:])
+    total = int(starts[-1])
+    first = np.repeat(stream.offsets[rows] - starts[:-1], lengths)
+    index = np.arange(total, dtype=np.int64)
+    ids = stream.ids[first + index].astype(np.int64)
+    positions = index - np.repeat(starts[:-1], lengths)
+    tensors = [torch.from_numpy(ids), torch.from_numpy(positions), torch.from_numpy(starts)]
+    tensors[2] = tensors[2].to(torch.int32)
+    if device.type == "cuda":
+        tensors = [t.pin_memory().to(device, non_blocking=True) for t in tensors]
+    return Packed(*tensors, lengths=tuple(int(n) for n in lengths))
+
+
+def supports(model: nn.Module) -> bool:
+    """Whether :class:`PackedGte` can run ``model`` (transformers' native GTE classifier)."""
+    return isinstance(model, GteForSequenceClassification)
+
+
+def _fuse(linears: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One weight (and bias) for ``linears`` applied to the same input; each ``Linear`` is
+    re-pointed at its slice, so nothing is held twice."""
+    weight = torch.cat([lin.weight.detach() for lin in linears])
+    biases = [lin.bias for lin in linears]
+    bias = None if any(b is None for b in biases) else torch.cat([b.detach() for b in biases])
+    row = 0
+    for lin in linears:
+        rows = lin.out_features
+        lin.weight = nn.Parameter(weight[row : row + rows], requires_grad=False)
+        if bias is not None:
+            lin.bias = nn.Parameter(bias[row : row + rows], requires_grad=False)
+        row += rows
+    return weight, bias
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class PackedGte:
+    """A loaded GTE classifier run on packed batches (build once per model and job)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        if not supports(model):
+            raise TypeError(f"not a native GTE classifier: {type(model).__name__}")
+        self.model = model
+        config = model.config
+        self.heads = int(config.num_attention_heads)
+        self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.heads)
+        self.layers = list(model.gte.layers[: config.num_hidden_layers])
+        with torch.no_grad():
+            self.qkv = [
+                _fuse([lay.self_attn.q_proj, lay.self_attn.k_proj, lay.self_attn.v_proj])
+                for lay in self.layers
+            ]
+            self.gate_up = [_fuse([lay.mlp.gate_proj, lay.mlp.up_proj])[0] for lay in self.layers]
+
+    def attention_kernel(self, dtype: torch.dtype, device: torch.device) -> str:
+        """``varlen_flash`` or ``reference`` (what :meth:`logits` runs here)."""
+        flash = varlen_attn is not None and device.type == "cuda" and dtype in _HALF
+        return "varlen_flash" if flash else "reference"
+
+    def logits(self, batch: Packed) -> torch.Tensor:
+        """float32 logits, one row per packed sequence."""
+        gte = self.model.gte
+        hidden = self._embed(batch.ids)
+        cos, sin = gte.rotary_emb(hidden, batch.positions[None, :])
+        cos, sin = cos[0, :, None, :], sin[0, :, None, :]  # (tokens, 1, head_dim)
+        kernel = self.attention_kernel(hidden.dtype, hidden.device)
+        tokens = hidden.shape[0]
+        for layer, (qkv_w, qkv_b), gate_up in zip(self.layers, self.qkv, self.gate_up, strict=True):
+            qkv = F.linear(hidden, qkv_w, qkv_b).view(tokens, 3, self.heads, self.head_dim)
+            query, key, value = qkv.unbind(1)
+            query = query * cos + _rotate_half(query) * sin
+            key = key * cos + _rotate_half(key) * sin
+            if kernel == "varlen_flash":
+                longest = batch.longest
+                value = value.contiguous()  # a view into the fused q/k/v output
+                out = varlen_attn(query, key, value, batch.starts, batch.starts, longest, longest)
+            else:
+                out = _reference_attention(query, key, value, batch.lengths)
+            out = layer.self_attn.o_proj(out.reshape(tokens, -1))
+            hidden = layer.post_attention_layernorm(hidden + out)
+            gate, up = F.linear(hidden, gate_up).chunk(2, dim=-1)
+            out = layer.mlp.down_proj(layer.mlp.act_fn(gate) * up)
+            hidden = layer.post_mlp_layernorm(hidden + out)
+        first = hidden[batch.starts[:-1].long()]
+        pooled = gte.pooler.activation(gte.pooler.dense(first))
+        return self.model.classifier(pooled).float()
+
+    def _embed(self, ids: torch.Tensor) -> torch.Tensor:
+        """Word embeddings plus token type 0 (what a padded batch adds), normalised."""
+        embeddings = self.model.gte.embeddings
+        hidden = embeddings.word_embeddings(ids)
+        if embeddings.token_type_embeddings is not None:
+            hidden = hidden + embeddings.token_type_embeddings.weight[0]
+        return embeddings.LayerNorm(hidden)
+
+
+def _reference_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, lengths: tuple[int, ...]
+) -> torch.Tensor:
+    """Bidirectional attention within each sequence of a packed batch, each run of equal
+    lengths as one unmasked SDPA call; ``(tokens, heads, head_dim)`` in and out."""
+    out = torch.empty_like(query)
+    start, index = 0, 0
+    while index < len(lengths):
+        length, count = lengths[index], 1
+        while index + count < len(lengths) and lengths[index + count] == length:
+            count += 1
+        end = start + count * length
+        q, k, v = (
+            t[start:end].view(count, length, *t.shape[1:]).transpose(1, 2)
+            for t in (query, key, value)
+        )
+        attended = F.scaled_dot_product_attention(q, k, v)
+        out[start:end] = attended.transpose(1, 2).reshape(end - start, *query.shape[1:])
+        start, index = end, index + count
+    return out

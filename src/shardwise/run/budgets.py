@@ -1,0 +1,83 @@
+"""``<run_dir>/budgets/<key>.json``: the batch budget a kind of GPU was probed to hold.
+
+Every shard job on CUDA used to probe its padded-token budget with two or three forwards
+of 64 x 8,192 tokens: about 4-6% of a campaign's GPU time at 25,000 shards. What fits
+depends on the GPU (its name and memory), the dtype, the models loaded and the longest
+input, not on the shard, so the first job on a kind of GPU records the answer and later
+ones read it. Another GPU, model set-up, dtype or torch is another key, so it is probed
+again; a damaged record is ignored (and rewritten by the next probe).
+"""
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Self
+
+from shardwise.errors import RecordError
+from shardwise.run.record import Fields
+from shardwise.store.atomic import write_atomic
+
+DIRECTORY = "budgets"
+
+
+@dataclass(frozen=True, kw_only=True)
+class BudgetKey:
+    """What decides how many tokens fit in one batch."""
+
+    gpu: str  # the device name, as torch reports it
+    memory: int  # its total memory in bytes
+    dtype: str
+    torch: str  # torch's version (kernels and their memory change with it)
+    max_length: int
+    models: tuple[int, ...]  # the parameter count of each model copy loaded on the GPU
+
+    def name(self) -> str:
+        """The record's file name: a hash of every field."""
+        text = json.dumps(asdict(self), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16] + ".json"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Budget:
+    """One probe's answer for one :class:`BudgetKey`."""
+
+    key: BudgetKey
+    tokens: int  # the padded-token budget
+    kernel: str  # the attention kernel the probe's masked batches used
+    probe_s: float  # what the probe cost (what a later job saves)
+
+    def to_json(self) -> str:
+        """The record's text."""
+        return json.dumps(asdict(self), sort_keys=True, indent=1) + "\n"
+
+    @classmethod
+    def from_json(cls, raw: str, where: str) -> Self:
+        """The record; RecordError when a field is absent or of the wrong type."""
+        fields = Fields.parse(raw, where)
+        return fields.into(cls, key=fields.sub("key").into(BudgetKey))
+
+
+def cached(
+    directory: Path | None, key: BudgetKey, probe: Callable[[], tuple[int, str, float]]
+) -> tuple[Budget, bool]:
+    """The budget for ``key``: read from ``directory`` when a job recorded it, else
+    ``probe()`` (tokens, kernel, seconds) and recorded; True when it was read."""
+    target = None if directory is None else Path(directory) / key.name()
+    if target is not None:
+        try:
+            budget = Budget.from_json(target.read_text("utf-8"), str(target))
+            if budget.key == key and budget.tokens > 0:
+                return budget, True
+        except (OSError, UnicodeDecodeError, RecordError):
+            pass  # none yet, or damaged: probe and write it again
+    tokens, kernel, seconds = probe()
+    budget = Budget(key=key, tokens=tokens, kernel=kernel, probe_s=seconds)
+    if target is not None:
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(target, budget.to_json().encode())
+        except OSError:
+            pass  # a read-only run directory: the next job probes again, nothing is lost
+    return budget, False

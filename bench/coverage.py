@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from shardwise.ops import coverage
-from shardwise.ops.coverage_format import format_table
+from shardwise.ops.coverage import compute as coverage
+from shardwise.ops.coverage.render import format_table
 from shardwise.run import plan
 from shardwise.run.runjson import RunMeta, fingerprint
 from shardwise.run.sharding import shard_for_task
@@ -188,7 +188,7 @@ def main() -> int:
     print(f"  in-process warm (min3) {warm:.3f} s wall, {warm_cpu:.3f} s CPU")
     print(f"  fresh interpreter, CLI {process:.3f} s (includes imports)")
     if args.report:
-        from shardwise.ops import report
+        from shardwise.ops.report import page as report
 
         t0 = time.perf_counter()
         state = coverage.load_state(run_dir)

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from shardwise.config import StorageOptions
-from shardwise.ops import dolma
+from shardwise.ops.dolma import mix as dolma
 from shardwise.run import context, outputs, plan, runjson, sidecar
 from shardwise.run.markers import FileMarker
 from shardwise.run.sharding import shard_for_task

@@ -151,7 +151,8 @@ def main() -> int:
     size = sum(p.stat().st_size for p in (out / "run" / "summaries").glob("*.arrow"))
     stats = list((out / "output").rglob("*.stats.json"))
     stats_size = sum(p.stat().st_size for p in stats)
-    from shardwise.ops import domains, domains_format
+    from shardwise.ops.domains import compute as domains
+    from shardwise.ops.domains import render as domains_format
 
     t0 = time.perf_counter()
     d = domains.compute(domains.load(Path(run_dir)))

@@ -24,7 +24,7 @@ import time
 import numpy as np
 import pyarrow as pa
 
-from shardwise.ops.select_files import select_file
+from shardwise.ops.select.files import select_file
 from shardwise.run import selection, sidecar
 from shardwise.run.selection import Domain, SelectionPlan
 from shardwise.store.location import Location

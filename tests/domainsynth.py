@@ -15,7 +15,7 @@ from importlib import resources
 import numpy as np
 from synthrun import write_run_json
 
-from shardwise.ops.estimate import Population, Sample
+from shardwise.ops.domains.estimate import Population, Sample
 from shardwise.run.sharding import shard_for_task
 
 

@@ -27,7 +27,7 @@ from e2e import run_snakemake
 from shardwise.classify.shard_job import run_shard
 from shardwise.cli.main import main
 from shardwise.demo.corpus import DemoSize, demo_config, write_corpus
-from shardwise.ops import verify
+from shardwise.ops.verify import check as verify
 from shardwise.planner.prepare import prepare_run
 from shardwise.run import dolma as rdolma
 from shardwise.run import plan
@@ -224,7 +224,7 @@ def test_attributes_exported_afterwards_on_s3_mix_there_too(
 ):
     corpus = Location(s3.url("ds/documents"), s3.options())
     write_corpus(tmp_path / "documents", SIZE, dolma=True)
-    # '?' is no pattern to dolma on S3 ('*' is, unescapable: tests/ops/test_dolma_exact.py)
+    # '?' is no pattern to dolma on S3 ('*' is, unescapable: tests/ops/dolma/test_dolma_exact.py)
     integer_ids_and_glob_names(tmp_path / "documents", marks="?")
     for path in sorted(p for p in (tmp_path / "documents").rglob("*") if p.is_file()):
         corpus.write_bytes(str(path.relative_to(tmp_path / "documents")), path.read_bytes())
@@ -423,7 +423,7 @@ def test_a_run_not_yet_complete_is_refused_unless_partial_and_then_every_line_sa
 
 
 def test_weborganizer_statistics_of_a_complete_run_equal_counts_from_the_sidecars(counted_run):
-    from shardwise.ops.domains import weborganizer_ids
+    from shardwise.ops.domains.compute import weborganizer_ids
 
     root, run_dir = counted_run["root"], counted_run["run_dir"]
     ids = weborganizer_ids()

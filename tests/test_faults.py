@@ -51,7 +51,8 @@ from shardwise.classify.shard_job import load_engine, run_shard
 from shardwise.cli.main import main
 from shardwise.demo.corpus import DemoSize
 from shardwise.errors import ConfigError, InputError, ShardwiseError, StorageError
-from shardwise.ops import coverage, verify
+from shardwise.ops.coverage import compute as coverage
+from shardwise.ops.verify import check as verify
 from shardwise.planner.prepare import prepare_run
 from shardwise.run import claims, markers, plan
 from shardwise.run.failures import FAILURES_DIR

@@ -1,9 +1,10 @@
 """The package is a house with floors: each layer imports only the layers below it.
 
-cli, snakefile -> ops -> planner -> classify, demo -> run -> slurm, store -> config -> errors.
-Two rooms on one floor (``slurm`` and ``store``; ``classify`` and ``demo``; ``cli`` and
-``snakefile``) do not import each other, and no set of modules imports itself in a
-circle, function-local imports included (they are where circles used to hide).
+cli, snakefile -> hooks -> ops -> planner -> classify, demo -> run -> slurm, store -> config
+-> errors. Two rooms on one floor (``slurm`` and ``store``; ``classify`` and ``demo``;
+``cli`` and ``snakefile``) do not import each other, and no set of modules imports itself
+in a circle, function-local imports included (they are where circles used to hide).
+Inside ``ops`` each family is a room of its own, with floors of their own (``OPS_FLOORS``).
 """
 
 from __future__ import annotations
@@ -27,8 +28,23 @@ FLOORS = {
     "demo": 4,
     "planner": 5,
     "ops": 6,
-    "cli": 7,
-    "snakefile": 7,
+    "hooks": 7,
+    "cli": 8,
+    "snakefile": 8,
+}
+
+#: Floor of each family inside ``ops`` (a family imports only the families below it).
+OPS_FLOORS = {
+    "common": 0,
+    "coverage": 1,
+    "domains": 1,
+    "walltime": 1,
+    "dolma": 1,
+    "jobs": 1,
+    "cluster": 2,
+    "verify": 2,
+    "select": 2,
+    "report": 2,
 }
 
 
@@ -92,6 +108,30 @@ def test_a_module_imports_only_the_floors_below_its_own(module):
         if room(target) != mine and target != "shardwise" and FLOORS[room(target)] >= FLOORS[mine]
     )
     assert upward == [], f"{module} imports {upward}: same floor or above ({mine})"
+
+
+def family(module: str) -> str | None:
+    """The ``ops`` family a module lives in (``coverage`` for ``shardwise.ops.coverage.read``)."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "ops" else None
+
+
+def test_ops_holds_only_families_on_a_known_floor():
+    ops = [m for m in MODULES if room(m) == "ops" and m != "shardwise.ops"]
+    loose = sorted(m for m in ops if MODULES[m].parent.name == "ops")
+    assert loose == [], "a module of ops/ belongs in a family folder"
+    assert {family(m) for m in MODULES if family(m)} <= set(OPS_FLOORS), "a family needs a floor"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if family(m)))
+def test_an_ops_family_imports_only_the_families_below_its_own(module):
+    mine = family(module)
+    upward = sorted(
+        target
+        for target in GRAPH[module]
+        if family(target) not in (None, mine) and OPS_FLOORS[family(target)] >= OPS_FLOORS[mine]
+    )
+    assert upward == [], f"{module} imports {upward}: same family floor or above ({mine})"
 
 
 def test_no_modules_import_each_other_in_a_circle():

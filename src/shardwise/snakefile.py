@@ -11,12 +11,12 @@ from typing import IO, Any
 
 from shardwise.config import Settings, reject_secret_keys
 from shardwise.errors import ShardwiseError
-from shardwise.ops import adapt, failed_jobs
-from shardwise.ops.adapt import Adapter
-from shardwise.ops.failed_jobs import FailureLog
-from shardwise.ops.fates import Duty
-from shardwise.ops.keeper import Keeper
-from shardwise.ops.planning import report_lines
+from shardwise.hooks import adapt, failed_jobs
+from shardwise.hooks.adapt import Adapter
+from shardwise.hooks.dryrun import report_lines
+from shardwise.hooks.failed_jobs import FailureLog
+from shardwise.ops.jobs.fates import Duty
+from shardwise.ops.jobs.keeper import Keeper
 from shardwise.planner import prepare, walltime
 from shardwise.planner.inflight import Submitter
 from shardwise.planner.prepare import RunInfo, is_dry_run
@@ -67,7 +67,7 @@ def show_failed_jobs(
     workflow: Any, config: dict[str, Any], run: RunInfo, *, main_process: bool
 ) -> FailureLog | None:
     """Put a failed shard's reason on the console and stop early on a shared one (see
-    ``ops/failed_jobs.py``); top-level process only. The log, for :func:`print_failures`."""
+    ``hooks/failed_jobs.py``); top-level process only. The log, for :func:`print_failures`."""
     if not main_process:
         return None
     stop_after = Settings.from_config(config).stop_after
@@ -103,7 +103,7 @@ def classify_group_size(workflow: Any) -> int:
 
 
 class WalltimeAdaptation:
-    """The walltime adaptation of one invocation (``ops/adapt.py``). Made at parse time,
+    """The walltime adaptation of one invocation (``hooks/adapt.py``). Made at parse time,
     started by the Snakefile's ``onstart`` (only then does the workflow know its executor)
     and stopped by ``onsuccess``/``onerror``."""
 
@@ -227,7 +227,7 @@ def _shards_of(job: Any) -> tuple[int, ...]:
 
 
 class JobKeeping:
-    """The job keeper of one invocation (``ops/keeper.py``): made at parse time, started by
+    """The job keeper of one invocation (``ops/jobs/keeper.py``): made at parse time, started by
     ``onstart`` with the executor, stopped by ``onsuccess``/``onerror``. Only with a
     remote executor that has jobs to keep (SLURM); the local executor's jobs are processes."""
 

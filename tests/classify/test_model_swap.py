@@ -33,7 +33,7 @@ from shardwise.classify import gate
 from shardwise.classify.shard_job import run_shard
 from shardwise.demo.corpus import demo_config, write_corpus
 from shardwise.errors import ModelError
-from shardwise.ops import verify
+from shardwise.ops.verify import check as verify
 from shardwise.planner.prepare import prepare_run
 from shardwise.run import outputs
 from shardwise.run.context import JobContext

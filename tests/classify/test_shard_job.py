@@ -10,8 +10,9 @@ from inproc import TINY, demo_run_config, label, plan_run
 from shardwise.cli.main import main
 from shardwise.demo.corpus import write_corpus
 from shardwise.errors import ShardFailedError
-from shardwise.ops import coverage, verify
-from shardwise.ops.coverage_format import fidelity_lines, quality_lines
+from shardwise.ops.coverage import compute as coverage
+from shardwise.ops.coverage.render import fidelity_lines, quality_lines
+from shardwise.ops.verify import check as verify
 from shardwise.planner.prepare import prepare_run
 from shardwise.run import failures, journal, markers, plan
 

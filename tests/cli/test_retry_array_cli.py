@@ -63,7 +63,8 @@ def test_cli_missing_run_json_exit_2(tmp_path: Path, capsys: pytest.CaptureFixtu
 def test_a_stale_marker_of_another_assignment_is_done_nowhere(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from shardwise.ops import coverage, domains
+    from shardwise.ops.coverage import compute as coverage
+    from shardwise.ops.domains import compute as domains
 
     run_dir = _run(tmp_path, 4, 0, {0, 1, 2})
     stale = {"shard": 2, "total_shards": 7, "minimum_shard_index": 0, "files": 0, "docs": 0}

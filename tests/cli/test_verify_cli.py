@@ -10,7 +10,8 @@ from pathlib import Path
 from inproc import label, plan_run
 
 from shardwise.cli.main import main
-from shardwise.ops import verify, verify_repair
+from shardwise.ops.verify import check as verify
+from shardwise.ops.verify import repair as verify_repair
 from shardwise.run import outputs, plan
 
 

@@ -17,8 +17,9 @@ import pyarrow.parquet as pq
 from inproc import label, plan_run, s3_run_config
 
 from shardwise.cli.main import main
-from shardwise.ops import coverage, verify
-from shardwise.ops.coverage_format import format_table
+from shardwise.ops.coverage import compute as coverage
+from shardwise.ops.coverage.render import format_table
+from shardwise.ops.verify import check as verify
 from shardwise.run import plan as run_plan
 from shardwise.snakefile import prepare_run
 

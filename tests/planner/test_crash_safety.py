@@ -21,7 +21,9 @@ import pytest
 from inproc import demo_run_config, label, plan_run
 
 from shardwise.errors import RunMismatchError
-from shardwise.ops import coverage, verify, verify_repair
+from shardwise.ops.coverage import compute as coverage
+from shardwise.ops.verify import check as verify
+from shardwise.ops.verify import repair as verify_repair
 from shardwise.planner.extend import extend
 from shardwise.run import plan as run_plan
 from shardwise.run import quarantine, runjson

@@ -11,8 +11,10 @@ from inproc import label, plan_run, s3_run_config
 
 from shardwise.cli.main import main
 from shardwise.errors import RunMismatchError
-from shardwise.ops import coverage, coverage_format, verify
-from shardwise.ops.coverage_format import summary_lines
+from shardwise.ops.coverage import compute as coverage
+from shardwise.ops.coverage import render as coverage_format
+from shardwise.ops.coverage.render import summary_lines
+from shardwise.ops.verify import check as verify
 from shardwise.planner.extend import extend
 from shardwise.run import drift, outputs, plan, retired
 from shardwise.run.sharding import shard_for_task

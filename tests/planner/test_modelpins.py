@@ -16,7 +16,8 @@ from e2e import tiny_model_dir
 from inproc import label, plan_run
 
 from shardwise.errors import ModelError, RunMismatchError
-from shardwise.ops import verify, verify_repair
+from shardwise.ops.verify import check as verify
+from shardwise.ops.verify import repair as verify_repair
 from shardwise.run import markers, outputs, plan
 from shardwise.snakefile import prepare_run
 

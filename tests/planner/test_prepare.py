@@ -361,8 +361,8 @@ def test_copies_that_disagree_say_so_and_not_that_the_config_changed(tmp_path, c
 def test_listed_files_that_are_no_input_are_named_on_the_dry_run_and_in_coverage(
     tmp_path, corpus, capsys
 ):
-    from shardwise.ops import coverage
-    from shardwise.ops.coverage_format import format_table
+    from shardwise.ops.coverage import compute as coverage
+    from shardwise.ops.coverage.render import format_table
 
     for name in ("cc/science/notes.txt", "cc/science/part-9.json.bz2", "wiki/x.csv"):
         (corpus / name).parent.mkdir(parents=True, exist_ok=True)

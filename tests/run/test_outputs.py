@@ -16,7 +16,9 @@ from inproc import TINY, demo_run_config, label, plan_run
 
 from shardwise.demo.corpus import write_corpus
 from shardwise.errors import RecordError
-from shardwise.ops import coverage, verify, verify_repair
+from shardwise.ops.coverage import compute as coverage
+from shardwise.ops.verify import check as verify
+from shardwise.ops.verify import repair as verify_repair
 from shardwise.planner.prepare import prepare_run
 from shardwise.run import dolma, manifest, outputs, sidecar
 from shardwise.run.record import load_object

@@ -11,8 +11,10 @@ from inproc import label, plan_run
 
 from shardwise.cli.main import main
 from shardwise.errors import ConfigError
-from shardwise.ops import coverage, report, verify
-from shardwise.ops.coverage_format import format_table, to_dict
+from shardwise.ops.coverage import compute as coverage
+from shardwise.ops.coverage.render import format_table, to_dict
+from shardwise.ops.report import page as report
+from shardwise.ops.verify import check as verify
 from shardwise.run import markers, outputs, plan, quarantine
 from shardwise.snakefile import prepare_run
 

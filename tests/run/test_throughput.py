@@ -7,7 +7,7 @@ import math
 import pytest
 from synthrun import stats_for
 
-from shardwise.ops.text import format_duration
+from shardwise.ops.common.text import format_duration
 from shardwise.run.throughput import eta, rate_for_walltime, summarize
 
 

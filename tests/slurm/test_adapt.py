@@ -4,7 +4,7 @@ As the ordinary ``useradd`` user under ``PrivateData=accounts,jobs,reservations,
 (the fixture of test_hidden_window.py), with the production request (4 CPUs, 32000 MB,
 1 GPU, 960 min):
 
-* a matrix of the plan probe alone (``ops/plan_probe.probe``): another user's running
+* a matrix of the plan probe alone (``ops/walltime/plan_probe.probe``): another user's running
   jobs and runnable jobs pending ahead or not, the run's own pending jobs 1 or 6, windows
   near and far, one partition and a list. In every cell the limit it names really starts
   (a job of that shape and limit, submitted after the answer, runs at once), nothing of

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from shardwise.cli.common import add_run_dir
 from shardwise.errors import ConfigError
-from shardwise.ops import adopt
+from shardwise.ops.jobs import adopt
 from shardwise.run import claims
 from shardwise.store.atomic import json_bytes, write_atomic
 

@@ -1,6 +1,6 @@
 """``shardwise cluster check|status|retime``: the command line only (parse, one call, print).
 
-The work is in :mod:`shardwise.ops.cluster_check` and :mod:`shardwise.ops.cluster_status`.
+The work is in :mod:`shardwise.ops.cluster.check` and :mod:`shardwise.ops.cluster.status`.
 """
 
 import argparse
@@ -9,7 +9,10 @@ import time
 from pathlib import Path
 
 from shardwise.cli.common import add_format, add_run_dir, emit, json_text, positive_int
-from shardwise.ops import cluster_check, cluster_status, cluster_status_format, retime
+from shardwise.ops.cluster import check as cluster_check
+from shardwise.ops.cluster import render as cluster_status_format
+from shardwise.ops.cluster import retime
+from shardwise.ops.cluster import status as cluster_status
 from shardwise.slurm import control
 
 DEFAULT_PROFILE = "profiles/slurm"

@@ -3,8 +3,8 @@
 import argparse
 
 from shardwise.cli.common import add_coverage_options, add_format, add_run_dir, emit
-from shardwise.ops import coverage
-from shardwise.ops.coverage_format import FORMATS, report_dict, report_text
+from shardwise.ops.coverage import compute as coverage
+from shardwise.ops.coverage.render import FORMATS, report_dict, report_text
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

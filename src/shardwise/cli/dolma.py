@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 from shardwise.cli.common import add_run_dir, positive_int
-from shardwise.ops import dolma
+from shardwise.ops.dolma import mix as dolma
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

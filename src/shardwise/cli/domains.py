@@ -5,8 +5,9 @@ import sys
 from pathlib import Path
 
 from shardwise.cli.common import add_format, add_run_dir, emit, positive_int
-from shardwise.ops import domains, domains_format
-from shardwise.ops.domainplot import render_png
+from shardwise.ops.domains import compute as domains
+from shardwise.ops.domains import render as domains_format
+from shardwise.ops.domains.plot import render_png
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

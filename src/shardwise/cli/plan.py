@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 from shardwise.config import load_yaml
-from shardwise.ops.planning import report_lines
+from shardwise.hooks.dryrun import report_lines
 from shardwise.planner.extend import GONE, extend
 from shardwise.planner.prepare import prepare_run
 

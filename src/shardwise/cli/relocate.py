@@ -3,7 +3,7 @@
 import argparse
 
 from shardwise.cli.common import add_run_dir
-from shardwise.ops.relocate import relocate
+from shardwise.planner.relocate import relocate
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -5,8 +5,8 @@ import sys
 from pathlib import Path
 
 from shardwise.cli.common import add_coverage_options, add_run_dir
-from shardwise.ops import report
-from shardwise.ops.coverage_format import shorten
+from shardwise.ops.coverage.render import shorten
+from shardwise.ops.report import page as report
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -5,7 +5,7 @@ import sys
 
 from shardwise.cli.common import add_run_dir
 from shardwise.errors import RunMismatchError
-from shardwise.ops.retry_array import retry
+from shardwise.ops.jobs.retry_array import retry
 from shardwise.run import ranges
 
 

@@ -5,7 +5,7 @@ import json
 import sys
 from pathlib import Path
 
-from shardwise.ops import reweight
+from shardwise.ops.select import reweight
 from shardwise.store.atomic import write_atomic
 
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from shardwise.cli.common import add_format, add_run_dir, emit, positive_int
 from shardwise.errors import ConfigError
-from shardwise.ops import select, select_report
+from shardwise.ops.select import plan as select
+from shardwise.ops.select import render as select_report
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

@@ -6,7 +6,8 @@ import sys
 
 from shardwise.cli.common import add_format, add_run_dir, emit
 from shardwise.errors import ShardwiseError
-from shardwise.ops import verify, verify_repair
+from shardwise.ops.verify import check as verify
+from shardwise.ops.verify import repair as verify_repair
 
 EXIT_OK = 0
 EXIT_PROBLEMS = 1

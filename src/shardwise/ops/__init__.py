@@ -1,4 +1,7 @@
-"""Operator views: compute and format coverage, domains, verify, the report, cluster views.
+"""Operator views and repairs, one sub-package per family (each reads, computes, formats).
 
-No argparse, no exit codes, no printing (that is ``cli``). Imports ``planner`` and below.
+``common`` (text and pictures) is under every family; ``coverage``, ``domains``,
+``walltime``, ``dolma`` and ``jobs`` stand on it; ``cluster``, ``verify``, ``select`` and
+``report`` stand on those. No argparse, no exit codes, no printing (that is ``cli``).
+Imports ``planner`` and below.
 """

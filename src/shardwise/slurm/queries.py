@@ -3,7 +3,7 @@
 Each function makes one SLURM call through :mod:`shardwise.slurm.command` and returns an
 :class:`Answer`: the value, or None and the one-line problem (command missing, timed
 out, refused, hidden by ``PrivateData``). Nothing here decides what is good or bad;
-that is :mod:`shardwise.ops.cluster_check` and :mod:`shardwise.ops.cluster_status`.
+that is :mod:`shardwise.ops.cluster.check` and :mod:`shardwise.ops.cluster.status`.
 """
 
 import getpass

@@ -1,0 +1,1 @@
+"""``shardwise cluster``: facts and findings from SLURM, check (the overlay), status, retime."""

@@ -1,0 +1,1 @@
+"""What every view shares: numbers, sizes and durations for people; the pictures."""

@@ -1,0 +1,1 @@
+"""``shardwise report``: one picture and a self-contained HTML page of a run."""

@@ -1,0 +1,1 @@
+"""``shardwise verify``: check every marker against its outputs, report, repair."""

@@ -1,0 +1,72 @@
+"""The coverage ETA against the measured finish of the same run: many small files, a few large.
+
+Half of a demo run is labelled by snakemake (the local executor, 2 jobs at a time, as
+the README's quick start runs it); coverage's ETA is read; the other half is labelled and
+timed. The ETA rests on the pace of the finished shard jobs (start-up and model loading
+included), so it must land near the measured finish; the labelling rate alone, which the
+ETA used to divide by, is shown beside it and misses most of it on small files.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from shardwise.demo.corpus import DemoSize, write_demo
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[3]
+
+#: (name, the demo's size, total shards): 30 files of ~20 kB; 6 files of ~600 kB.
+CORPORA = [
+    ("many small files", DemoSize(), 8),
+    ("a few large files", DemoSize(files_per_category=1, docs_per_file=1000), 4),
+]
+
+
+def snakemake(config: Path, *targets: str) -> float:
+    """Run the workflow (profiles/local) to ``targets``; its wall seconds."""
+    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"),
+           "--configfile", str(config), "--profile", str(REPO / "profiles" / "local"),
+           "--directory", str(config.parent), *targets]  # fmt: skip
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(config.parent)}
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return time.monotonic() - t0
+
+
+@pytest.mark.parametrize(("name", "size", "shards"), CORPORA, ids=[c[0] for c in CORPORA])
+def test_the_eta_at_half_time_is_near_the_measured_finish(tmp_path, name, size, shards):
+    config = write_demo(tmp_path / "demo", size)
+    data = yaml.safe_load(config.read_text())
+    data["sharding"]["total_shards"] = shards
+    config.write_text(yaml.safe_dump(data))
+    run_dir = Path(data["run_dir"])
+    first = [str(run_dir / "shards" / f"{s}.done") for s in range(shards // 2)]
+    snakemake(config, *first)
+    doc = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "shardwise.cli", "coverage", "--run-dir", str(run_dir),
+             "--format", "json"],
+            capture_output=True, text=True, check=True,
+        ).stdout
+    )  # fmt: skip
+    eta = doc["eta"]
+    assert (eta["basis"], eta["jobs"], eta["gpus"]) == ("shard jobs", shards // 2, 2), eta
+    measured = snakemake(config)  # the rest, and the report
+    print(
+        f"\n{name}: ETA {eta['seconds']:.1f} s at the pace of {eta['jobs']} jobs "
+        f"({eta['seconds_per_job']:.1f} s each); labelling alone {eta['labelling_seconds']:.1f} "
+        f"s; measured {measured:.1f} s",
+        file=sys.stderr,
+    )
+    assert 0.35 * measured <= eta["seconds"] <= 1.5 * measured, (eta, measured)
+    assert eta["labelling_seconds"] < eta["seconds"]  # what the old ETA left out

@@ -151,12 +151,12 @@ def test_ids_written_as_numbers_stay_numbers_in_the_attributes_and_old_sidecars_
     assert verify.verify_run(run_dir, complete=True).ok
 
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+OUTPUTS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "outputs.md"
 
 
-def test_the_readme_outputs_table_lists_every_kind_in_write_order():
-    """README's outputs table is the one list of per-file outputs the docs link to."""
-    text = README.read_text("utf-8")
+def test_the_outputs_table_lists_every_kind_in_write_order():
+    """docs/outputs.md's table is the one list of per-file outputs the other pages link to."""
+    text = OUTPUTS_PAGE.read_text("utf-8")
     section = text[text.index("## Outputs") :]
     table = section[: section.index("\n\n", section.index("| file | content |"))]
     listed = re.findall(r"^\| `([^`]+)` \|", table, re.MULTILINE)

@@ -1,9 +1,9 @@
-"""The README's demo transcripts are what a newcomer sees.
+"""The demo transcripts the README and its docs quote are what a newcomer sees.
 
-The demo is built as the README builds it (``shardwise demo``, in two processes: their
+The demo is built as the quick start builds it (``shardwise demo``, in two processes: their
 models and tokenizers are byte-identical), labelled in process (what ``snakemake
---profile profiles/local`` runs), and every other command of the README's demo
-transcripts runs in a scratch directory as written; its output must read as the README
+--profile profiles/local`` runs), and every other command of the demo
+transcripts runs in a scratch directory as written; its output must read as the page
 quotes it. In a quoted output a line ``...`` stands for any lines, ``...`` in a line for
 any text, a dolma log's timestamp for any time, and a probability for any within 1e-5 of
 it (float32 sums differ between CPUs in the seventh decimal). A command quoted without output
@@ -34,15 +34,22 @@ pytestmark = pytest.mark.slow
 
 @dataclass(frozen=True)
 class Step:
-    """One ``$ command`` of a README transcript and the output lines quoted under it."""
+    """One ``$ command`` of a quoted transcript and the output lines quoted under it."""
 
     command: str
     quoted: tuple[str, ...]
 
 
+#: The pages that quote demo transcripts: the front page and the docs it links to.
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
 def transcript(first: str) -> list[Step]:
-    """The steps of the README's fenced block in which ``$ first`` starts, from there on."""
-    lines = (REPO / "README.md").read_text("utf-8").splitlines()
+    """The steps of the fenced block (on the one page that quotes ``$ first``) in which
+    ``$ first`` starts, from there on."""
+    found = [p for p in PAGES if f"$ {first}" in p.read_text("utf-8").splitlines()]
+    assert len(found) == 1, f"$ {first}: quoted on {len(found)} pages, not one"
+    lines = found[0].read_text("utf-8").splitlines()
     start = lines.index(f"$ {first}")
     steps: list[Step] = []
     command, quoted = None, []
@@ -87,7 +94,7 @@ def _line_pattern(line: str, probs: list[float]) -> str:
 
 
 def reads_as_quoted(output: str, quoted: tuple[str, ...]) -> bool:
-    """Whether ``output`` reads as the README quotes it (module docstring)."""
+    """Whether ``output`` reads as the page quotes it (module docstring)."""
     probs: list[float] = []
     pattern = "".join(
         r"(?:[^\n]*\n)*?" if q.strip() == "..." else _line_pattern(q, probs) + r"\n" for q in quoted
@@ -130,7 +137,7 @@ def play(steps: list[Step], cwd: Path) -> None:
         assert proc.returncode == 0, f"$ {step.command}\n{proc.stdout[-3000:]}"
         if step.quoted:
             assert reads_as_quoted(proc.stdout, step.quoted), (
-                f"$ {step.command}\nREADME quotes:\n"
+                f"$ {step.command}\nthe page quotes:\n"
                 + "\n".join(step.quoted)
                 + f"\nit printed:\n{proc.stdout}"
             )
@@ -138,7 +145,7 @@ def play(steps: list[Step], cwd: Path) -> None:
 
 @pytest.fixture(scope="module")
 def newcomer(tmp_path_factory, dolma_cli) -> Path:
-    """A scratch directory laid out as the README's: ``.venv-dolma/bin/dolma`` is the real
+    """A scratch directory laid out as the quick start's: ``.venv-dolma/bin/dolma`` is the real
     dolma, ``demo`` is the plain demo (built here, in another process than the Dolma
     demo the transcript builds)."""
     cwd = tmp_path_factory.mktemp("newcomer")

@@ -42,7 +42,8 @@ def child(models: Path, size: int, max_length: int, whole: bool) -> dict[str, fl
     """One size, in this (fresh) process: read, tokenize, run; seconds and peak MB."""
     from shardwise.classify.engine import ClassifierSpec, Engine, InferenceSettings
     from shardwise.classify.tokencount import TokenCounter
-    from shardwise.run.reader import FieldPaths, read_documents
+    from shardwise.run.fields import FieldPaths
+    from shardwise.run.reader import read_documents
     from shardwise.store.location import Location
 
     specs = [ClassifierSpec("topic", str(models / "topic"), "url_text"),

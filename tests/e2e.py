@@ -20,7 +20,8 @@ import yaml
 
 from shardwise.classify.gate import AFTER_ENV, GATE_ENV, OPEN
 from shardwise.demo.corpus import DemoSize, demo_config, write_corpus
-from shardwise.run.reader import FieldPaths, read_documents
+from shardwise.run.fields import FieldPaths
+from shardwise.run.reader import read_documents
 from shardwise.store.location import Location
 
 REPO = Path(__file__).resolve().parent.parent

@@ -109,7 +109,7 @@ def test_a_dry_run_reports_coverage_while_a_real_run_holds_the_run_dir(tmp_path,
         [
             sys.executable,
             "-c",
-            "import sys, time; from pathlib import Path; from shardwise.planner.prepare import "
+            "import sys, time; from pathlib import Path; from shardwise.planner.runlock import "
             "lock_run_dir; lock_run_dir(Path(sys.argv[1])); print('locked', flush=True); "
             "time.sleep(600)",
             str(tmp_path / "run"),

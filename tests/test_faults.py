@@ -56,7 +56,8 @@ from shardwise.ops.verify import check as verify
 from shardwise.planner.prepare import prepare_run
 from shardwise.run import claims, markers, plan
 from shardwise.run.failures import FAILURES_DIR
-from shardwise.run.reader import FieldPaths, read_documents
+from shardwise.run.fields import FieldPaths
+from shardwise.run.reader import read_documents
 from shardwise.store.location import Location
 
 ALL = ("topic", "topic_nourl", "format", "format_nourl")

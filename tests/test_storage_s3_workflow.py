@@ -31,7 +31,8 @@ import yaml
 from e2e import SMALL, run_snakemake, snakemake_cmd
 
 from shardwise.demo.corpus import demo_config, write_corpus
-from shardwise.run.reader import FieldPaths, read_documents
+from shardwise.run.fields import FieldPaths
+from shardwise.run.reader import read_documents
 from shardwise.store.location import Location
 
 pytestmark = [pytest.mark.slow, pytest.mark.s3]

@@ -14,7 +14,7 @@ from shardwise.errors import ConfigError
 from shardwise.planner import fieldcheck
 from shardwise.planner.prepare import prepare_run
 from shardwise.run import runjson
-from shardwise.run.reader import FieldPaths
+from shardwise.run.fields import FieldPaths
 from shardwise.store.location import Location
 
 ROWS = [{"id": str(i), "text": f"doc {i}", "meta": {"url": f"https://e/{i}"}} for i in range(5)]

@@ -15,6 +15,7 @@ from shardwise.config import check_shard_count
 from shardwise.demo.corpus import DemoSize, write_corpus
 from shardwise.errors import ConfigError, InputError, ModelError, RunMismatchError
 from shardwise.planner import prepare as planner
+from shardwise.planner import runlock
 from shardwise.run import drift, markers, outputs, plan, quarantine
 from shardwise.run.sharding import shard_for_task
 from shardwise.snakefile import prepare_run
@@ -51,7 +52,7 @@ def snapshot(path):
     return {
         str(p.relative_to(path)): p.read_bytes()
         for p in sorted(path.rglob("*"))
-        if p.is_file() and p.name != planner.LOCK_FILE
+        if p.is_file() and p.name != runlock.LOCK_FILE
     }
 
 
@@ -168,7 +169,7 @@ def test_second_top_level_process_on_same_run_dir_is_refused(tmp_path, corpus):
     pid = os.fork()
     if pid == 0:  # child: a second top-level process
         try:
-            planner.lock_run_dir(tmp_path / "run")
+            runlock.lock_run_dir(tmp_path / "run")
         except RunMismatchError:
             os._exit(7)
         os._exit(0)
@@ -414,7 +415,7 @@ def test_a_dry_run_beside_a_live_run_says_so(tmp_path, corpus):
     prepare(cfg)
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys; from pathlib import Path; "
-         "from shardwise.planner.prepare import lock_run_dir; "
+         "from shardwise.planner.runlock import lock_run_dir; "
          f"lock_run_dir(Path({str(tmp_path / 'run')!r})); print('locked', flush=True); "
          "sys.stdin.read()"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,

@@ -7,7 +7,8 @@ import pytest
 import zstandard
 
 from shardwise.errors import InputError
-from shardwise.run.reader import FieldPaths, file_format, json_ids, read_documents
+from shardwise.run.fields import FieldPaths
+from shardwise.run.reader import file_format, json_ids, read_documents
 from shardwise.store.location import Location
 
 RECORDS = [

@@ -703,43 +703,56 @@ class Engine:
                 if stream is None or len(stream.lengths) != prepared.docs:
                     model = group[0].spec.model
                     raise ModelError(f"model {model!r}: prepared input does not match this engine")
-                order = np.argsort(-stream.lengths, kind="stable")
-                lengths = stream.lengths[order]
-                half = [c for c in group if not self._in_fp32(c)]
-                full = [c for c in group if self._in_fp32(c)]
-                outs: list[np.ndarray] = []
-                if half:
-                    models = [(c.loaded.model, c.key_mask_4d) for c in half]
-                    outs, done = self._pass(
-                        models,
-                        stream,
-                        order,
-                        lengths,
-                        policy=self._policy,
-                        dtype=self.dtype,
-                        what=f"model {half[0].spec.model!r}",
-                        packed=[c.packed for c in half if c.packed is not None],
-                    )
-                    work.add(done)
-                t0 = time.perf_counter()
-                results: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]] = []
-                for clf, first in zip(half, outs, strict=True):
-                    final, need, checks[clf.spec.name] = self._recheck(
-                        clf, stream, order, lengths, first
-                    )
-                    results.append((clf.spec.name, first, final, need))
-                for clf in full:  # the calibration said half precision buys nothing here
-                    final, checks[clf.spec.name] = self._fp32_only(clf, stream, order, lengths)
-                    results.append((clf.spec.name, final, final, np.ones(prepared.docs, bool)))
-                recheck_s += time.perf_counter() - t0
-                for name, first, final, need in results:  # back to input order
-                    for into, values in (
-                        (result.logits, final), (result.first_pass, first), (result.rechecked, need)
-                    ):  # fmt: skip
-                        into[name] = np.empty_like(values)
-                        into[name][order] = values
+                recheck_s += self._infer_group(group, stream, result, checks, work)
         result.stats = self._stats(prepared, work, checks, time.perf_counter() - started, recheck_s)
         return result
+
+    def _infer_group(
+        self,
+        group: list[_Classifier],
+        stream: TokenStream,
+        result: Inference,
+        checks: dict[str, _Recheck],
+        work: _Pass,
+    ) -> float:
+        """The classifiers that share one token stream: one half-precision pass for those
+        not gone fp32, each re-checked, into ``result`` in input order; the re-check's
+        seconds."""
+        order = np.argsort(-stream.lengths, kind="stable")
+        lengths = stream.lengths[order]
+        half = [c for c in group if not self._in_fp32(c)]
+        full = [c for c in group if self._in_fp32(c)]
+        outs: list[np.ndarray] = []
+        if half:
+            assert self._policy is not None  # _infer made it
+            models = [(c.loaded.model, c.key_mask_4d) for c in half]
+            outs, done = self._pass(
+                models,
+                stream,
+                order,
+                lengths,
+                policy=self._policy,
+                dtype=self.dtype,
+                what=f"model {half[0].spec.model!r}",
+                packed=[c.packed for c in half if c.packed is not None],
+            )
+            work.add(done)
+        t0 = time.perf_counter()
+        results: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]] = []
+        for clf, first in zip(half, outs, strict=True):
+            final, need, checks[clf.spec.name] = self._recheck(clf, stream, order, lengths, first)
+            results.append((clf.spec.name, first, final, need))
+        for clf in full:  # the calibration said half precision buys nothing here
+            final, checks[clf.spec.name] = self._fp32_only(clf, stream, order, lengths)
+            results.append((clf.spec.name, final, final, np.ones(len(order), bool)))
+        recheck_s = time.perf_counter() - t0
+        for name, first, final, need in results:  # back to input order
+            for into, values in (
+                (result.logits, final), (result.first_pass, first), (result.rechecked, need)
+            ):  # fmt: skip
+                into[name] = np.empty_like(values)
+                into[name][order] = values
+        return recheck_s
 
     def _stats(
         self,

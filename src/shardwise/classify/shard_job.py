@@ -7,11 +7,9 @@ only when every file has its marker. SIGTERM (SLURM's warning before a walltime 
 preemption kill) raises ``Interrupted``: nothing partial is marked done.
 """
 
-import dataclasses
 import logging
 import queue
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,10 +20,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from tqdm import tqdm
 
-from shardwise.classify import gate
-from shardwise.classify.modelcheck import identities, source_of
+from shardwise.classify import gate, jobmodels
+from shardwise.classify.progress import progress_bar
 from shardwise.classify.tokencount import TokenCounter
 from shardwise.classify.tokenization import labelling
 from shardwise.config import Pair, resolve_pairs
@@ -36,7 +33,6 @@ from shardwise.run import (
     journal,
     labelcounts,
     markers,
-    modelpin,
     outputs,
     plan,
     quarantine,
@@ -44,8 +40,9 @@ from shardwise.run import (
     summaries,
 )
 from shardwise.run.context import JobContext
+from shardwise.run.fields import Documents
 from shardwise.run.filestats import FileStats
-from shardwise.run.reader import Documents, read_documents
+from shardwise.run.reader import read_documents
 
 log = logging.getLogger("shardwise.classify.shard_job")
 
@@ -252,18 +249,20 @@ def _label_todo(
     that cannot be read is recorded and the rest go on; anything else stops the shard,
     recorded with the file it stopped at."""
     run_dir = ctx.run_dir
-    bar = _progress(len(todo), shard, enabled=progress)
+    bar = progress_bar(len(todo), shard, enabled=progress)
     current = ""
     try:
         gate.pause(shard, 0)  # tests only: see classify/gate.py
         gate.moment("start")
-        sources = model_sources(ctx)  # each model's directory, resolved once
-        models = model_identities(ctx, sources)
-        check_models(ctx, models, sources)  # before anything is labelled: one model per output
+        sources = jobmodels.model_sources(ctx)  # each model's directory, resolved once
+        models = jobmodels.model_identities(ctx, sources)
+        jobmodels.check_models(
+            ctx, models, sources
+        )  # before anything is labelled: one model per output
         gate.moment("checked")
-        engine = engine_factory(loading_from(ctx, sources))
+        engine = engine_factory(jobmodels.loading_from(ctx, sources))
         gate.moment("loaded")
-        check_loaded(ctx, models, sources)  # the bytes loaded are the bytes checked
+        jobmodels.check_loaded(ctx, models, sources)  # the bytes loaded are the bytes checked
         report.half_on_cpu = half_on_cpu(engine)
         counter = load_counter(ctx)
         for item in _prefetch(ctx, todo, engine.prepare, counter):
@@ -402,66 +401,6 @@ def _counted(ctx: JobContext) -> tuple[list[str], list[Pair]]:
     return names, resolve_pairs(names, ctx.settings.domains.pairs)
 
 
-def model_sources(ctx: JobContext) -> dict[str, Path | None]:
-    """Each classifier's model resolved once to a real directory (a symlink followed, a hub
-    id's cached snapshot): the job checks and loads that directory, never the name again."""
-    return {model: source_of(model) for _, model, _ in ctx.meta.classifiers}
-
-
-def model_identities(
-    ctx: JobContext, sources: dict[str, Path | None] | None = None
-) -> dict[str, Any]:
-    """Each classifier's model identity (content hash, hub revision) for the stats."""
-    return identities(ctx.meta.classifiers, sources)
-
-
-def check_models(
-    ctx: JobContext, models: dict[str, Any], sources: dict[str, Path | None] | None = None
-) -> None:
-    """ModelError (the shard stops before its first file) when a classifier's model is
-    not the one run.json pins: replaced in place, or a hub snapshot that moved."""
-    if ctx.meta.models is None:
-        return  # pinned by the next dry run (from the files' stats)
-    wrong = modelpin.mismatched(ctx.meta.models, models)
-    if wrong:
-        paths = {name: _named(model, sources) for name, model, _ in ctx.meta.classifiers}
-        raise ModelError(" ".join(modelpin.refusal(n, paths[n], d) for n, d in wrong.items()))
-
-
-def check_loaded(ctx: JobContext, checked: dict[str, Any], sources: dict[str, Path | None]) -> None:
-    """ModelError when a model's files changed while the job loaded them (written in place:
-    a symlink repointed meanwhile does not move the resolved directory): its identity
-    now differs from the one checked before the load. Cheap when nothing changed (the
-    identity cache answers from each file's size, mtime, inode and ctime)."""
-    after = model_identities(ctx, sources)
-    changed = modelpin.mismatched({n: modelpin.pin_of(i) for n, i in checked.items()}, after)
-    if changed:
-        paths = {name: _named(model, sources) for name, model, _ in ctx.meta.classifiers}
-        text = " ".join(
-            f"classifier {n!r}: the model at {paths[n]} changed while this job loaded it "
-            f"({modelpin.describe(d)})."
-            for n, d in changed.items()
-        )
-        raise ModelError(text + " Nothing was labelled; the shard runs again with what is there")
-
-
-def loading_from(ctx: JobContext, sources: dict[str, Path | None]) -> JobContext:
-    """``ctx`` whose classifiers name the resolved directories (what the engine loads)."""
-    specs = tuple(
-        (n, str(sources[m]) if sources.get(m) is not None else m, i)
-        for n, m, i in ctx.meta.classifiers
-    )
-    return dataclasses.replace(ctx, meta=dataclasses.replace(ctx.meta, classifiers=specs))
-
-
-def _named(model: str, sources: dict[str, Path | None] | None) -> str:
-    """``models/topic (-> /data/models/topic-v2)`` when the name resolves elsewhere."""
-    source = (sources or {}).get(model)
-    if source is None or str(source) == model:
-        return model
-    return f"{model} (-> {source})"
-
-
 def load_engine(ctx: JobContext) -> Any:
     """The classification engine for this run's classifiers and inference settings."""
     # torch and transformers load here, in jobs only: `shardwise` commands stay fast
@@ -482,36 +421,3 @@ def install_signal_handlers() -> None:
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
-
-
-class _LogLines:
-    """Progress as plain lines for a log file, where a bar's carriage returns are noise:
-    one when a file is done, at most every ``interval`` seconds, and one at the end."""
-
-    def __init__(self, total: int, shard: int, interval: float = 60.0) -> None:
-        self.total, self.shard, self.interval = total, shard, interval
-        self.done = 0
-        self.started = self.said = time.monotonic()
-
-    def update(self, n: int) -> None:
-        """Count ``n`` more files; say so when the interval has passed."""
-        self.done += n
-        if time.monotonic() - self.said >= self.interval:
-            self._say()
-
-    def close(self) -> None:
-        """The last line: how far the shard got."""
-        self._say()
-
-    def _say(self) -> None:
-        self.said = time.monotonic()
-        elapsed = self.said - self.started
-        line = f"shard {self.shard}: {self.done}/{self.total} file(s) in {elapsed:.0f} s"
-        print(line, file=sys.stderr, flush=True)
-
-
-def _progress(total: int, shard: int, *, enabled: bool) -> Any:
-    """A bar on a terminal, plain lines in a log file (the classify rule's ``2> log``)."""
-    if enabled and not sys.stderr.isatty():
-        return _LogLines(total, shard)
-    return tqdm(total=total, desc=f"shard {shard}", unit="file", mininterval=5, disable=not enabled)

@@ -212,6 +212,54 @@ def _is_splittable(spec: dict[str, Any]) -> tuple[bool, str]:
     return True, ""
 
 
+def _encode_texts(
+    info: TokenizerInfo, texts: list[str], needed: int
+) -> tuple[list[list[int]], list[int]]:
+    """Each text's ids (of a prefix long enough for ``needed`` tokens, else whole), and 1
+    where the text was cut before encoding and words remain after the cut: the text then
+    has more tokens than were encoded (enough to count it as truncated)."""
+    cut = [_cut_text(t, needed) for t in texts]
+    encode = info.backend.encode_batch_fast
+    text_ids = [e.ids for e in encode(cut, add_special_tokens=False)]
+    few = [i for i, t in enumerate(text_ids) if len(t) < needed and len(cut[i]) < len(texts[i])]
+    if few:  # the prefix gave too few tokens: encode those texts whole
+        full = encode([texts[i] for i in few], add_special_tokens=False)
+        for i, encoding in zip(few, full, strict=True):
+            text_ids[i] = encoding.ids
+            cut[i] = texts[i]
+    # (a search, not a slice: the rest of a 50 MB text is not copied)
+    pairs = zip(cut, texts, strict=True)
+    beyond = [1 if len(c) < len(t) and _WORD.search(t, len(c)) else 0 for c, t in pairs]
+    return text_ids, beyond
+
+
+def _rows(
+    info: TokenizerInfo,
+    key: StreamKey,
+    text_ids: list[list[int]],
+    url_ids: list[list[int]],
+    beyond: list[int],
+) -> tuple[list[list[int]], list[bool]]:
+    """One input kind's rows (special tokens around ids cut to ``max_length``) and which
+    of them were truncated."""
+    room = key.max_length - len(info.prefix_ids) - len(info.suffix_ids)
+    prefix, suffix = list(info.prefix_ids), list(info.suffix_ids)
+    if key.input == "text":
+        rows = [prefix + ids[:room] + suffix for ids in text_ids]
+        truncated = [len(t) + more > room for t, more in zip(text_ids, beyond, strict=True)]
+        return rows, truncated
+    if key.input != "url_text":
+        raise ValueError(f"unknown input kind {key.input!r}")
+    rows = []
+    for uid, tid in zip(url_ids, text_ids, strict=True):
+        if len(uid) >= room:
+            rows.append(prefix + uid[:room] + suffix)
+        else:
+            rows.append(prefix + uid + tid[: room - len(uid)] + suffix)
+    zipped = zip(url_ids, text_ids, beyond, strict=True)
+    return rows, [len(u) + len(t) + more > room for u, t, more in zipped]
+
+
 def _cut_text(text: str, needed_tokens: int) -> str:
     """A prefix of ``text`` ending after ASCII whitespace, long enough for ``needed_tokens``."""
     limit = max(_MIN_CUT_CHARS, needed_tokens * _CHARS_PER_TOKEN_BOUND)
@@ -295,44 +343,16 @@ class SharedTokenizer:
     ) -> dict[StreamKey, TokenStream]:
         specials = len(info.prefix_ids) + len(info.suffix_ids)
         needed = max(key.max_length for key in keys) - specials
-        cut = [_cut_text(t, needed) for t in texts]
-        encode = info.backend.encode_batch_fast
-        text_ids = [e.ids for e in encode(cut, add_special_tokens=False)]
-        few = [i for i, t in enumerate(text_ids) if len(t) < needed and len(cut[i]) < len(texts[i])]
-        if few:  # the prefix gave too few tokens: encode those texts whole
-            full = encode([texts[i] for i in few], add_special_tokens=False)
-            for i, encoding in zip(few, full, strict=True):
-                text_ids[i] = encoding.ids
-                cut[i] = texts[i]
-        # 1 when the text was cut before encoding and words remain after the cut: the text then
-        # has more tokens than were encoded (enough to count it as truncated, see below)
-        # (a search, not a slice: the rest of a 50 MB text is not copied)
-        pairs = zip(cut, texts, strict=True)
-        beyond = [1 if len(c) < len(t) and _WORD.search(t, len(c)) else 0 for c, t in pairs]
+        text_ids, beyond = _encode_texts(info, texts, needed)
         url_ids: list[list[int]] = []
         if any(key.input == "url_text" for key in keys):
             unique = list(dict.fromkeys(urls))
             encoded = info.backend.encode_batch_fast(unique, add_special_tokens=False)
             lookup = {u: e.ids for u, e in zip(unique, encoded, strict=True)}
             url_ids = [lookup[u] for u in urls]
-        prefix, suffix = list(info.prefix_ids), list(info.suffix_ids)
         out: dict[StreamKey, TokenStream] = {}
         for key in keys:
-            room = key.max_length - specials
-            if key.input == "text":
-                rows = [prefix + ids[:room] + suffix for ids in text_ids]
-                truncated = [len(t) + more > room for t, more in zip(text_ids, beyond, strict=True)]
-            elif key.input == "url_text":
-                rows = []
-                for uid, tid in zip(url_ids, text_ids, strict=True):
-                    if len(uid) >= room:
-                        rows.append(prefix + uid[:room] + suffix)
-                    else:
-                        rows.append(prefix + uid + tid[: room - len(uid)] + suffix)
-                zipped = zip(url_ids, text_ids, beyond, strict=True)
-                truncated = [len(u) + len(t) + more > room for u, t, more in zipped]
-            else:
-                raise ValueError(f"unknown input kind {key.input!r}")
+            rows, truncated = _rows(info, key, text_ids, url_ids, beyond)
             out[key] = _pack(rows, info.pad_id, truncated)
         return out
 

@@ -92,15 +92,12 @@ class Adapter:
         if not self.started:
             self.begin()
         self.rounds += 1
-        queue = queries.jobs(self.user, timeout=self.settings.timeout)
-        if not queue.ok:
+        seen = self._run_jobs()
+        if seen is None:
             return  # the next round asks again; the plugin reports a SLURM outage
-        mine = run_jobs(self.run_dir, queue.value or [], claims.Submitter.recorded(self.run_dir))
-        pending = {i: js for i, js in mine.items() if js[0].pending}
-        reserved = [j for j, _ in pending.values() if waits_for_reservation(j.reason)]
-        now = datetime.now()
+        mine, pending, reserved = seen
         fit = self.record.fit
-        cap = fit.cap(now) if fit is not None else None
+        cap = fit.cap(datetime.now()) if fit is not None else None
         if fit is not None and cap is not None:  # still pending: end by the same horizon
             self._lower(
                 pending, cap, f"to end by {_hhmm(fit.horizon)}, SLURM's plan at {_hhmm(fit.since)}"
@@ -111,15 +108,30 @@ class Adapter:
             oldest = min(reserved, key=lambda j: (j.submit_time or datetime.max, j.id))
             self._probe(oldest, pending)
         elif fit is not None and cap is None:
-            text = f"less than one file's {fit.floor} min is left before the fit's horizon "
-            text += f"({_hhmm(fit.horizon)}): the next submissions ask for the configured limits "
-            text += "(SLURM's plan is asked again if they pend for a reservation)"
-            self._say("expired", text, fit=None)
+            self._expired(fit)
         elif not reserved and self.waiting and mine:
             self.waiting = False
             text = "no job of the run pends for a reservation any more (SLURM): the window has "
             text += "passed; the next submissions ask for the configured limits"
             self._say("restored", text, fit=None)
+
+    def _run_jobs(self) -> tuple[RunJobs, RunJobs, list[queries.Job]] | None:
+        """The run's jobs in the queue, those pending, and those pending for a reservation
+        (None: squeue did not answer)."""
+        queue = queries.jobs(self.user, timeout=self.settings.timeout)
+        if not queue.ok:
+            return None
+        mine = run_jobs(self.run_dir, queue.value or [], claims.Submitter.recorded(self.run_dir))
+        pending = {i: js for i, js in mine.items() if js[0].pending}
+        reserved = [j for j, _ in pending.values() if waits_for_reservation(j.reason)]
+        return mine, pending, reserved
+
+    def _expired(self, fit: Fit) -> None:
+        """The fit's horizon is too close for one file: back to the configured limits."""
+        text = f"less than one file's {fit.floor} min is left before the fit's horizon "
+        text += f"({_hhmm(fit.horizon)}): the next submissions ask for the configured limits "
+        text += "(SLURM's plan is asked again if they pend for a reservation)"
+        self._say("expired", text, fit=None)
 
     def _probe(self, job: queries.Job, pending: RunJobs) -> None:
         """Ask SLURM's plan for ``job``'s request; fit and lower, or wait."""

@@ -19,7 +19,8 @@ import pyarrow.compute as pc
 from shardwise.config import Settings
 from shardwise.errors import RunMismatchError
 from shardwise.planner import listing
-from shardwise.planner.prepare import lock_run_dir, run_meta
+from shardwise.planner.pinning import run_meta
+from shardwise.planner.runlock import lock_run_dir
 from shardwise.run import (
     context,
     drift,

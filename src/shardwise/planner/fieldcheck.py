@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from shardwise.errors import ConfigError, FieldMissingError, InputError
-from shardwise.run.reader import FieldPaths, check_fields, field_advice, file_format
+from shardwise.run.fields import FieldPaths, field_advice
+from shardwise.run.reader import check_fields, file_format
 from shardwise.store.location import Location
 
 #: Files read per input format; a few small reads, even on object storage.

@@ -6,50 +6,44 @@ and ones whose files are all marked done already). A cluster job re-parses the S
 too: there only run.json is read (no listing, no printing).
 """
 
-import fcntl
-import functools
 import os
-import re
 import secrets
-import shutil
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pyarrow as pa
 
 from shardwise.classify.modelcheck import check_classifiers
-from shardwise.classify.tokencount import TokenCounter
-from shardwise.classify.tokenization import labelling
 from shardwise.config import Settings, check_shard_count
-from shardwise.errors import RunMismatchError
-from shardwise.planner import fieldcheck, inflight, listing, modelpins, snakemakelock
+from shardwise.planner import (
+    fieldcheck,
+    housekeeping,
+    inflight,
+    listing,
+    modelpins,
+    pinning,
+    runlock,
+    snakemakelock,
+)
 from shardwise.run import (
     changes,
     claims,
     context,
     dolma,
     drift,
-    failures,
-    journal,
     markers,
     outputs,
     plan,
     quarantine,
     ranges,
     runjson,
-    state,
 )
 from shardwise.run.claims import Submitter
 from shardwise.run.manifest import build_tasks
 from shardwise.run.sharding import shard_range
 from shardwise.store.location import Location
-
-LOCK_FILE = ".shardwise.lock"
-#: Run-dir locks this process holds, for its whole life (by pid: a fork holds none).
-_held_locks: dict[Path, tuple[int, IO[str]]] = {}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,9 +103,9 @@ def prepare_run(
     said: list[str] = []
     run_dir.mkdir(parents=True, exist_ok=True)
     if not dryrun or repin:
-        lock_run_dir(run_dir)
+        runlock.lock_run_dir(run_dir)
     else:
-        said += _live_run_note(run_dir)
+        said += runlock.live_run_note(run_dir)
     check_classifiers(settings.classifiers)  # before anything is pinned
     recorded = context.RunSettings.of(settings)
     source, output = context.open_roots(settings)
@@ -124,10 +118,12 @@ def prepare_run(
         # fields cannot change (run.json pins them), so later runs skip the reads.
         check_shard_count(settings.total_shards, planned.task_count)
         sampled = _check_sample(settings, recorded, source, planned.table, set(quarantined))
-    meta = run_meta(settings, planned.task_count, planned.fingerprint)
+    meta = pinning.run_meta(settings, planned.task_count, planned.fingerprint)
     models_now = modelpins.current_models(meta)  # each model hashed once per dry run
     meta = replace(meta, models=modelpins.initial(models_now, copies))
-    _pin(settings, meta, planned, copies, repin=repin, say=said.append)
+    pinning.pin(
+        settings, meta, planned.table, planned.input_drift, copies, repin=repin, say=said.append
+    )
     said += modelpins.check_and_pin(run_dir, output, models_now)
     if planned.input_drift:  # the new set is the pinned one (an extension half done)
         drift.record(run_dir, drift.InputDrift())
@@ -139,7 +135,7 @@ def prepare_run(
     if planned.changed is not None:
         changes.record(run_dir, planned.changed)
         said += changes.lines(planned.changed, run_dir)
-    stale = remove_stale_markers(run_dir, planned.table, meta)
+    stale = housekeeping.remove_stale_markers(run_dir, planned.table, meta)
     if stale:
         text = f"note: removed {len(stale):,} shard marker(s) that do not match the plan "
         text += f"(shards {ranges.compress(stale)}; left by another assignment): they run again"
@@ -147,7 +143,7 @@ def prepare_run(
     said += [f"note: {line}" for line in settings.inert]
     said += half_on_cpu_notes(settings.inference, gpu_visible)
     said += _dolma_notes(settings, planned.table)
-    mark_shards_without_work(run_dir, planned.table, meta, output, set(quarantined))
+    housekeeping.mark_shards_without_work(run_dir, planned.table, meta, output, set(quarantined))
     flight, adoption = _take_over(run_dir, submitter, dryrun=dryrun, say=said.append)
     return RunInfo(
         run_dir=run_dir,
@@ -215,47 +211,6 @@ def _dolma_notes(settings: Settings, table: pa.Table) -> list[str]:
     text = f"note: {parquet:,} Parquet file(s) get no Dolma attributes (output.dolma): dolma "
     text += "mix reads JSON Lines documents only; their labels stay in the sidecars"
     return [text]
-
-
-def run_meta(settings: Settings, task_count: int, fingerprint: str) -> runjson.RunMeta:
-    """The run.json this config pins for a task set of ``task_count`` tasks."""
-    inp, classifiers = settings.input, settings.classifiers
-    pinned = labelling(
-        inp.id_field,
-        inp.text_field,
-        inp.url_field,
-        settings.inference["max_length"],
-        (c["input"] for c in classifiers),
-        count_tokenizer=_counter_identity(settings.count_tokenizer),
-    )
-    return runjson.RunMeta.new(
-        total_shards=settings.total_shards,
-        minimum_shard_index=settings.minimum_shard_index,
-        files_per_task=inp.files_per_task,
-        input_uri=inp.uri,
-        output_uri=settings.output_uri,
-        task_count=task_count,
-        fingerprint=fingerprint,
-        classifiers=[(c["name"], c["model"], c["input"]) for c in classifiers],
-        labelling=pinned,
-    )
-
-
-def _counter_identity(source: str | None) -> str | None:
-    """The content hash of ``domains.tokenizer`` (ModelError, before anything is
-    pinned, when it cannot be loaded); loaded once per process and file version."""
-    if source is None:
-        return None
-    try:
-        version = (Path(source).expanduser() / "tokenizer.json").stat().st_mtime_ns
-    except OSError:
-        version = 0  # a hub id (or nothing there: loading says so)
-    return _loaded_identity(source, version)
-
-
-@functools.cache
-def _loaded_identity(source: str, _version: int) -> str:
-    return TokenCounter.load(source).identity
 
 
 def _check_sample(
@@ -405,275 +360,8 @@ def _drift(old: pa.Table, listed: listing.Listed, quarantined: set[str]) -> drif
 
 
 #: Fields of run.json that never change, not even by --repin.
-_NEVER_REPINNED = ("format_version",)
-
-
-def _pin(
-    settings: Settings,
-    meta: runjson.RunMeta,
-    planned: _Planned,
-    copies: tuple[runjson.Copy, runjson.Copy],
-    *,
-    repin: bool = False,
-    say: Callable[[str], None],
-) -> None:
-    """Validate both run.json copies (as read), create where absent: both are checked
-    before either is created, so a refused run writes nothing (``repin``: replaced)."""
-    run_dir = settings.run_dir
-
-    def task_change() -> tuple[int, int]:
-        if plan.load_summary(run_dir) is None:
-            return (meta.task_count, 0)
-        old = plan.task_ids(plan.load(run_dir))
-        new = plan.task_ids(planned.table)
-        return len(new - old), len(old - new)
-
-    runjson.check_copies(  # damaged, or an interrupted re-pin or extension
-        *copies, run_dir, repin=repin, evidence=lambda: state.vouching(run_dir)
-    )
-    absent: list[Location] = []
-    changed: list[tuple[Location, runjson.RunMeta]] = []
-    for copy in copies:
-        existing = copy.meta
-        if existing is None:
-            absent.append(copy.loc)
-            continue
-        if not repin:
-            hints = functools.partial(_refusal_hints, settings, existing, found=planned.input_drift)
-            runjson.check_same(existing, meta, copy.where, task_change, hints)
-        elif runjson.differences(existing, meta):
-            changed.append((copy.loc, existing))
-    if changed:
-        _repin(settings, meta, changed, say)
-    elif repin:
-        say("run.json already pins these settings: nothing to re-pin")
-    for loc in reversed(absent):  # output first: it is shared with other clusters
-        runjson.create_or_validate(loc, meta, task_change)
-
-
-def _outputs_of(settings: Settings, pinned: list[runjson.RunMeta]) -> list[Location]:
-    """The output roots a run has written (or would write) to: config's and pinned ones."""
-    uris = dict.fromkeys([settings.output_uri, *(m.output_uri for m in pinned)])
-    return [Location(uri, settings.storage) for uri in uris]
-
-
-def _labelled(roots: list[Location]) -> list[str]:
-    """Per-file markers under any of ``roots`` (one listing each): what is labelled, one
-    marker per source file (a file labelled once and copied to a new root counts once)."""
-    found: dict[str, str] = {}
-    for loc in roots:
-        for rel in sorted(outputs.marked(loc)):
-            found.setdefault(rel, loc.url(outputs.MARKER.rel(rel)))
-    return list(found.values())
-
-
-def _refusal_hints(
-    settings: Settings,
-    pinned: runjson.RunMeta,
-    diffs: list[tuple[str, Any, Any]],
-    found: drift.InputDrift | None,
-) -> list[str]:
-    """How to go on from a refused run: extend it to the input's new file set, quarantine,
-    or re-pin while nothing is labelled."""
-    lines = []
-    names = {name for name, _, _ in diffs}
-    if found and names <= runjson.INPUT_SET_FIELDS:
-        gone = "."
-        if found.gone:
-            gone = "; --gone keep leaves the outputs of gone files in place, --gone remove "
-            gone += "deletes them (either way they leave the run)."
-        lines = [
-            f"The input changed since it was planned: {found.summary()}. The assignment is "
-            f"per task, so no planned task moves: {drift.extend_command(found, '<this config>')} "
-            "takes the new set into this run (new files join the shards the hash gives them; "
-            f"nothing labelled is touched){gone}"
-        ]
-    if "fingerprint" in names:
-        text = "A file that cannot be read or repaired can be left out of this run without "
-        text += "changing the assignment: put it back (any content) and run `shardwise "
-        text += f"quarantine --run-dir {settings.run_dir} FILE --reason TEXT`; once "
-        lines.append(text + "quarantined it may be removed from the input.")
-    if names <= runjson.INPUT_SET_FIELDS:
-        if not found:
-            text = "The plan holds the input's files, but run.json pins another task set: an "
-            lines.append(text + "interrupted `shardwise plan --extend` leaves that; run it again.")
-        return lines  # the input set alone changed: extending (or quarantine) is the way
-    if any(name.startswith("labelling.") for name in names):
-        text = "These settings change what a label means: one output holds labels of one "
-        text += "set-up. Use a new output.uri (and run_dir) for a different set-up."
-        lines.append(text)
-    if names & set(_NEVER_REPINNED):
-        return lines
-    labelled = _labelled(_outputs_of(settings, [pinned]))
-    if labelled:
-        return [
-            *lines,
-            f"{len(labelled):,} file(s) of this run are already labelled (e.g. "
-            f"{labelled[0]}), so its pinned settings stay.",
-        ]
-    return [
-        *lines,
-        "Nothing of this run is labelled yet (no per-file .done marker in its "
-        "output): `shardwise plan --repin --configfile <this config>` re-pins it with "
-        "these settings.",
-    ]
-
-
-def _repin(
-    settings: Settings,
-    meta: runjson.RunMeta,
-    changed: list[tuple[Location, runjson.RunMeta]],
-    say: Callable[[str], None],
-) -> None:
-    """Replace the run.json copies that differ, if no file of the run is labelled yet; the
-    old assignment's per-shard state goes (failure records set aside)."""
-    labelled = _labelled(_outputs_of(settings, [old for _, old in changed]))
-    if labelled:
-        msg = f"cannot re-pin: {len(labelled):,} file(s) of this run are already labelled "
-        msg += f"(e.g. {labelled[0]}); labels made under the pinned settings would mix with new "
-        msg += "ones. Use a new run_dir and output.uri for the new settings."
-        raise RunMismatchError(msg)
-    for loc, old in changed:
-        diffs = runjson.differences(old, meta)
-        frozen = [name for name, _, _ in diffs if name in _NEVER_REPINNED]
-        if frozen:
-            msg = f"cannot re-pin {loc.url(runjson.RUN_JSON)}: {frozen} never change"
-            raise RunMismatchError(msg)
-        say(f"re-pinning {loc.url(runjson.RUN_JSON)} (nothing is labelled yet):")
-        for line in runjson.change_lines(diffs):
-            say(line)
-    _reset_run_state(settings.run_dir)
-    for loc, _old in changed:
-        runjson.replace(loc, meta)
-
-
-def _reset_run_state(run_dir: Path) -> None:
-    """Forget the per-shard state of a re-pinned run (shard numbers may now differ)."""
-    for name in (markers.SHARDS_DIR, journal.PROGRESS_DIR):
-        shutil.rmtree(run_dir / name, ignore_errors=True)
-    (run_dir / markers.OUTPUT_MARKERS).unlink(missing_ok=True)
-    failures.set_aside(run_dir)
-
-
-def remove_stale_markers(run_dir: Path, table: pa.Table, meta: runjson.RunMeta) -> list[int]:
-    """Remove shard markers that disagree with the plan (another assignment, other files):
-    Snakemake would count them done. The shards removed."""
-    within = shard_range(meta.total_shards, meta.minimum_shard_index)
-    done = markers.read_done(run_dir, within, files=plan.files_per_shard(table))
-    return markers.remove_shard_markers(run_dir, done.stale)
-
-
-def mark_shards_without_work(
-    run_dir: Path,
-    table: pa.Table,
-    meta: runjson.RunMeta,
-    output: Location,
-    quarantined: set[str] | None = None,
-) -> dict[str, int]:
-    """Mark empty shards, and shards whose every file has an output marker or is
-    quarantined, as done (the output listed once, only while such a shard is open)."""
-    quarantined = quarantined or set()
-    done = markers.done_shards(run_dir)
-    counts = {"empty": 0, "remote": 0}
-    assignment = dict(total_shards=meta.total_shards, minimum_shard_index=meta.minimum_shard_index)
-    for shard in plan.empty_shards(table, meta.total_shards, meta.minimum_shard_index):
-        if shard not in done:
-            empty = markers.ShardMarker(
-                shard=shard, tasks=0, files=0, docs=0, source="empty", **assignment
-            )
-            markers.write_shard_marker(run_dir, empty)
-            counts["empty"] += 1
-    open_shards = plan.nonempty_shards(table) - done
-    if not open_shards:
-        return counts
-    marked = outputs.marked(output)
-    if output.remote:  # jobs read this instead of probing each file's marker
-        markers.write_snapshot(run_dir, marked)
-    settled = marked | quarantined
-    if not settled:
-        return counts
-    rows = table.to_pydict()
-    per_shard: dict[int, list[int]] = {}
-    for i, shard in enumerate(rows["shard"]):
-        if shard in open_shards:
-            per_shard.setdefault(shard, []).append(i)
-    for shard, idx in per_shard.items():
-        if all(rows["file"][i] in settled for i in idx):
-            left_out = sum(1 for i in idx if rows["file"][i] in quarantined)
-            tasks = len({rows["task_id"][i] for i in idx})
-            marker = markers.ShardMarker(
-                shard=shard,
-                tasks=tasks,
-                files=len(idx),
-                docs=None,
-                source="remote",
-                quarantined=left_out,
-                **assignment,
-            )
-            markers.write_shard_marker(run_dir, marker)
-            counts["remote"] += 1
-    return counts
-
-
 def is_dry_run(workflow: Any) -> bool:
     """Whether this invocation is a dry run, already at parse time (``workflow.dryrun`` is
     known only later): a dry run, what an operator runs beside a live run, never locks."""
     output = getattr(workflow, "output_settings", None)
     return bool(workflow.dryrun or getattr(output, "dryrun", False))
-
-
-#: The lock file's one line: who holds the run directory (``_holder_line``).
-_HOLDER = re.compile(r"pid (?P<pid>\d+) on (?P<host>\S+) since ")
-
-
-def _holder_line() -> str:
-    """What the lock holder writes into the lock file (read by ``_HOLDER``)."""
-    return f"pid {os.getpid()} on {os.uname().nodename} since {time.ctime()}\n"
-
-
-def _live_run_note(run_dir: Path) -> list[str]:
-    """A dry run beside a live run: say so (Snakemake prints its own "Directory cannot be
-    locked" error under the report, and still exits 0). Read from the lock file's holder
-    line, never by taking the lock (a real run starting then would be refused)."""
-    try:
-        holder = (run_dir / LOCK_FILE).read_text("utf-8").strip()
-    except OSError:
-        return []
-    found = _HOLDER.match(holder)
-    if found is None:
-        return []
-    pid, host = int(found["pid"]), found["host"]
-    if host != os.uname().nodename or pid == os.getpid():
-        return []  # another host's holder cannot be checked from here
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return []  # it ended: the line is what the last holder left
-    except PermissionError:
-        pass  # alive, another user's
-    text = f"note: a live run holds {run_dir} ({holder}): this dry run only reports, it changes "
-    text += "nothing; Snakemake's 'Directory cannot be locked' error below is about that run"
-    return [text]
-
-
-def lock_run_dir(run_dir: Path) -> None:
-    """Refuse a second top-level Snakemake process on the same run directory (this process
-    may plan it again: it holds the lock already)."""
-    path = (run_dir / LOCK_FILE).resolve()
-    if _held_locks.get(path, (None,))[0] == os.getpid():
-        return
-    fh = path.open("a+")
-    try:
-        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError as e:
-        fh.seek(0)
-        holder = fh.read().strip() or "another process"
-        fh.close()
-        msg = f"{run_dir} is in use by {holder}; two runs on one run directory would race. "
-        msg += "Wait for it to finish (or stop it), then run again."
-        raise RunMismatchError(msg) from e
-    fh.seek(0)
-    fh.truncate()
-    fh.write(_holder_line())
-    fh.flush()
-    _held_locks[path] = (os.getpid(), fh)

@@ -13,7 +13,7 @@ from typing import Any, Self
 from shardwise.config import Pair, Settings, StorageOptions
 from shardwise.errors import InputError
 from shardwise.run import runjson
-from shardwise.run.reader import FieldPaths
+from shardwise.run.fields import FieldPaths
 from shardwise.run.record import Fields
 from shardwise.store.atomic import json_bytes, write_atomic
 from shardwise.store.location import Location

@@ -26,7 +26,7 @@ from shardwise.errors import (
     StorageError,
 )
 from shardwise.run import markers
-from shardwise.run.reader import field_advice
+from shardwise.run.fields import field_advice
 from shardwise.run.record import Fields
 from shardwise.store.atomic import json_bytes, write_atomic
 

@@ -22,8 +22,8 @@ from typing import Any, Literal, Self
 import pyarrow as pa
 
 from shardwise.run import modelpin
+from shardwise.run.fields import QUALITY_COUNTS
 from shardwise.run.labelcounts import compact_json
-from shardwise.run.reader import QUALITY_COUNTS
 from shardwise.run.record import Fields
 from shardwise.store.atomic import json_bytes
 

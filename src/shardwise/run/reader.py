@@ -6,22 +6,19 @@ labelled and counted (``Documents.counts``); an unparsable file is an InputError
 """
 
 import contextlib
-import difflib
-import gzip
 import io
 import json
-import re
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import IO, Any
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-import zstandard
 
-from shardwise.errors import FieldMissingError, InputError
+from shardwise.errors import InputError
+from shardwise.run import jsonl
+from shardwise.run.fields import CONFIG_KEYS, NULL_COUNTS, Documents, FieldPaths, absent_field_error
 from shardwise.store.location import Location
 
 #: File types the reader reads, longest suffix first (``input.format: auto``). Dolma names
@@ -30,53 +27,6 @@ _JSONL = (".jsonl.zst", ".jsonl.gz", ".jsonl", ".json.zst", ".json.gz", ".json")
 SUFFIXES: dict[str, str] = {**dict.fromkeys(_JSONL, "jsonl"), ".parquet": "parquet"}
 #: How the formats are named in messages.
 SUFFIX_LIST = ", ".join(SUFFIXES)
-
-#: Data-quality counts a file's stats hold under ``counts`` (views add them up).
-QUALITY_COUNTS = (
-    "missing_text", "null_texts", "empty_texts", "non_string_texts", "missing_id", "null_ids",
-    "duplicate_ids", "missing_url", "null_urls", "invalid_utf8_lines", "invalid_utf8_values",
-    "utf8_bom_lines",
-)  # fmt: skip
-#: The config key behind each field, for messages that say what to fix.
-CONFIG_KEYS = {"id": "input.id_field", "text": "input.text_field", "url": "input.url_field"}
-#: JSONL rows whose key paths are collected to list the fields a file does have.
-_SAMPLE_ROWS = 200
-#: How deep nested objects are listed in that message (``a.b.c``).
-_LIST_DEPTH = 3
-_BOM = b"\xef\xbb\xbf"
-
-
-@dataclass(frozen=True)
-class FieldPaths:
-    """Where the values live in a record (dotted paths allowed); ``url`` None when no
-    classifier reads it (then neither read nor required)."""
-
-    id: str = "id"
-    text: str = "text"
-    url: str | None = "url"
-
-    def wanted(self) -> dict[str, str]:
-        """Role (id, text, url) -> path, for the fields that are read."""
-        out = {"id": self.id, "text": self.text}
-        if self.url is not None:
-            out["url"] = self.url
-        return out
-
-
-@dataclass(kw_only=True)
-class Documents:
-    """One file's documents in input order."""
-
-    ids: list[str | None]
-    texts: list[str]
-    urls: list[str]
-    counts: Counter[str] = field(default_factory=Counter)
-    #: Per row, the JSON text of an id that is not a JSON string (None for a string id);
-    #: None when every id is a string: dolma mix matches ids by JSON type (``0 != "0"``).
-    id_json: list[str | None] | None = None
-
-    def __len__(self) -> int:
-        return len(self.texts)
 
 
 def json_ids(ids: Sequence[str | None], id_json: Sequence[str | None] | None) -> list[Any]:
@@ -104,7 +54,7 @@ def read_documents(loc: Location, rel: str, fields: FieldPaths, fmt: str = "auto
                 docs = _read_parquet(source, fields, where)
         elif kind == "jsonl":
             with loc.open(rel) as fh:
-                docs = _read_jsonl(_decompressed(fh, rel), fields, where)
+                docs = jsonl.read_jsonl(jsonl.decompressed(fh, rel), fields, where)
         else:
             raise InputError(f"{where}: unsupported file type (want one of {SUFFIX_LIST})")
     except InputError:
@@ -125,31 +75,6 @@ def read_documents(loc: Location, rel: str, fields: FieldPaths, fmt: str = "auto
     return docs
 
 
-def absent_field_error(
-    where: str, role: str, path: str, rows: int, available: Iterable[str]
-) -> FieldMissingError:
-    """The error for a configured field that no row of a file has (names the fix)."""
-    found = tuple(sorted(set(available)))
-    advice = field_advice(CONFIG_KEYS[role], path, found)
-    msg = f"{where}: {CONFIG_KEYS[role]} {path!r} is in none of its {rows:,} row(s); {advice}"
-    return FieldMissingError(
-        msg, config_key=CONFIG_KEYS[role], path=path, found=found, advice=advice
-    )
-
-
-def field_advice(
-    config_key: str, path: str, found: Iterable[str], kept: str = "nothing of this file was written"
-) -> str:
-    """What to do about a field no row has: the fields found, the closest one, the fix,
-    and ``kept``: what the failure left as it was."""
-    found = sorted(set(found))
-    close = difflib.get_close_matches(path, found, n=1, cutoff=0.6)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
-    listed = ", ".join(found[:40]) + (f", ... ({len(found)} in all)" if len(found) > 40 else "")
-    text = f"fields found: {listed or '(none)'}.{hint} Fix {config_key} in the config and run "
-    return text + f"again ({kept})."
-
-
 def check_fields(
     loc: Location, rel: str, fields: FieldPaths, fmt: str = "auto", *, rows: int = 100
 ) -> None:
@@ -164,7 +89,7 @@ def check_fields(
                 _check_schema(pf.schema_arrow, pf.metadata.num_rows, fields, where)
         elif kind == "jsonl":
             with loc.open(rel, block_size=1 << 18) as fh:
-                _read_jsonl(_decompressed(fh, rel), fields, where, limit=rows)
+                jsonl.read_jsonl(jsonl.decompressed(fh, rel), fields, where, limit=rows)
     except InputError:
         raise
     except (OSError, EOFError, ValueError, pa.ArrowException) as e:
@@ -233,7 +158,7 @@ def _read_parquet(source: pa.NativeFile, fields: FieldPaths, where: str) -> Docu
         keep = role == "id"  # an absent id stays None; text and url read as ""
         values[role] = _strings(raw, n=n, keep_null=keep, counts=counts, role=role, where=where)
         nulls = values[role].count(None) if keep else (raw.null_count if raw is not None else 0)
-        counts[f"missing_{role}"], counts[_NULL_COUNTS[role]] = missing, nulls - missing
+        counts[f"missing_{role}"], counts[NULL_COUNTS[role]] = missing, nulls - missing
     return Documents(ids=values["id"], texts=values["text"], urls=values["url"], counts=+counts)
 
 
@@ -316,201 +241,3 @@ def _decode_replacing(values: list[bytes | None], counts: Counter[str] | None) -
     if bad and counts is not None:
         counts["invalid_utf8_values"] += bad
     return out
-
-
-def _decompressed(fh: IO[bytes], rel: str) -> IO[bytes]:
-    if rel.endswith(".gz"):
-        return gzip.GzipFile(fileobj=fh)
-    if rel.endswith(".zst"):
-        return _ZstdFrames(fh)  # type: ignore[return-value]
-    return fh
-
-
-class _ZstdFrames(io.RawIOBase):
-    """Concatenated zstd frames as one stream; EOFError when the last frame is cut short
-    (``stream_reader`` ends cleanly there: a cut file would be labelled with fewer rows)."""
-
-    def __init__(self, fh: IO[bytes], chunk_size: int = 1 << 20) -> None:
-        self._fh, self._chunk_size = fh, chunk_size
-        self._dctx = zstandard.ZstdDecompressor()
-        self._frame: Any = None  # the decompressobj of the current frame
-        self._pending = b""  # input left over after a frame ended
-        self._out = b""
-        self._pos = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def _fill(self) -> bool:
-        """Decompress until some output is ready; False at a clean end of input."""
-        while self._pos >= len(self._out):
-            if self._pending:
-                data, self._pending = self._pending, b""
-            else:
-                data = self._fh.read(self._chunk_size)
-                if not data:
-                    if self._frame is not None and not self._frame.eof:
-                        msg = "zstd stream ended in the middle of a frame (truncated file)"
-                        raise EOFError(msg)
-                    return False
-            if self._frame is None or self._frame.eof:
-                self._frame = self._dctx.decompressobj()
-            self._out, self._pos = self._frame.decompress(data), 0
-            if self._frame.eof:
-                self._pending = self._frame.unused_data
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        if not self._fill():
-            return 0
-        n = min(len(buffer), len(self._out) - self._pos)
-        buffer[:n] = self._out[self._pos : self._pos + n]
-        self._pos += n
-        return n
-
-
-def _lines(stream: IO[bytes]) -> Iterator[bytes]:
-    yield from io.BufferedReader(stream, buffer_size=1 << 20)  # type: ignore[arg-type]
-
-
-_ABSENT = object()
-
-
-def _lookup(record: dict[str, Any], path: str) -> Any:
-    """The value at a dotted path, or ``_ABSENT`` when a key on the way is missing (a
-    literal key holding dots wins: ``{"a.b": 1}``)."""
-    if path in record:
-        return record[path]
-    value: Any = record
-    for part in path.split("."):
-        if not isinstance(value, dict) or part not in value:
-            return _ABSENT
-        value = value[part]
-    return value
-
-
-def _key_paths(record: dict[str, Any], prefix: str = "", depth: int = _LIST_DEPTH) -> Iterator[str]:
-    """The dotted key paths of a JSON object, down to ``depth`` levels (for messages)."""
-    for key, value in record.items():
-        path = f"{prefix}{key}"
-        yield path
-        if depth > 1 and isinstance(value, dict):
-            yield from _key_paths(value, f"{path}.", depth - 1)
-
-
-#: A ``\\uD800``-``\\uDFFF`` escape: JSON may spell a lone surrogate, UTF-8 cannot hold one.
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _no_surrogates(value: str) -> tuple[str, bool]:
-    """Replace lone surrogates (which would fail the tokenizer and Arrow) with U+FFFD."""
-    fixed = _SURROGATE.sub("\ufffd", value)
-    return fixed, fixed != value
-
-
-#: Per role: the count a null value adds to, and what an absent or null value reads as.
-_NULL_COUNTS = {"id": "null_ids", "text": "null_texts", "url": "null_urls"}
-_EMPTY: dict[str, str | None] = {"id": None, "text": "", "url": ""}
-
-
-def _value(
-    record: dict[str, Any], path: str, role: str, missing: Counter[str], counts: Counter[str]
-) -> str | None:
-    """One field of a JSONL record by the policy: absent, null and non-string are counted."""
-    value = _lookup(record, path)
-    if value is _ABSENT:
-        missing[role] += 1
-        return _EMPTY[role]
-    if value is None:
-        counts[_NULL_COUNTS[role]] += 1
-        return _EMPTY[role]
-    if isinstance(value, str):
-        return value
-    if role == "text":
-        counts["non_string_texts"] += 1
-    return str(value)
-
-
-def _parse_line(raw: bytes, lineno: int, where: str) -> tuple[dict[str, Any], bool]:
-    """One JSONL line as an object, and whether it held invalid UTF-8 (replaced)."""
-    try:
-        line, bad_unicode = raw.decode("utf-8"), False
-    except UnicodeDecodeError:
-        line, bad_unicode = raw.decode("utf-8", errors="replace"), True
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as e:
-        msg = f"{where}: line {lineno} is not valid JSON: {e}{_one_document(where, lineno)}"
-        raise InputError(msg) from e
-    if not isinstance(record, dict):
-        what = f"a JSON {type(record).__name__}, not an object"
-        raise InputError(f"{where}: line {lineno} is {what}{_one_document(where, lineno)}")
-    return record, bad_unicode
-
-
-def _one_document(where: str, lineno: int) -> str:
-    """The likely cause when the first line of a ``.json*`` file is not an object."""
-    if lineno != 1 or not _JSON_NAME.search(where):
-        return ""
-    text = ". It looks like one JSON document, not JSON Lines: shardwise reads .json, "
-    text += ".json.gz and .json.zst as JSON Lines (one object per line, as Dolma writes them). "
-    return text + "Convert it to one object per line, or leave it out with input.glob"
-
-
-_JSON_NAME = re.compile(r"\.json(\.gz|\.zst)?$")
-
-
-def _read_jsonl(
-    stream: IO[bytes], fields: FieldPaths, where: str, limit: int | None = None
-) -> Documents:
-    """The documents of a JSONL stream; only the first ``limit`` rows when given (a sample)."""
-    ids: list[str | None] = []
-    id_json: list[str | None] = []
-    texts: list[str] = []
-    urls: list[str] = []
-    counts, missing = Counter[str](), Counter[str]()
-    seen_paths: set[str] = set()
-    url_path = fields.url
-    rows = 0
-    for lineno, line_bytes in enumerate(_lines(stream), start=1):
-        raw = line_bytes
-        if raw.startswith(_BOM):  # Windows tools write one; json.loads refuses it
-            raw = raw[len(_BOM) :]
-            counts["utf8_bom_lines"] += 1
-        if not raw.strip():
-            continue
-        if limit is not None and rows >= limit:
-            break
-        record, bad_unicode = _parse_line(raw, lineno, where)
-        rows += 1
-        if rows <= _SAMPLE_ROWS:
-            seen_paths.update(_key_paths(record))
-        doc_id = _value(record, fields.id, "id", missing, counts)
-        id_json.append(_typed_id(record, fields.id, doc_id))
-        text = _value(record, fields.text, "text", missing, counts)
-        url = "" if url_path is None else _value(record, url_path, "url", missing, counts)
-        if b"\\u" in raw and _SURROGATE_ESCAPE.search(raw):
-            (text, bad_text), (url, bad_url) = _no_surrogates(text), _no_surrogates(url)
-            doc_id, bad_id = _no_surrogates(doc_id) if doc_id is not None else (None, False)
-            bad_unicode = bad_unicode or bad_text or bad_url or bad_id
-        if bad_unicode:
-            counts["invalid_utf8_lines"] += 1
-        ids.append(doc_id)
-        texts.append(text)
-        urls.append(url)
-    for role, path in fields.wanted().items():
-        if rows and missing[role] == rows:
-            raise absent_field_error(where, role, path, rows, seen_paths)
-        if missing[role]:
-            counts[f"missing_{role}"] = missing[role]
-    typed = id_json if any(j is not None for j in id_json) else None
-    return Documents(ids=ids, texts=texts, urls=urls, counts=counts, id_json=typed)
-
-
-def _typed_id(record: dict[str, Any], path: str, doc_id: str | None) -> str | None:
-    """The JSON text of an id that is a number (or another non-string), else None."""
-    if doc_id is None:
-        return None
-    value = _lookup(record, path)
-    return None if isinstance(value, str) else json.dumps(value)

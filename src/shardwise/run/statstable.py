@@ -22,8 +22,9 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from shardwise.errors import RecordError
+from shardwise.run.fields import QUALITY_COUNTS
 from shardwise.run.filestats import ARROW_SCHEMA, Figure, figure_fields
-from shardwise.run.reader import QUALITY_COUNTS, arrow_owned
+from shardwise.run.reader import arrow_owned
 from shardwise.run.record import load_object
 
 #: The columns of :attr:`StatsTable.quality`: the reader's counts, then ``truncated_docs``.

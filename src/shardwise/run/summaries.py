@@ -71,42 +71,10 @@ def build(
     """The summary of ``shard`` as Arrow IPC bytes (pure): ``tasks`` are (task id, its
     files); ``counts`` a file's ``label_counts`` (one without makes its task incomplete)."""
     complete, incomplete = _task_totals(tasks, counts)
-    seen: dict[str, set[str]] = {}
-    pairs: list[tuple[str, str]] = []
-    for _task_id, total, _files in complete:
-        for name, cells in total.get("classifiers", {}).items():
-            seen.setdefault(name, set()).update(cells)
-        for key, table in total.get("pairs", {}).items():
-            a, _, b = key.partition(",")
-            if (a, b) not in pairs:
-                pairs.append((a, b))
-            seen.setdefault(a, set()).update(table)
-            seen.setdefault(b, set()).update(lb for row in table.values() for lb in row)
-    # Sorted label lists: the same counts give the same file, whatever their dict order.
-    labels = {name: {label: i for i, label in enumerate(sorted(v))} for name, v in seen.items()}
+    labels, pairs = _labels_and_pairs([total for _, total, _ in complete])
     names = sorted(labels)
     views = [*names, *(pair_key(p) for p in pairs)]
-    view_of = {v: i for i, v in enumerate(views)}
-    cols: dict[str, list[int]] = {name: [] for name in SCHEMA.names}
-
-    def row(task: int, view: int, a: int, b: int, cell: Sequence[int]) -> None:
-        tokens = int(cell[2]) if len(cell) > 2 else 0
-        for name, value in zip(
-            SCHEMA.names, (task, view, a, b, int(cell[0]), int(cell[1]), tokens), strict=True
-        ):
-            cols[name].append(value)
-
-    for t, (_, total, _) in enumerate(complete):
-        for name, cells in total.get("classifiers", {}).items():
-            index = labels[name]
-            for label, cell in cells.items():
-                row(t, view_of[name], index[label], -1, cell)
-        for key, table in total.get("pairs", {}).items():
-            a, _, b = key.partition(",")
-            ia, ib = labels[a], labels[b]
-            for la, cols_b in table.items():
-                for lb, cell in cols_b.items():
-                    row(t, view_of[key], ia[la], ib[lb], cell)
+    cols = _cell_rows([total for _, total, _ in complete], labels, views)
     meta = {
         "format_version": FORMAT_VERSION,
         "shard": shard,
@@ -132,6 +100,51 @@ def build(
     with pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
     return sink.getvalue().to_pybytes()
+
+
+def _labels_and_pairs(
+    totals: Sequence[Mapping[str, Any]],
+) -> tuple[dict[str, dict[str, int]], list[tuple[str, str]]]:
+    """Each classifier's labels seen in the tasks (sorted: the same counts give the same
+    file, whatever their dict order) with their index, and the pairs in first-seen order."""
+    seen: dict[str, set[str]] = {}
+    pairs: list[tuple[str, str]] = []
+    for total in totals:
+        for name, cells in total.get("classifiers", {}).items():
+            seen.setdefault(name, set()).update(cells)
+        for key, table in total.get("pairs", {}).items():
+            a, _, b = key.partition(",")
+            if (a, b) not in pairs:
+                pairs.append((a, b))
+            seen.setdefault(a, set()).update(table)
+            seen.setdefault(b, set()).update(lb for row in table.values() for lb in row)
+    labels = {name: {label: i for i, label in enumerate(sorted(v))} for name, v in seen.items()}
+    return labels, pairs
+
+
+def _cell_rows(
+    totals: Sequence[Mapping[str, Any]], labels: Mapping[str, Mapping[str, int]], views: list[str]
+) -> dict[str, list[int]]:
+    """The table's columns: one row per (task, view, label or pair of labels) counted."""
+    view_of = {v: i for i, v in enumerate(views)}
+    cols: dict[str, list[int]] = {name: [] for name in SCHEMA.names}
+
+    def row(task: int, view: int, a: int, b: int, cell: Sequence[int]) -> None:
+        tokens = int(cell[2]) if len(cell) > 2 else 0
+        values = (task, view, a, b, int(cell[0]), int(cell[1]), tokens)
+        for name, value in zip(SCHEMA.names, values, strict=True):
+            cols[name].append(value)
+
+    for t, total in enumerate(totals):
+        for name, cells in total.get("classifiers", {}).items():
+            for label, cell in cells.items():
+                row(t, view_of[name], labels[name][label], -1, cell)
+        for key, table in total.get("pairs", {}).items():
+            a, _, b = key.partition(",")
+            for la, cols_b in table.items():
+                for lb, cell in cols_b.items():
+                    row(t, view_of[key], labels[a][la], labels[b][lb], cell)
+    return cols
 
 
 def _task_entry(task_id: str, total: Mapping[str, Any], files: int) -> dict[str, Any]:

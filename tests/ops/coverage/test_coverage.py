@@ -14,6 +14,7 @@ from synthrun import make_run, stats_for, write_run_json
 from shardwise.cli.main import main
 from shardwise.errors import RunMismatchError
 from shardwise.ops.coverage import compute as coverage
+from shardwise.ops.coverage import skew
 from shardwise.ops.coverage.render import format_table, quality_lines
 from shardwise.ops.verify import check as verify
 from shardwise.planner import inflight
@@ -129,14 +130,14 @@ def test_skew_rule_is_the_binomial_interval() -> None:
     # p = 0.5, n = 100: half-width 2.576 * 0.05 = 0.1288.
     done = np.array([37, 38, 62, 63, 0])
     total = np.array([100, 100, 100, 100, 49])
-    assert coverage.skew_flags(done, total, 0.5).tolist() == [True, False, False, True, False]
+    assert skew.skew_flags(done, total, 0.5).tolist() == [True, False, False, True, False]
 
 
 def test_effective_tasks() -> None:
     # One task per shard: n_eff = n. Four tasks in each of two shards: n_eff = 2.
     cat = np.array([0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1])
     shard = np.array([0, 1, 2, 0, 0, 0, 0, 1, 1, 1, 1])
-    assert coverage.effective_tasks(cat, shard, 2).tolist() == [3.0, 2.0]
+    assert skew.effective_tasks(cat, shard, 2).tolist() == [3.0, 2.0]
 
 
 def test_category_regex_rederives(tmp_path: Path) -> None:

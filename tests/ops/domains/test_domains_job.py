@@ -13,7 +13,8 @@ from shardwise.classify.shard_job import load_engine, run_shard
 from shardwise.ops.domains import compute as domains
 from shardwise.planner.prepare import prepare_run
 from shardwise.run import plan, summaries
-from shardwise.run.reader import FieldPaths, read_documents
+from shardwise.run.fields import FieldPaths
+from shardwise.run.reader import read_documents
 from shardwise.store.location import Location
 
 pytestmark = pytest.mark.slow

@@ -18,7 +18,8 @@ from shardwise.ops.domains import compute as domains
 from shardwise.ops.domains import render as domains_format
 from shardwise.ops.verify import check as verify
 from shardwise.run import outputs, plan
-from shardwise.run.reader import FieldPaths, read_documents
+from shardwise.run.fields import FieldPaths
+from shardwise.run.reader import read_documents
 from shardwise.snakefile import prepare_run
 from shardwise.store.location import Location
 

@@ -229,19 +229,19 @@ def _partitions(
         refused = "sbatch refuses jobs without a partition"
         out.append(CheckResult(check="partition", status=FAIL, found=found, why=refused, fix=fix))
     asked = {n: parts[n] for n in names if n in parts}
-    if asked and request.gpus and not sum(p.usable_gpus for p in asked.values()):
-        found = "no usable GPU in the partitions right now (all GPU nodes down or drained)"
-        fix = f"see `sinfo -R`; partitions with GPUs: {gpu_list}"
-        out.append(
-            CheckResult(
-                check="gpus",
-                status=WARN,
-                found=found,
-                why="jobs will pend until nodes return",
-                fix=fix,
-            )
-        )
-    return asked, out
+    return asked, out + _no_usable_gpu(request, asked, gpu_list)
+
+
+def _no_usable_gpu(
+    request: JobRequest, asked: dict[str, queries.Partition], gpu_list: str
+) -> list[CheckResult]:
+    """A warning when the partitions asked for have GPUs but none usable right now."""
+    if not asked or not request.gpus or sum(p.usable_gpus for p in asked.values()):
+        return []
+    found = "no usable GPU in the partitions right now (all GPU nodes down or drained)"
+    fix = f"see `sinfo -R`; partitions with GPUs: {gpu_list}"
+    why = "jobs will pend until nodes return"
+    return [CheckResult(check="gpus", status=WARN, found=found, why=why, fix=fix)]
 
 
 def _partition(

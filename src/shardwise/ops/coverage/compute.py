@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from shardwise.ops.coverage import skew
 from shardwise.ops.coverage.read import RunState, load_state, plan_index
 from shardwise.planner import inflight
 from shardwise.run import (
@@ -37,10 +38,6 @@ from shardwise.run import (
 from shardwise.run import plan as run_plan
 from shardwise.run.filestats import figure_fields
 
-#: Two-sided 99% normal quantile used by the skew flag.
-SKEW_Z = 2.576
-#: Categories with fewer tasks are never flagged: too noisy to say anything.
-SKEW_MIN_TASKS = 50
 #: Category name for files the ``category_regex`` does not match.
 UNMATCHED = "(unmatched)"
 
@@ -186,38 +183,6 @@ def categorize(files: pa.Array | pa.ChunkedArray, category_regex: str) -> pa.Arr
     return pa.array(out, pa.string())
 
 
-def skew_flags(
-    done: np.ndarray, total: np.ndarray, overall: float, effective_n: np.ndarray | None = None
-) -> np.ndarray:
-    """Which categories deviate from ``overall`` by more than a binomial 99% interval: with
-    failures spread at random a category's completion lies within ``z * sqrt(p(1-p)/n)`` of
-    ``p``; outside it, it fails *systematically*. Under 50 tasks: never flagged.
-    ``effective_n`` (:func:`effective_tasks`) keeps that promise mid-run, when a category's
-    tasks in one shard are done together."""
-    total = np.asarray(total, dtype=np.float64)
-    n = total if effective_n is None else np.asarray(effective_n, dtype=np.float64)
-    frac = np.divide(done, total, out=np.zeros_like(total), where=total > 0)
-    half_width = SKEW_Z * np.sqrt(overall * (1.0 - overall) / np.maximum(n, 1.0))
-    return (total >= SKEW_MIN_TASKS) & (np.abs(frac - overall) > half_width)
-
-
-def effective_tasks(
-    task_category: np.ndarray, task_shard: np.ndarray, n_categories: int
-) -> np.ndarray:
-    """Kish effective sample size per category when shards are the unit of completion:
-    ``n_eff = n^2 / sum_s n_s^2`` over the shards ``s`` holding ``n_s`` of its tasks (``n``
-    when no shard holds two: exactly the binomial rule; smaller for a large category)."""
-    if task_category.size == 0:
-        return np.zeros(n_categories)
-    shard_span = int(task_shard.max()) + 1
-    keys = task_category.astype(np.int64) * shard_span + task_shard
-    unique_keys, per_shard = np.unique(keys, return_counts=True)
-    weights = per_shard.astype(np.float64) ** 2
-    squares = np.bincount(unique_keys // shard_span, weights=weights, minlength=n_categories)
-    counts = np.bincount(task_category, minlength=n_categories).astype(np.float64)
-    return np.divide(counts**2, squares, out=np.zeros(n_categories), where=squares > 0)
-
-
 @dataclass(frozen=True, eq=False, kw_only=True)
 class _Files:
     """Per plan row: its shard (relative to the minimum) and whether it is done."""
@@ -295,7 +260,9 @@ def _tasks(state: RunState, f: _Files, category_regex: str | None) -> _Tasks:
     done = int(task_done.sum())
     overall = done / n_tasks if n_tasks else 1.0
     task_shard = np.where(f.in_range, f.rel_shard, 0)[tasks.first_row]
-    flags = skew_flags(cat_done, cat_total, overall, effective_tasks(cat, task_shard, len(names)))
+    flags = skew.skew_flags(
+        cat_done, cat_total, overall, skew.effective_tasks(cat, task_shard, len(names))
+    )
     cats = sorted(
         (
             CategoryCoverage(

@@ -200,32 +200,9 @@ def load_state(
     last = {int(s): r for s in failing if (r := failures.latest(run_dir, int(s))) is not None}
 
     output = context.output_location(run_dir, meta)
-    stats: statstable.StatsTable | None = None
-    # Files whose shard marker carries their figures: their stats are not read.
-    in_markers = {row["file"] for row in shard_markers.file_stats}
-    found: outputs.Scan | None = None
-    scanned_roots: tuple[str, ...] = ("output",)
-    journaled: list[dict[str, Any]] = []
-    if read_stats is not None:
-        stats = statstable.from_rows(read_stats())
-    elif output.remote and output_markers is None:  # what the jobs trust instead of a listing
-        output_markers, journaled = _remote_file_markers(run_dir, plan, done)
-        stats = statstable.from_rows(journaled) if journaled else None
-    elif not output.remote:
-        found, scanned_roots = _scan_local(run_dir, output)
-        unread = [outputs.STATS.rel(r) for r in found.of(outputs.STATS) if r not in in_markers]
-        stats = statstable.from_json(_read_all(output, unread))
-        if output_markers is None:
-            output_markers, bad_files = _readable_file_markers(
-                output, set(found.of(outputs.MARKER)), plan, done
-            )
-            unreadable += [output.url(outputs.MARKER.rel(rel)) for rel in bad_files]
-    if shard_markers.file_stats:
-        from_markers = statstable.from_rows(shard_markers.file_stats)
-        stats = from_markers if stats is None else statstable.concat(stats, from_markers)
-    if stats is not None:  # the run's files only: a retired file's stats stay out of rates
-        stats = stats.select(plan_index(plan, stats.file) >= 0)
-        stats = stats.with_bytes(plan_values(plan, stats.file, "size"))
+    seen = _outputs_seen(run_dir, output, plan, done, shard_markers, read_stats, output_markers)
+    stats, output_markers, found, scanned_roots, bad_markers = seen
+    unreadable += bad_markers
     return RunState(
         run_dir=run_dir,
         name=run_dir.resolve().name,
@@ -253,6 +230,49 @@ def load_state(
         job_events=tuple(jobevents.load(run_dir)),
         job_seconds=benchmarks.shard_seconds(run_dir),
     )
+
+
+def _outputs_seen(
+    run_dir: Path,
+    output: Location,
+    plan: pa.Table,
+    done: np.ndarray,
+    shard_markers: ShardMarkers,
+    read_stats: Callable[[], Iterable[dict[str, Any]]] | None,
+    output_markers: set[str] | None,
+) -> tuple[
+    statstable.StatsTable | None, set[str] | None, outputs.Scan | None, tuple[str, ...], list[str]
+]:
+    """What the outputs say: the run's files' stats (from ``read_stats``, the open shards'
+    journals on a store, a local root's stats files, and the shard markers), the files
+    with a marker, the local listing and the roots it covered, the unreadable markers."""
+    stats: statstable.StatsTable | None = None
+    # Files whose shard marker carries their figures: their stats are not read.
+    in_markers = {row["file"] for row in shard_markers.file_stats}
+    found: outputs.Scan | None = None
+    scanned_roots: tuple[str, ...] = ("output",)
+    unreadable: list[str] = []
+    if read_stats is not None:
+        stats = statstable.from_rows(read_stats())
+    elif output.remote and output_markers is None:  # what the jobs trust instead of a listing
+        output_markers, journaled = _remote_file_markers(run_dir, plan, done)
+        stats = statstable.from_rows(journaled) if journaled else None
+    elif not output.remote:
+        found, scanned_roots = _scan_local(run_dir, output)
+        unread = [outputs.STATS.rel(r) for r in found.of(outputs.STATS) if r not in in_markers]
+        stats = statstable.from_json(_read_all(output, unread))
+        if output_markers is None:
+            output_markers, bad_files = _readable_file_markers(
+                output, set(found.of(outputs.MARKER)), plan, done
+            )
+            unreadable = [output.url(outputs.MARKER.rel(rel)) for rel in bad_files]
+    if shard_markers.file_stats:
+        from_markers = statstable.from_rows(shard_markers.file_stats)
+        stats = from_markers if stats is None else statstable.concat(stats, from_markers)
+    if stats is not None:  # the run's files only: a retired file's stats stay out of rates
+        stats = stats.select(plan_index(plan, stats.file) >= 0)
+        stats = stats.with_bytes(plan_values(plan, stats.file, "size"))
+    return stats, output_markers, found, scanned_roots, unreadable
 
 
 def _adapted(run_dir: Path) -> adaptation.Adaptation | None:

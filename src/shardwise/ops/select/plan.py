@@ -83,19 +83,7 @@ def read_weights(path: Path) -> tuple[tuple[tuple[Any, ...], float], ...]:
     if not isinstance(data, list) or not data:
         msg = f'--weights {path}: give a JSON list of {{"domain": ..., "weight": ...}} entries '
         raise ConfigError(msg + "(what `shardwise domains --format weborganizer` writes)")
-    out = []
-    for i, entry in enumerate(data):
-        where = f"--weights {path}: entry {i}"
-        if not isinstance(entry, dict) or "domain" not in entry or "weight" not in entry:
-            raise ConfigError(f"{where} needs a domain and a weight, got {entry!r}")
-        d, w = entry["domain"], entry["weight"]
-        parts = tuple(d) if isinstance(d, list) else (d,)
-        ok_parts = all(isinstance(p, (int, str)) and not isinstance(p, bool) for p in parts)
-        if not parts or len(parts) > 2 or not ok_parts:
-            raise ConfigError(f"{where}: domain {d!r} is not an id, a name, or a pair of them")
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or not w >= 0:
-            raise ConfigError(f"{where}: weight {w!r} is not a number >= 0")
-        out.append((parts, float(w)))
+    out = [_weight_entry(entry, f"--weights {path}: entry {i}") for i, entry in enumerate(data)]
     total = sum(w for _, w in out)
     if abs(total - 1.0) > WEIGHT_SUM_TOLERANCE:
         msg = f"--weights {path}: the weights sum to {total:.4g}, not 1 (within "
@@ -104,6 +92,20 @@ def read_weights(path: Path) -> tuple[tuple[tuple[Any, ...], float], ...]:
     if len({d for d, _ in out}) != len(out):
         raise ConfigError(f"--weights {path}: a domain is listed twice")
     return tuple(out)
+
+
+def _weight_entry(entry: Any, where: str) -> tuple[tuple[Any, ...], float]:
+    """One checked entry of a weights file: its domain as a tuple, its weight."""
+    if not isinstance(entry, dict) or "domain" not in entry or "weight" not in entry:
+        raise ConfigError(f"{where} needs a domain and a weight, got {entry!r}")
+    d, w = entry["domain"], entry["weight"]
+    parts = tuple(d) if isinstance(d, list) else (d,)
+    ok_parts = all(isinstance(p, (int, str)) and not isinstance(p, bool) for p in parts)
+    if not parts or len(parts) > 2 or not ok_parts:
+        raise ConfigError(f"{where}: domain {d!r} is not an id, a name, or a pair of them")
+    if isinstance(w, bool) or not isinstance(w, (int, float)) or not w >= 0:
+        raise ConfigError(f"{where}: weight {w!r} is not a number >= 0")
+    return parts, float(w)
 
 
 @dataclass(frozen=True, kw_only=True)

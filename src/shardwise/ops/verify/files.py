@@ -17,7 +17,8 @@ from shardwise.run import (
     outputs,
 )
 from shardwise.run.context import JobContext
-from shardwise.run.reader import FieldPaths, read_documents
+from shardwise.run.fields import FieldPaths
+from shardwise.run.reader import read_documents
 from shardwise.store.location import Location
 
 

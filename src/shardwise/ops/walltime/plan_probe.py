@@ -241,14 +241,7 @@ def _watch(ids: dict[int, str], timeout: float, bf_interval: int, tally: _Tally)
         for minutes, job_id in ids.items():
             if minutes not in dropped:
                 rungs[minutes] = rung_of(minutes, by_id.get(job_id), now)
-        best = longest_now(list(rungs.values()), now)
-        redundant = [m for m in ids if best and m < best and m not in dropped]
-        if redundant:
-            control.cancel([ids[m] for m in redundant], timeout=timeout)
-            tally.calls += 1
-            for m in redundant:
-                dropped.add(m)
-                rungs[m] = Rung(m, Outcome.STARTED, None, "a longer limit started")
+        _drop_shorter(ids, rungs, dropped, now, timeout, tally)
         open_ = [r for m, r in rungs.items() if m not in dropped and _undecided(r, now)]
         if not open_ or time.monotonic() >= until:
             break
@@ -259,6 +252,26 @@ def _watch(ids: dict[int, str], timeout: float, bf_interval: int, tally: _Tally)
         control.cancel(pending, timeout=timeout)
         tally.calls += 1
     return [rungs[m] for m in ids]
+
+
+def _drop_shorter(
+    ids: dict[int, str],
+    rungs: dict[int, Rung],
+    dropped: set[int],
+    now: datetime,
+    timeout: float,
+    tally: _Tally,
+) -> None:
+    """Cancel the probes shorter than the longest that starts now: they start too."""
+    best = longest_now(list(rungs.values()), now)
+    redundant = [m for m in ids if best and m < best and m not in dropped]
+    if not redundant:
+        return
+    control.cancel([ids[m] for m in redundant], timeout=timeout)
+    tally.calls += 1
+    for m in redundant:
+        dropped.add(m)
+        rungs[m] = Rung(m, Outcome.STARTED, None, "a longer limit started")
 
 
 def _undecided(rung: Rung, now: datetime) -> bool:

@@ -4,7 +4,7 @@ the job's own limit and shorter ones, a maintenance window (visible, or located 
 start and the advice they add up to. :func:`probe` is pure: it makes no SLURM call."""
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from shardwise.ops.walltime import probe as walltime_probe
@@ -71,6 +71,30 @@ def probe(  # noqa: PLR0913 - SLURM's separate answers, keyword-only
         window = _overruled(window, plan, plan_row)
     if window is None and not starts and plan_row is None:
         return None
+    rows = _limit_rows(starts, own, shards, now)
+    rows += [r for r in (window, plan_row) if r is not None]
+    rows.sort(key=lambda r: -r.minutes)
+    advice = _advice(rows, own=own, shards=shards, job=oldest, hidden=hidden, run_dir=run_dir)
+    advice = _plan_advice(advice, oldest, plan, planned)
+    submitted = oldest.submit_time.isoformat() if oldest.submit_time else ""
+    blind = window is not None and window.method is not Method.RESERVATION
+    located = hidden.value if hidden is not None and blind else None
+    return Probe(
+        job_id=oldest.id,
+        shards=shards,
+        submitted=submitted,
+        rows=tuple(rows),
+        advice=advice,
+        located=located,
+        planned=plan,
+    )
+
+
+def _limit_rows(
+    starts: dict[int, Answer[datetime]], own: int, shards: int, now: datetime
+) -> list[ProbeRow]:
+    """One row per standard limit asked, and the longest bisection step that starts now
+    (the other bisection steps are not shown)."""
     soon = now + timedelta(minutes=1)
     standard = set(walltime_probe.probe_minutes(own, shards))
 
@@ -90,18 +114,14 @@ def probe(  # noqa: PLR0913 - SLURM's separate answers, keyword-only
                 ProbeRow(minutes=minutes, label=label, start=when, starts_now=answer.value <= soon)
             )
         else:
-            rows.append(
-                ProbeRow(
-                    minutes=minutes,
-                    label=label,
-                    start=None,
-                    starts_now=None,
-                    problem=answer.problem,
-                )
-            )
-    rows += [r for r in (window, plan_row) if r is not None]
-    rows.sort(key=lambda r: -r.minutes)
-    advice = _advice(rows, own=own, shards=shards, job=oldest, hidden=hidden, run_dir=run_dir)
+            row = ProbeRow(minutes=minutes, label=label, start=None, starts_now=None)
+            rows.append(replace(row, problem=answer.problem))
+    return rows
+
+
+def _plan_advice(advice: str, oldest: queries.Job, plan: Planned | None, planned: bool) -> str:
+    """The advice as SLURM's plan overrules it (nothing starts before the window), and
+    said to be provisional while SLURM has not planned the job yet."""
     if plan is not None and plan.longest_now is None:
         advice = f"SLURM's plan for your jobs' request: {plan.why_none()}. A shorter limit does "
         advice += "not start them before the window; they start after it (with walltime.adapt "
@@ -111,18 +131,7 @@ def probe(  # noqa: PLR0913 - SLURM's separate answers, keyword-only
         advice = f"SLURM has not planned job {oldest.id} yet (its first backfill pass comes within "
         advice += "bf_interval, 30 s by default): these answers are provisional, ask again in a "
         advice += f"minute. {rest}"
-    submitted = oldest.submit_time.isoformat() if oldest.submit_time else ""
-    blind = window is not None and window.method is not Method.RESERVATION
-    located = hidden.value if hidden is not None and blind else None
-    return Probe(
-        job_id=oldest.id,
-        shards=shards,
-        submitted=submitted,
-        rows=tuple(rows),
-        advice=advice,
-        located=located,
-        planned=plan,
-    )
+    return advice
 
 
 PLAN_LABEL = "SLURM's plan starts now"
@@ -328,11 +337,7 @@ def _advice(
     if window is not None and window.method in (Method.INFERRED, Method.ALLOCATED):
         located = f"a maintenance window starts at about {window.window_start} ({window.source}). "
     if not answered:
-        if reserved and window is None:
-            why = hidden.problem if hidden is not None and not hidden.ok else "no answer"
-            text = f"the job waits for a reservation ({job.reason}) that is hidden from you, and "
-            return text + f"it could not be located ({why}): ask the site when maintenance starts"
-        return located + "sbatch --test-only gave no answer; see the problems above"
+        return _no_answer(job, located, hidden, reserved=reserved, window=window)
     own_row = next((r for r in answered if r.minutes == own), None)
     if own_row is not None and own_row.starts_now:
         return "its own request would start now: the job waits for the next scheduling pass"
@@ -344,6 +349,22 @@ def _advice(
     return located + _shorten(
         best, own_row, first=first, tested_now=tested_now, own=own, shards=shards, run_dir=run_dir
     )
+
+
+def _no_answer(
+    job: queries.Job,
+    located: str,
+    hidden: Answer[int] | None,
+    *,
+    reserved: bool,
+    window: ProbeRow | None,
+) -> str:
+    """No limit was answered: a hidden window that could not be located, or no answer."""
+    if reserved and window is None:
+        why = hidden.problem if hidden is not None and not hidden.ok else "no answer"
+        text = f"the job waits for a reservation ({job.reason}) that is hidden from you, and "
+        return text + f"it could not be located ({why}): ask the site when maintenance starts"
+    return located + "sbatch --test-only gave no answer; see the problems above"
 
 
 def _nothing_earlier(job: queries.Job, *, reserved: bool) -> str:

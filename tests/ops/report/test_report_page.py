@@ -12,7 +12,7 @@ from synthrun import make_run
 
 from shardwise.cli.main import main
 from shardwise.ops.coverage import compute as coverage
-from shardwise.ops.report import page as report
+from shardwise.ops.report import figure
 from shardwise.run.sharding import shard_for_task
 
 
@@ -51,17 +51,17 @@ def test_render_without_stats_or_markers(tmp_path: Path) -> None:
     files = [f"a/b/{i}.jsonl" for i in range(5)]
     run_dir = make_run(tmp_path, files, total=3)
     state = coverage.load_state(run_dir, read_stats=lambda: ())
-    png = report.render_png(state, coverage.compute(state), now=0.0)
+    png = figure.render_png(state, coverage.compute(state), now=0.0)
     assert _png_size(png) == (1600, 1000)
 
 
 def test_series(tmp_path: Path) -> None:
     state = coverage.load_state(_run(tmp_path))
-    series = report.completion_series(state)
+    series = figure.completion_series(state)
     assert series.times.size == state.done_shards.size
     assert np.all(np.diff(series.times) >= 0)
     assert series.percent[-1] == pytest.approx(100.0 * state.done_shards.size / 40)
-    rates = report.rate_series(state.stats, bins=4)
+    rates = figure.rate_series(state.stats, bins=4)
     assert [r.device_name for r in rates] == ["NVIDIA H100 80GB HBM3"]
     assert np.nanmax(rates[0].docs_per_s) == pytest.approx(10.0)
 

@@ -20,6 +20,7 @@ from shardwise.run.context import (
     RunSettings,
 )
 from shardwise.run.failures import FailureRecord
+from shardwise.run.fidelity import FileFidelity
 from shardwise.run.filestats import FileStats
 from shardwise.run.jobevents import JobEvent
 from shardwise.run.journal import Line
@@ -31,7 +32,8 @@ from shardwise.run.runjson import InputChange, RunMeta
 STATS = FileStats(
     file="a/b.jsonl.gz", task_id="a/b.jsonl.gz", shard=3, bytes=100, docs=5, tokens=40,
     seconds=1.5, timings={"read": 0.5, "infer": 1.0}, counts={"null_ids": 1},
-    truncated_docs=0, fidelity=({"classifier": "topic", "docs": 5},), models={"topic": {}},
+    truncated_docs=0, models={"topic": {}},
+    fidelity=(FileFidelity(classifier="topic", docs=5, fp32_docs=0, mode="recheck"),),
     device="cpu", device_name="cpu", dtype="float32", finished_at="2026-01-01T00:00:00+00:00",
     source_identity="100:7", labelling={"text_field": "text"}, engine={"batches": 1},
     label_counts={"docs": 5, "classifiers": {}, "pairs": {}},
@@ -138,6 +140,12 @@ def test_a_record_round_trips(record):
         (STATS, "tokens", -1, "field 'tokens' must be a count >= 0"),
         (STATS, "seconds", True, "field 'seconds' must be a number"),
         (STATS, "fidelity", [1], "field 'fidelity' must be an array of objects"),
+        (
+            STATS,
+            "fidelity",
+            [{"classifier": "t", "docs": "5", "fp32_docs": 0, "mode": "x"}],
+            r"\[fidelity\]\[0\]: field 'docs' must be an integer",
+        ),
         (STATS, "counts", {"null_ids": "x"}, "field 'null_ids' must be an integer"),
         (RECORDS[1], "rows", 2.5, "field 'rows' must be an integer"),
         (RECORDS[1], "file", 7, "field 'file' must be a string"),

@@ -772,7 +772,10 @@ class Engine:
         outcomes = {name: c.outcome for name, c in checks.items()}
         margin_errors = {name: round(o.max_margin_error, 6) for name, o in outcomes.items()}
         on_cpu = self.device.type == "cpu"
-        kept = [fidelity(name, n, c.mode, c.outcome, on_cpu=on_cpu) for name, c in checks.items()]
+        kept = [
+            fidelity(name, n, c.mode, c.outcome, on_cpu=on_cpu).to_json()
+            for name, c in checks.items()
+        ]
         return {
             "docs": n,
             "tokens": real,

@@ -9,11 +9,11 @@ supplies the fp32 pass (docs/engine.md).
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from shardwise.classify.calibration import FALLBACK_SHARE, Calibration, margin_errors, spread
+from shardwise.run.fidelity import FileFidelity
 
 #: The default: a threshold measured per job and classifier (a number pins one instead).
 AUTO = "auto"
@@ -117,20 +117,18 @@ def recheck(
 
 def fidelity(
     name: str, docs: int, mode: str, outcome: Outcome, *, on_cpu: bool = False
-) -> dict[str, Any]:
-    """One classifier's fidelity to fp32 on one file (the stats' ``fidelity`` entries).
-    ``mode``: ``recheck`` (calibrated), ``float32`` (sent to fp32), ``fp32`` (the dtype),
-    ``pinned``; ``residual``: the expected labels differing from fp32 among the others (None
-    when pinned: nothing measured it), ``residual_upper`` its 95% bound; ``on_cpu``: the
-    half precision ran on a CPU (device ``auto`` found no GPU), what coverage then says."""
+) -> FileFidelity:
+    """One classifier's fidelity to fp32 on one file (the stats' ``fidelity`` entries;
+    the fields are :class:`~shardwise.run.fidelity.FileFidelity`'s): the fp32 modes are
+    exact, a pinned margin measures nothing."""
     exact = mode in ("float32", "fp32")
-    return {
-        "classifier": name,
-        "docs": docs,
-        "fp32_docs": docs if mode == "fp32" else outcome.rechecked,
-        "mode": mode,
-        "residual": 0.0 if exact else outcome.residual,
-        "residual_upper": 0.0 if exact else outcome.residual_upper,
-        "margin_too_small": outcome.too_small,
-        "on_cpu": on_cpu and mode != "fp32",
-    }
+    return FileFidelity(
+        classifier=name,
+        docs=docs,
+        fp32_docs=docs if mode == "fp32" else outcome.rechecked,
+        mode=mode,
+        residual=0.0 if exact else outcome.residual,
+        residual_upper=0.0 if exact else outcome.residual_upper,
+        margin_too_small=outcome.too_small,
+        on_cpu=on_cpu and mode != "fp32",
+    )

@@ -22,6 +22,8 @@ from typing import Any, Literal, Self
 import pyarrow as pa
 
 from shardwise.run import modelpin
+from shardwise.run.fidelity import ARROW as FIDELITY_ARROW
+from shardwise.run.fidelity import FileFidelity
 from shardwise.run.fields import QUALITY_COUNTS
 from shardwise.run.labelcounts import compact_json
 from shardwise.run.record import Fields
@@ -66,14 +68,6 @@ def figure(
     return field(default=None, metadata={"figure": Figure(column, total, missing, arrow)})  # type: ignore[arg-type]
 
 
-#: The type of one ``fidelity`` entry (``classify/recheck.py``), as the bulk reader reads it.
-_FIDELITY = pa.struct([
-    ("classifier", pa.string()), ("docs", pa.float64()), ("fp32_docs", pa.float64()),
-    ("mode", pa.string()), ("residual", pa.float64()), ("residual_upper", pa.float64()),
-    ("margin_too_small", pa.bool_()), ("on_cpu", pa.bool_()),
-])  # fmt: skip
-
-
 @dataclass(frozen=True, kw_only=True)
 class FileStats:
     """The content of one ``<rel>.stats.json`` (keys in docs/ARCHITECTURE.md, which a test
@@ -96,7 +90,7 @@ class FileStats:
     truncated_docs: int | None = figure("number")
     #: Per classifier: docs labelled from fp32, the expected number of the others that
     #: differ from fp32 and its 95% bound (classify/recheck.py ``fidelity()``).
-    fidelity: tuple[dict[str, Any], ...] | None = figure("entries", arrow=pa.list_(_FIDELITY))
+    fidelity: tuple[FileFidelity, ...] | None = figure("entries", arrow=pa.list_(FIDELITY_ARROW))
     models: dict[str, Any] = field(default_factory=dict)
     device: str | None = None
     device_name: str | None = figure("name", missing=UNKNOWN_DEVICE)
@@ -143,7 +137,10 @@ class FileStats:
             tokens_counted=TOKENS_COUNTED,
             counts=dict(counts),
             truncated_docs=int(engine.get("truncated_docs", 0)),
-            fidelity=tuple(engine.get("fidelity", ())),
+            fidelity=tuple(
+                FileFidelity.from_json(e, "the engine's fidelity")
+                for e in engine.get("fidelity", ())
+            ),
             models=dict(models),
             device=device,
             device_name=device_name,
@@ -179,13 +176,13 @@ class FileStats:
     def figures(self) -> dict[str, Any]:
         """What the shard marker and the journal keep of this file (``FIGURES``)."""
         out = {name: getattr(self, name) for name in FIGURES}
-        out["fidelity"] = None if self.fidelity is None else list(self.fidelity)
+        out["fidelity"] = None if self.fidelity is None else [e.to_json() for e in self.fidelity]
         return out
 
     def to_json(self) -> bytes:
         """The file's bytes: indented, except ``label_counts``, on one compact line."""
         data = dataclasses.asdict(self)
-        data["fidelity"] = None if self.fidelity is None else list(self.fidelity)
+        data["fidelity"] = None if self.fidelity is None else [e.to_json() for e in self.fidelity]
         if data["label_counts"] is None:
             del data["label_counts"]
         return stats_bytes(data)
@@ -195,8 +192,6 @@ class FileStats:
         """Parse a stats file; RecordError naming the file and the field when it is not one."""
         f = Fields.parse(raw, where)
         stats = f.into(cls)
-        if not all(isinstance(entry, dict) for entry in stats.fidelity or ()):
-            raise f.refuse("fidelity", "must be an array of objects")
         for key in QUALITY_COUNTS:
             Fields(stats.counts or {}, f"{where} [counts]").count(key, None)
         return stats

@@ -127,7 +127,9 @@ class Fields:
     def into(self, cls: type[T], **given: Any) -> T:
         """The dataclass ``cls`` with every field read by its annotation (``given`` ones as
         they are): ``int`` is a count (>= 0, never a bool), ``float`` any number, a ``tuple``
-        is read from an array; ``X | None`` and a field with a default may be absent."""
+        is read from an array (of records, each read by its own annotations, when its items
+        are dataclasses), a dataclass from an object; ``X | None`` and a field with a default
+        may be absent."""
         values = dict(given)
         for name, hint, f in _fields_of(cls):
             if name not in values:
@@ -143,7 +145,14 @@ class Fields:
         origin = typing.get_origin(base) or base
         if origin is tuple:
             value = self.list(key, default)
-            return tuple(value) if isinstance(value, list) else value
+            if not isinstance(value, list):
+                return value
+            item = (typing.get_args(base) or (None,))[0]
+            if dataclasses.is_dataclass(item):  # a tuple of records, each read the same way
+                return tuple(f.into(item) for f in self.objects(key))
+            return tuple(value)
+        if dataclasses.is_dataclass(origin):  # a nested record
+            return self.sub(key).into(origin) if key in self.data else default
         reader = {
             int: self.count,
             float: self.number,

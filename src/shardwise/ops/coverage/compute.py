@@ -320,7 +320,9 @@ def _labelled_stats(state: RunState, f: _Files) -> tuple[dict[str, int], list[fi
     idx = f.stats_row
     counted = np.zeros(idx.size, dtype=bool)
     counted[idx >= 0] = f.done[idx[idx >= 0]]
-    return statstable.quality_totals(stats, counted), fidelity.totals(stats.fidelity[counted])
+    return statstable.quality_totals(stats, counted), fidelity.totals(
+        fidelity.rows(e) for e in stats.fidelity[counted]
+    )
 
 
 def _eta(

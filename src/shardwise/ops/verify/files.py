@@ -33,7 +33,7 @@ class FileCheck:
     rows: int = 0
     marker_rows: int | None = None
     counts: dict[str, int] = field(default_factory=dict)
-    fidelity: list[dict[str, Any]] = field(default_factory=list)
+    fidelity: list[fidelity.FileFidelity] = field(default_factory=list)
 
 
 _INPUT_GONE = (

@@ -36,7 +36,7 @@ from shardwise.errors import ModelError
 from shardwise.ops.verify import check as verify
 from shardwise.planner.prepare import prepare_run
 from shardwise.run import outputs
-from shardwise.run.context import JobContext
+from shardwise.run.opened import open_run
 
 pytestmark = pytest.mark.slow
 
@@ -118,7 +118,7 @@ def config(tmp_path: Path, models: Path) -> dict:
 
 def scores(run_dir: Path) -> dict[str, list[float]]:
     """Each marked file's ``topic`` probabilities (what model labelled it)."""
-    ctx = JobContext.load(run_dir)
+    ctx = open_run(run_dir)
     out = {}
     for rel in sorted(outputs.marked(ctx.output)):
         data = ctx.output.read_bytes(f"{rel}.labels.parquet")

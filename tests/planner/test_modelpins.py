@@ -47,9 +47,9 @@ def marked(run_dir: Path) -> set[str]:
 
 
 def outputs_root(run_dir: Path):
-    from shardwise.run.context import JobContext
+    from shardwise.run.opened import open_run
 
-    return JobContext.load(run_dir).output
+    return open_run(run_dir).output
 
 
 def test_weights_replaced_in_place_are_refused_before_anything_is_labelled_with_them(tmp_path):

@@ -11,24 +11,22 @@ from shardwise.errors import ModelError
 from shardwise.run import (
     modelpin,
 )
-from shardwise.run.context import JobContext
+from shardwise.run.opened import OpenRun
 
 
-def model_sources(ctx: JobContext) -> dict[str, Path | None]:
+def model_sources(ctx: OpenRun) -> dict[str, Path | None]:
     """Each classifier's model resolved once to a real directory (a symlink followed, a hub
     id's cached snapshot): the job checks and loads that directory, never the name again."""
     return {model: source_of(model) for _, model, _ in ctx.meta.classifiers}
 
 
-def model_identities(
-    ctx: JobContext, sources: dict[str, Path | None] | None = None
-) -> dict[str, Any]:
+def model_identities(ctx: OpenRun, sources: dict[str, Path | None] | None = None) -> dict[str, Any]:
     """Each classifier's model identity (content hash, hub revision) for the stats."""
     return identities(ctx.meta.classifiers, sources)
 
 
 def check_models(
-    ctx: JobContext, models: dict[str, Any], sources: dict[str, Path | None] | None = None
+    ctx: OpenRun, models: dict[str, Any], sources: dict[str, Path | None] | None = None
 ) -> None:
     """ModelError (the shard stops before its first file) when a classifier's model is
     not the one run.json pins: replaced in place, or a hub snapshot that moved."""
@@ -40,7 +38,7 @@ def check_models(
         raise ModelError(" ".join(modelpin.refusal(n, paths[n], d) for n, d in wrong.items()))
 
 
-def check_loaded(ctx: JobContext, checked: dict[str, Any], sources: dict[str, Path | None]) -> None:
+def check_loaded(ctx: OpenRun, checked: dict[str, Any], sources: dict[str, Path | None]) -> None:
     """ModelError when a model's files changed while the job loaded them (written in place:
     a symlink repointed meanwhile does not move the resolved directory): its identity
     now differs from the one checked before the load. Cheap when nothing changed (the
@@ -57,7 +55,7 @@ def check_loaded(ctx: JobContext, checked: dict[str, Any], sources: dict[str, Pa
         raise ModelError(text + " Nothing was labelled; the shard runs again with what is there")
 
 
-def loading_from(ctx: JobContext, sources: dict[str, Path | None]) -> JobContext:
+def loading_from(ctx: OpenRun, sources: dict[str, Path | None]) -> OpenRun:
     """``ctx`` whose classifiers name the resolved directories (what the engine loads)."""
     specs = tuple(
         (n, str(sources[m]) if sources.get(m) is not None else m, i)

@@ -35,13 +35,12 @@ from shardwise.run import (
     markers,
     outputs,
     plan,
-    quarantine,
     sidecar,
     summaries,
 )
-from shardwise.run.context import JobContext
 from shardwise.run.fields import Documents
 from shardwise.run.filestats import FileStats
+from shardwise.run.opened import OpenRun, open_run
 from shardwise.run.reader import read_documents
 
 log = logging.getLogger("shardwise.classify.shard_job")
@@ -85,13 +84,13 @@ def quarantine_hint(run_dir: Path) -> str:
     return text + f"`shardwise quarantine --run-dir {run_dir} FILE --reason TEXT`."
 
 
-def shard_files(run_dir: Path, shard: int) -> list[FileTask]:
+def shard_files(ctx: OpenRun, shard: int) -> list[FileTask]:
     """The shard's files from the cached plan, in file order."""
-    rows = plan.files_of_shard(plan.load(run_dir), shard).to_pylist()
+    rows = plan.files_of_shard(ctx.plan, shard).to_pylist()
     return [FileTask(r["file"], r["size"], r["task_id"], r["identity"]) for r in rows]
 
 
-def files_done(ctx: JobContext, shard: int, files: list[FileTask]) -> dict[str, int | None]:
+def files_done(ctx: OpenRun, shard: int, files: list[FileTask]) -> dict[str, int | None]:
     """Files of the shard that already have a marker, with their row counts if known: on
     object storage no request per file, but the planner's snapshot of the markers and this
     shard's journal (rows of files finished elsewhere unknown); else each marker is read."""
@@ -124,7 +123,7 @@ class _Loaded:
 
 
 def _prefetch(
-    ctx: JobContext,
+    ctx: OpenRun,
     todo: list[FileTask],
     prepare: Callable[[list[str], list[str]], Any],
     counter: TokenCounter | None = None,
@@ -188,13 +187,14 @@ def run_shard(
     run_dir: Path,
     shard: int,
     *,
-    engine_factory: Callable[[JobContext], Any] | None = None,
+    engine_factory: Callable[[OpenRun], Any] | None = None,
     progress: bool = True,
 ) -> ShardReport:
     """Label every unfinished file of ``shard``, then mark the shard done."""
-    ctx, files = JobContext.load(run_dir), shard_files(run_dir, shard)
+    ctx = open_run(run_dir)
+    files = shard_files(ctx, shard)
     ctx.source.remember_sizes({f.rel: f.size for f in files})  # no HEAD per file
-    done, left_out = files_done(ctx, shard, files), quarantine.load(run_dir)
+    done, left_out = files_done(ctx, shard, files), ctx.quarantined
     quarantined = sum(f.rel in left_out and f.rel not in done for f in files)
     report = ShardReport(
         shard=shard,
@@ -237,11 +237,11 @@ def half_on_cpu(engine: Any) -> str | None:
 
 
 def _label_todo(
-    ctx: JobContext,
+    ctx: OpenRun,
     shard: int,
     todo: list[FileTask],
     report: ShardReport,
-    engine_factory: Callable[[JobContext], Any],
+    engine_factory: Callable[[OpenRun], Any],
     *,
     progress: bool,
 ) -> None:
@@ -313,7 +313,7 @@ def _fail(run_dir: Path, report: ShardReport, todo: int) -> None:
 
 
 def _label_file(
-    ctx: JobContext, engine: Any, item: _Loaded, shard: int, models: dict[str, Any]
+    ctx: OpenRun, engine: Any, item: _Loaded, shard: int, models: dict[str, Any]
 ) -> tuple[int, FileStats]:
     """Run the engine on one read file and write its outputs (``outputs.write_all``: the
     marker last). Returns the row count and the stats written."""
@@ -367,7 +367,7 @@ def _label_file(
     return len(item.docs), written
 
 
-def _labelling(ctx: JobContext) -> dict[str, Any]:
+def _labelling(ctx: OpenRun) -> dict[str, Any]:
     """What this job labels with besides the models (the same shape run.json pins)."""
     return labelling(
         ctx.fields.id,
@@ -379,7 +379,7 @@ def _labelling(ctx: JobContext) -> dict[str, Any]:
     )
 
 
-def load_counter(ctx: JobContext) -> TokenCounter | None:
+def load_counter(ctx: OpenRun) -> TokenCounter | None:
     """The training tokenizer that counts tokens (``domains.tokenizer``), if the run
     sets one; ModelError when it is not the one run.json pins (changed on disk)."""
     source = ctx.settings.domains.tokenizer
@@ -395,13 +395,13 @@ def load_counter(ctx: JobContext) -> TokenCounter | None:
     return counter
 
 
-def _counted(ctx: JobContext) -> tuple[list[str], list[Pair]]:
+def _counted(ctx: OpenRun) -> tuple[list[str], list[Pair]]:
     """Classifiers and pairs whose label counts go into each file's stats."""
     names = [name for name, _, _ in ctx.meta.classifiers]
     return names, resolve_pairs(names, ctx.settings.domains.pairs)
 
 
-def load_engine(ctx: JobContext) -> Any:
+def load_engine(ctx: OpenRun) -> Any:
     """The classification engine for this run's classifiers and inference settings."""
     # torch and transformers load here, in jobs only: `shardwise` commands stay fast
     from shardwise.classify.engine import ClassifierSpec, Engine, InferenceSettings  # noqa: PLC0415 - torch: jobs only

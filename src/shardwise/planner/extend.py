@@ -26,6 +26,7 @@ from shardwise.run import (
     drift,
     journal,
     markers,
+    opened,
     outputs,
     plan,
     quarantine,
@@ -114,7 +115,7 @@ def extend(config: dict[str, Any], *, gone: str | None = None) -> Extension:
     summary = plan.summarize(table, *assignment)
     meta = run_meta(settings, summary.tasks, summary.fingerprint)
     _check_only_the_input(pinned, meta, run_dir)
-    roots = context.JobContext.load(run_dir).roots()
+    roots = opened.open_run(run_dir).roots()
     labelled = _with_outputs(roots, gone_files)
     if labelled and gone is None:
         shown = ", ".join(repr(f) for f in labelled[:5]) + (", ..." if len(labelled) > 5 else "")

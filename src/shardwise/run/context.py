@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any, Self
 
 from shardwise.config import Pair, Settings, StorageOptions
-from shardwise.errors import InputError
 from shardwise.run import runjson
 from shardwise.run.fields import FieldPaths
 from shardwise.run.record import Fields
@@ -145,48 +144,6 @@ class RunSettings:
         written when these settings record none (older settings.json)."""
         source = Location(self.roots.input or meta.input_uri, self.storage)
         return source, Location(self.roots.output or meta.output_uri, self.storage)
-
-
-@dataclass(frozen=True, kw_only=True)
-class JobContext:
-    """Everything a shard job needs, read from run.json and settings.json."""
-
-    run_dir: Path
-    meta: runjson.RunMeta
-    settings: RunSettings
-    source: Location
-    output: Location
-    fields: FieldPaths
-    fmt: str
-    attributes: Location | None = None  # the Dolma attributes root, when enabled
-
-    @classmethod
-    def load(cls, run_dir: Path) -> Self:
-        """Read the run's pinned and current settings (no listing, no network)."""
-        run_dir = Path(run_dir)
-        meta = runjson.read_run_dir(run_dir)
-        settings = read_settings(run_dir)
-        if settings is None:
-            raise InputError(f"{run_dir / SETTINGS_JSON} is missing: start the run with snakemake")
-        source, output = settings.locations(meta)
-        fields = fields_for(settings, meta.classifiers)
-        return cls(
-            run_dir=run_dir,
-            meta=meta,
-            settings=settings,
-            source=source,
-            output=output,
-            fields=fields,
-            fmt=settings.input.format,
-            attributes=settings.attributes(),
-        )
-
-    def roots(self) -> dict[str, Location]:
-        """The roots a file's outputs go to, by name (``outputs.OutputKind.root``)."""
-        found = {"output": self.output}
-        if self.attributes is not None:
-            found["attributes"] = self.attributes
-        return found
 
 
 def open_roots(settings: Settings) -> tuple[Location, Location]:

@@ -1,34 +1,14 @@
-"""A run as every view opens it: run.json, the plan it pins, the done shards, quarantine.
+"""The run directory's own state beside run.json: the plan it pins (checked against the
+assignment), which of two run.json copies the state vouches for, and where they disagree.
+Views open a run through ``run/opened.py``."""
 
-Coverage, domains, the report and ``retry-array`` start from these same reads, so a done
-shard means one thing everywhere (``markers.DoneShards``).
-"""
-
-from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 
 from shardwise.errors import InputError, RecordError, RunMismatchError, ShardwiseError
-from shardwise.run import markers, plan, quarantine, runjson
-from shardwise.run.sharding import shard_range
+from shardwise.run import markers, plan, runjson
 from shardwise.store.location import Location
-
-
-@dataclass(frozen=True, eq=False, kw_only=True)
-class PinnedRun:
-    """A planned run directory, read once."""
-
-    run_dir: Path
-    meta: runjson.RunMeta
-    plan: pa.Table  # plan.SCHEMA in one chunk: the vectorised views index it directly
-    done: markers.DoneShards
-    quarantined: dict[str, quarantine.Entry]
-
-    @property
-    def shards(self) -> range:
-        """The pinned shard numbers."""
-        return shard_range(self.meta.total_shards, self.meta.minimum_shard_index)
 
 
 def read_plan(run_dir: Path, meta: runjson.RunMeta) -> pa.Table:
@@ -39,18 +19,6 @@ def read_plan(run_dir: Path, meta: runjson.RunMeta) -> pa.Table:
         return plan.load(run_dir).combine_chunks()
     except InputError as exc:
         raise RunMismatchError(str(exc)) from exc
-
-
-def load(run_dir: Path) -> PinnedRun:
-    """Open the run in ``run_dir`` (RunMismatchError when it cannot be read as pinned)."""
-    run_dir = Path(run_dir)
-    meta = runjson.read_run_dir(run_dir)
-    table = read_plan(run_dir, meta)
-    within = shard_range(meta.total_shards, meta.minimum_shard_index)
-    done = markers.read_done(run_dir, within, plan.files_per_shard(table))
-    return PinnedRun(
-        run_dir=run_dir, meta=meta, plan=table, done=done, quarantined=quarantine.load(run_dir)
-    )
 
 
 def vouching(run_dir: Path) -> runjson.Evidence:

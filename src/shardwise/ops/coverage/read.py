@@ -28,6 +28,7 @@ from shardwise.run import (
     jobevents,
     journal,
     markers,
+    opened,
     outputs,
     quarantine,
     skipped,
@@ -189,7 +190,7 @@ def load_state(
 ) -> RunState:
     """Read a run directory (and a local output root, listed once) into a
     :class:`RunState`; ``read_stats`` replaces reading the stats (``lambda: ()``: none)."""
-    pinned = run_state.load(run_dir)
+    pinned = opened.open_run(run_dir, settings_required=False)
     run_dir, meta, plan, done_markers = pinned.run_dir, pinned.meta, pinned.plan, pinned.done
     total, minimum = meta.total_shards, meta.minimum_shard_index
     shard_markers = _marker_columns(done_markers.markers)

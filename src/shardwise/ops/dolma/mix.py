@@ -22,8 +22,8 @@ from shardwise.config import StorageOptions
 from shardwise.errors import ConfigError, InputError
 from shardwise.ops.common.text import near_labels
 from shardwise.ops.dolma import exact as dolma_exact
-from shardwise.run import dolma, outputs, plan, quarantine, summaries
-from shardwise.run.context import JobContext
+from shardwise.run import dolma, outputs, plan, summaries
+from shardwise.run.opened import OpenRun, open_run
 from shardwise.store.atomic import json_bytes, write_atomic
 from shardwise.store.location import Location
 
@@ -48,7 +48,7 @@ class Exported:
         return text + f"Lines only), {self.unlabelled:,} file(s) not labelled yet"
 
 
-def attributes_of(ctx: JobContext) -> Location:
+def attributes_of(ctx: OpenRun) -> Location:
     """The run's attributes root; ConfigError saying how to turn ``output.dolma`` on."""
     if ctx.attributes is None:
         msg = f"{ctx.run_dir}: output.dolma is off in this run's settings: set "
@@ -67,11 +67,11 @@ def export(
     progress: bool = True,
 ) -> Exported:
     """Write the missing attributes of the run's labelled files (``shard``'s only)."""
-    ctx = JobContext.load(run_dir)
+    ctx = open_run(run_dir)
     attributes = attributes_of(ctx)
-    table = plan.load(ctx.run_dir)
+    table = ctx.plan
     files = (plan.files_of_shard(table, shard) if shard is not None else table)["file"].to_pylist()
-    left_out = quarantine.load(ctx.run_dir)
+    left_out = ctx.quarantined
     files = [rel for rel in files if rel not in left_out]
     marked = outputs.marked(ctx.output)
     labelled = [rel for rel in files if rel in marked]
@@ -147,17 +147,13 @@ def mix_config(
     copied to a set of their own first (:mod:`shardwise.ops.dolma.exact`)."""
     if not keep:
         raise ConfigError("give at least one --keep CLASSIFIER=LABEL (or a cell)")
-    ctx = JobContext.load(run_dir)
+    ctx = open_run(run_dir)
     attributes = attributes_of(ctx)
     name = ctx.settings.dolma_name or "weborganizer"
     check_where_dolma_looks(ctx.source, attributes, name)
     _check_labels(ctx, keep)
     marked = outputs.marked(ctx.output)
-    labelled = [
-        rel
-        for rel in plan.load(ctx.run_dir)["file"].to_pylist()
-        if rel in marked and dolma.applies(rel)
-    ]
+    labelled = [rel for rel in ctx.plan["file"].to_pylist() if rel in marked and dolma.applies(rel)]
     have = {rel for rel, _ in attributes.list_files()}
     missing = [rel for rel in labelled if rel not in have]
     if missing:
@@ -269,7 +265,7 @@ def _is_ip(host: str) -> bool:
 
 def store_options(run_dir: Path) -> StorageOptions:
     """The run's storage options (what :func:`mix_yaml` says dolma needs)."""
-    return JobContext.load(run_dir).source.options
+    return open_run(run_dir).source.options
 
 
 def check_where_dolma_looks(source: Location, attributes: Location, name: str) -> None:
@@ -284,7 +280,7 @@ def check_where_dolma_looks(source: Location, attributes: Location, name: str) -
         raise ConfigError(msg + "leave output.dolma.uri unset")
 
 
-def _check_labels(ctx: JobContext, keep: Sequence[Selection]) -> None:
+def _check_labels(ctx: OpenRun, keep: Sequence[Selection]) -> None:
     """Every classifier is the run's, every label one the run's documents were given."""
     classifiers = [n for n, _m, _k in ctx.meta.classifiers]
     got, _ = summaries.read_many(ctx.run_dir, summaries.summarized_shards(ctx.run_dir))

@@ -16,8 +16,8 @@ import pyarrow.compute as pc
 from shardwise.config import weborganizer_labels
 from shardwise.errors import DomainsError
 from shardwise.ops.domains.estimate import Estimate, Population, Sample, estimate
+from shardwise.run import opened, summaries
 from shardwise.run import plan as run_plan
-from shardwise.run import state, summaries
 from shardwise.run.labelcounts import pair_key
 
 WEIGHTS = ("docs", "bytes", "tokens")
@@ -59,7 +59,7 @@ class DomainData:
 
 def load(run_dir: Path) -> DomainData:
     """Read plan, markers, summaries and quarantine of ``run_dir``."""
-    pinned = state.load(run_dir)
+    pinned = opened.open_run(run_dir, settings_required=False)
     run_dir, meta, plan = pinned.run_dir, pinned.meta, pinned.plan
     tasks = run_plan.task_index(plan)
     task_names, task_codes, n_tasks = tasks.task_ids, tasks.file_task, len(tasks)

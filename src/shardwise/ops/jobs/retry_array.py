@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from shardwise.run import ranges, state
+from shardwise.run import opened, ranges
 from shardwise.run.sharding import shard_range
 
 Format = Literal["expression", "fields"]
@@ -73,8 +73,8 @@ class Retry:
 
 def retry(run_dir: Path, *, fmt: Format, max_array_size: int | None) -> Retry:
     """The retry lines of the run in ``run_dir``: its shards not done, in the one meaning
-    coverage and domains use (``run/state.py``)."""
-    run = state.load(run_dir)
+    coverage and domains use (``run/opened.py``)."""
+    run = opened.open_run(run_dir, settings_required=False)
     meta = run.meta
     pinned = {"total_shards": meta.total_shards, "minimum_shard_index": meta.minimum_shard_index}
     missing = missing_shards(run.done.shards, **pinned)

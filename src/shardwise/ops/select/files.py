@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from shardwise.errors import ConfigError
 from shardwise.run import dolma, plan, quarantine, selection, sidecar, summaries
-from shardwise.run.context import JobContext
+from shardwise.run.opened import OpenRun, open_run
 from shardwise.run.selection import SelectionPlan, ShardSelection
 from shardwise.store.atomic import write_atomic
 from shardwise.store.location import Location
@@ -38,7 +38,7 @@ class FileSelection:
     json_ids: list[Any] | None = None  # the ids as the JSON wrote them (not all strings)
 
 
-def attributes_root(ctx: JobContext, name: str) -> Location | None:
+def attributes_root(ctx: OpenRun, name: str) -> Location | None:
     """Where the selection's Dolma attribute set lies: beside the labels' own set
     (``.../attributes/<name>``); None when the run writes no Dolma attributes."""
     if ctx.attributes is None:
@@ -119,7 +119,7 @@ def select_shard(
 ) -> ShardSelection:
     """Select every file of ``shard`` and write its record (the Snakemake job;
     ``table``: the plan, loaded once by a caller that selects many shards)."""
-    ctx = JobContext.load(run_dir)
+    ctx = open_run(run_dir)
     sel = selection.load_plan(ctx.run_dir, name)
     if sel is None:
         msg = f"{run_dir}: no selection named {name!r}: plan it with shardwise select first"

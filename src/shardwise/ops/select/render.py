@@ -21,7 +21,7 @@ from shardwise.ops.dolma.mix import check_where_dolma_looks, mix_stream, mix_yam
 from shardwise.ops.select import plan as planning
 from shardwise.ops.select.files import attributes_root, records, select_missing, select_shard
 from shardwise.run import dolma, selection
-from shardwise.run.context import JobContext
+from shardwise.run.opened import OpenRun, open_run
 from shardwise.run.selection import SelectionPlan, ShardSelection
 
 TIMES = " \u00d7 "
@@ -169,7 +169,7 @@ def lines(r: Report, *, top: int | None = TOP) -> list[str]:
 
 
 def mix_config(
-    ctx: JobContext, sel: SelectionPlan, got: dict[int, ShardSelection], output: str
+    ctx: OpenRun, sel: SelectionPlan, got: dict[int, ShardSelection], output: str
 ) -> tuple[dict[str, Any] | None, str | None]:
     """The ``dolma mix`` config of the selection, or why there is none."""
     attrs = attributes_root(ctx, sel.name)
@@ -202,7 +202,7 @@ def mix_config(
 def finish(run_dir: Path, sel: SelectionPlan, mix_output: str | None = None) -> Report:
     """The report of ``sel`` as far as it is selected; with every shard selected also
     its mix config (``mix.yaml``), ``report.json`` and the picture."""
-    ctx = JobContext.load(run_dir)
+    ctx = open_run(run_dir)
     got = records(ctx.run_dir, sel)
     base = selection.root(ctx.run_dir, sel.name)
     report = build(sel, got, str(base / selection.FILES_DIR))
@@ -240,7 +240,7 @@ def run(
     """``shardwise select``: plan selection ``name`` (or take its saved plan), select
     every shard not selected yet here (unless ``plan_only``: ``snakemake select_all``
     does it as jobs), and report."""
-    ctx = JobContext.load(run_dir)
+    ctx = open_run(run_dir)
     planning.check_name(name)
     if name == ctx.settings.dolma_name:
         msg = f"--name {name!r} is the name of the run's own Dolma attributes (output.dolma."

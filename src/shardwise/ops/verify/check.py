@@ -25,12 +25,11 @@ from shardwise.run import (
     markers,
     outputs,
     plan,
-    quarantine,
     retired,
     runjson,
 )
 from shardwise.run import state as run_state
-from shardwise.run.context import JobContext
+from shardwise.run.opened import OpenRun, open_run
 from shardwise.run.sharding import shard_for_task, shard_range
 from shardwise.store.atomic import is_temp_name
 from shardwise.store.location import Location
@@ -51,8 +50,8 @@ def verify_run(
     if jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {jobs}")
     run_dir = Path(run_dir)
-    ctx = JobContext.load(run_dir)
-    meta, table, left_out = ctx.meta, plan.load(run_dir), quarantine.load(run_dir)
+    ctx = open_run(run_dir)
+    meta, table, left_out = ctx.meta, plan.load(run_dir), ctx.quarantined
     planned = _planned(ctx, table)
     in_run = shard_range(meta.total_shards, meta.minimum_shard_index)
     report = VerifyReport(
@@ -136,7 +135,7 @@ def _check_complete(
         report.problem(where, what)
 
 
-def _planned(ctx: JobContext, table: pa.Table) -> dict[str, tuple[str, int]]:
+def _planned(ctx: OpenRun, table: pa.Table) -> dict[str, tuple[str, int]]:
     """Planned file -> (task id, shard); the source learns the sizes (no HEAD per file)."""
     rows = table.to_pydict()
     ctx.source.remember_sizes(dict(zip(rows["file"], rows["size"], strict=True)))
@@ -166,7 +165,7 @@ def _check_plan(
 
 
 def _check_drift(
-    report: VerifyReport, ctx: JobContext, planned: set[str], listed: set[str], left_out: set[str]
+    report: VerifyReport, ctx: OpenRun, planned: set[str], listed: set[str], left_out: set[str]
 ) -> None:
     """Planned files gone from the input (this listing), and files the last dry run
     found added that are still there and still unplanned: ``plan --extend`` takes them in."""
@@ -181,7 +180,7 @@ def _check_drift(
 
 
 def _check_identities(
-    report: VerifyReport, ctx: JobContext, table: pa.Table, marked: set[str]
+    report: VerifyReport, ctx: OpenRun, table: pa.Table, marked: set[str]
 ) -> set[str]:
     """Input files changed in place since planned (one listing of the input; labelled ones
     are problems); the files listed."""
@@ -224,7 +223,7 @@ def _check_mirror(
 
 def _index_outputs(
     report: VerifyReport,
-    ctx: JobContext,
+    ctx: OpenRun,
     listing: dict[str, int],
     planned: dict[str, tuple[str, int]],
     retired_files: set[str],
@@ -260,7 +259,7 @@ def _index_outputs(
 
 
 def _index_other_roots(
-    report: VerifyReport, ctx: JobContext, found: dict[str, dict[str, int]], retired_files: set[str]
+    report: VerifyReport, ctx: OpenRun, found: dict[str, dict[str, int]], retired_files: set[str]
 ) -> None:
     """The outputs under the run's other roots (Dolma attributes): one listing each; a
     file there of no planned source is a warning (the root may hold other sets)."""

@@ -16,8 +16,8 @@ from shardwise.run import (
     fidelity,
     outputs,
 )
-from shardwise.run.context import JobContext
 from shardwise.run.fields import FieldPaths
+from shardwise.run.opened import OpenRun
 from shardwise.run.reader import read_documents
 from shardwise.store.location import Location
 
@@ -65,7 +65,7 @@ def add_checks(report: VerifyReport, checks: list[FileCheck]) -> dict[str, int |
 
 
 def check_presence(
-    report: VerifyReport, ctx: JobContext, rel: str, kinds: dict[str, int], shard_done: bool
+    report: VerifyReport, ctx: OpenRun, rel: str, kinds: dict[str, int], shard_done: bool
 ) -> None:
     """From the listings alone: a marker needs every output it vouches for; partial outputs."""
     roots = ctx.roots()
@@ -117,7 +117,7 @@ def _ids_only(fields: FieldPaths) -> FieldPaths:
 
 
 def check_file(
-    ctx: JobContext,
+    ctx: OpenRun,
     rel: str,
     plan_row: tuple[str, int],
     classifiers: Iterable[str],

@@ -15,7 +15,7 @@ from pathlib import Path
 from shardwise.ops.verify.check import VerifyReport
 from shardwise.run import changes, context, journal, markers, outputs, plan, runjson
 from shardwise.run import state as run_state
-from shardwise.run.context import JobContext
+from shardwise.run.opened import open_run
 from shardwise.store.location import Location
 
 
@@ -25,7 +25,7 @@ def repair(run_dir: Path, report: VerifyReport) -> list[str]:
     thing done. Shard markers go first, then the journal and snapshot, then file markers:
     an interruption anywhere never leaves a shard marked done over a file without one."""
     run_dir = Path(run_dir)
-    ctx = JobContext.load(run_dir)
+    ctx = open_run(run_dir)
     by_shard = _broken_by_shard(run_dir, report)
     reset = markers.remove_shard_markers(run_dir, sorted(report.broken_shards | set(by_shard)))
     removed = [

@@ -39,18 +39,17 @@ SUBMITTER = inflight.Submitter(
 
 
 def test_the_plugins_wrap_command_gives_snakefile_configfiles_and_shards():
-    assert inflight.parse_wrap(WRAP_SCRIPT) == {
-        "snakefile": "/repo/Snakefile",
-        "configfiles": ["/work/demo/config.yaml"],
-        "shards": [6, 7],
-    }
-    assert inflight.parse_wrap("#!/bin/sh\nsleep 10\n")["shards"] == []
+    assert inflight.parse_wrap(WRAP_SCRIPT) == claims.BatchScript(
+        "/repo/Snakefile", ("/work/demo/config.yaml",), (6, 7)
+    )
+    assert inflight.parse_wrap("#!/bin/sh\nsleep 10\n").shards == ()
 
 
 def _cache(run_dir, entries):
     path = run_dir / "claims" / claims.JOBS_CACHE
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(entries))
+    body = {k: v.to_json() if isinstance(v, claims.BatchScript) else v for k, v in entries.items()}
+    path.write_text(json.dumps(body))
 
 
 def test_queued_jobs_of_this_workflow_are_matched_by_dir_snakefile_and_configfiles(tmp_path):
@@ -62,10 +61,9 @@ def test_queued_jobs_of_this_workflow_are_matched_by_dir_snakefile_and_configfil
         tmp_path,
         {
             "41@2026-12-01T06:00:00": inflight.parse_wrap(WRAP_SCRIPT),
-            "43@2026-12-01T06:00:00": {
-                **inflight.parse_wrap(WRAP_SCRIPT),
-                "configfiles": ["/work/other.yaml"],
-            },
+            "43@2026-12-01T06:00:00": replace(
+                inflight.parse_wrap(WRAP_SCRIPT), configfiles=("/work/other.yaml",)
+            ),
         },
     )
     found = inflight.queued_shards(tmp_path, SUBMITTER, [ours, other_dir, other_config, not_plugin])

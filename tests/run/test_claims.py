@@ -146,3 +146,14 @@ def test_classify_shard_on_a_claimed_shard_exits_1_naming_the_holder(tmp_path, c
     err = capsys.readouterr().err
     assert err.startswith("shardwise: shard 0 is claimed by process")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["claims"]
+
+
+def test_the_jobs_cache_reads_its_entries_as_records_and_a_damaged_one_as_a_miss(tmp_path):
+    script = claims.BatchScript("/repo/Snakefile", ("c.yaml",), (3, 4))
+    claims.write_jobs_cache(tmp_path, {"7@t": script})
+    assert claims.read_jobs_cache(tmp_path) == {"7@t": script}
+    path = tmp_path / claims.CLAIMS_DIR / claims.JOBS_CACHE
+    path.write_text('{"7@t": {"shards": ["3"]}, "8@t": {"shards": [1]}, "9@t": 2}')
+    assert claims.read_jobs_cache(tmp_path) == {"8@t": claims.BatchScript(shards=(1,))}
+    path.write_text("not json")
+    assert claims.read_jobs_cache(tmp_path) == {}

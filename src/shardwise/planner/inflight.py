@@ -239,11 +239,11 @@ def queued_shards(
     for job in picked:
         entry = kept.get(key(job))
         if entry and _same_workflow(entry, submitter):
-            out[job] = [int(s) for s in entry.get("shards", [])]
+            out[job] = list(entry.shards)
     return out
 
 
-def parse_wrap(script: str) -> dict[str, Any]:
+def parse_wrap(script: str) -> claims.BatchScript:
     """``--snakefile``, ``--configfiles`` and the shards of ``--target-jobs`` in a script."""
     for line in script.splitlines():
         if "--target-jobs" not in line:
@@ -270,20 +270,17 @@ def parse_wrap(script: str) -> dict[str, Any]:
                 if name == "shard" and value.isdigit():
                     shards.append(int(value))
         snakefile = (values.get("--snakefile") or [""])[0]
-        return {
-            "snakefile": snakefile,
-            "configfiles": values.get("--configfiles", []),
-            "shards": sorted(shards),
-        }
-    return {"snakefile": "", "configfiles": [], "shards": []}
+        configfiles = tuple(values.get("--configfiles", []))
+        return claims.BatchScript(snakefile, configfiles, tuple(sorted(shards)))
+    return claims.BatchScript()
 
 
-def _same_workflow(entry: dict[str, Any], submitter: Submitter) -> bool:
-    if not entry.get("shards"):
+def _same_workflow(entry: claims.BatchScript, submitter: Submitter) -> bool:
+    if not entry.shards:
         return False
-    if entry.get("snakefile") and not _same_path(entry["snakefile"], submitter.snakefile):
+    if entry.snakefile and not _same_path(entry.snakefile, submitter.snakefile):
         return False
-    theirs = {_resolved(p, submitter.workdir) for p in entry.get("configfiles", [])}
+    theirs = {_resolved(p, submitter.workdir) for p in entry.configfiles}
     ours = {_resolved(p, submitter.workdir) for p in submitter.configfiles}
     return theirs == ours
 

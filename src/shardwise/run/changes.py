@@ -7,16 +7,44 @@ changed, for coverage; ``verify --repair`` relabels them, ``--accept-changed`` k
 labels.
 """
 
-import json
+import dataclasses
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Self
 
-from shardwise.errors import InputError
+from shardwise.errors import InputError, RecordError
 from shardwise.run import markers
+from shardwise.run.record import Fields
 from shardwise.store.atomic import json_bytes, write_atomic
 
 CHANGED_JSON = "changed.json"
 FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Change:
+    """One labelled file's identity as planned and as listed now (``size:version``)."""
+
+    planned: str
+    now: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Changed:
+    """``changed.json``: the labelled files changed in place, when it was checked."""
+
+    format_version: int = FORMAT_VERSION
+    checked_at: str = ""
+    files: dict[str, Change] = field(default_factory=dict)
+
+    def to_json(self) -> bytes:
+        return json_bytes(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, raw: bytes, where: str) -> Self:
+        """Parse the file; RecordError naming the field when it is not one."""
+        return Fields.parse(raw, where).into(cls)
 
 
 def record(run_dir: Path, changed: Mapping[str, tuple[str, str]]) -> None:
@@ -25,23 +53,21 @@ def record(run_dir: Path, changed: Mapping[str, tuple[str, str]]) -> None:
     if not changed:
         path.unlink(missing_ok=True)
         return
-    files = {rel: {"planned": a, "now": b} for rel, (a, b) in sorted(changed.items())}
-    body = {"format_version": FORMAT_VERSION, "checked_at": markers.now(), "files": files}
-    write_atomic(path, json_bytes(body))
+    files = {rel: Change(a, b) for rel, (a, b) in sorted(changed.items())}
+    write_atomic(path, Changed(checked_at=markers.now(), files=files).to_json())
 
 
 def load(run_dir: Path) -> tuple[dict[str, tuple[str, str]], str]:
     """(file -> (planned, now), when it was checked); nothing recorded: ({}, "")."""
     path = Path(run_dir) / CHANGED_JSON
     try:
-        body = json.loads(path.read_text("utf-8"))
-        files = {rel: (str(e["planned"]), str(e["now"])) for rel, e in body["files"].items()}
-        return files, str(body.get("checked_at", ""))
+        body = Changed.from_json(path.read_bytes(), str(path))
     except FileNotFoundError:
         return {}, ""
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+    except (OSError, RecordError) as e:
         msg = f"{path} is unreadable ({e}); delete it: the next dry run writes it again"
         raise InputError(msg) from e
+    return {rel: (c.planned, c.now) for rel, c in body.files.items()}, body.checked_at
 
 
 def forget(run_dir: Path, files: set[str]) -> None:

@@ -11,13 +11,13 @@ import json
 import os
 import secrets
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Self
 
 from shardwise.errors import RecordError, ShardClaimedError
 from shardwise.run import markers
-from shardwise.run.record import Fields
+from shardwise.run.record import Fields, load_object
 from shardwise.slurm import queries
 from shardwise.store.atomic import create_exclusive, json_bytes, write_atomic
 
@@ -154,21 +154,12 @@ class Adoption:
     @classmethod
     def from_json(cls, data: bytes, where: str) -> Self:
         """Read ``claims/adopted.json``; RecordError naming a damaged field."""
-        f = Fields.parse(data, where)
-        holders = (h.into(Holder) for h in f.objects("holders", []))
-        checked = tuple(replace(h, shards=_ints(h.shards, where)) for h in holders)
-        return f.into(cls, holders=checked)
+        return Fields.parse(data, where).into(cls)  # each holder's shards: integers
 
     @property
     def shards(self) -> tuple[int, ...]:
         """Every adopted shard, ascending."""
         return tuple(sorted(s for h in self.holders for s in h.shards))
-
-
-def _ints(values: tuple[Any, ...], where: str) -> tuple[int, ...]:
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-        raise RecordError(where, f"field 'shards' must hold shard numbers, got {list(values)!r}")
-    return tuple(values)
 
 
 def adoption_path(run_dir: Path) -> Path:
@@ -206,22 +197,44 @@ def write_adoption(run_dir: Path, adoption: Adoption | None) -> None:
             old.unlink(missing_ok=True)
 
 
-def read_jobs_cache(run_dir: Path) -> dict[str, Any]:
+@dataclass(frozen=True)
+class BatchScript:
+    """What a queued job's batch script says (an entry of ``claims/jobs.json``): the
+    snakefile, the configfiles and the shards of its ``--target-jobs``."""
+
+    snakefile: str = ""
+    configfiles: tuple[str, ...] = ()
+    shards: tuple[int, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        configfiles, shards = list(self.configfiles), list(self.shards)
+        return {"snakefile": self.snakefile, "configfiles": configfiles, "shards": shards}
+
+
+def read_jobs_cache(run_dir: Path) -> dict[str, BatchScript]:
     """``claims/jobs.json``: per queued job (``<id>@<submit time>``), what its batch
-    script said (snakefile, configfiles, shards); empty when absent or unreadable."""
+    script said; empty when absent or unreadable (a cache: the scripts are read again)."""
+    path = run_dir / CLAIMS_DIR / JOBS_CACHE
     try:
-        cache = json.loads((run_dir / CLAIMS_DIR / JOBS_CACHE).read_text("utf-8"))
-    except (OSError, ValueError):
+        data = load_object(path.read_bytes(), str(path))
+    except (OSError, RecordError):
         return {}
-    return cache if isinstance(cache, dict) else {}
+    found = {}
+    for key, entry in data.items():  # a damaged entry is a miss: its script is read again
+        with contextlib.suppress(RecordError):
+            if isinstance(entry, dict):
+                found[key] = Fields(entry, f"{path} [{key}]").into(BatchScript)
+    return found
 
 
-def write_jobs_cache(run_dir: Path, cache: dict[str, Any]) -> None:
+def write_jobs_cache(run_dir: Path, cache: dict[str, BatchScript]) -> None:
     """Replace ``claims/jobs.json`` (a cache: on failure the next invocation reads the
     batch scripts again)."""
     with contextlib.suppress(OSError):
-        text = json.dumps(cache, indent=1) + "\n"
-        write_atomic(run_dir / CLAIMS_DIR / JOBS_CACHE, text.encode())
+        body = {key: entry.to_json() for key, entry in cache.items()}
+        write_atomic(
+            run_dir / CLAIMS_DIR / JOBS_CACHE, (json.dumps(body, indent=1) + "\n").encode()
+        )
 
 
 def _opt(value: Any) -> str | None:

@@ -49,6 +49,15 @@ def _fields_of(cls: type) -> tuple[tuple[str, Any, dataclasses.Field[Any]], ...]
     return tuple((f.name, hints[f.name], f) for f in dataclasses.fields(cls))
 
 
+#: How the item types of arrays are named in messages.
+_NAMES = {int: "integers", str: "strings"}
+
+
+def _is(value: Any, kind: type) -> bool:
+    """``value`` is a ``kind`` (a bool is never an int)."""
+    return isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+
+
 class Fields:
     """One JSON object read into a record: a getter per field, each checking its type."""
 
@@ -116,6 +125,15 @@ class Fields:
             raise self.refuse(key, "must be an array of objects")
         return tuple(Fields(v, f"{self.where} [{key}][{i}]") for i, v in enumerate(values))
 
+    def _records(self, key: str, cls: type[T], default: Any) -> Any:
+        """A map of records: each value of the object ``key`` read into ``cls``."""
+        values = self.dict(key, default)
+        if not isinstance(values, dict):
+            return values
+        if not all(isinstance(v, dict) for v in values.values()):
+            raise self.refuse(key, "must map names to objects")
+        return {k: Fields(v, f"{self.where} [{key}][{k}]").into(cls) for k, v in values.items()}
+
     def sub(self, key: str) -> Self:
         """The fields of a nested object (absent: an empty one)."""
         return Fields(self.dict(key, {}), f"{self.where} [{key}]")
@@ -128,8 +146,8 @@ class Fields:
         """The dataclass ``cls`` with every field read by its annotation (``given`` ones as
         they are): ``int`` is a count (>= 0, never a bool), ``float`` any number, a ``tuple``
         is read from an array (of records, each read by its own annotations, when its items
-        are dataclasses), a dataclass from an object; ``X | None`` and a field with a default
-        may be absent."""
+        are dataclasses), a dataclass from an object, ``dict[str, Record]`` from an object of
+        objects; ``X | None`` and a field with a default may be absent."""
         values = dict(given)
         for name, hint, f in _fields_of(cls):
             if name not in values:
@@ -150,9 +168,13 @@ class Fields:
             item = (typing.get_args(base) or (None,))[0]
             if dataclasses.is_dataclass(item):  # a tuple of records, each read the same way
                 return tuple(f.into(item) for f in self.objects(key))
+            if item in (int, str) and not all(_is(v, item) for v in value):
+                raise self.refuse(key, f"must be an array of {_NAMES[item]}, got {value!r}")
             return tuple(value)
         if dataclasses.is_dataclass(origin):  # a nested record
             return self.sub(key).into(origin) if key in self.data else default
+        if origin is dict and dataclasses.is_dataclass((typing.get_args(base) or (0, 0))[1]):
+            return self._records(key, typing.get_args(base)[1], default)
         reader = {
             int: self.count,
             float: self.number,

@@ -126,9 +126,10 @@ def _facts(run_dir):
     ]
     cache = {
         "20@2026-12-01T05:55:00": inflight.parse_wrap(WRAP_SCRIPT),
-        "19@2026-12-01T05:55:00": {**inflight.parse_wrap(WRAP_SCRIPT), "shards": [0, 1]},
+        "19@2026-12-01T05:55:00": replace(inflight.parse_wrap(WRAP_SCRIPT), shards=(0, 1)),
     }
-    (run_dir / "claims" / claims.JOBS_CACHE).write_text(json.dumps(cache))
+    body = {key: entry.to_json() for key, entry in cache.items()}
+    (run_dir / "claims" / claims.JOBS_CACHE).write_text(json.dumps(body))
     starts = {m: _window(m) for m in (240, 120, 60, 19)}
     return cluster_status.StatusFacts(
         user="me",

@@ -76,7 +76,7 @@ def test_the_adoption_record_round_trips_and_refuses_a_damaged_shard_list(tmp_pa
     try:
         claims.read_adoption(tmp_path)
     except claims.RecordError as e:
-        assert "field 'shards' must hold shard numbers" in str(e)
+        assert "[holders][0]: field 'shards' must be an array of integers" in str(e)
     else:
         raise AssertionError("a damaged shard list was read")
     end = claims.adoption_end_path(tmp_path, "old")

@@ -72,7 +72,7 @@ onerror:
     print_failures(FAILURES)
 
 
-# Several shards grouped into one SLURM job still ask for one GPU (see README).
+# Several shards grouped into one SLURM job still ask for one GPU (see docs/slurm.md).
 resource_scopes:
     gpu="local",
 

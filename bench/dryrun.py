@@ -8,7 +8,7 @@ run with ``input.relist: false`` (trusts the cached plan). Beside them, a bare S
 that declares the same number of targets and nothing else: what Snakemake itself costs,
 so shardwise's own share is the difference. The model check passes on one tiny
 classifier built offline (the demo's, cached under ``--dir``). Prints wall seconds and
-peak RSS per cell, one run each, and the ratios the README quotes.
+peak RSS per cell, one run each, and the ratios docs/configuration.md quotes.
 
     python bench/dryrun.py                                 # 56,514 files, 3,000 shards
     python bench/dryrun.py --files 56514,565140 --shards 3000,30000

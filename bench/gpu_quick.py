@@ -31,7 +31,7 @@ import os
 import sys
 import time
 
-#: The MFU denominator: H100/H200 SXM dense bf16 (the issue's and the README's figure).
+#: The MFU denominator: H100/H200 SXM dense bf16 (the issue's and docs/engine.md's figure).
 PEAK_FLOPS = 989e12
 #: A Dolma-like length mix: lognormal with mean ~1,600 and E[L^2]/E[L] ~3,400 (before the
 #: 8,192 cap), sigma^2 = ln(3400 / 1600).

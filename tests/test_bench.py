@@ -1,7 +1,7 @@
 """Every benchmark under bench/ runs in CI at a tiny size, so none can rot unnoticed.
 
 Each smoke run asserts that the script finished and printed its figures, never what
-they are: the figures belong to a full run on a quiet machine (the README names the
+they are: the figures belong to a full run on a quiet machine (docs/engine.md's benchmarks name the
 command behind each). ``bench/gpu-check.sh`` has its own smoke run (test_gpu_check.py).
 """
 

@@ -64,7 +64,7 @@ def test_killed_run_restarts_and_labels_each_row_exactly_once(tmp_path, demo_mod
     done_before = {p: p.stat().st_mtime_ns for p in labels.rglob("*.done")}
     assert done_before, "nothing finished before the kill"
     assert markers.done_shards(tmp_path / "run") != set(range(12))
-    # After a kill -9 Snakemake may still hold its lock (README: `--unlock` first).
+    # After a kill -9 Snakemake may still hold its lock: `--unlock` clears it either way.
     run_snakemake(config, "--unlock")
     run_snakemake(config, "--rerun-incomplete")
     assert_labelled_exactly_once(tmp_path / "corpus", labels)

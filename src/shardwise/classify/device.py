@@ -47,7 +47,7 @@ def _no_cuda_reason() -> str:
     built = torch.version.cuda
     if built is None:
         text = f"torch {torch.__version__} is a CPU-only build (torch.version.cuda=None); install "
-        text += "a CUDA build of torch in the job's environment (README: 'A CUDA build of "
+        text += "a CUDA build of torch in the job's environment (docs/engine.md: 'A CUDA build of "
         return text + "torch')"
     text = f"torch {torch.__version__} was built for CUDA {built} (torch.version.cuda={built!r}) "
     text += "but finds no usable GPU: the node's driver may be older than that CUDA version or the "

@@ -1,7 +1,7 @@
 """The coverage ETA against the measured finish of the same run: many small files, a few large.
 
 Half of a demo run is labelled by snakemake (the local executor, 2 jobs at a time, as
-the README's quick start runs it); coverage's ETA is read; the other half is labelled and
+the quick start runs it); coverage's ETA is read; the other half is labelled and
 timed. The ETA rests on the pace of the finished shard jobs (start-up and model loading
 included), so it must land near the measured finish; the labelling rate alone, which the
 ETA used to divide by, is shown beside it and misses most of it on small files.

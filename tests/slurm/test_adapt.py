@@ -138,7 +138,8 @@ def test_slurms_plan_names_a_limit_that_really_starts_on_a_busy_cluster():
             )
             code = (
                 "import functools, json; from dataclasses import asdict;"
-                "from shardwise.ops import plan_probe, walltime_probe;"
+                "from shardwise.ops.walltime import plan_probe;"
+                "from shardwise.ops.walltime import probe as walltime_probe;"
                 "from shardwise.slurm import queries;"
                 f"d = queries.job_detail({first!r}).value;"
                 "o = functools.partial(walltime_probe.test_only_options, d);"

@@ -381,7 +381,7 @@ def test_the_window_is_located_whatever_the_jobs_ask_for(ordinary_user):
             before = _job_state(USER)
             code = (
                 "import json, sys; from dataclasses import asdict;"
-                "from shardwise.ops import walltime_probe;"
+                "from shardwise.ops.walltime import probe as walltime_probe;"
                 "from shardwise.slurm import queries;"
                 f"d = queries.job_detail({first['id']!r}).value;"
                 f"asked = walltime_probe.probe_minutes({limit}, 1);"

@@ -3,8 +3,9 @@
 Half of a demo run is labelled by snakemake (the local executor, 2 jobs at a time, as
 the quick start runs it); coverage's ETA is read; the other half is labelled and
 timed. The ETA rests on the pace of the finished shard jobs (start-up and model loading
-included), so it must land near the measured finish; the labelling rate alone, which the
-ETA used to divide by, is shown beside it and misses most of it on small files.
+included), so it must land between what the rest's jobs took and the wall of the rest; the
+labelling rate alone, which the ETA used to divide by, is shown beside it and misses most
+of it on small files.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 import yaml
 
 from shardwise.demo.corpus import DemoSize, write_demo
+from shardwise.run import benchmarks
 
 pytestmark = pytest.mark.slow
 
@@ -61,12 +63,19 @@ def test_the_eta_at_half_time_is_near_the_measured_finish(tmp_path, name, size, 
     )  # fmt: skip
     eta = doc["eta"]
     assert (eta["basis"], eta["jobs"], eta["gpus"]) == ("shard jobs", shards // 2, 2), eta
-    measured = snakemake(config)  # the rest, and the report
+    wall = snakemake(config)  # the rest, and the report
+    # What the ETA promises: the rest's shard jobs at the pace of whole jobs (start-up and
+    # model loading in), on the recorded parallel jobs. It lands between what those jobs
+    # took (their benchmarks, as if packed on the slots) and the wall the operator waits,
+    # which adds Snakemake's own start-up and the report rule (seconds to tens, by load).
+    rest = range(shards // 2, shards)
+    seconds = benchmarks.shard_seconds(run_dir)
+    measured = sum(seconds[s] for s in rest) / eta["gpus"]
     print(
         f"\n{name}: ETA {eta['seconds']:.1f} s at the pace of {eta['jobs']} jobs "
         f"({eta['seconds_per_job']:.1f} s each); labelling alone {eta['labelling_seconds']:.1f} "
-        f"s; measured {measured:.1f} s",
+        f"s; the rest's jobs took {measured:.1f} s on {eta['gpus']} slots ({wall:.1f} s wall)",
         file=sys.stderr,
     )
-    assert 0.35 * measured <= eta["seconds"] <= 1.5 * measured, (eta, measured)
+    assert 0.5 * measured <= eta["seconds"] <= 1.5 * wall, (eta, measured, wall)
     assert eta["labelling_seconds"] < eta["seconds"]  # what the old ETA left out

@@ -30,8 +30,8 @@ class FileFidelity:
 
     classifier: str
     docs: int
-    fp32_docs: int
-    mode: str
+    fp32_docs: int = 0  # defaults: absent in the stats of older versions
+    mode: str = ""
     residual: float | None = None
     residual_upper: float | None = None
     margin_too_small: bool = False

@@ -22,7 +22,6 @@ from shardwise.run import (
     benchmarks,
     changes,
     claims,
-    context,
     drift,
     failures,
     jobevents,
@@ -155,22 +154,16 @@ def _remote_file_markers(
     return found, rows
 
 
-def _scan_local(run_dir: Path, output: Location) -> tuple[outputs.Scan, tuple[str, ...]]:
+def _scan_local(
+    output: Location, attributes: Location | None
+) -> tuple[outputs.Scan, tuple[str, ...]]:
     """The local output root by kind (names only), and a local attributes root; and the
     roots listed (a remote attributes root is ``verify``'s to list)."""
     found = outputs.scan(output.list_names())
-    settings = context.read_settings(run_dir)
-    attributes = settings.attributes() if settings is not None else None
     if attributes is None or attributes.remote:
         return found, ("output",)
     found.found[outputs.DOLMA.name] = dict.fromkeys(attributes.list_names(), 0)
     return found, ("output", "attributes")
-
-
-def _input_format(run_dir: Path) -> str:
-    """``input.format`` as the last plan recorded it (``auto`` before any)."""
-    settings = context.read_settings(run_dir)
-    return settings.input.format if settings is not None else "auto"
 
 
 def _read_all(output: Location, rels: Iterable[str]) -> Iterator[bytes]:
@@ -200,8 +193,8 @@ def load_state(
     failing = failures.failing_shards(run_dir, done)
     last = {int(s): r for s in failing if (r := failures.latest(run_dir, int(s))) is not None}
 
-    output = context.output_location(run_dir, meta)
-    seen = _outputs_seen(run_dir, output, plan, done, shard_markers, read_stats, output_markers)
+    output = pinned.output
+    seen = _outputs_seen(pinned, done, shard_markers, read_stats, output_markers)
     stats, output_markers, found, scanned_roots, bad_markers = seen
     unreadable += bad_markers
     return RunState(
@@ -225,7 +218,8 @@ def load_state(
         changed=changes.load(run_dir)[0],
         skipped=skipped.load(run_dir),
         drift=drift.load(run_dir),
-        input_format=_input_format(run_dir),
+        # ``input.format`` as the last plan recorded it (``auto`` before any)
+        input_format=pinned.settings.input.format if pinned.settings is not None else "auto",
         copies=run_state.copies_disagree(run_dir, meta, run_state.output_copy(output)),
         adapted=_adapted(run_dir),
         job_events=tuple(jobevents.load(run_dir)),
@@ -234,9 +228,7 @@ def load_state(
 
 
 def _outputs_seen(
-    run_dir: Path,
-    output: Location,
-    plan: pa.Table,
+    run: opened.OpenRun,
     done: np.ndarray,
     shard_markers: ShardMarkers,
     read_stats: Callable[[], Iterable[dict[str, Any]]] | None,
@@ -247,6 +239,7 @@ def _outputs_seen(
     """What the outputs say: the run's files' stats (from ``read_stats``, the open shards'
     journals on a store, a local root's stats files, and the shard markers), the files
     with a marker, the local listing and the roots it covered, the unreadable markers."""
+    run_dir, output, plan = run.run_dir, run.output, run.plan
     stats: statstable.StatsTable | None = None
     # Files whose shard marker carries their figures: their stats are not read.
     in_markers = {row["file"] for row in shard_markers.file_stats}
@@ -259,7 +252,7 @@ def _outputs_seen(
         output_markers, journaled = _remote_file_markers(run_dir, plan, done)
         stats = statstable.from_rows(journaled) if journaled else None
     elif not output.remote:
-        found, scanned_roots = _scan_local(run_dir, output)
+        found, scanned_roots = _scan_local(output, run.attributes)
         unread = [outputs.STATS.rel(r) for r in found.of(outputs.STATS) if r not in in_markers]
         stats = statstable.from_json(_read_all(output, unread))
         if output_markers is None:

@@ -19,8 +19,8 @@ import pyarrow.compute as pc
 from tqdm import tqdm
 
 from shardwise.errors import ConfigError
-from shardwise.run import dolma, plan, quarantine, selection, sidecar, summaries
-from shardwise.run.opened import OpenRun, open_run
+from shardwise.run import dolma, plan, selection, sidecar, summaries
+from shardwise.run.opened import OpenRun
 from shardwise.run.selection import SelectionPlan, ShardSelection
 from shardwise.store.atomic import write_atomic
 from shardwise.store.location import Location
@@ -84,16 +84,13 @@ def select_file(
     )
 
 
-def files_to_select(
-    run_dir: Path, sel: SelectionPlan, shard: int, table: pa.Table | None = None
-) -> list[str]:
-    """The shard's files of labelled tasks (in its summary), none quarantined
-    (``table``: the plan, when the caller has it loaded)."""
+def files_to_select(run: OpenRun, sel: SelectionPlan, shard: int) -> list[str]:
+    """The shard's files of labelled tasks (in its summary), none quarantined."""
     if shard not in sel.shards:
         return []
-    rows = plan.files_of_shard(table if table is not None else plan.load(run_dir), shard)
-    complete = set(summaries.read(run_dir, shard).task_ids)
-    left_out = set(quarantine.load(run_dir))
+    rows = plan.files_of_shard(run.plan, shard)
+    complete = set(summaries.read(run.run_dir, shard).task_ids)
+    left_out = set(run.quarantined)
     pairs = list(zip(rows["file"].to_pylist(), rows["task_id"].to_pylist(), strict=True))
     bad_tasks = {t for f, t in pairs if f in left_out}
     return [f for f, t in pairs if t in complete and t not in bad_tasks]
@@ -110,19 +107,13 @@ def _write(run_dir: Path, sel: SelectionPlan, one: FileSelection, attrs: Locatio
 
 
 def select_shard(
-    run_dir: Path,
-    name: str,
-    shard: int,
-    *,
-    table: pa.Table | None = None,
-    on_file: Callable[[], None] | None = None,
+    ctx: OpenRun, name: str, shard: int, *, on_file: Callable[[], None] | None = None
 ) -> ShardSelection:
-    """Select every file of ``shard`` and write its record (the Snakemake job;
-    ``table``: the plan, loaded once by a caller that selects many shards)."""
-    ctx = open_run(run_dir)
+    """Select every file of ``shard`` and write its record (the Snakemake job, or one of
+    many a caller that opened the run once selects)."""
     sel = selection.load_plan(ctx.run_dir, name)
     if sel is None:
-        msg = f"{run_dir}: no selection named {name!r}: plan it with shardwise select first"
+        msg = f"{ctx.run_dir}: no selection named {name!r}: plan it with shardwise select first"
         raise ConfigError(msg)
     index = {d.labels: i for i, d in enumerate(sel.domains)}
     n = len(sel.domains)
@@ -130,7 +121,7 @@ def select_shard(
     max_repeats: dict[str, int] = {}
     other = 0
     attrs = attributes_root(ctx, name)
-    files = files_to_select(ctx.run_dir, sel, shard, table)
+    files = files_to_select(ctx, sel, shard)
     for rel in files:
         one = select_file(ctx.output, sel, index, rel)
         _write(ctx.run_dir, sel, one, attrs)
@@ -168,20 +159,20 @@ def records(run_dir: Path, sel: SelectionPlan) -> dict[int, ShardSelection]:
     return {s: r for s, r in got.items() if r is not None and r.plan == digest}
 
 
-def select_missing(run_dir: Path, sel: SelectionPlan, *, jobs: int = 4, progress: bool = True):
+def select_missing(run: OpenRun, sel: SelectionPlan, *, jobs: int = 4, progress: bool = True):
     """Select here every shard of the plan not selected yet (resumable: a shard's record
-    is written after its files); the shards selected now."""
-    done = records(run_dir, sel)  # read once, not once per shard
+    is written after its files); the shards selected now. The run is opened once: its
+    plan and quarantine are read once, not once per shard."""
+    done = records(run.run_dir, sel)  # read once, not once per shard
     todo = [s for s in sel.shards if s not in done]
     if not todo:
         return []
-    table = plan.load(run_dir)
-    per_shard = plan.files_per_shard(table)
+    per_shard = plan.files_per_shard(run.plan)
     total = sum(per_shard.get(s, 0) for s in todo)
     bar = tqdm(total=total, unit="file", desc=f"select {sel.name}", disable=not progress)
 
     def one(shard: int) -> None:
-        record = select_shard(run_dir, sel.name, shard, table=table, on_file=bar.update)
+        record = select_shard(run, sel.name, shard, on_file=bar.update)
         bar.update(per_shard.get(shard, 0) - record.files)  # files not selected from
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:

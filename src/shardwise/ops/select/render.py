@@ -248,13 +248,13 @@ def run(
         raise ConfigError(msg)
     sel = planning.planned(ctx.run_dir, request, name)
     if not plan_only:
-        select_missing(ctx.run_dir, sel, jobs=jobs, progress=progress)
+        select_missing(ctx, sel, jobs=jobs, progress=progress)
     return finish(ctx.run_dir, sel, mix_output)
 
 
 def run_shard(run_dir: Path, name: str, shard: int) -> ShardSelection:
     """One shard's selection (the job of Snakemake's ``select_all``)."""
-    return select_shard(run_dir, planning.check_name(name), shard)
+    return select_shard(open_run(run_dir), planning.check_name(name), shard)
 
 
 def render_png(r: Report, top: int = 30) -> bytes:

@@ -16,6 +16,7 @@ import numpy as np
 from synthrun import write_run_json
 
 from shardwise.ops.domains.estimate import Population, Sample
+from shardwise.run.labelcounts import LabelCounts
 from shardwise.run.sharding import shard_for_task
 
 
@@ -196,7 +197,10 @@ def write_run(
     common = {"total_shards": corpus.total_shards, "minimum_shard_index": 0, "docs": None}
     for shard in sorted({int(s) for s in done_shards}):
         tasks = members.get(shard, [])
-        counts = {corpus.task_ids[i]: task_counts(corpus, i) for i in tasks}
+        counts = {
+            corpus.task_ids[i]: LabelCounts.from_json(task_counts(corpus, i), "synthetic")
+            for i in tasks
+        }
         data = summaries.build(shard, [(corpus.task_ids[i], [corpus.task_ids[i]]) for i in tasks],
                                counts)  # fmt: skip
         write_atomic(summaries.summary_path(run_dir, shard), data)

@@ -12,6 +12,7 @@ from e2e import tiny_model_dir
 
 from shardwise.classify.modelcheck import check_classifiers, classifier_problems, identity
 from shardwise.errors import ModelError
+from shardwise.run.modelpin import ModelIdentity
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
@@ -131,17 +132,17 @@ def test_identity_is_a_content_hash_and_the_hub_revision(model, tmp_path, hub_ca
     first = identity(str(model), cache_root=cache_root)
     moved = tmp_path / "elsewhere"
     shutil.copytree(model, moved)
-    assert identity(str(moved), cache_root=cache_root)["content_hash"] == first["content_hash"]
-    assert first["revision"] is None and len(first["content_hash"]) == 64
+    assert identity(str(moved), cache_root=cache_root).content_hash == first.content_hash
+    assert first.revision is None and len(first.content_hash) == 64
     weights = moved / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-1] + b"\x01")
-    assert identity(str(moved), cache_root=cache_root)["content_hash"] != first["content_hash"]
+    assert identity(str(moved), cache_root=cache_root).content_hash != first.content_hash
     put_in_cache(hub_cache, "WebOrganizer/TopicClassifier", model)
     hub = identity("WebOrganizer/TopicClassifier", cache_root=cache_root)
-    assert hub == {
-        "model": "WebOrganizer/TopicClassifier",
-        "content_hash": first["content_hash"],
-        "tokenizer_hash": first["tokenizer_hash"],
-        "revision": COMMIT,
-    }
-    assert len(first["tokenizer_hash"]) == 64
+    assert hub == ModelIdentity(
+        model="WebOrganizer/TopicClassifier",
+        content_hash=first.content_hash,
+        tokenizer_hash=first.tokenizer_hash,
+        revision=COMMIT,
+    )
+    assert len(first.tokenizer_hash) == 64

@@ -9,6 +9,7 @@ import pytest
 from shardwise.config import resolve_pairs
 from shardwise.errors import ConfigError
 from shardwise.run import filestats, labelcounts
+from shardwise.run.labelcounts import LabelCounts
 
 
 def _columns(name: str, labels: list[str], ids: list[int]) -> dict[str, pa.Array]:
@@ -28,7 +29,7 @@ def test_counts_documents_and_text_bytes_per_label_and_pair_sparsely():
     }
     counts = labelcounts.count_labels(cols, nbytes, ["topic", "format"], [("topic", "format")])
     assert nbytes.tolist() == [6, 0, 3, 6, 3]
-    assert counts == {
+    assert counts.to_json() == {
         "format_version": 1,
         "docs": 5,
         "text_bytes": 18,
@@ -48,7 +49,7 @@ def test_counts_documents_and_text_bytes_per_label_and_pair_sparsely():
 def test_an_empty_file_has_empty_counts():
     cols = _columns("topic", ["A"], [])
     counts = labelcounts.count_labels(cols, labelcounts.text_bytes([]), ["topic"])
-    assert counts == {
+    assert counts.to_json() == {
         "format_version": 1,
         "docs": 0,
         "text_bytes": 0,
@@ -64,9 +65,9 @@ def test_counts_of_100k_documents_are_vectorised_and_sum_to_the_file():
             **_columns("format", [f"f{i}" for i in range(24)], ids[::-1].tolist())}  # fmt: skip
     nbytes = rng.integers(0, 5000, 100_000)
     counts = labelcounts.count_labels(cols, nbytes, ["topic", "format"], [("topic", "format")])
-    cells = [c for row in counts["pairs"]["topic,format"].values() for c in row.values()]
+    cells = [c for row in counts.pairs["topic,format"].values() for c in row.values()]
     assert sum(c[0] for c in cells) == 100_000
-    assert sum(c[1] for c in cells) == int(nbytes.sum()) == counts["text_bytes"]
+    assert sum(c[1] for c in cells) == int(nbytes.sum()) == counts.text_bytes
 
 
 def test_default_pairs_are_the_weborganizer_pairs_whose_classifiers_exist():
@@ -126,7 +127,9 @@ def test_adding_counts_sums_every_cell():
            "pairs": {"t,f": {"A": {"X": [1, 3]}}}}  # fmt: skip
     two = {"docs": 2, "text_bytes": 5, "classifiers": {"t": {"A": [1, 2], "B": [1, 3]}},
            "pairs": {"t,f": {"A": {"X": [1, 2]}, "B": {"Y": [1, 3]}}}}  # fmt: skip
-    assert labelcounts.add_counts(labelcounts.add_counts(None, one), two) == {
+    parts = [LabelCounts.from_json(one, "one"), LabelCounts.from_json(two, "two")]
+    assert LabelCounts.total(parts).to_json() == {
+        "format_version": 1,
         "docs": 3,
         "text_bytes": 8,
         "classifiers": {"t": {"A": [2, 5], "B": [1, 3]}},

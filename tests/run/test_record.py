@@ -19,12 +19,15 @@ from shardwise.run.context import (
     RecordedRoots,
     RunSettings,
 )
-from shardwise.run.failures import FailureRecord
+from shardwise.run.failures import FailedFile, FailureRecord
 from shardwise.run.fidelity import FileFidelity
-from shardwise.run.filestats import FileStats
+from shardwise.run.filestats import FileStats, Precision
 from shardwise.run.jobevents import JobEvent
 from shardwise.run.journal import Line
+from shardwise.run.labelcounts import LabelCounts
+from shardwise.run.labelling import Labelling
 from shardwise.run.markers import FileMarker, ShardMarker
+from shardwise.run.modelpin import ModelIdentity
 from shardwise.run.plan import PlanSummary
 from shardwise.run.record import Fields
 from shardwise.run.runjson import InputChange, RunMeta
@@ -32,11 +35,12 @@ from shardwise.run.runjson import InputChange, RunMeta
 STATS = FileStats(
     file="a/b.jsonl.gz", task_id="a/b.jsonl.gz", shard=3, bytes=100, docs=5, tokens=40,
     seconds=1.5, timings={"read": 0.5, "infer": 1.0}, counts={"null_ids": 1},
-    truncated_docs=0, models={"topic": {}},
+    truncated_docs=0, models={"topic": ModelIdentity(content_hash="c", model="m/topic")},
     fidelity=(FileFidelity(classifier="topic", docs=5, fp32_docs=0, mode="recheck"),),
     device="cpu", device_name="cpu", dtype="float32", finished_at="2026-01-01T00:00:00+00:00",
-    source_identity="100:7", labelling={"text_field": "text"}, engine={"batches": 1},
-    label_counts={"docs": 5, "classifiers": {}, "pairs": {}},
+    source_identity="100:7", labelling=Labelling(text_field="text", templates={"text": "{text}"}),
+    precision=Precision("bfloat16", "auto"), engine={"batches": 1},
+    label_counts=LabelCounts(docs=5, text_bytes=9, classifiers={"topic": {"A": [5, 9]}}),
 )  # fmt: skip
 RECORDS = [
     STATS,
@@ -86,14 +90,14 @@ RECORDS = [
     ),
     FailureRecord(
         shard=3,
-        failed=({"file": "a.jsonl", "error": "bad"},),
+        failed=(FailedFile("a.jsonl", "bad"),),
         kind="input",
         reason="bad",
         slurm_job_id="17",
         hostname="n1",
         at="2026-01-01T00:00:00+00:00",
     ),
-    Line("a/b.jsonl.gz", 5, STATS.figures(), {"docs": 5, "classifiers": {}, "pairs": {}}),
+    Line("a/b.jsonl.gz", 5, STATS.figures(), LabelCounts(docs=5, tokens=7)),
     JobEvent(
         at="2026-12-06T05:31:46",
         job_id="12",
@@ -120,11 +124,11 @@ RUN_JSON = RunMeta.new(
     task_count=3,
     fingerprint="ab",
     classifiers=[("topic", "m/topic", "url_text")],
-    labelling={"text_field": "text"},
+    labelling=Labelling(id_field="id", text_field="text", max_length=512),
     input_changes=(
         InputChange(at="t", tasks_added=1, tasks_removed=0, task_count=3, fingerprint="ab"),
     ),
-    models={"topic": {"content_hash": "c"}},
+    models={"topic": ModelIdentity(content_hash="c", revision="r")},
 )
 
 
@@ -179,7 +183,10 @@ def test_a_damaged_field_is_refused_naming_the_file_and_the_field(record, field,
         ("task_count", "3", "field 'task_count' must be an integer"),
         ("classifiers", [["topic", "m", "text"]], "field 'classifiers' must be an array of obj"),
         ("input_changes", [{"at": "t"}], r"\[input_changes\]\[0\] field 'tasks_added' is missing"),
-        ("models", {"topic": "abc"}, "field 'models' must map each classifier to an object"),
+        ("models", {"topic": "abc"}, "field 'models' must map names to objects"),
+        ("models", {"topic": {"revision": 3}}, r"\[models\]\[topic\] field 'revision' must be a s"),
+        ("labelling", {"max_length": "512"}, r"\[labelling\] field 'max_length' must be an int"),
+        ("labelling", {"templates": {"text": 1}}, r"\[templates\] field 'text' must be a str"),
     ],
 )
 def test_run_json_round_trips_and_refuses_a_damaged_field_by_name(field, value, message):

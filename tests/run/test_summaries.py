@@ -7,16 +7,16 @@ import pyarrow as pa
 
 from shardwise.run import journal, labelcounts, summaries
 from shardwise.run.filestats import FIGURES, FileStats
+from shardwise.run.labelcounts import LabelCounts
 
 
-def _counts(docs: int, nbytes: int, topic: str, fmt: str) -> dict:
-    return {
-        "format_version": 1,
-        "docs": docs,
-        "text_bytes": nbytes,
-        "classifiers": {"topic": {topic: [docs, nbytes]}, "format": {fmt: [docs, nbytes]}},
-        "pairs": {"topic,format": {topic: {fmt: [docs, nbytes]}}},
-    }
+def _counts(docs: int, nbytes: int, topic: str, fmt: str) -> LabelCounts:
+    return LabelCounts(
+        docs=docs,
+        text_bytes=nbytes,
+        classifiers={"topic": {topic: [docs, nbytes]}, "format": {fmt: [docs, nbytes]}},
+        pairs={"topic,format": {topic: {fmt: [docs, nbytes]}}},
+    )
 
 
 def test_a_summary_round_trips_tasks_and_cells():
@@ -62,7 +62,7 @@ def test_summary_of_a_shard_uses_the_journal_and_reads_stats_only_for_the_rest(t
         stats_read.append(rel)
         if rel == "x/3.jsonl":
             raise FileNotFoundError(rel)
-        return json.dumps({"docs": 1, "label_counts": _counts(1, 5, "B", "F")}).encode()
+        return json.dumps({"docs": 1, "label_counts": _counts(1, 5, "B", "F").to_json()}).encode()
 
     files = [("x/1.jsonl", "x/1.jsonl"), ("x/2.jsonl", "x/2.jsonl"), ("x/3.jsonl", "x/3.jsonl")]
     rows = summaries.write_for_shard(tmp_path, 3, files, read_stats)
@@ -101,10 +101,10 @@ def test_token_counts_ride_along_when_the_run_counts_them():
     }
     one = labelcounts.count_labels(columns, np.array([10, 20, 30]), ["topic"],
                                    tokens=np.array([3, 5, 7]))  # fmt: skip
-    assert one["classifiers"]["topic"] == {"Health": [2, 40, 10], "Travel": [1, 20, 5]}
-    assert one["tokens"] == 15
-    both = labelcounts.add_counts(labelcounts.add_counts(None, one), one)
-    assert both["classifiers"]["topic"]["Health"] == [4, 80, 20] and both["tokens"] == 30
+    assert one.classifiers["topic"] == {"Health": [2, 40, 10], "Travel": [1, 20, 5]}
+    assert one.tokens == 15
+    both = LabelCounts.total([one, one])
+    assert both.classifiers["topic"]["Health"] == [4, 80, 20] and both.tokens == 30
     s = summaries.parse(summaries.build(1, [("t", ["a", "b"])], {"a": one, "b": one}))
     assert s.task_tokens.tolist() == [30]
     assert sorted(s.view_cells("topic")["tokens"].to_pylist()) == [10, 20]

@@ -4,13 +4,11 @@ load, and again after it (a model rewritten while it loaded stops the shard)."""
 
 import dataclasses
 from pathlib import Path
-from typing import Any
 
 from shardwise.classify.modelcheck import identities, source_of
 from shardwise.errors import ModelError
-from shardwise.run import (
-    modelpin,
-)
+from shardwise.run import modelpin
+from shardwise.run.modelpin import ModelIdentity
 from shardwise.run.opened import OpenRun
 
 
@@ -20,13 +18,17 @@ def model_sources(ctx: OpenRun) -> dict[str, Path | None]:
     return {model: source_of(model) for _, model, _ in ctx.meta.classifiers}
 
 
-def model_identities(ctx: OpenRun, sources: dict[str, Path | None] | None = None) -> dict[str, Any]:
+def model_identities(
+    ctx: OpenRun, sources: dict[str, Path | None] | None = None
+) -> dict[str, ModelIdentity]:
     """Each classifier's model identity (content hash, hub revision) for the stats."""
     return identities(ctx.meta.classifiers, sources)
 
 
 def check_models(
-    ctx: OpenRun, models: dict[str, Any], sources: dict[str, Path | None] | None = None
+    ctx: OpenRun,
+    models: dict[str, ModelIdentity],
+    sources: dict[str, Path | None] | None = None,
 ) -> None:
     """ModelError (the shard stops before its first file) when a classifier's model is
     not the one run.json pins: replaced in place, or a hub snapshot that moved."""
@@ -38,13 +40,15 @@ def check_models(
         raise ModelError(" ".join(modelpin.refusal(n, paths[n], d) for n, d in wrong.items()))
 
 
-def check_loaded(ctx: OpenRun, checked: dict[str, Any], sources: dict[str, Path | None]) -> None:
+def check_loaded(
+    ctx: OpenRun, checked: dict[str, ModelIdentity], sources: dict[str, Path | None]
+) -> None:
     """ModelError when a model's files changed while the job loaded them (written in place:
     a symlink repointed meanwhile does not move the resolved directory): its identity
     now differs from the one checked before the load. Cheap when nothing changed (the
     identity cache answers from each file's size, mtime, inode and ctime)."""
     after = model_identities(ctx, sources)
-    changed = modelpin.mismatched({n: modelpin.pin_of(i) for n, i in checked.items()}, after)
+    changed = modelpin.mismatched(modelpin.pins(checked), after)
     if changed:
         paths = {name: _named(model, sources) for name, model, _ in ctx.meta.classifiers}
         text = " ".join(

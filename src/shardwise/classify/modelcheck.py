@@ -14,11 +14,11 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from tokenizers import Tokenizer
 
 from shardwise.errors import ModelError
+from shardwise.run.modelpin import ModelIdentity
 from shardwise.store.atomic import write_atomic
 
 #: A Hugging Face hub id (``owner/name``).
@@ -240,8 +240,8 @@ def source_of(model: str) -> Path | None:
 
 def identity(
     model: str, *, source: Path | None = None, cache_root: Path | None = None
-) -> dict[str, Any]:
-    """``{model, content_hash, tokenizer_hash, revision}`` of a classifier's model, for
+) -> ModelIdentity:
+    """The identity (model, content_hash, tokenizer_hash, revision) of a classifier's model, for
     the stats and run.json's pin: sha256 over ``config.json`` and every weight file (name
     and bytes), and over its tokenizer files, each cached under ``cache_root`` by path,
     size, mtime, inode and ctime (paid once per model version: a file written in place,
@@ -249,7 +249,7 @@ def identity(
     ``source``: the directory :func:`source_of` resolved (default: resolved now)."""
     path = source if source is not None else source_of(model)
     if path is None:
-        return {"model": model, "content_hash": None, "revision": None}
+        return ModelIdentity(model=model)
     revision = path.name if not Path(model).expanduser().exists() else None
     files = [path / "config.json"]
     files += sorted(path.glob("*.safetensors")) + sorted(path.glob("pytorch_model*.bin"))
@@ -257,12 +257,12 @@ def identity(
     digest = _content_hash(files, cache_root) if files else None
     tokenizer = [path / n for n in TOKENIZER_FILES if (path / n).is_file()]
     tokens = _content_hash(tokenizer, cache_root) if tokenizer else None
-    return {"model": model, "content_hash": digest, "tokenizer_hash": tokens, "revision": revision}
+    return ModelIdentity(digest, tokens, revision, model)
 
 
 def identities(
     classifiers: Iterable[tuple[str, str, str]], sources: Mapping[str, Path | None] | None = None
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, ModelIdentity]:
     """Each classifier's (name, model, input) model identity (:func:`identity`), each model
     hashed once, at ``sources`` (model -> resolved directory) when given: what a file's
     stats record and run.json pins."""

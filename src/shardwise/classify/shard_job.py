@@ -38,8 +38,10 @@ from shardwise.run import (
     sidecar,
     summaries,
 )
+from shardwise.run.failures import FailedFile
 from shardwise.run.fields import Documents
 from shardwise.run.filestats import FileStats
+from shardwise.run.labelling import Labelling
 from shardwise.run.opened import OpenRun, open_run
 from shardwise.run.reader import read_documents
 
@@ -71,7 +73,7 @@ class ShardReport:
     labelled: int = 0
     docs: int = 0
     quarantined: int = 0
-    failed: list[dict[str, str]] = field(default_factory=list)
+    failed: list[FailedFile] = field(default_factory=list)
     #: The half-precision dtype the engine runs on a CPU (device ``auto``, no GPU), else None.
     half_on_cpu: str | None = None
     #: The exception behind each entry of ``failed`` (for the failure's cause).
@@ -268,7 +270,7 @@ def _label_todo(
         for item in _prefetch(ctx, todo, engine.prepare, counter):
             current = item.task.rel
             if item.error is not None:
-                report.failed.append({"file": item.task.rel, "error": item.error})
+                report.failed.append(FailedFile(item.task.rel, item.error))
                 report.errors.append(item.exc or InputError(item.error))
                 if item.fatal:
                     break
@@ -287,7 +289,7 @@ def _label_todo(
         # model, storage (e.g. disk full), the device (a CUDA error, named with GPU and host
         # by the engine) or a bug: the whole shard stops, and the record names the file
         error = str(e) if isinstance(e, ShardwiseError) else f"{type(e).__name__}: {e}"
-        failed = [*report.failed, {"file": current or "(before the first file)", "error": error}]
+        failed = [*report.failed, FailedFile(current or "(before the first file)", error)]
         cause = failures.cause_of(e, ctx.source.url(current) if current else "")
         failures.record_failure(run_dir, shard, failed, cause=cause)
         raise
@@ -303,8 +305,8 @@ def _fail(run_dir: Path, report: ShardReport, todo: int) -> None:
     if cause.kind == "storage":  # no file is at fault: no file named as failing
         msg = f"shard {report.shard}: {cause.reason}; every finished file stays done"
         raise ShardFailedError(msg)
-    names = ", ".join(f["file"] for f in report.failed)
-    details = "\n".join(f"  {f['error']}" for f in report.failed)
+    names = ", ".join(f.file for f in report.failed)
+    details = "\n".join(f"  {f.error}" for f in report.failed)
     fix = "" if cause.shared else f"\n{hint}"
     tried = report.labelled + len(report.failed)
     msg = f"shard {report.shard}: {len(report.failed)} of {tried} file(s) tried failed ({names}); "
@@ -367,7 +369,7 @@ def _label_file(
     return len(item.docs), written
 
 
-def _labelling(ctx: OpenRun) -> dict[str, Any]:
+def _labelling(ctx: OpenRun) -> Labelling:
     """What this job labels with besides the models (the same shape run.json pins)."""
     return labelling(
         ctx.fields.id,
@@ -375,8 +377,13 @@ def _labelling(ctx: OpenRun) -> dict[str, Any]:
         ctx.settings.input.url_field,
         ctx.settings.inference["max_length"],
         (kind for _name, _model, kind in ctx.meta.classifiers),
-        count_tokenizer=(ctx.meta.labelling or {}).get("count_tokenizer"),
+        count_tokenizer=_pinned_counter(ctx),
     )
+
+
+def _pinned_counter(ctx: OpenRun) -> str | None:
+    """The counting tokenizer's hash run.json pins (None: none counts)."""
+    return ctx.meta.labelling.count_tokenizer if ctx.meta.labelling is not None else None
 
 
 def load_counter(ctx: OpenRun) -> TokenCounter | None:
@@ -386,7 +393,7 @@ def load_counter(ctx: OpenRun) -> TokenCounter | None:
     if source is None:
         return None
     counter = TokenCounter.load(source)
-    pinned = (ctx.meta.labelling or {}).get("count_tokenizer")
+    pinned = _pinned_counter(ctx)
     if counter.identity != pinned:
         msg = f"domains.tokenizer {source!r} is not the tokenizer run.json pins (content hash "
         msg += f"{counter.identity[:12]} != {str(pinned)[:12]}): it changed since the run was "

@@ -19,6 +19,8 @@ from typing import Any, Self
 import numpy as np
 from tokenizers import Tokenizer
 
+from shardwise.run.labelling import Labelling
+
 INPUT_KINDS: tuple[str, ...] = ("url_text", "text")
 #: What each input kind feeds its classifier, as ``format_input`` builds it (pinned in
 #: run.json: a different template is a different labelling).
@@ -59,21 +61,19 @@ def labelling(
     kinds: Iterable[str],
     *,
     count_tokenizer: str | None = None,
-) -> dict[str, Any]:
+) -> Labelling:
     """Everything besides the models that decides a label, as run.json pins it and each
     file's stats record it: the reader's fields (the url only when an input uses it), the
     truncation length, the templates, the counting tokenizer's hash (when there is one)."""
     used = sorted(set(kinds))
-    out = {
-        "id_field": id_field,
-        "text_field": text_field,
-        "url_field": url_field if "url_text" in used else None,
-        "max_length": int(max_length),
-        "templates": {kind: TEMPLATES[kind] for kind in used},
-    }
-    if count_tokenizer is not None:
-        out["count_tokenizer"] = count_tokenizer
-    return out
+    return Labelling(
+        id_field=id_field,
+        text_field=text_field,
+        url_field=url_field if "url_text" in used else None,
+        max_length=int(max_length),
+        templates={kind: TEMPLATES[kind] for kind in used},
+        count_tokenizer=count_tokenizer,
+    )
 
 
 def format_input(kind: str, text: str, url: str) -> str:

@@ -15,23 +15,23 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from shardwise.classify.modelcheck import identities
 from shardwise.errors import RecordError, RunMismatchError
 from shardwise.run import modelpin, outputs, runjson
 from shardwise.run.filestats import FileStats
+from shardwise.run.modelpin import ModelIdentity
 from shardwise.store.location import Location
 
 
-def current_models(meta: runjson.RunMeta) -> dict[str, dict[str, Any]]:
+def current_models(meta: runjson.RunMeta) -> dict[str, ModelIdentity]:
     """Each classifier's model identity as it is now (each model path hashed once)."""
     return identities(meta.classifiers)
 
 
 def initial(
-    now: dict[str, dict[str, Any]], copies: tuple[runjson.Copy, runjson.Copy]
-) -> dict[str, dict[str, Any]] | None:
+    now: dict[str, ModelIdentity], copies: tuple[runjson.Copy, runjson.Copy]
+) -> dict[str, ModelIdentity] | None:
     """The models a run.json created now pins, from the (run directory, output root)
     copies as read: a new run's as they are (``now``: so its first write is its only one);
     where a copy exists, its pin (the output root's first: it vouches for the labels),
@@ -39,11 +39,11 @@ def initial(
     files)."""
     found = [c.meta for c in reversed(copies) if c.meta is not None]
     if not found:
-        return _pins(now)
+        return modelpin.pins(now)
     return found[0].models
 
 
-def check_and_pin(run_dir: Path, output: Location, now: dict[str, dict[str, Any]]) -> list[str]:
+def check_and_pin(run_dir: Path, output: Location, now: dict[str, ModelIdentity]) -> list[str]:
     """Pin or compare the models (module docstring) with ``now``, the models as they are;
     the lines to say. RunMismatchError when a model changed under a run that has labelled
     files. The output is listed only where the answer depends on it (no pin yet, or a
@@ -52,7 +52,7 @@ def check_and_pin(run_dir: Path, output: Location, now: dict[str, dict[str, Any]
     if meta.models is None:
         labelled = sorted(outputs.marked(output))
         if not labelled:
-            _write(run_dir, output, replace(meta, models=_pins(now)))
+            _write(run_dir, output, replace(meta, models=modelpin.pins(now)))
             return []
         pins, mixed = modelpin.derive(_stats_models(output, labelled), now)
         _write(run_dir, output, replace(meta, models=pins))
@@ -62,22 +62,18 @@ def check_and_pin(run_dir: Path, output: Location, now: dict[str, dict[str, Any]
         return []
     models = {name: model for name, model, _ in meta.classifiers}
     if not outputs.marked(output):
-        _write(run_dir, output, replace(meta, models={**meta.models, **_pins(now)}))
+        _write(run_dir, output, replace(meta, models={**meta.models, **modelpin.pins(now)}))
         names = ", ".join(repr(n) for n in wrong)
         return [f"note: re-pinned the model of {names}: it changed, and nothing is labelled yet"]
     raise RunMismatchError("\n".join(modelpin.refusal(n, models[n], d) for n, d in wrong.items()))
 
 
-def _pins(now: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {name: modelpin.pin_of(found) for name, found in now.items()}
-
-
 def _stats_models(
     output: Location, files: list[str]
-) -> Iterator[tuple[str, dict[str, dict[str, Any]]]]:
+) -> Iterator[tuple[str, dict[str, ModelIdentity]]]:
     """(file, the models its stats record) for each labelled file whose stats read."""
 
-    def one(rel: str) -> tuple[str, dict[str, dict[str, Any]]] | None:
+    def one(rel: str) -> tuple[str, dict[str, ModelIdentity]] | None:
         try:
             raw = output.read_bytes(outputs.STATS.rel(rel))
             return rel, dict(FileStats.from_json(raw, rel).models)

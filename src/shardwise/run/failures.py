@@ -34,6 +34,14 @@ FAILURES_DIR = "failures"
 
 
 @dataclass(frozen=True)
+class FailedFile:
+    """One file that failed in an attempt, and its error (the record's ``failed``)."""
+
+    file: str
+    error: str = ""
+
+
+@dataclass(frozen=True)
 class Cause:
     """Why a shard job failed, as the console and the early stop need it."""
 
@@ -105,7 +113,7 @@ INTERRUPTED = Cause(
 
 
 def record_failure(
-    run_dir: Path, shard: int, failed: list[dict[str, str]], *, cause: Cause
+    run_dir: Path, shard: int, failed: Sequence[FailedFile], *, cause: Cause
 ) -> Path:
     """Write a failure record for this attempt under ``<run_dir>/failures/<shard>/``."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
@@ -120,7 +128,7 @@ class FailureRecord:
     older readers, derived from ``kind``), and ``path``, where it was read from."""
 
     shard: int
-    failed: tuple[dict[str, str], ...] = ()  # {file, error} per file that failed
+    failed: tuple[FailedFile, ...] = ()
     kind: str = "error"
     reason: str = ""
     shared: bool = False
@@ -136,7 +144,7 @@ class FailureRecord:
         return self.kind == "interrupted"
 
     @classmethod
-    def of(cls, shard: int, failed: Sequence[dict[str, str]], cause: Cause) -> Self:
+    def of(cls, shard: int, failed: Sequence[FailedFile], cause: Cause) -> Self:
         """This attempt's record, stamped with the job, host and time."""
         return cls(
             shard=shard,
@@ -153,20 +161,18 @@ class FailureRecord:
     def to_json(self) -> bytes:
         """The file's bytes."""
         body = {k: v for k, v in asdict(self).items() if k != "path"}
-        return json_bytes({**body, "failed": list(self.failed), "interrupted": self.interrupted})
+        return json_bytes({**body, "interrupted": self.interrupted})
 
     @classmethod
     def from_json(cls, raw: bytes, where: str, path: Path | None = None) -> Self:
         """A record; one written before ``kind`` and ``reason`` existed gets them derived."""
         f = Fields.parse(raw, where)
-        failed = tuple(
-            {"file": c.str("file"), "error": c.str("error", "")} for c in f.objects("failed", [])
-        )
-        record = f.into(cls, failed=failed, path=path)
+        record = f.into(cls, path=path)
         if f.str("kind", None) is None and f.bool("interrupted", False):
             record = replace(record, kind="interrupted")
         if not record.reason:
-            derived = first_line(failed[0]["error"]) if failed else "no reason recorded"
+            failed = record.failed
+            derived = first_line(failed[0].error) if failed else "no reason recorded"
             record = replace(record, reason=INTERRUPTED.reason if record.interrupted else derived)
         return record
 

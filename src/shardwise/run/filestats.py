@@ -25,7 +25,9 @@ from shardwise.run import modelpin
 from shardwise.run.fidelity import ARROW as FIDELITY_ARROW
 from shardwise.run.fidelity import FileFidelity
 from shardwise.run.fields import QUALITY_COUNTS
-from shardwise.run.labelcounts import compact_json
+from shardwise.run.labelcounts import LabelCounts, compact_json
+from shardwise.run.labelling import Labelling
+from shardwise.run.modelpin import ModelIdentity
 from shardwise.run.record import Fields
 from shardwise.store.atomic import json_bytes
 
@@ -68,6 +70,15 @@ def figure(
     return field(default=None, metadata={"figure": Figure(column, total, missing, arrow)})  # type: ignore[arg-type]
 
 
+@dataclass(frozen=True)
+class Precision:
+    """The dtype a file was labelled in and the fp32 re-check margin in force (a number,
+    ``auto`` before calibration measured it, None where nothing was re-checked)."""
+
+    dtype: str | None = None
+    recheck_margin: float | str | None = None
+
+
 @dataclass(frozen=True, kw_only=True)
 class FileStats:
     """The content of one ``<rel>.stats.json`` (keys in docs/ARCHITECTURE.md, which a test
@@ -91,7 +102,7 @@ class FileStats:
     #: Per classifier: docs labelled from fp32, the expected number of the others that
     #: differ from fp32 and its 95% bound (classify/recheck.py ``fidelity()``).
     fidelity: tuple[FileFidelity, ...] | None = figure("entries", arrow=pa.list_(FIDELITY_ARROW))
-    models: dict[str, Any] = field(default_factory=dict)
+    models: dict[str, ModelIdentity] = field(default_factory=dict)
     device: str | None = None
     device_name: str | None = figure("name", missing=UNKNOWN_DEVICE)
     dtype: str | None = None
@@ -101,10 +112,10 @@ class FileStats:
     versions: dict[str, str] = field(default_factory=dict)
     finished_at: str | None = figure("time")
     source_identity: str | None = None  # the source's identity when it was planned
-    labelling: dict[str, Any] | None = None  # as run.json pins it
-    precision: dict[str, Any] | None = None  # dtype and re-check margin in force
+    labelling: Labelling | None = None  # as run.json pins it
+    precision: Precision | None = None
     engine: dict[str, Any] = field(default_factory=dict)
-    label_counts: dict[str, Any] | None = None  # run/labelcounts.py
+    label_counts: LabelCounts | None = None
 
     @classmethod
     def of_labelled(  # noqa: PLR0913 - one keyword per figure the job measured
@@ -121,10 +132,10 @@ class FileStats:
         device_name: str,
         dtype: str,
         counts: Mapping[str, int],
-        models: Mapping[str, Any],
+        models: Mapping[str, ModelIdentity],
         identity: str | None,
-        labelling: Mapping[str, Any],
-        label_counts: Mapping[str, Any],
+        labelling: Labelling,
+        label_counts: LabelCounts,
     ) -> Self:
         """The stats of a file just labelled (``timings`` so far; see :meth:`with_write`)."""
         return cls(
@@ -150,10 +161,10 @@ class FileStats:
             slurm_job_id=os.environ.get("SLURM_JOB_ID"),
             versions=versions(),
             source_identity=identity,
-            labelling=dict(labelling),
-            precision={"dtype": dtype, "recheck_margin": engine.get("recheck_margin")},
+            labelling=labelling,
+            precision=Precision(dtype, engine.get("recheck_margin")),
             engine=dict(engine),
-            label_counts=dict(label_counts),
+            label_counts=label_counts,
         ).with_timings(timings)
 
     def with_timings(self, timings: Mapping[str, float]) -> Self:
@@ -183,8 +194,12 @@ class FileStats:
         """The file's bytes: indented, except ``label_counts``, on one compact line."""
         data = dataclasses.asdict(self)
         data["fidelity"] = None if self.fidelity is None else [e.to_json() for e in self.fidelity]
-        if data["label_counts"] is None:
+        data["labelling"] = None if self.labelling is None else self.labelling.to_json()
+        data["models"] = {name: identity.to_json() for name, identity in self.models.items()}
+        if self.label_counts is None:
             del data["label_counts"]
+        else:
+            data["label_counts"] = self.label_counts.to_json()
         return stats_bytes(data)
 
     @classmethod
@@ -200,8 +215,8 @@ class FileStats:
         self,
         rel: str,
         rows: int | None,
-        pinned: Mapping[str, Any] | None,
-        models: Mapping[str, Mapping[str, Any]] | None = None,
+        pinned: Labelling | None,
+        models: Mapping[str, ModelIdentity] | None = None,
     ) -> list[str]:
         """How these stats disagree with their file, its input's ``rows``, the labelling
         run.json pins (files labelled before stats recorded it: not compared) and its
@@ -218,10 +233,9 @@ class FileStats:
             found.append(f"docs is {self.docs!r}, the input has {rows}")
         if self.labelling is not None and pinned is not None:
             found += [
-                f"labelled with {key}={self.labelling.get(key)!r}, run.json pins "
-                f"{pinned.get(key)!r} (another set-up wrote into this output)"
-                for key in sorted({*self.labelling, *pinned})
-                if self.labelling.get(key) != pinned.get(key)
+                f"labelled with {key}={mine!r}, run.json pins {theirs!r} (another set-up "
+                "wrote into this output)"
+                for key, mine, theirs in self.labelling.differences(pinned)
             ]
         return found
 

@@ -13,6 +13,7 @@ from typing import Any, Self
 
 from shardwise.errors import RecordError
 from shardwise.run.filestats import FIGURES, FileStats
+from shardwise.run.labelcounts import LabelCounts
 from shardwise.run.record import Fields
 from shardwise.store.atomic import write_atomic
 
@@ -41,7 +42,7 @@ class Line:
     file: str
     rows: int
     stats: dict[str, Any] | None = None  # the file's figures (filestats.FIGURES)
-    label_counts: dict[str, Any] | None = None
+    label_counts: LabelCounts | None = None
 
     @classmethod
     def of(cls, rel: str, rows: int, stats: FileStats) -> Self:
@@ -50,7 +51,9 @@ class Line:
 
     def to_json(self) -> str:
         """One line of JSON (absent parts left out)."""
-        return json.dumps({k: v for k, v in asdict(self).items() if v is not None})
+        data = asdict(self)
+        data["label_counts"] = None if self.label_counts is None else self.label_counts.to_json()
+        return json.dumps({k: v for k, v in data.items() if v is not None})
 
     @classmethod
     def from_json(cls, line: str, where: str) -> Self:

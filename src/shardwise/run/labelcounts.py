@@ -6,19 +6,78 @@ pairs: {"a,b": {label a: {label b: cell}}}}``; a cell is ``[documents, UTF-8 tex
 (``, tokens]`` with ``domains.tokenizer``); only non-zero cells are written.
 """
 
+import dataclasses
 import json
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Self
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from shardwise.errors import ModelError
+from shardwise.run.record import Fields
 
 FORMAT_VERSION = 1
 
 Pair = tuple[str, str]
+#: ``[documents, UTF-8 text bytes]``, or ``[documents, bytes, tokens]`` when counted.
+Cell = list[int]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LabelCounts:
+    """One file's (or task's) ``label_counts`` (module docstring): per classifier, label
+    -> cell; per pair (``"a,b"``), label of a -> label of b -> cell; non-zero cells only.
+    ``tokens``: None where the run counts none."""
+
+    format_version: int = FORMAT_VERSION
+    docs: int = 0
+    text_bytes: int = 0
+    tokens: int | None = None
+    classifiers: dict[str, dict[str, Cell]] = field(default_factory=dict)
+    pairs: dict[str, dict[str, dict[str, Cell]]] = field(default_factory=dict)
+
+    @classmethod
+    def total(cls, parts: Iterable["LabelCounts"]) -> Self:
+        """The sum of several files' counts (the files of one task), cell by cell."""
+        parts = list(parts)
+        singles: dict[str, dict[str, Cell]] = {}
+        joint: dict[str, dict[str, dict[str, Cell]]] = {}
+        for part in parts:
+            for name, cells in part.classifiers.items():
+                _add_cells(singles.setdefault(name, {}), cells)
+            for key, rows in part.pairs.items():
+                table = joint.setdefault(key, {})
+                for la, cols in rows.items():
+                    _add_cells(table.setdefault(la, {}), cols)
+        tokens = [p.tokens for p in parts if p.tokens is not None]
+        return cls(
+            docs=sum(p.docs for p in parts),
+            text_bytes=sum(p.text_bytes for p in parts),
+            tokens=sum(tokens) if tokens else None,
+            classifiers=singles,
+            pairs=joint,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """As the stats and the journal write it (no ``tokens`` where none are counted)."""
+        data = dataclasses.asdict(self)
+        if self.tokens is None:
+            del data["tokens"]
+        return data
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> Self:
+        """The counts as a file records them; RecordError naming ``where`` otherwise."""
+        return Fields.of(data, where).into(cls)
+
+
+def _add_cells(into: dict[str, Cell], more: Mapping[str, Cell]) -> None:
+    """Add ``more``'s cells to ``into``'s, label by label."""
+    for label, cell in more.items():
+        into[label] = _plus(into.get(label, []), cell)
 
 
 def pair_key(pair: Sequence[str]) -> str:
@@ -73,7 +132,7 @@ def count_labels(
     classifiers: Sequence[str],
     pairs: Sequence[Pair] = (),
     tokens: np.ndarray | None = None,
-) -> dict[str, Any]:
+) -> LabelCounts:
     """The ``label_counts`` of one file, from the sidecar's ``<name>_label_id`` and
     ``<name>_label`` columns, row-aligned with ``nbytes`` (and ``tokens`` when counted)."""
     nbytes = np.asarray(nbytes, dtype=np.float64)
@@ -97,42 +156,19 @@ def count_labels(
         for c, row in zip(cells.tolist(), sums.tolist(), strict=True):
             table.setdefault(na[c // width], {})[nb[c % width]] = row
         joint[pair_key((a, b))] = table
-    out = {
-        "format_version": FORMAT_VERSION,
-        "docs": int(nbytes.size),
-        "text_bytes": int(nbytes.sum()),
-        "classifiers": singles,
-        "pairs": joint,
-    }
-    if tokens is not None:
-        out["tokens"] = int(np.asarray(tokens, dtype=np.int64).sum())
-    return out
+    return LabelCounts(
+        docs=int(nbytes.size),
+        text_bytes=int(nbytes.sum()),
+        tokens=None if tokens is None else int(np.asarray(tokens, dtype=np.int64).sum()),
+        classifiers=singles,
+        pairs=joint,
+    )
 
 
 def _plus(a: Sequence[int], b: Sequence[int]) -> list[int]:
     """Two cells summed (``[docs, bytes]`` or ``[docs, bytes, tokens]``)."""
     n = max(len(a), len(b))
     return [(a[i] if i < len(a) else 0) + (b[i] if i < len(b) else 0) for i in range(n)]
-
-
-def add_counts(into: dict[str, Any] | None, more: Mapping[str, Any]) -> dict[str, Any]:
-    """Sum two ``label_counts`` (the files of one task); returns the sum."""
-    if into is None:
-        return json.loads(json.dumps(more))
-    for key in ("docs", "text_bytes", "tokens"):
-        if key in into or key in more:
-            into[key] = int(into.get(key, 0)) + int(more.get(key, 0))
-    for name, cells in more.get("classifiers", {}).items():
-        target = into.setdefault("classifiers", {}).setdefault(name, {})
-        for label, cell in cells.items():
-            target[label] = _plus(target.get(label, []), cell)
-    for key, rows in more.get("pairs", {}).items():
-        table = into.setdefault("pairs", {}).setdefault(key, {})
-        for la, cols in rows.items():
-            row = table.setdefault(la, {})
-            for lb, cell in cols.items():
-                row[lb] = _plus(row.get(lb, []), cell)
-    return into
 
 
 def compact_json(counts: Mapping[str, Any]) -> str:

@@ -9,53 +9,83 @@ stats record the same (``models``); a key either side lacks (stats written befor
 recorded) is not compared.
 """
 
+import dataclasses
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Self
+
+from shardwise.run.record import Fields
+
+#: (key, pinned, found): one way a model differs from its pin.
+Difference = tuple[str, str, str]
+
+
+@dataclass(frozen=True)
+class ModelIdentity:
+    """What identifies one classifier's model (module docstring), in the order a
+    difference is named; ``model``: the name it was given (a file's stats record it, a
+    pin does not: the pin is of the weights, wherever they lie)."""
+
+    content_hash: str | None = None
+    tokenizer_hash: str | None = None
+    revision: str | None = None
+    model: str | None = None
+
+    def pin(self) -> Self:
+        """The pinned part: the identity without the model's name."""
+        return dataclasses.replace(self, model=None)
+
+    def differences(self, found: "ModelIdentity") -> list[Difference]:
+        """(key, pinned, found) for each key both sides know and that differs."""
+        out = []
+        for key in KEYS:
+            a, b = getattr(self, key), getattr(found, key)
+            if a is not None and b is not None and a != b:
+                out.append((key, a, b))
+        return out
+
+    def to_json(self) -> dict[str, str]:
+        """The keys it knows (a pin: no ``model``; a model without files: no hashes)."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> Self:
+        """One identity as a file records it; RecordError naming ``where`` otherwise."""
+        return Fields.of(data, where).into(cls)
+
 
 #: What identifies a classifier's model, in the order a difference is named.
-KEYS = ("content_hash", "tokenizer_hash", "revision")
-
-Identity = Mapping[str, Any]
-
-
-def pin_of(identity: Identity) -> dict[str, Any]:
-    """The pinned part of a model identity (``modelcheck.identity``'s keys)."""
-    return {k: identity.get(k) for k in KEYS if identity.get(k) is not None}
-
-
-def differences(pinned: Identity, found: Identity) -> list[tuple[str, Any, Any]]:
-    """(key, pinned, found) for each key both sides know and that differs."""
-    return [
-        (k, pinned[k], found[k])
-        for k in KEYS
-        if pinned.get(k) is not None and found.get(k) is not None and pinned[k] != found[k]
-    ]
+KEYS = tuple(f.name for f in dataclasses.fields(ModelIdentity) if f.name != "model")
 
 
 def mismatched(
-    pins: Mapping[str, Identity], found: Mapping[str, Identity]
-) -> dict[str, list[tuple[str, Any, Any]]]:
+    pins: Mapping[str, ModelIdentity], found: Mapping[str, ModelIdentity]
+) -> dict[str, list[Difference]]:
     """Per classifier whose found model differs from its pin, how."""
     out = {}
     for name, pinned in pins.items():
-        diffs = differences(pinned, found.get(name) or {})
+        diffs = pinned.differences(found.get(name) or ModelIdentity())
         if diffs:
             out[name] = diffs
     return out
 
 
-def describe(diffs: list[tuple[str, Any, Any]]) -> str:
+def pins(found: Mapping[str, ModelIdentity]) -> dict[str, ModelIdentity]:
+    """The pin of each classifier's identity (:meth:`ModelIdentity.pin`)."""
+    return {name: identity.pin() for name, identity in found.items()}
+
+
+def describe(diffs: list[Difference]) -> str:
     """``content_hash pinned 1a2b3c4d5e6f, found 9f8e7d6c5b4a`` (short hashes)."""
     return "; ".join(f"{k} pinned {_short(a)}, found {_short(b)}" for k, a, b in diffs)
 
 
-def _short(value: Any) -> str:
-    text = str(value)
-    return text[:12] if len(text) == 64 else text
+def _short(value: str) -> str:
+    return value[:12] if len(value) == 64 else value
 
 
-def refusal(name: str, model: str, diffs: list[tuple[str, Any, Any]]) -> str:
+def refusal(name: str, model: str, diffs: list[Difference]) -> str:
     """One line: the classifier, its pinned and found identity, and the ways forward."""
     text = f"classifier {name!r}: the model at {model} is not the one this run labelled "
     text += f"with ({describe(diffs)}): files labelled with it would mix two models in one "
@@ -64,29 +94,30 @@ def refusal(name: str, model: str, diffs: list[tuple[str, Any, Any]]) -> str:
 
 
 def derive(
-    per_file: Iterable[tuple[str, Mapping[str, Identity]]], current: Mapping[str, Identity]
-) -> tuple[dict[str, dict[str, Any]], dict[str, list[str]]]:
+    per_file: Iterable[tuple[str, Mapping[str, ModelIdentity]]],
+    current: Mapping[str, ModelIdentity],
+) -> tuple[dict[str, ModelIdentity], dict[str, list[str]]]:
     """The pin of a run labelled before pins were recorded, from its files' stats (file,
     models): per classifier the identity the current model has if files were labelled
     with it (so ``verify --repair`` can relabel the others), else the commonest; and per
     classifier the files labelled with another."""
-    seen: dict[str, Counter[tuple[tuple[str, Any], ...]]] = {}
-    files: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    seen: dict[str, Counter[ModelIdentity]] = {}
+    files: dict[str, list[tuple[str, ModelIdentity]]] = {}
     for rel, models in per_file:
         for name, identity in models.items():
-            key = tuple(sorted(pin_of(identity).items()))
-            if key:
-                seen.setdefault(name, Counter())[key] += 1
-                files.setdefault(name, []).append((rel, dict(key)))
-    pins: dict[str, dict[str, Any]] = {}
+            pin = identity.pin()
+            if pin != ModelIdentity():
+                seen.setdefault(name, Counter())[pin] += 1
+                files.setdefault(name, []).append((rel, pin))
+    derived: dict[str, ModelIdentity] = {}
     for name, counts in seen.items():
-        now = pin_of(current.get(name) or {})
-        agrees = [dict(k) for k in counts if not differences(dict(k), now)]
-        pins[name] = agrees[0] if agrees else dict(counts.most_common(1)[0][0])
+        now = (current.get(name) or ModelIdentity()).pin()
+        agrees = [pin for pin in counts if not pin.differences(now)]
+        derived[name] = agrees[0] if agrees else counts.most_common(1)[0][0]
     for name in current:
-        pins.setdefault(name, pin_of(current[name]))
+        derived.setdefault(name, current[name].pin())
     mixed = {
-        name: sorted(rel for rel, got in found if differences(pins[name], got))
+        name: sorted(rel for rel, got in found if derived[name].differences(got))
         for name, found in files.items()
     }
-    return pins, {name: rels for name, rels in mixed.items() if rels}
+    return derived, {name: rels for name, rels in mixed.items() if rels}

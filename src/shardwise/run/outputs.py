@@ -16,7 +16,9 @@ import pyarrow as pa
 from shardwise.errors import InputError
 from shardwise.run import dolma, filestats, markers, sidecar
 from shardwise.run.filestats import FileStats
+from shardwise.run.labelling import Labelling
 from shardwise.run.markers import FileMarker
+from shardwise.run.modelpin import ModelIdentity
 from shardwise.run.reader import json_ids
 from shardwise.store.atomic import is_temp_name
 from shardwise.store.location import Location
@@ -45,9 +47,9 @@ class Expected:
     shard: int
     ids: list[str | None] | None  # the input's ids in order; None when it is unreadable
     classifiers: tuple[str, ...]
-    labelling: Mapping[str, Any] | None  # as run.json pins it
+    labelling: Labelling | None  # as run.json pins it
     id_json: list[str | None] | None = None  # the JSON of the input's non-string ids
-    models: Mapping[str, Mapping[str, Any]] | None = None  # the models run.json pins
+    models: Mapping[str, ModelIdentity] | None = None  # the models run.json pins
 
     @property
     def json_ids(self) -> list[Any] | None:
@@ -62,7 +64,7 @@ class Expected:
     @property
     def counts_tokens(self) -> bool:
         """The labelling pins a counting tokenizer: the sidecar has a ``tokens`` column."""
-        return bool((self.labelling or {}).get("count_tokenizer"))
+        return self.labelling is not None and bool(self.labelling.count_tokenizer)
 
 
 @dataclass(

@@ -51,6 +51,7 @@ def _fields_of(cls: type) -> tuple[tuple[str, Any, dataclasses.Field[Any]], ...]
 
 #: How the item types of arrays are named in messages.
 _NAMES = {int: "integers", str: "strings"}
+_ONE = {int: "an integer", str: "a string"}
 
 
 def _is(value: Any, kind: type) -> bool:
@@ -69,6 +70,13 @@ class Fields:
     def parse(cls, raw: bytes | str, where: str) -> Self:
         """The fields of the JSON object in ``raw``."""
         return cls(load_object(raw, where), where)
+
+    @classmethod
+    def of(cls, data: Any, where: str) -> Self:
+        """The fields of ``data``, a JSON value already parsed; refused unless an object."""
+        if not isinstance(data, dict):
+            raise RecordError(where, f"must be an object, got {data!r}")
+        return cls(data, where)
 
     def _get(self, key: str, default: Any, ok: type | tuple[type, ...], what: str) -> Any:
         """The value of ``key`` if it is of type ``ok``; ``default`` when absent or null (a
@@ -125,14 +133,24 @@ class Fields:
             raise self.refuse(key, "must be an array of objects")
         return tuple(Fields(v, f"{self.where} [{key}][{i}]") for i, v in enumerate(values))
 
-    def _records(self, key: str, cls: type[T], default: Any) -> Any:
-        """A map of records: each value of the object ``key`` read into ``cls``."""
+    def _map(self, key: str, item: Any, default: Any) -> Any:
+        """An object: of records (each value read into the dataclass ``item``), of
+        integers or of strings (each value checked), or of anything else (as it is)."""
         values = self.dict(key, default)
         if not isinstance(values, dict):
             return values
-        if not all(isinstance(v, dict) for v in values.values()):
-            raise self.refuse(key, "must map names to objects")
-        return {k: Fields(v, f"{self.where} [{key}][{k}]").into(cls) for k, v in values.items()}
+        if dataclasses.is_dataclass(item):
+            if not all(isinstance(v, dict) for v in values.values()):
+                raise self.refuse(key, "must map names to objects")
+            where = f"{self.where} [{key}]"
+            return {k: Fields(v, f"{where}[{k}]").into(item) for k, v in values.items()}  # type: ignore[arg-type]
+        if item not in (int, str):
+            return values
+        wrong = next((k for k, v in values.items() if not _is(v, item)), None)
+        if wrong is not None:
+            what = f"must be {_ONE[item]}, got {values[wrong]!r}"
+            raise RecordError(f"{self.where} [{key}]", f"field {wrong!r} {what}")
+        return values
 
     def sub(self, key: str) -> Self:
         """The fields of a nested object (absent: an empty one)."""
@@ -159,22 +177,18 @@ class Fields:
         options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
         if type(None) in options:
             default = None if default is _REQUIRED else default
-        base = next(o for o in options if o is not type(None))
+        bases = tuple(o for o in options if o is not type(None))
+        if len(bases) > 1:  # one of scalar types: ``float | str``
+            kinds = tuple(o for b in bases for o in ((int, float) if b is float else (b,)))
+            return self._get(key, default, kinds, " or ".join(b.__name__ for b in bases))
+        base = bases[0]
         origin = typing.get_origin(base) or base
         if origin is tuple:
-            value = self.list(key, default)
-            if not isinstance(value, list):
-                return value
-            item = (typing.get_args(base) or (None,))[0]
-            if dataclasses.is_dataclass(item):  # a tuple of records, each read the same way
-                return tuple(f.into(item) for f in self.objects(key))
-            if item in (int, str) and not all(_is(v, item) for v in value):
-                raise self.refuse(key, f"must be an array of {_NAMES[item]}, got {value!r}")
-            return tuple(value)
+            return self._tuple(key, base, default)
         if dataclasses.is_dataclass(origin):  # a nested record
-            return self.sub(key).into(origin) if key in self.data else default
-        if origin is dict and dataclasses.is_dataclass((typing.get_args(base) or (0, 0))[1]):
-            return self._records(key, typing.get_args(base)[1], default)
+            return self.sub(key).into(origin) if self.data.get(key) is not None else default
+        if origin is dict:
+            return self._map(key, (typing.get_args(base) or (str, None))[1], default)
         reader = {
             int: self.count,
             float: self.number,
@@ -184,3 +198,16 @@ class Fields:
             list: self.list,
         }.get(origin, self.any)
         return reader(key, default)
+
+    def _tuple(self, key: str, hint: Any, default: Any) -> Any:
+        """A tuple from an array: of records, each read by its own annotations, or of
+        integers or strings, each checked."""
+        value = self.list(key, default)
+        if not isinstance(value, list):
+            return value
+        item = (typing.get_args(hint) or (None,))[0]
+        if dataclasses.is_dataclass(item):
+            return tuple(f.into(item) for f in self.objects(key))  # type: ignore[arg-type]
+        if item in (int, str) and not all(_is(v, item) for v in value):
+            raise self.refuse(key, f"must be an array of {_NAMES[item]}, got {value!r}")
+        return tuple(value)

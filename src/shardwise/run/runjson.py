@@ -16,6 +16,8 @@ from typing import Any, Self
 
 from shardwise import __version__
 from shardwise.errors import RecordError, RunMismatchError, StorageError
+from shardwise.run.labelling import Labelling
+from shardwise.run.modelpin import ModelIdentity
 from shardwise.run.record import Fields
 from shardwise.store.atomic import json_bytes
 from shardwise.store.location import Location
@@ -68,14 +70,14 @@ class RunMeta:
     classifiers: tuple[tuple[str, str, str], ...]  # (name, model, input)
     #: What else decides a label: the reader's fields, max_length, each input kind's
     #: template. None in a run.json written before it was pinned (then not compared).
-    labelling: dict[str, Any] | None = None
+    labelling: Labelling | None = None
     created_at: str = ""
     shardwise_version: str = ""
     #: Each extension of the input set, oldest first (the assignment never changes).
     input_changes: tuple[InputChange, ...] = ()
     #: Per classifier, what identifies the model it labels with (``run/modelpin.py``):
     #: pinned by the planner; None in a run.json written before (then derived from stats).
-    models: dict[str, dict[str, Any]] | None = None
+    models: dict[str, ModelIdentity] | None = None
 
     @classmethod
     def new(cls, **kw: Any) -> Self:
@@ -90,6 +92,10 @@ class RunMeta:
         """Stable JSON bytes; classifiers as objects for people reading the file."""
         data = asdict(self)
         data["classifiers"] = [{"name": n, "model": m, "input": i} for n, m, i in self.classifiers]
+        if self.labelling is not None:
+            data["labelling"] = self.labelling.to_json()
+        if self.models is not None:
+            data["models"] = {name: pin.to_json() for name, pin in self.models.items()}
         return json_bytes(data)
 
     @classmethod
@@ -101,10 +107,7 @@ class RunMeta:
                 (c.str("name"), c.str("model"), c.str("input")) for c in f.objects("classifiers")
             )
             changes = tuple(c.into(InputChange) for c in f.objects("input_changes", []))
-            models = f.dict("models", None)
-            if not all(isinstance(v, dict) for v in (models or {}).values()):
-                raise f.refuse("models", "must map each classifier to an object")
-            return f.into(cls, classifiers=classifiers, input_changes=changes, models=models)
+            return f.into(cls, classifiers=classifiers, input_changes=changes)
         except RecordError as e:
             inner = e.where.removeprefix(where).strip()
             detail = f"{inner} {e.reason}" if inner else e.reason
@@ -123,11 +126,7 @@ def differences(old: RunMeta, new: RunMeta) -> list[tuple[str, Any, Any]]:
         if f.name == "labelling":
             if a is None or b is None:
                 continue  # a run.json from before labelling was pinned
-            out += [
-                (f"labelling.{k}", a.get(k), b.get(k))
-                for k in sorted({*a, *b})
-                if a.get(k) != b.get(k)
-            ]
+            out += [(f"labelling.{k}", x, y) for k, x, y in a.differences(b)]
             continue
         out.append((f.name, a, b))
     return out

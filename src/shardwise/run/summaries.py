@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from shardwise.run import journal, markers
 from shardwise.run.filestats import FIGURES, FileStats
-from shardwise.run.labelcounts import add_counts, pair_key
+from shardwise.run.labelcounts import LabelCounts, pair_key
 from shardwise.run.reader import arrow_owned
 from shardwise.store.atomic import write_atomic
 
@@ -48,25 +48,22 @@ def summarized_shards(run_dir: Path) -> set[int]:
 
 
 def _task_totals(
-    tasks: Sequence[tuple[str, Sequence[str]]], counts: Mapping[str, Mapping[str, Any]]
-) -> tuple[list[tuple[str, dict[str, Any], int]], list[str]]:
+    tasks: Sequence[tuple[str, Sequence[str]]], counts: Mapping[str, LabelCounts]
+) -> tuple[list[tuple[str, LabelCounts, int]], list[str]]:
     """Each task whose every file has counts, with their sum and its file count; and the
     ids of the tasks with a file without counts (not labelled, for the estimate)."""
-    complete: list[tuple[str, dict[str, Any], int]] = []
+    complete: list[tuple[str, LabelCounts, int]] = []
     incomplete: list[str] = []
     for task_id, files in tasks:
         if not files or any(f not in counts for f in files):
             incomplete.append(task_id)
             continue
-        total = add_counts(None, counts[files[0]])
-        for f in files[1:]:
-            total = add_counts(total, counts[f])
-        complete.append((task_id, total, len(files)))
+        complete.append((task_id, LabelCounts.total(counts[f] for f in files), len(files)))
     return complete, incomplete
 
 
 def build(
-    shard: int, tasks: Sequence[tuple[str, Sequence[str]]], counts: Mapping[str, Mapping[str, Any]]
+    shard: int, tasks: Sequence[tuple[str, Sequence[str]]], counts: Mapping[str, LabelCounts]
 ) -> bytes:
     """The summary of ``shard`` as Arrow IPC bytes (pure): ``tasks`` are (task id, its
     files); ``counts`` a file's ``label_counts`` (one without makes its task incomplete)."""
@@ -83,7 +80,7 @@ def build(
         "pairs": [list(p) for p in pairs],
         "views": views,
         "tasks": [_task_entry(task_id, total, n_files) for task_id, total, n_files in complete],
-        "tokens_counted": bool(complete) and all("tokens" in t for _i, t, _n in complete),
+        "tokens_counted": bool(complete) and all(t.tokens is not None for _i, t, _n in complete),
         "incomplete_tasks": incomplete,
     }
     # Sorted by view, so that a reader takes one view as one slice of each file.
@@ -103,16 +100,16 @@ def build(
 
 
 def _labels_and_pairs(
-    totals: Sequence[Mapping[str, Any]],
+    totals: Sequence[LabelCounts],
 ) -> tuple[dict[str, dict[str, int]], list[tuple[str, str]]]:
     """Each classifier's labels seen in the tasks (sorted: the same counts give the same
     file, whatever their dict order) with their index, and the pairs in first-seen order."""
     seen: dict[str, set[str]] = {}
     pairs: list[tuple[str, str]] = []
     for total in totals:
-        for name, cells in total.get("classifiers", {}).items():
+        for name, cells in total.classifiers.items():
             seen.setdefault(name, set()).update(cells)
-        for key, table in total.get("pairs", {}).items():
+        for key, table in total.pairs.items():
             a, _, b = key.partition(",")
             if (a, b) not in pairs:
                 pairs.append((a, b))
@@ -123,7 +120,7 @@ def _labels_and_pairs(
 
 
 def _cell_rows(
-    totals: Sequence[Mapping[str, Any]], labels: Mapping[str, Mapping[str, int]], views: list[str]
+    totals: Sequence[LabelCounts], labels: Mapping[str, Mapping[str, int]], views: list[str]
 ) -> dict[str, list[int]]:
     """The table's columns: one row per (task, view, label or pair of labels) counted."""
     view_of = {v: i for i, v in enumerate(views)}
@@ -136,10 +133,10 @@ def _cell_rows(
             cols[name].append(value)
 
     for t, total in enumerate(totals):
-        for name, cells in total.get("classifiers", {}).items():
+        for name, cells in total.classifiers.items():
             for label, cell in cells.items():
                 row(t, view_of[name], labels[name][label], -1, cell)
-        for key, table in total.get("pairs", {}).items():
+        for key, table in total.pairs.items():
             a, _, b = key.partition(",")
             for la, cols_b in table.items():
                 for lb, cell in cols_b.items():
@@ -147,14 +144,13 @@ def _cell_rows(
     return cols
 
 
-def _task_entry(task_id: str, total: Mapping[str, Any], files: int) -> dict[str, Any]:
+def _task_entry(task_id: str, total: LabelCounts, files: int) -> dict[str, Any]:
     """One task of the metadata's ``tasks``."""
-    docs, text_bytes, tokens = (int(total.get(k, 0)) for k in ("docs", "text_bytes", "tokens"))
     return {
         "task_id": task_id,
-        "docs": docs,
-        "text_bytes": text_bytes,
-        "tokens": tokens,
+        "docs": total.docs,
+        "text_bytes": total.text_bytes,
+        "tokens": total.tokens or 0,
         "files": files,
     }
 
@@ -248,7 +244,7 @@ def write_for_shard(
     rows: dict[str, dict[str, Any]] = {}
     try:
         journal_lines = journal.entries(run_dir, shard)
-        counts: dict[str, Mapping[str, Any]] = {}
+        counts: dict[str, LabelCounts] = {}
         for rel, _ in files:
             entry = journal_lines.get(rel)
             if entry is None or entry.label_counts is None:

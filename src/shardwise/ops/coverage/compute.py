@@ -150,7 +150,7 @@ def failing_files(records: dict[int, failures.FailureRecord]) -> tuple[tuple[str
     """The files named by failing (not interrupted) shards' newest records, in file order
     (a shard stopped for a shared reason names no file: the reason is the whole story)."""
     out = [
-        (f.get("file", "?"), shard, failures.first_line(f.get("error", "")))
+        (f.file, shard, failures.first_line(f.error))
         for shard, record in records.items()
         if not record.interrupted and not record.shared and record.kind != "storage"
         for f in record.failed

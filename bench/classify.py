@@ -43,7 +43,8 @@ from synthetic import (
     trained_models,
 )
 
-from shardwise.classify.engine import Engine, InferenceSettings
+from shardwise.classify.engine import Engine
+from shardwise.config import InferenceSettings
 
 #: name -> (hidden, layers, heads, default docs)
 SHAPES = {

@@ -59,9 +59,10 @@ from synthetic import (
 
 from shardwise.classify.batching import DEFAULT_MAX_BATCH_DOCS, BatchPolicy
 from shardwise.classify.device import select_device, select_dtype
-from shardwise.classify.engine import ClassifierSpec, Engine, InferenceSettings, Prepared
+from shardwise.classify.engine import ClassifierSpec, Engine, Prepared
 from shardwise.classify.recheck import top2_margins
 from shardwise.classify.tokenization import StreamKey, TokenStream
+from shardwise.config import InferenceSettings
 from shardwise.errors import ModelError
 
 REPO = Path(__file__).resolve().parent.parent

@@ -111,7 +111,8 @@ def throughput(check, specs, run_dir, shape: dict) -> dict:
     import numpy as np
     from synthetic import model_flops
 
-    from shardwise.classify.engine import Engine, InferenceSettings
+    from shardwise.classify.engine import Engine
+    from shardwise.config import InferenceSettings
 
     tokens, cap = shape["tokens"], shape["max_length"]
     shapes = {"fixed_512": np.full(tokens // 512, 512, np.int32), "mix": mix_lengths(tokens, cap)}
@@ -160,7 +161,8 @@ def throughput(check, specs, run_dir, shape: dict) -> dict:
 
 def agreement(check, specs, corpus, device: str) -> dict:
     """bf16 (padded, packed; no re-check) against fp32 labels, per classifier."""
-    from shardwise.classify.engine import Engine, InferenceSettings
+    from shardwise.classify.engine import Engine
+    from shardwise.config import InferenceSettings
 
     logits = {}
     for label, dtype, mode in (

@@ -40,8 +40,9 @@ def peak_mb() -> float:
 
 def child(models: Path, size: int, max_length: int, whole: bool) -> dict[str, float]:
     """One size, in this (fresh) process: read, tokenize, run; seconds and peak MB."""
-    from shardwise.classify.engine import ClassifierSpec, Engine, InferenceSettings
+    from shardwise.classify.engine import ClassifierSpec, Engine
     from shardwise.classify.tokencount import TokenCounter
+    from shardwise.config import InferenceSettings
     from shardwise.run.fields import FieldPaths
     from shardwise.run.reader import read_documents
     from shardwise.store.location import Location

@@ -37,8 +37,9 @@ import torch
 from synthetic import label_profile, labelled_corpus, trained_models
 
 from shardwise.classify.calibration import margin_errors
-from shardwise.classify.engine import Engine, InferenceSettings
+from shardwise.classify.engine import Engine
 from shardwise.classify.recheck import AUTO, DEFAULT_RECHECK_MARGIN, top2_margins
+from shardwise.config import InferenceSettings
 
 MARGINS = (0.0, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.5, 1.0)
 

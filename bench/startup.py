@@ -34,13 +34,9 @@ def child(models: Path, device: str, attention: str, run_dir: Path) -> dict[str,
     import numpy as np  # timed: the imports a job pays
     import torch
 
-    from shardwise.classify.engine import (
-        ClassifierSpec,
-        Engine,
-        InferenceSettings,
-        Prepared,
-    )
+    from shardwise.classify.engine import ClassifierSpec, Engine, Prepared
     from shardwise.classify.tokenization import TokenStream
+    from shardwise.config import InferenceSettings
 
     imported = time.perf_counter()
     specs = [

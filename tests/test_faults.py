@@ -154,7 +154,7 @@ def engine_factory() -> Callable:
     cache: dict = {}
 
     def factory(ctx):
-        key = (ctx.meta.classifiers, json.dumps(ctx.settings.inference, sort_keys=True))
+        key = (ctx.meta.classifiers, ctx.settings.inference)
         if key not in cache:
             cache[key] = load_engine(ctx)
         return cache[key]

@@ -303,6 +303,38 @@ class DolmaSettings:
 
 
 @dataclass(frozen=True, kw_only=True)
+class InferenceSettings:
+    """How to run the classifiers (config ``inference``; settings.json keeps it for the
+    jobs); defaults are the production settings."""
+
+    max_length: int = 8192
+    dtype: str = "auto"  # auto|float32|bfloat16|float16
+    batch_size: int | None = None  # fixed rows per batch (overrides the token budget)
+    batch_tokens: int | None = None  # padded-token budget; None -> probe on CUDA, 16384 on CPU
+    device: str = "auto"  # auto|cpu|cuda|cuda:N
+    probs: bool = False  # also write <name>_probs (list<float16>)
+    #: "auto": a threshold measured per job and classifier; a number pins it; 0: no re-check
+    recheck_margin: float | str = "auto"
+    #: auto|padded|packed: packed batches (no padding, fused projections; classify/packed.py)
+    attention: str = "auto"
+
+
+@dataclass(frozen=True, kw_only=True)
+class WalltimeSettings:
+    """How a shard job's SLURM time limit is sized (config ``walltime``): input bytes at
+    the run's measured rate (the configured one before any), times the safety factor and
+    the attempt, clamped; and whether the running workflow adapts it to SLURM's plan."""
+
+    default_mb_per_minute: float = 50
+    safety_factor: float = 2
+    min_minutes: int = 10
+    max_minutes: int = 240
+    adapt: bool | str = "auto"  # auto (with the SLURM executor) | true | false
+    adapt_check_seconds: float = 60
+    adapt_probe_seconds: float = 300
+
+
+@dataclass(frozen=True, kw_only=True)
 class Settings:
     """A validated config as typed values (what the package passes around)."""
 
@@ -313,9 +345,8 @@ class Settings:
     total_shards: int
     minimum_shard_index: int
     classifiers: tuple[dict[str, str], ...]
-    inference: dict[str, Any]
-    resources: dict[str, Any]
-    walltime: dict[str, Any]
+    inference: InferenceSettings
+    walltime: WalltimeSettings
     domain_pairs: tuple[tuple[str, str], ...] = ()
     #: Shards failed for one shared reason, before any succeeded, that stop a run (0: never).
     stop_after: int = 2
@@ -337,9 +368,8 @@ class Settings:
             total_shards=cfg["sharding"]["total_shards"],
             minimum_shard_index=cfg["sharding"]["minimum_shard_index"],
             classifiers=tuple(dict(c) for c in cfg["classifiers"]),
-            inference=dict(cfg["inference"]),
-            resources=dict(cfg["resources"]),
-            walltime=dict(cfg["walltime"]),
+            inference=InferenceSettings(**cfg["inference"]),
+            walltime=WalltimeSettings(**cfg["walltime"]),
             domain_pairs=tuple(_domain_pairs(cfg)),
             stop_after=cfg["failures"]["stop_after"],
             watch_seconds=float(cfg["failures"]["watch_seconds"]),

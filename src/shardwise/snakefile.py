@@ -118,7 +118,7 @@ class WalltimeAdaptation:
         if not self.main_process or is_dry_run(workflow):
             return None
         settings = Settings.from_config(self.config)
-        mode = settings.walltime.get("adapt", "auto")
+        mode = settings.walltime.adapt
         on_slurm = _on_slurm(workflow)
         if mode is False or (mode == "auto" and not on_slurm):
             record = adaptation.load(self.run.run_dir)
@@ -126,8 +126,8 @@ class WalltimeAdaptation:
                 adaptation.save(self.run.run_dir, type(record)(None, record.events))
             return None
         knobs = adapt.AdaptSettings(
-            check_seconds=float(settings.walltime.get("adapt_check_seconds", 60)),
-            probe_seconds=float(settings.walltime.get("adapt_probe_seconds", 300)),
+            check_seconds=float(settings.walltime.adapt_check_seconds),
+            probe_seconds=float(settings.walltime.adapt_probe_seconds),
             floor=functools.partial(walltime.one_file_minutes, settings),
         )
         self.adapter = Adapter(run_dir=self.run.run_dir, settings=knobs)

@@ -24,8 +24,9 @@ from shardwise.classify.device import (
     select_dtype,
     strict_fp32,
 )
-from shardwise.classify.engine import ClassifierSpec, Engine, InferenceSettings
+from shardwise.classify.engine import ClassifierSpec, Engine
 from shardwise.classify.recheck import DEFAULT_RECHECK_MARGIN, top2_margins
+from shardwise.config import InferenceSettings
 from shardwise.demo.tinymodels import (
     build_tiny_gte_classifier,
     build_weborganizer_demo_models,

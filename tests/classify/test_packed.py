@@ -14,10 +14,11 @@ from transformers import GteConfig, GteForSequenceClassification
 
 from shardwise.classify import attention
 from shardwise.classify.device import collate
-from shardwise.classify.engine import ClassifierSpec, Engine, InferenceSettings
+from shardwise.classify.engine import ClassifierSpec, Engine
 from shardwise.classify.models import load_classifier
 from shardwise.classify.packed import PackedGte, pack
 from shardwise.classify.tokenization import TokenStream
+from shardwise.config import InferenceSettings
 from shardwise.demo.tinymodels import build_weborganizer_demo_models
 from shardwise.errors import ModelError
 

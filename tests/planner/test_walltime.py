@@ -8,12 +8,14 @@ from datetime import datetime, timedelta
 import pytest
 from inproc import label, plan_run
 
-from shardwise.config import Settings, validate
+from shardwise.config import Settings, WalltimeSettings, validate
 from shardwise.planner import walltime
 from shardwise.run import adaptation, plan
 from shardwise.store.location import Location
 
-WALLTIME = {"default_mb_per_minute": 50, "safety_factor": 2, "min_minutes": 10, "max_minutes": 240}
+WALLTIME = WalltimeSettings(
+    default_mb_per_minute=50, safety_factor=2, min_minutes=10, max_minutes=240
+)
 
 
 @pytest.mark.parametrize(
@@ -51,7 +53,7 @@ def test_a_planned_shard_is_estimated_from_its_files_and_explained(tmp_path):
                if h == shard)  # fmt: skip
     runtime = walltime.estimate(settings, shard)
     assert (runtime.shard, runtime.bytes, runtime.measured) == (shard, size, False)
-    assert runtime.minutes == settings.walltime["min_minutes"]  # kilobytes: the floor
+    assert runtime.minutes == settings.walltime.min_minutes  # kilobytes: the floor
     assert runtime.explain().startswith(f"shard {shard}: ") and "configured default" in (
         runtime.explain()
     )
@@ -65,13 +67,11 @@ def test_the_rule_runtime_is_fixed_when_configured_and_the_ceiling_inside_a_job(
     free = {**cfg, "resources": {"classify": {**cfg["resources"]["classify"], "runtime": None}}}
     settings = Settings.from_config(free)
     # a cluster job never estimates (no listing, no stats): it asks for the ceiling
-    assert (
-        walltime.runtime_minutes_for(free, 0, 1, main_process=False)
-        == (settings.walltime["max_minutes"])
+    assert walltime.runtime_minutes_for(free, 0, 1, main_process=False) == (
+        settings.walltime.max_minutes
     )
-    assert (
-        walltime.runtime_minutes_for(free, 0, 1, main_process=True)
-        >= (settings.walltime["min_minutes"])
+    assert walltime.runtime_minutes_for(free, 0, 1, main_process=True) >= (
+        settings.walltime.min_minutes
     )
 
 

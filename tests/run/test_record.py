@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from shardwise.config import StorageOptions
+from shardwise.config import InferenceSettings, StorageOptions
 from shardwise.errors import RecordError, RunMismatchError
 from shardwise.run import quarantine
 from shardwise.run.claims import Adoption, Holder, Submitter
@@ -66,7 +66,7 @@ RECORDS = [
     RunSettings(
         input=RecordedInput("auto", "id", "text", "metadata.url"),
         storage=StorageOptions(),
-        inference={"max_length": 128},
+        inference=InferenceSettings(max_length=128, recheck_margin=0.5, batch_size=8),
         domains=RecordedDomains(pairs=(("topic", "format"),)),
         roots=RecordedRoots(input="/in", output="s3://b/out"),
     ),

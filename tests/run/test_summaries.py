@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
 from shardwise.run import journal, labelcounts, summaries
 from shardwise.run.filestats import FIGURES, FileStats
@@ -108,3 +109,32 @@ def test_token_counts_ride_along_when_the_run_counts_them():
     s = summaries.parse(summaries.build(1, [("t", ["a", "b"])], {"a": one, "b": one}))
     assert s.task_tokens.tolist() == [30]
     assert sorted(s.view_cells("topic")["tokens"].to_pylist()) == [10, 20]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("tasks", [{"task_id": "a", "docs": "3"}], "field 'tasks' entries' 'docs' must be counts"),
+        ("tasks", [{"docs": 3}], r"\[tasks\]\[0\]: field 'task_id' is missing"),
+        ("labels", {"topic": [1]}, r"\[labels\]: field 'topic' must be an array of strings"),
+        ("view_rows", [[0]], "field 'view_rows' must be an array of pairs of int"),
+        ("shard", None, "field 'shard' is missing"),
+    ],
+)
+def test_a_damaged_summary_metadata_is_refused_naming_the_field(field, value, message):
+    data = summaries.build(
+        3, [("a/1.jsonl", ["a/1.jsonl"])], {"a/1.jsonl": _counts(3, 30, "H", "F")}
+    )
+    table = pa.ipc.open_file(pa.BufferReader(data)).read_all()
+    meta = json.loads(table.schema.metadata[summaries.META_KEY])
+    if value is None:
+        del meta[field]
+    else:
+        meta[field] = value
+    table = table.replace_schema_metadata({summaries.META_KEY: json.dumps(meta).encode()})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    with pytest.raises(ValueError, match=message) as refused:
+        summaries.parse(sink.getvalue().to_pybytes(), "summaries/3.arrow")
+    assert str(refused.value).startswith("summaries/3.arrow is not a shardwise summary")

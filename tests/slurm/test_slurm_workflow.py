@@ -42,6 +42,7 @@ import pytest
 import yaml
 from e2e import Gate
 
+from shardwise.config import WalltimeSettings
 from shardwise.planner.walltime import default_rate, minutes_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
@@ -262,8 +263,9 @@ class MainRun:
 
     def expected_minutes(self, shards: list[int], attempt: int) -> int:
         sizes = self.planned_shard_sizes()
-        rate = default_rate(WALLTIME)  # no .stats.json existed when the run started
-        return sum(minutes_for(sizes[s], rate, WALLTIME, attempt) for s in shards)
+        limits = WalltimeSettings(**WALLTIME)
+        rate = default_rate(limits)  # no .stats.json existed when the run started
+        return sum(minutes_for(sizes[s], rate, limits, attempt) for s in shards)
 
 
 def _refusals(cluster) -> int:

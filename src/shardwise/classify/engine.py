@@ -37,7 +37,6 @@ from shardwise.classify.models import LoadedClassifier, load_classifier
 from shardwise.classify.packed import PackedGte, pack, supports
 from shardwise.classify.recheck import (
     AUTO,
-    DEFAULT_RECHECK_MARGIN,
     WARN_ERROR_FACTOR,
     Outcome,
     fidelity,
@@ -51,6 +50,7 @@ from shardwise.classify.tokenization import (
     TokenizerInfo,
     TokenStream,
 )
+from shardwise.config import InferenceSettings
 from shardwise.errors import DeviceError, ModelError
 from shardwise.run import budgets
 from shardwise.run.failures import first_line
@@ -82,22 +82,6 @@ class ClassifierSpec:
     name: str
     model: str  # hub id or local directory
     input: str  # "url_text" -> "{url}\n\n{text}", "text" -> "{text}"
-
-
-@dataclass(frozen=True, kw_only=True)
-class InferenceSettings:
-    """How to run the classifiers; defaults are the production settings."""
-
-    max_length: int = 8192
-    dtype: str = "auto"  # auto|float32|bfloat16|float16
-    batch_size: int | None = None  # fixed rows per batch (overrides the token budget)
-    batch_tokens: int | None = None  # padded-token budget; None -> probe on CUDA, 16384 on CPU
-    device: str = "auto"  # auto|cpu|cuda|cuda:N
-    probs: bool = False  # also write <name>_probs (list<float16>)
-    #: "auto": a threshold measured per job and classifier; a number pins it; 0: no re-check
-    recheck_margin: float | str = DEFAULT_RECHECK_MARGIN
-    #: auto|padded|packed: packed batches (no padding, fused projections; classify/packed.py)
-    attention: str = "auto"
 
 
 @dataclass

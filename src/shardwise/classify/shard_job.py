@@ -375,7 +375,7 @@ def _labelling(ctx: OpenRun) -> Labelling:
         ctx.fields.id,
         ctx.fields.text,
         ctx.settings.input.url_field,
-        ctx.settings.inference["max_length"],
+        ctx.settings.inference.max_length,
         (kind for _name, _model, kind in ctx.meta.classifiers),
         count_tokenizer=_pinned_counter(ctx),
     )
@@ -411,10 +411,10 @@ def _counted(ctx: OpenRun) -> tuple[list[str], list[Pair]]:
 def load_engine(ctx: OpenRun) -> Any:
     """The classification engine for this run's classifiers and inference settings."""
     # torch and transformers load here, in jobs only: `shardwise` commands stay fast
-    from shardwise.classify.engine import ClassifierSpec, Engine, InferenceSettings  # noqa: PLC0415 - torch: jobs only
+    from shardwise.classify.engine import ClassifierSpec, Engine  # noqa: PLC0415 - torch: jobs only
 
     specs = [ClassifierSpec(n, m, i) for n, m, i in ctx.meta.classifiers]
-    settings = InferenceSettings(**ctx.settings.inference)
+    settings = ctx.settings.inference
     return Engine.load(specs, settings, budget_dir=ctx.run_dir / budgets.DIRECTORY)
 
 

@@ -30,7 +30,7 @@ def run_meta(settings: Settings, task_count: int, fingerprint: str) -> runjson.R
         inp.id_field,
         inp.text_field,
         inp.url_field,
-        settings.inference["max_length"],
+        settings.inference.max_length,
         (c["input"] for c in classifiers),
         count_tokenizer=_counter_identity(settings.count_tokenizer),
     )

@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from shardwise.classify.modelcheck import check_classifiers
-from shardwise.config import Settings, check_shard_count
+from shardwise.config import InferenceSettings, Settings, check_shard_count
 from shardwise.planner import (
     fieldcheck,
     housekeeping,
@@ -180,11 +180,11 @@ def _take_over(
 HALF_DTYPES = frozenset({"float16", "fp16", "bfloat16", "bf16"})
 
 
-def half_on_cpu_notes(inference: dict[str, Any], visible: Callable[[], bool]) -> list[str]:
+def half_on_cpu_notes(inference: InferenceSettings, visible: Callable[[], bool]) -> list[str]:
     """A half-precision dtype with device ``auto`` where ``visible`` says no GPU is: jobs
     that run here would label on the CPU (``device: cpu`` with float16 is refused)."""
-    dtype = str(inference.get("dtype", "auto")).strip().lower()
-    device = str(inference.get("device", "auto")).strip().lower()
+    dtype = inference.dtype.strip().lower()
+    device = inference.device.strip().lower()
     if device != "auto" or dtype not in HALF_DTYPES or visible():
         return []
     text = f"note: inference.dtype {dtype} with inference.device auto, and no GPU is visible "

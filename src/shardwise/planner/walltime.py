@@ -11,13 +11,13 @@ import math
 import random
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from shardwise.config import Settings
+from shardwise.config import Settings, WalltimeSettings
 from shardwise.run import adaptation, outputs, plan
 from shardwise.run.throughput import rate_for_walltime
 from shardwise.store.location import Location
@@ -44,16 +44,16 @@ class Runtime:
 
 
 def minutes_for(
-    size_bytes: int, rate_bytes_per_s: float, walltime: dict[str, Any], attempt: int = 1
+    size_bytes: int, rate_bytes_per_s: float, walltime: WalltimeSettings, attempt: int = 1
 ) -> int:
     """The clamped runtime in whole minutes for ``size_bytes`` of input."""
-    raw = size_bytes / rate_bytes_per_s / 60 * walltime["safety_factor"] * max(attempt, 1)
-    return int(min(max(math.ceil(raw), walltime["min_minutes"]), walltime["max_minutes"]))
+    raw = size_bytes / rate_bytes_per_s / 60 * walltime.safety_factor * max(attempt, 1)
+    return int(min(max(math.ceil(raw), walltime.min_minutes), walltime.max_minutes))
 
 
-def default_rate(walltime: dict[str, Any]) -> float:
+def default_rate(walltime: WalltimeSettings) -> float:
     """Bytes per second from the configured MB per minute."""
-    return walltime["default_mb_per_minute"] * 1e6 / 60
+    return walltime.default_mb_per_minute * 1e6 / 60
 
 
 def measured_rate(output: Location, sample: int = RATE_SAMPLE, seed: int = 0) -> float | None:
@@ -100,7 +100,7 @@ def one_file_minutes(settings: Settings, shards: Iterable[int]) -> int:
     _, largest, rate = _context(str(settings.run_dir), settings.output_uri, settings.storage)
     use = rate if rate is not None and rate > 0 else default_rate(settings.walltime)
     size = max((largest.get(s, 0) for s in shards), default=0)
-    unclamped = {**settings.walltime, "min_minutes": 1, "max_minutes": 10**6}
+    unclamped = replace(settings.walltime, min_minutes=1, max_minutes=10**6)
     return minutes_for(size, use, unclamped) + STOP_MARGIN_MINUTES
 
 
@@ -136,7 +136,7 @@ def runtime_minutes_for(
     if fixed:
         minutes = int(fixed) * max(attempt, 1)
     elif not main_process:
-        return settings.walltime["max_minutes"]
+        return settings.walltime.max_minutes
     else:
         minutes = estimate(settings, shard, attempt).minutes
     if not main_process:

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Self
 
-from shardwise.config import Pair, Settings, StorageOptions
+from shardwise.config import InferenceSettings, Pair, Settings, StorageOptions
 from shardwise.run import runjson
 from shardwise.run.fields import FieldPaths
 from shardwise.run.record import Fields
@@ -66,7 +66,7 @@ class RunSettings:
 
     input: RecordedInput
     storage: StorageOptions
-    inference: dict[str, Any] = field(default_factory=dict)  # classify.InferenceSettings
+    inference: InferenceSettings = field(default_factory=InferenceSettings)
     domains: RecordedDomains = RecordedDomains()
     roots: RecordedRoots = RecordedRoots()
     dolma: RecordedDolma | None = None
@@ -79,7 +79,7 @@ class RunSettings:
         return cls(
             input=RecordedInput(inp.format, inp.id_field, inp.text_field, inp.url_field),
             storage=settings.storage,
-            inference=dict(settings.inference),
+            inference=settings.inference,
             domains=RecordedDomains(
                 tuple((a, b) for a, b in settings.domain_pairs), settings.count_tokenizer
             ),
@@ -98,7 +98,7 @@ class RunSettings:
         doc = {
             "input": asdict(self.input),
             "storage": {k: v for k, v in vars(self.storage).items() if v is not None},
-            "inference": self.inference,
+            "inference": asdict(self.inference),
             "domains": domains,
             "roots": {k: v for k, v in asdict(self.roots).items() if v is not None},
         }
@@ -119,7 +119,7 @@ class RunSettings:
         return cls(
             input=f.sub("input").into(RecordedInput),
             storage=StorageOptions.from_config(f.dict("storage", {})),
-            inference=f.dict("inference", {}),
+            inference=f.sub("inference").into(InferenceSettings),
             domains=domains.into(RecordedDomains, pairs=pairs),
             roots=f.sub("roots").into(RecordedRoots),
             dolma=None if dolma is None else f.sub("dolma").into(RecordedDolma),

@@ -14,15 +14,17 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 import pyarrow as pa
 
+from shardwise.errors import RecordError
 from shardwise.run import journal, markers
 from shardwise.run.filestats import FIGURES, FileStats
 from shardwise.run.labelcounts import LabelCounts, pair_key
 from shardwise.run.reader import arrow_owned
+from shardwise.run.record import Fields
 from shardwise.store.atomic import write_atomic
 
 SUMMARIES_DIR = "summaries"
@@ -35,6 +37,80 @@ SCHEMA = pa.schema(
 )  # fmt: skip
 
 log = logging.getLogger("shardwise.run.summaries")
+#: The integer figures of each task in the metadata's ``tasks``.
+TASK_FIGURES = ("docs", "text_bytes", "tokens", "files")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SummaryMeta:
+    """The summary's schema metadata (``META_KEY``): the labels and pairs seen, the views
+    and each view's rows, the complete tasks and the incomplete ones. ``tasks`` is read as
+    columns (task ids, and per figure an int64 array): the domains view reads it for
+    every shard, where a record per task would cost seconds at tens of thousands."""
+
+    format_version: int = FORMAT_VERSION
+    shard: int
+    written_at: str = ""
+    labels: dict[str, tuple[str, ...]]
+    pairs: tuple[tuple[str, str], ...]
+    views: tuple[str, ...]
+    task_ids: tuple[str, ...]
+    task_figures: dict[str, np.ndarray]  # TASK_FIGURES -> int64 per task
+    tokens_counted: bool = False
+    incomplete_tasks: tuple[str, ...] = ()
+    view_rows: tuple[tuple[int, int], ...]
+
+    def to_json(self) -> bytes:
+        """The metadata's bytes (``tasks`` as one object per task)."""
+        figures = {k: v.tolist() for k, v in self.task_figures.items()}
+        tasks = [
+            {"task_id": task_id, **{k: figures[k][i] for k in TASK_FIGURES}}
+            for i, task_id in enumerate(self.task_ids)
+        ]
+        data = {f: getattr(self, f) for f in _META_FIELDS}
+        return json.dumps({**data, "tasks": tasks}).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes, where: str) -> Self:
+        """The metadata; RecordError naming ``where`` and the field otherwise."""
+        f = Fields.parse(raw, where)
+        tasks = f.objects("tasks")
+        labels = f.dict("labels")
+        for name, names in labels.items():
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                raise RecordError(
+                    f"{where} [labels]", f"field {name!r} must be an array of strings"
+                )
+        return f.into(
+            cls,
+            labels={name: tuple(names) for name, names in labels.items()},
+            pairs=tuple(_pairs(f, "pairs", str)),
+            task_ids=tuple(t.str("task_id") for t in tasks),
+            task_figures={k: _column(tasks, k, f) for k in TASK_FIGURES},
+            view_rows=tuple(_pairs(f, "view_rows", int)),
+        )
+
+
+_META_FIELDS = ("format_version", "shard", "written_at", "labels", "pairs", "views")
+_META_FIELDS += ("tokens_counted", "incomplete_tasks", "view_rows")
+
+
+def _pairs(f: Fields, key: str, kind: type) -> list[tuple[Any, Any]]:
+    """An array of two-item arrays of ``kind``."""
+    values = f.list(key)
+    if not all(
+        isinstance(v, list) and len(v) == 2 and all(type(x) is kind for x in v) for v in values
+    ):
+        raise f.refuse(key, f"must be an array of pairs of {kind.__name__}, got {values!r}")
+    return [(a, b) for a, b in values]
+
+
+def _column(tasks: tuple[Fields, ...], key: str, f: Fields) -> np.ndarray:
+    """One figure of every task as int64 (absent: 0, as in summaries written before it)."""
+    values = [t.data.get(key, 0) for t in tasks]
+    if not all(type(v) is int and v >= 0 for v in values):
+        raise f.refuse("tasks", f"entries' {key!r} must be counts >= 0")
+    return np.array(values, np.int64)
 
 
 def summary_path(run_dir: Path, shard: int) -> Path:
@@ -68,21 +144,11 @@ def build(
     """The summary of ``shard`` as Arrow IPC bytes (pure): ``tasks`` are (task id, its
     files); ``counts`` a file's ``label_counts`` (one without makes its task incomplete)."""
     complete, incomplete = _task_totals(tasks, counts)
-    labels, pairs = _labels_and_pairs([total for _, total, _ in complete])
+    totals = [total for _, total, _ in complete]
+    labels, pairs = _labels_and_pairs(totals)
     names = sorted(labels)
     views = [*names, *(pair_key(p) for p in pairs)]
-    cols = _cell_rows([total for _, total, _ in complete], labels, views)
-    meta = {
-        "format_version": FORMAT_VERSION,
-        "shard": shard,
-        "written_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "labels": {name: list(labels[name]) for name in names},
-        "pairs": [list(p) for p in pairs],
-        "views": views,
-        "tasks": [_task_entry(task_id, total, n_files) for task_id, total, n_files in complete],
-        "tokens_counted": bool(complete) and all(t.tokens is not None for _i, t, _n in complete),
-        "incomplete_tasks": incomplete,
-    }
+    cols = _cell_rows(totals, labels, views)
     # Sorted by view, so that a reader takes one view as one slice of each file.
     table = pa.table(
         {name: pa.array(cols[name], SCHEMA.field(name).type) for name in SCHEMA.names},
@@ -90,9 +156,20 @@ def build(
     ).sort_by(
         [("view", "ascending"), ("task", "ascending"), ("a", "ascending"), ("b", "ascending")]
     )
-    bounds = np.searchsorted(table.column("view").to_numpy(), np.arange(len(views) + 1))
-    meta["view_rows"] = [[int(bounds[i]), int(bounds[i + 1])] for i in range(len(views))]
-    table = table.replace_schema_metadata({META_KEY: json.dumps(meta).encode()})
+    bounds = np.searchsorted(table.column("view").to_numpy(), np.arange(len(views) + 1)).tolist()
+    meta = SummaryMeta(
+        shard=shard,
+        written_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        labels={name: tuple(labels[name]) for name in names},
+        pairs=tuple(pairs),
+        views=tuple(views),
+        task_ids=tuple(task_id for task_id, _, _ in complete),
+        task_figures=_task_figures(complete),
+        tokens_counted=bool(complete) and all(t.tokens is not None for t in totals),
+        incomplete_tasks=tuple(incomplete),
+        view_rows=tuple((bounds[i], bounds[i + 1]) for i in range(len(views))),
+    )
+    table = table.replace_schema_metadata({META_KEY: meta.to_json()})
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
@@ -144,15 +221,11 @@ def _cell_rows(
     return cols
 
 
-def _task_entry(task_id: str, total: LabelCounts, files: int) -> dict[str, Any]:
-    """One task of the metadata's ``tasks``."""
-    return {
-        "task_id": task_id,
-        "docs": total.docs,
-        "text_bytes": total.text_bytes,
-        "tokens": total.tokens or 0,
-        "files": files,
-    }
+def _task_figures(complete: Sequence[tuple[str, LabelCounts, int]]) -> dict[str, np.ndarray]:
+    """The metadata's per-task figures (``TASK_FIGURES``) of the complete tasks."""
+    rows = [(t.docs, t.text_bytes, t.tokens or 0, files) for _, t, files in complete]
+    table = np.array(rows, np.int64).reshape(len(rows), len(TASK_FIGURES))
+    return {key: table[:, i].copy() for i, key in enumerate(TASK_FIGURES)}
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -183,28 +256,25 @@ def parse(data: bytes | pa.Buffer | pa.NativeFile, where: str = "summary") -> Su
         source = pa.BufferReader(arrow_owned(data)) if isinstance(data, bytes) else data
         reader = pa.ipc.open_file(source)
         table = reader.read_all()
-        meta = json.loads((table.schema.metadata or {})[META_KEY])
-        tasks = meta["tasks"]
-
-        def per_task(key: str) -> np.ndarray:
-            return np.array([int(t[key]) for t in tasks], np.int64)
-
-        tokens = np.array([int(t.get("tokens", 0)) for t in tasks], np.int64)
-        counted = meta.get("tokens_counted") and "tokens" in table.column_names
+        raw = (table.schema.metadata or {}).get(META_KEY)
+        if raw is None:
+            raise ValueError("no shardwise metadata")
+        meta = SummaryMeta.from_json(raw, where)
+        counted = meta.tokens_counted and "tokens" in table.column_names
         return Summary(
-            shard=int(meta["shard"]),
-            labels={k: list(v) for k, v in meta["labels"].items()},
-            pairs=[(str(a), str(b)) for a, b in meta["pairs"]],
-            views=list(meta["views"]),
-            task_ids=[str(t["task_id"]) for t in tasks],
-            task_docs=per_task("docs"),
-            task_bytes=per_task("text_bytes"),
-            incomplete_tasks=[str(t) for t in meta.get("incomplete_tasks", [])],
+            shard=meta.shard,
+            labels={k: list(v) for k, v in meta.labels.items()},
+            pairs=list(meta.pairs),
+            views=list(meta.views),
+            task_ids=list(meta.task_ids),
+            task_docs=meta.task_figures["docs"],
+            task_bytes=meta.task_figures["text_bytes"],
+            incomplete_tasks=list(meta.incomplete_tasks),
             cells=table,
-            view_rows=[(int(a), int(b)) for a, b in meta["view_rows"]],
-            task_tokens=tokens if counted else None,
+            view_rows=list(meta.view_rows),
+            task_tokens=meta.task_figures["tokens"] if counted else None,
         )
-    except (pa.ArrowInvalid, OSError, KeyError, TypeError, ValueError) as e:
+    except (pa.ArrowInvalid, OSError, ValueError) as e:  # RecordError is a ValueError
         raise ValueError(f"{where} is not a shardwise summary: {e}") from e
 
 

@@ -151,3 +151,40 @@ def test_no_modules_import_each_other_in_a_circle():
         if module not in state:
             visit(module, [module])
     assert circles == []
+
+
+#: The readers of one piece of a run directory: ``run/opened.open_run`` is the door every
+#: command and job uses; only ``run`` itself and the planner (which writes these files,
+#: and reads them before a run.json vouches for them) call the readers directly.
+SIDE_READERS = {("plan", "load"), ("quarantine", "load"), ("runjson", "read_run_dir")}
+SIDE_READERS_ALLOWED = ("run", "planner")
+
+
+def side_reads(module: str) -> list[str]:
+    """``plan.load`` and the like called in ``module`` (as ``module.function``)."""
+    tree = ast.parse(MODULES[module].read_text("utf-8"))
+    found = []
+    for node in ast.walk(tree):
+        name = (
+            node.value.id
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+            else None
+        )
+        if name is not None and (name, node.attr) in SIDE_READERS:
+            found.append(f"{name}.{node.attr} (line {node.lineno})")
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            owner = node.module.rsplit(".", 1)[-1]
+            found += [f"from {node.module} import {a.name}" for a in node.names
+                      if (owner, a.name) in SIDE_READERS]  # fmt: skip
+    return found
+
+
+@pytest.mark.parametrize(
+    "module", sorted(m for m in MODULES if room(m) not in SIDE_READERS_ALLOWED)
+)
+def test_a_view_opens_the_run_through_the_one_door(module):
+    assert side_reads(module) == [], f"{module}: open the run with run.opened.open_run"
+
+
+def test_the_side_reader_check_finds_a_side_read():
+    assert side_reads("shardwise.run.opened") != []  # it opens the pieces itself

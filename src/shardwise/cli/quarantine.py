@@ -5,6 +5,7 @@ import sys
 
 from shardwise.cli.common import add_format, add_run_dir, emit
 from shardwise.run import quarantine
+from shardwise.run.opened import open_run
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -37,7 +38,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """Add, list or release; usage errors exit 2 through ``parser.error``."""
     if args.list:
-        entries = quarantine.load(args.run_dir)
+        entries = open_run(args.run_dir, settings_required=False).quarantined
         text = "\n".join(quarantine.format_lines(entries))
         emit(args.format, lambda: quarantine.to_dict(entries), lambda _fmt: text)
         if args.format != "json":

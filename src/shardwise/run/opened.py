@@ -23,7 +23,8 @@ from shardwise.store.location import Location
 class OpenRun:
     """A planned run directory: what run.json pins, what settings.json records (None only
     where it was opened without it: a run directory planned by an older version), the
-    roots; ``plan``, ``done`` and ``quarantined`` read when first asked for."""
+    roots; ``plan``, ``done`` and ``quarantined`` read when first asked for. The planner,
+    which writes these files, reads them itself (before a run.json vouches for them)."""
 
     run_dir: Path
     meta: runjson.RunMeta
@@ -63,6 +64,12 @@ class OpenRun:
     def plan(self) -> pa.Table:
         """``plan.parquet`` in one chunk, checked against run.json's assignment."""
         return state.read_plan(self.run_dir, self.meta)
+
+    @cached_property
+    def plan_as_written(self) -> pa.Table:
+        """``plan.parquet`` as it is, not checked against the assignment: what ``verify``
+        inspects (a plan of another assignment is one of its findings) and repairs."""
+        return plan.load(self.run_dir)
 
     @cached_property
     def done(self) -> markers.DoneShards:

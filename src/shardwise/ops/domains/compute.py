@@ -57,9 +57,11 @@ class DomainData:
         return [v for v in self.views() if "," in v]
 
 
-def load(run_dir: Path) -> DomainData:
-    """Read plan, markers, summaries and quarantine of ``run_dir``."""
-    pinned = opened.open_run(run_dir, settings_required=False)
+def load(run: Path | opened.OpenRun) -> DomainData:
+    """Read plan, markers, summaries and quarantine of the run (opened, or its directory)."""
+    pinned = (
+        run if isinstance(run, opened.OpenRun) else opened.open_run(run, settings_required=False)
+    )
     run_dir, meta, plan = pinned.run_dir, pinned.meta, pinned.plan
     tasks = run_plan.task_index(plan)
     task_names, task_codes, n_tasks = tasks.task_ids, tasks.file_task, len(tasks)

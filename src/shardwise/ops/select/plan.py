@@ -16,7 +16,9 @@ from shardwise.errors import ConfigError
 from shardwise.ops.common.text import human_count, near_labels
 from shardwise.ops.domains import compute as dom
 from shardwise.planner.extend import change_words
-from shardwise.run import runjson, selection, summaries
+from shardwise.run import selection, summaries
+from shardwise.run.opened import open_run
+from shardwise.run.runjson import RunMeta
 from shardwise.run.selection import Domain, SelectionPlan
 
 #: How far the weights may sum from 1 (rounding in a hand-written or exported file).
@@ -245,8 +247,8 @@ def _require_complete(request: Request, avail: Available) -> None:
 
 def plan(run_dir: Path, request: Request) -> SelectionPlan:
     """Pass 1: the selection's plan, from the run's summaries."""
-    meta = runjson.read_run_dir(run_dir)
-    data = dom.load(run_dir)
+    run = open_run(run_dir, settings_required=False)
+    meta, data = run.meta, dom.load(run)
     dom.require_labels(data)
     dom.require_tokens(data, "shardwise select", others=False)
     view = dom.choose_view(data, request.pair, request.classifier)
@@ -294,12 +296,11 @@ def plan(run_dir: Path, request: Request) -> SelectionPlan:
     )
 
 
-def changed_since(run_dir: Path, sel: SelectionPlan) -> str | None:
-    """How the run's input changed since ``sel`` was made (None: it did not, or the plan
-    predates the record)."""
+def changed_since(meta: RunMeta, sel: SelectionPlan) -> str | None:
+    """How the run's input (``meta``: its run.json) changed since ``sel`` was made (None:
+    it did not, or the plan predates the record)."""
     if not sel.run_fingerprint:
         return None
-    meta = runjson.read_run_dir(run_dir)
     if meta.fingerprint == sel.run_fingerprint:
         return None
     since = meta.input_changes[sel.run_changes :]
@@ -308,10 +309,9 @@ def changed_since(run_dir: Path, sel: SelectionPlan) -> str | None:
     return text + change_words(added, removed, "task")
 
 
-def consequence(run_dir: Path, sel: SelectionPlan) -> str:
+def consequence(meta: RunMeta, sel: SelectionPlan) -> str:
     """What the run's change since ``sel`` was made means for it: tasks added are in no
     shard of it; tasks removed were selected from documents the run no longer has."""
-    meta = runjson.read_run_dir(run_dir)
     since = meta.input_changes[sel.run_changes :]
     out = []
     if sum(c.tasks_added for c in since):
@@ -350,12 +350,15 @@ def planned(run_dir: Path, request: Request | None, name: str) -> SelectionPlan:
             msg += "give --weights and --tokens to plan one"
             raise ConfigError(msg)
         return existing
-    if existing is not None and (changed := changed_since(run_dir, existing)) is not None:
-        where = selection.root(run_dir, existing.name)
-        msg = f"selection {name!r} of {run_dir} was made before the run changed ({changed}): "
-        msg += f"{consequence(run_dir, existing)}. Select over the run as "
-        msg += f"it is now under another name: `{reselect(run_dir, existing)}`; or remove "
-        raise ConfigError(msg + f"{where} to plan {name!r} anew")
+    if existing is not None:
+        meta = open_run(run_dir, settings_required=False).meta
+        changed = changed_since(meta, existing)
+        if changed is not None:
+            where = selection.root(run_dir, existing.name)
+            msg = f"selection {name!r} of {run_dir} was made before the run changed ({changed}): "
+            msg += f"{consequence(meta, existing)}. Select over the run as "
+            msg += f"it is now under another name: `{reselect(run_dir, existing)}`; or remove "
+            raise ConfigError(msg + f"{where} to plan {name!r} anew")
     new = plan(run_dir, request)
     if existing is not None:
         weights = [(d.labels, d.weight) for d in existing.domains]

@@ -206,10 +206,10 @@ def finish(run_dir: Path, sel: SelectionPlan, mix_output: str | None = None) -> 
     got = records(ctx.run_dir, sel)
     base = selection.root(ctx.run_dir, sel.name)
     report = build(sel, got, str(base / selection.FILES_DIR))
-    changed = planning.changed_since(ctx.run_dir, sel)
+    changed = planning.changed_since(ctx.meta, sel)
     if changed is not None:
         note = f"made before the run changed ({changed}): "
-        note += f"{planning.consequence(ctx.run_dir, sel)}; select anew: "
+        note += f"{planning.consequence(ctx.meta, sel)}; select anew: "
         note += f"`{planning.reselect(ctx.run_dir, sel)}`"
         report = Report(**{**vars(report), "run_changed": note})
     if not report.complete:

@@ -51,7 +51,7 @@ def verify_run(
         raise ConfigError(f"--jobs must be >= 1, got {jobs}")
     run_dir = Path(run_dir)
     ctx = open_run(run_dir)
-    meta, table, left_out = ctx.meta, plan.load(run_dir), ctx.quarantined
+    meta, table, left_out = ctx.meta, ctx.plan_as_written, ctx.quarantined
     planned = _planned(ctx, table)
     in_run = shard_range(meta.total_shards, meta.minimum_shard_index)
     report = VerifyReport(

@@ -15,7 +15,7 @@ from pathlib import Path
 from shardwise.ops.verify.check import VerifyReport
 from shardwise.run import changes, context, journal, markers, outputs, plan, runjson
 from shardwise.run import state as run_state
-from shardwise.run.opened import open_run
+from shardwise.run.opened import OpenRun, open_run
 from shardwise.store.location import Location
 
 
@@ -26,7 +26,7 @@ def repair(run_dir: Path, report: VerifyReport) -> list[str]:
     an interruption anywhere never leaves a shard marked done over a file without one."""
     run_dir = Path(run_dir)
     ctx = open_run(run_dir)
-    by_shard = _broken_by_shard(run_dir, report)
+    by_shard = _broken_by_shard(ctx, report)
     reset = markers.remove_shard_markers(run_dir, sorted(report.broken_shards | set(by_shard)))
     removed = [
         f"removed {markers.shard_marker_path(run_dir, s)} (shard {s} runs again)" for s in reset
@@ -42,13 +42,13 @@ def repair(run_dir: Path, report: VerifyReport) -> list[str]:
             f"rewrote {url} from the sidecar"
             for url in outputs.rebuild(ctx.roots(), rel, ctx.settings.dolma_name)
         ]
-    _take_identities(run_dir, report.changed)  # relabelled as they are now
+    _take_identities(ctx, report.changed)  # relabelled as they are now
     return removed
 
 
-def _broken_by_shard(run_dir: Path, report: VerifyReport) -> dict[int, set[str]]:
+def _broken_by_shard(ctx: OpenRun, report: VerifyReport) -> dict[int, set[str]]:
     """The broken files of each shard (by the plan)."""
-    rows = plan.load(run_dir).to_pydict()
+    rows = ctx.plan_as_written.select(["file", "shard"]).to_pydict()
     shard_of = dict(zip(rows["file"], rows["shard"], strict=True))
     by_shard: dict[int, set[str]] = defaultdict(set)
     for rel in sorted(report.broken_files):
@@ -60,29 +60,31 @@ def _broken_by_shard(run_dir: Path, report: VerifyReport) -> dict[int, set[str]]
 def shards_to_reset(run_dir: Path, report: VerifyReport) -> list[int]:
     """The marked shards whose markers ``repair`` removes: broken ones, and those that
     hold a broken file."""
-    wanted = report.broken_shards | set(_broken_by_shard(Path(run_dir), report))
+    ctx = open_run(Path(run_dir), settings_required=False)
+    wanted = report.broken_shards | set(_broken_by_shard(ctx, report))
     return sorted(wanted & markers.done_shards(Path(run_dir)))
 
 
 def accept_changed(run_dir: Path, report: VerifyReport) -> list[str]:
     """Keep the labels of input files changed in place, on purpose: the plan takes their
     new identity, so no view reports them again. Returns one line per file."""
-    _take_identities(Path(run_dir), report.changed)
+    _take_identities(open_run(Path(run_dir), settings_required=False), report.changed)
     return [
         f"accepted {rel}: its labels stay (made from {a}, the file is now {b})"
         for rel, (a, b) in sorted(report.changed.items())
     ]
 
 
-def _take_identities(run_dir: Path, changed: dict[str, tuple[str, str]]) -> None:
+def _take_identities(ctx: OpenRun, changed: dict[str, tuple[str, str]]) -> None:
     """The plan records these files as they are now; changed.json forgets them."""
     if not changed:
         return
-    table = plan.with_identities(plan.load(run_dir), {rel: b for rel, (_a, b) in changed.items()})
-    summary = plan.load_summary(run_dir)
+    now = {rel: b for rel, (_a, b) in changed.items()}
+    table = plan.with_identities(ctx.plan_as_written, now)
+    summary = plan.load_summary(ctx.run_dir)
     if summary is not None:
-        plan.save(run_dir, table, summary)
-    changes.forget(run_dir, set(changed))
+        plan.save(ctx.run_dir, table, summary)
+    changes.forget(ctx.run_dir, set(changed))
 
 
 def restore_run_json(run_dir: Path) -> list[str]:

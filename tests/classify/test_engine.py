@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import threading
 from pathlib import Path
@@ -33,6 +35,7 @@ from shardwise.demo.tinymodels import (
     build_wordpiece_tokenizer,
 )
 from shardwise.errors import DeviceError, ModelError
+from shardwise.run.enginefigures import EngineFigures
 
 MAX_LENGTH = 192
 
@@ -164,6 +167,10 @@ def test_stats(engine: Engine, result, corpus) -> None:
     assert stats["batch_budget"] == 2048 and stats["oom_retries"] == 0
     assert stats["tokenize_fallback_docs"] == 0 and stats["distinct_tokenizers"] == 1
     assert engine.device_name == "cpu" and engine.dtype_name == "float32"
+    # every figure has its field in the stats' record, read back as the engine gave it
+    assert set(stats) == {f.name for f in dataclasses.fields(EngineFigures)}
+    figures = EngineFigures.from_json(json.loads(json.dumps(stats)), "engine")
+    assert figures.docs == stats["docs"] and figures.rechecked_docs == stats["rechecked_docs"]
 
 
 def test_order_restored_matches_unsorted_reference(engine: Engine, result, corpus) -> None:

@@ -19,6 +19,7 @@ from shardwise.run.context import (
     RecordedRoots,
     RunSettings,
 )
+from shardwise.run.enginefigures import CalibrationFigures, EngineFigures, SelfCheck, Threshold
 from shardwise.run.failures import FailedFile, FailureRecord
 from shardwise.run.fidelity import FileFidelity
 from shardwise.run.filestats import FileStats, Precision
@@ -32,6 +33,12 @@ from shardwise.run.plan import PlanSummary
 from shardwise.run.record import Fields
 from shardwise.run.runjson import InputChange, RunMeta
 
+ENGINE = EngineFigures(
+    docs=5, batches=1, batch_cost=None, recheck_margin=0.25, rechecked_docs={"topic": 2},
+    attention_self_check=(SelfCheck("topic", docs=5, max_prob_diff=1e-6, passed=True),),
+    calibration={"topic": CalibrationFigures(sample_docs=64, thresholds=(Threshold(512, 0.01),))},
+    fidelity=(FileFidelity(classifier="topic", docs=5, fp32_docs=0, mode="recheck"),),
+)  # fmt: skip
 STATS = FileStats(
     file="a/b.jsonl.gz", task_id="a/b.jsonl.gz", shard=3, bytes=100, docs=5, tokens=40,
     seconds=1.5, timings={"read": 0.5, "infer": 1.0}, counts={"null_ids": 1},
@@ -39,7 +46,7 @@ STATS = FileStats(
     fidelity=(FileFidelity(classifier="topic", docs=5, fp32_docs=0, mode="recheck"),),
     device="cpu", device_name="cpu", dtype="float32", finished_at="2026-01-01T00:00:00+00:00",
     source_identity="100:7", labelling=Labelling(text_field="text", templates={"text": "{text}"}),
-    precision=Precision("bfloat16", "auto"), engine={"batches": 1},
+    precision=Precision("bfloat16", "auto"), engine=ENGINE,
     label_counts=LabelCounts(docs=5, text_bytes=9, classifiers={"topic": {"A": [5, 9]}}),
 )  # fmt: skip
 RECORDS = [
@@ -151,6 +158,21 @@ def test_a_record_round_trips(record):
             r"\[fidelity\]\[0\]: field 'docs' must be an integer",
         ),
         (STATS, "counts", {"null_ids": "x"}, "field 'null_ids' must be an integer"),
+        (
+            STATS,
+            "engine",
+            {"attention_self_check": [{"classifier": "t", "passed": "yes"}]},
+            r"\[engine\] \[attention_self_check\]\[0\]: field 'passed' must be true or false",
+        ),
+        (
+            STATS,
+            "engine",
+            {"calibration": {"topic": {"thresholds": [{"threshold": 0.1}]}}},
+            r"\[calibration\]\[topic\] \[thresholds\]\[0\]: field 'max_tokens' is missing",
+        ),
+        (STATS, "engine", {"recheck_margin": [0.1]}, "field 'recheck_margin' must be float or str"),
+        (STATS, "label_counts", {"docs": -2}, r"\[label_counts\]: field 'docs' must be a count"),
+        (STATS, "precision", {"dtype": 16}, r"\[precision\]: field 'dtype' must be a string"),
         (RECORDS[1], "rows", 2.5, "field 'rows' must be an integer"),
         (RECORDS[1], "file", 7, "field 'file' must be a string"),
         (RECORDS[2], "total_shards", None, "field 'total_shards' must be an integer"),

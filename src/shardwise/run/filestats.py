@@ -22,6 +22,7 @@ from typing import Any, Literal, Self
 import pyarrow as pa
 
 from shardwise.run import modelpin
+from shardwise.run.enginefigures import EngineFigures
 from shardwise.run.fidelity import ARROW as FIDELITY_ARROW
 from shardwise.run.fidelity import FileFidelity
 from shardwise.run.fields import QUALITY_COUNTS
@@ -114,7 +115,7 @@ class FileStats:
     source_identity: str | None = None  # the source's identity when it was planned
     labelling: Labelling | None = None  # as run.json pins it
     precision: Precision | None = None
-    engine: dict[str, Any] = field(default_factory=dict)
+    engine: EngineFigures = field(default_factory=EngineFigures)
     label_counts: LabelCounts | None = None
 
     @classmethod
@@ -138,20 +139,18 @@ class FileStats:
         label_counts: LabelCounts,
     ) -> Self:
         """The stats of a file just labelled (``timings`` so far; see :meth:`with_write`)."""
+        figures = EngineFigures.from_json(dict(engine), "the engine's figures")
         return cls(
             file=rel,
             task_id=task_id,
             shard=shard,
             bytes=size,
             docs=docs,
-            tokens=int(engine.get("tokens", 0)),
+            tokens=figures.tokens or 0,
             tokens_counted=TOKENS_COUNTED,
             counts=dict(counts),
-            truncated_docs=int(engine.get("truncated_docs", 0)),
-            fidelity=tuple(
-                FileFidelity.from_json(e, "the engine's fidelity")
-                for e in engine.get("fidelity", ())
-            ),
+            truncated_docs=figures.truncated_docs or 0,
+            fidelity=figures.fidelity,
             models=dict(models),
             device=device,
             device_name=device_name,
@@ -162,8 +161,8 @@ class FileStats:
             versions=versions(),
             source_identity=identity,
             labelling=labelling,
-            precision=Precision(dtype, engine.get("recheck_margin")),
-            engine=dict(engine),
+            precision=Precision(dtype, figures.recheck_margin),
+            engine=figures,
             label_counts=label_counts,
         ).with_timings(timings)
 

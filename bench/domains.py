@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from shardwise.run import filestats, summaries
-from shardwise.run.labelcounts import pair_key
+from shardwise.run.labelcounts import LabelCounts, pair_key
 from shardwise.store.atomic import write_atomic
 
 BUDGET_S = 2.0
@@ -100,7 +100,7 @@ def build(root: Path, n_files: int, n_shards: int) -> dict[str, float]:
                 "pairs": {pair_key(("topic", "format")): url["pair"],
                           pair_key(("topic_nourl", "format_nourl")): nourl["pair"]},
             }  # fmt: skip
-            counts[rel] = lc
+            counts[rel] = LabelCounts.from_json(lc, rel)
             path = output / f"{rel}.stats.json"
             stats = json.loads(path.read_text())
             stats["label_counts"] = lc

@@ -115,7 +115,7 @@ def test_token_counts_ride_along_when_the_run_counts_them():
     ("field", "value", "message"),
     [
         ("tasks", [{"task_id": "a", "docs": "3"}], "field 'tasks' entries' 'docs' must be counts"),
-        ("tasks", [{"docs": 3}], r"\[tasks\]\[0\]: field 'task_id' is missing"),
+        ("tasks", [{"docs": 3}], "field 'tasks' entries' 'task_id' must be strings"),
         ("labels", {"topic": [1]}, r"\[labels\]: field 'topic' must be an array of strings"),
         ("view_rows", [[0]], "field 'view_rows' must be an array of pairs of int"),
         ("shard", None, "field 'shard' is missing"),

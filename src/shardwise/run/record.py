@@ -56,7 +56,24 @@ _ONE = {int: "an integer", str: "a string"}
 
 def _is(value: Any, kind: type) -> bool:
     """``value`` is a ``kind`` (a bool is never an int)."""
-    return isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+    return type(value) is int if kind is int else isinstance(value, kind)
+
+
+def _all(values: Any, kind: type) -> bool:
+    """Every value is a ``kind`` (one pass, no call per item: summaries are read by the
+    thousand)."""
+    if kind is int:
+        return all(type(v) is int for v in values)
+    return all(isinstance(v, kind) for v in values)
+
+
+@functools.cache
+def _shape(hint: Any) -> tuple[bool, tuple[Any, ...], Any]:
+    """A type hint taken apart once: whether None is allowed, the other types, and the
+    first one's origin (``tuple`` for ``tuple[int, ...]``)."""
+    options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    bases = tuple(o for o in options if o is not type(None))
+    return type(None) in options, bases, typing.get_origin(bases[0]) or bases[0]
 
 
 class Fields:
@@ -174,15 +191,13 @@ class Fields:
 
     def _typed(self, key: str, hint: Any, default: Any) -> Any:
         """One field by its type hint (see :meth:`into`)."""
-        options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
-        if type(None) in options:
-            default = None if default is _REQUIRED else default
-        bases = tuple(o for o in options if o is not type(None))
+        nullable, bases, origin = _shape(hint)
+        if nullable and default is _REQUIRED:
+            default = None
         if len(bases) > 1:  # one of scalar types: ``float | str``
             kinds = tuple(o for b in bases for o in ((int, float) if b is float else (b,)))
             return self._get(key, default, kinds, " or ".join(b.__name__ for b in bases))
         base = bases[0]
-        origin = typing.get_origin(base) or base
         if origin is tuple:
             return self._tuple(key, base, default)
         if dataclasses.is_dataclass(origin):  # a nested record
@@ -208,6 +223,6 @@ class Fields:
         item = (typing.get_args(hint) or (None,))[0]
         if dataclasses.is_dataclass(item):
             return tuple(f.into(item) for f in self.objects(key))  # type: ignore[arg-type]
-        if item in (int, str) and not all(_is(v, item) for v in value):
+        if item in (int, str) and not _all(value, item):
             raise self.refuse(key, f"must be an array of {_NAMES[item]}, got {value!r}")
         return tuple(value)

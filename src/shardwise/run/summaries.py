@@ -74,7 +74,9 @@ class SummaryMeta:
     def from_json(cls, raw: bytes, where: str) -> Self:
         """The metadata; RecordError naming ``where`` and the field otherwise."""
         f = Fields.parse(raw, where)
-        tasks = f.objects("tasks")
+        tasks = f.list("tasks")
+        if not all(type(t) is dict for t in tasks):
+            raise f.refuse("tasks", "must be an array of objects")
         labels = f.dict("labels")
         for name, names in labels.items():
             if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
@@ -85,7 +87,7 @@ class SummaryMeta:
             cls,
             labels={name: tuple(names) for name, names in labels.items()},
             pairs=tuple(_pairs(f, "pairs", str)),
-            task_ids=tuple(t.str("task_id") for t in tasks),
+            task_ids=tuple(_task_ids(tasks, f)),
             task_figures={k: _column(tasks, k, f) for k in TASK_FIGURES},
             view_rows=tuple(_pairs(f, "view_rows", int)),
         )
@@ -99,15 +101,24 @@ def _pairs(f: Fields, key: str, kind: type) -> list[tuple[Any, Any]]:
     """An array of two-item arrays of ``kind``."""
     values = f.list(key)
     if not all(
-        isinstance(v, list) and len(v) == 2 and all(type(x) is kind for x in v) for v in values
+        type(v) is list and len(v) == 2 and type(v[0]) is kind and type(v[1]) is kind
+        for v in values
     ):
         raise f.refuse(key, f"must be an array of pairs of {kind.__name__}, got {values!r}")
     return [(a, b) for a, b in values]
 
 
-def _column(tasks: tuple[Fields, ...], key: str, f: Fields) -> np.ndarray:
+def _task_ids(tasks: list[dict[str, Any]], f: Fields) -> list[str]:
+    """Every task's id (checked in one pass: tens of thousands of shards are read)."""
+    ids = [t.get("task_id") for t in tasks]
+    if not all(type(i) is str for i in ids):
+        raise f.refuse("tasks", "entries' 'task_id' must be strings")
+    return ids
+
+
+def _column(tasks: list[dict[str, Any]], key: str, f: Fields) -> np.ndarray:
     """One figure of every task as int64 (absent: 0, as in summaries written before it)."""
-    values = [t.data.get(key, 0) for t in tasks]
+    values = [t.get(key, 0) for t in tasks]
     if not all(type(v) is int and v >= 0 for v in values):
         raise f.refuse("tasks", f"entries' {key!r} must be counts >= 0")
     return np.array(values, np.int64)

@@ -7,6 +7,7 @@ object is read back). One row per non-zero (task, view, cell), sorted by view; t
 metadata says the labels, views, tasks and each view's rows (docs/ARCHITECTURE.md).
 """
 
+import dataclasses
 import json
 import logging
 import os
@@ -93,8 +94,11 @@ class SummaryMeta:
         )
 
 
-_META_FIELDS = ("format_version", "shard", "written_at", "labels", "pairs", "views")
-_META_FIELDS += ("tokens_counted", "incomplete_tasks", "view_rows")
+#: The metadata's keys as they are written: the record's fields but the task columns
+#: (written as ``tasks``, one object per task).
+_META_FIELDS = tuple(
+    f.name for f in dataclasses.fields(SummaryMeta) if f.name not in ("task_ids", "task_figures")
+)
 
 
 def _pairs(f: Fields, key: str, kind: type) -> list[tuple[Any, Any]]:

@@ -45,6 +45,7 @@ OPS_FLOORS = {
     "verify": 2,
     "select": 2,
     "report": 2,
+    "launch": 3,
 }
 
 

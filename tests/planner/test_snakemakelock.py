@@ -83,3 +83,45 @@ def test_a_lock_of_another_host_or_an_unknown_process_is_left_with_advice(tmp_pa
 
 def test_no_lock_no_word(tmp_path):
     assert snakemakelock.clear_stale(tmp_path / "run", submitter(tmp_path), None) == []
+
+
+def test_the_lock_of_a_main_process_whose_slurm_job_ended_is_cleared_on_any_host(tmp_path):
+    path = lock(tmp_path, 0, "output", tmp_path / "run" / "shards" / "0.done")
+    launcher = submitter(tmp_path, host="node7", pid=1234, slurm_job_id="41")
+    asked = []
+
+    def ended(job_id):
+        asked.append(job_id)
+        return "COMPLETED"
+
+    (said,) = snakemakelock.clear_stale(
+        tmp_path / "run", submitter(tmp_path, slurm_job_id="42"), launcher, job_state=ended
+    )
+    assert asked == ["41"]
+    assert said == (
+        "note: cleared Snakemake's lock (1 file(s) in .snakemake/locks) that the main process "
+        "of this run left when its SLURM job 41 ended (COMPLETED) (pid 1234 on node7, started "
+        "2026-12-06T05:00:00+00:00): no --unlock needed"
+    )
+    assert not path.exists()
+
+
+def test_a_slurm_job_squeue_no_longer_lists_has_ended_and_a_live_one_keeps_its_lock(tmp_path):
+    path = lock(tmp_path, 0, "output", tmp_path / "run" / "shards" / "0.done")
+    launcher = submitter(tmp_path, host="node7", pid=1234, slurm_job_id="41")
+    for state in ("RUNNING", "PENDING", None):  # live, or squeue did not answer
+        (said,) = snakemakelock.clear_stale(
+            tmp_path / "run", submitter(tmp_path), launcher, job_state=lambda _id, s=state: s
+        )
+        assert "which cannot be checked from here" in said
+    assert path.exists()
+    (said,) = snakemakelock.clear_stale(
+        tmp_path / "run", submitter(tmp_path), launcher, job_state=lambda _id: ""
+    )
+    assert "its SLURM job 41 ended (no longer listed)" in said
+    assert not path.exists()
+    path = lock(tmp_path, 0, "output", tmp_path / "run" / "shards" / "0.done")
+    (said,) = snakemakelock.clear_stale(  # its processes ended; SLURM runs the epilog
+        tmp_path / "run", submitter(tmp_path), launcher, job_state=lambda _id: "COMPLETING"
+    )
+    assert "its SLURM job 41 ended (COMPLETING)" in said

@@ -18,6 +18,7 @@ from shardwise.cli import (
     demo,
     dolma,
     domains,
+    launch,
     plan,
     quarantine,
     relocate,
@@ -33,8 +34,8 @@ from shardwise.cli.common import not_a_run_dir
 from shardwise.errors import ShardwiseError
 
 #: The verbs in the order ``shardwise --help`` lists them.
-VERBS = (shard_of, demo, plan, classify_shard, adopt, walltime, coverage, domains, dolma, reweight,
-         select, retry_array, quarantine, relocate, cluster, report, verify)  # fmt: skip
+VERBS = (shard_of, demo, plan, classify_shard, adopt, walltime, launch, coverage, domains, dolma,
+         reweight, select, retry_array, quarantine, relocate, cluster, report, verify)  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:

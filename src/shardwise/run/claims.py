@@ -88,6 +88,9 @@ class Submitter:
     pid: int = 0
     started_at: str = ""
     process: str | None = None  # the main process's identity (survives pid reuse)
+    #: The SLURM job the main process ran in (``shardwise launch``, or a user's own
+    #: launcher job): once that job has ended, its lock is cleared on any host.
+    slurm_job_id: str | None = None
 
     @classmethod
     def of(cls, workflow: Any) -> Self:
@@ -107,6 +110,7 @@ class Submitter:
             pid=os.getpid(),
             started_at=markers.now(),
             process=process_identity(os.getpid()),
+            slurm_job_id=os.environ.get("SLURM_JOB_ID") or None,
         )
 
     @classmethod

@@ -19,6 +19,9 @@ And the plan probes (:func:`submit_probe`): real jobs of the run's own request t
 a ``--deadline`` so that SLURM removes it by itself if nobody cancels it, and a
 ``--comment`` that names its owner (:class:`ProbeOwner`), so that a later process tells
 a killed owner's leftovers from the probes of one still running.
+
+And the launchers of ``shardwise launch`` (:func:`submit_batch`): CPU jobs that run the
+workflow's main process, one at a time per run (``--dependency=singleton``).
 """
 
 import os
@@ -147,6 +150,18 @@ def submit_probe(
         "true",
     ]
     reply = command.run(argv, timeout=timeout)
+    if reply.ok:
+        return Answer(reply.stdout.strip().split(";")[0])
+    kind = "cap" if _AT_CAP.search(reply.stderr or reply.stdout) else reply.kind
+    return Answer(None, reply.problem, kind)
+
+
+def submit_batch(
+    options: Sequence[str], wrap: str, *, timeout: float = command.DEFAULT_TIMEOUT
+) -> Answer[str]:
+    """``sbatch --parsable <options> --wrap <wrap>`` (a launcher of ``shardwise launch``):
+    the new job's id; kind ``cap`` when the submit cap refused it."""
+    reply = command.run(["sbatch", "--parsable", *options, "--wrap", wrap], timeout=timeout)
     if reply.ok:
         return Answer(reply.stdout.strip().split(";")[0])
     kind = "cap" if _AT_CAP.search(reply.stderr or reply.stdout) else reply.kind

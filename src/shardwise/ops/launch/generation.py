@@ -1,0 +1,194 @@
+"""One launcher job of the chain: queue the successor, run the workflow, end it well.
+
+In order:
+
+1. a chain stopped by ``launch --stop`` starts nothing (exit 0);
+2. every other queued launcher of the chain is cancelled (a requeued or doubly submitted
+   one would fork the chain), then the successor is queued: the same request, after this
+   job, ``singleton`` (one launcher per run at once). Whatever way this job ends
+   (walltime, node failure, an admin's ``scancel``), the successor starts and adopts the
+   live shard jobs;
+3. Snakemake runs as a child in its own process group. The walltime signal
+   (``--signal=B:USR1@<stop_before>``) or a cancel (SIGTERM) kills that group with
+   SIGKILL: the plugin cancels the shard jobs only on SIGINT, so they keep running for
+   the successor, which clears the lock this job's Snakemake left
+   (``planner/snakemakelock.py``: its SLURM job has ended);
+4. Snakemake's own end decides: 0 (every target done) cancels the successor and ends the
+   chain; a failure after more shards were labelled leaves the successor to go on (its
+   retries start afresh); a failure with no progress ends the chain (the same failure
+   would repeat every generation), with a line that says why.
+"""
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import IO
+
+from shardwise.errors import ConfigError
+from shardwise.ops.launch import request
+from shardwise.ops.launch.chain import chain_jobs, now
+from shardwise.run import claims, markers
+from shardwise.run import launch as record
+from shardwise.run.launch import ChainEvent, Launch, Step
+from shardwise.slurm import control
+
+#: The console prefix of every line a launcher prints (its log: logs/launch/<job>.log).
+PREFIX = "shardwise launch: "
+#: The signals that stop a launcher's Snakemake without cancelling its shard jobs.
+STOP_SIGNALS = {signal.SIGUSR1: "its walltime is near", signal.SIGTERM: "it was cancelled"}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How Snakemake's end decides the chain's next step."""
+
+    step: Step
+    keep_successor: bool
+    exit_code: int
+
+
+def decide(returncode: int, stopped_by: str | None, progress: int) -> Outcome:
+    """What this generation does after Snakemake ended (pure)."""
+    if stopped_by is not None:
+        return Outcome(Step.STOPPING, keep_successor=True, exit_code=0)
+    if returncode == 0:
+        return Outcome(Step.COMPLETE, keep_successor=False, exit_code=0)
+    if progress > 0:
+        return Outcome(Step.PROGRESS, keep_successor=True, exit_code=returncode)
+    return Outcome(Step.ENDED, keep_successor=False, exit_code=returncode)
+
+
+@dataclass(kw_only=True)
+class Generation:
+    """One launcher job (``job_id``) of the chain of ``run_dir``."""
+
+    run_dir: Path
+    job_id: str
+    out: IO[str] = field(default_factory=lambda: sys.stdout)
+    host: str = field(default_factory=claims.hostname)
+    successor: str | None = None
+    stopped_by: str | None = None
+    child: subprocess.Popen[bytes] | None = None
+
+    def say(self, step: Step, text: str, detail: str = "") -> None:
+        """One line in the log and one event in ``chain.jsonl``."""
+        self.out.write(f"{PREFIX}{text}\n")
+        self.out.flush()
+        event = ChainEvent(at=now(), job_id=self.job_id, step=step, host=self.host,
+                           detail=detail, text=text)  # fmt: skip
+        record.append(self.run_dir, event)
+
+    def run(self) -> int:
+        """The whole generation; its exit status."""
+        launch = self._launch()
+        if launch.stopped_at is not None:
+            return self._stopped_before_start()
+        self.say(Step.STARTED, f"launcher job {self.job_id} started on {self.host}")
+        self._queue_successor(launch)
+        if self._launch().stopped_at is not None:  # `--stop` came while it queued
+            return self._stopped_before_start()
+        before = len(markers.done_shards(self.run_dir))
+        returncode = self._run_snakemake(launch)
+        progress = len(markers.done_shards(self.run_dir)) - before
+        return self._end(decide(returncode, self.stopped_by, progress), returncode, progress)
+
+    def _launch(self) -> Launch:
+        launch = record.load(self.run_dir)
+        if launch is None:
+            path = record.launch_path(self.run_dir)
+            raise ConfigError(f"{path}: missing; this job is run by `shardwise launch`")
+        return launch
+
+    def _stopped_before_start(self) -> int:
+        self._cancel_queued(keep=None)
+        self.say(Step.STOPPED, "the chain was stopped (`launch --stop`): nothing started")
+        return 0
+
+    def _cancel_queued(self, keep: str | None) -> list[str]:
+        """Cancel the chain's queued launchers but ``keep`` (never this job)."""
+        ids = [j.id for j in chain_jobs(self._launch().name)
+               if j.pending and j.id not in (self.job_id, keep)]  # fmt: skip
+        if ids:
+            control.cancel(ids)
+        return ids
+
+    def _queue_successor(self, launch: Launch) -> None:
+        extra = self._cancel_queued(keep=None)
+        if extra:
+            text = f"cancelled queued launcher(s) {', '.join(extra)}: one successor at a time"
+            self.out.write(f"{PREFIX}{text}\n")
+        options = request.sbatch_options(launch, self.run_dir, after=self.job_id)
+        queued = control.submit_batch(options, request.job_command(launch, self.run_dir))
+        if queued.ok and queued.value:
+            self.successor = queued.value
+            text = f"queued successor job {queued.value}: it starts when this job ends, "
+            self.say(Step.SUCCESSOR, text + "however it ends", detail=queued.value)
+            return
+        text = f"sbatch refused the successor ({queued.problem}): the chain ends with this "
+        text += "launcher; run `shardwise launch` again once sbatch works"
+        self.say(Step.NO_SUCCESSOR, text)
+
+    def _run_snakemake(self, launch: Launch) -> int:
+        """Run the workflow until it ends or a stop signal comes; its exit status."""
+        argv = request.snakemake_command(launch)
+        previous = {s: signal.signal(s, self._on_stop) for s in STOP_SIGNALS}
+        try:
+            self.child = subprocess.Popen(argv, cwd=launch.workdir, start_new_session=True)
+            if self.stopped_by is not None:  # the signal came while it started
+                self._kill_child()
+            return self.child.wait()
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+    def _on_stop(self, signum: int, _frame: FrameType | None) -> None:
+        self.stopped_by = STOP_SIGNALS.get(signal.Signals(signum), signal.strsignal(signum))
+        self._kill_child()
+
+    def _kill_child(self) -> None:
+        """SIGKILL Snakemake's process group: its shard jobs live on (no SIGINT)."""
+        if self.child is not None and self.child.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.child.pid, signal.SIGKILL)
+
+    def _end(self, outcome: Outcome, returncode: int, progress: int) -> int:
+        shards = f"{progress:,} more shard(s) done in this generation"
+        if outcome.step is Step.STOPPING:
+            text = f"stopped snakemake because {self.stopped_by} ({shards}); its shard jobs "
+            if self._launch().stopped_at is not None:
+                nxt = "the chain was stopped: nothing adopts them until `shardwise launch` runs"
+            elif self.successor:
+                nxt = f"successor job {self.successor} adopts them"
+            else:
+                nxt = "no successor was queued: run `shardwise launch` again to adopt them"
+            self.say(outcome.step, f"{text}keep running; {nxt}")
+            return outcome.exit_code
+        if not outcome.keep_successor:
+            self._cancel_queued(keep=None)
+        if outcome.step is Step.COMPLETE:
+            text = f"snakemake finished every target ({shards}): the campaign is complete; "
+            self.say(outcome.step, text + "the successor is cancelled and the chain ends")
+        elif outcome.step is Step.PROGRESS:
+            text = f"snakemake exited {returncode} ({shards}): successor job "
+            self.say(outcome.step, text + f"{self.successor} goes on", detail=str(returncode))
+        else:
+            text = f"snakemake exited {returncode} with no shard done in this generation: the "
+            text += "chain ends (the next launcher would fail the same way); its log above says "
+            text += "why; fix it and run `shardwise launch` again"
+            self.say(outcome.step, text, detail=str(returncode))
+        return outcome.exit_code
+
+
+def run_generation(run_dir: Path, *, environ: Callable[[str], str | None] = os.environ.get) -> int:
+    """The body of a launcher job (``shardwise launch --generation``)."""
+    job_id = environ("SLURM_JOB_ID")
+    if not job_id:
+        msg = "`shardwise launch --generation` is the body of a launcher job (no SLURM_JOB_ID): "
+        raise ConfigError(msg + "start the chain with `shardwise launch`")
+    return Generation(run_dir=Path(run_dir), job_id=job_id).run()

@@ -6,15 +6,12 @@
 from snakemake.utils import min_version, validate
 
 from shardwise.snakefile import (
-    JobKeeping,
+    Runtime,
     Submitter,
-    WalltimeAdaptation,
     is_dry_run,
     prepare_run,
-    print_failures,
     reject_secret_keys,
     selection_targets,
-    show_failed_jobs,
     show_submit_errors,
 )
 
@@ -43,33 +40,24 @@ RUN = prepare_run(
 )
 # sbatch's own message when it refuses a group job (Snakemake drops it otherwise).
 show_submit_errors(main_process=workflow.is_main_process)
-# A failed shard's own reason on the console (once per reason); a shared one stops the run.
-FAILURES = show_failed_jobs(
-    workflow, config, RUN, main_process=workflow.is_main_process
-)
 RUN_DIR = str(RUN.run_dir)
-# Walltimes fitted to a hidden maintenance window by SLURM's own plan (walltime.adapt),
-# started once the workflow knows its executor.
-ADAPTING = WalltimeAdaptation(config, RUN, main_process=workflow.is_main_process)
-# Preempted, held or vanished SLURM jobs of the run: requeued, retried or reported, so
-# that no job is waited for forever (docs/slurm.md, Preemption).
-KEEPING = JobKeeping(config, RUN, main_process=workflow.is_main_process)
+# Beside the workflow (top-level process only): a failed shard's own reason on the console
+# (a shared one stops the run), walltimes fitted to a hidden maintenance window
+# (walltime.adapt), and the job keeper: preempted, held or vanished SLURM jobs requeued,
+# retried or reported, so that none is waited for forever (docs/slurm.md, The job keeper).
+RUNTIME = Runtime(workflow, config, RUN)
 
 
 onstart:
-    ADAPTING.start(workflow)
-    KEEPING.start(workflow)
+    RUNTIME.start(workflow)
 
 
 onsuccess:
-    ADAPTING.stop()
-    KEEPING.stop()
+    RUNTIME.stop()
 
 
 onerror:
-    ADAPTING.stop()
-    KEEPING.stop()
-    print_failures(FAILURES)
+    RUNTIME.stop(failed=True)
 
 
 # Several shards grouped into one SLURM job still ask for one GPU (see docs/slurm.md).

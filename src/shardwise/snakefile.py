@@ -11,7 +11,7 @@ from typing import IO, Any
 
 from shardwise.config import Settings, reject_secret_keys
 from shardwise.errors import ShardwiseError
-from shardwise.hooks import adapt, failed_jobs
+from shardwise.hooks import adapt, failed_jobs, versions
 from shardwise.hooks.adapt import Adapter
 from shardwise.hooks.dryrun import report_lines
 from shardwise.hooks.failed_jobs import FailureLog
@@ -25,10 +25,13 @@ from shardwise.run import adaptation, selection
 from shardwise.slurm.profile import site_resources
 from shardwise.slurm.submiterrors import show_submit_errors
 
+#: The executor plugin's name (``snakemake_executor_plugin_shardwise``, ``executor: shardwise``).
+PLUGIN_NAME = "shardwise"
+
 __all__ = [
-    "FailureLog", "JobKeeping", "RunInfo", "Submitter", "WalltimeAdaptation", "classify_group_size",
-    "is_dry_run", "prepare_run", "reject_secret_keys", "runtime_minutes_for",
-    "selection_targets", "show_failed_jobs", "show_submit_errors", "site_resources",
+    "RunInfo", "Runtime", "Submitter", "classify_group_size", "is_dry_run", "prepare_run",
+    "reject_secret_keys", "runtime_minutes_for", "selection_targets", "show_submit_errors",
+    "site_resources",
 ]  # fmt: skip
 
 
@@ -144,59 +147,56 @@ class ExecutorJobs:
     """The jobs the SLURM executor waits for, as the job keeper sees them, and the keeper's
     word on their end, given to Snakemake inside the executor's own status check.
 
-    The executor's ``check_active_jobs`` (Snakemake's executor interface: each round it
-    yields the jobs still running and reports the others) is wrapped on this one executor
-    object, never in the plugin's files: a job the keeper ended is reported there, as the
-    plugin reports one (``report_job_success`` / ``report_job_error``), and a job the
-    plugin dropped without a report is yielded again. Plugin 2.8.0 drops every job it is
-    checking when its status command fails ``slurm-status-attempts`` times in a row (a
-    controller restart): Snakemake would wait for them forever. The plugin's wait between
-    two rounds is kept at most ``failures.watch_seconds``."""
+    Made by shardwise's executor plugin (``snakemake_executor_plugin_shardwise``: the SLURM
+    plugin's ``Executor`` subclassed, selected by ``executor: shardwise`` in the profile):
+    its ``check_active_jobs`` (Snakemake's executor interface: each round it yields the
+    jobs still running and reports the others) runs each round through :meth:`round`. A
+    job the keeper ended is reported there, as the plugin reports one
+    (``report_job_success`` / ``report_job_error``), and a job the plugin dropped without a
+    report is yielded again: plugin 2.8.0 drops every job it is checking when its status
+    command fails ``slurm-status-attempts`` times in a row (a controller restart), and
+    Snakemake would wait for them forever. Once the keeper runs, the plugin's wait between
+    two rounds is kept at most ``failures.watch_seconds`` (:attr:`cap`, through the
+    interface's ``next_seconds_between_status_checks``; the plugin lets it grow to 180 s)."""
 
-    def __init__(self, executor: Any, *, every: float) -> None:
+    def __init__(self, executor: Any) -> None:
         self.executor = executor
-        self.every = every
+        self.cap: float | None = None  # the keeper's watch_seconds, once it runs
         self.lock = threading.Lock()
         self.known: dict[str, Any] = {}  # SLURM job id -> SubmittedJobInfo, last round
         self.ends: dict[str, tuple[bool, str]] = {}  # the keeper's word, for the next round
         self.ended: set[str] = set()  # jobs whose end the keeper's word reported
         self.reported: set[int] = set()
-        self._wrap()
 
-    def _wrap(self) -> None:
-        executor, checked = self.executor, self.executor.check_active_jobs
-        for name in ("report_job_success", "report_job_error"):
-            setattr(executor, name, self._tracked(getattr(executor, name)))
-
-        async def check_active_jobs(active_jobs: list[Any]) -> AsyncIterator[Any]:
-            self.reported.clear()
+    async def round(
+        self, active_jobs: list[Any], checked: Callable[[list[Any]], AsyncIterator[Any]]
+    ) -> AsyncIterator[Any]:
+        """One status round: the plugin's (``checked``), then the keeper's word."""
+        self.reported.clear()
+        with self.lock:
+            self.known = {str(i.external_jobid): i for i in active_jobs if i.external_jobid}
+        still = [info async for info in checked(active_jobs)]
+        ids = {id(i) for i in still}
+        dropped = [i for i in active_jobs if id(i) not in ids and id(i) not in self.reported]
+        for info in still + dropped:
             with self.lock:
-                self.known = {str(i.external_jobid): i for i in active_jobs if i.external_jobid}
-            still = [info async for info in checked(active_jobs)]
-            ids = {id(i) for i in still}
-            dropped = [i for i in active_jobs if id(i) not in ids and id(i) not in self.reported]
-            for info in still + dropped:
-                with self.lock:
-                    end = self.ends.pop(str(info.external_jobid), None)
-                    if end is not None:
-                        self.ended.add(str(info.external_jobid))
-                if end is None:
-                    yield info
-                elif end[0]:
-                    executor.report_job_success(info)
-                else:
-                    executor.report_job_error(
-                        info, msg=f"SLURM job {info.external_jobid} {end[1]}. "
-                    )
+                end = self.ends.pop(str(info.external_jobid), None)
+                if end is not None:
+                    self.ended.add(str(info.external_jobid))
+            if end is None:
+                yield info
+            elif end[0]:
+                self.executor.report_job_success(info)
+            else:
+                msg = f"SLURM job {info.external_jobid} {end[1]}. "
+                self.executor.report_job_error(info, msg=msg)
+        if self.cap is not None:
+            wait = self.executor.next_seconds_between_status_checks
+            self.executor.next_seconds_between_status_checks = min(wait, self.cap)
 
-        executor.check_active_jobs = check_active_jobs
-
-    def _tracked(self, report: Callable[..., Any]) -> Callable[..., Any]:
-        def tracked(info: Any, *args: Any, **kwargs: Any) -> Any:
-            self.reported.add(id(info))
-            return report(info, *args, **kwargs)
-
-        return tracked
+    def note_reported(self, info: Any) -> None:
+        """The executor reported this job's end (success or error) in this round."""
+        self.reported.add(id(info))
 
     def _infos(self) -> dict[str, Any]:
         """The jobs being waited for: the last round's and those submitted since."""
@@ -219,6 +219,16 @@ class ExecutorJobs:
         return True
 
 
+#: The executors of this process's workflows, by ``id(workflow)``: shardwise's executor
+#: plugin attaches each as it is made (before ``onstart``), the job keeper finds it here.
+_ATTACHED: dict[int, ExecutorJobs] = {}
+
+
+def attach_executor(workflow: Any, jobs: ExecutorJobs) -> None:
+    """Called by shardwise's executor plugin once its executor exists."""
+    _ATTACHED[id(workflow)] = jobs
+
+
 def _shards_of(job: Any) -> tuple[int, ...]:
     """The shards of a Snakemake job or group job (its classify members' wildcard)."""
     members = list(job) if job.is_group() else [job]
@@ -236,22 +246,23 @@ class JobKeeping:
         self.keeper: Keeper | None = None
 
     def start(self, workflow: Any) -> Keeper | None:
-        """Start keeping the executor's jobs in a real run on SLURM."""
+        """Start keeping the executor's jobs in a real run on SLURM; on SLURM without
+        shardwise's executor, say in one line that nothing keeps them."""
         if not self.main_process or is_dry_run(workflow):
             return None
-        scheduler = getattr(workflow, "scheduler", None)
-        executor = getattr(scheduler, "_executor", None)
-        if executor is None or not hasattr(executor, "active_jobs") or not _on_slurm(workflow):
+        on_slurm = _on_slurm(workflow)
+        for line in versions.untested() if on_slurm else []:
+            _say(line)
+        jobs = _ATTACHED.get(id(workflow))
+        if jobs is None:
+            if on_slurm:
+                _say(keeper_off_line(_executor_name(workflow)))
             return None
         settings = workflow.executor_settings
         duty = Duty.own(plugin_requeue=bool(getattr(settings, "requeue", False)))
         every = Settings.from_config(self.config).watch_seconds
-        self.keeper = Keeper(
-            run_dir=self.run.run_dir,
-            jobs=ExecutorJobs(executor, every=every),
-            duty=duty,
-            every=every,
-        )
+        jobs.cap = every
+        self.keeper = Keeper(run_dir=self.run.run_dir, jobs=jobs, duty=duty, every=every)
         self.keeper.start()
         return self.keeper
 
@@ -261,6 +272,48 @@ class JobKeeping:
             self.keeper.close()
 
 
+class Runtime:
+    """What runs beside the workflow in its top-level process, behind one entry point: the
+    failed-job hook (installed at parse time: it wraps Snakemake's job error log), the
+    walltime adaptation and the job keeper (started by ``onstart``, once the workflow
+    knows its executor; the keeper attaches through shardwise's executor plugin), all
+    stopped by ``onsuccess``/``onerror``. Inside a cluster job, and in a dry run, nothing."""
+
+    def __init__(self, workflow: Any, config: dict[str, Any], run: RunInfo) -> None:
+        main = bool(workflow.is_main_process)
+        self.failures = show_failed_jobs(workflow, config, run, main_process=main)
+        self.adapting = WalltimeAdaptation(config, run, main_process=main)
+        self.keeping = JobKeeping(config, run, main_process=main)
+
+    def start(self, workflow: Any) -> None:
+        """The ``onstart`` hook."""
+        self.adapting.start(workflow)
+        self.keeping.start(workflow)
+
+    def stop(self, *, failed: bool = False) -> None:
+        """The ``onsuccess`` / ``onerror`` hook (``failed``: the failures' summary too)."""
+        self.adapting.stop()
+        self.keeping.stop()
+        if failed:
+            print_failures(self.failures)
+
+
+def _executor_name(workflow: Any) -> str:
+    return str(getattr(getattr(workflow, "executor_plugin", None), "name", ""))
+
+
 def _on_slurm(workflow: Any) -> bool:
-    plugin = getattr(workflow, "executor_plugin", None)
-    return plugin is not None and "slurm" in str(getattr(plugin, "name", ""))
+    """The run submits SLURM jobs: the SLURM plugin, or shardwise's subclass of it."""
+    return _executor_name(workflow) in ("slurm", PLUGIN_NAME)
+
+
+def keeper_off_line(executor: str) -> str:
+    """Why no job keeper runs beside a SLURM run whose executor is not shardwise's."""
+    text = f"shardwise: the job keeper is off: this run's executor is '{executor}', not "
+    text += f"'{PLUGIN_NAME}' (profiles/slurm sets `executor: {PLUGIN_NAME}`): a preempted, held "
+    return text + "or vanished job may be waited for forever (docs/slurm.md, The job keeper)"
+
+
+def _say(line: str) -> None:
+    sys.stderr.write(f"{line}\n")
+    sys.stderr.flush()

@@ -11,7 +11,7 @@ pytest session is inside ``exclusive()``; one that was already running is left.
 QOS caps count all of root's jobs, so runs that check them must not overlap.
 
 ``slurm_qos_cap(n)``: a QOS ``cap<n>`` with ``MaxSubmitJobsPerUser=n`` that root may
-use (``sbatch --qos=cap<n>``, or ``--slurm-qos cap<n>`` for Snakemake).
+use (``sbatch --qos=cap<n>``, or ``--shardwise-qos cap<n>`` for Snakemake).
 """
 
 from __future__ import annotations

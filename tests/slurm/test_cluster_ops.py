@@ -183,7 +183,7 @@ def test_a_submission_refused_at_the_cap_shows_slurms_own_message(cluster, slurm
         configfile = sr.demo(tmp_path)
         cmd = sr.snakemake(
             tmp_path, configfile, sr.PROFILE, sr.PROFILE_CI,
-            extra=("--slurm-qos", qos, "--retries", "0", "--jobs", "5"),
+            extra=("--shardwise-qos", qos, "--retries", "0", "--jobs", "5"),
         )  # fmt: skip
         proc = sr.run(cmd)
         log = proc.stdout + proc.stderr
@@ -198,7 +198,7 @@ def test_a_submission_refused_at_the_cap_shows_slurms_own_message(cluster, slurm
 
 
 def test_an_unknown_excluded_node_fails_the_check_and_the_overlay_fixes_it(cluster, tmp_path):
-    bad = sr.overlay(tmp_path / "bad", {"slurm-exclude-failed-nodes": "gpu-bad01,nosuchnode"})
+    bad = sr.overlay(tmp_path / "bad", {"shardwise-exclude-failed-nodes": "gpu-bad01,nosuchnode"})
     profiles = [
         "--profile",
         str(sr.PROFILE),
@@ -213,13 +213,13 @@ def test_an_unknown_excluded_node_fails_the_check_and_the_overlay_fixes_it(clust
     assert proc.returncode == 1, proc.stdout + proc.stderr
     row = next(line for line in proc.stdout.splitlines() if line.startswith("FAIL  exclude"))
     assert "nosuchnode" in row and "gpu-bad01" not in row
-    assert "slurm-exclude-failed-nodes: gpu-bad01" in (site / "config.yaml").read_text()
+    assert "shardwise-exclude-failed-nodes: gpu-bad01" in (site / "config.yaml").read_text()
     fixed = sr.shardwise("cluster", "check", *profiles, "--profile", str(site), extra_env=ACCOUNT)
     assert fixed.returncode == 0, fixed.stdout
 
 
 def test_a_run_with_an_unknown_excluded_node_shows_sbatchs_message(cluster, tmp_path):
-    bad = sr.overlay(tmp_path / "bad", {"slurm-exclude-failed-nodes": "nosuchnode"})
+    bad = sr.overlay(tmp_path / "bad", {"shardwise-exclude-failed-nodes": "nosuchnode"})
     configfile = sr.demo(tmp_path)
     cmd = sr.snakemake(tmp_path, configfile, sr.PROFILE, sr.PROFILE_CI, bad,
                        extra=("--retries", "0"))  # fmt: skip
@@ -258,7 +258,7 @@ def test_the_production_profile_with_only_the_account_submits_here(cluster, tmp_
 
 
 def test_without_accounting_check_says_sacct_would_hang_and_the_cap_is_unknown(cluster, tmp_path):
-    sacct = sr.overlay(tmp_path / "sacct", {"slurm-status-command": "sacct"})
+    sacct = sr.overlay(tmp_path / "sacct", {"shardwise-status-command": "sacct"})
     off = subprocess.run(
         ["bash", str(cluster.cluster_sh), "start"],
         capture_output=True, text=True, timeout=600, check=False,
@@ -277,7 +277,7 @@ def test_without_accounting_check_says_sacct_would_hang_and_the_cap_is_unknown(c
         found = {f["check"]: f for f in doc["findings"]}
         assert found["status_command"]["status"] == "FAIL"
         assert "sacct would hang" in found["status_command"]["found"]
-        assert found["status_command"]["fix"] == "slurm-status-command: squeue"
+        assert found["status_command"]["fix"] == "shardwise-status-command: squeue"
         assert found["jobs"]["status"] == "WARN" and "cap is unknown" in found["jobs"]["found"]
         assert took < 60, f"check took {took:.0f} s without accounting"
     finally:

@@ -44,6 +44,7 @@ def test_site_values_come_from_env_vars_only_when_set():
 
 def test_set_resources_beat_env_vars_which_beat_default_resources():
     merged = {
+        "executor": "shardwise",
         "default-resources": {"slurm_partition": "'d'", "constraint": "'dc'", "qos": "'dq'"},
         "set-resources": {"classify": {"slurm_partition": "'s'"}},
     }
@@ -54,7 +55,7 @@ def test_set_resources_beat_env_vars_which_beat_default_resources():
         "set-resources classify.slurm_partition",
     )
     assert (req.constraint, req.qos) == ("ec", "dq")
-    req = profile.view({**merged, "slurm-qos": "plugin"}, {}, env)
+    req = profile.view({**merged, "shardwise-qos": "plugin"}, {}, env)
     assert req.qos == "plugin"
 
 

@@ -4,7 +4,7 @@ One Snakemake run (module fixture ``main_run``) is observed from outside and the
 tests below check one property of it each; then a second run must submit nothing:
 
     snakemake --profile profiles/slurm --profile tests/slurm/profile-ci \\
-        --jobs 3 --slurm-qos cap3 --group-components classify=2 ...
+        --jobs 3 --shardwise-qos cap3 --group-components classify=2 ...
 
 - every shard ends done;
 - grouping: ceil(shards / K) SLURM jobs completed, each asked for one GPU
@@ -90,7 +90,7 @@ def _snakemake_cmd(workdir: Path, configfile: Path, qos: str) -> list[str]:
         str(configfile),
         "--jobs",
         str(CAP),
-        "--slurm-qos",
+        "--shardwise-qos",
         qos,
         "--group-components",
         f"classify={K}",

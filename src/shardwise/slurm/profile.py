@@ -21,6 +21,11 @@ ACCOUNT_ENV = "SHARDWISE_SLURM_ACCOUNT"
 RULE = "classify"
 #: The plugin's defaults (2.8.0) for the options the checks read.
 PLUGIN_INIT_SECONDS = 40
+#: shardwise's executor plugin (the SLURM plugin's executor with the job keeper attached).
+SHARDWISE_EXECUTOR = "shardwise"
+#: The executors whose jobs are SLURM jobs, each reading the SLURM plugin's options under
+#: its own prefix (``slurm-requeue``, ``shardwise-requeue``).
+SLURM_EXECUTORS = ("slurm", SHARDWISE_EXECUTOR)
 _UNSET_VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
 
 
@@ -53,6 +58,32 @@ def load(directories: list[Path]) -> dict[str, Any]:
             raise ConfigError(msg)
         merged.update(data)
     return merged
+
+
+def executor_of(profile: Mapping[str, Any]) -> str:
+    """The executor a (merged) profile selects ("" when it names none)."""
+    return str(profile.get("executor") or "")
+
+
+def option_prefix(profile: Mapping[str, Any]) -> str:
+    """The prefix the profile's executor reads the SLURM plugin's options under: Snakemake
+    names a plugin's options after the plugin (``shardwise-requeue`` with ``executor:
+    shardwise``); the other spelling is accepted on the command line and never read."""
+    return SHARDWISE_EXECUTOR if executor_of(profile) == SHARDWISE_EXECUTOR else "slurm"
+
+
+def plugin_option(profile: Mapping[str, Any], name: str, default: Any = None) -> Any:
+    """The SLURM plugin's option ``name`` (``status-command``) as the executor reads it."""
+    return profile.get(f"{option_prefix(profile)}-{name}", default)
+
+
+def unread_options(profile: Mapping[str, Any]) -> list[str]:
+    """The profile's SLURM plugin options spelled for another executor than its own (they
+    are valid options, so Snakemake takes them and its executor never reads them)."""
+    if executor_of(profile) not in SLURM_EXECUTORS:
+        return []
+    other = "slurm-" if option_prefix(profile) == SHARDWISE_EXECUTOR else "shardwise-"
+    return sorted(k for k in profile if k.startswith(other) and not k.startswith("slurm-jobstep"))
 
 
 def expand(value: Any, environ: Mapping[str, str] | None = None) -> str:
@@ -94,9 +125,14 @@ class JobRequest:
     mem_mb: int | None
     status_command: str | None  # None: the plugin picks (sacct when installed)
     init_seconds: int
-    requeue: bool | None = None  # slurm-requeue / slurm-no-requeue; None: the cluster's JobRequeue
+    requeue: bool | None = None  # <prefix>-requeue / -no-requeue; None: the cluster's JobRequeue
     signal_lead: int | None = None  # seconds of sbatch --signal=TERM@N in slurm_extra
+    prefix: str = "slurm"  # what the executor reads the plugin's options under (option_prefix)
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def key(self, name: str) -> str:
+        """The profile key of the plugin's option ``name`` for this executor."""
+        return f"{self.prefix}-{name}"
 
 
 def view(
@@ -126,20 +162,20 @@ def view(
     (account, _), (constraint, _), (qos, _) = (
         pick(n) for n in ("slurm_account", "constraint", "qos")
     )
-    if profile.get("slurm-qos"):
-        qos = expand(profile["slurm-qos"], env)
+    if plugin_option(profile, "qos"):
+        qos = expand(plugin_option(profile, "qos"), env)
     # the rule itself sets these from config: only set-resources overrides them
     gpus, cpus, mem = (
         resource_value(rule_set[k], env) if k in rule_set else None
         for k in ("gpu", "cpus_per_task", "mem_mb")
     )
-    exclude = expand(profile.get("slurm-exclude-failed-nodes") or "", env)
+    exclude = expand(plugin_option(profile, "exclude-failed-nodes") or "", env)
     k = (profile.get("group-components") or {}).get(RULE, 1)
-    status = profile.get("slurm-status-command")
-    init = profile.get("slurm-init-seconds-before-status-checks", PLUGIN_INIT_SECONDS)
+    status = plugin_option(profile, "status-command")
+    init = plugin_option(profile, "init-seconds-before-status-checks", PLUGIN_INIT_SECONDS)
     jobs = profile.get("jobs")
-    requeue = True if profile.get("slurm-requeue") else None
-    requeue = False if profile.get("slurm-no-requeue") else requeue
+    requeue = True if plugin_option(profile, "requeue") else None
+    requeue = False if plugin_option(profile, "no-requeue") else requeue
     extra = resource_value(rule_set.get("slurm_extra", defaults.get("slurm_extra")), env)
     return JobRequest(
         jobs=int(jobs) if isinstance(jobs, int | str) and str(jobs).isdigit() else None,
@@ -157,6 +193,7 @@ def view(
         init_seconds=int(init),
         requeue=requeue,
         signal_lead=signal_lead(str(extra or "")),
+        prefix=option_prefix(profile),
         raw=profile,
     )
 

@@ -63,13 +63,14 @@ def facts(**over):
 
 def request(**over):
     merged = {
+        "executor": "shardwise",
         "jobs": 4,
         "group-components": {"classify": 2},
         "default-resources": {"slurm_account": "'proj'", "slurm_partition": "'ice-gpu'"},
         "set-resources": {"classify": {"gpu": 1}},
-        "slurm-status-command": "squeue",
-        "slurm-init-seconds-before-status-checks": 40,
-        "slurm-exclude-failed-nodes": "gpu-bad01",
+        "shardwise-status-command": "squeue",
+        "shardwise-init-seconds-before-status-checks": 40,
+        "shardwise-exclude-failed-nodes": "gpu-bad01",
     }
     merged.update(over)
     return profile.view(merged, {}, {})
@@ -88,6 +89,7 @@ def test_a_fitting_profile_is_all_ok():
     checks = [f.check for f in found]
     assert checks == [
         "controller",
+        "executor",
         "account",
         "jobs",
         "status_command",
@@ -101,7 +103,7 @@ def test_a_fitting_profile_is_all_ok():
 
 def test_jobs_above_the_qos_submit_cap_fails_with_the_fix():
     found = by_check(
-        cluster_findings.findings(request(jobs=5, **{"slurm-qos": "cap2"}), facts(), 60)
+        cluster_findings.findings(request(jobs=5, **{"shardwise-qos": "cap2"}), facts(), 60)
     )
     (jobs,) = found["jobs"]
     assert jobs == cluster_facts.CheckResult(
@@ -146,11 +148,11 @@ def test_without_accounting_sacct_would_hang_and_the_cap_is_unknown():
         limits=Answer(None, "accounting is off", "failed"),
     )
     found = by_check(
-        cluster_findings.findings(request(**{"slurm-status-command": "sacct"}), off, 60)
+        cluster_findings.findings(request(**{"shardwise-status-command": "sacct"}), off, 60)
     )
     (status,) = found["status_command"]
     assert status.status == FAIL and "sacct would hang" in status.found
-    assert status.fix == "slurm-status-command: squeue"
+    assert status.fix == "shardwise-status-command: squeue"
     assert found["jobs"][0].status == WARN and "cap is unknown" in found["jobs"][0].found
 
 
@@ -158,18 +160,20 @@ def test_squeue_needs_min_job_age_over_three_polls_and_180_s():
     short = facts(config=Answer({"MinJobAge": "100 sec", "AccountingStorageType": "x/slurmdbd"}))
     (status,) = by_check(cluster_findings.findings(request(), short, 60))["status_command"]
     assert status.status == FAIL
-    assert status.found.startswith("slurm-status-command squeue, MinJobAge 100 s < 181 s")
-    assert status.fix == "slurm-status-command: sacct"
+    assert status.found.startswith("shardwise-status-command squeue, MinJobAge 100 s < 181 s")
+    assert status.fix == "shardwise-status-command: sacct"
 
 
 def test_an_unknown_excluded_node_fails_naming_it_and_the_overlay_drops_it():
-    req = request(**{"slurm-exclude-failed-nodes": "gpu-bad01,nosuchnode"})
+    req = request(**{"shardwise-exclude-failed-nodes": "gpu-bad01,nosuchnode"})
     f = facts()
     found = cluster_findings.findings(req, f, 60)
     (ex,) = by_check(found)["exclude"]
     assert ex.status == FAIL and "nosuchnode" in ex.found and "gpu-bad01" not in ex.found
     assert "Invalid node name specified" in ex.why
-    assert cluster_check.overlay(req, f, found, 60) == {"slurm-exclude-failed-nodes": "gpu-bad01"}
+    assert cluster_check.overlay(req, f, found, 60) == {
+        "shardwise-exclude-failed-nodes": "gpu-bad01"
+    }
 
 
 def test_missing_partition_short_maxtime_and_missing_feature_fail_with_fixes():
@@ -256,7 +260,7 @@ def test_hidden_reservations_are_said_to_be_hidden():
 
 
 def test_the_json_document_follows_the_documented_schema():
-    req = request(jobs=5, **{"slurm-exclude-failed-nodes": "nosuchnode"})
+    req = request(jobs=5, **{"shardwise-exclude-failed-nodes": "nosuchnode"})
     f = facts()
     found = cluster_findings.findings(req, f, 60)
     values = cluster_check.overlay(req, f, found, 60)
@@ -273,7 +277,7 @@ def test_the_json_document_follows_the_documented_schema():
     schema = json.loads((REPO / "docs/schemas/cluster-check.schema.json").read_text())
     jsonschema.validate(json.loads(json.dumps(doc)), schema)
     assert doc["status"] == FAIL
-    assert values == {"slurm-exclude-failed-nodes": ""}
+    assert values == {"shardwise-exclude-failed-nodes": ""}
 
 
 @pytest.mark.parametrize("bad", ["jobs", "status"])
@@ -323,3 +327,24 @@ def test_hidden_reservations_say_what_status_will_do():
     assert res.status == WARN and "hidden from you (PrivateData=reservations)" in res.found
     assert "`shardwise cluster status` locates the hidden window" in res.why
     assert "`shardwise cluster retime`" in res.why
+
+
+def test_the_executor_row_fails_on_options_the_executor_never_reads():
+    found = by_check(cluster_findings.findings(request(**{"slurm-requeue": True}), facts(), 60))
+    (row,) = found["executor"]
+    assert (row.status, row.found) == ("FAIL", "executor shardwise never reads slurm-requeue")
+    assert row.fix == "spell them shardwise-requeue"
+
+
+def test_the_executor_row_warns_when_no_job_keeper_can_attach():
+    plain = {k.replace("shardwise-", "slurm-"): v for k, v in request().raw.items()}
+    req = profile.view({**plain, "executor": "slurm"}, {}, {})
+    assert req.status_command == "squeue"  # read under the executor's own prefix
+    (row,) = by_check(cluster_findings.findings(req, facts(), 60))["executor"]
+    assert (row.status, row.found) == ("WARN", "executor slurm")
+    assert "waited for forever" in row.why
+    (ok,) = by_check(cluster_findings.findings(request(), facts(), 60))["executor"]
+    assert (ok.status, ok.found) == (
+        "OK",
+        "executor shardwise: the SLURM plugin with the job keeper",
+    )

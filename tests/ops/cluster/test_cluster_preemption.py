@@ -32,9 +32,10 @@ def preempting(mode="REQUEUE", grace=0, *, config_mode="REQUEUE"):
 
 def main_request(**over):
     base = {
+        "executor": "shardwise",
         "default-resources": {"slurm_account": "'proj'", "slurm_partition": "'main'"},
         "set-resources": {"classify": {"gpu": 1, "slurm_extra": "'--signal=TERM@120'"}},
-        "slurm-requeue": True,
+        "shardwise-requeue": True,
     }
     return request(**{**base, **over})
 
@@ -87,13 +88,13 @@ def test_a_grace_longer_than_the_signal_lead_warns_and_the_overlay_lengthens_it(
 
 
 def test_a_profile_that_forbids_requeue_warns_and_the_overlay_allows_it():
-    req = main_request(**{"slurm-requeue": False, "slurm-no-requeue": True})
+    req = main_request(**{"shardwise-requeue": False, "shardwise-no-requeue": True})
     found_facts = preempting("REQUEUE")
     found = cluster_findings.findings(req, found_facts, 60)
     (row,) = [f for f in found if f.check == "preemption"]
     assert row.status == WARN and "every preemption spends a retry" in row.why
     values = cluster_check.overlay(req, found_facts, found, 60)
-    assert (values["slurm-requeue"], values["slurm-no-requeue"]) == (True, False)
+    assert (values["shardwise-requeue"], values["shardwise-no-requeue"]) == (True, False)
     header = cluster_check.overlay_header(["profiles/slurm"], found, values)
     assert "#   WARN preemption: partition main" in header
 

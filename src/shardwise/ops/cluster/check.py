@@ -43,7 +43,7 @@ def overlay(
         out.update(dict(by["status_command"].sets))
     preempt = [f for f in found if f.check == "preemption" and f.status != OK]
     sets = dict(s for f in preempt for s in f.sets)
-    out.update({k: v == "true" for k, v in sets.items() if k.startswith("slurm-")})
+    out.update({k: v == "true" for k, v in sets.items() if k.startswith(f"{request.prefix}-")})
     leads = [v for f in preempt for k, v in f.sets if k == "slurm_extra"]  # the longest grace
     fixed: dict[str, str] = {}
     if leads:
@@ -51,7 +51,9 @@ def overlay(
     failed = {f.check for f in found if f.status == FAIL}
     if "exclude" in failed:
         known = {n.name for n in facts.nodes.value or []}
-        out["slurm-exclude-failed-nodes"] = ",".join(n for n in request.exclude if n in known)
+        out[request.key("exclude-failed-nodes")] = ",".join(
+            n for n in request.exclude if n in known
+        )
     good = _good_partitions(request, facts, max_minutes) if "partition" in failed else []
     if good:
         fixed["slurm_partition"] = profile.quoted(",".join(good))
@@ -77,13 +79,20 @@ def _good_partitions(request: JobRequest, facts: CheckFacts, max_minutes: int) -
     return [p.name for p in sorted(ok, key=lambda p: (-p.usable_gpus, p.name))]
 
 
-#: Which overlay key answers which check.
+#: Which overlay key answers which check (the SLURM plugin's options without the prefix
+#: the executor reads them under: ``status-command`` is ``shardwise-status-command``).
 _OVERLAY_KEYS = {
-    "jobs": ("jobs",), "status_command": ("slurm-status-command",),
-    "exclude": ("slurm-exclude-failed-nodes",), "partition": ("set-resources",),
+    "jobs": ("jobs",), "status_command": ("status-command",),
+    "exclude": ("exclude-failed-nodes",), "partition": ("set-resources",),
     "constraint": ("set-resources",), "account": ("default-resources",),
-    "preemption": ("slurm-requeue", "set-resources"),
+    "preemption": ("requeue", "set-resources"),
 }  # fmt: skip
+
+
+def _answers(check: str, values: dict[str, Any]) -> bool:
+    """Whether the overlay's ``values`` hold a key that answers ``check``."""
+    names = _OVERLAY_KEYS.get(check, ())
+    return any(k in names or k.partition("-")[2] in names for k in values)
 
 
 def overlay_header(profiles: list[str], found: list[CheckResult], values: dict[str, Any]) -> str:
@@ -99,11 +108,7 @@ def overlay_header(profiles: list[str], found: list[CheckResult], values: dict[s
         "#",
         "# Fixes:",
     ]
-    fixed = [
-        f
-        for f in found
-        if f.status != OK and any(k in values for k in _OVERLAY_KEYS.get(f.check, ()))
-    ]
+    fixed = [f for f in found if f.status != OK and _answers(f.check, values)]
     lines += [f"#   {f.status} {f.check}: {f.found}" for f in fixed]
     if not fixed:
         lines.append("#   nothing: no finding here is fixed by a profile key")

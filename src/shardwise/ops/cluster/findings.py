@@ -48,6 +48,7 @@ def findings(request: JobRequest, facts: CheckFacts, max_minutes: int) -> list[C
     parts, part_findings = _partitions(request, facts, max_minutes)
     out = [
         controller,
+        _executor(request),
         _account(request, facts),
         _jobs(request, facts),
         _status_command(request, facts),
@@ -62,6 +63,26 @@ def findings(request: JobRequest, facts: CheckFacts, max_minutes: int) -> list[C
     return out
 
 
+def _executor(request: JobRequest) -> CheckResult:
+    """The executor keeps the run's jobs (shardwise's), and reads every plugin option."""
+    row = functools.partial(CheckResult, check="executor")
+    executor = profile.executor_of(request.raw) or "none"
+    unread = profile.unread_options(request.raw)
+    if unread:
+        found = f"executor {executor} never reads {', '.join(unread)}"
+        why = "Snakemake names a plugin's options after the plugin: these are valid options of "
+        why += "another executor, taken without a word and never applied"
+        renamed = ", ".join(f"{request.key(k.partition('-')[2])}" for k in unread)
+        return row(status=FAIL, found=found, why=why, fix=f"spell them {renamed}")
+    if executor != profile.SHARDWISE_EXECUTOR:
+        why = "the job keeper attaches through shardwise's executor plugin: without it a "
+        why += "preempted, held or vanished job may be waited for forever"
+        fix = f"executor: {profile.SHARDWISE_EXECUTOR}, with the plugin's options spelled "
+        fix += f"{profile.SHARDWISE_EXECUTOR}-<option> (profiles/slurm)"
+        return row(status=WARN, found=f"executor {executor}", why=why, fix=fix)
+    return row(status=OK, found=f"executor {executor}: the SLURM plugin with the job keeper")
+
+
 def _account(request: JobRequest, facts: CheckFacts) -> CheckResult:
     limits = facts_limits(facts)
     accounts = limits.accounts if limits else ()
@@ -72,7 +93,7 @@ def _account(request: JobRequest, facts: CheckFacts) -> CheckResult:
     # unknown (no answer): as strict as a cluster that enforces associations
     required = not facts.config.ok or queries.requires_account(cfg)
     why = "without a valid account every sbatch is refused (plugin 2.8.0 guesses one when none "
-    why += "is set, and --slurm-no-account does nothing)"
+    why += f"is set, and --{request.key('no-account')} does nothing)"
     if not required:
         why = "this cluster does not enforce associations (AccountingStorageEnforce: "
         why += f"{cfg.get('AccountingStorageEnforce') or 'none'}), so jobs run without one; name "
@@ -142,21 +163,17 @@ def _jobs(request: JobRequest, facts: CheckFacts) -> CheckResult:  # noqa: PLR09
     )
 
 
-_SQUEUE = (("slurm-status-command", "squeue"),)
-
-
-_SACCT = (("slurm-status-command", "sacct"),)
-
-
 def _status_command(request: JobRequest, facts: CheckFacts) -> CheckResult:
     row = functools.partial(CheckResult, check="status_command")
+    key = request.key("status-command")
+    squeue_sets, sacct_sets = ((key, "squeue"),), ((key, "sacct"),)
     cfg = facts.config.value or {}
     age = queries.min_job_age_seconds(cfg) if facts.config.ok else None
     accounting = facts.config.ok and queries.accounting_enabled(cfg)
     need = max(3 * request.init_seconds, PLUGIN_MAX_POLL_GAP + 1)
     squeue_ok = age is not None and age >= 3 * request.init_seconds and age > PLUGIN_MAX_POLL_GAP
     default = "" if request.status_command else " (the plugin's default)"
-    sacct = f"slurm-status-command sacct{default}"
+    sacct = f"{key} sacct{default}"
     if status_command(request, facts) == "sacct":
         if facts.config.ok and not accounting:
             off = cfg.get("AccountingStorageType")
@@ -167,18 +184,16 @@ def _status_command(request: JobRequest, facts: CheckFacts) -> CheckResult:
                 status=FAIL,
                 found=found,
                 why=why,
-                fix="slurm-status-command: squeue" + more,
-                sets=_SQUEUE,
+                fix=f"{key}: squeue" + more,
+                sets=squeue_sets,
             )
         if facts.sacct is not None and not facts.sacct.ok:
             found = f"{sacct}: {facts.sacct.problem}: sacct would hang"
             why = "no job is ever seen finished and Snakemake waits forever"
-            return row(
-                status=FAIL, found=found, why=why, fix="slurm-status-command: squeue", sets=_SQUEUE
-            )
+            return row(status=FAIL, found=found, why=why, fix=f"{key}: squeue", sets=squeue_sets)
         why = "plugin 2.8.0 reads 'CANCELLED by <uid>' from sacct as still running: a job "
         why += "cancelled by you or an admin is waited for forever"
-        fix, sets = ("slurm-status-command: squeue", _SQUEUE) if squeue_ok else ("", ())
+        fix, sets = (f"{key}: squeue", squeue_sets) if squeue_ok else ("", ())
         return row(
             status=WARN if squeue_ok else OK,
             found=f"{sacct}; accounting answers",
@@ -188,21 +203,23 @@ def _status_command(request: JobRequest, facts: CheckFacts) -> CheckResult:
         )
     if age is None:
         why = "squeue forgets finished jobs after MinJobAge; too short and they are waited for"
-        found = "slurm-status-command squeue; MinJobAge unknown"
+        found = f"{key} squeue; MinJobAge unknown"
         return row(
             status=WARN, found=found, why=why, fix="check `scontrol show config | grep MinJobAge`"
         )
     if not squeue_ok:
-        found = f"slurm-status-command squeue, MinJobAge {age} s < {need} s (3 x "
-        found += f"slurm-init-seconds-before-status-checks {request.init_seconds}, and > "
+        found = f"{key} squeue, MinJobAge {age} s < {need} s (3 x "
+        found += (
+            f"{request.key('init-seconds-before-status-checks')} {request.init_seconds}, and > "
+        )
         found += f"{PLUGIN_MAX_POLL_GAP} s)"
         why = "a job can finish and vanish from squeue between two polls and is then waited "
         why += "for forever (or the plugin quietly switches back to sacct)"
         fix, sets = f"ask the admins for MinJobAge >= {need} s", ()
         if accounting:
-            fix, sets = "slurm-status-command: sacct", _SACCT
+            fix, sets = f"{key}: sacct", sacct_sets
         return row(status=FAIL, found=found, why=why, fix=fix, sets=sets)
-    return row(status=OK, found=f"slurm-status-command squeue; MinJobAge {age} s >= {need} s")
+    return row(status=OK, found=f"{key} squeue; MinJobAge {age} s >= {need} s")
 
 
 def _partitions(
@@ -336,10 +353,11 @@ def _excluded(request: JobRequest, facts: CheckFacts) -> list[CheckResult]:
     unknown = [n for n in request.exclude if n not in known]
     if unknown:
         keep = ",".join(n for n in request.exclude if n in known)
-        found = f"slurm-exclude-failed-nodes names {', '.join(unknown)}, which this cluster does"
+        found = f"{request.key('exclude-failed-nodes')} names {', '.join(unknown)}, which this "
+        found += "cluster does"
         why = "sbatch refuses every job that excludes an unknown node ('Invalid node name "
         why += "specified'): every classify job fails at once"
-        fix = f"slurm-exclude-failed-nodes: '{keep}'"
+        fix = f"{request.key('exclude-failed-nodes')}: '{keep}'"
         return [
             CheckResult(check="exclude", status=FAIL, found=found + " not have", why=why, fix=fix)
         ]

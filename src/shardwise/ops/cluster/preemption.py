@@ -94,8 +94,9 @@ def _verdict(request: JobRequest, head: str, mode: str, grace: int) -> CheckResu
     sets: list[tuple[str, str]] = []
     why: list[str] = []
     if request.requeue is False:
-        why.append("the profile sets slurm-no-requeue: every preemption spends a retry instead")
-        sets += [("slurm-requeue", "true"), ("slurm-no-requeue", "false")]
+        no = request.key("no-requeue")
+        why.append(f"the profile sets {no}: every preemption spends a retry instead")
+        sets += [(request.key("requeue"), "true"), (no, "false")]
     lead = request.signal_lead
     if grace and (lead is None or lead < grace):
         said = f"--signal=TERM@{lead}" if lead else "no --signal"

@@ -1,0 +1,119 @@
+"""shardwise's executor plugin against the real interface classes: a renamed method or
+attribute of Snakemake's executor interface or of the SLURM plugin fails here, fast, not
+as a job keeper that silently never runs on a cluster."""
+
+import asyncio
+import inspect
+import threading
+from types import SimpleNamespace
+
+import pytest
+import snakemake_executor_plugin_slurm as slurm_plugin
+from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
+from snakemake_interface_executor_plugins.registry import ExecutorPluginRegistry
+
+import snakemake_executor_plugin_shardwise as plugin
+from shardwise import snakefile
+from shardwise.hooks import versions
+
+
+def test_snakemake_finds_the_plugin_as_the_slurm_executor_under_its_own_name():
+    found = ExecutorPluginRegistry().get_plugin("shardwise")
+    assert found.executor is plugin.Executor
+    assert issubclass(plugin.Executor, slurm_plugin.Executor)
+    assert found.common_settings is slurm_plugin.common_settings
+    mine = {f.name for f in plugin.ExecutorSettings.__dataclass_fields__.values()}
+    theirs = {f.name for f in slurm_plugin.ExecutorSettings.__dataclass_fields__.values()}
+    assert mine == theirs  # every option of the SLURM plugin, as --shardwise-<name>
+    assert found.cli_prefix == snakefile.PLUGIN_NAME == "shardwise"
+
+
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [
+        ("check_active_jobs", ["self", "active_jobs"]),
+        ("report_job_success", ["self", "job_info"]),
+        ("report_job_error", ["self", "job_info", "msg", "kwargs"]),
+    ],
+)
+def test_the_overridden_methods_are_the_interface_s_own(name, params):
+    for cls in (RemoteExecutor, slurm_plugin.Executor, plugin.Executor):
+        assert list(inspect.signature(getattr(cls, name)).parameters) == params, cls
+    assert inspect.isasyncgenfunction(plugin.Executor.check_active_jobs)
+
+
+def test_the_attributes_the_keeper_reads_are_public_interface_attributes():
+    prop = RemoteExecutor.next_seconds_between_status_checks
+    assert isinstance(prop, property) and prop.fset is not None
+    init = inspect.getsource(RemoteExecutor.__init__)
+    for attribute in ("self.active_jobs = ", "self.lock = ", "self.wait_thread.start()"):
+        assert attribute in init  # the keeper's ExecutorJobs exists before the thread starts
+
+
+def info(job_id):
+    return SimpleNamespace(external_jobid=job_id, job=None)
+
+
+def test_a_status_round_carries_the_keeper_s_word_and_its_wait_cap(monkeypatch):
+    executor = plugin.Executor.__new__(plugin.Executor)  # no workflow: one round, by hand
+    executor.shardwise_jobs = snakefile.ExecutorJobs(executor)
+    executor.active_jobs, executor.lock = [], threading.Lock()
+    reported = []
+
+    def success(_self, job_info):
+        reported.append(("ok", job_info.external_jobid))
+
+    def error(_self, job_info, msg=None, **_kwargs):
+        reported.append(("error", job_info.external_jobid, msg))
+
+    # Snakemake's own bookkeeping of a reported job (it needs a running workflow)
+    monkeypatch.setattr(RemoteExecutor, "report_job_success", success)
+    monkeypatch.setattr(RemoteExecutor, "report_job_error", error)
+    running, finished, dropped, ended = info("1"), info("2"), info("3"), info("4")
+
+    async def plugin_round(self, active_jobs):  # the SLURM plugin's round (squeue)
+        self.report_job_success(finished)
+        self.next_seconds_between_status_checks = 180  # nothing new: it backs off
+        for job in (running, ended):
+            yield job  # `dropped` neither yielded nor reported (a failed status query)
+
+    monkeypatch.setattr(slurm_plugin.Executor, "check_active_jobs", plugin_round)
+    jobs = executor.shardwise_jobs
+    jobs.known = {"4": ended}
+    assert jobs.end("4", done=False, why="was preempted and could not be requeued")
+    jobs.cap = 2.0
+
+    async def one_round():
+        return [i async for i in executor.check_active_jobs([running, finished, dropped, ended])]
+
+    still = asyncio.run(one_round())
+    assert still == [running, dropped]  # the dropped job is checked again next round
+    assert reported == [
+        ("ok", "2"),
+        ("error", "4", "SLURM job 4 was preempted and could not be requeued. "),
+    ]
+    assert executor.next_seconds_between_status_checks == 2.0  # the keeper's watch_seconds
+
+
+def test_untested_versions_are_one_line_naming_each():
+    assert versions.untested(lambda name: versions.TESTED[name]) == []
+    got = {**versions.TESTED, "snakemake-executor-plugin-slurm": "2.9.0"}
+    got["snakemake-interface-common"] = None
+    (line,) = versions.untested(got.get)
+    assert line.startswith(
+        "shardwise: untested versions: snakemake-executor-plugin-slurm 2.9.0 (tested: 2.8.0), "
+        "snakemake-interface-common missing (tested: 1.23.0); "
+    )
+    assert "pip install snakemake==9.27.1 " in line
+
+
+def test_the_installed_versions_are_the_tested_ones():
+    assert versions.untested() == []  # pyproject.toml pins exactly these
+
+
+def test_without_shardwise_s_executor_the_keeper_says_it_is_off():
+    assert snakefile.keeper_off_line("slurm") == (
+        "shardwise: the job keeper is off: this run's executor is 'slurm', not 'shardwise' "
+        "(profiles/slurm sets `executor: shardwise`): a preempted, held or vanished job may be "
+        "waited for forever (docs/slurm.md, The job keeper)"
+    )

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import math
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
 from inproc import label, plan_run
 
 from shardwise.config import Settings, WalltimeSettings, validate
 from shardwise.planner import walltime
-from shardwise.run import adaptation, plan
+from shardwise.run import adaptation, failures, plan
 from shardwise.store.location import Location
 
 WALLTIME = WalltimeSettings(
@@ -102,3 +104,29 @@ def test_one_file_needs_the_largest_file_at_the_rate_plus_the_stop_margin(tmp_pa
     settings = Settings.from_config(cfg)
     minutes = walltime.one_file_minutes(settings, [0, 1, 2])
     assert minutes == 1 + walltime.STOP_MARGIN_MINUTES  # kilobytes at 50 MB/min: a minute
+
+
+def test_one_file_follows_the_run_s_pace_as_files_finish_and_the_slowest_gpu_kind(tmp_path):
+    """The floor is sampled again once stale (a long-lived adaptation thread), from the
+    slowest GPU kind, and never at a limit that cut a job the fit lowered."""
+    cfg = plan_run(tmp_path, total_shards=3)
+    settings = Settings.from_config(cfg)
+    output = settings.output_uri
+    walltime._floor_rates.clear()
+    configured = 1 + walltime.STOP_MARGIN_MINUTES  # kilobytes at the configured rate
+    assert walltime.one_file_minutes(settings, [0, 1, 2], now=0.0) == configured
+    table = plan.load(settings.run_dir)
+    sizes = zip(table["shard"].to_pylist(), table["size"].to_pylist(), strict=True)
+    largest = max(size for shard, size in sizes if shard == 0)  # shard 0's largest file
+    # files finish on two kinds of GPU: the slow kind takes 3000 s per largest file
+    for i, (device, seconds) in enumerate([("H100", 1.0), ("H100", 1.0), ("V100", 3000.0)]):
+        body = {"file": f"x{i}", "bytes": largest, "seconds": seconds, "device_name": device}
+        (Path(output) / f"x{i}.stats.json").write_text(json.dumps(body))
+    # within the refresh interval the sampled rate stands; after it, the run's own pace
+    assert walltime.one_file_minutes(settings, [0], now=10.0) == configured
+    slow = walltime.one_file_minutes(settings, [0], now=walltime.RATE_REFRESH_S + 1)
+    v100 = math.ceil(3000 / 60 * settings.walltime.safety_factor)  # the V100's p10, not all
+    assert slow == v100 + walltime.STOP_MARGIN_MINUTES
+    failures.record_failure(settings.run_dir, 0, [], cause=failures.fit_too_short(200), limit=200)
+    assert walltime.one_file_minutes(settings, [0], now=walltime.RATE_REFRESH_S + 2) == 201
+    walltime._floor_rates.clear()

@@ -103,3 +103,33 @@ def test_whole_shard_causes():
     bug = failures.cause_of(KeyError("x"), "/data/a.parquet")
     assert (bug.kind, bug.shared) == ("error", False)
     assert bug.reason == "/data/a.parquet: KeyError: 'x'"
+
+
+def _stop(run_dir, shard, cause, limit=None):
+    return failures.record_failure(run_dir, shard, [], cause=cause, limit=limit)
+
+
+def test_a_retry_doubles_the_walltime_only_after_a_stop_at_it(tmp_path):
+    assert failures.longer_walltimes(tmp_path, 3, 1) == 0
+    assert failures.longer_walltimes(tmp_path, 3, 2) == 1  # no record: killed, as before
+    _stop(tmp_path, 3, failures.cancelled("CANCELLED"))
+    assert failures.longer_walltimes(tmp_path, 3, 2) == 0  # a scancel keeps the walltime
+    _stop(tmp_path, 3, failures.walltime_stop(60, 2))
+    assert failures.longer_walltimes(tmp_path, 3, 2) == 1
+    assert failures.longer_walltimes(tmp_path, 3, 3) == 1  # the cancel before it: no double
+    _stop(tmp_path, 3, failures.fit_too_short(9), limit=9)
+    assert failures.longer_walltimes(tmp_path, 3, 2) == 0
+    (latest,) = failures.records(tmp_path, 3)[:1]
+    assert (latest.kind, latest.limit_minutes, latest.interrupted) == ("fit_too_short", 9, True)
+
+
+def test_the_fit_floor_rises_above_every_limit_that_cut_a_lowered_job_before_its_first_file(
+    tmp_path,
+):
+    assert failures.fit_floor(tmp_path, [1, 2]) == 0
+    _stop(tmp_path, 1, failures.fit_too_short(9), limit=9)
+    _stop(tmp_path, 2, failures.fit_too_short(14), limit=14)
+    _stop(tmp_path, 2, failures.walltime_stop(60, 3), limit=60)  # not the fit's
+    assert failures.fit_floor(tmp_path, [1, 2]) == 15
+    assert failures.fit_floor(tmp_path, [1]) == 10
+    assert failures.fit_floor(tmp_path, [7]) == 0

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from shardwise.classify import gate, jobmodels
+from shardwise.classify import gate, jobmodels, stopcause
 from shardwise.classify.progress import progress_bar
 from shardwise.classify.tokencount import TokenCounter
 from shardwise.classify.tokenization import labelling
@@ -283,7 +283,8 @@ def _label_todo(
                 gate.moment("labelled")
             bar.update(1)
     except Interrupted:
-        failures.record_failure(run_dir, shard, report.failed, cause=failures.INTERRUPTED)
+        stop = stopcause.why_stopped(run_dir, report.labelled)  # walltime, cancel, preemption
+        failures.record_failure(run_dir, shard, report.failed, cause=stop.cause, limit=stop.limit)
         raise
     except Exception as e:
         # model, storage (e.g. disk full), the device (a CUDA error, named with GPU and host

@@ -1,6 +1,6 @@
 """Walltime of a classify job, from the shard's input size and the measured speed.
 
-``minutes = size / rate * safety_factor * attempt``, clamped to ``[min_minutes,
+``minutes = size / rate * safety_factor * (1 + stops at the walltime)``, clamped to ``[min_minutes,
 max_minutes]``; the rate is the p10 of input bytes per second over the run's stats, or
 ``default_mb_per_minute`` before any. Short, honest walltimes get jobs backfilled and
 started before maintenance windows; a group of K shards asks for the sum.
@@ -9,6 +9,7 @@ started before maintenance windows; a group of K shards asks for the sum.
 import json
 import math
 import random
+import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from shardwise.config import Settings, WalltimeSettings
-from shardwise.run import adaptation, outputs, plan
+from shardwise.run import adaptation, failures, outputs, plan
 from shardwise.run.throughput import rate_for_walltime
 from shardwise.store.location import Location
 
@@ -56,8 +57,11 @@ def default_rate(walltime: WalltimeSettings) -> float:
     return walltime.default_mb_per_minute * 1e6 / 60
 
 
-def measured_rate(output: Location, sample: int = RATE_SAMPLE, seed: int = 0) -> float | None:
-    """p10 of input bytes per second over a sample of the run's stats files."""
+def measured_rate(
+    output: Location, sample: int = RATE_SAMPLE, seed: int = 0, *, per_kind: bool = False
+) -> float | None:
+    """p10 of input bytes per second over a sample of the run's stats files (``per_kind``:
+    the slowest GPU kind's p10: a job may start on any kind its partitions hold)."""
     names = sorted(outputs.scan(output.list_names()).of(outputs.STATS))
     if not names:
         return None
@@ -69,7 +73,7 @@ def measured_rate(output: Location, sample: int = RATE_SAMPLE, seed: int = 0) ->
             stats.append(outputs.STATS.parse(output.read_bytes(where), output.url(where)).figures())
         except (FileNotFoundError, ValueError):
             continue  # one unreadable stats file must not stop the planning
-    return rate_for_walltime(stats)
+    return rate_for_walltime(stats, per_kind=per_kind)
 
 
 #: Minutes a lowered limit keeps beyond one file's work: the profile's SIGTERM comes 120 s
@@ -77,31 +81,62 @@ def measured_rate(output: Location, sample: int = RATE_SAMPLE, seed: int = 0) ->
 STOP_MARGIN_MINUTES = 4
 
 
+#: Seconds the measured rate is reused by a long-lived process (the workflow's walltime
+#: adaptation) before the run's stats are sampled again: the floor follows the files as
+#: they finish, never a rate frozen at the process's start.
+RATE_REFRESH_S = 120.0
+
+
 @cache
 def _context(
     run_dir: str, output_uri: str, storage: Any
 ) -> tuple[dict[int, int], dict[int, int], float | None]:
     """Per-shard input bytes, each shard's largest file, and the measured rate, computed
-    once per process."""
+    once per process (the rate for a job's walltime: a submission reads it at most once)."""
+    sizes, largest = _sizes(run_dir)
+    return sizes, largest, measured_rate(Location(output_uri, storage))
+
+
+@cache
+def _sizes(run_dir: str) -> tuple[dict[int, int], dict[int, int]]:
+    """Per-shard input bytes and each shard's largest file, from the plan (fixed)."""
     table = plan.load(Path(run_dir))
     sizes: Counter[int] = Counter()
     largest: dict[int, int] = {}
     for shard, size in zip(table["shard"].to_pylist(), table["size"].to_pylist(), strict=True):
         sizes[shard] += size
         largest[shard] = max(largest.get(shard, 0), size)
-    return dict(sizes), largest, measured_rate(Location(output_uri, storage))
+    return dict(sizes), largest
 
 
-def one_file_minutes(settings: Settings, shards: Iterable[int]) -> int:
+#: The floor's rate and when it was sampled, per output root (see RATE_REFRESH_S).
+_floor_rates: dict[str, tuple[float, float | None]] = {}
+
+
+def _floor_rate(settings: Settings, now: float) -> float | None:
+    """The slowest GPU kind's p10 input bytes per second, sampled again once stale."""
+    at, rate = _floor_rates.get(settings.output_uri, (-math.inf, None))
+    if now - at >= RATE_REFRESH_S:
+        rate = measured_rate(Location(settings.output_uri, settings.storage), per_kind=True)
+        _floor_rates[settings.output_uri] = (now, rate)
+    return rate
+
+
+def one_file_minutes(settings: Settings, shards: Iterable[int], now: float | None = None) -> int:
     """The shortest limit that still lets a job of these shards finish one file: the
-    largest of their files at the rate a walltime is sized on (the run's own per-file
-    timings, p10; the configured rate before any), with the safety factor, plus
-    :data:`STOP_MARGIN_MINUTES`. A lowered limit never goes below it."""
-    _, largest, rate = _context(str(settings.run_dir), settings.output_uri, settings.storage)
+    largest of their files at the run's own measured pace (the p10 of the slowest GPU kind,
+    sampled again every :data:`RATE_REFRESH_S`; the configured rate before any file
+    finished), with the safety factor, plus :data:`STOP_MARGIN_MINUTES` (the signal's lead
+    and the job's start); never at or below a limit at which a job the fit lowered was cut
+    before its first file. A lowered limit never goes below it."""
+    shards = list(shards)
+    _, largest = _sizes(str(settings.run_dir))
+    rate = _floor_rate(settings, time.monotonic() if now is None else now)
     use = rate if rate is not None and rate > 0 else default_rate(settings.walltime)
     size = max((largest.get(s, 0) for s in shards), default=0)
     unclamped = replace(settings.walltime, min_minutes=1, max_minutes=10**6)
-    return minutes_for(size, use, unclamped) + STOP_MARGIN_MINUTES
+    measured = minutes_for(size, use, unclamped) + STOP_MARGIN_MINUTES
+    return max(measured, failures.fit_floor(settings.run_dir, shards))
 
 
 def estimate(settings: Settings, shard: int, attempt: int = 1) -> Runtime:
@@ -133,12 +168,12 @@ def runtime_minutes_for(
     of ``group`` shards (``run/adaptation``: SLURM's plan before a hidden window)."""
     settings = _settings(json.dumps(config, sort_keys=True, default=str))
     fixed = config["resources"]["classify"].get("runtime")
-    if fixed:
-        minutes = int(fixed) * max(attempt, 1)
-    elif not main_process:
+    if not fixed and not main_process:
         return settings.walltime.max_minutes
-    else:
-        minutes = estimate(settings, shard, attempt).minutes
+    # a retry doubles the walltime only after a stop at it (or a failure), never after a
+    # cancel, a preemption or a cut the walltime fit caused (the failure records say which)
+    factor = 1 + failures.longer_walltimes(settings.run_dir, shard, attempt) if main_process else 1
+    minutes = int(fixed) * factor if fixed else estimate(settings, shard, factor).minutes
     if not main_process:
         return minutes
     cap = adaptation.cap(settings.run_dir, datetime.now())

@@ -45,7 +45,7 @@ class FailedFile:
 class Cause:
     """Why a shard job failed, as the console and the early stop need it."""
 
-    kind: str  # config | model | device | storage | input | interrupted | error
+    kind: str  # config | model | device | storage | input | error, or a STOP_KINDS one
     reason: str  # one line
     shared: bool = False  # the same for every shard and no retry fixes it
 
@@ -111,14 +111,56 @@ INTERRUPTED = Cause(
     "Ctrl-C); finished files stay done, the shard runs again",
 )
 
+#: A job stopped by a signal, by what sent it: ``walltime`` (SLURM's warning before the
+#: limit: the retry asks for a longer one), ``cancelled`` (a user's or an admin's
+#: ``scancel``: the retry keeps its walltime), ``fit_too_short`` (the walltime fit had
+#: lowered the job, and it was cut before its first file: that counts against the fit's
+#: floor, not as a reason to double the walltime), ``interrupted`` (preemption, Ctrl-C, or
+#: a cause SLURM could not tell), ``preempted`` (``PreemptTime`` set: requeued).
+STOP_KINDS = ("interrupted", "walltime", "cancelled", "fit_too_short", "preempted")
+#: The stops a retry answers with a longer walltime.
+LONGER_AFTER = ("walltime",)
+
+
+def walltime_stop(limit: int | None, labelled: int) -> Cause:
+    """SLURM's warning before the job's limit stopped it."""
+    at = f" ({limit} min)" if limit else ""
+    text = f"stopped at its walltime{at} after {labelled:,} file(s) of this attempt; finished "
+    return Cause("walltime", text + "files stay done, and the retry asks for a longer walltime")
+
+
+def fit_too_short(limit: int | None) -> Cause:
+    """Cut at a limit the walltime fit lowered, before the job's first file."""
+    at = f" of {limit} min" if limit else ""
+    text = f"stopped at the walltime{at} the fit lowered it to, before its first file: the "
+    text += "fit's floor rises above it, and the retry keeps its walltime"
+    return Cause("fit_too_short", text)
+
+
+def preempted(where: str) -> Cause:
+    """SLURM preempted the job (``PreemptTime`` set): requeued, by SLURM or by the job."""
+    text = f"preempted{where}: the job goes back to the queue and its shards resume from their "
+    return Cause("preempted", text + "last finished file; no retry is spent")
+
+
+def cancelled(state: str) -> Cause:
+    """A user's or an admin's ``scancel`` of a running job."""
+    text = f"cancelled by a user or an admin (scancel; SLURM says {state}); finished files "
+    return Cause("cancelled", text + "stay done, and the retry keeps its walltime")
+
 
 def record_failure(
-    run_dir: Path, shard: int, failed: Sequence[FailedFile], *, cause: Cause
+    run_dir: Path,
+    shard: int,
+    failed: Sequence[FailedFile],
+    *,
+    cause: Cause,
+    limit: int | None = None,
 ) -> Path:
     """Write a failure record for this attempt under ``<run_dir>/failures/<shard>/``."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
     path = Path(run_dir) / FAILURES_DIR / str(shard) / f"{stamp}-{os.getpid()}.json"
-    write_atomic(path, FailureRecord.of(shard, failed, cause).to_json())
+    write_atomic(path, FailureRecord.of(shard, failed, cause, limit).to_json())
     return path
 
 
@@ -136,17 +178,21 @@ class FailureRecord:
     attempt: str | None = None
     hostname: str = ""
     at: str = ""
+    limit_minutes: int | None = None  # the job's time limit when a signal stopped it
     path: Path | None = None
 
     @property
     def interrupted(self) -> bool:
         """Stopped by a signal, not failed: the shard simply runs again."""
-        return self.kind == "interrupted"
+        return self.kind in STOP_KINDS
 
     @classmethod
-    def of(cls, shard: int, failed: Sequence[FailedFile], cause: Cause) -> Self:
+    def of(
+        cls, shard: int, failed: Sequence[FailedFile], cause: Cause, limit: int | None = None
+    ) -> Self:
         """This attempt's record, stamped with the job, host and time."""
         return cls(
+            limit_minutes=limit,
             shard=shard,
             failed=tuple(failed),
             kind=cause.kind,
@@ -177,19 +223,46 @@ class FailureRecord:
         return record
 
 
-def latest(run_dir: Path, shard: int) -> FailureRecord | None:
-    """The shard's newest readable failure record (names sort by time), or None."""
+def records(run_dir: Path, shard: int) -> list[FailureRecord]:
+    """The shard's readable failure records, newest first (names sort by time)."""
     folder = Path(run_dir) / FAILURES_DIR / str(shard)
     try:
         names = sorted((p for p in folder.iterdir() if p.suffix == ".json"), reverse=True)
     except (FileNotFoundError, NotADirectoryError):
-        return None
+        return []
+    found = []
     for path in names:
         try:
-            return FailureRecord.from_json(path.read_bytes(), str(path), path)
+            found.append(FailureRecord.from_json(path.read_bytes(), str(path), path))
         except (OSError, ValueError, TypeError, AttributeError):
-            continue  # half-written by a killed job, or foreign: the next older one
-    return None
+            continue  # half-written by a killed job, or foreign
+    return found
+
+
+def latest(run_dir: Path, shard: int) -> FailureRecord | None:
+    """The shard's newest readable failure record, or None."""
+    found = records(run_dir, shard)
+    return found[0] if found else None
+
+
+def longer_walltimes(run_dir: Path, shard: int, attempt: int) -> int:
+    """How many times a retry of the shard doubles its walltime in this invocation's
+    ``attempt``: once per stop at its walltime (or failure, or attempt that left no record),
+    never for a cancel, a preemption or a cut the walltime fit caused (the newest
+    ``attempt - 1`` records: an earlier invocation's do not carry over)."""
+    if attempt <= 1:
+        return 0
+    stops = records(run_dir, shard)[: attempt - 1]
+    unrecorded = attempt - 1 - len(stops)  # killed before it could write one (memory, node)
+    return unrecorded + sum(1 for r in stops if r.kind in LONGER_AFTER or not r.interrupted)
+
+
+def fit_floor(run_dir: Path, shards: Sequence[int]) -> int:
+    """The shortest limit the walltime fit may set for these shards: above every limit at
+    which the fit's lowered jobs of theirs were cut before their first file (0: none)."""
+    cut = [r.limit_minutes or 0 for s in shards for r in records(run_dir, s)
+           if r.kind == "fit_too_short"]  # fmt: skip
+    return max(cut, default=-1) + 1
 
 
 def failing_shards(run_dir: Path, done: np.ndarray) -> np.ndarray:

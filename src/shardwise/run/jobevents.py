@@ -29,6 +29,7 @@ class Kind(StrEnum):
     NODE_FAIL = "node_fail"  # its node failed (NODE_FAIL, BOOT_FAIL)
     REQUEUED = "requeued"  # requeued for another reason (scontrol requeue, unknown)
     HELD = "held"  # SLURM held it after a requeue: cancelled so that Snakemake retries it
+    ON_HOLD = "on_hold"  # its owner or an admin held it (scontrol hold): the run waits
     LOST = "lost"  # it left squeue before its end was seen
     ADOPTED = "adopted"  # a restarted workflow took over a job of an earlier invocation
     ENDED = "ended"  # an adopted job ended
@@ -100,12 +101,15 @@ class Tally:
     held: int = 0
     lost: int = 0
     adopted: int = 0
+    on_hold: int = 0  # jobs' runs held by their owner or an admin (not ended: waited for)
     first_at: str | None = None  # the first preemption
 
     @property
     def any(self) -> bool:
         """Whether SLURM ended or lost a job of the run outside its own plan."""
-        return bool(self.preemptions or self.node_failures or self.lost or self.held)
+        return bool(
+            self.preemptions or self.node_failures or self.lost or self.held or self.on_hold
+        )
 
     def per_hour(self, now: datetime) -> float | None:
         """Preemptions per hour since the first one (None before any)."""
@@ -148,6 +152,7 @@ def tally(events: Iterable[JobEvent], now: datetime) -> Tally:
         held=rest[Kind.HELD],
         lost=rest[Kind.LOST],
         adopted=rest[Kind.ADOPTED],
+        on_hold=rest[Kind.ON_HOLD],
         first_at=first,
     )
 

@@ -182,9 +182,17 @@ def eta(
     )
 
 
-def rate_for_walltime(stats: Iterable[Mapping[str, Any]] | StatsTable) -> float | None:
+def rate_for_walltime(
+    stats: Iterable[Mapping[str, Any]] | StatsTable, *, per_kind: bool = False
+) -> float | None:
     """Input bytes per second per GPU at the slow end (p10 over files; the median would
-    kill every shard on a slow node or of long documents); None if unknown."""
+    kill every shard on a slow node or of long documents); None if unknown. ``per_kind``:
+    the lowest of each GPU kind's p10 (a kind with few files is not drowned by a fast one)."""
     t = _timed(stats)
-    rates = Percentiles.of(_ratio(t.bytes, t.seconds))
-    return rates.p10 if rates and rates.p10 > 0 else None
+    groups = [t]
+    if per_kind and len(t):
+        kinds = t.device_name.astype(str)
+        groups = [t.select(kinds == k) for k in np.unique(kinds)]
+    found = [r.p10 for g in groups if (r := Percentiles.of(_ratio(g.bytes, g.seconds)))]
+    slowest = min((p for p in found if p > 0), default=None)
+    return slowest

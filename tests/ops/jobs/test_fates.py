@@ -72,8 +72,10 @@ def test_a_requeue_slurm_did_is_said_about_the_run_that_ended_and_its_cause_aske
 def test_a_job_first_seen_already_requeued_says_its_last_requeue_once():
     verdicts, seen = rounds(OWN, job("7", "PENDING", restarts=2), job("7", "PENDING", restarts=2))
     assert [(v.kind, v.run) for v in verdicts] == [(Kind.REQUEUED, 1), (None, 0)]
-    assert "requeued by SLURM while no workflow kept it (run 3)" in verdicts[0].why
+    assert "requeued by SLURM before the keeper's first look at it (run 3)" in verdicts[0].why
     assert seen.run == 2
+    adopted, _ = rounds(Duty.adopted(), job("7", "PENDING", restarts=2))
+    assert "requeued by SLURM while no workflow kept it (run 3)" in adopted[0].why
 
 
 def test_a_job_held_after_a_requeue_is_cancelled_once():
@@ -81,8 +83,16 @@ def test_a_job_held_after_a_requeue_is_cancelled_once():
     verdicts, _ = rounds(OWN, held, held)
     assert [(v.kind, v.act) for v in verdicts] == [(Kind.HELD, Act.CANCEL), (None, Act.NONE)]
     user_hold = job("7", "PENDING", restarts=0, reason="JobHeldUser")
-    (verdict,), _ = rounds(OWN, user_hold)
-    assert verdict.act is Act.NONE  # a hold the user set, on a job never requeued
+    verdicts, _ = rounds(OWN, user_hold, user_hold)
+    assert [(v.kind, v.act) for v in verdicts] == [(Kind.ON_HOLD, Act.NONE), (None, Act.NONE)]
+    assert verdicts[0].why == (
+        "is on hold (JobHeldUser: put there by its owner, `scontrol hold`): the run waits for "
+        "it; `scontrol release 7` lets it start"
+    )
+    admin_hold = job("7", "PENDING", restarts=0, reason="JobHeldAdmin")
+    (verdict,), _ = rounds(OWN, admin_hold)
+    assert (verdict.kind, verdict.act) == (Kind.ON_HOLD, Act.NONE)
+    assert "put there by an admin" in verdict.why
 
 
 def test_a_job_missing_from_squeue_is_lost_on_the_second_round_and_ended():

@@ -67,7 +67,10 @@ def _fate_line(status: Status) -> list[str]:
     rate = f" ({per_hour:.1f}/h since {t.first_at})" if per_hour is not None else ""
     text = f"preempted     {t.preemptions:,}{rate}, {t.preemptions_last_hour:,} in the last hour; "
     text += f"node failures {t.node_failures:,}; lost {t.lost:,}; held {t.held:,} "
-    return [text + "(each requeued or retried: job-events.jsonl)"]
+    text += "(each requeued or retried: job-events.jsonl)"
+    if t.on_hold:
+        text += f"; on hold {t.on_hold:,} (by their owner or an admin: waited for)"
+    return [text]
 
 
 def _gpu_usage(status: Status) -> list[dict[str, Any]]:

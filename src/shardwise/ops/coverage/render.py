@@ -410,7 +410,11 @@ def _fate_lines(cov: Coverage) -> list[str]:
         f"slurm    {t.preemptions:,} preemption(s) ({t.preemptions_last_hour:,} in the last hour), "
     )
     text += f"{t.node_failures:,} node failure(s), {t.lost:,} job(s) lost from squeue, {t.held:,} "
-    text += "held: each requeued or retried, finished files kept (`shardwise cluster status`)"
+    text += "held after a requeue: each requeued or retried, finished files kept (`shardwise "
+    text += "cluster status`)"
+    if t.on_hold:
+        text += f"; {t.on_hold:,} job(s) put on hold by their owner or an admin (`scontrol "
+        text += "hold`): the run waits for their release (`scontrol release <job id>`)"
     return [text]
 
 

@@ -27,6 +27,8 @@ from shardwise.slurm.queries import LIVE_STATES, Job
 
 #: Pending reasons of a job SLURM held after a requeue; a user cannot release them.
 HELD_AFTER_REQUEUE = ("requeued held", "jobheldadmin")
+#: Pending reasons of a job its owner or an admin put on hold (``scontrol hold``).
+ON_HOLD = {"jobhelduser": "its owner", "jobheldadmin": "an admin"}
 #: Terminal states that mean a node failed under the job.
 NODE_STATES = frozenset({"NODE_FAIL", "BOOT_FAIL"})
 
@@ -94,19 +96,43 @@ def judge(
     seen = replace(before, state=now.state, missing=0, run=max(before.run, now.restarts))
     if now.state not in LIVE_STATES:
         return _ended(seen, now, duty)
-    if now.pending and _held(now) and now.restarts > 0:
-        why = f"was held by SLURM after a requeue ({now.reason}), which only an operator can "
-        why += "release: cancelled, so that Snakemake submits it again"
-        return _say(seen, now.restarts, Kind.HELD, Act.CANCEL, why)
+    if now.pending and (held := _hold(seen, now)) is not None:
+        return held
     if now.restarts > before.run:
         if before.acted == (now.restarts - 1, Act.REQUEUE):
             return seen, Verdict()  # our own requeue, said when it was made
-        unseen = " while no workflow kept it" if before.state is None else ""
+        unseen = _first_sighting(before, duty)
         why = f"was requeued by SLURM{unseen} (run {now.restarts + 1}); its shards resume from "
         why += "their last finished file in the same job"
         said, verdict = _say(seen, now.restarts - 1, Kind.REQUEUED, Act.NONE, why, history=True)
         return said, replace(verdict, unseen=bool(unseen))
     return seen, Verdict()
+
+
+def _hold(seen: Seen, now: Job) -> tuple[Seen, Verdict] | None:
+    """A pending job on hold: SLURM's after a requeue (cancelled: a user cannot release
+    it), or its owner's or an admin's (waited for, said once)."""
+    if _held(now) and now.restarts > 0:
+        why = f"was held by SLURM after a requeue ({now.reason}), which only an operator can "
+        why += "release: cancelled, so that Snakemake submits it again"
+        return _say(seen, now.restarts, Kind.HELD, Act.CANCEL, why)
+    by = ON_HOLD.get(now.reason.strip().lower())
+    if by is None:
+        return None
+    why = f"is on hold ({now.reason}: put there by {by}, `scontrol hold`): the run waits for "
+    why += f"it; `scontrol release {now.id}` lets it start"
+    return _say(seen, now.restarts, Kind.ON_HOLD, Act.NONE, why)
+
+
+def _first_sighting(before: Seen, duty: Duty) -> str:
+    """How a requeue that happened before the keeper's first look is worded: a job of
+    this invocation was kept all along (the keeper's first look came late); an adopted one
+    was kept by no workflow while its own had died."""
+    if before.state is not None:
+        return ""
+    if duty.resolve_all:
+        return " while no workflow kept it"
+    return " before the keeper's first look at it"
 
 
 def _missing(before: Seen, duty: Duty, lost_after: int) -> tuple[Seen, Verdict]:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO, Protocol
 
 from shardwise.ops.jobs.fates import Act, Duty, Seen, Verdict, judge
-from shardwise.run import jobevents, markers, ranges
+from shardwise.run import failures, jobevents, markers, ranges
 from shardwise.run.jobevents import JobEvent, Kind
 from shardwise.slurm import command, control, queries
 
@@ -82,7 +82,7 @@ class Keeper:
         if verdict.unseen and self._told(job_id, verdict.run):
             return  # a requeue recorded before this keeper came (by the job, or a keeper)
         if verdict.ask_history and kind is Kind.REQUEUED and job is not None:
-            kind, why = self._cause(job, verdict.run, why)
+            kind, why = self._cause(job, shards, verdict.run, why)
         if verdict.act is Act.REQUEUE:
             done = control.requeue(job_id, timeout=self.timeout)
             action = "requeued"
@@ -126,14 +126,19 @@ class Keeper:
         text = f"{len(left)} of {n} shard(s) left (shards {_r(left)}): Snakemake submits them "
         return "retried", text + "again, each resuming from its last finished file"
 
-    def _cause(self, job: queries.Job, run: int, why: str) -> tuple[Kind, str]:
+    def _cause(
+        self, job: queries.Job, shards: Sequence[int], run: int, why: str
+    ) -> tuple[Kind, str]:
         """Why a job went back to the queue: what the job itself recorded (a preempted
-        shard job requeues itself), else ``sacct -D`` when accounting answers."""
+        shard job requeues itself, or its stop names the preemption), else ``sacct -D``
+        when accounting answers."""
         told = self._told(job.id, run)
         tail = why.partition("; ")[2]
         where = f" in partition {job.partition}" if job.partition else ""
         if any(e.kind == Kind.PREEMPTED for e in told):
             return Kind.PREEMPTED, f"was preempted{where} and requeued itself; {tail}"
+        if self._stopped_preempted(job.id, shards):
+            return Kind.PREEMPTED, f"was preempted{where} and requeued by SLURM; {tail}"
         history = queries.run_history(job.id, timeout=self.timeout)
         runs = history.value or [] if history.ok else []
         before = runs[run] if 0 <= run < len(runs) else ""
@@ -142,6 +147,15 @@ class Keeper:
         if before in ("NODE_FAIL", "BOOT_FAIL"):
             return Kind.NODE_FAIL, f"lost its node ({before}) and was requeued by SLURM; {tail}"
         return Kind.REQUEUED, why
+
+    def _stopped_preempted(self, job_id: str, shards: Sequence[int]) -> bool:
+        """Whether the job's own stop record (its shard's failure record) says SLURM
+        preempted it: true without accounting too."""
+        return any(
+            r.kind == "preempted" and r.slurm_job_id == job_id
+            for s in shards
+            for r in failures.records(self.run_dir, s)[:3]
+        )
 
     def _record(
         self,

@@ -1,0 +1,82 @@
+"""Why a shard job was stopped by a signal, from SLURM's own record of the job.
+
+SIGTERM reaches a shard job at its walltime (the profile's ``--signal=TERM@120``), when a
+user or an admin cancels it, and when SLURM preempts it; the job itself cannot tell them
+apart, so it asks ``scontrol show job`` once: ``PreemptTime`` set is a preemption (the job
+requeues itself, :mod:`shardwise.classify.preempted`), ``JobState=CANCELLED`` a cancel,
+an ``EndTime`` within :data:`WALLTIME_WINDOW_S` the walltime. A walltime stop before the
+job's first file, at a limit the walltime fit lowered, counts against the fit. The failure
+record carries the cause and the limit: a retry doubles the walltime only after a stop at
+it (``run/failures.longer_walltimes``), and the fit never again lowers the shard's jobs to
+a limit that proved too short (``run/failures.fit_floor``).
+"""
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from shardwise.errors import RecordError
+from shardwise.run import adaptation, failures
+from shardwise.run.failures import Cause
+from shardwise.slurm import command, queries
+
+#: Seconds before the limit in which a SIGTERM is the walltime's: the profile's lead
+#: (120 s), SLURM's up to 60 s early signal, and slack for a slow controller.
+WALLTIME_WINDOW_S = 300
+#: Seconds the SLURM call may take: the job is stopping.
+TIMEOUT = 10.0
+
+
+@dataclass(frozen=True)
+class Stop:
+    """What stopped the job, and its time limit then (minutes; None: unknown)."""
+
+    cause: Cause
+    limit: int | None = None
+
+
+def why_stopped(
+    run_dir: Path,
+    labelled: int,
+    env: Mapping[str, str] | None = None,
+    now: datetime | None = None,
+) -> Stop:
+    """The stop's cause (``labelled``: files this attempt finished)."""
+    job_id = (env if env is not None else os.environ).get("SLURM_JOB_ID", "")
+    if not job_id:
+        return Stop(failures.INTERRUPTED)
+    detail = queries.job_detail(job_id, timeout=TIMEOUT)
+    if not detail.ok or not detail.value:
+        return Stop(failures.INTERRUPTED)
+    return judge(detail.value, run_dir, job_id, labelled, now or datetime.now())
+
+
+def judge(
+    info: Mapping[str, str], run_dir: Path, job_id: str, labelled: int, now: datetime
+) -> Stop:
+    """The cause from ``scontrol show job``'s fields (pure but for the fit's record)."""
+    limit = command.minutes(info.get("TimeLimit"))
+    state = info.get("JobState", "")
+    if not command.is_null(info.get("PreemptTime")):  # requeued, by SLURM or by the job
+        where = f" in partition {info['Partition']}" if info.get("Partition") else ""
+        return Stop(failures.preempted(where), limit)
+    if state.startswith("CANCELLED"):
+        return Stop(failures.cancelled(state), limit)
+    end = command.timestamp(info.get("EndTime"))
+    if end is None or (end - now).total_seconds() > WALLTIME_WINDOW_S:
+        return Stop(failures.INTERRUPTED, limit)
+    if labelled == 0 and _lowered_by_fit(run_dir, job_id):
+        return Stop(failures.fit_too_short(limit), limit)
+    return Stop(failures.walltime_stop(limit, labelled), limit)
+
+
+def _lowered_by_fit(run_dir: Path, job_id: str) -> bool:
+    """Whether the walltime adaptation lowered this job's limit."""
+    try:
+        record = adaptation.load(run_dir)
+    except RecordError:
+        return False
+    events = record.events if record is not None else ()
+    return any(e.action == "lowered" and job_id in e.jobs for e in events)

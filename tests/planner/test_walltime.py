@@ -65,7 +65,11 @@ def test_the_rule_runtime_is_fixed_when_configured_and_the_ceiling_inside_a_job(
     cfg = validate(plan_run(tmp_path, total_shards=3))  # defaults filled, as Snakemake does
     label(tmp_path / "run")
     fixed = {**cfg, "resources": {"classify": {**cfg["resources"]["classify"], "runtime": 30}}}
-    assert walltime.runtime_minutes_for(fixed, 0, 2, main_process=True) == 60
+    run_dir = Settings.from_config(fixed).run_dir
+    failures.record_failure(run_dir, 0, [], cause=failures.cancelled("CANCELLED"), limit=30)
+    assert walltime.runtime_minutes_for(fixed, 0, 2, main_process=True) == 30  # a scancel
+    failures.record_failure(run_dir, 0, [], cause=failures.walltime_stop(30, 1), limit=30)
+    assert walltime.runtime_minutes_for(fixed, 0, 2, main_process=True) == 60  # the walltime
     free = {**cfg, "resources": {"classify": {**cfg["resources"]["classify"], "runtime": None}}}
     settings = Settings.from_config(free)
     # a cluster job never estimates (no listing, no stats): it asks for the ceiling

@@ -13,9 +13,9 @@ tests below check one property of it each; then a second run must submit nothing
 - the cap: QOS cap3 (MaxSubmitJobsPerUser=3) and `jobs` = 3: no sbatch refused,
   and squeue (sampled every 0.5 s) never shows more than 3 of our jobs queued or
   running;
-- one running job is scancel-ed (while its shard stands at the test gate): it is retried
-  (attempt 2, twice the walltime)
-  and the run still ends complete;
+- one running job is scancel-ed (while its shard stands at the test gate): the console
+  and the shard's failure record name the cancel, it is retried (attempt 2) with the same
+  walltime (only a stop at the walltime doubles it), and the run still ends complete;
 - a rerun with everything done submits nothing.
 
 The cluster has 2 (fake) GPUs, so at most 2 jobs run and the third pends.
@@ -44,6 +44,7 @@ from e2e import Gate
 
 from shardwise.config import WalltimeSettings
 from shardwise.planner.walltime import default_rate, minutes_for
+from shardwise.run import failures
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
@@ -350,7 +351,7 @@ def test_one_slurm_job_per_k_shards_with_one_gpu_and_summed_walltime(main_run: M
     covered: list[int] = []
     for job in jobs:
         shards, attempt = _submitted(job)
-        minutes = main_run.expected_minutes(shards, attempt)
+        minutes = main_run.expected_minutes(shards, 1)  # a cancel's retry keeps the walltime
         sbatch = job["SubmitLine"].split(" --wrap=")[0].split()
         assert 1 <= len(shards) <= K, (job, shards)
         # what was asked: one GPU, the summed computed walltime (-t minutes) ...
@@ -390,6 +391,13 @@ def test_scancelled_job_is_retried_and_run_completes(main_run: MainRun) -> None:
         if job["State"] == "COMPLETED" and _submitted(job) == (shards, attempt + 1)
     ]
     assert retries, f"cancelled job {obs.cancelled} ({shards}) was not retried: {jobs}"
+    for retry in retries:  # only a stop at the walltime doubles it
+        assert jobs[retry]["TimelimitRaw"] == jobs[obs.cancelled]["TimelimitRaw"], jobs
+    stopped = [r for s in shards for r in failures.records(main_run.run_dir, s)
+               if r.slurm_job_id == obs.cancelled]  # fmt: skip
+    assert [r.kind for r in stopped] == ["cancelled"], stopped
+    assert "cancelled by a user or an admin (scancel; SLURM says CANCELLED" in main_run.log
+    print(f"\n--- the cancel, as the console said it ---\n{stopped[0].reason}", file=sys.stderr)
     assert main_run.returncode == 0
 
 

@@ -247,14 +247,15 @@ def latest(run_dir: Path, shard: int) -> FailureRecord | None:
 
 def longer_walltimes(run_dir: Path, shard: int, attempt: int) -> int:
     """How many times a retry of the shard doubles its walltime in this invocation's
-    ``attempt``: once per stop at its walltime (or failure, or attempt that left no record),
-    never for a cancel, a preemption or a cut the walltime fit caused (the newest
-    ``attempt - 1`` records: an earlier invocation's do not carry over)."""
+    ``attempt``: once per stop at its walltime (or failure), never for a cancel, a
+    preemption, a cut the walltime fit caused, or an attempt that left no record (a group
+    member that never started, a job killed for its memory: the walltime was not the
+    cause; a stop at it is always recorded). The newest ``attempt - 1`` records count: an
+    earlier invocation's do not carry over."""
     if attempt <= 1:
         return 0
     stops = records(run_dir, shard)[: attempt - 1]
-    unrecorded = attempt - 1 - len(stops)  # killed before it could write one (memory, node)
-    return unrecorded + sum(1 for r in stops if r.kind in LONGER_AFTER or not r.interrupted)
+    return sum(1 for r in stops if r.kind in LONGER_AFTER or not r.interrupted)
 
 
 def fit_floor(run_dir: Path, shards: Sequence[int]) -> int:

@@ -142,6 +142,22 @@ def view(
 ) -> JobRequest:
     """What the classify rule's jobs ask for under ``profile`` (merged) and ``config``."""
     env = os.environ if environ is None else environ
+    jobs = profile.get("jobs")
+    k = (profile.get("group-components") or {}).get(RULE, 1)
+    return JobRequest(
+        jobs=int(jobs) if isinstance(jobs, int | str) and str(jobs).isdigit() else None,
+        group_components=int(k),
+        **{**_resources(profile, config, env), **_plugin_options(profile, env)},
+        prefix=option_prefix(profile),
+        raw=profile,
+    )
+
+
+def _resources(
+    profile: dict[str, Any], config: dict[str, Any] | None, env: Mapping[str, str]
+) -> dict[str, Any]:
+    """The classify rule's resources: set-resources, then ``$SHARDWISE_SLURM_*``, then
+    default-resources; GPUs, CPUs and memory from the config unless set-resources says."""
     defaults = profile.get("default-resources") or {}
     rule_set = (profile.get("set-resources") or {}).get(RULE) or {}
     site = site_resources(env)
@@ -157,45 +173,46 @@ def view(
             return resource_value(defaults[name], env), f"default-resources {name}"
         return None, ""
 
+    def text(name: str) -> str | None:
+        value = pick(name)[0]
+        return None if value in (None, "") else str(value)
+
     partition, source = pick("slurm_partition")
-    partitions = tuple(p.strip() for p in str(partition or "").split(",") if p.strip())
-    (account, _), (constraint, _), (qos, _) = (
-        pick(n) for n in ("slurm_account", "constraint", "qos")
-    )
-    if plugin_option(profile, "qos"):
-        qos = expand(plugin_option(profile, "qos"), env)
     # the rule itself sets these from config: only set-resources overrides them
     gpus, cpus, mem = (
         resource_value(rule_set[k], env) if k in rule_set else None
         for k in ("gpu", "cpus_per_task", "mem_mb")
     )
+    extra = resource_value(rule_set.get("slurm_extra", defaults.get("slurm_extra")), env)
+    return {
+        "partitions": tuple(p.strip() for p in str(partition or "").split(",") if p.strip()),
+        "partition_source": source or "the cluster's default partition",
+        "account": text("slurm_account"),
+        "constraint": text("constraint"),
+        "qos": text("qos"),
+        "gpus": int(gpus if gpus is not None else classify_cfg.get("gpu", 0) or 0),
+        "cpus": int(cpus) if cpus is not None else classify_cfg.get("cpus_per_task"),
+        "mem_mb": int(mem) if mem is not None else classify_cfg.get("mem_mb"),
+        "signal_lead": signal_lead(str(extra or "")),
+    }
+
+
+def _plugin_options(profile: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    """The SLURM plugin's options, under the prefix the profile's executor reads."""
     exclude = expand(plugin_option(profile, "exclude-failed-nodes") or "", env)
-    k = (profile.get("group-components") or {}).get(RULE, 1)
     status = plugin_option(profile, "status-command")
     init = plugin_option(profile, "init-seconds-before-status-checks", PLUGIN_INIT_SECONDS)
-    jobs = profile.get("jobs")
     requeue = True if plugin_option(profile, "requeue") else None
     requeue = False if plugin_option(profile, "no-requeue") else requeue
-    extra = resource_value(rule_set.get("slurm_extra", defaults.get("slurm_extra")), env)
-    return JobRequest(
-        jobs=int(jobs) if isinstance(jobs, int | str) and str(jobs).isdigit() else None,
-        group_components=int(k),
-        partitions=partitions,
-        partition_source=source or "the cluster's default partition",
-        account=None if account in (None, "") else str(account),
-        constraint=None if constraint in (None, "") else str(constraint),
-        qos=None if qos in (None, "") else str(qos),
-        exclude=tuple(n.strip() for n in exclude.split(",") if n.strip()),
-        gpus=int(gpus if gpus is not None else classify_cfg.get("gpu", 0) or 0),
-        cpus=int(cpus) if cpus is not None else classify_cfg.get("cpus_per_task"),
-        mem_mb=int(mem) if mem is not None else classify_cfg.get("mem_mb"),
-        status_command=str(status) if status else None,
-        init_seconds=int(init),
-        requeue=requeue,
-        signal_lead=signal_lead(str(extra or "")),
-        prefix=option_prefix(profile),
-        raw=profile,
-    )
+    out: dict[str, Any] = {
+        "exclude": tuple(n.strip() for n in exclude.split(",") if n.strip()),
+        "status_command": str(status) if status else None,
+        "init_seconds": int(init),
+        "requeue": requeue,
+    }
+    if plugin_option(profile, "qos"):  # the plugin's own option wins over the resource
+        out["qos"] = expand(plugin_option(profile, "qos"), env)
+    return out
 
 
 _SIGNAL = re.compile(r"--signal[= ](?:R:)?(?:B:)?(?:SIG)?(?:TERM|15)?@(\d+)")

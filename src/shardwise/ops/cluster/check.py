@@ -32,8 +32,28 @@ from shardwise.store.atomic import write_atomic
 def overlay(
     request: JobRequest, facts: CheckFacts, found: list[CheckResult], max_minutes: int
 ) -> dict[str, Any]:
-    """The top-level profile keys that fix what the findings can fix (nothing else)."""
-    raw = request.raw
+    """The top-level profile keys that fix what the findings can fix (nothing else): the
+    plugin's own options, the classify rule's resources, the default account."""
+    failed = {f.check for f in found if f.status == FAIL}
+    out = _option_fixes(request, facts, found, failed)
+    fixed = _rule_fixes(request, facts, found, failed, max_minutes)
+    if fixed:
+        raw = request.raw.get("set-resources") or {}
+        set_resources = {k: dict(v or {}) for k, v in raw.items()}
+        set_resources.setdefault(profile.RULE, {}).update(fixed)
+        out["set-resources"] = set_resources
+    limits = cluster_facts.facts_limits(facts)
+    default = limits.default_account if limits else ""
+    if "account" in failed and default:
+        defaults = dict(request.raw.get("default-resources") or {})
+        out["default-resources"] = {**defaults, "slurm_account": profile.quoted(default)}
+    return out
+
+
+def _option_fixes(
+    request: JobRequest, facts: CheckFacts, found: list[CheckResult], failed: set[str]
+) -> dict[str, Any]:
+    """Top-level keys: ``jobs`` under the cap, the status command, requeue, excluded nodes."""
     out: dict[str, Any] = {}
     by = {f.check: f for f in found}
     cap, _ = submit_cap(request.account, request.qos, cluster_facts.facts_limits(facts))
@@ -41,34 +61,35 @@ def overlay(
         out["jobs"] = max(1, math.floor(cap * (1 - HEADROOM)))
     if by["status_command"].status != OK:
         out.update(dict(by["status_command"].sets))
-    preempt = [f for f in found if f.check == "preemption" and f.status != OK]
-    sets = dict(s for f in preempt for s in f.sets)
+    sets = dict(s for f in found if f.check == "preemption" and f.status != OK for s in f.sets)
     out.update({k: v == "true" for k, v in sets.items() if k.startswith(f"{request.prefix}-")})
-    leads = [v for f in preempt for k, v in f.sets if k == "slurm_extra"]  # the longest grace
-    fixed: dict[str, str] = {}
-    if leads:
-        fixed["slurm_extra"] = max(leads, key=lambda v: profile.signal_lead(v) or 0)
-    failed = {f.check for f in found if f.status == FAIL}
     if "exclude" in failed:
         known = {n.name for n in facts.nodes.value or []}
-        out[request.key("exclude-failed-nodes")] = ",".join(
-            n for n in request.exclude if n in known
-        )
+        kept = ",".join(n for n in request.exclude if n in known)
+        out[request.key("exclude-failed-nodes")] = kept
+    return out
+
+
+def _rule_fixes(
+    request: JobRequest,
+    facts: CheckFacts,
+    found: list[CheckResult],
+    failed: set[str],
+    max_minutes: int,
+) -> dict[str, str]:
+    """The classify rule's resources: the signal's lead (the longest grace), partitions
+    that fit, no constraint the cluster lacks."""
+    fixed: dict[str, str] = {}
+    preempt = [f for f in found if f.check == "preemption" and f.status != OK]
+    leads = [v for f in preempt for k, v in f.sets if k == "slurm_extra"]
+    if leads:
+        fixed["slurm_extra"] = max(leads, key=lambda v: profile.signal_lead(v) or 0)
     good = _good_partitions(request, facts, max_minutes) if "partition" in failed else []
     if good:
         fixed["slurm_partition"] = profile.quoted(",".join(good))
     if "constraint" in failed:
         fixed["constraint"] = profile.quoted("")  # sbatch -C '' = no constraint
-    if fixed:
-        set_resources = {k: dict(v or {}) for k, v in (raw.get("set-resources") or {}).items()}
-        set_resources.setdefault(profile.RULE, {}).update(fixed)
-        out["set-resources"] = set_resources
-    limits = cluster_facts.facts_limits(facts)
-    default = limits.default_account if limits else ""
-    if "account" in failed and default:
-        defaults = dict(raw.get("default-resources") or {})
-        out["default-resources"] = {**defaults, "slurm_account": profile.quoted(default)}
-    return out
+    return fixed
 
 
 def _good_partitions(request: JobRequest, facts: CheckFacts, max_minutes: int) -> list[str]:

@@ -119,6 +119,10 @@ class StatusFacts:
     planned: Planned | None = None
     #: The live workflow's walltime fit in force: shown as the answer, no probe made.
     fit: adaptation.Fit | None = None
+    #: A live workflow of the run that adapts its walltimes: it probes, this view does not.
+    adapting: claims.Submitter | None = None
+    #: Why ``sbatch --test-only`` was not asked (its answer is known to be wrong here).
+    untrusted: str | None = None
 
 
 def run_jobs(
@@ -150,11 +154,23 @@ def fit_in_force(run_dir: Path, now: datetime) -> adaptation.Fit | None:
     return fit if _main_process(claims.Submitter.recorded(run_dir))["alive"] else None
 
 
+@dataclass(frozen=True)
+class _ProbeFacts:
+    """What the walltime probe asked SLURM about the oldest pending job."""
+
+    detail: Answer[dict[str, str]] | None = None
+    starts: dict[int, Answer[datetime]] = field(default_factory=dict)
+    windows: Answer[list[queries.Reservation]] | None = None
+    hidden: Answer[walltime_probe.Located] | None = None
+    planned: Planned | None = None
+
+
 def status_facts(
     run_dir: Path, *, timeout: float = command.DEFAULT_TIMEOUT, probe: bool = False
 ) -> StatusFacts:
     """Ask SLURM what the view needs (the walltime probe only when a job pends, and not
-    while the workflow's own adaptation is in force, unless ``probe`` asks for it)."""
+    while the workflow's own adaptation is in force or a live workflow adapts, unless
+    ``probe`` asks for it)."""
     user = queries.current_user()
     queue = queries.jobs(user, timeout=timeout)
     cleared = plan_probe.clear_leftovers(queue, timeout)
@@ -165,56 +181,99 @@ def status_facts(
     why = "accounting is off: the submit cap is unknown"
     off: Answer[queries.Limits] = Answer(None, why, "failed")
     limits = queries.limits(user, timeout=timeout) if accounting or not cfg.ok else off
-    nodes = queries.nodes(timeout=timeout)
     mine = run_jobs(run_dir, queue.value or [], claims.Submitter.recorded(run_dir))
     oldest = probed_job(mine)
     fitted = None if probe else fit_in_force(run_dir, datetime.now())
-    if fitted is not None:
-        oldest = None  # the workflow's fit is the answer: no second probe
-    detail = None
-    starts: dict[int, Answer[datetime]] = {}
-    windows = None
-    hidden: Answer[walltime_probe.Located] | None = None
-    planned: Planned | None = None
-    if oldest is not None:
-        windows = queries.reservations(timeout=timeout)
-        detail = queries.job_detail(oldest.id, timeout=timeout)
-        if detail.ok and detail.value:
-            shards = len(mine[oldest.id][1]) or 1
-            request = detail.value
-            options = functools.partial(walltime_probe.test_only_options, request)
-            asked = walltime_probe.probe_minutes(oldest.time_limit_minutes, shards)
-            ask = walltime_probe.test_only(starts, options, timeout)
-            walltime_probe.longest_starting_now(ask, asked, datetime.now())
-            reserved = walltime_probe.waits_for_reservation(oldest.reason)
-            if reserved:  # first: it waits for a live workflow's probes, which would
-                # refuse the allocations below for priority while they pend
-                bf = queries.backfill_interval_seconds(cfg.value or {}) if cfg.ok else 30
-                own = oldest.time_limit_minutes or 1
-                planned = plan_probe.probe(options, own, 1, bf_interval=bf, timeout=timeout)
-            if reserved and not walltime_probe.visible_window(windows, oldest):
-                hidden = walltime_probe.locate_window(request, asked, timeout)
-    others = None
-    private = cfg.ok and "jobs" in queries.private_data(cfg.value or {})
-    parts = sorted({p for j, _ in mine.values() for p in j.partition.split(",") if p})
-    if parts and not private:
-        found = queries.partition_jobs(parts, timeout=timeout)
-        others = Answer([j for j in found.value or [] if j.user != user]) if found.ok else found
+    adapting = None if probe or fitted is not None else adapting_workflow(run_dir)
+    if fitted is not None or adapting is not None:
+        oldest = None  # the workflow's fit is the answer, or it probes itself: one probe
+    untrusted = test_only_untrusted(oldest, cfg.value or {}) if oldest is not None else None
+    asked = _probe_facts(mine, oldest, cfg, untrusted, timeout) if oldest else _ProbeFacts()
     return StatusFacts(
         user=user,
         now=datetime.now(),
         queue=queue,
         config=cfg,
-        nodes=nodes,
+        nodes=queries.nodes(timeout=timeout),
         limits=limits,
-        others=others,
-        probe_detail=detail,
-        probe_starts=starts,
-        reservations=windows,
-        hidden_window=hidden,
-        planned=planned,
+        others=_others(user, mine, cfg, timeout),
+        probe_detail=asked.detail,
+        probe_starts=asked.starts,
+        reservations=asked.windows,
+        hidden_window=asked.hidden,
+        planned=asked.planned,
         fit=fitted,
+        adapting=adapting,
+        untrusted=untrusted,
     )
+
+
+def _probe_facts(
+    mine: dict[str, tuple[queries.Job, tuple[int, ...]]],
+    oldest: queries.Job,
+    cfg: Answer[dict[str, str]],
+    untrusted: str | None,
+    timeout: float,
+) -> _ProbeFacts:
+    """``--test-only`` (where its answer can stand), SLURM's plan for probe jobs of the
+    request (while it pends for a reservation) and a hidden window located blind."""
+    windows = queries.reservations(timeout=timeout)
+    detail = queries.job_detail(oldest.id, timeout=timeout)
+    if not detail.ok or not detail.value:
+        return _ProbeFacts(detail=detail, windows=windows)
+    starts: dict[int, Answer[datetime]] = {}
+    request = detail.value
+    options = functools.partial(walltime_probe.test_only_options, request)
+    asked = walltime_probe.probe_minutes(oldest.time_limit_minutes, len(mine[oldest.id][1]) or 1)
+    if untrusted is None:
+        ask = walltime_probe.test_only(starts, options, timeout)
+        walltime_probe.longest_starting_now(ask, asked, datetime.now())
+    if not walltime_probe.waits_for_reservation(oldest.reason):
+        return _ProbeFacts(detail=detail, starts=starts, windows=windows)
+    # first: it waits for a live workflow's probes, which would refuse the allocations
+    # below for priority while they pend
+    bf = queries.backfill_interval_seconds(cfg.value or {}) if cfg.ok else 30
+    own = oldest.time_limit_minutes or 1
+    planned = plan_probe.probe(options, own, 1, bf_interval=bf, timeout=timeout)
+    hidden = None
+    if not walltime_probe.visible_window(windows, oldest):
+        hidden = walltime_probe.locate_window(request, asked, timeout)
+    return _ProbeFacts(detail, starts, windows, hidden, planned)
+
+
+def _others(
+    user: str,
+    mine: dict[str, tuple[queries.Job, tuple[int, ...]]],
+    cfg: Answer[dict[str, str]],
+    timeout: float,
+) -> Answer[list[queries.Job]] | None:
+    """Other users' jobs in the run's partitions (None: hidden, or no partition)."""
+    private = cfg.ok and "jobs" in queries.private_data(cfg.value or {})
+    parts = sorted({p for j, _ in mine.values() for p in j.partition.split(",") if p})
+    if not parts or private:
+        return None
+    found = queries.partition_jobs(parts, timeout=timeout)
+    return Answer([j for j in found.value or [] if j.user != user]) if found.ok else found
+
+
+def adapting_workflow(run_dir: Path) -> claims.Submitter | None:
+    """The run's live workflow on a cluster (its walltime adaptation probes SLURM's plan
+    itself while a job pends for a reservation); None when none is known to be live."""
+    submitter = claims.Submitter.recorded(run_dir)
+    if submitter is None or not submitter.cluster:
+        return None
+    return submitter if _main_process(submitter)["alive"] else None
+
+
+def test_only_untrusted(job: queries.Job, cfg: dict[str, str]) -> str | None:
+    """Why ``sbatch --test-only`` would answer wrongly for ``job``: it tests one partition
+    of a list, and under PrivateData it places its test job behind the user's own pending
+    ones (checked on the test cluster); None when its answer can stand."""
+    if "," in job.partition:
+        return f"job {job.id} may start in any of {job.partition}, and --test-only tests one"
+    if "jobs" in queries.private_data(cfg):
+        return "PrivateData hides jobs, and --test-only answers behind your own pending jobs"
+    return None
 
 
 def probed_job(mine: dict[str, tuple[queries.Job, tuple[int, ...]]]) -> queries.Job | None:
@@ -274,7 +333,7 @@ def build(run_dir: Path, facts: StatusFacts) -> Status:
         in_flight=flight,
         nodes=_unavailable_nodes(facts, jobs),
         others=others,
-        notes=tuple(notes + _fit_note(facts.fit)) + flight.notes,
+        notes=tuple(notes + _fit_note(facts.fit) + _probe_notes(facts)) + flight.notes,
         adapted=_adapted(run_dir, notes),
         fates=jobevents.tally(jobevents.load(run_dir), now),
     )
@@ -287,6 +346,19 @@ def _fit_note(fit: adaptation.Fit | None) -> list[str]:
     text = "no walltime probe: the workflow's adaptation is in force (jobs end by "
     text += f"{fit.horizon.replace('T', ' ')}; SLURM's plan at {fit.since}: {fit.reason}); "
     return [text + "`cluster status --probe` asks SLURM's plan again"]
+
+
+def _probe_notes(facts: StatusFacts) -> list[str]:
+    """Why this view made no probe of its own, or left ``--test-only`` out."""
+    notes = []
+    if facts.adapting is not None:
+        who = f"pid {facts.adapting.pid} on {facts.adapting.host}"
+        text = f"no walltime probe: the live workflow ({who}) adapts its walltimes itself and "
+        text += "asks SLURM's plan while a job pends for a reservation; its answer shows here "
+        notes.append(text + "once it has one (`cluster status --probe` asks anyway)")
+    if facts.untrusted is not None:
+        notes.append(f"sbatch --test-only not asked: {facts.untrusted}; SLURM's plan answers")
+    return notes
 
 
 def _adapted(run_dir: Path, notes: list[str]) -> adaptation.Adaptation | None:
@@ -393,6 +465,10 @@ def _main_process(submitter: claims.Submitter | None) -> dict[str, Any]:
     alive: bool | None = None
     if submitter.host == claims.hostname() and submitter.pid:
         alive = claims.process_alive(submitter.pid, None)
+    elif submitter.slurm_job_id:  # `shardwise launch`: its launcher job, on any node
+        states = queries.job_states([submitter.slurm_job_id])
+        state = (states.value or {}).get(submitter.slurm_job_id, "") if states.ok else None
+        alive = None if state is None else state in queries.LIVE_STATES
     since = inflight.local_time(submitter.started_at)
     return {"host": submitter.host, "pid": submitter.pid, "alive": alive, "since": since}
 

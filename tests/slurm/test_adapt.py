@@ -41,6 +41,8 @@ from test_hidden_window import (  # the same user, cluster settings and helpers
     ordinary_user,  # noqa: F401 - the module's fixture
 )
 
+from shardwise.ops.cluster.status import adapting_workflow
+
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
 PLAN_PROBES = "shardwise-plan-probe"
@@ -234,6 +236,7 @@ def test_a_workflow_killed_during_a_probe_and_an_adaptation_is_finished_by_the_s
             assert planned is not None and planned["left"] == [], planned
             _two_statuses_at_once(run_dir, base)
             run = _start(cmd, base, "second.log")
+            _one_probe_per_run(run_dir, base)
             sr.wait_for(lambda: "SLURM's plan for its request starts" in _log(base, "second.log"),
                         300, "the second invocation's fit")  # fmt: skip
             _kill(run)  # during the adaptation: the fit said, the jobs being lowered
@@ -297,6 +300,18 @@ def _two_statuses_at_once(run_dir: Path, base: Path) -> None:
         assert plan["longest_now"] is not None, plan  # the window is 30 min away, no one else
     assert plans[0]["waited"] >= 1, plans[0]
     assert _probes_queued() == []
+
+
+def _one_probe_per_run(run_dir: Path, base: Path) -> None:
+    """``cluster status`` while the live workflow adapts (before or after its first fit):
+    it starts no probe of its own and says whose answer counts."""
+    sr.wait_for(lambda: adapting_workflow(run_dir) is not None, 240, "the workflow to adapt")
+    status = _as_user(sys.executable, "-m", "shardwise.cli", "cluster", "status", "--run-dir",
+                      str(run_dir), "--format", "json", cwd=base, timeout=300)  # fmt: skip
+    doc = sr.json_doc(status)
+    said = [n for n in doc["notes"] if n.startswith("no walltime probe")]
+    print(f"\n--- cluster status beside the adapting workflow ---\n{said}", file=sys.stderr)
+    assert said and doc["walltime_probe"] is None, status.stdout[-3000:]
 
 
 def _probe_ids(limits: dict[str, int]) -> set[str]:

@@ -31,7 +31,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
 RESERVATION = "shardwise-test-maint"
 #: Jobs ask for 2 x 60 min: longer than the 20 minutes before the window.
-LONG = {"min_minutes": 60, "max_minutes": 60, "default_mb_per_minute": 50, "safety_factor": 2}
+#: The workflow does not adapt here: `cluster status` makes the probe (a live adapting
+#: workflow makes its own, and `cluster status` then makes none: tests/slurm/test_adapt.py).
+LONG = {"min_minutes": 60, "max_minutes": 60, "default_mb_per_minute": 50, "safety_factor": 2,
+        "adapt": False}  # fmt: skip
+#: One partition, as the production profile asks (with a list, --test-only is not asked).
+ONE_PARTITION = ("--default-resources", "slurm_partition='ice-gpu'", "slurm_account='shardwise'",
+                 "mem_mb=500", "cpus_per_task=1", "runtime=10")  # fmt: skip
 ACCOUNT = {"SHARDWISE_SLURM_ACCOUNT": "shardwise"}
 
 
@@ -69,7 +75,7 @@ def maintenance_run(cluster, tmp_path_factory):
     assert made.returncode == 0, made.stderr
     log = base / "snakemake.log"
     proc = subprocess.Popen(
-        sr.snakemake(workdir, configfile, sr.PROFILE, sr.PROFILE_CI),
+        sr.snakemake(workdir, configfile, sr.PROFILE, sr.PROFILE_CI, extra=ONE_PARTITION),
         stdout=log.open("w"),
         stderr=subprocess.STDOUT,
         env=sr.env(),

@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import IO
@@ -78,7 +78,8 @@ class Adapter:
             previous = adaptation.load(self.run_dir)
         except RecordError:
             previous = None
-        self.record = previous or Adaptation()
+        self.record = replace(previous or Adaptation(), since=_now())
+        adaptation.save(self.run_dir, self.record)  # cluster status leaves the probing to us
         queue = queries.jobs(self.user, timeout=self.settings.timeout)
         left = plan_probe.clear_leftovers(queue, self.settings.timeout)
         if left:

@@ -8,7 +8,7 @@ minutes (what one file needs); None: the configured limits. ``events``: the last
 :data:`KEEP` changes, each with the line the console showed.
 """
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Self
@@ -67,10 +67,13 @@ class Adaptation:
     fit: Fit | None = None
     events: tuple[Event, ...] = ()
     format_version: int = 1
+    #: When the workflow that adapts now began (ISO local time): ``cluster status`` leaves
+    #: the probing to a live workflow that began adapting after it started.
+    since: str | None = None
 
     def with_event(self, event: Event, fit: Fit | None) -> Self:
         """This record after ``event``, with ``fit`` in force."""
-        return type(self)(fit, (*self.events, event)[-KEEP:], self.format_version)
+        return replace(self, fit=fit, events=(*self.events, event)[-KEEP:])
 
     def to_json(self) -> dict[str, Any]:
         """The file's JSON object."""
@@ -87,7 +90,7 @@ class Adaptation:
             else _refuse(where, i)
             for i, e in enumerate(fields.list("events", []))
         )
-        return cls(fit, events, fields.count("format_version", 1))
+        return cls(fit, events, fields.count("format_version", 1), fields.str("since", None))
 
 
 def _refuse(where: str, index: int) -> Event:

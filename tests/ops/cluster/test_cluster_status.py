@@ -17,7 +17,7 @@ from shardwise.ops.cluster import status as cluster_status
 from shardwise.ops.walltime import probe as walltime_probe
 from shardwise.ops.walltime import rows as walltime_rows
 from shardwise.planner import inflight
-from shardwise.run import claims, markers
+from shardwise.run import adaptation, claims, markers
 from shardwise.slurm import command, queries
 from shardwise.slurm.queries import Answer
 from shardwise.snakefile import prepare_run
@@ -456,3 +456,29 @@ def test_the_workflows_fit_in_force_is_the_answer_and_no_probe_is_made(tmp_path)
     assert note.endswith("`cluster status --probe` asks SLURM's plan again")
     text = cluster_status_format.format_table(status)
     assert "in force: jobs end by" in text and text.count("ask again in a minute") <= 1
+
+
+def test_a_live_workflow_that_adapts_makes_the_probe_and_cluster_status_none(tmp_path):
+    me = claims.Submitter(workdir=str(tmp_path), snakefile="Snakefile", cluster=True,
+                          host=claims.hostname(), pid=os.getpid(), started_at=markers.now(),
+                          process=claims.process_identity(os.getpid()))  # fmt: skip
+    me.record(tmp_path)
+    assert cluster_status.adapting_workflow(tmp_path) is None  # no adaptation record
+    later = (datetime.now() + timedelta(seconds=2)).isoformat(timespec="seconds")
+    adaptation.save(tmp_path, adaptation.Adaptation(since=later))
+    assert cluster_status.adapting_workflow(tmp_path) == me
+    earlier = (datetime.now() - timedelta(hours=1)).isoformat(timespec="seconds")
+    adaptation.save(tmp_path, adaptation.Adaptation(since=earlier))  # an older workflow's
+    assert cluster_status.adapting_workflow(tmp_path) is None  # this one does not adapt
+    adaptation.save(tmp_path, adaptation.Adaptation(since=later))
+    replace(me, cluster=False).record(tmp_path)
+    assert cluster_status.adapting_workflow(tmp_path) is None  # the local executor
+
+
+def test_test_only_is_not_asked_where_its_answer_is_known_wrong():
+    untrusted = cluster_status.test_only_untrusted
+    said = "job 7 may start in any of a,b, and --test-only tests one"
+    assert untrusted(job("7", "PENDING", partition="a,b"), {}) == said
+    one = job("7", "PENDING", partition="a")
+    assert untrusted(one, {}) is None
+    assert "PrivateData hides jobs" in untrusted(one, {"PrivateData": "accounts,jobs"})

@@ -262,6 +262,14 @@ def adapting_workflow(run_dir: Path) -> claims.Submitter | None:
     submitter = claims.Submitter.recorded(run_dir)
     if submitter is None or not submitter.cluster:
         return None
+    try:
+        record = adaptation.load(run_dir)
+    except RecordError:
+        return None
+    since = inflight.local_time(record.since) if record and record.since else None
+    began = inflight.local_time(submitter.started_at)
+    if since is None or began is None or since < began:  # walltime.adapt is off for it
+        return None
     return submitter if _main_process(submitter)["alive"] else None
 
 

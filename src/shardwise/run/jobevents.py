@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Self
 
 from shardwise.errors import RecordError
+from shardwise.run import eventlog
 from shardwise.run.record import Fields
 
 EVENTS = "job-events.jsonl"
@@ -69,25 +70,12 @@ def path(run_dir: Path) -> Path:
 
 def append(run_dir: Path, event: JobEvent) -> None:
     """Add one event (a line written whole by one ``write``; readers skip a torn one)."""
-    target = path(run_dir)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with target.open("a", encoding="utf-8") as fh:
-        fh.write(event.to_json() + "\n")
+    eventlog.append(path(run_dir), event.to_json())
 
 
 def load(run_dir: Path) -> list[JobEvent]:
     """Every readable event, oldest first (none when the file is absent)."""
-    try:
-        lines = path(run_dir).read_text("utf-8").splitlines()
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    out = []
-    for i, line in enumerate(lines):
-        try:
-            out.append(JobEvent.from_json(line, f"{path(run_dir)} line {i + 1}"))
-        except RecordError:
-            continue
-    return out
+    return eventlog.read(path(run_dir), JobEvent.from_json)
 
 
 @dataclass(frozen=True, kw_only=True)

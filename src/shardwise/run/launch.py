@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Self
 
 from shardwise.errors import RecordError
+from shardwise.run import eventlog
 from shardwise.run.record import Fields
 from shardwise.store.atomic import json_bytes, write_atomic
 
@@ -63,8 +64,6 @@ class Launch:
         launch = Fields.parse(raw, where).into(cls)
         if launch.time_minutes <= 0 or launch.cpus <= 0 or launch.mem_mb <= 0:
             raise RecordError(where, "time_minutes, cpus and mem_mb must be positive")
-        if launch.stop_before_seconds < 0:
-            raise RecordError(where, "field 'stop_before_seconds' must not be negative")
         return launch
 
     def stopped(self, at: str) -> Self:
@@ -147,23 +146,9 @@ def save(run_dir: Path, launch: Launch) -> None:
 
 def append(run_dir: Path, event: ChainEvent) -> None:
     """Add one event (a line written whole by one ``write``; readers skip a torn one)."""
-    path = chain_path(run_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as fh:
-        fh.write(event.to_json() + "\n")
+    eventlog.append(chain_path(run_dir), event.to_json())
 
 
 def events(run_dir: Path) -> list[ChainEvent]:
     """Every readable event, oldest first (none when the file is absent)."""
-    path = chain_path(run_dir)
-    try:
-        lines = path.read_text("utf-8").splitlines()
-    except FileNotFoundError:
-        return []
-    found = []
-    for n, line in enumerate(lines, 1):
-        try:
-            found.append(ChainEvent.from_json(line, f"{path}:{n}"))
-        except RecordError:
-            continue  # a torn last line (a launcher killed mid-write)
-    return found
+    return eventlog.read(chain_path(run_dir), ChainEvent.from_json)

@@ -137,3 +137,21 @@ def test_the_real_config_sets_what_a_dolma_campaign_needs_and_its_header_runs_as
     check = next(ln for ln in header if ln.startswith("shardwise cluster check"))
     assert check == f"shardwise cluster check --configfile {path} --write-profile profiles/site"
     assert "Decide domains.tokenizer before the first file is labelled" in " ".join(header)
+
+
+def test_the_schema_defines_each_key_once():
+    """YAML keeps the last of two equal keys without a word: a second definition could
+    silently replace the first's type or default."""
+
+    class Strict(yaml.SafeLoader):
+        pass
+
+    def mapping(loader, node):
+        keys = [loader.construct_object(k) for k, _ in node.value]
+        repeated = sorted({k for k in keys if keys.count(k) > 1})
+        assert repeated == [], f"line {node.start_mark.line + 1}: {repeated} defined twice"
+        return loader.construct_mapping(node)
+
+    Strict.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    schema = Path(__file__).resolve().parents[1] / "config" / "schema.yaml"
+    yaml.load(schema.read_text(), Loader=Strict)

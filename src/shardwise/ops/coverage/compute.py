@@ -95,6 +95,8 @@ class Coverage:
     shards_interrupted: int = 0
     #: Why the failing shards failed: (reason, shards), most shards first.
     failing_reasons: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    #: What the store said when it stopped shards (not failing: no file is at fault).
+    store_reasons: tuple[tuple[str, tuple[int, ...]], ...] = ()
     #: The files that failed in them: (file, shard, error), in file order.
     failing_files: tuple[tuple[str, int, str], ...] = ()
     #: Failing shards the store stopped (unreachable, throttled, refused): no file at fault.
@@ -135,12 +137,14 @@ class Coverage:
 
 
 def reasons_of(
-    records: dict[int, failures.FailureRecord], *, interrupted: bool
+    records: dict[int, failures.FailureRecord], *, interrupted: bool, store: bool = False
 ) -> tuple[tuple[str, tuple[int, ...]], ...]:
-    """Failing shards grouped by the reason of their newest record, most shards first."""
+    """Failing shards grouped by the reason of their newest record, most shards first
+    (``store``: those the store stopped, which are not failing: no file is at fault)."""
     by_reason: dict[str, list[int]] = {}  # in shard order
     for shard, record in sorted(records.items()):
-        if record.interrupted == interrupted:
+        stopped = record.kind == "storage"
+        if record.interrupted == interrupted and stopped == store:
             by_reason.setdefault(record.reason, []).append(shard)
     ordered = sorted(by_reason.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))
     return tuple((reason, tuple(shards)) for reason, shards in ordered)
@@ -367,6 +371,7 @@ def compute(
     files_per_shard = np.bincount(f.rel_shard[f.in_range], minlength=total)
     incomplete = np.flatnonzero(~f.shard_done) + state.minimum_shard_index
     interrupted = sum(1 for r in state.last_failures.values() if r.interrupted)
+    store_stopped = sum(r.kind == "storage" for r in state.last_failures.values())
     return Coverage(
         outputs_missing=_outputs_missing(state),
         name=state.name,
@@ -377,11 +382,12 @@ def compute(
         shards_done=int(f.shard_done.sum()),
         shards_empty=int((files_per_shard == 0).sum()),
         shards_remaining=int(total - f.shard_done.sum()),
-        shards_failing=int(state.failing_shards.size) - interrupted,
+        shards_failing=int(state.failing_shards.size) - interrupted - store_stopped,
         shards_interrupted=interrupted,
         failing_reasons=reasons_of(state.last_failures, interrupted=False),
         failing_files=failing_files(state.last_failures),
-        shards_store_stopped=sum(r.kind == "storage" for r in state.last_failures.values()),
+        shards_store_stopped=store_stopped,
+        store_reasons=reasons_of(state.last_failures, interrupted=False, store=True),
         tasks_total=tasks.total,
         tasks_done=tasks.done,
         files_total=state.plan.num_rows,

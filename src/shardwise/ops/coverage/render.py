@@ -52,6 +52,7 @@ def to_dict(cov: Coverage) -> dict[str, Any]:
         walltime_adaptation=_adaptation_dict(cov),
         job_fates=asdict(cov.fates),
         failing_reasons=[{"reason": r, "shards": list(s)} for r, s in cov.failing_reasons],
+        store_reasons=[{"reason": r, "shards": list(s)} for r, s in cov.store_reasons],
         failing_files=[{"file": f, "shard": s, "error": e} for f, s, e in cov.failing_files],
     )
     if cov.throughput is not None and cov.throughput.overall is not None:
@@ -108,6 +109,11 @@ def summary_lines(cov: Coverage, *, max_expression: int = 160) -> list[str]:
         f"shards   {cov.shards_done:,} / {cov.shards_total:,} done ({cov.shards_percent:.1f}%)"
         f"   {cov.shards_remaining:,} remaining   {cov.shards_empty:,} empty"
         + (f"   {cov.shards_failing:,} failing" if cov.shards_failing else "")
+        + (
+            f"   {cov.shards_store_stopped:,} stopped by the store"
+            if cov.shards_store_stopped
+            else ""
+        )
         + (f"   {cov.shards_interrupted:,} interrupted" if cov.shards_interrupted else ""),
         f"tasks    {cov.tasks_done:,} / {cov.tasks_total:,} ({cov.overall_percent:.1f}%)",
         f"files    {cov.files_done:,} / {cov.files_total:,} ({cov.files_percent:.1f}%)"
@@ -245,12 +251,12 @@ def failing_lines(cov: Coverage, shown: int = 3) -> list[str]:
     if len(cov.failing_reasons) > shown:
         hidden = len(cov.failing_reasons) - shown
         lines.append(f"failing  ... {hidden} more reason(s) (--format json)")
+    for reason, shards in cov.store_reasons[:shown]:
+        text = f"store    {len(shards):,} shard(s) (shards {ranges.compress(list(shards))}) "
+        lines.append(text + f"stopped because the store did not answer: {reason}")
     if cov.shards_store_stopped:
-        text = f"store    {cov.shards_store_stopped:,} of them stopped because the store did not "
-        text += "answer (their reason above), not for a file: run again once it answers "
-        lines.append(
-            text + "(`snakemake -n` lists the input through it); the files are not at fault"
-        )
+        text = "store    not failing, and no file is at fault: run again once the store answers "
+        lines.append(text + "(`snakemake -n` lists the input through it)")
     if cov.failing_files:
         named = "; ".join(f"{rel} (shard {shard})" for rel, shard, _e in cov.failing_files[:shown])
         hidden = len(cov.failing_files) - shown

@@ -9,11 +9,15 @@ the launchers end while they run):
 2. its successor starts by itself, clears the lock the killed Snakemake left (its SLURM job
    has ended) and adopts the live shard jobs; that launcher is then killed outright
    (``scancel --full --signal=KILL``, as an admin or the OOM killer would);
-3. the next successor starts, clears that lock too and adopts; the gate opens; the launcher
+3. the next successor starts, clears that lock too and adopts; then the node goes down
+   under it and the shard jobs (``State=DOWN``, then back): SLURM requeues the shard jobs,
+   and the launcher ends ``NODE_FAIL``;
+4. the next successor starts, clears that lock and adopts; the gate opens; the launcher
    that sees every target done cancels its successor and the chain ends, complete.
 
 No command is given after ``launch``. Checked: every file labelled (``verify
---complete``), each shard labelled by one SLURM job once, at least three generations,
+--complete``), each file labelled once and each shard by one SLURM job, at least four
+generations,
 never two launchers at once (sacct's start and end of each), nothing left queued.
 Also: ``launch --stop`` ends a chain and leaves its shard jobs running, as it says.
 """
@@ -22,18 +26,20 @@ from __future__ import annotations
 
 import itertools
 import json
+import socket
 import subprocess
 import sys
+from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 import slurmrun as sr
-from e2e import Gate, gated_shardwise, ledger_counts
+from e2e import Gate, gated_shardwise
 
 from shardwise.cli.main import main
 from shardwise.planner import snakemakelock
-from shardwise.run import claims
+from shardwise.run import claims, journal
 from shardwise.run import launch as record
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
@@ -124,6 +130,18 @@ def test_a_campaign_under_launch_finishes_with_no_command_after_it(cluster, tmp_
         )
         third = started(run_dir)[2]
         assert f"its SLURM job {second} ended" in log_of(run_dir, third)
+        # 4: the node under the adopting launcher (and the shard jobs) goes down, then back
+        node = socket.gethostname().split(".")[0]
+        subprocess.run(["scontrol", "update", f"NodeName={node}", "State=DOWN",
+                        "Reason=shardwise-test"], check=True)  # fmt: skip
+        subprocess.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], check=True)
+        sr.wait_for(
+            lambda: len(started(run_dir)) >= 4 and adopted_in(run_dir, started(run_dir)[3]),
+            420,
+            f"the launcher after the node failure to adopt ({steps(run_dir)})",
+        )
+        fourth = started(run_dir)[3]
+        assert f"its SLURM job {third} ended (NODE_FAIL)" in log_of(run_dir, fourth)
         gate.open()
         sr.wait_for(
             lambda: any(e.step == record.Step.COMPLETE for e in steps(run_dir)),
@@ -143,11 +161,14 @@ def test_a_campaign_under_launch_finishes_with_no_command_after_it(cluster, tmp_
         print(f"{e.at} job {e.job_id or '-'} {e.step}: {e.text}", file=sys.stderr)
     for job, state, start, end in spans:
         print(f"launcher {job} {state} {start:%H:%M:%S}-{end:%H:%M:%S}", file=sys.stderr)
-    assert len(started(run_dir)) >= 3
+    assert len(started(run_dir)) >= 4
     for (_j, _s, _start, end), (_k, _t, nxt, _e) in itertools.pairwise(spans):
         assert nxt >= end, f"two launchers at once: {spans}"
-    assert ledger_counts(tmp_path / "ledger") == dict.fromkeys(range(SHARDS), 1)
-    assert sr.jobs_per_shard(workdir) == dict.fromkeys(range(SHARDS), 1)
+    assert sr.jobs_per_shard(workdir) == dict.fromkeys(range(SHARDS), 1)  # requeued, never twice
+    for shard in range(SHARDS):  # every finished file kept: labelled once
+        lines = journal.journal_path(run_dir, shard).read_text().splitlines()
+        files = Counter(journal.Line.from_json(line, "journal").file for line in lines)
+        assert files and max(files.values()) == 1, (shard, files)
     assert main(["verify", "--run-dir", str(run_dir), "--complete"]) == 0
     status = sr.shardwise("launch", "--status", "--run-dir", str(run_dir))
     assert status.returncode == 0, status.stderr

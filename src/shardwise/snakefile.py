@@ -154,7 +154,7 @@ class ExecutorJobs:
     job the keeper ended is reported there, as the plugin reports one
     (``report_job_success`` / ``report_job_error``), and a job the plugin dropped without a
     report is yielded again: plugin 2.8.0 drops every job it is checking when its status
-    command fails ``slurm-status-attempts`` times in a row (a controller restart), and
+    command fails its ``status-attempts`` times in a row (a controller restart), and
     Snakemake would wait for them forever. Once the keeper runs, the plugin's wait between
     two rounds is kept at most ``failures.watch_seconds`` (:attr:`cap`, through the
     interface's ``next_seconds_between_status_checks``; the plugin lets it grow to 180 s)."""

@@ -37,8 +37,10 @@ def test_the_run_directory_is_the_last_config_s_run_dir_under_the_workdir(tmp_pa
 
 
 def test_a_missing_config_or_run_dir_is_refused_with_the_fix(tmp_path):
-    with pytest.raises(ConfigError, match="nope.yaml: the config file the snakemake arguments"):
+    with pytest.raises(ConfigError, match=r"nope.yaml: no such config file \(the snakemake"):
         request.run_dir_of(["--configfile", "nope.yaml"], tmp_path)
+    with pytest.raises(ConfigError, match=r"config.yaml: no such config file \(the Snakefile's"):
+        request.run_dir_of(["--profile", "p"], tmp_path)
     (tmp_path / "b.yaml").write_text(yaml.safe_dump({"inference": {}}))
     with pytest.raises(ConfigError, match="no run_dir in b.yaml.*or give --run-dir"):
         request.run_dir_of(["--configfile", "b.yaml"], tmp_path)

@@ -20,15 +20,16 @@ ADVICE = {
 def status_text(st: ChainStatus) -> str:
     """The chain: request, each generation and what it did last, live jobs, the state."""
     lines = [f"launcher chain of {st.run_dir}: {st.state} ({ADVICE[st.state]})"]
-    if st.launch is not None:
-        req = st.launch
-        where = f", partition {req.partition}" if req.partition else ""
-        where += f", account {req.account}" if req.account else ""
-        lines.append(
-            f"  job name {req.name}: {req.time_minutes} min, {req.cpus} CPU(s), {req.mem_mb} MB"
-            f"{where}; snakemake stopped {req.stop_before_seconds} s before each walltime"
-        )
-        lines.append(f"  snakemake {' '.join(req.snakemake_args)}")
+    if st.launch is None:
+        return lines[0]
+    req = st.launch
+    where = f", partition {req.partition}" if req.partition else ""
+    where += f", account {req.account}" if req.account else ""
+    lines.append(
+        f"  job name {req.name}: {req.time_minutes} min, {req.cpus} CPU(s), {req.mem_mb} MB"
+        f"{where}; snakemake stopped {req.stop_before_seconds} s before each walltime"
+    )
+    lines.append(f"  snakemake {' '.join(req.snakemake_args)}")
     for n, g in enumerate(st.generations, 1):
         last = g.last.text if g.last is not None else ""
         lines.append(f"  generation {n}: job {g.job_id} on {g.host} since {g.started_at}: {last}")

@@ -44,8 +44,10 @@ def run_dir_of(args: Sequence[str], workdir: Path) -> Path:
     for name in configs:
         path = Path(name) if Path(name).is_absolute() else workdir / name
         if not path.is_file():
-            msg = f"{path}: the config file the snakemake arguments name does not exist; "
-            raise ConfigError(msg + "give the arguments after `--` as you would to snakemake")
+            named = "the snakemake arguments name" if name != str(DEFAULT_CONFIG) else "the "
+            named += "" if name != str(DEFAULT_CONFIG) else "Snakefile's default (no --configfile)"
+            msg = f"{path}: no such config file ({named}); give snakemake's arguments after `--` "
+            raise ConfigError(msg + "as you would to snakemake, or name the run with --run-dir")
         value = (load_yaml(path) or {}).get("run_dir")
         run_dir = value if value is not None else run_dir
     if not run_dir:

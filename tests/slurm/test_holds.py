@@ -5,7 +5,8 @@ The demo (8 shards, K=2: 4 jobs) with ``--jobs 3`` on the 2 (fake) GPUs: 2 jobs 
 hold at the test gate, the 3rd pends. ``scontrol hold`` on it gives ``JobHeldUser``: the
 console says the job is on hold and how to release it, ``job-events.jsonl`` gets one
 ``on_hold`` event, and ``coverage`` counts it. After ``scontrol release`` and the gate's
-opening the run completes with every shard labelled once.
+opening the run completes with every shard labelled once. (The test runs as root, whose
+``scontrol hold`` is an admin's hold: ``uhold`` is the owner's.)
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ def test_a_job_on_hold_is_one_line_one_event_and_a_count_and_the_run_waits(clust
             return pending[0]["id"] if len(running) == 2 and pending else None
 
         held = sr.wait_for(pending_job, 300, f"2 running jobs and 1 pending ({log})")
-        subprocess.run(["scontrol", "hold", held], check=True)
+        # as the job's owner would (root's plain `hold` is an admin's: JobHeldAdmin)
+        subprocess.run(["scontrol", "uhold", held], check=True)
         said = "is on hold (JobHeldUser: put there by its owner, `scontrol hold`)"
         sr.wait_for(lambda: said in log.read_text(), 120, f"the keeper's line ({log})")
         events = [e for e in jobevents.load(run_dir) if e.kind == jobevents.Kind.ON_HOLD]

@@ -164,11 +164,17 @@ def interrupt(proc: subprocess.Popen, timeout: float = 90) -> None:
             proc.wait()
 
 
-def scancel_workdir(workdir: Path) -> None:
-    """Cancel whatever jobs submitted from ``workdir`` are left (test cleanup)."""
+def scancel_workdir(workdir: Path, wait: float = 120) -> None:
+    """Cancel whatever jobs submitted from ``workdir`` are left (test cleanup), and wait
+    (at most ``wait`` s) until squeue lists none of them: a cluster restarted by the next
+    test while their steps still end leaves a stepd SLURM cannot end, and drains the node
+    ("Kill task failed")."""
     ids = [j["id"] for j in squeue_of(workdir)]
     if ids:
         subprocess.run(["scancel", *ids], check=False, capture_output=True)
+    deadline = time.monotonic() + wait
+    while ids and squeue_of(workdir) and time.monotonic() < deadline:
+        time.sleep(0.5)
     _kill_strays(workdir)
 
 

@@ -67,7 +67,9 @@ def test_a_job_on_hold_is_one_line_one_event_and_a_count_and_the_run_waits(clust
     finally:
         if proc.poll() is None:
             sr.interrupt(proc)
+        gate.open()  # gated steps end at once
         sr.scancel_workdir(workdir)
+        sr.scancel_workdir(tmp_path)
     text = log.read_text()
     line = next(ln for ln in text.splitlines() if said in ln)
     print(f"\n--- the hold, as the console said it ---\n{line}", file=sys.stderr)

@@ -152,6 +152,7 @@ def test_a_campaign_under_launch_finishes_with_no_command_after_it(cluster, tmp_
                     "nothing left queued")  # fmt: skip
     finally:
         subprocess.run(["scancel", "-n", name], check=False)
+        gate.open()  # gated steps end at once
         sr.scancel_workdir(workdir)
         sr.scancel_workdir(tmp_path)
     events = steps(run_dir)
@@ -207,6 +208,7 @@ def test_launch_stop_ends_the_chain_and_leaves_the_shard_jobs_running(cluster, t
         assert status.stdout.startswith(f"launcher chain of {run_dir}: stopped"), status.stdout
     finally:
         subprocess.run(["scancel", "-n", name], check=False)
+        gate.open()  # the shard jobs it left running end at once
         sr.scancel_workdir(workdir)
         sr.scancel_workdir(tmp_path)
 

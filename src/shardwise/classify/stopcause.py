@@ -3,9 +3,12 @@
 SIGTERM reaches a shard job at its walltime (the profile's ``--signal=TERM@120``), when a
 user or an admin cancels it, and when SLURM preempts it; the job itself cannot tell them
 apart, so it asks ``scontrol show job`` once: ``PreemptTime`` set is a preemption (the job
-requeues itself, :mod:`shardwise.classify.preempted`), ``JobState=CANCELLED`` a cancel,
-an ``EndTime`` within :data:`WALLTIME_WINDOW_S` the walltime. A walltime stop before the
-job's first file, at a limit the walltime fit lowered, counts against the fit. The failure
+requeues itself, :mod:`shardwise.classify.preempted`); an ``EndTime`` brought forward from
+the job's scheduled end (``StartTime`` + ``TimeLimit``; seen on the test cluster: a
+``scancel`` sets it to the moment of the cancel, ``JobState=COMPLETING``) is a cancel;
+an ``EndTime`` at the scheduled end, within :data:`WALLTIME_WINDOW_S`, the walltime. A
+walltime stop before the job's first file, at a limit the walltime fit lowered, counts
+against the fit. The failure
 record carries the cause and the limit: a retry doubles the walltime only after a stop at
 it (``run/failures.longer_walltimes``), and the fit never again lowers the shard's jobs to
 a limit that proved too short (``run/failures.fit_floor``).
@@ -14,7 +17,7 @@ a limit that proved too short (``run/failures.fit_floor``).
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from shardwise.errors import RecordError
@@ -27,6 +30,8 @@ from shardwise.slurm import command, queries
 WALLTIME_WINDOW_S = 300
 #: Seconds the SLURM call may take: the job is stopping.
 TIMEOUT = 10.0
+#: Seconds an ``EndTime`` may fall before the scheduled end and still be the limit's.
+EARLY_END_S = 90
 
 
 @dataclass(frozen=True)
@@ -62,9 +67,14 @@ def judge(
     if not command.is_null(info.get("PreemptTime")):  # requeued, by SLURM or by the job
         where = f" in partition {info['Partition']}" if info.get("Partition") else ""
         return Stop(failures.preempted(where), limit)
+    end = command.timestamp(info.get("EndTime"))
+    start = command.timestamp(info.get("StartTime"))
+    if start is not None and end is not None and limit is not None:
+        early = (start + timedelta(minutes=limit) - end).total_seconds()
+        if early > EARLY_END_S:  # ended before its limit by someone: a cancel
+            return Stop(failures.cancelled(state), limit)
     if state.startswith("CANCELLED"):
         return Stop(failures.cancelled(state), limit)
-    end = command.timestamp(info.get("EndTime"))
     if end is None or (end - now).total_seconds() > WALLTIME_WINDOW_S:
         return Stop(failures.INTERRUPTED, limit)
     if labelled == 0 and _lowered_by_fit(run_dir, job_id):

@@ -145,7 +145,8 @@ def preempted(where: str) -> Cause:
 
 def cancelled(state: str) -> Cause:
     """A user's or an admin's ``scancel`` of a running job."""
-    text = f"cancelled by a user or an admin (scancel; SLURM says {state}); finished files "
+    text = f"cancelled by a user or an admin (scancel; SLURM ended it before its limit, {state}); "
+    text += "finished files "
     return Cause("cancelled", text + "stay done, and the retry keeps its walltime")
 
 

@@ -396,7 +396,8 @@ def test_scancelled_job_is_retried_and_run_completes(main_run: MainRun) -> None:
     stopped = [r for s in shards for r in failures.records(main_run.run_dir, s)
                if r.slurm_job_id == obs.cancelled]  # fmt: skip
     assert [r.kind for r in stopped] == ["cancelled"], stopped
-    assert "cancelled by a user or an admin (scancel; SLURM ended it before its limit" in main_run.log
+    said = "cancelled by a user or an admin (scancel; SLURM ended it before its limit"
+    assert said in main_run.log, main_run.log[-3000:]
     print(f"\n--- the cancel, as the console said it ---\n{stopped[0].reason}", file=sys.stderr)
     assert main_run.returncode == 0
 

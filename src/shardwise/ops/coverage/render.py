@@ -255,7 +255,7 @@ def failing_lines(cov: Coverage, shown: int = 3) -> list[str]:
         text = f"store    {len(shards):,} shard(s) (shards {ranges.compress(list(shards))}) "
         lines.append(text + f"stopped because the store did not answer: {reason}")
     if cov.shards_store_stopped:
-        text = "store    not failing, and no file is at fault: run again once the store answers "
+        text = "store    no file of theirs is at fault: run again once the store answers "
         lines.append(text + "(`snakemake -n` lists the input through it)")
     if cov.failing_files:
         named = "; ".join(f"{rel} (shard {shard})" for rel, shard, _e in cov.failing_files[:shown])

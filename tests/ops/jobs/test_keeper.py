@@ -155,3 +155,30 @@ def test_a_job_held_after_a_requeue_is_cancelled(tmp_path, monkeypatch):
     k.check()
     assert queue.cancelled == ["7"]
     assert "which only an operator can release: cancelled" in k.out.getvalue()
+
+
+def test_the_job_s_own_stop_record_names_a_preemption_only_for_the_run_that_ended(
+    tmp_path, monkeypatch
+):
+    """Without accounting: the shard job's record of this run says preempted; a record of
+    an earlier run (its requeue's event came after it) does not make a node failure one."""
+    from shardwise.run import failures
+
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    failures.record_failure(tmp_path, 5, [], cause=failures.preempted(" in partition gpu"))
+    own = Duty.own(plugin_requeue=True)
+
+    def requeued(before, after):
+        k = keeper(tmp_path, monkeypatch, Queue([before], [after]), AdoptedJobs({"7": (5,)}), own)
+        no_accounting = Answer(None, "sacct: accounting is off")
+        monkeypatch.setattr(keeper_mod.queries, "run_history", lambda *a, **kw: no_accounting)
+        k.check()
+        k.check()
+        return k.out.getvalue()
+
+    first = requeued(job("7", "RUNNING"), job("7", "PENDING", restarts=1))
+    assert "was preempted in partition gpu and requeued by SLURM" in first, first
+    assert [e.kind for e in jobevents.load(tmp_path)] == ["preempted"]
+    # the same job requeued again, by a node failure (no new record): not a preemption
+    second = requeued(job("7", "RUNNING", restarts=1), job("7", "PENDING", restarts=2))
+    assert "was requeued by SLURM (run 3)" in second, second

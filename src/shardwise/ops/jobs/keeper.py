@@ -149,13 +149,19 @@ class Keeper:
         return Kind.REQUEUED, why
 
     def _stopped_preempted(self, job_id: str, shards: Sequence[int]) -> bool:
-        """Whether the job's own stop record (its shard's failure record) says SLURM
-        preempted it: true without accounting too."""
-        return any(
-            r.kind == "preempted" and r.slurm_job_id == job_id
-            for s in shards
-            for r in failures.records(self.run_dir, s)[:3]
-        )
+        """Whether the job's own stop record (its shard's newest failure record) says SLURM
+        preempted it in the run that just ended: true without accounting too. A record
+        older than the job's last event is of an earlier run (the event of its requeue
+        came after it), not of this one (a node failure writes no record)."""
+        told = [_local(e.at) for e in jobevents.load(self.run_dir) if e.job_id == job_id]
+        last = max(told, default=None)
+        for shard in shards:
+            newest = failures.latest(self.run_dir, shard)
+            if newest is None or newest.kind != "preempted" or newest.slurm_job_id != job_id:
+                continue
+            if last is None or _local(newest.at) > last:
+                return True
+        return False
 
     def _record(
         self,
@@ -202,6 +208,15 @@ class Keeper:
     def close(self) -> None:
         """Stop after the round in progress."""
         self.stop.set()
+
+
+def _local(stamp: str) -> datetime:
+    """An ISO time (a failure record's carries its offset, an event's is local) as local."""
+    try:
+        when = datetime.fromisoformat(stamp)
+    except ValueError:
+        return datetime.min
+    return when.astimezone().replace(tzinfo=None) if when.tzinfo is not None else when
 
 
 def _r(shards: Sequence[int]) -> str:

@@ -72,6 +72,7 @@ class Generation:
     job_id: str
     out: IO[str] = field(default_factory=lambda: sys.stdout)
     host: str = field(default_factory=claims.hostname)
+    name: str = ""  # the chain's job name (launch.json), read once at the start
     successor: str | None = None
     stopped_by: str | None = None
     child: subprocess.Popen[bytes] | None = None
@@ -87,6 +88,7 @@ class Generation:
     def run(self) -> int:
         """The whole generation; its exit status."""
         launch = self._launch()
+        self.name = launch.name
         if launch.stopped_at is not None:
             return self._stopped_before_start()
         self.say(Step.STARTED, f"launcher job {self.job_id} started on {self.host}")
@@ -106,20 +108,19 @@ class Generation:
         return launch
 
     def _stopped_before_start(self) -> int:
-        self._cancel_queued(keep=None)
+        self._cancel_queued()
         self.say(Step.STOPPED, "the chain was stopped (`launch --stop`): nothing started")
         return 0
 
-    def _cancel_queued(self, keep: str | None) -> list[str]:
-        """Cancel the chain's queued launchers but ``keep`` (never this job)."""
-        ids = [j.id for j in chain_jobs(self._launch().name)
-               if j.pending and j.id not in (self.job_id, keep)]  # fmt: skip
+    def _cancel_queued(self) -> list[str]:
+        """Cancel the chain's queued launchers (never this job)."""
+        ids = [j.id for j in chain_jobs(self.name) if j.pending and j.id != self.job_id]
         if ids:
             control.cancel(ids)
         return ids
 
     def _queue_successor(self, launch: Launch) -> None:
-        extra = self._cancel_queued(keep=None)
+        extra = self._cancel_queued()
         if extra:
             text = f"cancelled queued launcher(s) {', '.join(extra)}: one successor at a time"
             self.out.write(f"{PREFIX}{text}\n")
@@ -170,7 +171,7 @@ class Generation:
             self.say(outcome.step, f"{text}keep running; {nxt}")
             return outcome.exit_code
         if not outcome.keep_successor:
-            self._cancel_queued(keep=None)
+            self._cancel_queued()
         if outcome.step is Step.COMPLETE:
             text = f"snakemake finished every target ({shards}): the campaign is complete; "
             self.say(outcome.step, text + "the successor is cancelled and the chain ends")

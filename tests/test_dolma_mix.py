@@ -346,10 +346,50 @@ def test_a_selection_over_a_shrunk_run_stops_dolma_and_names_what_changed(
     proc = subprocess.run([dolma_cli, "-c", str(base / "mix.yaml"), "mix"], capture_output=True,
                           text=True, check=False)  # fmt: skip
     assert proc.returncode != 0
-    assert "stale-selection-s1-the-run-changed-select-anew" in proc.stderr, proc.stderr[-2000:]
+    assert STALE_STREAM.format("s1") in proc.stderr, proc.stderr[-2000:]
     assert main(["select", "--run-dir", str(run_dir), "--name", "s1"]) == 0
     out = capsys.readouterr().out
-    assert "since: 2 task(s) removed): files it selected have left the run; select anew" in out
+    assert "since: 2 task(s) removed): files it selected have left the run" in out, out
+    # reporting it never makes it runnable again (nor does selecting it again)
+    assert (base / "mix.yaml").read_text().startswith("# STALE"), out
+    assert "no dolma mix config: " in out and "is kept refused by dolma mix" in out, out
+    assert main(["select", "--run-dir", str(run_dir), "--weights", str(weights), "--tokens",
+                 "5k", "--name", "s1"]) == 1  # fmt: skip
+    assert "no longer describes the run's labels" in capsys.readouterr().err
+    _refused(dolma_cli, base, "s1")
+    # a selection over the run as it is; then a file it read is repaired and relabelled
+    assert main(["select", "--run-dir", str(run_dir), "--weights", str(weights), "--tokens",
+                 "5k", "--name", "s2"]) == 0  # fmt: skip
+    s2 = run_dir / "selections" / "s2"
+    assert not (s2 / "mix.yaml").read_text().startswith("# STALE")
+    read = sorted(
+        rel for r in s2.glob("shards/*.json") for rel in json.loads(r.read_text())["read"]
+    )
+    output = Path(cfg["output"]["uri"])
+    stats = output / f"{read[0]}.stats.json"
+    body = json.loads(stats.read_text())
+    body["models"]["topic"]["content_hash"] = "0" * 64  # another model's labels
+    stats.write_text(json.dumps(body))
+    capsys.readouterr()
+    main(["verify", "--run-dir", str(run_dir), "--repair"])
+    out = capsys.readouterr().out
+    assert f"retired {s2 / 'mix.yaml'}: selection 's2' read labels repaired now" in out, out
+    _refused(dolma_cli, s2, "s2")
+    label(cfg)  # the workflow relabels it
+    assert main(["select", "--run-dir", str(run_dir), "--name", "s2"]) == 0
+    out = capsys.readouterr().out
+    assert f"1 file(s) it read changed since: {read[0]} (relabelled since)" in out, out
+    _refused(dolma_cli, s2, "s2")
+
+
+STALE_STREAM = "stale-selection-{}-the-labels-changed-select-anew"
+
+
+def _refused(dolma_cli: str, base: Path, name: str) -> None:
+    """The real ``dolma mix`` refuses the selection's mix config, naming it stale."""
+    proc = subprocess.run([dolma_cli, "-c", str(base / "mix.yaml"), "mix"], capture_output=True,
+                          text=True, check=False)  # fmt: skip
+    assert proc.returncode != 0 and STALE_STREAM.format(name) in proc.stderr, proc.stderr[-2000:]
 
 
 def test_select_is_reproducible_by_seed_and_refuses_bad_requests(counted_run, capsys):

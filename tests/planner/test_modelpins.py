@@ -103,9 +103,40 @@ def test_a_hub_snapshot_that_moved_to_another_revision_is_refused(tmp_path, monk
         dry_run(cfg)
     done = marked(run_dir)
     named = rf"acme/topic \(-> {re.escape(str(repo))}/snapshots/{second}\) is not the one"
-    with pytest.raises(ModelError, match=named):  # the name and what it resolves to
+    with pytest.raises(ModelError, match=named) as job:  # the name and what it resolves to
         label(run_dir, shards[1:2])
     assert marked(run_dir) == done
+    # every way back the refusal names works, in the cache's own layout
+    with pytest.raises(RunMismatchError) as refused:
+        dry_run(cfg)
+    ways = f"the pinned snapshot is cached ({repo}/snapshots/{first}): set `model: acme/topic@"
+    ways += f"{first}` for this classifier (or its directory), or point the cache back: "
+    ways += f"`printf %s {first} > {repo}/refs/main`"
+    assert ways in str(refused.value) and ways in str(job.value), str(refused.value)
+    for spelling in (str(repo / "snapshots" / first), f"acme/topic@{first}"):
+        cfg["classifiers"] = classifiers(models | {"topic": spelling})
+        info = dry_run(cfg)
+        note = f"note: classifier 'topic' now names {spelling} (was "
+        assert any(m.startswith(note) for m in info.messages), info.messages
+        assert json.loads((run_dir / "run.json").read_text())["classifiers"][0]["model"] == spelling
+    cfg["classifiers"] = classifiers(models | {"topic": str(repo / "snapshots" / second)})
+    with pytest.raises(RunMismatchError, match="pins a different run"):
+        dry_run(cfg)  # another model under a new name: refused as another run
+    command = ways.rpartition("`printf %s ")[2].rstrip("`")  # the edit, as the line gives it
+    value, _, target = command.partition(" > ")
+    Path(target).write_text(value)
+    cfg["classifiers"] = classifiers(models)  # the hub id again: refs/main points back
+    dry_run(cfg)
+    label(run_dir)
+    assert verify.verify_run(run_dir, complete=True).ok
+    shutil.rmtree(repo / "snapshots" / first)
+    (repo / "refs" / "main").write_text(second)
+    with pytest.raises(RunMismatchError) as gone:
+        dry_run(cfg)
+    fetch = f"fetch the pinned snapshot: `hf download acme/topic --revision {first}` (it leaves "
+    assert fetch + f"{repo}/refs/main where it is), then set `model: acme/topic@{first}`" in str(
+        gone.value
+    )
 
 
 def test_a_run_pinned_before_gets_its_pin_from_its_files_and_mixed_files_are_relabelled(

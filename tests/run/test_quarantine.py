@@ -7,15 +7,16 @@ import json
 from pathlib import Path
 
 import pytest
-from inproc import label, plan_run
+from inproc import FakeEngine, label, plan_run
 
+from shardwise.classify.shard_job import run_shard
 from shardwise.cli.main import main
 from shardwise.errors import ConfigError
 from shardwise.ops.coverage import compute as coverage
 from shardwise.ops.coverage.render import format_table, to_dict
 from shardwise.ops.report import page as report
 from shardwise.ops.verify import check as verify
-from shardwise.run import markers, outputs, plan, quarantine
+from shardwise.run import claims, markers, outputs, plan, quarantine
 from shardwise.snakefile import prepare_run
 
 
@@ -128,3 +129,51 @@ def test_a_reason_is_required(planned):
     with pytest.raises(SystemExit) as info:
         main(["quarantine", "--run-dir", str(run_dir), files[0]])
     assert info.value.code == 2
+
+
+class QuarantiningEngine(FakeEngine):
+    """A fake engine that quarantines files while the job labels: at its first file,
+    that file itself (quarantined while it is labelled) and a later one (before it)."""
+
+    def __init__(self, run_dir: Path, now: str, later: str) -> None:
+        super().__init__()
+        self.run_dir, self.pending = run_dir, [now, later]
+
+    def run(self, n: int):
+        if self.pending:
+            assert main(["quarantine", "--run-dir", str(self.run_dir), *self.pending,
+                         "--reason", "found broken"]) == 0  # fmt: skip
+            self.pending = []
+        return super().run(n)
+
+
+def test_a_quarantine_made_while_a_job_labels_the_shard_wins_and_every_view_agrees(
+    tmp_path, capsys
+):
+    """Quarantined while it is labelled, and before it is reached: neither file gets a
+    marker or a sidecar; after: a labelled file is refused. coverage and verify count the
+    same files, and coverage's documents are those files' documents."""
+    cfg = plan_run(tmp_path, total_shards=1)
+    run_dir = Path(cfg["run_dir"])
+    _shard, files = busiest_shard(run_dir)
+    now, kept, later = files[0], files[1], files[2]
+    engine = QuarantiningEngine(run_dir, now, later)
+    with claims.held(run_dir, 0) as claim:  # as the classify rule holds it
+        report = run_shard(run_dir, 0, engine_factory=lambda _ctx: engine, progress=False)
+    assert (report.quarantined, report.labelled) == (2, len(files) - 2)
+    said = capsys.readouterr().out
+    assert f"shard 0 is being labelled by {claim.holder()}: it leaves the file(s) out" in said
+    labels = tmp_path / "labels"
+    for rel in (now, later):
+        assert not (labels / outputs.MARKER.rel(rel)).exists()
+        assert not (labels / outputs.SIDECAR.rel(rel)).exists()
+    assert main(["quarantine", "--run-dir", str(run_dir), kept, "--reason", "late"]) == 1
+    assert "already labelled" in capsys.readouterr().err
+    cov = coverage.compute(coverage.load_state(run_dir))
+    assert (cov.files_done, cov.files_quarantined) == (len(files) - 2, 2)
+    docs = sum(json.loads((labels / f"{rel}.stats.json").read_text())["docs"]
+               for rel in files if rel not in (now, later))  # fmt: skip
+    assert cov.docs_done == docs
+    result = verify.verify_run(run_dir, complete=True)
+    assert result.ok, result.lines()
+    assert (result.files_marked, result.files_quarantined) == (len(files) - 2, 2)

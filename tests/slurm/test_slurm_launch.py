@@ -109,6 +109,17 @@ def adopted_in(run_dir: Path, job_id: str) -> bool:
     return "adopted: this run waits for them" in log_of(run_dir, job_id)
 
 
+def holds_lock(workdir: Path, run_dir: Path, job_id: str) -> bool:
+    """The Snakemake of launcher ``job_id`` holds its lock: ``claims/workflow.json`` names
+    the job (the planner writes it after clearing a stale lock) and a lock file is there
+    (Snakemake takes it after planning, before it submits): only then does a launcher that
+    ends leave a lock for its successor to clear."""
+    me = claims.Submitter.recorded(run_dir)
+    locks = workdir / snakemakelock.LOCKS
+    held = locks.is_dir() and any(p.name.endswith(".lock") for p in locks.iterdir())
+    return me is not None and me.slurm_job_id == job_id and held
+
+
 def test_a_campaign_under_launch_finishes_with_no_command_after_it(cluster, tmp_path):
     configfile = sr.demo(tmp_path, total_shards=SHARDS)
     workdir = tmp_path / "work"
@@ -131,6 +142,7 @@ def test_a_campaign_under_launch_finishes_with_no_command_after_it(cluster, tmp_
         first, second = started(run_dir)[:2]
         assert any(e.step == record.Step.STOPPING and e.job_id == first for e in steps(run_dir))
         assert f"its SLURM job {first} ended" in log_of(run_dir, second)
+        sr.wait_for(lambda: holds_lock(workdir, run_dir, second), 120, f"job {second}'s lock")
         # 3: the adopting launcher is killed outright; the next one takes over
         subprocess.run(["scancel", "--full", "--signal=KILL", second], check=True)
         sr.wait_for(
@@ -140,6 +152,7 @@ def test_a_campaign_under_launch_finishes_with_no_command_after_it(cluster, tmp_
         )
         third = started(run_dir)[2]
         assert f"its SLURM job {second} ended" in log_of(run_dir, third)
+        sr.wait_for(lambda: holds_lock(workdir, run_dir, third), 120, f"job {third}'s lock")
         # 4: the node under the adopting launcher (and the shard jobs) goes down, then back
         node = socket.gethostname().split(".")[0]
         subprocess.run(["scontrol", "update", f"NodeName={node}", "State=DOWN",

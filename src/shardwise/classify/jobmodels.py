@@ -5,7 +5,7 @@ load, and again after it (a model rewritten while it loaded stops the shard)."""
 import dataclasses
 from pathlib import Path
 
-from shardwise.classify.modelcheck import identities, source_of
+from shardwise.classify.modelcheck import identities, pin_refusal, source_of
 from shardwise.errors import ModelError
 from shardwise.run import modelpin
 from shardwise.run.modelpin import ModelIdentity
@@ -36,8 +36,12 @@ def check_models(
         return  # pinned by the next dry run (from the files' stats)
     wrong = modelpin.mismatched(ctx.meta.models, models)
     if wrong:
-        paths = {name: _named(model, sources) for name, model, _ in ctx.meta.classifiers}
-        raise ModelError(" ".join(modelpin.refusal(n, paths[n], d) for n, d in wrong.items()))
+        names = {name: model for name, model, _ in ctx.meta.classifiers}
+        raise ModelError(
+            " ".join(
+                pin_refusal(n, names[n], d, _named(names[n], sources)) for n, d in wrong.items()
+            )
+        )
 
 
 def check_loaded(

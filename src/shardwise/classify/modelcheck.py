@@ -18,11 +18,12 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from shardwise.errors import ModelError
+from shardwise.run import modelpin
 from shardwise.run.modelpin import ModelIdentity
 from shardwise.store.atomic import write_atomic
 
-#: A Hugging Face hub id (``owner/name``).
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+#: A Hugging Face hub id (``owner/name``), or one at a revision (``owner/name@<commit>``).
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w.-]+)?$")
 #: Tokenizer files a fast tokenizer can be built from (any one set suffices).
 _TOKENIZER_SETS = (
     ("tokenizer.json",), ("vocab.txt",), ("spiece.model",), ("sentencepiece.bpe.model",),
@@ -168,15 +169,63 @@ def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
+def hub_parts(model: str) -> tuple[str, str | None]:
+    """A hub id's repository and revision: ``owner/name@<commit>`` names a snapshot of the
+    cache whatever ``refs/main`` says; ``owner/name`` the one ``refs/main`` points to (None)."""
+    repo, _, revision = model.partition("@")
+    return repo, revision or None
+
+
 def cached_snapshot(model: str) -> Path | None:
-    """The local Hugging Face cache's snapshot of hub id ``model``, or None."""
+    """The local Hugging Face cache's snapshot of hub id ``model`` (at its revision, when
+    it names one), or None."""
     from huggingface_hub import snapshot_download  # noqa: PLC0415 - ~0.07 s
     from huggingface_hub.errors import LocalEntryNotFoundError  # noqa: PLC0415 - with hf_api
 
+    repo, revision = hub_parts(model)
     try:
-        return Path(snapshot_download(repo_id=model, local_files_only=True))
+        return Path(snapshot_download(repo_id=repo, revision=revision, local_files_only=True))
     except (LocalEntryNotFoundError, OSError, ValueError):
         return None
+
+
+def snapshot_revision(path: Path) -> str | None:
+    """The hub commit of a directory laid out as the Hugging Face cache lays snapshots out
+    (``.../models--owner--name/snapshots/<commit>``), however it is named: a hub id, that
+    directory itself, or a link to it. None for any other directory."""
+    if path.parent.name == "snapshots" and path.parent.parent.name.startswith("models--"):
+        return path.name
+    return None
+
+
+def way_back(model: str, pinned: str) -> str:
+    """The exact ways to label with the pinned revision ``pinned`` of hub model ``model``
+    again, as they are in this cache: name the pinned snapshot (``owner/name@<commit>``,
+    or its directory), or point the cache's ``refs/main`` back; ``hf download --revision``
+    first when the snapshot is no longer cached (it does not move ``refs/main``)."""
+    from huggingface_hub import constants  # noqa: PLC0415 - hub ids only
+
+    repo, _ = hub_parts(model)
+    folder = Path(constants.HF_HUB_CACHE) / ("models--" + repo.replace("/", "--"))
+    snapshot = folder / "snapshots" / pinned
+    name = f"`model: {repo}@{pinned}` for this classifier"
+    if snapshot.is_dir():
+        text = f"the pinned snapshot is cached ({snapshot}): set {name} (or its directory), "
+        return text + f"or point the cache back: `printf %s {pinned} > {folder}/refs/main`"
+    text = f"fetch the pinned snapshot: `hf download {repo} --revision {pinned}` (it leaves "
+    return text + f"{folder}/refs/main where it is), then set {name}"
+
+
+def pin_refusal(
+    name: str, model: str, diffs: list[modelpin.Difference], shown: str | None = None
+) -> str:
+    """``modelpin.refusal`` (naming the model as ``shown``, default ``model``), and for a
+    hub model at another revision the exact way back (:func:`way_back`)."""
+    text = modelpin.refusal(name, shown or model, diffs)
+    pinned = next((want for key, want, _found in diffs if key == "revision"), None)
+    if pinned is not None and HUB_ID.match(model) and not Path(model).expanduser().exists():
+        text += f". To label with the pinned revision: {way_back(model, pinned)}"
+    return text
 
 
 def _hub_problems(model: str) -> list[str]:
@@ -186,13 +235,15 @@ def _hub_problems(model: str) -> list[str]:
     if _offline():
         text = "not in the local Hugging Face cache "
         text += f"({os.environ.get('HF_HOME', '~/.cache/huggingface')}) and HF_HUB_OFFLINE is set, "
-        text += f"so it cannot be downloaded: run `hf download {model}` where there is network "
+        repo, revision = hub_parts(model)
+        at = f" --revision {revision}" if revision else ""
+        text += f"so it cannot be downloaded: run `hf download {repo}{at}` where there is network "
         text += "(with the same HF_HOME), or use a local model directory"
         return [text]
     try:
         from huggingface_hub import model_info  # noqa: PLC0415 - ~0.07 s, hub ids only
 
-        info = model_info(model, timeout=15)
+        info = model_info(hub_parts(model)[0], revision=hub_parts(model)[1], timeout=15)
     except Exception as e:  # noqa: BLE001 - network, auth and not-found errors alike
         text = "not in the local Hugging Face cache and the hub does not answer for it "
         text += f"({type(e).__name__}: {e}); check the id, your network/token, or download it "
@@ -250,7 +301,7 @@ def identity(
     path = source if source is not None else source_of(model)
     if path is None:
         return ModelIdentity(model=model)
-    revision = path.name if not Path(model).expanduser().exists() else None
+    revision = snapshot_revision(path)
     files = [path / "config.json"]
     files += sorted(path.glob("*.safetensors")) + sorted(path.glob("pytorch_model*.bin"))
     files = [f for f in files if f.is_file()]

@@ -24,7 +24,7 @@ from transformers import (
     GteForSequenceClassification,
 )
 
-from shardwise.classify.modelcheck import HUB_ID, default_cache_root
+from shardwise.classify.modelcheck import HUB_ID, default_cache_root, hub_parts
 from shardwise.classify.tokenization import backend_hash
 from shardwise.errors import ModelError
 
@@ -73,10 +73,12 @@ def resolve_model_dir(model: str) -> Path:
         return path.resolve()
     if not HUB_ID.match(model):
         raise ModelError(f"model {model!r}: no such directory and not a hub id (owner/name)")
+    repo, revision = hub_parts(model)
     try:
-        snapshot = snapshot_download(repo_id=model, allow_patterns=_HUB_PATTERNS)
+        snapshot = snapshot_download(repo_id=repo, revision=revision, allow_patterns=_HUB_PATTERNS)
         if not any(Path(snapshot).glob("*.safetensors")):  # old repos ship only .bin weights
-            snapshot = snapshot_download(repo_id=model, allow_patterns=[*_HUB_PATTERNS, "*.bin"])
+            patterns = [*_HUB_PATTERNS, "*.bin"]
+            snapshot = snapshot_download(repo_id=repo, revision=revision, allow_patterns=patterns)
     except Exception as exc:  # hub errors are many; all mean 'cannot get it'
         raise ModelError(f"model {model!r}: cannot fetch from the hub: {exc}") from exc
     path = Path(snapshot)

@@ -35,6 +35,7 @@ from shardwise.run import (
     markers,
     outputs,
     plan,
+    quarantine,
     sidecar,
     summaries,
 )
@@ -197,25 +198,25 @@ def run_shard(
     files = shard_files(ctx, shard)
     ctx.source.remember_sizes({f.rel: f.size for f in files})  # no HEAD per file
     done, left_out = files_done(ctx, shard, files), ctx.quarantined
-    quarantined = sum(f.rel in left_out and f.rel not in done for f in files)
-    report = ShardReport(
-        shard=shard,
-        files=len(files),
-        skipped=len(done),
-        quarantined=quarantined,
-        docs=sum(rows or 0 for rows in done.values()),
-    )
-    unknown_docs = any(rows is None for rows in done.values())
+    report = ShardReport(shard=shard, files=len(files), skipped=len(done))
     todo = [f for f in files if f.rel not in done and f.rel not in left_out]
     if todo:
         _label_todo(ctx, shard, todo, report, engine_factory or load_engine, progress=progress)
     if report.failed:
         _fail(run_dir, report, len(todo))
+    # the quarantine as it is now (a file quarantined while the job ran was left out: it
+    # has no marker); a quarantined file never counts as labelled, in any view
+    left_out = ctx.quarantined_now()
+    report.quarantined = sum(f.rel in left_out for f in files)
+    kept = {rel: rows for rel, rows in done.items() if rel not in left_out}
+    report.docs += sum(rows or 0 for rows in kept.values())
+    unknown_docs = any(rows is None for rows in kept.values())
     file_stats = summaries.write_for_shard(
         run_dir,
         shard,
         [(f.rel, f.task_id) for f in files if f.rel not in left_out],
         lambda rel: ctx.output.read_bytes(outputs.STATS.rel(rel)),
+        lambda rel, stats: outputs.stats_problems(stats, rel, ctx.meta.labelling, ctx.meta.models),
     )
     marker = markers.ShardMarker(
         shard=shard,
@@ -269,13 +270,17 @@ def _label_todo(
         counter = load_counter(ctx)
         for item in _prefetch(ctx, todo, engine.prepare, counter):
             current = item.task.rel
-            if item.error is not None:
+            if current in ctx.quarantined_now():  # quarantined since the job started
+                log.warning("%s: quarantined while this job ran: left out", current)
+            elif item.error is not None:
                 report.failed.append(FailedFile(item.task.rel, item.error))
                 report.errors.append(item.exc or InputError(item.error))
                 if item.fatal:
                     break
+            elif (written := _label_file(ctx, engine, item, shard, models)) is None:
+                log.warning("%s: quarantined while it was labelled: left out", current)
             else:
-                rows, stats = _label_file(ctx, engine, item, shard, models)
+                rows, stats = written
                 journal.append(run_dir, shard, journal.Line.of(item.task.rel, rows, stats))
                 report.docs += rows
                 report.labelled += 1
@@ -317,9 +322,10 @@ def _fail(run_dir: Path, report: ShardReport, todo: int) -> None:
 
 def _label_file(
     ctx: OpenRun, engine: Any, item: _Loaded, shard: int, models: dict[str, Any]
-) -> tuple[int, FileStats]:
+) -> tuple[int, FileStats] | None:
     """Run the engine on one read file and write its outputs (``outputs.write_all``: the
-    marker last). Returns the row count and the stats written."""
+    marker last, under the quarantine's lock). Returns the row count and the stats
+    written; None when the file was quarantined meanwhile (no outputs are left)."""
     assert item.docs is not None
     t0 = time.perf_counter()
     labels = engine.run(item.prepared)
@@ -362,7 +368,11 @@ def _label_file(
         stats=stats,
         dolma_name=ctx.settings.dolma_name,
     )
-    written = outputs.write_all(ctx.roots(), labelled)
+    written = outputs.write_all(
+        ctx.roots(), labelled, lambda: quarantine.vouching(ctx.run_dir, rel)
+    )
+    if written is None:
+        return None
     if item.docs.counts:  # labelled, not fatal (the reader's policy): said in the job log too
         found = ", ".join(f"{k}={v}" for k, v in sorted(item.docs.counts.items()))
         warning = "%s: labelled despite input problems (%s); see counts in its stats"

@@ -2,9 +2,10 @@
 
 import argparse
 import sys
+from pathlib import Path
 
 from shardwise.cli.common import add_format, add_run_dir, emit
-from shardwise.run import quarantine
+from shardwise.run import claims, quarantine
 from shardwise.run.opened import open_run
 
 
@@ -56,8 +57,27 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return 0
     if not args.reason.strip():
         parser.error("--reason is required: it is shown wherever the file is listed")
-    for entry in quarantine.add(args.run_dir, args.files, args.reason):
+    added = quarantine.add(args.run_dir, args.files, args.reason)
+    for entry in added:
         print(f"quarantined {entry.file}: {entry.reason}")
+    for line in _live_jobs(args.run_dir, [e.file for e in added]):
+        print(line)
     text = "they get no sidecar; their shards can finish (run `snakemake` again); "
     print(text + f"`shardwise quarantine --run-dir {args.run_dir} --release FILE` takes one back")
     return 0
+
+
+def _live_jobs(run_dir: Path, files: list[str]) -> list[str]:
+    """A line per shard of ``files`` that a live job holds: what that job does now."""
+    table = open_run(run_dir, settings_required=False).plan
+    shards = dict(zip(table["file"].to_pylist(), table["shard"].to_pylist(), strict=True))
+    held = claims.read_claims(run_dir)
+    out = []
+    for shard in sorted({shards[f] for f in files if shards[f] in held}):
+        claim = held[shard]
+        if claims.judge_now(claim).alive is False:
+            continue
+        text = f"shard {shard} is being labelled by {claim.holder()}: it leaves the file(s) out "
+        text += "(it reads the quarantine before each file, and before each file's marker: a "
+        out.append(text + "file is labelled or quarantined, never both)")
+    return out

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
-from shardwise.classify.modelcheck import identities
+from shardwise.classify.modelcheck import identities, pin_refusal
 from shardwise.errors import RecordError, RunMismatchError
 from shardwise.run import modelpin, outputs, runjson
 from shardwise.run.filestats import FileStats
@@ -43,6 +43,47 @@ def initial(
     return found[0].models
 
 
+def respell(
+    copies: tuple[runjson.Copy, runjson.Copy],
+    meta: runjson.RunMeta,
+    now: dict[str, ModelIdentity],
+) -> tuple[tuple[runjson.Copy, runjson.Copy], list[str]]:
+    """Where the config names a classifier's model otherwise than run.json (the pinned
+    snapshot's directory, ``owner/name@<commit>``, a copy elsewhere) and that model is
+    the pinned one (its content hashes, and its revision where both know one), run.json
+    takes the new name: jobs load what it names, so the run goes on with the same model.
+    Another model under a new name is left to ``check_same`` (refused as another run) or
+    to a re-pin. The copies as they are now, and a line per classifier renamed."""
+    said: dict[str, str] = {}
+    for copy in reversed(copies):  # the output root's first: it vouches for the labels
+        pinned = copy.meta
+        if pinned is None or pinned.models is None:
+            continue
+        renamed = _renamed(pinned, meta)
+        for name, old, new in renamed:
+            have, want = now.get(name, ModelIdentity()), pinned.models.get(name)
+            if want is None or not (want.content_hash and have.content_hash):
+                return copies, []  # nothing to tell them by: check_same names the change
+            if want.differences(have):
+                return copies, []  # another model: check_same (or a re-pin) decides
+            text = f"note: classifier {name!r} now names {new} (was {old}): the model "
+            said[name] = text + "run.json pins (the same content), so the run goes on with it"
+        if renamed:
+            runjson.replace(copy.loc, replace(pinned, classifiers=meta.classifiers))
+    if not said:
+        return copies, []
+    return (runjson.read_copy(copies[0].loc), runjson.read_copy(copies[1].loc)), list(said.values())
+
+
+def _renamed(pinned: runjson.RunMeta, meta: runjson.RunMeta) -> list[tuple[str, str, str]]:
+    """(classifier, pinned model name, new name) where only the model's name differs;
+    [] when the classifiers differ otherwise (``check_same`` names that)."""
+    old, new = pinned.classifiers, meta.classifiers
+    if [(n, i) for n, _m, i in old] != [(n, i) for n, _m, i in new]:
+        return []
+    return [(a[0], a[1], b[1]) for a, b in zip(old, new, strict=True) if a[1] != b[1]]
+
+
 def check_and_pin(run_dir: Path, output: Location, now: dict[str, ModelIdentity]) -> list[str]:
     """Pin or compare the models (module docstring) with ``now``, the models as they are;
     the lines to say. RunMismatchError when a model changed under a run that has labelled
@@ -65,7 +106,7 @@ def check_and_pin(run_dir: Path, output: Location, now: dict[str, ModelIdentity]
         _write(run_dir, output, replace(meta, models={**meta.models, **modelpin.pins(now)}))
         names = ", ".join(repr(n) for n in wrong)
         return [f"note: re-pinned the model of {names}: it changed, and nothing is labelled yet"]
-    raise RunMismatchError("\n".join(modelpin.refusal(n, models[n], d) for n, d in wrong.items()))
+    raise RunMismatchError("\n".join(pin_refusal(n, models[n], d) for n, d in wrong.items()))
 
 
 def _stats_models(

@@ -120,6 +120,9 @@ def prepare_run(
         sampled = _check_sample(settings, recorded, source, planned.table, set(quarantined))
     meta = pinning.run_meta(settings, planned.task_count, planned.fingerprint)
     models_now = modelpins.current_models(meta)  # each model hashed once per dry run
+    if not repin:
+        copies, renamed = modelpins.respell(copies, meta, models_now)
+        said += renamed
     meta = replace(meta, models=modelpins.initial(models_now, copies))
     pinning.pin(
         settings, meta, planned.table, planned.input_drift, copies, repin=repin, say=said.append

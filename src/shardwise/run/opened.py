@@ -79,7 +79,12 @@ class OpenRun:
 
     @cached_property
     def quarantined(self) -> dict[str, quarantine.Entry]:
-        """The files left out of the run, with why."""
+        """The files left out of the run, with why (as when first asked)."""
+        return quarantine.load(self.run_dir)
+
+    def quarantined_now(self) -> dict[str, quarantine.Entry]:
+        """The files left out of the run as ``quarantine.json`` says this moment: what a
+        shard job asks before each file, so a quarantine made while it runs holds."""
         return quarantine.load(self.run_dir)
 
 

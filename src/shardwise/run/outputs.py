@@ -5,6 +5,7 @@ built, parsed into a typed record and checked. Whoever asks "is this an output?"
 "write a file's outputs" asks here: a new kind is one entry; nothing else names a suffix.
 """
 
+import contextlib
 import functools
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -13,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from shardwise.errors import InputError
+from shardwise.errors import InputError, RecordError
 from shardwise.run import dolma, filestats, markers, sidecar
 from shardwise.run.filestats import FileStats
 from shardwise.run.labelling import Labelling
@@ -172,6 +173,37 @@ def read_marker(output: Location, rel: str) -> FileMarker:
     return MARKER.parse(output.read_bytes(MARKER.rel(rel)), output.url(MARKER.rel(rel)))
 
 
+def label_problems(
+    output: Location, rel: str, labelling: Labelling | None, models: Mapping[str, ModelIdentity]
+) -> list[str]:
+    """Why ``verify`` rejects the labels of ``rel`` as another set-up's (another model,
+    another labelling): its stats checked as ``verify`` checks them (:data:`STATS`), the
+    input's rows aside (a view reads no input). What a view that reads labels asks before
+    it takes them; a file with no readable stats is named so."""
+    where = output.url(STATS.rel(rel))
+    try:
+        stats = STATS.parse(output.read_bytes(STATS.rel(rel)), where)
+    except FileNotFoundError:
+        return [f"{where}: no stats (what vouches for the labels' models)"]
+    except RecordError as e:
+        return [f"{where}: unreadable stats: {e.reason}"]
+    return stats_problems(stats, rel, labelling, models)
+
+
+def stats_problems(
+    stats: FileStats,
+    rel: str,
+    labelling: Labelling | None,
+    models: Mapping[str, ModelIdentity] | None,
+) -> list[str]:
+    """The stats of ``rel`` checked as ``verify`` checks them (:data:`STATS`), the input's
+    rows aside: why its labels are not the run's, or []."""
+    want = Expected(
+        rel=rel, task_id="", shard=-1, ids=None, classifiers=(), labelling=labelling, models=models
+    )
+    return STATS.check(stats, want)
+
+
 def marked(output: Location) -> set[str]:
     """The source files with a marker under ``output`` (one listing)."""
     return set(scan(rel for rel, _size in output.list_files()).of(MARKER))
@@ -208,18 +240,30 @@ def rebuild(roots: Mapping[str, Location], rel: str, dolma_name: str | None) -> 
     return written
 
 
-def write_all(roots: Mapping[str, Location], labelled: Labelled) -> FileStats:
+def write_all(
+    roots: Mapping[str, Location],
+    labelled: Labelled,
+    vouch: Callable[[], contextlib.AbstractContextManager[bool]] | None = None,
+) -> FileStats | None:
     """Write every output of a labelled file that applies, each atomically under its root,
     in registry order: the marker last, so it never vouches for an output not yet whole. The
-    stats record the time the writes before them took; they are returned as written."""
+    stats record the time the writes before them took; they are returned as written.
+    ``vouch``: held while the marker is written; when it says no (the file was quarantined
+    meanwhile), the other outputs are removed, no marker is written, and None returned."""
     started = time.perf_counter()
     for kind in kinds():
-        if kind.root not in roots or not kind.applies(labelled.rel):
+        if kind is MARKER or kind.root not in roots or not kind.applies(labelled.rel):
             continue
         if kind is STATS:
             stats = labelled.stats.with_write(time.perf_counter() - started)
             labelled = replace(labelled, stats=stats)
         roots[kind.root].write_bytes(kind.rel(labelled.rel), kind.build(labelled))
+    with vouch() if vouch is not None else contextlib.nullcontext(True) as ok:
+        if ok:
+            roots[MARKER.root].write_bytes(MARKER.rel(labelled.rel), MARKER.build(labelled))
+    if not ok:
+        remove_all(roots, labelled.rel)
+        return None
     return labelled.stats
 
 

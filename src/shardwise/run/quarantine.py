@@ -72,11 +72,26 @@ def _save(run_dir: Path, entries: dict[str, Entry]) -> None:
 
 
 @contextlib.contextmanager
-def _locked(run_dir: Path) -> Iterator[None]:
-    """One quarantine edit at a time (read, change, write)."""
+def _locked(run_dir: Path, how: int = fcntl.LOCK_EX) -> Iterator[None]:
+    """One quarantine edit at a time (read, change, write); ``LOCK_SH``: a shard job
+    vouching for a file (:func:`vouching`), beside other jobs, never beside an edit."""
     with (Path(run_dir) / _LOCK).open("a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fh, how)
+        except OSError as e:  # a filesystem without locks: the edit is still checked
+            if how == fcntl.LOCK_EX:
+                raise InputError(f"{Path(run_dir) / _LOCK}: cannot lock it ({e})") from e
         yield
+
+
+@contextlib.contextmanager
+def vouching(run_dir: Path, rel: str) -> Iterator[bool]:
+    """While a shard job writes the marker of ``rel``: True when the file is not
+    quarantined (write the marker), False when it is (leave it unlabelled). A quarantine
+    edit waits for it, and :func:`add` refuses a file with a marker under the same lock:
+    a file is either quarantined or labelled, never both."""
+    with _locked(run_dir, fcntl.LOCK_SH):
+        yield rel not in load(run_dir)
 
 
 def _who() -> str:
@@ -125,12 +140,13 @@ def add(run_dir: Path, names: Iterable[str], reason: str) -> list[Entry]:
     meta = runjson.read_run_dir(run_dir)
     files = resolve(names, plan.load(run_dir)["file"].to_pylist(), meta.input_uri)
     output = context.output_location(run_dir, meta)
-    labelled = [rel for rel in files if output.exists(outputs.MARKER.rel(rel))]
-    if labelled:
-        msg = f"{len(labelled)} file(s) are already labelled: {', '.join(labelled)}; "
-        msg += "there is nothing to leave out (if a labelled file's outputs are broken, "
-        raise ConfigError(msg + f"`shardwise verify --run-dir {run_dir} --repair` relabels it)")
-    with _locked(run_dir):
+    with _locked(run_dir):  # a job writing a marker holds it: labelled, or it sees this
+        labelled = [rel for rel in files if output.exists(outputs.MARKER.rel(rel))]
+        if labelled:
+            msg = f"{len(labelled)} file(s) are already labelled: {', '.join(labelled)}; "
+            msg += "there is nothing to leave out (if a labelled file's outputs are broken, "
+            msg += f"`shardwise verify --run-dir {run_dir} --repair` relabels it)"
+            raise ConfigError(msg)
         entries = load(run_dir)
         added = [Entry(rel, reason.strip(), markers.now(), _who()) for rel in files]
         entries.update({e.file: e for e in added})

@@ -156,6 +156,11 @@ class ShardSelection:
     max_repeats: dict[str, int]  # per file with a document taken: its largest count
     other_docs: int = 0  # documents whose labels are no domain of the plan (never taken)
     format_version: int = FORMAT_VERSION
+    #: Each file read: its sidecar's identity (size:version) when read (``freshness``
+    #: compares it with the run as it is); None in records made before it was kept.
+    read: dict[str, str] | None = None
+    #: Files of the shard left out, and why (labels that ``verify`` rejects).
+    left_out: dict[str, str] | None = None
 
     def to_json(self) -> bytes:
         """The file's bytes."""
@@ -199,6 +204,13 @@ def save_shard(run_dir: Path, name: str, record: ShardSelection) -> None:
     write_atomic(shard_path(run_dir, name, record.shard), record.to_json())
 
 
+def shard_records(run_dir: Path, sel: SelectionPlan) -> dict[int, ShardSelection]:
+    """The shards of ``sel`` selected already, by shard (by this plan: a record another
+    plan of the same name left is not counted)."""
+    got, digest = {s: load_shard(run_dir, sel.name, s) for s in sel.shards}, sel.digest()
+    return {s: r for s, r in got.items() if r is not None and r.plan == digest}
+
+
 def uniform(ids: Sequence[str | None], seed: int, rel: str) -> np.ndarray:
     """``h(seed, id)`` in [0, 1) per document: a keyed BLAKE2b of its id (``<rel>#<row>``
     for a document without one), stable across machines and versions of Python."""
@@ -238,27 +250,36 @@ def attributes_bytes(rel: str, ids: Sequence[Any], k: np.ndarray, name: str) -> 
 
 def retire_mix_configs(run_dir: Path, changed: str) -> list[str]:
     """Once the run changed (``plan --extend``), every selection's mix config describes
-    documents the run no longer has as they were: each is moved to ``mix.yaml.stale`` and
-    ``mix.yaml`` becomes a config dolma refuses to run (its one stream names no document,
-    and dolma says so by the stream's name, which says why). The selections it retired."""
-    retired = []
-    for name in names(run_dir):
-        base = root(run_dir, name)
-        mix = base / MIX_YAML
-        if not mix.is_file() or mix.read_text("utf-8").startswith("# STALE"):
-            continue
-        mix.replace(base / STALE_MIX_YAML)
-        write_atomic(mix, stale_mix_yaml(base, name, changed).encode())
-        retired.append(name)
-    return retired
+    documents the run no longer has as they were: each is retired. The selections retired."""
+    return [
+        n for n in names(run_dir) if retire_mix_config(run_dir, n, f"the run changed: {changed}")
+    ]
 
 
-def stale_mix_yaml(base: Path, name: str, changed: str) -> str:
+def runnable_mix(run_dir: Path, name: str) -> bool:
+    """Selection ``name`` has a ``mix.yaml`` that ``dolma mix`` would run (not retired)."""
+    mix = root(run_dir, name) / MIX_YAML
+    return mix.is_file() and not mix.read_text("utf-8").startswith("# STALE")
+
+
+def retire_mix_config(run_dir: Path, name: str, why: str) -> bool:
+    """Move selection ``name``'s runnable ``mix.yaml`` to ``mix.yaml.stale`` and put in its
+    place a config dolma refuses to run (its one stream names no document, and dolma says
+    so by the stream's name, which says why); True when there was one to retire."""
+    if not runnable_mix(run_dir, name):
+        return False
+    base = root(run_dir, name)
+    (base / MIX_YAML).replace(base / STALE_MIX_YAML)
+    write_atomic(base / MIX_YAML, stale_mix_yaml(base, name, why).encode())
+    return True
+
+
+def stale_mix_yaml(base: Path, name: str, why: str) -> str:
     """A mix config that stops ``dolma mix`` with a reason: ``No documents found for the
-    paths for stale-selection-<name>-the-run-changed-select-anew config``."""
-    stream = f"stale-selection-{name}-the-run-changed-select-anew"
+    paths for stale-selection-<name>-the-labels-changed-select-anew config``."""
+    stream = f"stale-selection-{name}-the-labels-changed-select-anew"
     head = [
-        f"# STALE: selection {name!r} was made before the run changed ({changed}).",
+        f"# STALE: the labels selection {name!r} read changed since ({why}).",
         "# dolma refuses this config on purpose: its stream names no document. The config",
         f"# as it was is {STALE_MIX_YAML} beside this file; select over the run as it is now",
         f"# (`shardwise select --run-dir <run_dir> --name {name}` prints the command).",

@@ -12,7 +12,7 @@ import json
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self
@@ -60,6 +60,9 @@ class SummaryMeta:
     tokens_counted: bool = False
     incomplete_tasks: tuple[str, ...] = ()
     view_rows: tuple[tuple[int, int], ...]
+    #: Files whose labels are not the run's (``outputs.stats_problems``: another model or
+    #: set-up than run.json pins), and why: not counted, their tasks incomplete.
+    rejected_files: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> bytes:
         """The metadata's bytes (``tasks`` as one object per task)."""
@@ -154,10 +157,14 @@ def _task_totals(
 
 
 def build(
-    shard: int, tasks: Sequence[tuple[str, Sequence[str]]], counts: Mapping[str, LabelCounts]
+    shard: int,
+    tasks: Sequence[tuple[str, Sequence[str]]],
+    counts: Mapping[str, LabelCounts],
+    rejected: Mapping[str, str] | None = None,
 ) -> bytes:
     """The summary of ``shard`` as Arrow IPC bytes (pure): ``tasks`` are (task id, its
-    files); ``counts`` a file's ``label_counts`` (one without makes its task incomplete)."""
+    files); ``counts`` a file's ``label_counts`` (one without makes its task incomplete);
+    ``rejected`` the files left uncounted as not the run's labels, and why."""
     complete, incomplete = _task_totals(tasks, counts)
     totals = [total for _, total, _ in complete]
     labels, pairs = _labels_and_pairs(totals)
@@ -183,6 +190,7 @@ def build(
         tokens_counted=bool(complete) and all(t.tokens is not None for t in totals),
         incomplete_tasks=tuple(incomplete),
         view_rows=tuple((bounds[i], bounds[i + 1]) for i in range(len(views))),
+        rejected_files=dict(rejected or {}),
     )
     table = table.replace_schema_metadata({META_KEY: meta.to_json()})
     sink = pa.BufferOutputStream()
@@ -258,6 +266,7 @@ class Summary:
     cells: pa.Table
     view_rows: list[tuple[int, int]]  # per view, its [start, stop) rows in ``cells``
     task_tokens: np.ndarray | None = None  # int64; None: tokens not counted
+    rejected_files: dict[str, str] = field(default_factory=dict)  # SummaryMeta's
 
     def view_cells(self, view: str) -> pa.Table:
         """The rows of one view (a zero-copy slice)."""
@@ -288,6 +297,7 @@ def parse(data: bytes | pa.Buffer | pa.NativeFile, where: str = "summary") -> Su
             cells=table,
             view_rows=list(meta.view_rows),
             task_tokens=meta.task_figures["tokens"] if counted else None,
+            rejected_files=dict(meta.rejected_files),
         )
     except (pa.ArrowInvalid, OSError, ValueError) as e:  # RecordError is a ValueError
         raise ValueError(f"{where} is not a shardwise summary: {e}") from e
@@ -321,15 +331,21 @@ def read_many(run_dir: Path, shards: Iterable[int]) -> tuple[list[Summary], list
 
 
 def write_for_shard(
-    run_dir: Path, shard: int, files: Sequence[tuple[str, str]], read_stats: Callable[[str], bytes]
+    run_dir: Path,
+    shard: int,
+    files: Sequence[tuple[str, str]],
+    read_stats: Callable[[str], bytes],
+    rejects: Callable[[str, FileStats], list[str]] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Write ``summaries/<shard>.arrow`` for a shard whose files (file, task id) are all done
-    (``read_stats`` only for files the journal does not cover); each file's ``FIGURES``
-    for the shard marker. Never raises: the labels are done, a missing summary is said."""
+    (``read_stats`` only for files the journal does not cover: labelled by another job,
+    whose stats ``rejects`` checks against the run's pins); each file's ``FIGURES`` for the
+    shard marker. Never raises: the labels are done, a missing summary is said."""
     rows: dict[str, dict[str, Any]] = {}
     try:
         journal_lines = journal.entries(run_dir, shard)
         counts: dict[str, LabelCounts] = {}
+        rejected: dict[str, str] = {}
         for rel, _ in files:
             entry = journal_lines.get(rel)
             if entry is None or entry.label_counts is None:
@@ -337,6 +353,11 @@ def write_for_shard(
                     stats = FileStats.from_json(read_stats(rel), rel)
                 except (OSError, ValueError) as e:
                     log.warning("shard %s: no label counts for %s (%s)", shard, rel, e)
+                    continue
+                found = rejects(rel, stats) if rejects is not None else []
+                if found:
+                    rejected[rel] = "; ".join(found)
+                    log.warning("shard %s: %s not counted: %s", shard, rel, rejected[rel])
                     continue
                 entry = journal.Line.of(rel, stats.docs or 0, stats)
             if entry.label_counts is not None:
@@ -346,7 +367,8 @@ def write_for_shard(
         by_task: dict[str, list[str]] = {}
         for rel, task_id in files:
             by_task.setdefault(task_id, []).append(rel)
-        write_atomic(summary_path(run_dir, shard), build(shard, list(by_task.items()), counts))
+        summary = build(shard, list(by_task.items()), counts, rejected)
+        write_atomic(summary_path(run_dir, shard), summary)
     except Exception as e:  # noqa: BLE001 - bookkeeping must never fail a finished shard
         log.warning("shard %s: summary not written (%s: %s)", shard, type(e).__name__, e)
     return rows

@@ -181,6 +181,27 @@ class Location:
             version = info.get("ETag") or info.get("etag") or info.get("mtime") or ""
             yield key[len(prefix) :], int(info.get("size") or 0), str(version).strip('"')
 
+    def entry(self, rel: str) -> tuple[int, str]:
+        """One file's (size, version), as :meth:`list_entries` gives it (one stat, one HEAD
+        remotely): what a reader records of a file to tell later whether it changed.
+        FileNotFoundError if it is absent."""
+        try:
+            if not self.remote:
+                st = Path(self.path(rel)).stat()
+                return st.st_size, str(st.st_mtime_ns)
+            if self.is_s3:
+                head = self._s3(rel, "head_object")
+                return int(head.get("ContentLength") or 0), str(head.get("ETag") or "").strip('"')
+            info = self._retry(rel, lambda: self.fs.info(self.path(rel)))
+        except FileNotFoundError:
+            raise
+        except (OSError, ValueError, StorageError) as e:
+            if s3_reply(e, through_retries=True)[1] == 404:
+                raise FileNotFoundError(self.url(rel)) from e
+            raise self._fail("check", rel, e) from e
+        version = info.get("ETag") or info.get("etag") or info.get("mtime") or ""
+        return int(info.get("size") or 0), str(version).strip('"')
+
     def list_names(self) -> list[str]:
         """Every file below the root (relative paths, sorted), without sizes: locally no
         stat per file, which is most of a listing's time on a network filesystem."""

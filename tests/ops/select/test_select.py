@@ -19,7 +19,7 @@ from shardwise.cli.main import main
 from shardwise.errors import ConfigError
 from shardwise.ops.select import plan as select
 from shardwise.planner.extend import extend
-from shardwise.run import selection
+from shardwise.run import journal, markers, quarantine, selection
 
 
 def test_budgets_read_with_their_suffix_and_bad_ones_are_named():
@@ -102,6 +102,110 @@ def test_a_selection_over_a_run_extended_since_says_so_and_how_to_select_anew(tm
     assert "--name s1-2" in command and "--tokens 50 --classifier topic" in command
     assert main(ask) == 1  # the same request again: refused for the run's change, by name
     err = capsys.readouterr().err
-    assert "was made before the run changed" in err and "other settings" not in err, err
+    assert "made before the run changed" in err and "other settings" not in err, err
     assert main(shlex.split(command)[1:]) == 0  # the advised command selects anew
     assert "made before the run changed" not in capsys.readouterr().out
+
+
+def _output_root(run_dir: Path) -> Path:
+    return Path(
+        json.loads((run_dir / "run.json").read_text())["output_uri"].removeprefix("file://")
+    )
+
+
+def _output_files(run_dir: Path, suffix: str) -> list[Path]:
+    return sorted(_output_root(run_dir).rglob(f"*{suffix}"))
+
+
+def test_a_selection_is_stale_by_name_when_a_file_it_read_changes(tmp_path, capsys):
+    """Quarantined, relabelled, repaired: each file named with its cause; the report stays
+    stale, the same request is refused, the advised command selects anew."""
+    cfg = plan_run(tmp_path, total_shards=2, domains={"tokenizer": str(tiny_model_dir("topic"))})
+    run_dir = Path(cfg["run_dir"])
+    label(run_dir)
+    weights = tmp_path / "w.json"
+    weights.write_text(json.dumps([{"domain": "a", "weight": 1.0}]))
+    ask = ["select", "--run-dir", str(run_dir), "--name", "s1", "--weights", str(weights),
+           "--tokens", "50", "--classifier", "topic", "--format", "json"]  # fmt: skip
+    assert main(ask) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert first["run_changed"] is None and first["stale_files"] == {}
+    records = [selection.load_shard(run_dir, "s1", s) for s in (0, 1)]
+    read = {rel: v for r in records if r for rel, v in (r.read or {}).items()}
+    assert len(read) >= 3, read  # every file it took documents from, by identity
+    output = _output_root(run_dir)
+    quarantined, relabelled, repaired = sorted(read)[:3]
+    # a quarantine made while a job labelled the file: its marker came after
+    marker = output / f"{quarantined}.done"
+    kept = marker.read_bytes()
+    marker.unlink()
+    quarantine.add(run_dir, [quarantined], "bad")
+    marker.write_bytes(kept)
+    sidecar = output / f"{relabelled}.labels.parquet"
+    sidecar.write_bytes(sidecar.read_bytes())  # rewritten in place: another version
+    (output / f"{repaired}.done").unlink()  # what verify --repair does first
+    capsys.readouterr()
+    assert main(["select", "--run-dir", str(run_dir), "--name", "s1", "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["stale_files"] == {
+        quarantined: "quarantined since",
+        relabelled: "relabelled since",
+        repaired: "its marker is gone (repaired or being relabelled)",
+    }, report["stale_files"]
+    assert "3 file(s) it read changed since" in report["run_changed"], report["run_changed"]
+    assert report["mix_config"] is None
+    assert main(ask) == 1  # the same request: refused, by name
+    err = capsys.readouterr().err
+    assert "no longer describes the run's labels" in err and quarantined in err, err
+    command = re.search(r"select anew: `([^`]+)`", report["run_changed"]).group(1)
+    assert main(shlex.split(command)[1:]) == 0  # over the run as it is: fresh
+    out = capsys.readouterr().out
+    assert "changed since" not in out, out
+    assert f"1 file(s) left out, as their labels are not the run's ({repaired}; " in out, out
+
+
+def test_select_leaves_out_files_whose_labels_verify_rejects_and_names_them(tmp_path, capsys):
+    cfg = plan_run(tmp_path, total_shards=2, domains={"tokenizer": str(tiny_model_dir("topic"))})
+    run_dir = Path(cfg["run_dir"])
+    label(run_dir)
+    stats = _output_files(run_dir, ".stats.json")
+    other = stats[0]
+    body = json.loads(other.read_text())
+    body["models"]["topic"]["content_hash"] = "0" * 64  # another model's labels, copied in
+    other.write_text(json.dumps(body))
+    assert main(["verify", "--run-dir", str(run_dir)]) != 0
+    said = capsys.readouterr().out
+    assert "labelled with another 'topic' model than run.json pins" in said, said
+    weights = tmp_path / "w.json"
+    weights.write_text(json.dumps([{"domain": "a", "weight": 1.0}]))
+    ask = ["select", "--run-dir", str(run_dir), "--name", "s9", "--weights", str(weights),
+           "--tokens", "20", "--classifier", "topic"]  # fmt: skip
+    assert main(ask) == 0
+    out = capsys.readouterr().out
+    rel = next(r for r in json.loads(main_json(run_dir, "s9"))["left_out"])
+    assert other.name.startswith(Path(rel).name), (rel, other)
+    assert "1 file(s) left out, as their labels are not the run's" in out, out
+    assert "labelled with another 'topic' model than run.json pins" in out, out
+    assert f"shardwise verify --run-dir {run_dir} --repair" in out, out
+    files = selection.root(run_dir, "s9") / selection.FILES_DIR
+    assert not (files / f"{rel}.parquet").exists()
+    records = [selection.load_shard(run_dir, "s9", s) for s in (0, 1)]
+    assert all(rel not in (r.read or {}) for r in records if r)
+    # domains: its shard's summary made again from the files as they are (a job that
+    # finds them done, without the journal of the job that labelled them)
+    shard = body["shard"]
+    markers.shard_marker_path(run_dir, shard).unlink()
+    journal.journal_path(run_dir, shard).unlink()
+    label(run_dir, [shard])
+    capsys.readouterr()
+    assert main(["domains", "--run-dir", str(run_dir), "--format", "json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    said = [n for n in notes if "left out, as their labels are not the run's" in n]
+    assert len(said) == 1 and f"({rel}; {rel}: " in said[0], notes
+    assert "labelled with another 'topic' model than run.json pins" in said[0], said
+
+
+def main_json(run_dir: Path, name: str) -> str:
+    """The JSON report of selection ``name``."""
+    path = selection.root(run_dir, name) / "report.json"
+    return path.read_text()

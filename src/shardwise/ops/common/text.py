@@ -49,3 +49,20 @@ def near_labels(label: str, known: Iterable[str]) -> str:
     folded = {k.lower(): k for k in sorted(known)}
     near = [folded[k] for k in difflib.get_close_matches(label.lower(), folded, n=3)]
     return f"; did you mean {', '.join(repr(n) for n in near)}?" if near else ""
+
+
+#: Files a line names before it counts the rest.
+SHOWN_FILES = 5
+
+
+def left_out_line(left_out: dict[str, str], run_dir: str, then: str) -> str:
+    """The files a view took nothing from because their labels are not the run's (no
+    marker, or ``verify`` rejects them: another model or set-up than run.json pins), the
+    first one's reason, and the way out (``then``: what follows the repair and the run):
+    ``select`` and ``domains`` say it alike."""
+    files = sorted(left_out)
+    more = len(files) - SHOWN_FILES
+    shown = ", ".join(files[:SHOWN_FILES]) + (f", and {more:,} more" if more > 0 else "")
+    text = f"{len(files):,} file(s) left out, as their labels are not the run's ({shown}; "
+    text += f"{files[0]}: {left_out[files[0]]}): `shardwise verify --run-dir {run_dir} --repair`"
+    return text + f", run the workflow again, then {then}"

@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 
 from shardwise.config import weborganizer_labels
 from shardwise.errors import DomainsError
+from shardwise.ops.common.text import left_out_line
 from shardwise.ops.domains.estimate import Estimate, Population, Sample, estimate
 from shardwise.run import opened, summaries
 from shardwise.run import plan as run_plan
@@ -43,6 +44,9 @@ class DomainData:
     summaries: list[summaries.Summary]
     task_index: list[np.ndarray]  # per summary: its task -> global task index (-1: unknown)
     incomplete_tasks: int  # tasks of summarized shards with a file lacking counts
+    #: Files whose labels are not the run's (another model or set-up than run.json pins,
+    #: found by their shard's job): not counted, and why.
+    rejected_files: dict[str, str] = field(default_factory=dict)
 
     def views(self) -> list[str]:
         """Views present in the summaries, classifiers first, in first-seen order."""
@@ -99,6 +103,7 @@ def load(run: Path | opened.OpenRun) -> DomainData:
         summaries=got,
         task_index=task_index,
         incomplete_tasks=sum(len(s.incomplete_tasks) for s in got),
+        rejected_files={rel: why for s in got for rel, why in s.rejected_files.items()},
     )
 
 
@@ -314,6 +319,9 @@ def compute(
     if data.incomplete_tasks:
         text = f"{data.incomplete_tasks:,} task(s) of finished shards have a file without "
         notes.append(text + "label counts: counted as not labelled")
+    if data.rejected_files:
+        then = "`shardwise domains` again (the shards count them anew)"
+        notes.append(left_out_line(data.rejected_files, str(data.run_dir), then))
     if data.quarantined_tasks:
         text = f"{data.quarantined_tasks:,} task(s) with quarantined files are left out of "
         notes.append(text + "the corpus (quarantine.json)")

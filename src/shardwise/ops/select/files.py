@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from tqdm import tqdm
 
 from shardwise.errors import ConfigError
-from shardwise.run import dolma, plan, selection, sidecar, summaries
+from shardwise.run import dolma, outputs, plan, selection, sidecar, summaries
 from shardwise.run.opened import OpenRun
 from shardwise.run.selection import SelectionPlan, ShardSelection
 from shardwise.store.atomic import write_atomic
@@ -28,9 +28,11 @@ from shardwise.store.location import Location
 
 @dataclass(frozen=True, kw_only=True)
 class FileSelection:
-    """One file's documents: each one's domain (-1: none of the plan's), tokens, copies."""
+    """One file's documents: each one's domain (-1: none of the plan's), tokens, copies;
+    ``identity``: its sidecar's as it was when read (``run/freshness.py``)."""
 
     rel: str
+    identity: str
     ids: list[str | None]
     domain: np.ndarray  # int64
     tokens: np.ndarray  # int64
@@ -66,7 +68,8 @@ def select_file(
     same file gives the same selection whatever other files exist)."""
     where = output.url(rel + sidecar.SUFFIX)
     wanted = ["id", *(f"{a}_label" for a in sel.axes), sidecar.TOKENS]
-    raw = output.read_bytes(rel + sidecar.SUFFIX)
+    identity = plan.identity(*output.entry(rel + sidecar.SUFFIX))  # before the read: a
+    raw = output.read_bytes(rel + sidecar.SUFFIX)  # relabel between shows as a change
     table = sidecar.read_columns(raw, wanted, where, optional=(sidecar.ID_JSON,))
     ids = table["id"].to_pylist()
     typed = sidecar.typed_ids(ids, {c: table[c] for c in table.column_names})
@@ -76,6 +79,7 @@ def select_file(
     tokens = table[sidecar.TOKENS].to_numpy(zero_copy_only=False).astype(np.int64)
     return FileSelection(
         rel=rel,
+        identity=identity,
         ids=ids,
         domain=domain,
         tokens=tokens,
@@ -96,6 +100,17 @@ def files_to_select(run: OpenRun, sel: SelectionPlan, shard: int) -> list[str]:
     return [f for f, t in pairs if t in complete and t not in bad_tasks]
 
 
+def rejected(run: OpenRun, rel: str) -> str | None:
+    """Why the labels of ``rel`` are not the run's now, or None: no marker vouches for
+    them (repaired, or being relabelled), or ``verify`` rejects them as another model's
+    or set-up's than run.json pins (``outputs.label_problems``, the check it makes). A
+    selection takes no document from such a file."""
+    if not run.output.exists(outputs.MARKER.rel(rel)):
+        return "no marker vouches for its labels (repaired, or being relabelled)"
+    found = outputs.label_problems(run.output, rel, run.meta.labelling, run.meta.models)
+    return "; ".join(found) if found else None
+
+
 def _write(run_dir: Path, sel: SelectionPlan, one: FileSelection, attrs: Location | None) -> None:
     """A file's selection Parquet, and its repeat counts where dolma mix reads them."""
     table = selection.file_table(one.ids, one.repeats)
@@ -104,6 +119,16 @@ def _write(run_dir: Path, sel: SelectionPlan, one: FileSelection, attrs: Locatio
     if attrs is not None and dolma.applies(one.rel):
         ids = one.ids if one.json_ids is None else one.json_ids
         attrs.write_bytes(one.rel, selection.attributes_bytes(one.rel, ids, one.repeats, sel.name))
+
+
+def _unwrite(run_dir: Path, sel: SelectionPlan, rel: str, attrs: Location | None) -> None:
+    """Remove what an earlier pass over a file left out now wrote of it (its selection
+    Parquet, its repeat counts): a file no document is taken from has neither."""
+    (selection.root(run_dir, sel.name) / selection.FILES_DIR / (rel + ".parquet")).unlink(
+        missing_ok=True
+    )
+    if attrs is not None and dolma.applies(rel) and attrs.exists(rel):
+        attrs.remove(rel)
 
 
 def select_shard(
@@ -121,9 +146,15 @@ def select_shard(
     max_repeats: dict[str, int] = {}
     other = 0
     attrs = attributes_root(ctx, name)
-    files = files_to_select(ctx, sel, shard)
+    files, read, left_out = files_to_select(ctx, sel, shard), {}, {}
     for rel in files:
+        why = rejected(ctx, rel)
+        if why is not None:
+            left_out[rel] = why
+            _unwrite(ctx.run_dir, sel, rel, attrs)
+            continue
         one = select_file(ctx.output, sel, index, rel)
+        read[rel] = one.identity
         _write(ctx.run_dir, sel, one, attrs)
         known = one.domain >= 0
         d, t, k = one.domain[known], one.tokens[known], one.repeats[known].astype(np.int64)
@@ -140,7 +171,7 @@ def select_shard(
     record = ShardSelection(
         shard=shard,
         plan=sel.digest(),
-        files=len(files),
+        files=len(read),
         docs=tuple(docs.tolist()),
         tokens=tuple(tokens.tolist()),
         selected_docs=tuple(taken.tolist()),
@@ -148,22 +179,18 @@ def select_shard(
         selected_tokens=tuple(selected.tolist()),
         max_repeats=max_repeats,
         other_docs=other,
+        read=read,
+        left_out=left_out,
     )
     selection.save_shard(ctx.run_dir, name, record)
     return record
-
-
-def records(run_dir: Path, sel: SelectionPlan) -> dict[int, ShardSelection]:
-    """The shards of the plan selected already (by this plan: another's record not counted)."""
-    got, digest = {s: selection.load_shard(run_dir, sel.name, s) for s in sel.shards}, sel.digest()
-    return {s: r for s, r in got.items() if r is not None and r.plan == digest}
 
 
 def select_missing(run: OpenRun, sel: SelectionPlan, *, jobs: int = 4, progress: bool = True):
     """Select here every shard of the plan not selected yet (resumable: a shard's record
     is written after its files); the shards selected now. The run is opened once: its
     plan and quarantine are read once, not once per shard."""
-    done = records(run.run_dir, sel)  # read once, not once per shard
+    done = selection.shard_records(run.run_dir, sel)  # read once, not once per shard
     todo = [s for s in sel.shards if s not in done]
     if not todo:
         return []

@@ -16,8 +16,8 @@ from shardwise.errors import ConfigError
 from shardwise.ops.common.text import human_count, near_labels
 from shardwise.ops.domains import compute as dom
 from shardwise.planner.extend import change_words
-from shardwise.run import selection, summaries
-from shardwise.run.opened import open_run
+from shardwise.run import freshness, selection, summaries
+from shardwise.run.opened import OpenRun, open_run
 from shardwise.run.runjson import RunMeta
 from shardwise.run.selection import Domain, SelectionPlan
 
@@ -340,6 +340,21 @@ def reselect(run_dir: Path, sel: SelectionPlan) -> str:
     return " ".join(words)
 
 
+def stale_note(ctx: OpenRun, sel: SelectionPlan, fresh: freshness.Freshness) -> str | None:
+    """Why ``sel`` no longer describes the run's labels, and the command that selects
+    anew (None: it still does): the run's input changed since it was made, or a file it
+    read was relabelled, repaired, quarantined or removed since (``fresh``)."""
+    changed = changed_since(ctx.meta, sel)
+    why = []
+    if changed is not None:
+        why.append(f"made before the run changed ({changed}): {consequence(ctx.meta, sel)}")
+    if fresh.stale:
+        why.append(f"{fresh.text()}: the documents it took from them are not what it counted")
+    if not why:
+        return None
+    return "; ".join(why) + f"; select anew: `{reselect(ctx.run_dir, sel)}`"
+
+
 def planned(run_dir: Path, request: Request | None, name: str) -> SelectionPlan:
     """The plan of selection ``name``: made and saved now (``request``), or the one saved;
     a name is planned once (another request's files would mix with its)."""
@@ -351,14 +366,13 @@ def planned(run_dir: Path, request: Request | None, name: str) -> SelectionPlan:
             raise ConfigError(msg)
         return existing
     if existing is not None:
-        meta = open_run(run_dir, settings_required=False).meta
-        changed = changed_since(meta, existing)
-        if changed is not None:
+        ctx = open_run(run_dir, settings_required=False)
+        fresh = freshness.check(ctx, selection.shard_records(run_dir, existing).values())
+        stale = stale_note(ctx, existing, fresh)
+        if stale is not None:
             where = selection.root(run_dir, existing.name)
-            msg = f"selection {name!r} of {run_dir} was made before the run changed ({changed}): "
-            msg += f"{consequence(meta, existing)}. Select over the run as "
-            msg += f"it is now under another name: `{reselect(run_dir, existing)}`; or remove "
-            raise ConfigError(msg + f"{where} to plan {name!r} anew")
+            msg = f"selection {name!r} of {run_dir} no longer describes the run's labels: "
+            raise ConfigError(msg + f"{stale}; or remove {where} to plan {name!r} anew")
     new = plan(run_dir, request)
     if existing is not None:
         weights = [(d.labels, d.weight) for d in existing.domains]

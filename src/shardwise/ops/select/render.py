@@ -15,12 +15,12 @@ import numpy as np
 
 from shardwise.errors import ConfigError
 from shardwise.ops.common import picture
-from shardwise.ops.common.text import human_count
+from shardwise.ops.common.text import human_count, left_out_line
 from shardwise.ops.dolma import exact as dolma_exact
 from shardwise.ops.dolma.mix import check_where_dolma_looks, mix_stream, mix_yaml
 from shardwise.ops.select import plan as planning
-from shardwise.ops.select.files import attributes_root, records, select_missing, select_shard
-from shardwise.run import dolma, selection
+from shardwise.ops.select.files import attributes_root, select_missing, select_shard
+from shardwise.run import dolma, freshness, selection
 from shardwise.run.opened import OpenRun, open_run
 from shardwise.run.selection import SelectionPlan, ShardSelection
 
@@ -69,7 +69,10 @@ class Report:
     files_root: str
     mix_config: str | None = None  # where the dolma mix config was written
     mix_note: str | None = None  # why none was
-    run_changed: str | None = None  # how the run changed since, and how to select anew
+    run_changed: str | None = None  # why it is stale (the run or its labels changed since)
+    stale_files: dict[str, str] | None = None  # each file it read that changed, and how
+    left_out: dict[str, str] | None = None  # files whose labels verify rejects: not read
+    run_dir: str = ""
 
     @property
     def complete(self) -> bool:
@@ -145,6 +148,8 @@ def lines(r: Report, *, top: int | None = TOP) -> list[str]:
     head = [f"{text}seed {r.seed}){scope}"]
     if r.run_changed:
         head.append(f"  ! {r.run_changed}")
+    if r.left_out:
+        head.append(f"  ! {left_out_line(r.left_out, r.run_dir, _SELECT_ANEW)}")
     if not r.complete:
         text = f"  {r.shards_selected:,} of {r.shards_planned:,} shard(s) selected so far: the "
         text += "figures below grow until all are (shardwise select --name or snakemake select_all)"
@@ -199,19 +204,29 @@ def mix_config(
     return {"streams": streams, "processes": 1}, None
 
 
+#: What follows repairing the labels a selection left out.
+_SELECT_ANEW = "select anew under another name"
+#: Why a stale selection has no runnable mix config.
+_STALE_MIX = "{} is kept refused by dolma mix (the config as it was: mix.yaml.stale beside it)"
+
+
 def finish(run_dir: Path, sel: SelectionPlan, mix_output: str | None = None) -> Report:
     """The report of ``sel`` as far as it is selected; with every shard selected also
     its mix config (``mix.yaml``), ``report.json`` and the picture."""
     ctx = open_run(run_dir)
-    got = records(ctx.run_dir, sel)
+    got = selection.shard_records(ctx.run_dir, sel)
     base = selection.root(ctx.run_dir, sel.name)
     report = build(sel, got, str(base / selection.FILES_DIR))
-    changed = planning.changed_since(ctx.meta, sel)
-    if changed is not None:
-        note = f"made before the run changed ({changed}): "
-        note += f"{planning.consequence(ctx.meta, sel)}; select anew: "
-        note += f"`{planning.reselect(ctx.run_dir, sel)}`"
-        report = Report(**{**vars(report), "run_changed": note})
+    fresh = freshness.check(ctx, got.values())
+    stale = planning.stale_note(ctx, sel, fresh)
+    left_out = {rel: why for r in got.values() for rel, why in (r.left_out or {}).items()}
+    report = Report(
+        **{**vars(report), "run_changed": stale, "stale_files": fresh.changed}
+        | {"left_out": left_out, "run_dir": str(ctx.run_dir)}
+    )
+    if stale is not None:  # never rewritten into a runnable config: kept refused
+        selection.retire_mix_config(ctx.run_dir, sel.name, stale)
+        return Report(**{**vars(report), "mix_note": _STALE_MIX.format(base / selection.MIX_YAML)})
     if not report.complete:
         return report
     config, note = mix_config(ctx, sel, got, mix_output or str(base.absolute() / "mix"))

@@ -94,7 +94,7 @@ def verify_run(
         )
 
     marked = sorted(rel for rel, kinds in found.items() if outputs.MARKER.name in kinds)
-    report.files_marked = len(marked)
+    report.files_marked = sum(rel not in left_out for rel in marked)  # as coverage counts
     listed = _check_identities(report, ctx, table, set(marked))
     _check_drift(report, ctx, set(planned), listed, set(left_out))
     for rel, kinds in sorted(found.items()):

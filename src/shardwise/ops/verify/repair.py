@@ -13,7 +13,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shardwise.ops.verify.check import VerifyReport
-from shardwise.run import changes, context, journal, markers, outputs, plan, runjson
+from shardwise.run import (
+    changes,
+    context,
+    freshness,
+    journal,
+    markers,
+    outputs,
+    plan,
+    runjson,
+    selection,
+)
 from shardwise.run import state as run_state
 from shardwise.run.opened import OpenRun, open_run
 from shardwise.store.location import Location
@@ -43,6 +53,12 @@ def repair(run_dir: Path, report: VerifyReport) -> list[str]:
             for url in outputs.rebuild(ctx.roots(), rel, ctx.settings.dolma_name)
         ]
     _take_identities(ctx, report.changed)  # relabelled as they are now
+    for name in freshness.retire_stale(ctx) if report.broken_files else ():
+        mix = selection.root(run_dir, name) / selection.MIX_YAML
+        removed.append(
+            f"retired {mix}: selection {name!r} read labels repaired now, so dolma mix "
+            f"refuses it (`shardwise select --run-dir {run_dir} --name {name}` says what to do)"
+        )
     return removed
 
 

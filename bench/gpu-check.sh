@@ -3,7 +3,9 @@
 #   bench/gpu-check.sh --prepare   here, with network: bench/.gpu-wheels/ (ignored by git, under
 #                                  64 MiB): what a GPU node without network lacks to run --quick
 #   bench/gpu-check.sh --quick     on the GPU node: installs from bench/.gpu-wheels/ and prints
-#                                  one JSON of per-classifier figures in at most 5 minutes
+#                                  one JSON of per-classifier figures in at most 5 minutes, the
+#                                  install included; the summary so far is kept after every
+#                                  section in $OUT/gpu-quick.json (OUT set) or bench/out/
 #   bench/gpu-check.sh [--cpu] ... the full check (8-10 minutes; the repo's venv), e.g.
 #     srun --gres=gpu:1 --cpus-per-task=8 --mem=64G --time=15 bench/gpu-check.sh > gpu-check.json
 # Options of the full check go to bench/gpu_check.py (--help); --cpu is CI's smoke run.
@@ -52,17 +54,27 @@ prepare() {
 
 quick() {
   local py; py=$(python_here)
+  # One wall-clock deadline for the whole check, install included (a lent GPU call is 5
+  # minutes): every step below gets what is left of it, and no section starts that cannot
+  # end by it (gpu_quick.py --deadline). The summary so far is kept after every section.
+  local deadline=$(( $(date +%s) + ${SHARDWISE_GPU_QUICK_S:-300} ))
+  left() { local n=$(( deadline - $(date +%s) )); if [ "$n" -lt 1 ]; then n=1; fi; echo "$n"; }
   # No CUDA: one line, within seconds, before anything is installed.
-  PYTHONPATH=bench timeout 60 "$py" -c 'import gpu_quick; gpu_quick.cuda_or_exit()'
+  local first; first=$(left); if [ "$first" -gt 60 ]; then first=60; fi
+  PYTHONPATH=bench timeout "$first" "$py" -c 'import gpu_quick; gpu_quick.cuda_or_exit()'
   if [ -d "$WHEELS" ] && ls "$WHEELS"/*.whl >/dev/null 2>&1; then
     rm -rf "$SITE"
-    "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-      --target "$SITE" "$WHEELS"/*.whl
+    timeout "$(left)" "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+      --upgrade --target "$SITE" "$WHEELS"/*.whl
     export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
   else
     echo "gpu-check --quick: no $WHEELS (bench/gpu-check.sh --prepare makes it): using what is installed" >&2
   fi
-  PYTHONPATH="bench:${PYTHONPATH:-}" exec timeout 290 "$py" bench/gpu_quick.py "$@"
+  # Every missing module or too-old package in one line, before any section.
+  PYTHONPATH="bench:${PYTHONPATH:-}" timeout "$(left)" "$py" -c \
+    'import gpu_quick; gpu_quick.preflight_or_exit()'
+  PYTHONPATH="bench:${PYTHONPATH:-}" exec timeout "$(left)" "$py" bench/gpu_quick.py \
+    --deadline "$deadline" "$@"
 }
 
 case "${1:-}" in

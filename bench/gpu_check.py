@@ -57,6 +57,7 @@ from synthetic import (
     trained_models,
 )
 
+from shardwise.classify import gpubudget
 from shardwise.classify.batching import DEFAULT_MAX_BATCH_DOCS, BatchPolicy
 from shardwise.classify.device import select_device, select_dtype
 from shardwise.classify.engine import ClassifierSpec, Engine, Prepared
@@ -93,12 +94,27 @@ REQUIRED_AGREEMENT = 0.999
 
 @dataclass
 class Check:
-    """The summary being built, the failures found, and the time left."""
+    """The summary being built, the failures found, and the time left. ``keep``: where the
+    summary so far is written after every section (a kill loses only the section it cut)."""
 
     cuda: bool
     deadline: float
     summary: dict[str, Any] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
+    keep: Path | None = None
+
+    def result(self) -> dict[str, Any]:
+        """The summary as printed: ok, the failures, every section so far."""
+        return {"ok": not self.failures, "failures": self.failures, **self.summary}
+
+    def save(self) -> None:
+        """Write the summary so far to ``keep`` (atomically: a kill never leaves half)."""
+        if self.keep is None:
+            return
+        self.keep.parent.mkdir(parents=True, exist_ok=True)
+        part = self.keep.with_name(self.keep.name + ".part")
+        part.write_text(json.dumps(self.result(), indent=1, default=str) + "\n")
+        part.replace(self.keep)
 
     def fail(self, what: str) -> None:
         self.failures.append(what)
@@ -108,24 +124,34 @@ class Check:
         if not condition:
             self.fail(what)
 
-    def section(self, name: str, fn: Callable[[], dict[str, Any]], *, cuda_only: bool = False):
-        """Run one section; its failure (an exception) is recorded and the next one runs."""
+    def section(
+        self,
+        name: str,
+        fn: Callable[[], dict[str, Any]],
+        *,
+        cuda_only: bool = False,
+        needs_s: float = 0.0,
+    ):
+        """Run one section; its failure (an exception, or ``SystemExit`` from code it
+        calls) is recorded and the next one runs. A section that cannot finish by the
+        deadline (``needs_s``: its estimate) does not start. The summary so far is kept
+        after each (:meth:`save`)."""
         if cuda_only and not self.cuda:
             self.summary[name] = {"skipped": "needs CUDA"}
-            return
-        if time.monotonic() > self.deadline:
-            self.summary[name] = {"skipped": "out of time"}
+        elif time.monotonic() + needs_s > self.deadline:
+            self.summary[name] = {"skipped": f"out of time (needs ~{needs_s:.0f} s)"}
             self.fail(f"{name}: not run, out of time")
-            return
-        started = time.monotonic()
-        log(f"{name} ...")
-        try:
-            result = fn()
-        except Exception as exc:  # noqa: BLE001 - every section reports, the next one runs
-            result = {"error": f"{type(exc).__name__}: {exc}"}
-            self.fail(f"{name}: {type(exc).__name__}: {exc}")
-        result["seconds"] = round(time.monotonic() - started, 1)
-        self.summary[name] = result
+        else:
+            started = time.monotonic()
+            log(f"{name} ...")
+            try:
+                result = fn()
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - every section reports
+                result = {"error": f"{type(exc).__name__}: {exc}"}
+                self.fail(f"{name}: {type(exc).__name__}: {exc}")
+            result["seconds"] = round(time.monotonic() - started, 1)
+            self.summary[name] = result
+        self.save()
 
 
 def log(message: str) -> None:
@@ -147,6 +173,7 @@ def environment(check: Check) -> dict[str, Any]:
     }
     device = select_device("auto")
     out["auto_device"] = str(device)
+    out.update(attention_facts())
     if not check.cuda:
         check.expect(device.type == "cpu", f"--cpu: device auto resolved to {device}")
         return out
@@ -174,6 +201,34 @@ def environment(check: Check) -> dict[str, Any]:
         not torch.backends.cuda.matmul.allow_tf32, "TF32 matmul is on: fp32 would not be fp32"
     )
     return out
+
+
+def attention_facts() -> dict[str, Any]:
+    """What decides the packed path's attention here: torch's ``varlen_attn`` (2.10+),
+    the flash implementation active in the dispatcher (FA2, torch's own, unless one was
+    activated), those registered, and whether FA3's ``flash_attn_interface`` imports."""
+    import importlib.util
+
+    try:
+        from torch.nn.attention.varlen import varlen_attn  # noqa: F401
+    except ImportError:
+        varlen = False
+    else:
+        varlen = True
+    attn = torch.nn.attention
+    current = getattr(attn, "current_flash_attention_impl", None)
+    listed = getattr(attn, "list_flash_attention_impls", None)
+    try:
+        active = current() if current is not None else None
+        impls = sorted(listed()) if listed is not None else []
+    except Exception as exc:  # noqa: BLE001 - reported, never fatal
+        active, impls = f"unknown ({type(exc).__name__}: {exc})", []
+    return {
+        "varlen_attn": varlen,
+        "flash_impl": active or "FA2 (torch's own)",
+        "flash_impls_registered": impls,
+        "fa3_importable": importlib.util.find_spec("flash_attn_interface") is not None,
+    }
 
 
 def cuda_tests(check: Check) -> dict[str, Any]:
@@ -377,7 +432,7 @@ def probe(check: Check, setup: Setup) -> dict[str, Any]:
     out = {}
     for masked in (True, False):
         started = time.perf_counter()
-        budget, kernel = engine._probe_budget(masked=masked)
+        budget, kernel = gpubudget.probe_budget(engine, masked=masked)
         out["masked" if masked else "unmasked"] = {
             "budget_tokens": budget,
             "kernel": kernel,

@@ -127,3 +127,68 @@ def test_quick_sections_run_on_the_cpu_at_a_tiny_shape(tmp_path: Path) -> None:
     assert set(summary["agreement"]["format"]) == {"bf16_padded", "bf16_packed"}
     jobs = summary["startup"]["jobs"]
     assert len(jobs) == 2 and all(0 < job["share"] < 1 for job in jobs)
+
+
+def _bench_module(name: str):
+    """A module of bench/ (not a package), imported as the check imports it."""
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        return __import__(name)
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+
+
+def test_a_section_that_exits_is_recorded_and_the_summary_so_far_is_kept(tmp_path: Path) -> None:
+    gpu_check = _bench_module("gpu_check")
+    keep = tmp_path / "out" / "gpu-quick.json"
+    check = gpu_check.Check(cuda=False, deadline=time.monotonic() + 60, keep=keep)
+
+    def exits() -> dict:
+        raise SystemExit(2)  # what a failing start-up child raises
+
+    check.section("first", lambda: {"value": 1})
+    assert json.loads(keep.read_text())["first"]["value"] == 1  # kept before the next one
+    check.section("exits", exits)
+    check.section("after", lambda: {"value": 3})
+    check.section("late", lambda: {"value": 4}, needs_s=3600)  # cannot end by the deadline
+    kept = json.loads(keep.read_text())
+    assert kept["exits"]["error"] == "SystemExit: 2" and kept["after"]["value"] == 3
+    assert kept["late"]["skipped"].startswith("out of time") and not kept["ok"]
+    assert kept["failures"] == ["exits: SystemExit: 2", "late: not run, out of time"]
+
+
+def test_the_preflight_names_every_missing_module_in_one_line(monkeypatch, capsys) -> None:
+    gpu_quick = _bench_module("gpu_quick")
+    monkeypatch.setattr(
+        gpu_quick, "NEEDED", (*gpu_quick.NEEDED, ("no_such_mod_a", "a"), ("no_such_mod_b", "b"))
+    )
+    with pytest.raises(SystemExit) as stopped:
+        gpu_quick.preflight_or_exit()
+    assert stopped.value.code == 3
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "no_such_mod_a missing" in line and "no_such_mod_b missing" in line
+    assert "bench/gpu-check.sh --prepare" in line
+
+
+@pytest.mark.slow
+def test_a_quick_check_killed_partway_leaves_its_summary_so_far(tmp_path: Path) -> None:
+    """``kill -9`` once the first section is kept (the event): ``$OUT/gpu-quick.json``
+    holds every section that ended, as valid JSON."""
+    env = _env(tmp_path) | {"OUT": str(tmp_path / "out")}
+    keep = tmp_path / "out" / "gpu-quick.json"
+    proc = subprocess.Popen(
+        [sys.executable, "gpu_quick.py", "--cpu"],
+        cwd=REPO / "bench",
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        while not keep.exists() and proc.poll() is None:
+            time.sleep(0.05)
+    finally:
+        proc.kill()
+        proc.wait()
+    kept = json.loads(keep.read_text())
+    assert kept["environment"]["auto_device"] == "cpu"
+    assert {"varlen_attn", "flash_impl", "fa3_importable"} <= set(kept["environment"])

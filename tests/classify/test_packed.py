@@ -4,6 +4,7 @@ choice of forward, and the self-check that sends a job back to padded batches.""
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -116,15 +117,54 @@ def test_fusing_shares_the_weights_with_the_padded_forward(model_paths, cache_ro
     ],
 )
 def test_the_choice_of_forward(setting, cuda, half, unsupported, mode) -> None:
-    choice = attention.choose(setting, cuda=cuda, half=half, unsupported=unsupported)
+    device = attention.DeviceFacts(cuda=cuda, half=half, capability=(9, 0) if cuda else None)
+    choice = attention.choose(setting, device, unsupported)
     assert choice.mode == mode and choice.reason
 
 
+H100 = attention.DeviceFacts(cuda=True, half=True, capability=(9, 0), torch_version="2.13.0")
+
+
+@pytest.mark.parametrize(
+    ("device", "said"),
+    [
+        (replace(H100, varlen=False, torch_version="2.8.0"),
+         "auto: torch 2.8.0 has no torch.nn.attention.varlen (2.10+), so packed batches would "
+         "run the slow reference attention"),
+        (replace(H100, capability=(7, 0)),
+         "auto: compute capability 7.0: the varlen flash kernel needs 8.0 (Ampere+)"),
+        (replace(H100, half=False), "auto: float32 (the varlen kernel needs half precision)"),
+        (replace(H100, decided_before="the packed self-check failed on NVIDIA H100 before"),
+         "auto: the packed self-check failed on NVIDIA H100 before"),
+    ],
+)  # fmt: skip
+def test_auto_is_padded_where_the_flash_kernel_cannot_run_with_the_reason(device, said) -> None:
+    assert attention.choose("auto", device, []) == attention.Choice("padded", said)
+    assert attention.choose("packed", device, []).mode == "packed"  # asked for: it runs
+
+
+def test_auto_is_packed_on_a_gpu_whose_kernel_runs() -> None:
+    assert attention.choose("auto", H100, []).mode == "packed"
+    assert attention.choose("auto", replace(H100, capability=(8, 0)), []).mode == "packed"
+
+
+def test_the_self_check_has_one_long_row() -> None:
+    lengths = np.array([40, 9000, 700, 12], np.int32)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    stream = TokenStream(
+        ids=np.arange(offsets[-1], dtype=np.int32), offsets=offsets, lengths=lengths, pad_id=0
+    )
+    got = attention.sample(stream)
+    assert got.lengths.tolist() == [4096, 512, 512, 40, 12]  # the longest twice: long, then cut
+    assert got.ids[:4096].tolist() == list(range(40, 40 + 4096))
+
+
 def test_packed_refuses_a_model_that_is_not_gte() -> None:
+    device = attention.DeviceFacts(cuda=False, half=False)
     with pytest.raises(ValueError, match=r"classifier\(s\) mine are not GTE.*use auto or padded"):
-        attention.choose("packed", cuda=False, half=False, unsupported=["mine"])
+        attention.choose("packed", device, ["mine"])
     with pytest.raises(ValueError, match="expected one of"):
-        attention.choose("flash", cuda=False, half=False, unsupported=[])
+        attention.choose("flash", device, [])
 
 
 def test_the_self_check_compares_labels_outside_near_ties() -> None:
@@ -207,7 +247,7 @@ def test_a_wrong_packed_forward_is_caught_by_the_self_check(
 
 
 def test_packed_on_a_model_that_is_not_gte_is_refused(model_paths, cache_root, monkeypatch):
-    monkeypatch.setattr("shardwise.classify.engine.supports", lambda model: False)
+    monkeypatch.setattr("shardwise.classify.forwardchoice.supports", lambda model: False)
     with pytest.raises(ModelError, match="inference.attention packed: classifier"):
         _engine(model_paths, cache_root, "packed")
     assert _engine(model_paths, cache_root, "auto").attention.mode == "padded"

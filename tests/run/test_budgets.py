@@ -98,3 +98,20 @@ def test_without_a_directory_it_probes(tmp_path: Path) -> None:
     probe = Probe()
     assert not budgets.cached(None, H100, probe)[1] and not budgets.cached(None, H100, probe)[1]
     assert probe.calls == 2
+
+
+def test_a_padded_verdict_is_read_back_for_its_kind_of_gpu_only(tmp_path: Path) -> None:
+    """``auto``'s padded verdict (a failed self-check, a kernel the GPU lacks), recorded by
+    the first job of a kind of GPU: later jobs of that kind read it, others do not."""
+    assert budgets.attention_verdict(tmp_path, H100) is None
+    why = "the packed self-check failed (topic: 3 label(s) differ)"
+    where = budgets.record_attention(tmp_path, H100, why, "2026-12-06T23:00:00+00:00")
+    assert where is not None and where.name.startswith("attention-")
+    got = budgets.attention_verdict(tmp_path, H100)
+    assert got is not None and got.reason == why
+    other = dataclasses.replace(H100, gpu="Tesla V100-SXM2-32GB")
+    assert budgets.attention_verdict(tmp_path, other) is None
+    assert budgets.cached(tmp_path, H100, Probe())[1] is False  # not a budget record
+    where.write_text("{not json")
+    assert budgets.attention_verdict(tmp_path, H100) is None  # damaged: decided again
+    assert budgets.record_attention(None, H100, why, "") is None  # nowhere to keep it

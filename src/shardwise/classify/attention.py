@@ -1,12 +1,15 @@
 """Which forward a job runs (``inference.attention``), and the packed path's self-check.
 
 ``auto`` runs packed batches (``classify/packed.py``) where they pay: on CUDA, in half
-precision, with every classifier a native GTE; ``packed`` runs them anywhere (the CPU's
-reference attention is slow). A kernel bug would label silently, so once per job, before
-any packed batch, one small batch of the job's own documents goes through both forwards:
-the labels must agree (but for near ties, which half precision cannot decide anyway) and
-the probabilities stay within :data:`TOLERANCE`. A failure or an exception means padded
-batches for the rest of the job, said in one console line (docs/engine.md).
+precision, with every classifier a native GTE, where torch has ``varlen_attn`` (2.10+) and
+the GPU the flash kernel (capability 8.0+); elsewhere padded, the reason in the stats.
+``packed`` runs them anywhere (the CPU's reference attention is slow). A kernel bug
+would label silently, so once per job, before any packed batch, one small batch of the
+job's own documents (one of them long) goes through both forwards: the labels must agree
+(but for near ties, which half precision cannot decide anyway) and the probabilities stay
+within :data:`TOLERANCE`. A failure or an exception means padded
+batches for the rest of the job, said in one console line and recorded for this kind of
+GPU (``run/budgets.py``): later jobs go padded without repeating it (docs/engine.md).
 """
 
 from dataclasses import dataclass
@@ -20,9 +23,28 @@ MODES = ("auto", "padded", "packed")
 #: Largest probability difference the self-check accepts between the two forwards: half
 #: precision's own error on these models is of this size (docs/engine.md).
 TOLERANCE = 0.02
-#: The self-check's batch: this many documents spread over the lengths, cut to this length.
+#: The self-check's batch: this many documents spread over the lengths, cut to this length,
+#: and the job's longest document up to :data:`CHECK_LONG_TOKENS` (positions past 512 are
+#: where a rope or a tile bug would show).
 CHECK_DOCS = 8
 CHECK_TOKENS = 512
+CHECK_LONG_TOKENS = 4096
+#: The varlen flash kernel's least compute capability (FlashAttention-2: Ampere).
+FLASH_CAPABILITY = (8, 0)
+
+
+@dataclass(frozen=True)
+class DeviceFacts:
+    """What decides the forward on a device: CUDA or not, half precision, the compute
+    capability (None off CUDA), whether torch has ``varlen_attn`` (2.10+), and the
+    padded verdict an earlier job recorded for this kind of GPU (``run/budgets.py``)."""
+
+    cuda: bool
+    half: bool
+    capability: tuple[int, int] | None = None
+    varlen: bool = True
+    torch_version: str = ""
+    decided_before: str | None = None
 
 
 @dataclass(frozen=True)
@@ -34,9 +56,12 @@ class Choice:
     reason: str
 
 
-def choose(setting: str, *, cuda: bool, half: bool, unsupported: list[str]) -> Choice:
-    """The forward for ``inference.attention`` = ``setting`` on this device and dtype;
-    ``unsupported``: the classifiers that are not a native GTE (ValueError with ``packed``)."""
+def choose(setting: str, device: DeviceFacts, unsupported: list[str]) -> Choice:
+    """The forward for ``inference.attention`` = ``setting`` on ``device``; ``unsupported``:
+    the classifiers that are not a native GTE (ValueError with ``packed``). ``auto`` is
+    packed only where the varlen flash kernel runs (CUDA, half precision, torch with
+    ``varlen_attn``, capability 8.0+) and no earlier job of this kind of GPU found
+    otherwise; everywhere else padded, the reason said."""
     if setting not in MODES:
         raise ValueError(f"inference.attention {setting!r}: expected one of {list(MODES)}")
     if setting == "padded":
@@ -49,19 +74,42 @@ def choose(setting: str, *, cuda: bool, half: bool, unsupported: list[str]) -> C
         return Choice("padded", f"auto: {names} not GTE")
     if setting == "packed":
         return Choice("packed", "inference.attention: packed")
-    if not cuda:
+    return _auto(device)
+
+
+def _auto(device: DeviceFacts) -> Choice:
+    """``auto``'s verdict (:func:`choose`), each padded one with its reason."""
+    if not device.cuda:
         return Choice("padded", "auto: not on CUDA")
-    if not half:
+    if not device.half:
         return Choice("padded", "auto: float32 (the varlen kernel needs half precision)")
+    if not device.varlen:
+        why = f"auto: torch {device.torch_version} has no torch.nn.attention.varlen (2.10+), "
+        return Choice("padded", why + "so packed batches would run the slow reference attention")
+    if device.capability is not None and device.capability < FLASH_CAPABILITY:
+        major, minor = device.capability
+        why = f"auto: compute capability {major}.{minor}: the varlen flash kernel needs "
+        return Choice("padded", why + f"{FLASH_CAPABILITY[0]}.{FLASH_CAPABILITY[1]} (Ampere+)")
+    if device.decided_before is not None:
+        return Choice("padded", f"auto: {device.decided_before}")
     return Choice("packed", "auto: CUDA in half precision")
 
 
 def sample(stream: TokenStream) -> TokenStream:
-    """The self-check's documents: up to :data:`CHECK_DOCS` of ``stream`` spread from the
-    longest to the shortest, each cut to :data:`CHECK_TOKENS`, longest first."""
+    """The self-check's documents: the longest of ``stream`` cut to
+    :data:`CHECK_LONG_TOKENS`, then up to :data:`CHECK_DOCS` spread from the longest to
+    the shortest, each cut to :data:`CHECK_TOKENS`, longest first."""
     order = np.argsort(-stream.lengths, kind="stable")
     picks = order[spread(len(order), CHECK_DOCS)]
-    pieces = [stream.ids[stream.offsets[i] : stream.offsets[i] + CHECK_TOKENS] for i in picks]
+    cuts = [(int(i), CHECK_TOKENS) for i in picks]
+    if len(order) and int(stream.lengths[order[0]]) > CHECK_TOKENS:
+        cuts.insert(0, (int(order[0]), CHECK_LONG_TOKENS))
+    # each piece within its own document (a shorter one is whole, never its neighbours')
+    ends = [min(cut, int(stream.lengths[i])) for i, cut in cuts]
+    pieces = [
+        stream.ids[stream.offsets[i] : stream.offsets[i] + n]
+        for (i, _), n in zip(cuts, ends, strict=True)
+    ]
     lengths = np.array([len(p) for p in pieces], dtype=np.int32)
     offsets = np.zeros(len(pieces) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from shardwise.classify import attention
+from shardwise.classify import attention, forwardchoice, gpubudget
 from shardwise.classify.batching import BatchPolicy, CannotShrinkError
 from shardwise.classify.calibration import FALLBACK_SHARE, Calibration
 from shardwise.classify.device import (
@@ -28,13 +28,12 @@ from shardwise.classify.device import (
     collate,
     dtype_name,
     key_mask,
-    probe_rows,
     select_device,
     select_dtype,
     strict_fp32,
 )
 from shardwise.classify.models import LoadedClassifier, load_classifier
-from shardwise.classify.packed import PackedGte, pack, supports
+from shardwise.classify.packed import PackedGte, pack
 from shardwise.classify.recheck import (
     AUTO,
     WARN_ERROR_FACTOR,
@@ -53,7 +52,6 @@ from shardwise.classify.tokenization import (
 from shardwise.config import InferenceSettings
 from shardwise.errors import DeviceError, ModelError
 from shardwise.run import budgets
-from shardwise.run.failures import first_line
 from shardwise.run.sidecar import label_columns
 
 log = logging.getLogger("shardwise.classify.engine")
@@ -67,10 +65,6 @@ CPU_BATCH_COST = 128
 #: On CUDA the per-batch cost is the budget divided by this: a batch must save that share of a
 #: full batch in padding to be worth a forward of its own (launch overhead, an under-filled GPU).
 CUDA_BATCH_COST_DIVISOR = 64
-#: Upper bound of the CUDA probe: beyond this a bigger batch does not run faster.
-CUDA_MAX_BATCH_TOKENS = 1 << 19
-#: Fraction of free GPU memory the first probe candidate is sized for.
-_PROBE_MEMORY_FRACTION = 0.6
 #: Called before every forward with ``(rows, padded_tokens)``; may raise to simulate faults.
 ForwardHook = Callable[[int, int], None]
 
@@ -266,9 +260,9 @@ class Engine:
             forward_hook=forward_hook,
             cache_root=cache_root,
         )
-        engine.attention = _choose_attention(classifiers, settings.attention, device, dtype)
-        engine.fp32_matmul_ok = not fp32_problem
         engine._budget_dir = budget_dir
+        engine.attention = forwardchoice.choose(engine, capability)
+        engine.fp32_matmul_ok = not fp32_problem
         return engine
 
     @property
@@ -326,7 +320,7 @@ class Engine:
             policy = BatchPolicy(budget=CPU_BATCH_TOKENS)
         else:  # probed once per kind of GPU and set-up: later jobs read the run's record
             budget, self.budget_cached = budgets.cached(
-                self._budget_dir, self._budget_key(), self._timed_probe
+                self._budget_dir, gpubudget.budget_key(self), lambda: gpubudget.timed_probe(self)
             )
             self.probe_s = 0.0 if self.budget_cached else budget.probe_s
             self.attention_kernels["masked"] = budget.kernel
@@ -349,60 +343,6 @@ class Engine:
         assert main.budget is not None  # BatchPolicy holds a budget or a batch size
         budget = max(1, int(main.budget * shrink))
         return BatchPolicy(budget=budget, max_docs=main.max_docs, batch_cost=main.batch_cost)
-
-    def _budget_key(self) -> budgets.BudgetKey:
-        """What the probe's answer depends on: the GPU, the dtype, torch, the longest input
-        and every model copy on the GPU (they take the memory the batches do not get)."""
-        props = torch.cuda.get_device_properties(self.device)
-        copies = {c.spec.model: c.loaded.num_parameters for c in self._classifiers}
-        fp32 = [loaded.num_parameters for loaded in self._fp32.values()]
-        return budgets.BudgetKey(
-            gpu=str(props.name),
-            memory=int(props.total_memory),
-            dtype=self.dtype_name,
-            torch=str(torch.__version__),
-            max_length=max(c.key.max_length for c in self._classifiers),
-            models=tuple(sorted([*copies.values(), *fp32])),
-        )
-
-    def _timed_probe(self) -> tuple[int, str, float]:
-        """:meth:`_probe_budget` with masked batches, and its seconds."""
-        started = time.perf_counter()
-        tokens, kernel = self._probe_budget(masked=True)
-        return tokens, kernel, time.perf_counter() - started
-
-    def _probe_budget(self, *, masked: bool = True) -> tuple[int, str]:
-        """Largest padded-token budget (a multiple of the longest length) that fits, by trial,
-        and the attention kernel the trial used. With ``masked`` the trials carry a key mask
-        as padded batches do: a mask rules out flash attention, and the math kernel's scores
-        need far more memory than a flash probe would measure."""
-        length = max(c.key.max_length for c in self._classifiers)
-        biggest = max(self._classifiers, key=lambda c: c.loaded.num_parameters)
-        config = biggest.loaded.model.config
-        hidden = int(getattr(config, "hidden_size", 768))
-        inner = int(getattr(config, "intermediate_size", 4 * hidden))
-        per_token = torch.tensor([], dtype=self.dtype).element_size() * (8 * hidden + 3 * inner)
-        free, _total = torch.cuda.mem_get_info(self.device)
-        candidate = min(CUDA_MAX_BATCH_TOKENS, int(free * _PROBE_MEMORY_FRACTION / per_token))
-        vocab = int(getattr(config, "vocab_size", 1000))
-        kernels: list[str] = []
-
-        def attempt(rows: int) -> None:
-            ids = torch.randint(5, max(6, vocab), (rows, length), device=self.device)
-            real = torch.ones((rows, length), dtype=torch.bool, device=self.device)
-            mask = key_mask(real, self.dtype) if masked else None
-            recorder = SdpaRecorder()
-            with torch.inference_mode(), recorder:
-                self._forward(biggest.loaded.model, biggest.key_mask_4d, ids, mask)
-            torch.cuda.synchronize(self.device)
-            kernels[:] = recorder.kernels[:1]
-
-        try:
-            rows = probe_rows(attempt, max(1, candidate // length), torch.cuda.empty_cache)
-        except CannotShrinkError as exc:
-            msg = f"model {biggest.spec.model!r}: one document of {length} tokens does not fit "
-            raise ModelError(f"{msg}in GPU memory ({exc})") from None
-        return rows * length, (kernels[0] if kernels else "none")
 
     def _detect_kernels(self) -> None:
         """Record the attention kernel of padded and unpadded batches: it depends on dtype,
@@ -460,38 +400,6 @@ class Engine:
         if self._forward_hook is not None:
             self._forward_hook(rows, tokens)
         return packed.logits(batch)
-
-    def _check_packed(self, prepared: Prepared) -> None:
-        """The self-check (``classify/attention.py``), once per job before any packed
-        batch: a few of the job's documents through both forwards, per distinct model. A
-        failure, or an exception, turns the job to padded batches, said on the console."""
-        checks: dict[str, attention.SelfCheck] = {}
-        for clf in self._classifiers:
-            if clf.packed is None or clf.spec.model in checks:
-                continue
-            sample = attention.sample(prepared.streams[clf.key])
-            rows = np.arange(len(sample.lengths))
-            try:
-                with torch.inference_mode():
-                    width = int(sample.lengths.max())
-                    ids, mask = collate(sample, rows, width, self.dtype, self.device)
-                    padded = self._forward(clf.loaded.model, clf.key_mask_4d, ids, mask, hook=False)
-                    packed = clf.packed.logits(pack(sample, rows, self.device))
-                    pair = padded.cpu().numpy(), packed.cpu().numpy()
-                check = attention.compare(clf.spec.name, *pair)
-            except Exception as exc:  # noqa: BLE001 - any failure of the packed path means padded
-                error = f"{type(exc).__name__}: {first_line(str(exc))}"
-                check = attention.SelfCheck(clf.spec.name, len(rows), error=error)
-            checks[clf.spec.model] = check
-        self.self_checks = list(checks.values())
-        failed = [c for c in self.self_checks if not c.passed]
-        if failed:
-            why = f"{failed[0].classifier}: {failed[0].line()}"
-            self.attention = attention.Choice("padded", f"self-check failed ({why})")
-            for clf in self._classifiers:
-                clf.packed = None
-            text = "inference.attention %s: the packed forward failed its self-check (%s): "
-            log.warning(text + "this job runs padded batches", self.settings.attention, why)
 
     def _pass(
         self,
@@ -671,7 +579,7 @@ class Engine:
         if self._policy is None:
             self._policy = self._make_policy()  # on CUDA: the one-off budget probe (probe_s)
         if self.attention.mode == "packed" and not self.self_checks and prepared.docs:
-            self._check_packed(prepared)
+            forwardchoice.check_packed(self, prepared)
         self._policy.packed = self.attention.mode == "packed"
         started = time.perf_counter()
         result = Inference({}, {}, {}, {})
@@ -814,26 +722,6 @@ def _say_fp32(what: str, share: float, calibration: Calibration | None) -> None:
         threshold,
         100 * FALLBACK_SHARE,
     )
-
-
-def _choose_attention(
-    classifiers: list[_Classifier], setting: str, device: torch.device, dtype: torch.dtype
-) -> attention.Choice:
-    """The job's forward (``inference.attention``); a packed one fuses each model's
-    projections once, here (the padded forward shares the fused weights)."""
-    unsupported = [c.spec.name for c in classifiers if not supports(c.loaded.model)]
-    half = dtype is not torch.float32
-    try:
-        choice = attention.choose(
-            setting, cuda=device.type == "cuda", half=half, unsupported=unsupported
-        )
-    except ValueError as exc:
-        raise ModelError(str(exc)) from None
-    if choice.mode == "packed":
-        fused: dict[str, PackedGte] = {}
-        for clf in classifiers:
-            clf.packed = fused.setdefault(clf.spec.model, PackedGte(clf.loaded.model))
-    return choice
 
 
 def _require_finite(logits: np.ndarray, rows: np.ndarray, what: str, also: str) -> None:

@@ -81,3 +81,54 @@ def cached(
         except OSError:
             pass  # a read-only run directory: the next job probes again, nothing is lost
     return budget, False
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttentionVerdict:
+    """``attention-<key>.json``: why ``inference.attention: auto`` runs padded batches on
+    one kind of GPU (a packed self-check that failed, a kernel the GPU or torch lacks),
+    so later jobs go padded at once instead of repeating it, and say nothing new."""
+
+    key: BudgetKey
+    reason: str
+    at: str
+
+    def to_json(self) -> str:
+        """The record's text."""
+        return json.dumps(asdict(self), sort_keys=True, indent=1) + "\n"
+
+    @classmethod
+    def from_json(cls, raw: str, where: str) -> Self:
+        """The record; RecordError when a field is absent or of the wrong type."""
+        fields = Fields.parse(raw, where)
+        return fields.into(cls, key=fields.sub("key").into(BudgetKey))
+
+
+def verdict_path(directory: Path, key: BudgetKey) -> Path:
+    """Where the attention verdict of ``key`` lies."""
+    return Path(directory) / f"attention-{key.name()}"
+
+
+def attention_verdict(directory: Path | None, key: BudgetKey) -> AttentionVerdict | None:
+    """The padded verdict an earlier job recorded for ``key``; None (none, or damaged)."""
+    if directory is None:
+        return None
+    target = verdict_path(directory, key)
+    try:
+        verdict = AttentionVerdict.from_json(target.read_text("utf-8"), str(target))
+    except (OSError, UnicodeDecodeError, RecordError):
+        return None
+    return verdict if verdict.key == key else None
+
+
+def record_attention(directory: Path | None, key: BudgetKey, reason: str, at: str) -> Path | None:
+    """Record that ``key`` runs padded, and why; where (None: nowhere to write)."""
+    if directory is None:
+        return None
+    target = verdict_path(directory, key)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(target, AttentionVerdict(key=key, reason=reason, at=at).to_json().encode())
+    except OSError:
+        return None  # a read-only run directory: the next job decides again
+    return target

@@ -1,0 +1,109 @@
+"""Which forward a job runs, decided once per kind of GPU: ``attention.choose`` on the
+device's facts (torch's ``varlen_attn``, the compute capability, half precision), each
+model's projections fused where packed runs, and the self-check before the first packed
+batch. A padded verdict of ``auto`` on CUDA (a kernel the GPU or torch lacks, a failed
+self-check) is said once, in the first job that finds it, and recorded beside the batch
+budget (``run/budgets.py``): later jobs of that kind of GPU go padded at once, the
+reason in their stats, and repeat no failing self-check."""
+
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import torch
+
+from shardwise.classify import attention, gpubudget, packed
+from shardwise.classify.device import collate
+from shardwise.classify.packed import PackedGte, pack, supports
+from shardwise.errors import ModelError
+from shardwise.run import budgets
+from shardwise.run.failures import first_line
+
+log = logging.getLogger("shardwise.classify.engine")
+
+
+def choose(engine: Any, capability: tuple[int, int] | None) -> attention.Choice:
+    """The job's forward (``inference.attention``); a packed one fuses each model's
+    projections once, here (the padded forward shares the fused weights)."""
+    classifiers, setting = engine._classifiers, engine.settings.attention
+    unsupported = [c.spec.name for c in classifiers if not supports(c.loaded.model)]
+    cuda = engine.device.type == "cuda"
+    key = gpubudget.budget_key(engine) if cuda and setting == "auto" else None
+    before = budgets.attention_verdict(engine._budget_dir, key) if key is not None else None
+    facts = attention.DeviceFacts(
+        cuda=cuda,
+        half=engine.dtype is not torch.float32,
+        capability=capability,
+        varlen=packed.varlen_attn is not None,
+        torch_version=str(torch.__version__),
+        decided_before=before.reason if before is not None else None,
+    )
+    try:
+        choice = attention.choose(setting, facts, unsupported)
+    except ValueError as exc:
+        raise ModelError(str(exc)) from None
+    if choice.mode == "packed":
+        fused: dict[str, PackedGte] = {}
+        for clf in classifiers:
+            clf.packed = fused.setdefault(clf.spec.model, PackedGte(clf.loaded.model))
+    elif key is not None and before is None and cuda and facts.half and not unsupported:
+        _once(engine, key, choice.reason.removeprefix("auto: "))
+    return choice
+
+
+def _once(engine: Any, key: budgets.BudgetKey, reason: str) -> None:
+    """Record ``auto``'s padded verdict for this kind of GPU and say it: the one console
+    line of a campaign's jobs on it (later ones read the record)."""
+    at = datetime.now(UTC).isoformat(timespec="seconds")
+    where = budgets.record_attention(engine._budget_dir, key, reason, at)
+    kept = f" (recorded in {where}: later jobs on this kind of GPU go padded at once)"
+    log.warning(
+        "inference.attention auto on %s: padded batches: %s%s",
+        engine.device_name,
+        reason,
+        kept if where is not None else "",
+    )
+
+
+def check_packed(engine: Any, prepared: Any) -> None:
+    """The self-check (``classify/attention.py``), once per job before any packed batch:
+    a few of the job's documents (one long) through both forwards, per distinct model. A
+    failure, or an exception, turns the job to padded batches, said on the console; with
+    ``auto`` on CUDA it is recorded, so no later job of this kind of GPU repeats it."""
+    checks: dict[str, attention.SelfCheck] = {}
+    for clf in engine._classifiers:
+        if clf.packed is None or clf.spec.model in checks:
+            continue
+        checks[clf.spec.model] = _check_one(engine, clf, prepared)
+    engine.self_checks = list(checks.values())
+    failed = [c for c in engine.self_checks if not c.passed]
+    if not failed:
+        return
+    why = f"{failed[0].classifier}: {failed[0].line()}"
+    for clf in engine._classifiers:
+        clf.packed = None
+    if engine.settings.attention == "auto" and engine.device.type == "cuda":
+        engine.attention = attention.Choice("padded", f"self-check failed ({why})")
+        _once(engine, gpubudget.budget_key(engine), f"the packed self-check failed ({why})")
+        return
+    engine.attention = attention.Choice("padded", f"self-check failed ({why})")
+    text = "inference.attention %s: the packed forward failed its self-check (%s): "
+    log.warning(text + "this job runs padded batches", engine.settings.attention, why)
+
+
+def _check_one(engine: Any, clf: Any, prepared: Any) -> attention.SelfCheck:
+    """One model's self-check: its sample through the padded and the packed forward."""
+    sample = attention.sample(prepared.streams[clf.key])
+    rows = np.arange(len(sample.lengths))
+    try:
+        with torch.inference_mode():
+            width = int(sample.lengths.max())
+            ids, mask = collate(sample, rows, width, engine.dtype, engine.device)
+            padded = engine._forward(clf.loaded.model, clf.key_mask_4d, ids, mask, hook=False)
+            packed_logits = clf.packed.logits(pack(sample, rows, engine.device))
+            pair = padded.cpu().numpy(), packed_logits.cpu().numpy()
+        return attention.compare(clf.spec.name, *pair)
+    except Exception as exc:  # noqa: BLE001 - any failure of the packed path means padded
+        error = f"{type(exc).__name__}: {first_line(str(exc))}"
+        return attention.SelfCheck(clf.spec.name, len(rows), error=error)

@@ -136,3 +136,11 @@ def test_bench_startup_prints_each_stage_and_the_share_of_a_shard(tmp_path):
                       rf"{NUMBER}% of a 360 s shard", out, re.M)  # fmt: skip
     assert len(rows) == 2, out
     assert "models loaded per job: 4" in out, out
+
+
+def test_bench_cpu_feed_prints_each_stage_the_overlap_and_the_cores(tmp_path):
+    out = bench(tmp_path, "cpu_feed.py", "--docs", "60", "--files", "3")
+    stage = rf"read {NUMBER}(,\d+)*, tokenize {NUMBER}(,\d+)*, write {NUMBER}(,\d+)*"
+    assert re.search(rf"documents/s per core: {stage}; read \+ tokenize", out), out
+    assert re.search(rf"sequential {NUMBER} s, overlapped {NUMBER} s: {NUMBER}x", out), out
+    assert re.search(rf"cores for 930 documents/s: {NUMBER} for the reader thread's", out), out

@@ -39,14 +39,8 @@ class BudgetKey:
         return hashlib.sha256(text.encode()).hexdigest()[:16] + ".json"
 
 
-@dataclass(frozen=True, kw_only=True)
-class Budget:
-    """One probe's answer for one :class:`BudgetKey`."""
-
-    key: BudgetKey
-    tokens: int  # the padded-token budget
-    kernel: str  # the attention kernel the probe's masked batches used
-    probe_s: float  # what the probe cost (what a later job saves)
+class _KeyedRecord:
+    """A record of one :class:`BudgetKey` (its JSON, written and read one way)."""
 
     def to_json(self) -> str:
         """The record's text."""
@@ -57,6 +51,16 @@ class Budget:
         """The record; RecordError when a field is absent or of the wrong type."""
         fields = Fields.parse(raw, where)
         return fields.into(cls, key=fields.sub("key").into(BudgetKey))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Budget(_KeyedRecord):
+    """One probe's answer for one :class:`BudgetKey`."""
+
+    key: BudgetKey
+    tokens: int  # the padded-token budget
+    kernel: str  # the attention kernel the probe's masked batches used
+    probe_s: float  # what the probe cost (what a later job saves)
 
 
 def cached(
@@ -84,7 +88,7 @@ def cached(
 
 
 @dataclass(frozen=True, kw_only=True)
-class AttentionVerdict:
+class AttentionVerdict(_KeyedRecord):
     """``attention-<key>.json``: why ``inference.attention: auto`` runs padded batches on
     one kind of GPU (a packed self-check that failed, a kernel the GPU or torch lacks),
     so later jobs go padded at once instead of repeating it, and say nothing new."""
@@ -92,16 +96,6 @@ class AttentionVerdict:
     key: BudgetKey
     reason: str
     at: str
-
-    def to_json(self) -> str:
-        """The record's text."""
-        return json.dumps(asdict(self), sort_keys=True, indent=1) + "\n"
-
-    @classmethod
-    def from_json(cls, raw: str, where: str) -> Self:
-        """The record; RecordError when a field is absent or of the wrong type."""
-        fields = Fields.parse(raw, where)
-        return fields.into(cls, key=fields.sub("key").into(BudgetKey))
 
 
 def verdict_path(directory: Path, key: BudgetKey) -> Path:

@@ -143,9 +143,16 @@ def test_auto_is_padded_where_the_flash_kernel_cannot_run_with_the_reason(device
     assert attention.choose("packed", device, []).mode == "packed"  # asked for: it runs
 
 
-def test_auto_is_packed_on_a_gpu_whose_kernel_runs() -> None:
-    assert attention.choose("auto", H100, []).mode == "packed"
-    assert attention.choose("auto", replace(H100, capability=(8, 0)), []).mode == "packed"
+def test_auto_is_packed_on_a_gpu_whose_kernel_runs_with_fa3_only_where_it_is() -> None:
+    assert attention.choose("auto", H100, []) == attention.Choice(
+        "packed", "auto: CUDA in half precision"
+    )  # no FA3 installed: torch's own kernel
+    fa3 = attention.choose("auto", replace(H100, fa3=True), [])
+    assert (fa3.mode, fa3.flash) == ("packed", "FA3") and "FlashAttention-3" in fa3.reason
+    a100 = attention.choose("auto", replace(H100, capability=(8, 0), fa3=True), [])
+    assert (a100.mode, a100.flash) == ("packed", "")  # FA3 is Hopper's
+    old = replace(H100, fa3=True, varlen=False)
+    assert attention.choose("auto", old, []).mode == "padded"  # FA3 rides on varlen_attn
 
 
 def test_the_self_check_has_one_long_row() -> None:

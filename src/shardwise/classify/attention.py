@@ -31,6 +31,8 @@ CHECK_TOKENS = 512
 CHECK_LONG_TOKENS = 4096
 #: The varlen flash kernel's least compute capability (FlashAttention-2: Ampere).
 FLASH_CAPABILITY = (8, 0)
+#: Where FlashAttention-3 runs (Hopper), when its ``flash_attn_interface`` imports.
+FA3_CAPABILITY = (9, 0)
 
 
 @dataclass(frozen=True)
@@ -45,15 +47,18 @@ class DeviceFacts:
     varlen: bool = True
     torch_version: str = ""
     decided_before: str | None = None
+    fa3: bool = False  # FlashAttention-3's ``flash_attn_interface`` imports (installed)
 
 
 @dataclass(frozen=True)
 class Choice:
     """The forward a job runs: ``packed`` (confirmed by the self-check before its first
-    batch) or ``padded``, and why (the stats say it)."""
+    batch) or ``padded``, and why (the stats say it); ``flash``: the flash implementation
+    packed batches ask torch for (``FA3`` on Hopper with it installed, else torch's own)."""
 
     mode: str
     reason: str
+    flash: str = ""
 
 
 def choose(setting: str, device: DeviceFacts, unsupported: list[str]) -> Choice:
@@ -73,26 +78,44 @@ def choose(setting: str, device: DeviceFacts, unsupported: list[str]) -> Choice:
             raise ValueError(msg + "(packed batches need one); use auto or padded")
         return Choice("padded", f"auto: {names} not GTE")
     if setting == "packed":
+        if _fa3(device):
+            return Choice("packed", "inference.attention: packed, FlashAttention-3", flash="FA3")
         return Choice("packed", "inference.attention: packed")
     return _auto(device)
 
 
+def _fa3(device: DeviceFacts) -> bool:
+    """FlashAttention-3 runs the varlen calls here: Hopper, half precision, torch's
+    ``varlen_attn``, and ``flash_attn_interface`` installed."""
+    return device.fa3 and device.half and device.varlen and device.capability == FA3_CAPABILITY
+
+
 def _auto(device: DeviceFacts) -> Choice:
-    """``auto``'s verdict (:func:`choose`), each padded one with its reason."""
+    """``auto``'s verdict (:func:`choose`): padded with its reason, or packed (with
+    FlashAttention-3 on Hopper where it is installed)."""
+    why = _why_padded(device)
+    if why is not None:
+        return Choice("padded", f"auto: {why}")
+    if _fa3(device):
+        why = "auto: CUDA in half precision, FlashAttention-3 (capability 9.0, installed)"
+        return Choice("packed", why, flash="FA3")
+    return Choice("packed", "auto: CUDA in half precision")
+
+
+def _why_padded(device: DeviceFacts) -> str | None:
+    """Why packed batches would not pay on ``device`` (None: they would)."""
     if not device.cuda:
-        return Choice("padded", "auto: not on CUDA")
+        return "not on CUDA"
     if not device.half:
-        return Choice("padded", "auto: float32 (the varlen kernel needs half precision)")
+        return "float32 (the varlen kernel needs half precision)"
     if not device.varlen:
-        why = f"auto: torch {device.torch_version} has no torch.nn.attention.varlen (2.10+), "
-        return Choice("padded", why + "so packed batches would run the slow reference attention")
+        why = f"torch {device.torch_version} has no torch.nn.attention.varlen (2.10+), "
+        return why + "so packed batches would run the slow reference attention"
     if device.capability is not None and device.capability < FLASH_CAPABILITY:
         major, minor = device.capability
-        why = f"auto: compute capability {major}.{minor}: the varlen flash kernel needs "
-        return Choice("padded", why + f"{FLASH_CAPABILITY[0]}.{FLASH_CAPABILITY[1]} (Ampere+)")
-    if device.decided_before is not None:
-        return Choice("padded", f"auto: {device.decided_before}")
-    return Choice("packed", "auto: CUDA in half precision")
+        why = f"compute capability {major}.{minor}: the varlen flash kernel needs "
+        return why + f"{FLASH_CAPABILITY[0]}.{FLASH_CAPABILITY[1]} (Ampere+)"
+    return device.decided_before
 
 
 def sample(stream: TokenStream) -> TokenStream:

@@ -389,9 +389,14 @@ class Engine:
         return out.logits.float()
 
     def _packed_kernel(self) -> str | None:
-        """The packed forward's attention (``varlen_flash`` or ``reference``), if it runs."""
+        """The packed forward's attention (``varlen_flash``, ``varlen_flash:FA3`` where
+        torch routes it to FlashAttention-3, or ``reference``), if it runs."""
         runs = next((c.packed for c in self._classifiers if c.packed is not None), None)
-        return runs.attention_kernel(self.dtype, self.device) if runs else None
+        if runs is None:
+            return None
+        kernel = runs.attention_kernel(self.dtype, self.device)
+        impl = forwardchoice.active_flash() if kernel == "varlen_flash" else None
+        return f"{kernel}:{impl}" if impl else kernel
 
     def _forward_packed(
         self, packed: PackedGte, batch: Any, rows: int, tokens: int

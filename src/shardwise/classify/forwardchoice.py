@@ -6,6 +6,7 @@ self-check) is said once, in the first job that finds it, and recorded beside th
 budget (``run/budgets.py``): later jobs of that kind of GPU go padded at once, the
 reason in their stats, and repeat no failing self-check."""
 
+import importlib.util
 import logging
 from datetime import UTC, datetime
 from typing import Any
@@ -38,18 +39,47 @@ def choose(engine: Any, capability: tuple[int, int] | None) -> attention.Choice:
         varlen=packed.varlen_attn is not None,
         torch_version=str(torch.__version__),
         decided_before=before.reason if before is not None else None,
+        fa3=cuda and importlib.util.find_spec("flash_attn_interface") is not None,
     )
     try:
         choice = attention.choose(setting, facts, unsupported)
     except ValueError as exc:
         raise ModelError(str(exc)) from None
     if choice.mode == "packed":
+        choice = _activate(choice)
         fused: dict[str, PackedGte] = {}
         for clf in classifiers:
             clf.packed = fused.setdefault(clf.spec.model, PackedGte(clf.loaded.model))
     elif key is not None and before is None and cuda and facts.half and not unsupported:
         _once(engine, key, choice.reason.removeprefix("auto: "))
     return choice
+
+
+def _activate(choice: attention.Choice) -> attention.Choice:
+    """Route torch's varlen flash calls to FlashAttention-3 when the choice asks for it
+    (installed beforehand: nothing is installed at job time); where torch cannot, the
+    job runs torch's own kernel, the reason said in the stats. The self-check before the
+    first packed batch covers whichever runs."""
+    if choice.flash != "FA3":
+        return choice
+    activate = getattr(torch.nn.attention, "activate_flash_attention_impl", None)
+    try:
+        if activate is None:
+            raise RuntimeError(f"torch {torch.__version__} has no activate_flash_attention_impl")
+        activate("FA3")
+    except Exception as exc:  # noqa: BLE001 - any failure: torch's own kernel
+        why = f"{choice.reason}; FA3 not activated ({type(exc).__name__}: {first_line(str(exc))})"
+        return attention.Choice("packed", why)
+    return choice
+
+
+def active_flash() -> str | None:
+    """The flash implementation torch's dispatcher runs now (None: its own, FA2-class)."""
+    current = getattr(torch.nn.attention, "current_flash_attention_impl", None)
+    try:
+        return current() if current is not None else None
+    except Exception:  # noqa: BLE001 - a figure, never a failure
+        return None
 
 
 def _once(engine: Any, key: budgets.BudgetKey, reason: str) -> None:

@@ -32,11 +32,11 @@ class Cause:
 
 @dataclass(frozen=True, kw_only=True)
 class Freshness:
-    """What changed under a selection: each changed file and its cause; ``unchecked``
-    counts shard records made before the identities were kept (nothing to compare)."""
+    """What changed under a selection: each changed file and its cause (shard records
+    made before the identities were kept have nothing to compare: the run's fingerprint
+    still says whether its input changed)."""
 
     changed: dict[str, str]
-    unchecked: int = 0
 
     @property
     def stale(self) -> bool:
@@ -85,25 +85,24 @@ def check(
     ctx: OpenRun, got: Iterable[ShardSelection], now: Mapping[str, str] | None = None
 ) -> Freshness:
     """Whether the files the shard records ``got`` read are still as they read them."""
-    records = list(got)
     read: dict[str, str] = {}
-    for record in records:
+    for record in got:
         read.update(record.read or {})
     if not read:
-        return Freshness(changed={}, unchecked=sum(r.read is None for r in records))
+        return Freshness(changed={})
     changed = compare(
         read,
         listing(ctx) if now is None else now,
         planned=set(ctx.plan["file"].to_pylist()),
         quarantined=set(ctx.quarantined),
     )
-    return Freshness(changed=changed, unchecked=sum(r.read is None for r in records))
+    return Freshness(changed=changed)
 
 
 def retire_stale(ctx: OpenRun) -> list[str]:
     """Retire the mix config of every selection a file it read changed under (after a
-    quarantine or a repair): ``dolma mix`` refuses it from now on. One listing for all;
-    the selections retired."""
+    repair): ``dolma mix`` refuses it from now on. One listing for all; the selections
+    retired."""
     live = [n for n in selection.names(ctx.run_dir) if selection.runnable_mix(ctx.run_dir, n)]
     if not live:
         return []

@@ -4,6 +4,8 @@ import difflib
 import math
 from collections.abc import Iterable
 
+from shardwise.run import freshness
+
 
 def human_bytes(n: float) -> str:
     """Decimal units, as storage quotas are quoted: ``1.21 TB``."""
@@ -51,8 +53,8 @@ def near_labels(label: str, known: Iterable[str]) -> str:
     return f"; did you mean {', '.join(repr(n) for n in near)}?" if near else ""
 
 
-#: Files a line names before it counts the rest.
-SHOWN_FILES = 5
+#: Files a line names before it counts the rest (as a stale selection's line does).
+SHOWN_FILES = freshness.SHOWN
 
 
 def left_out_line(left_out: dict[str, str], run_dir: str, then: str) -> str:

@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from shardwise.store.atomic import write_atomic
+
 GATE_ENV = "SHARDWISE_TEST_GATE"
 AFTER_ENV = "SHARDWISE_TEST_GATE_AFTER"
 TIMEOUT_ENV = "SHARDWISE_TEST_GATE_TIMEOUT"
@@ -35,7 +37,8 @@ def pause(shard: int, labelled: int) -> None:
     directory = Path(gate)
     directory.mkdir(parents=True, exist_ok=True)
     job = os.environ.get("SLURM_JOB_ID", "-")
-    (directory / f"{shard}.waiting").write_text(f"{os.getpid()} {job}\n")
+    # in one rename: a test that lists the gate never reads a file still empty
+    write_atomic(directory / f"{shard}.waiting", f"{os.getpid()} {job}\n".encode())
     deadline = time.monotonic() + float(os.environ.get(TIMEOUT_ENV, "900"))
     while not (directory / OPEN).exists() and time.monotonic() < deadline:
         time.sleep(0.05)

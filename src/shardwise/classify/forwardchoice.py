@@ -50,7 +50,7 @@ def choose(engine: Any, capability: tuple[int, int] | None) -> attention.Choice:
         fused: dict[str, PackedGte] = {}
         for clf in classifiers:
             clf.packed = fused.setdefault(clf.spec.model, PackedGte(clf.loaded.model))
-    elif key is not None and before is None and cuda and facts.half and not unsupported:
+    elif key is not None and before is None and facts.half and not unsupported:
         _once(engine, key, choice.reason.removeprefix("auto: "))
     return choice
 
@@ -113,11 +113,10 @@ def check_packed(engine: Any, prepared: Any) -> None:
     why = f"{failed[0].classifier}: {failed[0].line()}"
     for clf in engine._classifiers:
         clf.packed = None
+    engine.attention = attention.Choice("padded", f"self-check failed ({why})")
     if engine.settings.attention == "auto" and engine.device.type == "cuda":
-        engine.attention = attention.Choice("padded", f"self-check failed ({why})")
         _once(engine, gpubudget.budget_key(engine), f"the packed self-check failed ({why})")
         return
-    engine.attention = attention.Choice("padded", f"self-check failed ({why})")
     text = "inference.attention %s: the packed forward failed its self-check (%s): "
     log.warning(text + "this job runs padded batches", engine.settings.attention, why)
 

@@ -62,7 +62,7 @@ class SummaryMeta:
     view_rows: tuple[tuple[int, int], ...]
     #: Files whose labels are not the run's (``outputs.stats_problems``: another model or
     #: set-up than run.json pins), and why: not counted, their tasks incomplete.
-    rejected_files: dict[str, str] = dataclasses.field(default_factory=dict)
+    rejected_files: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> bytes:
         """The metadata's bytes (``tasks`` as one object per task)."""

@@ -178,8 +178,7 @@ class Location:
         for key, info in found.items():
             if info.get("type") == "directory" or not key.startswith(prefix):
                 continue
-            version = info.get("ETag") or info.get("etag") or info.get("mtime") or ""
-            yield key[len(prefix) :], int(info.get("size") or 0), str(version).strip('"')
+            yield key[len(prefix) :], int(info.get("size") or 0), _version(info)
 
     def entry(self, rel: str) -> tuple[int, str]:
         """One file's (size, version), as :meth:`list_entries` gives it (one stat, one HEAD
@@ -199,8 +198,7 @@ class Location:
             if s3_reply(e, through_retries=True)[1] == 404:
                 raise FileNotFoundError(self.url(rel)) from e
             raise self._fail("check", rel, e) from e
-        version = info.get("ETag") or info.get("etag") or info.get("mtime") or ""
-        return int(info.get("size") or 0), str(version).strip('"')
+        return int(info.get("size") or 0), _version(info)
 
     def list_names(self) -> list[str]:
         """Every file below the root (relative paths, sorted), without sizes: locally no
@@ -357,6 +355,13 @@ class _RetryingFetcher:
     def __call__(self, start: int, end: int) -> bytes:
         key = f"{self.key} [{start}:{end}]"
         return call(lambda: self.fetcher(start, end), key=key, policy=self.policy)
+
+
+def _version(info: Mapping[str, Any]) -> str:
+    """An fsspec file's version as a listing and a stat both give it: its ETag, else its
+    mtime ("" when neither)."""
+    version = info.get("ETag") or info.get("etag") or info.get("mtime") or ""
+    return str(version).strip('"')
 
 
 def _walk_local(root: Path) -> Iterator[tuple[str, os.DirEntry[str]]]:

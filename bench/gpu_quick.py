@@ -11,12 +11,14 @@ wheels (the .sh)         20 s  transformers at the project's pin, zstandard, sha
 environment               5 s  device auto, dtype, varlen kernel, TF32 off
 models                   40 s  the four classifiers at the real shape (hidden 768, 12
                                layers), trained briefly so labels mean something
-throughput               80 s  per classifier, padded and packed, fixed 512 and a Dolma-like
-                               mix (mean ~1,600, token-weighted ~3,400): tokens/s and MFU
-                               against 989 TFLOP/s; the self-check's verdict
+throughput              110 s  per classifier, padded, packed and packed compiled (fused;
+                               FA3 where installed on Hopper: its kernel says), fixed 512
+                               and a Dolma-like mix (mean ~1,600, token-weighted ~3,400):
+                               tokens/s and MFU against 989 TFLOP/s; the self-check's verdict
 agreement                30 s  bf16 against fp32 labels per classifier, padded and packed
 startup                  40 s  two shard jobs' start-up (fresh processes): imports, loads,
-                               probe (then read from the first job's record), share of 360 s
+                               probe and compile (then read from the first job's record and
+                               kernels: cold against warm), share of 360 s
 =====================  =====  ===============================================================
 
 Without CUDA it stops at once with one line naming CUDA (exit 2). Exit 1 when a packed
@@ -42,7 +44,9 @@ MIX_MU, MIX_SIGMA = 6.91, 1.02
 TABLE_TOKEN_WEIGHTED = 3400
 #: Each section's seconds on one H100 (the plan above): none starts that cannot end by the
 #: deadline. On the CPU (``--cpu``, CI) nothing is estimated.
-NEEDS_S = {"environment": 5, "models": 40, "throughput": 80, "agreement": 30, "startup": 40}
+NEEDS_S = {"environment": 5, "models": 40, "throughput": 110, "agreement": 30, "startup": 40}
+#: The throughput section's forwards: (inference.attention, inference.compile).
+VARIANTS = {"padded": ("padded", "off"), "packed": ("packed", "off"), "compiled": ("packed", "on")}
 #: Where the summary so far is kept after every section: ``$OUT/gpu-quick.json`` when OUT is
 #: set (a lent GPU machine brings $OUT back even after a kill), else ``bench/out/``.
 KEEP_NAME = "gpu-quick.json"
@@ -196,9 +200,13 @@ def throughput(check, specs, run_dir, shape: dict) -> dict:
         }
     for spec in specs:
         per: dict = {}
-        for mode in ("padded", "packed"):
+        for mode, (attention, compile_) in VARIANTS.items():
             settings = InferenceSettings(
-                attention=mode, recheck_margin=0, max_length=cap, device=shape["device"]
+                attention=attention,
+                compile=compile_,
+                recheck_margin=0,
+                max_length=cap,
+                device=shape["device"],
             )
             engine = Engine.load([spec], settings, budget_dir=run_dir / "budgets")
             engine.infer(prepared_for(engine, shapes["mix"][:64]))  # warm-up, probe, self-check
@@ -210,21 +218,28 @@ def throughput(check, specs, run_dir, shape: dict) -> dict:
                     "mfu": round(flops / seconds / PEAK_FLOPS, 4),
                     "seconds": round(seconds, 2),
                     "attention": result.stats["attention"],
+                    "compiled": result.stats["compile"],
                     "kernel": result.stats["attention_kernel_packed"]
                     or result.stats["attention_kernel"],
                 }
-            if mode == "packed":
-                per["self_check"] = result.stats["attention_self_check"]
+            if attention == "packed":
+                per[f"self_check_{mode}"] = result.stats["attention_self_check"]
                 check.expect(
                     result.stats["attention"] == "packed",
                     f"{spec.name}: packed fell back ({result.stats['attention_reason']})",
                 )
+            if compile_ == "on":
+                per["compile_s"] = round(engine.compile_s, 2)
+                check.expect(
+                    result.stats["compile"],
+                    f"{spec.name}: compiled fell back ({result.stats['compile_reason']})",
+                )
             del engine
         for kind in shapes:
-            packed, padded = per[f"packed_{kind}"], per[f"padded_{kind}"]
-            per[f"packed_over_padded_{kind}"] = round(
-                packed["tokens_per_s"] / padded["tokens_per_s"], 3
-            )
+            padded = per[f"padded_{kind}"]["tokens_per_s"]
+            for mode in ("packed", "compiled"):
+                ratio = per[f"{mode}_{kind}"]["tokens_per_s"] / padded
+                per[f"{mode}_over_padded_{kind}"] = round(ratio, 3)
         out[spec.name] = per
     return out
 
@@ -261,7 +276,8 @@ def startup(models_dir, run_dir, device: str) -> dict:
     """Two shard jobs' start-up, each a fresh process, on one run directory."""
     import startup as bench_startup
 
-    jobs = [bench_startup.one_job(models_dir, device, "auto", run_dir) for _ in range(2)]
+    forward = ("auto", "auto")  # what a production job runs: compiled on CUDA with Triton
+    jobs = [bench_startup.one_job(models_dir, device, forward, run_dir) for _ in range(2)]
     return bench_startup.report(jobs, bench_startup.SHARD_SECONDS)
 
 

@@ -2,21 +2,25 @@
 
 Every shard job is a fresh process that imports torch and transformers, loads each
 classifier (twice in half precision: the fp32 re-check's copy), on CUDA finds its batch
-budget, and (packed) runs the self-check before its first batch. None of it labels a
-document. This runs what a job runs, each time in a fresh interpreter, twice on the same
-run directory: the first job probes the budget, the second reads the first's record
-(``run/budgets.py``). The share is start-up over a production shard's time: about 360 s
-at the seed's pace of 10 shards an hour per GPU (``--shard-seconds``).
+budget, and (packed) runs the self-check before its first batch, compiling the packed
+forward first where ``inference.compile`` says so. None of it labels a document. This
+runs what a job runs, each time in a fresh interpreter, twice on the same run directory:
+the first job probes the budget and compiles (cold), the second reads the first's
+record and compiled kernels (warm: ``run/budgets.py``, ``classify/compiling.py``).
+The share is start-up over a production shard's time: about 360 s at the seed's pace of
+10 shards an hour per GPU (``--shard-seconds``).
 
     python bench/startup.py                          # the demo's four tiny classifiers
     python bench/startup.py --real-shape             # four GTE-base-shaped ones (random)
     python bench/startup.py --models DIR             # DIR/{topic,topic_nourl,format,...}
+    python bench/startup.py --attention packed --compile on   # compiled: cold, then warm
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -28,7 +32,7 @@ SHARD_SECONDS = 360.0
 NAMES = ("topic", "topic_nourl", "format", "format_nourl")
 
 
-def child(models: Path, device: str, attention: str, run_dir: Path) -> dict[str, float]:
+def child(models: Path, device: str, forward: tuple[str, str], run_dir: Path) -> dict:
     """One job's start-up, in this (fresh) interpreter: seconds per stage."""
     started = time.perf_counter()
     import numpy as np  # timed: the imports a job pays
@@ -43,7 +47,10 @@ def child(models: Path, device: str, attention: str, run_dir: Path) -> dict[str,
         ClassifierSpec(n, str(models / n), "text" if n.endswith("nourl") else "url_text")
         for n in NAMES
     ]
-    settings = InferenceSettings(device=device, attention=attention, max_length=8192)
+    attention, compile_ = forward
+    settings = InferenceSettings(
+        device=device, attention=attention, compile=compile_, max_length=8192
+    )
     engine = Engine.load(specs, settings, budget_dir=run_dir / "budgets")
     loaded = time.perf_counter()
     one = TokenStream(
@@ -67,13 +74,15 @@ def child(models: Path, device: str, attention: str, run_dir: Path) -> dict[str,
         "device": str(engine.device_name),
         "dtype": engine.dtype_name,
         "attention": engine.attention.mode,
+        "compiled": engine.compile.on,
+        "compile_s": engine.compile_s,
     }
 
 
-def one_job(models: Path, device: str, attention: str, run_dir: Path) -> dict[str, float]:
+def one_job(models: Path, device: str, forward: tuple[str, str], run_dir: Path) -> dict:
     """A fresh interpreter's start-up figures, and its whole wall time (Python's own too)."""
     args = [sys.executable, __file__, "--child", "--models", str(models), "--device", device]
-    args += ["--attention", attention, "--run-dir", str(run_dir)]
+    args += ["--attention", forward[0], "--compile", forward[1], "--run-dir", str(run_dir)]
     started = time.perf_counter()
     proc = subprocess.run(args, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - started
@@ -127,25 +136,30 @@ def main() -> int:
     parser.add_argument("--real-shape", action="store_true", help="GTE-base-shaped models")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--attention", default="auto", choices=("auto", "padded", "packed"))
+    parser.add_argument("--compile", default="auto", choices=("auto", "on", "off"))
     parser.add_argument("--jobs", type=int, default=2, help="jobs run one after another")
     parser.add_argument("--shard-seconds", type=float, default=SHARD_SECONDS)
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--run-dir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    forward = (args.attention, args.compile)
     if args.child:
-        print(json.dumps(child(args.models, args.device, args.attention, args.run_dir)))
+        print(json.dumps(child(args.models, args.device, forward, args.run_dir)))
         return 0
     with tempfile.TemporaryDirectory(prefix="shardwise-startup-") as tmp:
         models = args.models or build_models(Path(tmp) / "models", args.real_shape)
         run_dir = Path(tmp) / "run"
-        jobs = [one_job(models, args.device, args.attention, run_dir) for _ in range(args.jobs)]
+        os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)  # cold means cold: the run dir's
+        jobs = [one_job(models, args.device, forward, run_dir) for _ in range(args.jobs)]
     result = report(jobs, args.shard_seconds)
     if args.json:
         print(json.dumps(result, indent=1))
         return 0
     first = jobs[0]
-    print(f"start-up per shard job on {first['device']} ({first['dtype']}, {first['attention']})")
+    compiled = ", compiled" if first["compiled"] else ""
+    what = f"{first['dtype']}, {first['attention']}{compiled}"
+    print(f"start-up per shard job on {first['device']} ({what})")
     print(f"{'job':>3} {'imports':>8} {'loads':>8} {'probe':>7} {'1st batch':>9} {'wall':>7} share")
     for row in result["jobs"]:
         cached = " (budget read)" if row["budget_cached"] else ""
@@ -155,6 +169,13 @@ def main() -> int:
             f"{100 * row['share']:.2f}% of a {args.shard_seconds:.0f} s shard{cached}"
         )
     print(f"models loaded per job: {first['models_loaded']}")
+    if first["compiled"] and len(jobs) > 1:
+        cold, warm = first["compile_s"], jobs[-1]["compile_s"]
+        print(
+            f"compiled forward's first call (self-check): cold {cold:.2f} s (job 1), "
+            f"warm {warm:.2f} s (job {len(jobs)}, the run directory's kernels): "
+            f"{cold / max(warm, 1e-9):.1f}x"
+        )
     return 0
 
 

@@ -130,12 +130,24 @@ def test_bench_scheduling_prints_a_round_with_and_without_the_subsample(tmp_path
 
 
 def test_bench_startup_prints_each_stage_and_the_share_of_a_shard(tmp_path):
-    out = bench(tmp_path, "startup.py", "--jobs", "2", "--device", "cpu")
-    assert re.search(r"start-up per shard job on cpu \(float32, padded\)", out), out
+    out = bench(
+        tmp_path,
+        "startup.py",
+        "--jobs",
+        "2",
+        "--device",
+        "cpu",
+        "--attention",
+        "packed",
+        "--compile",
+        "on",
+    )
+    assert re.search(r"start-up per shard job on cpu \(float32, packed, compiled\)", out), out
     rows = re.findall(rf"^\s+[12]\s+{NUMBER}s\s+{NUMBER}s\s+{NUMBER}s\s+{NUMBER}s\s+{NUMBER}s "
                       rf"{NUMBER}% of a 360 s shard", out, re.M)  # fmt: skip
     assert len(rows) == 2, out
     assert "models loaded per job: 4" in out, out
+    assert re.search(rf"first call \(self-check\): cold {NUMBER} s \(job 1\), warm {NUMBER} s", out)
 
 
 def test_bench_cpu_feed_prints_each_stage_the_overlap_and_the_cores(tmp_path):

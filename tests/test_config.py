@@ -57,6 +57,7 @@ def test_defaults_are_filled_in():
             r"config input.category_regex: '\(\[' is not a valid regular expression "
             r"\(unterminated character set at position 1\); fix it, or drop the key",
         ),
+        (lambda c: c.update(inference={"compile": "yes"}), "config inference.compile: 'yes'"),
         (
             lambda c: c.update(inference={"dtype": "float16", "device": "cpu"}),
             r"config inference.dtype: 'float16' with inference.device 'cpu': .* use dtype auto",
@@ -155,3 +156,13 @@ def test_the_schema_defines_each_key_once():
     Strict.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
     schema = Path(__file__).resolve().parents[1] / "config" / "schema.yaml"
     yaml.load(schema.read_text(), Loader=Strict)
+
+
+@pytest.mark.parametrize(("written", "meant"), [("on", "on"), ("off", "off"), ("auto", "auto")])
+def test_inference_compile_on_and_off_read_as_yaml_writes_them(tmp_path, written, meant):
+    """A bare ``on``/``off`` is a boolean to YAML 1.1: it means the word."""
+    text = yaml.safe_dump(base()) + f"inference: {{compile: {written}}}\n"
+    (tmp_path / "c.yaml").write_text(text)
+    cfg = validate(load_yaml(tmp_path / "c.yaml"))
+    assert cfg["inference"]["compile"] == meant
+    assert Settings.from_config(cfg).inference.compile == meant

@@ -121,9 +121,13 @@ def test_quick_sections_run_on_the_cpu_at_a_tiny_shape(tmp_path: Path) -> None:
     summary = json.loads(proc.stdout)
     assert summary["ok"] and set(summary["throughput"]) >= {"shapes", "topic", "format_nourl"}
     topic = summary["throughput"]["topic"]
-    for key in ("padded_fixed_512", "packed_fixed_512", "padded_mix", "packed_mix"):
-        assert topic[key]["tokens_per_s"] > 0 and "mfu" in topic[key]
-    assert topic["packed_mix"]["attention"] == "packed" and topic["self_check"][0]["passed"]
+    for mode in ("padded", "packed", "compiled"):
+        for shape in ("fixed_512", "mix"):
+            key = f"{mode}_{shape}"
+            assert topic[key]["tokens_per_s"] > 0 and "mfu" in topic[key]
+    assert topic["packed_mix"]["attention"] == "packed" and topic["self_check_packed"][0]["passed"]
+    assert topic["compiled_mix"]["compiled"] and topic["self_check_compiled"][0]["passed"]
+    assert topic["compile_s"] > 0 and "compiled_over_padded_mix" in topic
     assert set(summary["agreement"]["format"]) == {"bf16_padded", "bf16_packed"}
     jobs = summary["startup"]["jobs"]
     assert len(jobs) == 2 and all(0 < job["share"] < 1 for job in jobs)

@@ -234,7 +234,16 @@ def validate(cfg: dict[str, Any]) -> dict[str, Any]:
     _domain_pairs(cfg)  # refuses pairs naming unknown classifiers, before anything runs
     _check_regex(cfg["input"]["category_regex"])
     _check_precision(cfg["inference"])
+    cfg["inference"] = _spelled(cfg["inference"])
     return cfg
+
+
+def _spelled(inference: dict[str, Any]) -> dict[str, Any]:
+    """``inference`` with ``compile`` as a word: YAML 1.1 reads a bare on/off as a boolean."""
+    value = inference.get("compile", "auto")
+    if isinstance(value, bool):
+        return inference | {"compile": "on" if value else "off"}
+    return inference
 
 
 def _check_regex(pattern: str) -> None:
@@ -317,6 +326,8 @@ class InferenceSettings:
     recheck_margin: float | str = "auto"
     #: auto|padded|packed: packed batches (no padding, fused projections; classify/packed.py)
     attention: str = "auto"
+    #: auto|on|off: the packed forward compiled (fused elementwise work; classify/fused.py)
+    compile: str = "auto"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -103,15 +103,18 @@ def test_without_a_directory_it_probes(tmp_path: Path) -> None:
 def test_a_padded_verdict_is_read_back_for_its_kind_of_gpu_only(tmp_path: Path) -> None:
     """``auto``'s padded verdict (a failed self-check, a kernel the GPU lacks), recorded by
     the first job of a kind of GPU: later jobs of that kind read it, others do not."""
-    assert budgets.attention_verdict(tmp_path, H100) is None
+    assert budgets.verdict(tmp_path, H100, "attention") is None
     why = "the packed self-check failed (topic: 3 label(s) differ)"
-    where = budgets.record_attention(tmp_path, H100, why, "2026-12-06T23:00:00+00:00")
+    where = budgets.record_verdict(tmp_path, H100, "attention", why, "2026-12-06T23:00:00+00:00")
     assert where is not None and where.name.startswith("attention-")
-    got = budgets.attention_verdict(tmp_path, H100)
+    got = budgets.verdict(tmp_path, H100, "attention")
     assert got is not None and got.reason == why
     other = dataclasses.replace(H100, gpu="Tesla V100-SXM2-32GB")
-    assert budgets.attention_verdict(tmp_path, other) is None
+    assert budgets.verdict(tmp_path, other, "attention") is None
+    assert budgets.verdict(tmp_path, H100, "compile") is None  # each kind its own record
+    with pytest.raises(ValueError, match="verdict kind 'speed'"):
+        budgets.verdict_path(tmp_path, H100, "speed")
     assert budgets.cached(tmp_path, H100, Probe())[1] is False  # not a budget record
     where.write_text("{not json")
-    assert budgets.attention_verdict(tmp_path, H100) is None  # damaged: decided again
-    assert budgets.record_attention(None, H100, why, "") is None  # nowhere to keep it
+    assert budgets.verdict(tmp_path, H100, "attention") is None  # damaged: decided again
+    assert budgets.record_verdict(None, H100, "attention", why, "") is None  # nowhere to keep it

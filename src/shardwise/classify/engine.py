@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from shardwise.classify import attention, forwardchoice, gpubudget
+from shardwise.classify import attention, compiling, forwardchoice, gpubudget
 from shardwise.classify.batching import BatchPolicy, CannotShrinkError
 from shardwise.classify.calibration import FALLBACK_SHARE, Calibration
 from shardwise.classify.device import (
@@ -186,6 +186,11 @@ class Engine:
         #: The forward the job runs (packed until its self-check says otherwise).
         self.attention = attention.Choice("padded", "inference.attention: padded")
         self.self_checks: list[attention.SelfCheck] = []
+        #: Whether the packed forward runs compiled; the seconds its first call (in the
+        #: self-check) took, compiling included; where Inductor keeps what it compiled.
+        self.compile = compiling.CompileChoice(False, "inference.compile: off")
+        self.compile_s = 0.0
+        self.compile_cache = ""
         #: Whether float32 matmuls were checked to be float32 here (:func:`strict_fp32`).
         self.fp32_matmul_ok = True
 
@@ -696,6 +701,10 @@ class Engine:
             "attention_reason": self.attention.reason,
             "attention_kernel_packed": self._packed_kernel(),
             "attention_self_check": [c.to_json() for c in self.self_checks],
+            "compile": self.compile.on,
+            "compile_reason": self.compile.reason,
+            "compile_s": self.compile_s,
+            "compile_cache": self.compile_cache or None,
             "fp32_matmul_ok": self.fp32_matmul_ok,
             "recheck_margin": self.recheck_margin,
             "rechecked_docs": {name: o.rechecked for name, o in outcomes.items()},

@@ -1,20 +1,22 @@
 """Which forward a job runs, decided once per kind of GPU: ``attention.choose`` on the
 device's facts (torch's ``varlen_attn``, the compute capability, half precision), each
 model's projections fused where packed runs, and the self-check before the first packed
-batch. A padded verdict of ``auto`` on CUDA (a kernel the GPU or torch lacks, a failed
+batch; then whether the packed forward runs compiled (``classify/compiling.py``). A
+padded (or eager) verdict of ``auto`` on CUDA (a kernel the GPU or torch lacks, a failed
 self-check) is said once, in the first job that finds it, and recorded beside the batch
-budget (``run/budgets.py``): later jobs of that kind of GPU go padded at once, the
-reason in their stats, and repeat no failing self-check."""
+budget (``run/budgets.py``): later jobs of that kind of GPU decide at once, the reason
+in their stats, and repeat no failing self-check."""
 
 import importlib.util
 import logging
+import time
 from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 import torch
 
-from shardwise.classify import attention, gpubudget, packed
+from shardwise.classify import attention, compiling, fused, gpubudget, packed
 from shardwise.classify.device import collate
 from shardwise.classify.packed import PackedGte, pack, supports
 from shardwise.errors import ModelError
@@ -31,7 +33,7 @@ def choose(engine: Any, capability: tuple[int, int] | None) -> attention.Choice:
     unsupported = [c.spec.name for c in classifiers if not supports(c.loaded.model)]
     cuda = engine.device.type == "cuda"
     key = gpubudget.budget_key(engine) if cuda and setting == "auto" else None
-    before = budgets.attention_verdict(engine._budget_dir, key) if key is not None else None
+    before = budgets.verdict(engine._budget_dir, key, "attention") if key is not None else None
     facts = attention.DeviceFacts(
         cuda=cuda,
         half=engine.dtype is not torch.float32,
@@ -47,11 +49,39 @@ def choose(engine: Any, capability: tuple[int, int] | None) -> attention.Choice:
         raise ModelError(str(exc)) from None
     if choice.mode == "packed":
         choice = _activate(choice)
-        fused: dict[str, PackedGte] = {}
+        forwards: dict[str, PackedGte] = {}
         for clf in classifiers:
-            clf.packed = fused.setdefault(clf.spec.model, PackedGte(clf.loaded.model))
+            clf.packed = forwards.setdefault(clf.spec.model, PackedGte(clf.loaded.model))
     elif key is not None and before is None and facts.half and not unsupported:
-        _once(engine, key, choice.reason.removeprefix("auto: "))
+        _once(engine, key, "attention", choice.reason.removeprefix("auto: "))
+    engine.compile = _compile(engine, choice.mode == "packed")
+    return choice
+
+
+def _compile(engine: Any, packed_mode: bool) -> compiling.CompileChoice:
+    """``inference.compile``'s choice; compiled, each packed forward gets the compiled
+    kernels (compiled at their first call, in the self-check) and Inductor's cache is the
+    run directory's."""
+    setting, cuda = engine.settings.compile, engine.device.type == "cuda"
+    forwards = [c.packed for c in engine._classifiers if c.packed is not None]
+    key = gpubudget.budget_key(engine) if cuda and setting == "auto" and forwards else None
+    before = budgets.verdict(engine._budget_dir, key, "compile") if key is not None else None
+    facts = compiling.CompileFacts(
+        packed=packed_mode,
+        cuda=cuda,
+        triton=cuda and compiling.triton_installed(),
+        activations=all(f.activation is not None for f in forwards),
+        decided_before=before.reason if before is not None else None,
+    )
+    try:
+        choice = compiling.choose(setting, facts)
+    except ValueError as exc:
+        raise ModelError(str(exc)) from None
+    if choice.on:
+        engine.compile_cache = compiling.share_cache(engine._budget_dir)
+        kernels = fused.compiled()
+        for forward in forwards:
+            forward.kernels = kernels
     return choice
 
 
@@ -82,15 +112,25 @@ def active_flash() -> str | None:
         return None
 
 
-def _once(engine: Any, key: budgets.BudgetKey, reason: str) -> None:
-    """Record ``auto``'s padded verdict for this kind of GPU and say it: the one console
-    line of a campaign's jobs on it (later ones read the record)."""
+#: Per verdict kind: the setting, what ``auto`` falls back to, and what later jobs do.
+_FALLBACK = {
+    "attention": ("inference.attention", "padded batches", "go padded at once"),
+    "compile": ("inference.compile", "the eager packed forward", "do not compile"),
+}
+
+
+def _once(engine: Any, key: budgets.BudgetKey, kind: str, reason: str) -> None:
+    """Record ``auto``'s ``kind`` verdict for this kind of GPU and say it: the one
+    console line of a campaign's jobs on it (later ones read the record)."""
     at = datetime.now(UTC).isoformat(timespec="seconds")
-    where = budgets.record_attention(engine._budget_dir, key, reason, at)
-    kept = f" (recorded in {where}: later jobs on this kind of GPU go padded at once)"
+    where = budgets.record_verdict(engine._budget_dir, key, kind, reason, at)
+    setting, fallback, later = _FALLBACK[kind]
+    kept = f" (recorded in {where}: later jobs on this kind of GPU {later})"
     log.warning(
-        "inference.attention auto on %s: padded batches: %s%s",
+        "%s auto on %s: %s: %s%s",
+        setting,
         engine.device_name,
+        fallback,
         reason,
         kept if where is not None else "",
     )
@@ -98,16 +138,18 @@ def _once(engine: Any, key: budgets.BudgetKey, reason: str) -> None:
 
 def check_packed(engine: Any, prepared: Any) -> None:
     """The self-check (``classify/attention.py``), once per job before any packed batch:
-    a few of the job's documents (one long) through both forwards, per distinct model. A
-    failure, or an exception, turns the job to padded batches, said on the console; with
+    a few of the job's documents (one long) through both forwards, per distinct model; a
+    compiled forward compiles here (``compile_s``). A compiled forward that fails is
+    checked again eager, and kept so when that passes; a failure, or an exception, of the
+    eager one turns the job to padded batches. Either is said on the console; with
     ``auto`` on CUDA it is recorded, so no later job of this kind of GPU repeats it."""
-    checks: dict[str, attention.SelfCheck] = {}
-    for clf in engine._classifiers:
-        if clf.packed is None or clf.spec.model in checks:
-            continue
-        checks[clf.spec.model] = _check_one(engine, clf, prepared)
-    engine.self_checks = list(checks.values())
-    failed = [c for c in engine.self_checks if not c.passed]
+    started = time.perf_counter()
+    failed = _check_all(engine, prepared)
+    if engine.compile.on:
+        engine.compile_s = time.perf_counter() - started
+        if failed:
+            _compiled_failed(engine, f"{failed[0].classifier}: {failed[0].line()}")
+            failed = _check_all(engine, prepared)
     if not failed:
         return
     why = f"{failed[0].classifier}: {failed[0].line()}"
@@ -115,10 +157,37 @@ def check_packed(engine: Any, prepared: Any) -> None:
         clf.packed = None
     engine.attention = attention.Choice("padded", f"self-check failed ({why})")
     if engine.settings.attention == "auto" and engine.device.type == "cuda":
-        _once(engine, gpubudget.budget_key(engine), f"the packed self-check failed ({why})")
+        reason = f"the packed self-check failed ({why})"
+        _once(engine, gpubudget.budget_key(engine), "attention", reason)
         return
     text = "inference.attention %s: the packed forward failed its self-check (%s): "
     log.warning(text + "this job runs padded batches", engine.settings.attention, why)
+
+
+def _check_all(engine: Any, prepared: Any) -> list[attention.SelfCheck]:
+    """Each distinct model's self-check (kept in ``engine.self_checks``); the failed ones."""
+    checks: dict[str, attention.SelfCheck] = {}
+    for clf in engine._classifiers:
+        if clf.packed is None or clf.spec.model in checks:
+            continue
+        checks[clf.spec.model] = _check_one(engine, clf, prepared)
+    engine.self_checks = list(checks.values())
+    return [c for c in engine.self_checks if not c.passed]
+
+
+def _compiled_failed(engine: Any, why: str) -> None:
+    """The compiled forward failed its self-check: the eager one from now on, said once
+    (recorded per kind of GPU with ``auto`` on CUDA)."""
+    for clf in engine._classifiers:
+        if clf.packed is not None:
+            clf.packed.kernels = fused.EAGER
+    reason = f"the compiled forward failed its self-check ({why})"
+    engine.compile = compiling.CompileChoice(False, reason)
+    if engine.settings.compile == "auto" and engine.device.type == "cuda":
+        _once(engine, gpubudget.budget_key(engine), "compile", reason)
+        return
+    text = "inference.compile %s: %s: this job runs the eager packed forward"
+    log.warning(text, engine.settings.compile, reason)
 
 
 def _check_one(engine: Any, clf: Any, prepared: Any) -> attention.SelfCheck:

@@ -19,6 +19,7 @@ from torch import nn
 from torch.nn import functional as F
 from transformers import GteForSequenceClassification
 
+from shardwise.classify import fused
 from shardwise.classify.tokenization import TokenStream
 
 try:  # torch >= 2.9; flash kernels, CUDA only
@@ -84,11 +85,6 @@ def _fuse(linears: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
     return weight, bias
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
 class PackedGte:
     """A loaded GTE classifier run on packed batches (build once per model and job)."""
 
@@ -106,6 +102,16 @@ class PackedGte:
                 for lay in self.layers
             ]
             self.gate_up = [_fuse([lay.mlp.gate_proj, lay.mlp.up_proj])[0] for lay in self.layers]
+        self.tails = [
+            _tail_weights(lay, gate_up)
+            for lay, gate_up in zip(self.layers, self.gate_up, strict=True)
+        ]
+        act = fused.ACTIVATIONS.get(str(getattr(config, "hidden_act", "")))
+        #: The activation as a function every layer shares (None: each layer's own module,
+        #: which :mod:`~shardwise.classify.fused` cannot compile once for all layers).
+        self.activation = act
+        #: Eager, or compiled (``classify/compiling.py``): the self-check covers either.
+        self.kernels = fused.EAGER
 
     def attention_kernel(self, dtype: torch.dtype, device: torch.device) -> str:
         """``varlen_flash`` or ``reference`` (what :meth:`logits` runs here)."""
@@ -120,22 +126,16 @@ class PackedGte:
         cos, sin = cos[0, :, None, :], sin[0, :, None, :]  # (tokens, 1, head_dim)
         kernel = self.attention_kernel(hidden.dtype, hidden.device)
         tokens = hidden.shape[0]
-        for layer, (qkv_w, qkv_b), gate_up in zip(self.layers, self.qkv, self.gate_up, strict=True):
-            qkv = F.linear(hidden, qkv_w, qkv_b).view(tokens, 3, self.heads, self.head_dim)
-            query, key, value = qkv.unbind(1)
-            query = query * cos + _rotate_half(query) * sin
-            key = key * cos + _rotate_half(key) * sin
+        kernels = self.kernels
+        for layer, (qkv_w, qkv_b), tail in zip(self.layers, self.qkv, self.tails, strict=True):
+            query, key, value = kernels.qkv_rope(hidden, qkv_w, qkv_b, cos, sin)
             if kernel == "varlen_flash":
                 longest = batch.longest
-                value = value.contiguous()  # a view into the fused q/k/v output
                 out = varlen_attn(query, key, value, batch.starts, batch.starts, longest, longest)
             else:
                 out = _reference_attention(query, key, value, batch.lengths)
-            out = layer.self_attn.o_proj(out.reshape(tokens, -1))
-            hidden = layer.post_attention_layernorm(hidden + out)
-            gate, up = F.linear(hidden, gate_up).chunk(2, dim=-1)
-            out = layer.mlp.down_proj(layer.mlp.act_fn(gate) * up)
-            hidden = layer.post_mlp_layernorm(hidden + out)
+            act = self.activation or layer.mlp.act_fn
+            hidden = kernels.layer_tail(hidden, out.reshape(tokens, -1), tail, act)
         first = hidden[batch.starts[:-1].long()]
         pooled = gte.pooler.activation(gte.pooler.dense(first))
         return self.model.classifier(pooled).float()
@@ -147,6 +147,20 @@ class PackedGte:
         if embeddings.token_type_embeddings is not None:
             hidden = hidden + embeddings.token_type_embeddings.weight[0]
         return embeddings.LayerNorm(hidden)
+
+
+def _tail_weights(layer: nn.Module, gate_up: torch.Tensor) -> fused.LayerWeights:
+    """``layer``'s tensors after attention, as :func:`fused.layer_tail` takes them."""
+    norm1, norm2 = layer.post_attention_layernorm, layer.post_mlp_layernorm
+    return fused.LayerWeights(
+        o_weight=layer.self_attn.o_proj.weight,
+        o_bias=layer.self_attn.o_proj.bias,
+        norm1=(norm1.weight, norm1.bias, float(norm1.eps)),
+        gate_up=gate_up,
+        down_weight=layer.mlp.down_proj.weight,
+        down_bias=layer.mlp.down_proj.bias,
+        norm2=(norm2.weight, norm2.bias, float(norm2.eps)),
+    )
 
 
 def _reference_attention(

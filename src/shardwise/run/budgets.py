@@ -88,41 +88,50 @@ def cached(
 
 
 @dataclass(frozen=True, kw_only=True)
-class AttentionVerdict(_KeyedRecord):
-    """``attention-<key>.json``: why ``inference.attention: auto`` runs padded batches on
-    one kind of GPU (a packed self-check that failed, a kernel the GPU or torch lacks),
-    so later jobs go padded at once instead of repeating it, and say nothing new."""
+class Verdict(_KeyedRecord):
+    """``<kind>-<key>.json``: why ``auto`` does without a faster forward on one kind of
+    GPU: ``attention`` (padded batches: a packed self-check that failed, a kernel the GPU
+    or torch lacks) or ``compile`` (the eager packed forward: the compiled one failed its
+    self-check), so later jobs decide at once instead of repeating it, and say nothing new."""
 
     key: BudgetKey
     reason: str
     at: str
 
 
-def verdict_path(directory: Path, key: BudgetKey) -> Path:
-    """Where the attention verdict of ``key`` lies."""
-    return Path(directory) / f"attention-{key.name()}"
+#: What a :class:`Verdict` decides.
+VERDICTS = ("attention", "compile")
 
 
-def attention_verdict(directory: Path | None, key: BudgetKey) -> AttentionVerdict | None:
-    """The padded verdict an earlier job recorded for ``key``; None (none, or damaged)."""
+def verdict_path(directory: Path, key: BudgetKey, kind: str) -> Path:
+    """Where the ``kind`` verdict of ``key`` lies."""
+    if kind not in VERDICTS:
+        raise ValueError(f"verdict kind {kind!r}: expected one of {list(VERDICTS)}")
+    return Path(directory) / f"{kind}-{key.name()}"
+
+
+def verdict(directory: Path | None, key: BudgetKey, kind: str) -> Verdict | None:
+    """The ``kind`` verdict an earlier job recorded for ``key``; None (none, or damaged)."""
     if directory is None:
         return None
-    target = verdict_path(directory, key)
+    target = verdict_path(directory, key, kind)
     try:
-        verdict = AttentionVerdict.from_json(target.read_text("utf-8"), str(target))
+        found = Verdict.from_json(target.read_text("utf-8"), str(target))
     except (OSError, UnicodeDecodeError, RecordError):
         return None
-    return verdict if verdict.key == key else None
+    return found if found.key == key else None
 
 
-def record_attention(directory: Path | None, key: BudgetKey, reason: str, at: str) -> Path | None:
-    """Record that ``key`` runs padded, and why; where (None: nowhere to write)."""
+def record_verdict(
+    directory: Path | None, key: BudgetKey, kind: str, reason: str, at: str
+) -> Path | None:
+    """Record the ``kind`` verdict of ``key`` and why; where (None: nowhere to write)."""
     if directory is None:
         return None
-    target = verdict_path(directory, key)
+    target = verdict_path(directory, key, kind)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(target, AttentionVerdict(key=key, reason=reason, at=at).to_json().encode())
+        write_atomic(target, Verdict(key=key, reason=reason, at=at).to_json().encode())
     except OSError:
         return None  # a read-only run directory: the next job decides again
     return target

@@ -71,6 +71,10 @@ class EngineFigures:
     attention_reason: str | None = None
     attention_kernel_packed: str | None = None
     attention_self_check: tuple[SelfCheck, ...] = ()
+    compile: bool | None = None
+    compile_reason: str | None = None
+    compile_s: float | None = None  # the first compiled call, compiling included
+    compile_cache: str | None = None  # where Inductor keeps the compiled kernels
     fp32_matmul_ok: bool | None = None
     recheck_margin: float | str | None = None
     rechecked_docs: dict[str, int] | None = None

@@ -72,6 +72,7 @@ wildcard_constraints:
 include: "workflow/rules/common.smk"
 include: "workflow/rules/classify.smk"
 include: "workflow/rules/adopt.smk"
+include: "workflow/rules/campaign.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/dolma.smk"
 include: "workflow/rules/select.smk"

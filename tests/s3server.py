@@ -11,10 +11,11 @@ What the fixture adds around moto, as a WSGI middleware:
   a number on "listing, not probing";
 * **fault injection**: answer the first ``k`` matching requests with 503 SlowDown (or
   any status) without touching botocore, so retries are exercised end to end;
-* **atomic conditional PUTs**: moto 5.2.5 honours ``If-None-Match: *`` on PutObject,
-  but checks-then-writes without a lock; real S3/R2/MinIO decide atomically. The
-  middleware serialises conditional PUTs so a race test measures shardwise, not a
-  moto race window;
+* **atomic conditional PUTs**: moto 5.2.5 honours ``If-None-Match: *`` and ``If-Match``
+  on PutObject, but checks-then-writes without a lock; real S3/R2/MinIO decide
+  atomically. The middleware serialises conditional PUTs (and DELETEs) so a race test
+  measures shardwise, not a moto race window; ``honour_conditional_writes = False``
+  drops the conditions: a store that ignores them;
 * **stop/restart** on the same port, closing open keep-alive connections, so a client
   really sees a dead endpoint mid-run.
 
@@ -128,7 +129,12 @@ class _Middleware:
         kind, bucket, key = classify(
             method, environ.get("PATH_INFO", ""), environ.get("QUERY_STRING", ""), environ
         )
-        conditional = method == "PUT" and environ.get("HTTP_IF_NONE_MATCH") == "*"
+        conditional = method in ("PUT", "DELETE") and (
+            environ.get("HTTP_IF_NONE_MATCH") == "*" or "HTTP_IF_MATCH" in environ
+        )
+        if conditional and not self.server.honour_conditional_writes:
+            environ.pop("HTTP_IF_NONE_MATCH", None)  # a store that ignores the conditions
+            environ.pop("HTTP_IF_MATCH", None)
         serialize = conditional and self.server.serialize_conditional_puts
         fault = self.server._take_fault(method, kind, key)
         if fault is not None and fault.after:
@@ -193,6 +199,8 @@ class S3Server:
     secret: str = field(default_factory=lambda: "sw-fake-secret-" + secrets.token_hex(12))
     access_key: str = field(default_factory=lambda: "SWFAKE" + secrets.token_hex(6).upper())
     serialize_conditional_puts: bool = True
+    #: False: a store that ignores If-None-Match / If-Match (writes unconditionally)
+    honour_conditional_writes: bool = True
     requests: list[Request] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
 
@@ -306,6 +314,7 @@ class S3Server:
             self.requests.clear()
             self.faults.clear()
             self._hooks.clear()
+            self.honour_conditional_writes = True
 
     def counts(self, bucket: str | None = None) -> Counter[str]:
         """Requests per kind so far (optionally for one bucket)."""

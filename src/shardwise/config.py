@@ -11,7 +11,7 @@ import copy
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -331,6 +331,15 @@ class InferenceSettings:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CampaignSettings:
+    """Config ``campaign``: this site's name (None: a single site) and how long a shard's
+    lease in the output bucket lasts unrenewed (``store/lease.py``)."""
+
+    site: str | None = None
+    lease_seconds: float = 600
+
+
+@dataclass(frozen=True, kw_only=True)
 class WalltimeSettings:
     """How a shard job's SLURM time limit is sized (config ``walltime``): input bytes at
     the run's measured rate (the configured one before any), times the safety factor and
@@ -358,6 +367,7 @@ class Settings:
     classifiers: tuple[dict[str, str], ...]
     inference: InferenceSettings
     walltime: WalltimeSettings
+    campaign: CampaignSettings = field(default_factory=CampaignSettings)
     domain_pairs: tuple[tuple[str, str], ...] = ()
     #: Shards failed for one shared reason, before any succeeded, that stop a run (0: never).
     stop_after: int = 2
@@ -381,6 +391,7 @@ class Settings:
             classifiers=tuple(dict(c) for c in cfg["classifiers"]),
             inference=InferenceSettings(**cfg["inference"]),
             walltime=WalltimeSettings(**cfg["walltime"]),
+            campaign=CampaignSettings(**cfg["campaign"]),
             domain_pairs=tuple(_domain_pairs(cfg)),
             stop_after=cfg["failures"]["stop_after"],
             watch_seconds=float(cfg["failures"]["watch_seconds"]),

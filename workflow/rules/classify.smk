@@ -1,6 +1,8 @@
 # One job per logical shard; the package does the work (shell, not script:, so an
 # edit of the code never re-runs finished shards).
 rule classify:
+    input:
+        awaited_lease,
     output:
         f"{RUN_DIR}/shards/{{shard}}.done",
     log:

@@ -14,6 +14,16 @@ def run_dir_of_adoption(wildcards, output):
     return str(Path(output[0]).parents[2])
 
 
+def run_dir_of_awaited(wildcards, output):
+    """The run directory, from an await job's output (<run_dir>/campaign/awaited/<shard>.json)."""
+    return str(Path(output[0]).parents[2])
+
+
+def awaited_lease(wildcards):
+    """A shard another site held at planning waits for its lease first (none: [])."""
+    return RUN.awaited(int(wildcards.shard))
+
+
 def run_dir_of_selection(wildcards, output):
     """The run directory, from a selection's shard record (<run_dir>/selections/<name>/shards/<shard>.json)."""
     return str(Path(output[0]).parents[3])

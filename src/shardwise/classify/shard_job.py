@@ -29,6 +29,7 @@ from shardwise.config import Pair, resolve_pairs
 from shardwise.errors import InputError, ModelError, ShardFailedError, ShardwiseError, StorageError
 from shardwise.run import (
     budgets,
+    claims,
     failures,
     journal,
     labelcounts,
@@ -37,6 +38,7 @@ from shardwise.run import (
     plan,
     quarantine,
     sidecar,
+    sitelease,
     summaries,
 )
 from shardwise.run.failures import FailedFile
@@ -45,6 +47,7 @@ from shardwise.run.filestats import FileStats
 from shardwise.run.labelling import Labelling
 from shardwise.run.opened import OpenRun, open_run
 from shardwise.run.reader import read_documents
+from shardwise.run.sitelease import SiteLease
 
 log = logging.getLogger("shardwise.classify.shard_job")
 
@@ -197,11 +200,14 @@ def run_shard(
     ctx = open_run(run_dir)
     files = shard_files(ctx, shard)
     ctx.source.remember_sizes({f.rel: f.size for f in files})  # no HEAD per file
-    done, left_out = files_done(ctx, shard, files), ctx.quarantined
-    report = ShardReport(shard=shard, files=len(files), skipped=len(done))
-    todo = [f for f in files if f.rel not in done and f.rel not in left_out]
-    if todo:
-        _label_todo(ctx, shard, todo, report, engine_factory or load_engine, progress=progress)
+    holder = claims.for_this_process(shard).holder()
+    with sitelease.held(ctx.output, ctx.settings.campaign, shard, holder) as lease:
+        done, left_out = files_done(ctx, shard, files), ctx.quarantined
+        report = ShardReport(shard=shard, files=len(files), skipped=len(done))
+        todo = [f for f in files if f.rel not in done and f.rel not in left_out]
+        if todo:
+            factory = engine_factory or load_engine
+            _label_todo(ctx, shard, todo, report, factory, lease, progress=progress)
     if report.failed:
         _fail(run_dir, report, len(todo))
     # the quarantine as it is now (a file quarantined while the job ran was left out: it
@@ -229,6 +235,7 @@ def run_shard(
         file_stats=file_stats,
     )
     markers.write_shard_marker(run_dir, marker)
+    sitelease.record_done(ctx.output, ctx.settings.campaign, shard, report.labelled, holder)
     return report
 
 
@@ -245,12 +252,13 @@ def _label_todo(
     todo: list[FileTask],
     report: ShardReport,
     engine_factory: Callable[[OpenRun], Any],
+    lease: SiteLease | None,
     *,
     progress: bool,
 ) -> None:
     """Label ``todo`` in order, one file ahead on the reader thread, into ``report``. A file
-    that cannot be read is recorded and the rest go on; anything else stops the shard,
-    recorded with the file it stopped at."""
+    that cannot be read is recorded and the rest go on; anything else stops the shard
+    (a lost campaign lease too), recorded with the file it stopped at."""
     run_dir = ctx.run_dir
     bar = progress_bar(len(todo), shard, enabled=progress)
     current = ""
@@ -277,7 +285,7 @@ def _label_todo(
                 report.errors.append(item.exc or InputError(item.error))
                 if item.fatal:
                     break
-            elif (written := _label_file(ctx, engine, item, shard, models)) is None:
+            elif (written := _label_file(ctx, engine, item, shard, models, lease)) is None:
                 log.warning("%s: quarantined while it was labelled: left out", current)
             else:
                 rows, stats = written
@@ -321,11 +329,18 @@ def _fail(run_dir: Path, report: ShardReport, todo: int) -> None:
 
 
 def _label_file(
-    ctx: OpenRun, engine: Any, item: _Loaded, shard: int, models: dict[str, Any]
+    ctx: OpenRun,
+    engine: Any,
+    item: _Loaded,
+    shard: int,
+    models: dict[str, Any],
+    lease: SiteLease | None,
 ) -> tuple[int, FileStats] | None:
     """Run the engine on one read file and write its outputs (``outputs.write_all``: the
-    marker last, under the quarantine's lock). Returns the row count and the stats
-    written; None when the file was quarantined meanwhile (no outputs are left)."""
+    marker last, under the quarantine's lock; in a campaign, the lease renewed first, so
+    no other site can hold the shard while they are written: LeaseLostError otherwise).
+    Returns the row count and the stats written; None when the file was quarantined
+    meanwhile (no outputs are left)."""
     assert item.docs is not None
     t0 = time.perf_counter()
     labels = engine.run(item.prepared)
@@ -367,7 +382,10 @@ def _label_file(
         columns=columns,
         stats=stats,
         dolma_name=ctx.settings.dolma_name,
+        holder=lease.holder if lease is not None else None,
     )
+    if lease is not None:
+        lease.renew()
     written = outputs.write_all(
         ctx.roots(), labelled, lambda: quarantine.vouching(ctx.run_dir, rel)
     )

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from shardwise import __version__
 from shardwise.cli import (
     adopt,
+    await_lease,
     classify_shard,
     cluster,
     coverage,
@@ -34,8 +35,9 @@ from shardwise.cli.common import not_a_run_dir
 from shardwise.errors import ShardwiseError
 
 #: The verbs in the order ``shardwise --help`` lists them.
-VERBS = (shard_of, demo, plan, classify_shard, adopt, walltime, launch, coverage, domains, dolma,
-         reweight, select, retry_array, quarantine, relocate, cluster, report, verify)  # fmt: skip
+VERBS = (shard_of, demo, plan, classify_shard, adopt, await_lease, walltime, launch, coverage,
+         domains, dolma, reweight, select, retry_array, quarantine, relocate, cluster, report,
+         verify)  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -18,6 +18,7 @@ import pyarrow as pa
 from shardwise.classify.modelcheck import check_classifiers
 from shardwise.config import InferenceSettings, Settings, check_shard_count
 from shardwise.planner import (
+    campaign,
     fieldcheck,
     housekeeping,
     inflight,
@@ -59,6 +60,7 @@ class RunInfo:
     main_pid: int = 0  # the top-level process (the adoption stops when it dies)
     messages: tuple[str, ...] = ()  # what planning tells the operator (the caller prints)
     in_flight_lines: tuple[str, ...] = ()  # the report's "in flight" block
+    held_elsewhere: tuple[int, ...] = ()  # held by live jobs of another site (a campaign)
 
     def targets(self) -> list[str]:
         """The shard markers, the run's Snakemake targets (in-flight shards left out: the
@@ -67,6 +69,13 @@ class RunInfo:
         return [
             str(markers.shard_marker_path(self.run_dir, s)) for s in self.shards if s not in skip
         ]
+
+    def awaited(self, shard: int) -> list[str]:
+        """The classify rule's input for ``shard``: its await job's output while another
+        site's live job held it at planning (``planner/campaign.py``), else nothing."""
+        if shard not in self.held_elsewhere:
+            return []
+        return [str(campaign.awaited_path(self.run_dir, shard))]
 
     def adopted_targets(self) -> list[str]:
         """The adopted shards' markers: what the adopt checkpoint's holders left is labelled."""
@@ -138,15 +147,12 @@ def prepare_run(
     if planned.changed is not None:
         changes.record(run_dir, planned.changed)
         said += changes.lines(planned.changed, run_dir)
-    stale = housekeeping.remove_stale_markers(run_dir, planned.table, meta)
-    if stale:
-        text = f"note: removed {len(stale):,} shard marker(s) that do not match the plan "
-        text += f"(shards {ranges.compress(stale)}; left by another assignment): they run again"
-        said.append(text)
+    said += _stale_marker_lines(run_dir, planned.table, meta)
     said += [f"note: {line}" for line in settings.inert]
     said += half_on_cpu_notes(settings.inference, gpu_visible)
     said += _dolma_notes(settings, planned.table)
     housekeeping.mark_shards_without_work(run_dir, planned.table, meta, output, set(quarantined))
+    sites = campaign.plan(run_dir, settings, output, markers.done_shards(run_dir), dryrun=dryrun)
     flight, adoption = _take_over(run_dir, submitter, dryrun=dryrun, say=said.append)
     return RunInfo(
         run_dir=run_dir,
@@ -156,9 +162,19 @@ def prepare_run(
         adopted=adoption.shards if adoption is not None else (),
         adoption_token=adoption.token if adoption is not None else "",
         main_pid=os.getpid(),
-        messages=(*said, *(f"note: {note}" for note in (*planned.notes, *sampled))),
+        messages=(*said, *sites.lines, *(f"note: {n}" for n in (*planned.notes, *sampled))),
         in_flight_lines=tuple(flight.lines()),
+        held_elsewhere=sites.held,
     )
+
+
+def _stale_marker_lines(run_dir: Path, table: pa.Table, meta: Any) -> list[str]:
+    """Remove the shard markers the plan disagrees with (another assignment's); the note."""
+    stale = housekeeping.remove_stale_markers(run_dir, table, meta)
+    if not stale:
+        return []
+    text = f"note: removed {len(stale):,} shard marker(s) that do not match the plan "
+    return [text + f"(shards {ranges.compress(stale)}; left by another assignment): they run again"]
 
 
 def _take_over(

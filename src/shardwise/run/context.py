@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Self
 
-from shardwise.config import InferenceSettings, Pair, Settings, StorageOptions
+from shardwise.config import CampaignSettings, InferenceSettings, Pair, Settings, StorageOptions
 from shardwise.run import runjson
 from shardwise.run.fields import FieldPaths
 from shardwise.run.record import Fields
@@ -70,6 +70,7 @@ class RunSettings:
     domains: RecordedDomains = RecordedDomains()
     roots: RecordedRoots = RecordedRoots()
     dolma: RecordedDolma | None = None
+    campaign: CampaignSettings = field(default_factory=CampaignSettings)
 
     @classmethod
     def of(cls, settings: Settings) -> Self:
@@ -87,6 +88,7 @@ class RunSettings:
             dolma=None
             if dolma is None
             else RecordedDolma(dolma.name, resolved_uri(Location(dolma.uri, settings.storage))),
+            campaign=settings.campaign,
         )
 
     def to_json(self) -> bytes:
@@ -104,6 +106,8 @@ class RunSettings:
         }
         if self.dolma is not None:
             doc["dolma"] = asdict(self.dolma)
+        if self.campaign.site is not None:
+            doc["campaign"] = asdict(self.campaign)
         return json_bytes(doc)
 
     @classmethod
@@ -123,6 +127,7 @@ class RunSettings:
             domains=domains.into(RecordedDomains, pairs=pairs),
             roots=f.sub("roots").into(RecordedRoots),
             dolma=None if dolma is None else f.sub("dolma").into(RecordedDolma),
+            campaign=f.sub("campaign").into(CampaignSettings),
         )
 
     @property

@@ -35,10 +35,23 @@ class FileMarker:
     rows: int | None
     finished_at: str = ""
     source_identity: str | None = None
+    #: A campaign of several sites (``campaign.site``): the site whose job labelled the
+    #: file and the epoch of its lease on the shard (``store/lease.py``), so ``verify``
+    #: can tell who labelled what. None for a single site.
+    site: str | None = None
+    lease_epoch: int | None = None
 
     @classmethod
-    def now(cls, rel: str, task_id: str, shard: int, rows: int, identity: str | None) -> Self:
-        """The marker of a file finished now."""
+    def now(
+        cls,
+        rel: str,
+        task_id: str,
+        shard: int,
+        rows: int,
+        identity: str | None,
+        holder: tuple[str, int] | None = None,
+    ) -> Self:
+        """The marker of a file finished now (``holder``: the site and lease epoch)."""
         return cls(
             file=rel,
             task_id=task_id,
@@ -46,13 +59,16 @@ class FileMarker:
             rows=rows,
             finished_at=now(),
             source_identity=identity,
+            site=holder[0] if holder else None,
+            lease_epoch=holder[1] if holder else None,
         )
 
     def to_json(self) -> bytes:
-        """The marker's bytes."""
+        """The marker's bytes (fields that are None left out)."""
         body = dataclasses.asdict(self)
-        if self.source_identity is None:
-            del body["source_identity"]
+        for key in ("source_identity", "site", "lease_epoch"):
+            if body[key] is None:
+                del body[key]
         return json_bytes(body)
 
     @classmethod

@@ -37,6 +37,7 @@ class Labelled:
     columns: Mapping[str, pa.Array]  # the label columns, in input order
     stats: FileStats
     dolma_name: str | None = None  # the attribute set's name (``output.dolma``), when on
+    holder: tuple[str, int] | None = None  # a campaign's site and lease epoch (the marker)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,7 +112,8 @@ STATS = OutputKind(
 )
 MARKER = OutputKind(
     name="marker", suffix=markers.FILE_MARKER_SUFFIX, parse=FileMarker.from_json,
-    build=lambda f: FileMarker.now(f.rel, f.task_id, f.shard, len(f.ids), f.identity).to_json(),
+    build=lambda f: FileMarker.now(f.rel, f.task_id, f.shard, len(f.ids), f.identity,
+                                   f.holder).to_json(),
     check=lambda marker, want: marker.problems(want.rel, want.task_id, want.shard, want.rows),
 )  # fmt: skip
 DOLMA = OutputKind(  # suffix "": the documents' own relative path, under the attributes root

@@ -88,6 +88,11 @@ class Location:
             return None
         return other.root[len(base) :] + "/" if other.root != self.root else ""
 
+    def call_s3(self, rel: str, method: str, **kwargs: Any) -> Any:
+        """One retried S3 request on the object of ``rel`` (the store layer's conditional
+        writes, ``store/lease.py``); the raw botocore reply."""
+        return self._s3(rel, method, **kwargs)
+
     def _s3(self, rel: str, method: str, **kwargs: Any) -> Any:
         """One retried S3 call on the object of ``rel``."""
         key = f"{self.prefix}/{rel}" if self.prefix else rel

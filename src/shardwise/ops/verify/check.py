@@ -31,6 +31,7 @@ from shardwise.run import (
 from shardwise.run import state as run_state
 from shardwise.run.opened import OpenRun, open_run
 from shardwise.run.sharding import shard_for_task, shard_range
+from shardwise.store import lease
 from shardwise.store.atomic import is_temp_name
 from shardwise.store.location import Location
 
@@ -233,8 +234,8 @@ def _index_outputs(
     found: dict[str, dict[str, int]] = {rel: {} for rel in planned}
     corpus = ctx.output.inner_prefix(ctx.source)
     for rel, size in sorted(listing.items()):
-        if rel == runjson.RUN_JSON:
-            continue
+        if rel == runjson.RUN_JSON or rel.startswith(lease.CAMPAIGN):
+            continue  # the run's pin; a campaign's leases and records (store/lease.py)
         where = ctx.output.url(rel)
         if is_temp_name(rel.rsplit("/", 1)[-1]):
             report.orphans += 1

@@ -1,0 +1,97 @@
+"""A site's plan in a campaign of several sites (``campaign.site``; docs/campaigns.md).
+
+At planning the store is probed once (``store/lease.py`` ``probe``: a store that ignores
+``If-None-Match`` would let two sites label one shard, so the campaign is refused, and a
+single site still works as before); the result is kept in ``<run_dir>/campaign.json``.
+Then one listing of the bucket's leases says which shards live jobs of *other* sites hold:
+this site labels every other shard, and for those it runs a local ``await_lease`` job
+before the shard's own (the classify rule's input), which ends when the lease does:
+released (the shard's files are then marked, and the shard job finds nothing to do) or
+run out (the shard job takes it over). So no site is idle while a shard is free, and no
+invocation ends while the campaign has work another site may abandon.
+"""
+
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from shardwise.config import Settings
+from shardwise.errors import ConfigError
+from shardwise.run import ranges
+from shardwise.store.atomic import json_bytes, write_atomic
+from shardwise.store.lease import Leases, Seen, probe
+from shardwise.store.location import Location
+
+#: The run directory's record of the store probe (one per output root).
+PROBED = "campaign.json"
+#: The await jobs' outputs, one per shard another site held at planning.
+AWAITED = "campaign/awaited"
+
+
+@dataclass(frozen=True)
+class CampaignPlan:
+    """Which shards live jobs of other sites hold, and what planning says of it."""
+
+    held: tuple[int, ...] = ()
+    lines: tuple[str, ...] = ()
+
+
+def plan(
+    run_dir: Path, settings: Settings, output: Location, done: set[int], *, dryrun: bool
+) -> CampaignPlan:
+    """This site's view of the campaign (nothing without ``campaign.site``); ConfigError
+    when the store cannot keep leases (a dry run writes nothing: it does not probe)."""
+    campaign = settings.campaign
+    if campaign.site is None:
+        return CampaignPlan()
+    if not dryrun:
+        _probed_once(run_dir, output, campaign.site)
+    leases = Leases(output, campaign.lease_seconds)
+    others = [
+        seen
+        for seen in leases.all_seen()
+        if seen.lease.site != campaign.site
+        and not leases.expired(seen)
+        and seen.lease.shard not in done
+    ]
+    held = tuple(sorted(s.lease.shard for s in others))
+    return CampaignPlan(held, tuple(_lines(campaign.site, others, campaign.lease_seconds)))
+
+
+def _lines(site: str, others: list[Seen], lease_seconds: float) -> list[str]:
+    if not others:
+        return [f"campaign: site {site!r}; no other site holds a shard now"]
+    sites = Counter(s.lease.site for s in others)
+    who = ", ".join(f"{name}: {count}" for name, count in sorted(sites.items()))
+    shards = ranges.compress(sorted(s.lease.shard for s in others))
+    return [
+        f"campaign: site {site!r}; {len(others)} shard(s) are held by live jobs of other "
+        f"sites ({who}; shards {shards}): this site labels the rest first, then waits for "
+        f"those and takes over any whose lease nobody renews for {lease_seconds:.0f} s"
+    ]
+
+
+def _probed_once(run_dir: Path, output: Location, site: str) -> None:
+    """Probe the store unless this run directory did for this output; ConfigError naming
+    the store and what to use instead when it does not honour ``If-None-Match``."""
+    record = run_dir / PROBED
+    try:
+        if json.loads(record.read_text("utf-8")).get("output") == output.uri:
+            return
+    except (OSError, ValueError, AttributeError):
+        pass
+    why = probe(output)
+    if why is not None:
+        msg = f"config campaign.site {site!r}: the output store {output.uri} cannot keep shard "
+        msg += f"leases ({why}), so two sites could label one shard; use a store that honours "
+        msg += "If-None-Match (AWS S3, Cloudflare R2, a current MinIO), or drop campaign.site "
+        raise ConfigError(msg + "to label from this site alone")
+    body = {"output": output.uri, "site": site, "probed_at": time.time()}
+    write_atomic(record, json_bytes(body))
+
+
+def awaited_path(run_dir: Path, shard: int) -> Path:
+    """The await job's output for ``shard`` (the classify rule's input while it is held)."""
+    return Path(run_dir) / AWAITED / f"{shard}.json"

@@ -1,0 +1,190 @@
+"""A shard job's lease in a campaign of several sites (``campaign.site``): taken before
+the first file, renewed in the background every third of the lease and before each
+file's outputs are written, released at the end (``store/lease.py`` has the protocol).
+
+The job holds the shard's local claim first (``run/claims.py``): the site's own scheduler
+has then judged any earlier job of this site on the shard gone, so a lease of this site
+is taken over at once, without waiting for it to run out. A lease another site renewed
+within ``lease_seconds`` (it took the shard after this site planned) is waited for, said
+in the job's log: released, the job finds the files marked; run out, it takes over. A
+renewal that fails means another site took the shard over (this job was too slow to
+renew, or the store unreachable for a whole lease): the job writes nothing more, not
+even the file it is on.
+"""
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from typing import Self
+
+from shardwise.config import CampaignSettings
+from shardwise.errors import RecordError, StorageError
+from shardwise.run.markers import now
+from shardwise.run.record import Fields
+from shardwise.store.atomic import json_bytes
+from shardwise.store.lease import LeaseLostError, Leases, Seen, Taken
+from shardwise.store.location import Location
+
+log = logging.getLogger("shardwise.run.sitelease")
+#: Where each finished shard's campaign record lies under the output root.
+DONE = "_campaign/done"
+
+
+class SiteLease:
+    """This job's lease on one shard, while it labels it."""
+
+    def __init__(self, leases: Leases, taken: Taken) -> None:
+        self.leases = leases
+        self._taken = taken
+        self._lock = threading.Lock()
+        self._lost: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._renew_every, daemon=True)
+
+    @property
+    def holder(self) -> tuple[str, int]:
+        """The site and lease epoch each file's marker records."""
+        return self._taken.lease.site, self._taken.lease.epoch
+
+    def renew(self) -> None:
+        """Renew now (before a file's outputs); LeaseLostError once it is lost."""
+        with self._lock:
+            if self._lost is not None:
+                raise LeaseLostError(self._lost)
+            try:
+                self._taken = self.leases.renew(self._taken)
+            except LeaseLostError as exc:
+                self._lost = str(exc)
+                raise
+
+    def _renew_every(self) -> None:
+        """Renew every third of the lease until stopped or lost (a store error is retried
+        at the next turn: the lease lasts three turns)."""
+        while not self._stop.wait(self.leases.lease_seconds / 3):
+            try:
+                self.renew()
+            except LeaseLostError as exc:
+                log.warning("%s: this job writes no further outputs", exc)
+                return
+            except StorageError as exc:
+                text = "shard %s: renewing its lease failed (%s); trying again in %.0f s"
+                log.warning(text, self._taken.lease.shard, exc, self.leases.lease_seconds / 3)
+
+
+@contextmanager
+def held(
+    output: Location, campaign: CampaignSettings, shard: int, holder: str
+) -> Iterator[SiteLease | None]:
+    """The shard's lease while the block runs (None without a campaign); while another
+    site holds it live, this waits (:func:`await_free`)."""
+    if campaign.site is None:
+        yield None
+        return
+    leases = Leases(output, campaign.lease_seconds)
+    got = leases.take(shard, campaign.site, holder, stale_own=True)
+    while isinstance(got, Seen):  # another site took it since this site planned: rare
+        log.warning("%s; this job waits for it", refusal(got, campaign))
+        log.warning("shard %s: %s", shard, await_free(output, campaign, shard))
+        got = leases.take(shard, campaign.site, holder, stale_own=True)
+    if got.took_over is not None:
+        old = got.took_over.lease
+        log.warning(
+            "shard %s: took over the lease of site %r (%s, epoch %s), unrenewed for %.0f s",
+            shard, old.site, old.holder, old.epoch, got.took_over.age_s,
+        )  # fmt: skip
+    lease = SiteLease(leases, got)
+    lease._thread.start()
+    try:
+        yield lease
+    finally:
+        lease._stop.set()
+        lease._thread.join(timeout=5)
+        try:
+            leases.release(lease._taken)
+        except StorageError as exc:  # it runs out by itself; another site takes it then
+            log.warning("shard %s: its lease was not released (%s)", shard, exc)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SiteDone:
+    """``_campaign/done/<shard>.json``: which site finished a shard, when, and how many of
+    its files that job labelled (the rest were labelled before, by any site)."""
+
+    shard: int
+    site: str
+    holder: str
+    labelled: int
+    finished_at: str
+
+    def to_json(self) -> bytes:
+        """The record's bytes."""
+        return json_bytes(asdict(self))
+
+    @classmethod
+    def from_json(cls, raw: bytes, where: str) -> Self:
+        """The record; RecordError naming a field that is absent or of the wrong type."""
+        return Fields.parse(raw, where).into(cls)
+
+
+def done_rel(shard: int) -> str:
+    """Where the campaign record of a finished shard lies under the output root."""
+    return f"{DONE}/{shard}.json"
+
+
+def record_done(
+    output: Location, campaign: CampaignSettings, shard: int, labelled: int, holder: str
+) -> None:
+    """Record in the bucket that this site finished ``shard`` (what ``coverage`` shows per
+    site from any site); nothing without a campaign."""
+    if campaign.site is None:
+        return
+    record = SiteDone(
+        shard=shard, site=campaign.site, holder=holder, labelled=labelled, finished_at=now()
+    )
+    if labelled:
+        output.write_bytes(done_rel(shard), record.to_json())
+    else:  # another site labelled it: its record stays
+        output.create_if_absent(done_rel(shard), record.to_json())
+
+
+def read_done(output: Location) -> list[SiteDone]:
+    """Every finished shard's campaign record (one listing of their prefix, one GET each;
+    a damaged one is skipped)."""
+    prefix = Location(output.url(DONE), output.options)
+    found = []
+    for rel, _size in prefix.list_files():
+        try:
+            found.append(SiteDone.from_json(prefix.read_bytes(rel), prefix.url(rel)))
+        except (RecordError, FileNotFoundError):
+            continue
+    return found
+
+
+def await_free(output: Location, campaign: CampaignSettings, shard: int) -> str:
+    """Wait until no live job of another site holds ``shard`` (a look every quarter of the
+    lease, 1 to 30 s); why it is free."""
+    leases = Leases(output, campaign.lease_seconds)
+    poll_s = min(30.0, max(1.0, campaign.lease_seconds / 4))
+    while True:
+        seen = leases.seen(shard)
+        if seen is None:
+            return "released"
+        if seen.lease.site == campaign.site:
+            return f"held by this site ({seen.lease.holder})"
+        if leases.expired(seen):
+            return f"site {seen.lease.site!r}'s lease ran out ({seen.age_s:.0f} s unrenewed)"
+        time.sleep(poll_s)
+
+
+def refusal(seen: Seen, campaign: CampaignSettings) -> str:
+    """Why a job leaves a shard another site holds (its console line)."""
+    other = seen.lease
+    left = max(0.0, campaign.lease_seconds - seen.age_s)
+    return (
+        f"shard {other.shard} is held by site {other.site!r} ({other.holder}, lease epoch "
+        f"{other.epoch}, renewed {seen.age_s:.0f} s ago by the store's clock): this site "
+        f"leaves it; it may take it over if nobody renews the lease for {left:.0f} s more"
+    )

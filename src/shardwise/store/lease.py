@@ -1,0 +1,239 @@
+"""Shard leases in the output bucket: how several sites label one corpus, no shard twice.
+
+A campaign's sites (clusters, or a cloud node, each with its own run directory and
+scheduler) share nothing but the output bucket, so the bucket holds who labels a shard:
+``_campaign/leases/<shard>.lease``, one object per shard a job holds now. Its holder
+creates it with ``If-None-Match: *`` (of two sites exactly one gets it), renews it with
+``If-Match: <its ETag>`` while it runs and before each file's marker, and deletes it when
+it ends. A lease nobody renewed for ``lease_seconds`` by the *store's* clock (the reply's
+``Date`` minus the object's ``Last-Modified``: no site's clock is trusted) may be taken
+over by one other site, again with ``If-Match`` on the ETag it saw: of two that try,
+one wins. A holder whose renewal fails has lost the shard and writes no further marker.
+
+What a lease says is in the object's metadata (one HEAD reads it with its ETag and age)
+and, for people, in its body. A store that ignores the conditions would let two sites
+both win: :func:`probe` finds that out once, before a campaign relies on it.
+"""
+
+import json
+import secrets
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from email.utils import parsedate_to_datetime
+from typing import Any, Self
+
+from shardwise.errors import RecordError, StorageError
+from shardwise.store.backoff import s3_reply
+from shardwise.store.location import Location
+
+#: The output root's folder of a campaign's own records (no output of a file: ``verify``
+#: and the listings of outputs pass over it).
+CAMPAIGN = "_campaign/"
+#: Where the leases lie under the output root (no output kind ends in ``.lease``).
+LEASES = "_campaign/leases"
+SUFFIX = ".lease"
+_PROBES = "_campaign/probe"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Lease:
+    """Who holds a shard: the site, the job (``SLURM job 12 on node7`` / a process), the
+    lease's epoch (1 when created, +1 at each takeover) and the holder's random token."""
+
+    shard: int
+    site: str
+    holder: str
+    epoch: int
+    token: str
+
+    @classmethod
+    def new(cls, shard: int, site: str, holder: str, epoch: int = 1) -> Self:
+        """A lease for this process, with a fresh token."""
+        return cls(shard=shard, site=site, holder=holder, epoch=epoch, token=secrets.token_hex(8))
+
+    def metadata(self) -> dict[str, str]:
+        """The object's ``x-amz-meta-*`` (ASCII only: the holder is reduced to it)."""
+        holder = self.holder.encode("ascii", "replace").decode()
+        return {"shard": str(self.shard), "site": self.site, "holder": holder,
+                "epoch": str(self.epoch), "token": self.token}  # fmt: skip
+
+    @classmethod
+    def from_metadata(cls, meta: dict[str, str], where: str) -> Self:
+        """The lease a HEAD's metadata describes; RecordError naming what is missing."""
+        try:
+            return cls(
+                shard=int(meta["shard"]),
+                site=meta["site"],
+                holder=meta["holder"],
+                epoch=int(meta["epoch"]),
+                token=meta["token"],
+            )
+        except (KeyError, ValueError) as exc:
+            raise RecordError(f"{where}: not a shardwise lease ({exc!r} in its metadata)") from exc
+
+
+@dataclass(frozen=True)
+class Seen:
+    """A lease as the store has it now: its ETag and its age by the store's clock."""
+
+    lease: Lease
+    etag: str
+    age_s: float
+
+
+@dataclass(frozen=True)
+class Taken:
+    """A lease this process holds (the ETag of its last write), and whose it took over."""
+
+    lease: Lease
+    etag: str
+    took_over: Seen | None = None
+
+
+class LeaseLostError(StorageError):
+    """This process's lease was taken over (or removed): it must write no more markers."""
+
+
+def lease_rel(shard: int) -> str:
+    """The lease object of ``shard``, relative to the output root."""
+    return f"{LEASES}/{shard}{SUFFIX}"
+
+
+class Leases:
+    """The leases of one campaign's output (an S3-compatible store)."""
+
+    def __init__(self, output: Location, lease_seconds: float) -> None:
+        if not output.is_s3:
+            msg = f"leases need an S3-compatible output (s3://...), not {output.uri}"
+            raise StorageError(msg)
+        self.output = output
+        self.lease_seconds = float(lease_seconds)
+
+    def seen(self, shard: int) -> Seen | None:
+        """The lease of ``shard`` now (one HEAD); None when nobody holds it."""
+        rel = lease_rel(shard)
+        try:
+            head = self.output.call_s3(rel, "head_object")
+        except (OSError, StorageError) as exc:
+            if isinstance(exc, FileNotFoundError) or s3_reply(exc, through_retries=True)[1] == 404:
+                return None
+            raise
+        lease = Lease.from_metadata(head.get("Metadata") or {}, self.output.url(rel))
+        return Seen(lease, _etag(head), _age_s(head))
+
+    def expired(self, seen: Seen) -> bool:
+        """Whether nobody renewed ``seen`` within the lease (by the store's clock)."""
+        return seen.age_s > self.lease_seconds
+
+    def take(self, shard: int, site: str, holder: str, *, stale_own: bool = False) -> Taken | Seen:
+        """Take ``shard``: create its lease, or take over one that expired (or, with
+        ``stale_own``, one of this site whose job the site's scheduler knows ended);
+        else the other holder's lease, live."""
+        for _ in range(3):  # a lease released or taken between our two requests: look again
+            mine = Lease.new(shard, site, holder)
+            etag = self._put(shard, mine, IfNoneMatch="*")
+            if etag is not None:
+                return Taken(mine, etag)
+            seen = self.seen(shard)
+            if seen is None:
+                continue
+            if seen.lease.token == mine.token:  # a retried PUT whose first try landed
+                return Taken(mine, seen.etag)
+            if not (self.expired(seen) or (stale_own and seen.lease.site == site)):
+                return seen
+            mine = Lease.new(shard, site, holder, epoch=seen.lease.epoch + 1)
+            etag = self._put(shard, mine, IfMatch=seen.etag)
+            if etag is not None:
+                return Taken(mine, etag, took_over=seen)
+        now = self.seen(shard)
+        if now is None:
+            raise StorageError(f"{self.output.url(lease_rel(shard))}: the lease keeps changing")
+        return now
+
+    def renew(self, taken: Taken) -> Taken:
+        """Renew ``taken`` (its age back to 0); LeaseLostError when another holder took it
+        over or it was removed."""
+        etag = self._put(taken.lease.shard, taken.lease, IfMatch=taken.etag)
+        if etag is not None:
+            return Taken(taken.lease, etag, taken.took_over)
+        seen = self.seen(taken.lease.shard)
+        if seen is not None and seen.lease.token == taken.lease.token:
+            return Taken(taken.lease, seen.etag, taken.took_over)  # a retry that landed
+        who = "nobody" if seen is None else f"site {seen.lease.site!r} ({seen.lease.holder})"
+        msg = f"shard {taken.lease.shard}: this job's lease (site {taken.lease.site!r}, epoch "
+        raise LeaseLostError(msg + f"{taken.lease.epoch}) is lost: {who} holds it now")
+
+    def release(self, taken: Taken) -> None:
+        """Remove the lease if it is still this process's (a lost one is left alone)."""
+        seen = self.seen(taken.lease.shard)
+        if seen is not None and seen.lease.token == taken.lease.token:
+            self.output.remove(lease_rel(taken.lease.shard))
+
+    def all_seen(self) -> list[Seen]:
+        """Every lease now: one listing of the leases' prefix, one HEAD per lease."""
+        prefix = Location(self.output.url(LEASES), self.output.options)
+        shards = []
+        for rel, _size in prefix.list_files():
+            name = rel.removesuffix(SUFFIX)
+            if rel.endswith(SUFFIX) and name.isdigit():
+                shards.append(int(name))
+        found = (self.seen(shard) for shard in sorted(shards))
+        return [seen for seen in found if seen is not None]
+
+    def _put(self, shard: int, lease: Lease, **condition: str) -> str | None:
+        """One conditional PUT of ``lease``; its ETag, or None when the condition failed."""
+        rel = lease_rel(shard)
+        body = json.dumps(asdict(lease), sort_keys=True).encode() + b"\n"
+        try:
+            reply = self.output.call_s3(
+                rel, "put_object", Body=body, Metadata=lease.metadata(), **condition
+            )
+        except (OSError, StorageError) as exc:
+            if isinstance(exc, FileExistsError) or s3_reply(exc, through_retries=True)[1] in (
+                404,
+                412,
+            ):
+                return None
+            raise
+        return _etag(reply)
+
+
+def probe(output: Location) -> str | None:
+    """Whether ``output`` honours ``If-None-Match: *``: two conditional creates of one
+    probe key, the second of which must fail. None when it does; else why not."""
+    if not output.is_s3:
+        return f"{output.uri} is not an S3-compatible store"
+    if not output.options.conditional_writes:
+        return "storage.conditional_writes is false"
+    rel = f"{_PROBES}/{secrets.token_hex(8)}"
+    try:
+        outcomes = [_create(output, rel) for _ in range(2)]
+    finally:
+        output.remove(rel)
+    if outcomes != [True, False]:
+        return "a second If-None-Match: * create of one key succeeded (the store ignores it)"
+    return None
+
+
+def _create(output: Location, rel: str) -> bool:
+    """One ``If-None-Match: *`` PUT of ``rel``, never the HEAD-then-PUT fallback."""
+    try:
+        output.call_s3(rel, "put_object", Body=b"probe\n", IfNoneMatch="*")
+    except (OSError, StorageError) as exc:
+        if isinstance(exc, FileExistsError) or s3_reply(exc, through_retries=True)[1] == 412:
+            return False
+        raise
+    return True
+
+
+def _etag(reply: dict[str, Any]) -> str:
+    return str(reply.get("ETag") or "").strip('"')
+
+
+def _age_s(head: dict[str, Any]) -> float:
+    """Seconds since the object was written, by the store's clock (its reply's ``Date``)."""
+    modified = head.get("LastModified")
+    date = (head.get("ResponseMetadata") or {}).get("HTTPHeaders", {}).get("date")
+    if not isinstance(modified, datetime) or not date:
+        return 0.0  # no clock to judge by: treated as just renewed (never taken early)
+    return max(0.0, (parsedate_to_datetime(date) - modified).total_seconds())

@@ -1,0 +1,112 @@
+"""Two sites, one campaign: each with its own run directory and the local executor on one
+core, labelling one corpus into one bucket (moto) at the same time. Every file labelled
+once, by one site (its marker names it), both sites labelling part, each site's
+``verify --complete`` OK; a site killed -9 has its shards finished by the other after
+the lease runs out; a store that ignores If-None-Match is refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from e2e import SMALL, run_snakemake, snakemake_cmd, wait_until
+
+from shardwise.demo.corpus import demo_config, write_corpus
+from shardwise.store.lease import Leases
+from shardwise.store.location import Location
+
+pytestmark = [pytest.mark.slow, pytest.mark.s3]
+
+
+def _corpus(s3: Any, tmp_path: Path) -> None:
+    write_corpus(tmp_path / "corpus", SMALL)
+    client = s3.client()
+    for path in sorted((tmp_path / "corpus").rglob("*")):
+        if path.is_file():
+            key = f"corpus/{path.relative_to(tmp_path / 'corpus').as_posix()}"
+            client.put_object(Bucket=s3.name, Key=key, Body=path.read_bytes())
+
+
+def _site(tmp_path: Path, s3: Any, models: Path, site: str, lease_seconds: float) -> Path:
+    """One site's config: its own run directory, the shared bucket."""
+    cfg = demo_config(tmp_path, total_shards=6)
+    cfg["run_dir"] = str(tmp_path / f"run-{site}")
+    cfg["input"] = {"uri": s3.url("corpus")}
+    cfg["output"] = {"uri": s3.url("labels")}
+    cfg["storage"] = s3.storage_config()
+    for c in cfg["classifiers"]:
+        c["model"] = str(models / c["name"])
+    cfg["inference"].update({"max_length": 128, "device": "cpu"})
+    cfg["resources"] = {"classify": {"runtime": 5}}
+    cfg["campaign"] = {"site": site, "lease_seconds": lease_seconds}
+    path = tmp_path / f"config-{site}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _start(config: Path, log: Path) -> subprocess.Popen:
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    cmd = [a if a != "2" else "1" for a in snakemake_cmd(config)]  # one core per site
+    return subprocess.Popen(
+        cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, start_new_session=True
+    )
+
+
+def _markers(s3: Any) -> dict[str, dict]:
+    labels = Location(s3.url("labels"), s3.options())
+    return {
+        rel: json.loads(labels.read_bytes(rel))
+        for rel, _ in labels.list_files()
+        if rel.endswith(".done") and not rel.startswith("_campaign/")
+    }
+
+
+def _verify(config: Path) -> subprocess.CompletedProcess:
+    run_dir = yaml.safe_load(config.read_text())["run_dir"]
+    cmd = [sys.executable, "-m", "shardwise.cli", "verify", "--run-dir", run_dir, "--complete"]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_two_sites_label_one_campaign_each_file_once(tmp_path, s3, demo_models) -> None:
+    _corpus(s3, tmp_path)
+    configs = [_site(tmp_path, s3, demo_models, name, 30) for name in ("a", "b")]
+    logs = [tmp_path / f"site-{n}.log" for n in ("a", "b")]
+    procs = [_start(c, log) for c, log in zip(configs, logs, strict=True)]
+    for proc, log in zip(procs, logs, strict=True):
+        assert proc.wait(timeout=900) == 0, log.read_text()[-5000:]
+    markers = _markers(s3)
+    files = [p for p in (tmp_path / "corpus").rglob("*") if p.is_file()]
+    assert len(markers) == len(files)
+    by_site = Counter(m["site"] for m in markers.values())
+    assert set(by_site) == {"a", "b"}, by_site  # both labelled part of it
+    assert all(m["lease_epoch"] == 1 for m in markers.values())  # no takeover needed
+    labels = Location(s3.url("labels"), s3.options())
+    for rel, marker in markers.items():  # the stats come from the job the marker names
+        stats = json.loads(labels.read_bytes(rel.removesuffix(".done") + ".stats.json"))
+        assert stats["shard"] == marker["shard"]
+    assert Leases(labels, 30).all_seen() == []  # every lease released
+    for config in configs:
+        proc = _verify(config)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    rerun = run_snakemake(configs[0], "--cores", "1")
+    assert "no other site holds a shard now" in rerun.stdout
+
+
+def test_a_store_that_ignores_if_none_match_is_refused(tmp_path, s3, demo_models) -> None:
+    _corpus(s3, tmp_path)
+    config = _site(tmp_path, s3, demo_models, "a", 30)
+    s3.server.honour_conditional_writes = False
+    proc = run_snakemake(config, "--cores", "1", check=False)
+    assert proc.returncode != 0
+    assert "config campaign.site 'a': the output store" in proc.stdout
+    assert "cannot keep shard leases (a second If-None-Match: * create" in proc.stdout
+    assert not s3.keys("labels/_campaign/leases")

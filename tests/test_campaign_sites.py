@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
-from e2e import SMALL, run_snakemake, snakemake_cmd, wait_until
+from e2e import SMALL, Gate, gated_shardwise, run_snakemake, snakemake_cmd, wait_until
 
 from shardwise.demo.corpus import demo_config, write_corpus
 from shardwise.store.lease import Leases
@@ -36,9 +36,11 @@ def _corpus(s3: Any, tmp_path: Path) -> None:
             client.put_object(Bucket=s3.name, Key=key, Body=path.read_bytes())
 
 
-def _site(tmp_path: Path, s3: Any, models: Path, site: str, lease_seconds: float) -> Path:
+def _site(
+    tmp_path: Path, s3: Any, models: Path, site: str, lease_seconds: float, shards: int = 6
+) -> Path:
     """One site's config: its own run directory, the shared bucket."""
-    cfg = demo_config(tmp_path, total_shards=6)
+    cfg = demo_config(tmp_path, total_shards=shards)
     cfg["run_dir"] = str(tmp_path / f"run-{site}")
     cfg["input"] = {"uri": s3.url("corpus")}
     cfg["output"] = {"uri": s3.url("labels")}
@@ -53,8 +55,8 @@ def _site(tmp_path: Path, s3: Any, models: Path, site: str, lease_seconds: float
     return path
 
 
-def _start(config: Path, log: Path) -> subprocess.Popen:
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+def _start(config: Path, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    env = env or dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
     cmd = [a if a != "2" else "1" for a in snakemake_cmd(config)]  # one core per site
     return subprocess.Popen(
         cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, start_new_session=True
@@ -97,6 +99,12 @@ def test_two_sites_label_one_campaign_each_file_once(tmp_path, s3, demo_models) 
     for config in configs:
         proc = _verify(config)
         assert proc.returncode == 0, proc.stdout + proc.stderr
+        sites = ", ".join(f"site {s} {n}" for s, n in sorted(by_site.items()))
+        assert f"labelled by {sites}" in proc.stdout
+    cmd = [sys.executable, "-m", "shardwise.cli", "coverage", "--run-dir", str(tmp_path / "run-b")]
+    shown = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=True).stdout
+    for site, files in by_site.items():
+        assert f"site {site}: " in shown and f"({files} file(s) labelled), 0 live job(s)" in shown
     rerun = run_snakemake(configs[0], "--cores", "1")
     assert "no other site holds a shard now" in rerun.stdout
 
@@ -110,3 +118,52 @@ def test_a_store_that_ignores_if_none_match_is_refused(tmp_path, s3, demo_models
     assert "config campaign.site 'a': the output store" in proc.stdout
     assert "cannot keep shard leases (a second If-None-Match: * create" in proc.stdout
     assert not s3.keys("labels/_campaign/leases")
+
+
+def test_a_site_killed_has_its_shard_finished_by_the_other_only_after_its_lease(
+    tmp_path, s3, demo_models
+) -> None:
+    """Site a labels one file of a shard and stops there (alive, renewing); site b labels
+    every other shard first (the await job has the lowest priority) and then waits: a
+    live lease is not taken, however long. Then a is
+    killed -9, its job too: b takes the shard over once the lease runs out, no command."""
+    _corpus(s3, tmp_path)
+    lease_seconds = 3
+    # three shards of 12 files: the shard a stops in has files left after its first
+    config_a, config_b = (_site(tmp_path, s3, demo_models, n, lease_seconds, 3) for n in "ab")
+    gate = Gate(tmp_path / "gate", after_files=1)
+    env_a = gated_shardwise(tmp_path / "bin-a", tmp_path / "ledger-a", gate)
+    site_a = _start(config_a, tmp_path / "site-a.log", env_a)
+    try:
+        (held,) = gate.wait(1, alive=lambda: site_a.poll() is None)
+        site_b = _start(config_b, tmp_path / "site-b.log")
+        labels = Location(s3.url("labels"), s3.options())
+        leases = Leases(labels, lease_seconds)
+        # a is slow but alive: its lease is renewed every second; after two whole leases
+        # (six renewals) b has labelled the rest and is still waiting for this one
+        awaiting = tmp_path / "run-b" / "logs" / "await_lease" / f"{held}.log"
+        wait_until(awaiting.exists, "site b waiting for the held shard", timeout=600)
+        wait_until(lambda: leases.seen(held).lease.renewal >= 6, "site a renewing its lease")
+        seen = leases.seen(held)
+        assert seen.lease.site == "a" and seen.lease.epoch == 1 and site_b.poll() is None
+        killed = time.monotonic()
+        os.killpg(site_a.pid, signal.SIGKILL)  # the workflow and its job
+        site_a.wait(timeout=60)
+        assert site_b.wait(timeout=600) == 0, (tmp_path / "site-b.log").read_text()[-5000:]
+        moved_s = time.monotonic() - killed
+    finally:
+        for proc in (site_a,):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+    markers = _markers(s3)
+    files = [p for p in (tmp_path / "corpus").rglob("*") if p.is_file()]
+    assert len(markers) == len(files)
+    of_held = sorted((m["site"], m["lease_epoch"]) for m in markers.values() if m["shard"] == held)
+    assert of_held[0] == ("a", 1) and ("b", 2) in of_held, of_held  # a's file kept, b the rest
+    log_b = (tmp_path / "site-b.log").read_text()
+    assert f"shard {held}: site 'a'" in log_b and "lease ran out" in log_b
+    print(f"shard {held} moved to site b {moved_s:.1f} s after site a was killed "
+          f"(lease {lease_seconds} s)")  # fmt: skip
+    assert moved_s < 120
+    proc = _verify(config_b)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -29,7 +29,8 @@ def test_one_site_takes_a_shard_the_other_sees_it_held(output: Location) -> None
     )
     assert other.age_s < 5 and not b.expired(other)
     renewed = a.renew(got)
-    assert renewed.etag and a.seen(3).lease.token == got.lease.token
+    assert renewed.etag != got.etag and a.seen(3).lease == renewed.lease  # a new body
+    assert renewed.lease.renewal == 1 and renewed.lease.token == got.lease.token
     a.release(renewed)
     assert a.seen(3) is None
     assert isinstance(b.take(3, "b", "process 5 on cloud1"), Taken)  # free again

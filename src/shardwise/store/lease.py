@@ -17,7 +17,7 @@ both win: :func:`probe` finds that out once, before a campaign relies on it.
 
 import json
 import secrets
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, Self
@@ -38,13 +38,17 @@ _PROBES = "_campaign/probe"
 @dataclass(frozen=True, kw_only=True)
 class Lease:
     """Who holds a shard: the site, the job (``SLURM job 12 on node7`` / a process), the
-    lease's epoch (1 when created, +1 at each takeover) and the holder's random token."""
+    lease's epoch (1 when created, +1 at each takeover), the holder's random token and
+    how many times it renewed the lease (so that each renewal changes the body, and with
+    it the ETag a takeover must match: a renewal between another site's look and its
+    takeover makes the takeover fail)."""
 
     shard: int
     site: str
     holder: str
     epoch: int
     token: str
+    renewal: int = 0
 
     @classmethod
     def new(cls, shard: int, site: str, holder: str, epoch: int = 1) -> Self:
@@ -55,7 +59,8 @@ class Lease:
         """The object's ``x-amz-meta-*`` (ASCII only: the holder is reduced to it)."""
         holder = self.holder.encode("ascii", "replace").decode()
         return {"shard": str(self.shard), "site": self.site, "holder": holder,
-                "epoch": str(self.epoch), "token": self.token}  # fmt: skip
+                "epoch": str(self.epoch), "token": self.token,
+                "renewal": str(self.renewal)}  # fmt: skip
 
     @classmethod
     def from_metadata(cls, meta: dict[str, str], where: str) -> Self:
@@ -67,6 +72,7 @@ class Lease:
                 holder=meta["holder"],
                 epoch=int(meta["epoch"]),
                 token=meta["token"],
+                renewal=int(meta.get("renewal", "0")),
             )
         except (KeyError, ValueError) as exc:
             raise RecordError(f"{where}: not a shardwise lease ({exc!r} in its metadata)") from exc
@@ -153,12 +159,13 @@ class Leases:
     def renew(self, taken: Taken) -> Taken:
         """Renew ``taken`` (its age back to 0); LeaseLostError when another holder took it
         over or it was removed."""
-        etag = self._put(taken.lease.shard, taken.lease, IfMatch=taken.etag)
+        renewed = replace(taken.lease, renewal=taken.lease.renewal + 1)
+        etag = self._put(renewed.shard, renewed, IfMatch=taken.etag)
         if etag is not None:
-            return Taken(taken.lease, etag, taken.took_over)
-        seen = self.seen(taken.lease.shard)
-        if seen is not None and seen.lease.token == taken.lease.token:
-            return Taken(taken.lease, seen.etag, taken.took_over)  # a retry that landed
+            return Taken(renewed, etag, taken.took_over)
+        seen = self.seen(renewed.shard)
+        if seen is not None and seen.lease == renewed:
+            return Taken(renewed, seen.etag, taken.took_over)  # a retried PUT that landed
         who = "nobody" if seen is None else f"site {seen.lease.site!r} ({seen.lease.holder})"
         msg = f"shard {taken.lease.shard}: this job's lease (site {taken.lease.site!r}, epoch "
         raise LeaseLostError(msg + f"{taken.lease.epoch}) is lost: {who} holds it now")

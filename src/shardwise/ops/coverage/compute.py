@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shardwise.ops.coverage import skew
+from shardwise.ops.coverage import sites, skew
 from shardwise.ops.coverage.read import RunState, load_state, plan_index
 from shardwise.planner import inflight
 from shardwise.run import (
@@ -425,6 +425,7 @@ class Report:
 
     coverage: Coverage
     in_flight: inflight.InFlight
+    campaign: sites.CampaignView | None = None  # every site of a campaign (campaign.site)
 
 
 def report(run_dir: Path, *, category_regex: str | None = None, gpus: int | None = None) -> Report:
@@ -432,4 +433,5 @@ def report(run_dir: Path, *, category_regex: str | None = None, gpus: int | None
     the last invocation used a cluster executor or a claim names a SLURM job)."""
     cov = compute(load_state(run_dir), category_regex=category_regex, gpus=gpus)
     submitter = claims.Submitter.recorded(run_dir)
-    return Report(cov, inflight.find(run_dir, submitter, done=markers.done_shards(run_dir)))
+    flight = inflight.find(run_dir, submitter, done=markers.done_shards(run_dir))
+    return Report(cov, flight, sites.view(run_dir))

@@ -365,12 +365,15 @@ FORMATS = ("table", "json", "markdown")
 
 def report_dict(found: Report) -> dict[str, Any]:
     """``coverage --format json``: the coverage and the in-flight shards."""
-    return {**to_dict(found.coverage), "in_flight": found.in_flight.to_dict()}
+    campaign = found.campaign.to_dict() if found.campaign is not None else None
+    return {**to_dict(found.coverage), "in_flight": found.in_flight.to_dict(), "campaign": campaign}
 
 
 def report_text(found: Report, fmt: str) -> str:
     """``coverage`` as a table or Markdown, then the in-flight block (when any)."""
     text, lines = FORMATTERS[fmt](found.coverage), found.in_flight.lines()
+    if found.campaign is not None:
+        lines = [*found.campaign.lines(), *lines]
     if not lines:
         return text
     block = "\n".join(lines)

@@ -32,6 +32,7 @@ class FileCheck:
     gone: Finding | None = None  # its input is gone: no relabel can mend that
     rows: int = 0
     marker_rows: int | None = None
+    site: str | None = None  # the campaign site its marker names
     counts: dict[str, int] = field(default_factory=dict)
     fidelity: list[fidelity.FileFidelity] = field(default_factory=list)
 
@@ -59,6 +60,8 @@ def add_checks(report: VerifyReport, checks: list[FileCheck]) -> dict[str, int |
         report.files_checked += int(check.gone is None)  # a gone input cannot be read
         report.rows_checked += check.rows
         marker_rows[check.rel] = check.marker_rows
+        if check.site is not None:
+            report.labelled_by[check.site] = report.labelled_by.get(check.site, 0) + 1
         for key, value in check.counts.items():
             report.data_quality[key] = report.data_quality.get(key, 0) + value
     return marker_rows
@@ -157,7 +160,7 @@ def check_file(
         found = [Finding(where, what) for what in kind.check(record, want)]
         (check.derived if kind.derived else check.problems).extend(found)
         if kind is outputs.MARKER:
-            check.marker_rows = record.rows
+            check.marker_rows, check.site = record.rows, record.site
         elif kind is outputs.STATS:
             check.counts = record.quality()
             check.fidelity = list(record.fidelity or ())

@@ -42,6 +42,7 @@ class VerifyReport:
     warnings: list[Finding] = field(default_factory=list)
     quarantined: list[Finding] = field(default_factory=list)
     data_quality: dict[str, int] = field(default_factory=dict)  # over the checked files
+    labelled_by: dict[str, int] = field(default_factory=dict)  # site -> checked files (campaign)
     fidelity: list[fidelity.Fidelity] = field(default_factory=list)  # over the checked files
     #: What ``--repair`` resets: files and shards whose marker vouches for something broken.
     broken_files: set[str] = field(default_factory=set)
@@ -111,6 +112,11 @@ class VerifyReport:
         quality = quality_lines(self.data_quality, self.rows_checked)
         data = [*quality, *fidelity_lines(self.fidelity)]
         out += [line.replace("data     ", over, 1) for line in data]
+        if self.labelled_by:
+            sites = ", ".join(f"site {s} {n:,}" for s, n in sorted(self.labelled_by.items()))
+            out.append(
+                f"campaign: of the {self.files_checked} checked file(s), labelled by {sites}"
+            )
         out.append(self.summary())
         return out
 

@@ -37,6 +37,14 @@ GPU-seconds held and their share of the GPU-slot time free of the other user's j
 preemptions, files labelled more than once and files lost (both 0).
 
     python bench/campaign.py --preempt --json out.json          # CI's smoke
+
+``--sites``: the two-site cell instead (``bench/sites.py``; no cluster, no root): one
+campaign, two sites with their own run directories and one core each, one moto bucket.
+Per site: wall time, shard jobs, slot use, files labelled; files labelled twice and lease
+takeovers; and, with site a killed -9 while it holds a shard, the seconds from its death
+to the other site's takeover of that shard (``--lease-seconds``).
+
+    python bench/campaign.py --sites --json out.json            # CI's smoke
 """
 
 from __future__ import annotations
@@ -382,7 +390,18 @@ def main() -> None:
     parser.add_argument("--preempt-after", type=float, default=10, help="seconds into the run")
     parser.add_argument("--others-seconds", type=int, default=30, help="the other user's job")
     parser.add_argument("--scavenger-mode", default="CANCEL", choices=("CANCEL", "REQUEUE"))
+    parser.add_argument("--sites", action="store_true", help="the two-site cell instead")
+    parser.add_argument("--lease-seconds", type=float, default=3, help="the two-site cell's")
     args = parser.parse_args()
+    if args.sites:  # no cluster, no root: two local sites and a moto bucket (bench/sites.py)
+        import sites
+
+        with tempfile.TemporaryDirectory(prefix="shardwise-sites-") as tmp:
+            report = sites.run_cell(Path(tmp), args.lease_seconds)
+        sites.print_cell(report)
+        if args.json:
+            args.json.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+        return
     if os.geteuid() != 0:
         raise SystemExit("bench/campaign.py needs root (it makes users and a reservation)")
     if args.preempt:

@@ -7,6 +7,7 @@ command behind each). ``bench/gpu-check.sh`` has its own smoke run (test_gpu_che
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -156,3 +157,18 @@ def test_bench_cpu_feed_prints_each_stage_the_overlap_and_the_cores(tmp_path):
     assert re.search(rf"documents/s per core: {stage}; read \+ tokenize", out), out
     assert re.search(rf"sequential {NUMBER} s, overlapped {NUMBER} s: {NUMBER}x", out), out
     assert re.search(rf"cores for 930 documents/s: {NUMBER} for the reader thread's", out), out
+
+
+@pytest.mark.s3
+def test_bench_campaign_sites_two_sites_each_file_once_and_a_dead_sites_shard_moves(tmp_path):
+    """bench/campaign.py --sites's smoke run (no cluster): the two-site cell's figures."""
+    out = tmp_path / "sites.json"
+    text = bench(tmp_path, "campaign.py", "--sites", "--json", str(out))
+    cell = json.loads(out.read_text())
+    together, dies = cell["together"], cell["a_dies"]
+    assert together["files_labelled_twice"] == 0 and together["takeovers"] == 0
+    assert all(site["files_labelled"] > 0 for site in together["sites"].values())
+    assert sum(site["files_labelled"] for site in together["sites"].values()) == together["files"]
+    assert dies["files_labelled_twice"] == 0 and dies["takeovers"] == 1
+    assert 0 < dies["death_to_takeover_s"] <= dies["death_to_end_s"]
+    assert re.search(rf"moved {NUMBER} s after site a was killed \(lease 3 s\)", text), text

@@ -91,6 +91,12 @@ def test_two_sites_label_one_campaign_each_file_once(tmp_path, s3, demo_models) 
     by_site = Counter(m["site"] for m in markers.values())
     assert set(by_site) == {"a", "b"}, by_site  # both labelled part of it
     assert all(m["lease_epoch"] == 1 for m in markers.values())  # no takeover needed
+    puts = Counter(
+        r.key
+        for r in s3.server.log(s3.name)
+        if r.method == "PUT" and r.key.endswith(".labels.parquet") and r.status == 200
+    )
+    assert len(puts) == len(files) and set(puts.values()) == {1}, puts  # each labelled once
     labels = Location(s3.url("labels"), s3.options())
     for rel, marker in markers.items():  # the stats come from the job the marker names
         stats = json.loads(labels.read_bytes(rel.removesuffix(".done") + ".stats.json"))

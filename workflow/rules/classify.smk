@@ -9,6 +9,7 @@ rule classify:
         f"{RUN_DIR}/logs/classify/{{shard}}.log",
     benchmark:
         f"{RUN_DIR}/benchmarks/classify/{{shard}}.tsv"
+    priority: shard_priority
     conda:
         "../envs/shardwise.yaml"
     # Snakemake exports OMP_NUM_THREADS=threads to the job: torch's CPU threads.

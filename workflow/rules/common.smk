@@ -24,6 +24,11 @@ def awaited_lease(wildcards):
     return RUN.awaited(int(wildcards.shard))
 
 
+def shard_priority(wildcards):
+    """0 for one site; in a campaign this site's own order of the shards."""
+    return RUN.priority(int(wildcards.shard))
+
+
 def run_dir_of_selection(wildcards, output):
     """The run directory, from a selection's shard record (<run_dir>/selections/<name>/shards/<shard>.json)."""
     return str(Path(output[0]).parents[3])

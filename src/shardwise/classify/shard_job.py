@@ -96,11 +96,16 @@ def shard_files(ctx: OpenRun, shard: int) -> list[FileTask]:
     return [FileTask(r["file"], r["size"], r["task_id"], r["identity"]) for r in rows]
 
 
-def files_done(ctx: OpenRun, shard: int, files: list[FileTask]) -> dict[str, int | None]:
+def files_done(
+    ctx: OpenRun, shard: int, files: list[FileTask], *, fresh: bool = False
+) -> dict[str, int | None]:
     """Files of the shard that already have a marker, with their row counts if known: on
     object storage no request per file, but the planner's snapshot of the markers and this
-    shard's journal (rows of files finished elsewhere unknown); else each marker is read."""
-    listed = markers.read_snapshot(ctx.run_dir) if ctx.output.remote else None
+    shard's journal (rows of files finished elsewhere unknown); else, or ``fresh`` (in a
+    campaign another site may have labelled files since this site planned), each marker
+    is read."""
+    remote = ctx.output.remote and not fresh
+    listed = markers.read_snapshot(ctx.run_dir) if remote else None
     if listed is not None:
         known: dict[str, int | None] = {f.rel: None for f in files if f.rel in listed}
         known.update(journal.rows_done(ctx.run_dir, shard))
@@ -202,7 +207,8 @@ def run_shard(
     ctx.source.remember_sizes({f.rel: f.size for f in files})  # no HEAD per file
     holder = claims.for_this_process(shard).holder()
     with sitelease.held(ctx.output, ctx.settings.campaign, shard, holder) as lease:
-        done, left_out = files_done(ctx, shard, files), ctx.quarantined
+        done = files_done(ctx, shard, files, fresh=lease is not None)
+        left_out = ctx.quarantined
         report = ShardReport(shard=shard, files=len(files), skipped=len(done))
         todo = [f for f in files if f.rel not in done and f.rel not in left_out]
         if todo:

@@ -11,6 +11,7 @@ run out (the shard job takes it over). So no site is idle while a shard is free,
 invocation ends while the campaign has work another site may abandon.
 """
 
+import hashlib
 import json
 import time
 from collections import Counter
@@ -90,6 +91,16 @@ def _probed_once(run_dir: Path, output: Location, site: str) -> None:
         raise ConfigError(msg + "to label from this site alone")
     body = {"output": output.uri, "site": site, "probed_at": time.time()}
     write_atomic(record, json_bytes(body))
+
+
+def order(site: str | None, shard: int, shards: int) -> int:
+    """Where ``shard`` comes in ``site``'s order, as a Snakemake priority (higher first;
+    0 without a campaign): a hash of the site and the shard, so two sites walk the shards
+    in unrelated orders and meet on one rarely. Always at least 0: above the await jobs."""
+    if site is None:
+        return 0
+    digest = hashlib.sha256(f"{site}\0{shard}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") % max(1, shards * 16)
 
 
 def awaited_path(run_dir: Path, shard: int) -> Path:

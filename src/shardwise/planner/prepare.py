@@ -61,6 +61,7 @@ class RunInfo:
     messages: tuple[str, ...] = ()  # what planning tells the operator (the caller prints)
     in_flight_lines: tuple[str, ...] = ()  # the report's "in flight" block
     held_elsewhere: tuple[int, ...] = ()  # held by live jobs of another site (a campaign)
+    site: str | None = None  # this site's name in a campaign (campaign.site)
 
     def targets(self) -> list[str]:
         """The shard markers, the run's Snakemake targets (in-flight shards left out: the
@@ -76,6 +77,12 @@ class RunInfo:
         if shard not in self.held_elsewhere:
             return []
         return [str(campaign.awaited_path(self.run_dir, shard))]
+
+    def priority(self, shard: int) -> int:
+        """The classify job's priority: 0 for one site; in a campaign each site's own
+        order of the shards (``planner/campaign.py``), so that sites started together do
+        not all begin with the same shard and wait for one another."""
+        return campaign.order(self.site, shard, len(self.shards))
 
     def adopted_targets(self) -> list[str]:
         """The adopted shards' markers: what the adopt checkpoint's holders left is labelled."""
@@ -165,6 +172,7 @@ def prepare_run(
         messages=(*said, *sites.lines, *(f"note: {n}" for n in (*planned.notes, *sampled))),
         in_flight_lines=tuple(flight.lines()),
         held_elsewhere=sites.held,
+        site=settings.campaign.site,
     )
 
 

@@ -60,6 +60,19 @@ class SiteLease:
                 self._lost = str(exc)
                 raise
 
+    def start(self) -> None:
+        """Renew in the background from now on."""
+        self._thread.start()
+
+    def end(self) -> None:
+        """Stop renewing and release the lease (left to run out when that fails)."""
+        self._stop.set()
+        self._thread.join(timeout=5)
+        try:
+            self.leases.release(self._taken)
+        except StorageError as exc:  # it runs out by itself; another site takes it then
+            log.warning("shard %s: its lease was not released (%s)", self._taken.lease.shard, exc)
+
     def _renew_every(self) -> None:
         """Renew every third of the lease until stopped or lost (a store error is retried
         at the next turn: the lease lasts three turns)."""
@@ -96,16 +109,11 @@ def held(
             shard, old.site, old.holder, old.epoch, got.took_over.age_s,
         )  # fmt: skip
     lease = SiteLease(leases, got)
-    lease._thread.start()
+    lease.start()
     try:
         yield lease
     finally:
-        lease._stop.set()
-        lease._thread.join(timeout=5)
-        try:
-            leases.release(lease._taken)
-        except StorageError as exc:  # it runs out by itself; another site takes it then
-            log.warning("shard %s: its lease was not released (%s)", shard, exc)
+        lease.end()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -11,6 +11,7 @@ import pytest
 from inproc import FakeEngine, s3_run_config
 
 from shardwise.classify.shard_job import run_shard
+from shardwise.errors import ConfigError
 from shardwise.ops.coverage import compute as coverage
 from shardwise.ops.coverage.render import report_dict, report_text
 from shardwise.planner.prepare import prepare_run
@@ -84,3 +85,15 @@ def test_a_job_whose_lease_was_taken_over_writes_nothing_more(tmp_path: Path, s3
             assert not output.exists(kind.rel(second)), kind.name  # not a byte of it
     assert Leases(output, 60).seen(shard).lease.site == "b"  # its lease is left alone
     assert not (run_dir / "shards" / f"{shard}.done").exists()
+
+
+def test_a_site_with_another_lease_length_is_refused(tmp_path: Path, s3) -> None:
+    """The first site pins the campaign's lease length beside run.json; a site with
+    another would take leases over early, so it is refused, the field named."""
+    _planned(tmp_path, s3)
+    cfg, _ = s3_run_config(tmp_path / "b", s3, total_shards=2)
+    cfg["campaign"] = {"site": "b", "lease_seconds": 30}
+    with pytest.raises(ConfigError, match=r"campaign.lease_seconds: 30 on site 'b', but the"):
+        prepare_run(cfg, main_process=True, dryrun=False)
+    cfg["campaign"]["lease_seconds"] = 60
+    prepare_run(cfg, main_process=True, dryrun=False)  # the same: it joins

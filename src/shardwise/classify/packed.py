@@ -93,8 +93,6 @@ class PackedGte:
             raise TypeError(f"not a native GTE classifier: {type(model).__name__}")
         self.model = model
         config = model.config
-        self.heads = int(config.num_attention_heads)
-        self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.heads)
         self.layers = list(model.gte.layers[: config.num_hidden_layers])
         with torch.no_grad():
             self.qkv = [

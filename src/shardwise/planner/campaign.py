@@ -15,18 +15,22 @@ import hashlib
 import json
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Self
 
-from shardwise.config import Settings
+from shardwise.config import CampaignSettings, Settings
 from shardwise.errors import ConfigError
 from shardwise.run import ranges
+from shardwise.run.record import Fields
 from shardwise.store.atomic import json_bytes, write_atomic
 from shardwise.store.lease import Leases, Seen, probe
 from shardwise.store.location import Location
 
 #: The run directory's record of the store probe (one per output root).
 PROBED = "campaign.json"
+#: The campaign's pin beside run.json, under the output root.
+PIN = "_campaign/campaign.json"
 #: The await jobs' outputs, one per shard another site held at planning.
 AWAITED = "campaign/awaited"
 
@@ -49,6 +53,7 @@ def plan(
         return CampaignPlan()
     if not dryrun:
         _probed_once(run_dir, output, campaign.site)
+    _pinned(output, campaign, create=not dryrun)
     leases = Leases(output, campaign.lease_seconds)
     others = [
         seen
@@ -91,6 +96,43 @@ def _probed_once(run_dir: Path, output: Location, site: str) -> None:
         raise ConfigError(msg + "to label from this site alone")
     body = {"output": output.uri, "site": site, "probed_at": time.time()}
     write_atomic(record, json_bytes(body))
+
+
+@dataclass(frozen=True, kw_only=True)
+class CampaignPin:
+    """``<output>/_campaign/campaign.json``: what every site of a campaign must share
+    beyond ``run.json`` (how long a lease lasts: a site with a shorter one would take
+    leases over early). Created by the first site that plans, with ``If-None-Match``."""
+
+    lease_seconds: float
+    first_site: str
+
+    def to_json(self) -> bytes:
+        """The record's bytes."""
+        return json_bytes(asdict(self))
+
+    @classmethod
+    def from_json(cls, raw: bytes, where: str) -> Self:
+        """The record; RecordError naming a field that is absent or of the wrong type."""
+        return Fields.parse(raw, where).into(cls)
+
+
+def _pinned(output: Location, campaign: CampaignSettings, *, create: bool) -> None:
+    """Pin the campaign's lease length (the first site), or check it; ConfigError naming
+    ``campaign.lease_seconds`` when this site's differs."""
+    assert campaign.site is not None
+    mine = CampaignPin(lease_seconds=float(campaign.lease_seconds), first_site=campaign.site)
+    if create and output.create_if_absent(PIN, mine.to_json()):
+        return
+    try:
+        pin = CampaignPin.from_json(output.read_bytes(PIN), output.url(PIN))
+    except FileNotFoundError:
+        return  # a dry run before the first plan: nothing pinned yet
+    if pin.lease_seconds != mine.lease_seconds:
+        msg = f"config campaign.lease_seconds: {mine.lease_seconds:g} on site {campaign.site!r}, "
+        msg += f"but the campaign in {output.uri} pins {pin.lease_seconds:g} (site "
+        msg += f"{pin.first_site!r} planned first; {output.url(PIN)}): every site must use the "
+        raise ConfigError(msg + "same, or one would take the others' leases over early")
 
 
 def order(site: str | None, shard: int, shards: int) -> int:

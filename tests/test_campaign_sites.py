@@ -168,8 +168,10 @@ def test_a_site_killed_has_its_shard_finished_by_the_other_only_after_its_lease(
     assert of_held[0] == ("a", 1) and ("b", 2) in of_held, of_held  # a's file kept, b the rest
     log_b = (tmp_path / "site-b.log").read_text()
     assert f"shard {held}: site 'a'" in log_b and "lease ran out" in log_b
-    print(f"shard {held} moved to site b {moved_s:.1f} s after site a was killed "
-          f"(lease {lease_seconds} s)")  # fmt: skip
+    print(
+        f"shard {held} moved to site b {moved_s:.1f} s after site a was killed "
+        f"(lease {lease_seconds} s)"
+    )
     assert moved_s < 120
     proc = _verify(config_b)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -22,6 +22,7 @@ from shardwise.errors import (
     DeviceError,
     FieldMissingError,
     ModelError,
+    ShardClaimedError,
     ShardwiseError,
     StorageError,
 )
@@ -45,7 +46,7 @@ class FailedFile:
 class Cause:
     """Why a shard job failed, as the console and the early stop need it."""
 
-    kind: str  # config | model | device | storage | input | error, or a STOP_KINDS one
+    kind: str  # config | model | device | storage | claimed | input | error, or a STOP_KINDS one
     reason: str  # one line
     shared: bool = False  # the same for every shard and no retry fixes it
 
@@ -55,6 +56,18 @@ def first_line(text: str) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), text.strip())
 
 
+#: A whole-shard failure's kind by the exception's type, the first that matches (a
+#: DeviceError is a ModelError too): (type, kind, shared by every shard).
+_CAUSES: tuple[tuple[type[BaseException], str, bool], ...] = (
+    (DeviceError, "device", False),
+    (ModelError, "model", True),
+    (ConfigError, "config", True),
+    (StorageError, "storage", False),
+    (ShardClaimedError, "claimed", False),  # another job (another site's) holds the shard
+    (ShardwiseError, "input", False),
+)
+
+
 def cause_of(exc: BaseException, where: str = "") -> Cause:
     """The cause of a whole-shard failure: a model that cannot load, a missing device and
     a config error are shared; a device failing mid-run (one GPU), storage and the rest may
@@ -62,17 +75,10 @@ def cause_of(exc: BaseException, where: str = "") -> Cause:
     said = str(exc) if isinstance(exc, ShardwiseError) else f"{type(exc).__name__}: {exc}"
     text = first_line(said)
     text = f"{where}: {text}" if where and not text.startswith(where) else text
-    if isinstance(exc, DeviceError):
-        return Cause("device", text)
-    if isinstance(exc, ModelError):
-        return Cause("model", text, shared=True)
-    if isinstance(exc, ConfigError):
-        return Cause("config", text, shared=True)
-    if isinstance(exc, StorageError):
-        return Cause("storage", f"{text}; {STORE_ADVICE}")
-    if isinstance(exc, ShardwiseError):
-        return Cause("input", text)
-    return Cause("error", text)
+    kind, shared = next(((k, s) for t, k, s in _CAUSES if isinstance(exc, t)), ("error", False))
+    if kind == "storage":
+        text = f"{text}; {STORE_ADVICE}"
+    return Cause(kind, text, shared=shared)
 
 
 #: What to do when the store, not a file, stopped a shard (never "quarantine the file").

@@ -106,8 +106,12 @@ def held(
         old = got.took_over.lease
         log.warning(
             "shard %s: took over the lease of site %r (%s, epoch %s), unrenewed for %.0f s",
-            shard, old.site, old.holder, old.epoch, got.took_over.age_s,
-        )  # fmt: skip
+            shard,
+            old.site,
+            old.holder,
+            old.epoch,
+            got.took_over.age_s,
+        )
     lease = SiteLease(leases, got)
     lease.start()
     try:

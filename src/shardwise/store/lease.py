@@ -22,7 +22,7 @@ from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, Self
 
-from shardwise.errors import RecordError, StorageError
+from shardwise.errors import RecordError, ShardClaimedError, StorageError
 from shardwise.store.backoff import s3_reply
 from shardwise.store.location import Location
 
@@ -58,9 +58,14 @@ class Lease:
     def metadata(self) -> dict[str, str]:
         """The object's ``x-amz-meta-*`` (ASCII only: the holder is reduced to it)."""
         holder = self.holder.encode("ascii", "replace").decode()
-        return {"shard": str(self.shard), "site": self.site, "holder": holder,
-                "epoch": str(self.epoch), "token": self.token,
-                "renewal": str(self.renewal)}  # fmt: skip
+        return {
+            "shard": str(self.shard),
+            "site": self.site,
+            "holder": holder,
+            "epoch": str(self.epoch),
+            "token": self.token,
+            "renewal": str(self.renewal),
+        }
 
     @classmethod
     def from_metadata(cls, meta: dict[str, str], where: str) -> Self:
@@ -96,8 +101,9 @@ class Taken:
     took_over: Seen | None = None
 
 
-class LeaseLostError(StorageError):
-    """This process's lease was taken over (or removed): it must write no more markers."""
+class LeaseLostError(ShardClaimedError):
+    """This process's lease was taken over (or removed): it must write no more markers;
+    another site holds the shard (not a store failure: nothing to retry here)."""
 
 
 def lease_rel(shard: int) -> str:

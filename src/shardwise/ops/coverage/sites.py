@@ -63,9 +63,9 @@ class CampaignView:
 
 def view(run_dir: Path, now: datetime | None = None) -> CampaignView | None:
     """The campaign block of ``run_dir`` (None: not a campaign)."""
-    ctx = open_run(run_dir)
-    campaign = ctx.settings.campaign
-    if campaign.site is None:
+    ctx = open_run(run_dir, settings_required=False)  # a view of an older run too
+    campaign = ctx.settings.campaign if ctx.settings is not None else None
+    if campaign is None or campaign.site is None:
         return None
     leases = Leases(ctx.output, campaign.lease_seconds)
     live = [s for s in leases.all_seen() if not leases.expired(s)]

@@ -12,7 +12,8 @@ waiting for it and no second job of the shard is ever submitted.
 
 And the 1-CPU allocations of ``cluster status`` that locate a hidden maintenance window
 where ``sbatch --test-only`` cannot (:func:`try_allocation`): each is given back at once
-or revoked within a second; none touches a job of the user's.
+or revoked after a second (asked once more for five: a busy controller grants late);
+none touches a job of the user's.
 
 And the plan probes (:func:`submit_probe`): real jobs of the run's own request that run
 ``true``, submitted so that SLURM's own scheduler says when each would start; each has
@@ -64,8 +65,15 @@ class Allocation(StrEnum):
 #: would run into a maintenance reservation is refused outright, others pend a second and
 #: are revoked, or are refused for "insufficient priority" while a runnable job of higher
 #: priority pends in the partition); any other failure is a problem to report.
-_NOT_NOW = re.compile(r"revoked|queued and waiting|reservation is in use")
+_REFUSED = re.compile(r"reservation is in use")
+_REVOKED = re.compile(r"revoked|queued and waiting")
 _OUTRANKED = re.compile(r"insufficient priority")
+#: Seconds salloc waits for the allocation: one, then, for a request revoked after that
+#: second, once more with :data:`PATIENT_SECONDS`: a controller busy with other work can
+#: grant a job that fits only after its scheduling pass, seconds later, and a window
+#: located from a false "not now" would be minutes early.
+IMMEDIATE_SECONDS = 1
+PATIENT_SECONDS = 5
 
 #: The name of the 1-CPU allocations that locate a hidden window (``cluster status``).
 PROBE_JOB_NAME = "shardwise-window-probe"
@@ -75,18 +83,22 @@ def try_allocation(
     options: Sequence[str], timeout: float = command.DEFAULT_TIMEOUT
 ) -> Answer[Allocation]:
     """Whether SLURM allocates a job with these ``salloc`` options at once: ``salloc
-    --immediate=1`` runs ``true`` on this host and gives the allocation back, or its
-    request is refused or revoked within a second. Either way nothing stays queued, even
-    when the caller is killed meanwhile (salloc finishes on its own)."""
-    argv = ["salloc", "--immediate=1", f"--job-name={PROBE_JOB_NAME}", *options, "true"]
-    reply = command.run(argv, timeout=timeout)
-    if reply.ok:
-        return Answer(Allocation.ALLOCATED)
-    if _OUTRANKED.search(reply.stderr):
-        return Answer(Allocation.OUTRANKED)
-    if _NOT_NOW.search(reply.stderr):
-        return Answer(Allocation.NOT_NOW)
-    return Answer(None, reply.problem, reply.kind)
+    --immediate`` runs ``true`` on this host and gives the allocation back, or its
+    request is refused, or revoked after a second (then asked once more, patiently).
+    Either way nothing stays queued, even when the caller is killed meanwhile (salloc
+    finishes on its own)."""
+    for seconds in (IMMEDIATE_SECONDS, PATIENT_SECONDS):
+        argv = ["salloc", f"--immediate={seconds}", f"--job-name={PROBE_JOB_NAME}", *options]
+        reply = command.run([*argv, "true"], timeout=timeout)
+        if reply.ok:
+            return Answer(Allocation.ALLOCATED)
+        if _OUTRANKED.search(reply.stderr):
+            return Answer(Allocation.OUTRANKED)
+        if _REFUSED.search(reply.stderr):
+            return Answer(Allocation.NOT_NOW)
+        if not _REVOKED.search(reply.stderr):
+            return Answer(None, reply.problem, reply.kind)
+    return Answer(Allocation.NOT_NOW)
 
 
 def cancel(job_ids: Sequence[str], *, timeout: float = command.DEFAULT_TIMEOUT) -> Answer[bool]:

@@ -228,7 +228,8 @@ def locate_window(request: dict[str, str], asked: list[int], timeout: float) -> 
     outcomes = Counter(a.value for a in tried.values() if a.ok)
     changed = f"{len(tried)} job(s) of 1 CPU named {control.PROBE_JOB_NAME} (salloc --immediate=1):"
     changed += f" {outcomes[control.Allocation.ALLOCATED]} allocated and given back at once, the "
-    changed += "others refused or revoked within a second; no job of yours was touched"
+    changed += "others refused, or revoked after a second and once more after five; no job of "
+    changed += "yours was touched"
     if found is not None:
         method = Method.ALLOCATED
         return Answer(_located(found, method, len(small) + len(tried), began, changed))

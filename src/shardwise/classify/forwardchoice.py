@@ -31,9 +31,12 @@ def choose(engine: Any, capability: tuple[int, int] | None) -> attention.Choice:
     projections once, here (the padded forward shares the fused weights)."""
     classifiers, setting = engine._classifiers, engine.settings.attention
     unsupported = [c.spec.name for c in classifiers if not supports(c.loaded.model)]
-    cuda = engine.device.type == "cuda"
-    key = gpubudget.budget_key(engine) if cuda and setting == "auto" else None
-    before = budgets.verdict(engine._budget_dir, key, "attention") if key is not None else None
+    cuda, auto = engine.device.type == "cuda", setting == "auto"
+    # this kind of GPU's key, once for both choices: where an auto one reads its verdict
+    wants_key = cuda and (auto or engine.settings.compile == "auto")
+    key = gpubudget.budget_key(engine) if wants_key else None
+    mine = key if auto else None
+    before = budgets.verdict(engine._budget_dir, mine, "attention") if mine is not None else None
     facts = attention.DeviceFacts(
         cuda=cuda,
         half=engine.dtype is not torch.float32,
@@ -52,20 +55,22 @@ def choose(engine: Any, capability: tuple[int, int] | None) -> attention.Choice:
         forwards: dict[str, PackedGte] = {}
         for clf in classifiers:
             clf.packed = forwards.setdefault(clf.spec.model, PackedGte(clf.loaded.model))
-    elif key is not None and before is None and facts.half and not unsupported:
-        _once(engine, key, "attention", choice.reason.removeprefix("auto: "))
-    engine.compile = _compile(engine, choice.mode == "packed")
+    elif mine is not None and before is None and facts.half and not unsupported:
+        _once(engine, mine, "attention", choice.reason.removeprefix("auto: "))
+    engine.compile = _compile(engine, choice.mode == "packed", key)
     return choice
 
 
-def _compile(engine: Any, packed_mode: bool) -> compiling.CompileChoice:
-    """``inference.compile``'s choice; compiled, each packed forward gets the compiled
-    kernels (compiled at their first call, in the self-check) and Inductor's cache is the
-    run directory's."""
+def _compile(
+    engine: Any, packed_mode: bool, key: budgets.BudgetKey | None
+) -> compiling.CompileChoice:
+    """``inference.compile``'s choice (``key``: this kind of GPU's, None off CUDA);
+    compiled, each packed forward gets the compiled kernels (compiled at their first
+    call, in the self-check) and Inductor's cache is the run directory's."""
     setting, cuda = engine.settings.compile, engine.device.type == "cuda"
     forwards = [c.packed for c in engine._classifiers if c.packed is not None]
-    key = gpubudget.budget_key(engine) if cuda and setting == "auto" and forwards else None
-    before = budgets.verdict(engine._budget_dir, key, "compile") if key is not None else None
+    mine = key if setting == "auto" and forwards else None
+    before = budgets.verdict(engine._budget_dir, mine, "compile") if mine is not None else None
     facts = compiling.CompileFacts(
         packed=packed_mode,
         cuda=cuda,

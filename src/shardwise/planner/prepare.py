@@ -159,8 +159,9 @@ def prepare_run(
     said += half_on_cpu_notes(settings.inference, gpu_visible)
     said += _dolma_notes(settings, planned.table)
     housekeeping.mark_shards_without_work(run_dir, planned.table, meta, output, set(quarantined))
-    sites = campaign.plan(run_dir, settings, output, markers.done_shards(run_dir), dryrun=dryrun)
-    flight, adoption = _take_over(run_dir, submitter, dryrun=dryrun, say=said.append)
+    done = markers.done_shards(run_dir)  # one listing, for the campaign and the live jobs
+    sites = campaign.plan(run_dir, settings, output, done, dryrun=dryrun)
+    flight, adoption = _take_over(run_dir, submitter, done, dryrun=dryrun, say=said.append)
     return RunInfo(
         run_dir=run_dir,
         shards=tuple(shard_range(meta.total_shards, meta.minimum_shard_index)),
@@ -186,11 +187,16 @@ def _stale_marker_lines(run_dir: Path, table: pa.Table, meta: Any) -> list[str]:
 
 
 def _take_over(
-    run_dir: Path, submitter: Submitter | None, *, dryrun: bool, say: Callable[[str], None]
+    run_dir: Path,
+    submitter: Submitter | None,
+    done: set[int],
+    *,
+    dryrun: bool,
+    say: Callable[[str], None],
 ) -> tuple[inflight.InFlight, claims.Adoption | None]:
     """What an earlier invocation left: the shards its live jobs hold (adopted when they
     can be checked), Snakemake's lock if its main process died, its "incomplete" flags."""
-    flight = inflight.find(run_dir, submitter, done=markers.done_shards(run_dir))
+    flight = inflight.find(run_dir, submitter, done=done)
     if submitter is None:
         return flight, None
     adoption = inflight.adoption(run_dir, flight, f"{os.getpid()}-{secrets.token_hex(4)}")

@@ -195,20 +195,10 @@ class Leases:
 
     def _put(self, shard: int, lease: Lease, **condition: str) -> str | None:
         """One conditional PUT of ``lease``; its ETag, or None when the condition failed."""
-        rel = lease_rel(shard)
         body = json.dumps(asdict(lease), sort_keys=True).encode() + b"\n"
-        try:
-            reply = self.output.call_s3(
-                rel, "put_object", Body=body, Metadata=lease.metadata(), **condition
-            )
-        except (OSError, StorageError) as exc:
-            if isinstance(exc, FileExistsError) or s3_reply(exc, through_retries=True)[1] in (
-                404,
-                412,
-            ):
-                return None
-            raise
-        return _etag(reply)
+        return _conditional_put(
+            self.output, lease_rel(shard), body, Metadata=lease.metadata(), **condition
+        )
 
 
 def probe(output: Location) -> str | None:
@@ -230,13 +220,22 @@ def probe(output: Location) -> str | None:
 
 def _create(output: Location, rel: str) -> bool:
     """One ``If-None-Match: *`` PUT of ``rel``, never the HEAD-then-PUT fallback."""
+    return _conditional_put(output, rel, b"probe\n", IfNoneMatch="*") is not None
+
+
+def _conditional_put(output: Location, rel: str, body: bytes, **kwargs: Any) -> str | None:
+    """One PUT of ``rel`` with its conditions (``IfNoneMatch``, ``IfMatch``); the new
+    ETag, or None when a condition failed (412, or 404: ``If-Match`` on a removed key)."""
     try:
-        output.call_s3(rel, "put_object", Body=b"probe\n", IfNoneMatch="*")
+        reply = output.call_s3(rel, "put_object", Body=body, **kwargs)
     except (OSError, StorageError) as exc:
-        if isinstance(exc, FileExistsError) or s3_reply(exc, through_retries=True)[1] == 412:
-            return False
+        if isinstance(exc, FileExistsError) or s3_reply(exc, through_retries=True)[1] in (
+            404,
+            412,
+        ):
+            return None
         raise
-    return True
+    return _etag(reply)
 
 
 def _etag(reply: dict[str, Any]) -> str:

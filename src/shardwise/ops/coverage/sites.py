@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from shardwise.run import sitelease
+from shardwise.run.context import read_settings
 from shardwise.run.opened import open_run
 from shardwise.store.lease import Leases
 
@@ -63,10 +64,11 @@ class CampaignView:
 
 def view(run_dir: Path, now: datetime | None = None) -> CampaignView | None:
     """The campaign block of ``run_dir`` (None: not a campaign)."""
-    ctx = open_run(run_dir, settings_required=False)  # a view of an older run too
-    campaign = ctx.settings.campaign if ctx.settings is not None else None
+    settings = read_settings(run_dir)  # a view of an older run has none: not a campaign
+    campaign = settings.campaign if settings is not None else None
     if campaign is None or campaign.site is None:
-        return None
+        return None  # one site: the output is not opened again (coverage has read it)
+    ctx = open_run(run_dir)
     leases = Leases(ctx.output, campaign.lease_seconds)
     live = [s for s in leases.all_seen() if not leases.expired(s)]
     done = sitelease.read_done(ctx.output)

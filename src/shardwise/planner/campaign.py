@@ -24,7 +24,7 @@ from shardwise.errors import ConfigError
 from shardwise.run import ranges
 from shardwise.run.record import Fields
 from shardwise.store.atomic import json_bytes, write_atomic
-from shardwise.store.lease import Leases, Seen, probe
+from shardwise.store.lease import Leases, Seen, probe, unfit
 from shardwise.store.location import Location
 
 #: The run directory's record of the store probe (one per output root).
@@ -47,12 +47,11 @@ def plan(
     run_dir: Path, settings: Settings, output: Location, done: set[int], *, dryrun: bool
 ) -> CampaignPlan:
     """This site's view of the campaign (nothing without ``campaign.site``); ConfigError
-    when the store cannot keep leases (a dry run writes nothing: it does not probe)."""
+    when the store cannot keep leases."""
     campaign = settings.campaign
     if campaign.site is None:
         return CampaignPlan()
-    if not dryrun:
-        _probed_once(run_dir, output, campaign.site)
+    _probed_once(run_dir, output, campaign.site, dryrun=dryrun)
     _pinned(output, campaign, create=not dryrun)
     leases = Leases(output, campaign.lease_seconds)
     others = [
@@ -79,23 +78,25 @@ def _lines(site: str, others: list[Seen], lease_seconds: float) -> list[str]:
     ]
 
 
-def _probed_once(run_dir: Path, output: Location, site: str) -> None:
-    """Probe the store unless this run directory did for this output; ConfigError naming
-    the store and what to use instead when it does not honour ``If-None-Match``."""
+def _probed_once(run_dir: Path, output: Location, site: str, *, dryrun: bool) -> None:
+    """Probe the store unless this run directory did for this output (a dry run writes
+    nothing: it only checks what needs no request); ConfigError naming the store and what
+    to use instead when it does not honour ``If-None-Match``."""
     record = run_dir / PROBED
     try:
         if json.loads(record.read_text("utf-8")).get("output") == output.uri:
             return
     except (OSError, ValueError, AttributeError):
         pass
-    why = probe(output)
+    why = unfit(output) if dryrun else probe(output)
     if why is not None:
         msg = f"config campaign.site {site!r}: the output store {output.uri} cannot keep shard "
         msg += f"leases ({why}), so two sites could label one shard; use a store that honours "
         msg += "If-None-Match (AWS S3, Cloudflare R2, a current MinIO), or drop campaign.site "
         raise ConfigError(msg + "to label from this site alone")
-    body = {"output": output.uri, "site": site, "probed_at": time.time()}
-    write_atomic(record, json_bytes(body))
+    if not dryrun:
+        body = {"output": output.uri, "site": site, "probed_at": time.time()}
+        write_atomic(record, json_bytes(body))
 
 
 @dataclass(frozen=True, kw_only=True)

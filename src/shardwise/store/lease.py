@@ -201,13 +201,21 @@ class Leases:
         )
 
 
-def probe(output: Location) -> str | None:
-    """Whether ``output`` honours ``If-None-Match: *``: two conditional creates of one
-    probe key, the second of which must fail. None when it does; else why not."""
+def unfit(output: Location) -> str | None:
+    """Why ``output`` cannot keep leases, known without a request (None: it may)."""
     if not output.is_s3:
         return f"{output.uri} is not an S3-compatible store"
     if not output.options.conditional_writes:
         return "storage.conditional_writes is false"
+    return None
+
+
+def probe(output: Location) -> str | None:
+    """Whether ``output`` honours ``If-None-Match: *``: two conditional creates of one
+    probe key, the second of which must fail. None when it does; else why not."""
+    why = unfit(output)
+    if why is not None:
+        return why
     rel = f"{_PROBES}/{secrets.token_hex(8)}"
     try:
         outcomes = [_create(output, rel) for _ in range(2)]

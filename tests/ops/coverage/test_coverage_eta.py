@@ -2,10 +2,11 @@
 
 Half of a demo run is labelled by snakemake (the local executor, 2 jobs at a time, as
 the quick start runs it); coverage's ETA is read; the other half is labelled and
-timed. The ETA rests on the pace of the finished shard jobs (start-up and model loading
-included), so it must land between what the rest's jobs took and the wall of the rest; the
-labelling rate alone, which the ETA used to divide by, is shown beside it and misses most
-of it on small files.
+timed. The ETA is the work left at the pace of the finished shard jobs (start-up and
+model loading included), checked exactly against the input files and Snakemake's
+benchmarks; the labelling rate alone, which the ETA used to divide by, is shown beside it
+and misses most of it on small files. Against the measured finish the band is wide: the
+pace is the first half's, and a shared machine's load changes between the halves.
 """
 
 from __future__ import annotations
@@ -63,11 +64,17 @@ def test_the_eta_at_half_time_is_near_the_measured_finish(tmp_path, name, size, 
     )  # fmt: skip
     eta = doc["eta"]
     assert (eta["basis"], eta["jobs"], eta["gpus"]) == ("shard jobs", shards // 2, 2), eta
+    # The ETA is the work left at the pace of the finished jobs: their input bytes over the
+    # seconds Snakemake measured for them (start-up and model loading in), on the parallel
+    # jobs. Read from the input files and the benchmarks, not from coverage's own sums.
+    first_seconds = benchmarks.shard_seconds(run_dir)
+    total = sum(p.stat().st_size for p in Path(data["input"]["uri"]).rglob("*") if p.is_file())
+    pace = (total - eta["remaining"]) / sum(first_seconds.values())
+    assert set(first_seconds) == set(range(shards // 2))
+    assert eta["rate_per_gpu"] == pytest.approx(pace, rel=1e-6)
+    assert eta["seconds"] == pytest.approx(eta["remaining"] / (pace * 2), abs=0.06)
+    assert eta["labelling_seconds"] < eta["seconds"]  # what the old ETA left out
     wall = snakemake(config)  # the rest, and the report
-    # What the ETA promises: the rest's shard jobs at the pace of whole jobs (start-up and
-    # model loading in), on the recorded parallel jobs. It lands between what those jobs
-    # took (their benchmarks, as if packed on the slots) and the wall the operator waits,
-    # which adds Snakemake's own start-up and the report rule (seconds to tens, by load).
     rest = range(shards // 2, shards)
     seconds = benchmarks.shard_seconds(run_dir)
     measured = sum(seconds[s] for s in rest) / eta["gpus"]
@@ -77,5 +84,10 @@ def test_the_eta_at_half_time_is_near_the_measured_finish(tmp_path, name, size, 
         f"s; the rest's jobs took {measured:.1f} s on {eta['gpus']} slots ({wall:.1f} s wall)",
         file=sys.stderr,
     )
-    assert 0.5 * measured <= eta["seconds"] <= 1.5 * wall, (eta, measured, wall)
-    assert eta["labelling_seconds"] < eta["seconds"]  # what the old ETA left out
+    # Against the finish: the rest's jobs (their benchmarks, as if packed on the slots) and
+    # the wall the operator waits. The pace is the first half's: on a machine whose load
+    # changes between the halves (CI runs the SLURM suite beside this one: 5.7 s a job in
+    # the first half, 9.1 s in the second, measured) no ETA can be closer than that change,
+    # so the band is a factor of 4: it catches an ETA of the wrong kind (slots not divided
+    # by, seconds as minutes), the exact checks above the rest.
+    assert 0.25 * measured <= eta["seconds"] <= 4 * wall, (eta, measured, wall)

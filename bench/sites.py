@@ -27,8 +27,6 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import yaml
-
 REPO = Path(__file__).resolve().parent.parent
 CLASSIFIERS = ("topic", "topic_nourl", "format", "format_nourl")
 
@@ -86,22 +84,19 @@ def site_config(
     shards: int,
     lease_seconds: float,
 ) -> Path:
-    """One site's config: its run directory, the shared bucket, one core per job."""
-    from shardwise.demo.corpus import demo_config
+    """One site's config (the demo's, ``demo.corpus.write_site_config``)."""
+    from shardwise.demo.corpus import write_site_config
 
-    cfg = demo_config(base, total_shards=shards)
-    cfg["run_dir"] = str(base / f"run-{site}")
-    cfg["input"] = {"uri": f"s3://{bucket}/corpus"}
-    cfg["output"] = {"uri": f"s3://{bucket}/labels"}
-    cfg["storage"] = {"endpoint_url": env["SHARDWISE_BENCH_ENDPOINT"], "region": "us-east-1"}
-    for c in cfg["classifiers"]:
-        c["model"] = str(models / c["name"])
-    cfg["inference"].update({"max_length": 128, "device": "cpu"})
-    cfg["resources"] = {"classify": {"runtime": 5}}
-    cfg["campaign"] = {"site": site, "lease_seconds": lease_seconds}
-    path = base / f"config-{site}.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+    storage = {"endpoint_url": env["SHARDWISE_BENCH_ENDPOINT"], "region": "us-east-1"}
+    return write_site_config(
+        base,
+        site,
+        bucket=bucket,
+        storage=storage,
+        models=models,
+        total_shards=shards,
+        lease_seconds=lease_seconds,
+    )
 
 
 def start_site(config: Path, env: dict[str, str], log: Path) -> subprocess.Popen:

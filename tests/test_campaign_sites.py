@@ -20,7 +20,7 @@ import pytest
 import yaml
 from e2e import SMALL, Gate, gated_shardwise, run_snakemake, snakemake_cmd, wait_until
 
-from shardwise.demo.corpus import demo_config, write_corpus
+from shardwise.demo.corpus import write_corpus, write_site_config
 from shardwise.store.lease import Leases
 from shardwise.store.location import Location
 
@@ -39,20 +39,16 @@ def _corpus(s3: Any, tmp_path: Path) -> None:
 def _site(
     tmp_path: Path, s3: Any, models: Path, site: str, lease_seconds: float, shards: int = 6
 ) -> Path:
-    """One site's config: its own run directory, the shared bucket."""
-    cfg = demo_config(tmp_path, total_shards=shards)
-    cfg["run_dir"] = str(tmp_path / f"run-{site}")
-    cfg["input"] = {"uri": s3.url("corpus")}
-    cfg["output"] = {"uri": s3.url("labels")}
-    cfg["storage"] = s3.storage_config()
-    for c in cfg["classifiers"]:
-        c["model"] = str(models / c["name"])
-    cfg["inference"].update({"max_length": 128, "device": "cpu"})
-    cfg["resources"] = {"classify": {"runtime": 5}}
-    cfg["campaign"] = {"site": site, "lease_seconds": lease_seconds}
-    path = tmp_path / f"config-{site}.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+    """One site's config (the demo's): its own run directory, the shared bucket."""
+    return write_site_config(
+        tmp_path,
+        site,
+        bucket=s3.name,
+        storage=s3.storage_config(),
+        models=models,
+        total_shards=shards,
+        lease_seconds=lease_seconds,
+    )
 
 
 def _start(config: Path, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
@@ -118,8 +114,11 @@ def test_two_sites_label_one_campaign_each_file_once(tmp_path, s3, demo_models) 
 def test_a_store_that_ignores_if_none_match_is_refused(tmp_path, s3, demo_models) -> None:
     _corpus(s3, tmp_path)
     config = _site(tmp_path, s3, demo_models, "a", 30)
+    data = yaml.safe_load(config.read_text())
+    del data["campaign"]["site"]  # named on the command line instead, one file for all sites
+    config.write_text(yaml.safe_dump(data))
     s3.server.honour_conditional_writes = False
-    proc = run_snakemake(config, "--cores", "1", check=False)
+    proc = run_snakemake(config, "--cores", "1", "--config", "campaign={site: a}", check=False)
     assert proc.returncode != 0
     assert "config campaign.site 'a': the output store" in proc.stdout
     assert "cannot keep shard leases (a second If-None-Match: * create" in proc.stdout

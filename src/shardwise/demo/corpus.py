@@ -137,6 +137,36 @@ def demo_config(
     }
 
 
+def write_site_config(
+    directory: Path,
+    site: str,
+    *,
+    bucket: str,
+    storage: dict,
+    models: Path,
+    total_shards: int,
+    lease_seconds: float,
+) -> Path:
+    """One site of a demo campaign (``campaign.site``), written to
+    ``directory/config-<site>.yaml``: its own run directory under ``directory``, the
+    corpus and labels in the shared ``bucket`` (``corpus/``, ``labels/``), the demo models
+    in ``models``, on the CPU at a short length, so that two sites on one machine finish
+    in seconds."""
+    cfg = demo_config(directory, total_shards=total_shards)
+    cfg["run_dir"] = str(directory.absolute() / f"run-{site}")
+    cfg["input"] = {"uri": f"s3://{bucket}/corpus"}
+    cfg["output"] = {"uri": f"s3://{bucket}/labels"}
+    cfg["storage"] = storage
+    for c in cfg["classifiers"]:
+        c["model"] = str(models.absolute() / c["name"])
+    cfg["inference"].update({"max_length": 128, "device": "cpu"})
+    cfg["resources"] = {"classify": {"runtime": 5}}
+    cfg["campaign"] = {"site": site, "lease_seconds": lease_seconds}
+    path = directory / f"config-{site}.yaml"
+    path.write_text(yaml.safe_dump(cfg), "utf-8")
+    return path
+
+
 def write_demo(
     directory: Path, size: DemoSize | None = None, seed: int = 0, *, dolma: bool = False
 ) -> Path:

@@ -94,6 +94,17 @@ def test_the_probe_tells_a_store_that_ignores_conditions(s3, output: Location) -
     assert not s3.keys("labels/_campaign/probe")  # the probe cleans up
     no_conditions = Location(s3.url("labels"), s3.options(conditional_writes=False))
     assert lease.probe(no_conditions) == "storage.conditional_writes is false"
+    s3.server.honour_conditional_writes = True
+    s3.server.inject(1, status=412, code="PreconditionFailed", method="PUT")
+    assert lease.probe(output) == "an If-None-Match: * create of a fresh key was refused (412)"
+
+
+def test_a_missing_bucket_is_a_storage_error_not_a_store_that_ignores_conditions(s3) -> None:
+    missing = Location("s3://no-such-bucket/labels", s3.options())
+    with pytest.raises(lease.StorageError, match="no-such-bucket"):
+        lease.probe(missing)
+    with pytest.raises(lease.StorageError, match="no-such-bucket"):
+        Leases(missing, 60).take(0, "a", "job")
 
 
 def test_leases_need_an_object_store(tmp_path) -> None:

@@ -23,7 +23,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any, Self
 
 from shardwise.errors import RecordError, ShardClaimedError, StorageError
-from shardwise.store.backoff import s3_reply
+from shardwise.store.backoff import describe, s3_reply
 from shardwise.store.location import Location
 
 #: The output root's folder of a campaign's own records (no output of a file: ``verify``
@@ -221,7 +221,9 @@ def probe(output: Location) -> str | None:
         outcomes = [_create(output, rel) for _ in range(2)]
     finally:
         output.remove(rel)
-    if outcomes != [True, False]:
+    if not outcomes[0]:
+        return "an If-None-Match: * create of a fresh key was refused (412)"
+    if outcomes[1]:
         return "a second If-None-Match: * create of one key succeeded (the store ignores it)"
     return None
 
@@ -233,16 +235,18 @@ def _create(output: Location, rel: str) -> bool:
 
 def _conditional_put(output: Location, rel: str, body: bytes, **kwargs: Any) -> str | None:
     """One PUT of ``rel`` with its conditions (``IfNoneMatch``, ``IfMatch``); the new
-    ETag, or None when a condition failed (412, or 404: ``If-Match`` on a removed key)."""
+    ETag, or None when a condition failed (412, or 404 for ``If-Match``: the key was
+    removed). Any other failure, a 404 to a create (no bucket) too, is a StorageError
+    naming the object."""
+    failed = (404, 412) if "IfMatch" in kwargs else (412,)
     try:
         reply = output.call_s3(rel, "put_object", Body=body, **kwargs)
     except (OSError, StorageError) as exc:
-        if isinstance(exc, FileExistsError) or s3_reply(exc, through_retries=True)[1] in (
-            404,
-            412,
-        ):
+        if isinstance(exc, FileExistsError) or s3_reply(exc, through_retries=True)[1] in failed:
             return None
-        raise
+        if isinstance(exc, StorageError):
+            raise
+        raise StorageError(f"cannot write {output.url(rel)}: {describe(exc)}") from exc
     return _etag(reply)
 
 

@@ -167,8 +167,8 @@ class Adapter:
             self._say("probed" if again else "waiting", text, fit=None, probe=planned, quiet=again)
             return
         self.waiting = False
-        minutes = planned.longest_now
-        horizon = datetime.now() + timedelta(minutes=minutes)
+        minutes, now = planned.longest_now, datetime.now()
+        horizon = planned.held_at(now) + timedelta(minutes=minutes)
         why = f"job {job.id} pends for a reservation ({job.reason}); SLURM's plan for its request "
         why += f"starts a job of {minutes} min now, none longer"
         fit = Fit(
@@ -181,7 +181,7 @@ class Adapter:
         text = f"{why} ({cost}): the run's pending jobs and next submissions ask for at most "
         text += f"{minutes} min (ending by {horizon:%H:%M}; never below {floor} min, one file)"
         self._say("fitted", text, minutes=minutes, fit=fit, probe=planned)
-        self._lower(pending, minutes, "SLURM's plan")
+        self._lower(pending, fit.cap(now) or floor, "SLURM's plan")
 
     def _lower(self, pending: RunJobs, cap: int, why: str) -> None:
         """Lower every pending job of the run above ``cap`` to it (decrease only): one line

@@ -61,6 +61,21 @@ def test_the_longest_limit_that_starts_now_is_the_longest_started_or_planned_wit
     assert plan_probe.longest_now(rungs[:2], NOW) is None
 
 
+def test_the_answer_holds_from_when_its_probe_started_not_from_the_probes_end():
+    """The refining round ends backfill passes after the answering probe started: a fit
+    counted from the end would ask for a limit past what SLURM's plan has free."""
+    soon = NOW + timedelta(seconds=30)
+    rungs = [
+        Rung(13, Outcome.PLANNED, (NOW + timedelta(minutes=9)).isoformat()),
+        Rung(11, Outcome.STARTED, (NOW - timedelta(seconds=40)).isoformat()),
+        Rung(7, Outcome.STARTED, (NOW - timedelta(seconds=70)).isoformat()),
+    ]
+    assert _planned(11, rungs).held_at(NOW) == NOW - timedelta(seconds=40)
+    planned = [Rung(20, Outcome.PLANNED, soon.isoformat()), *rungs]
+    assert _planned(20, planned).held_at(NOW) == soon  # the plan starts it in 30 s
+    assert _planned(11, [Rung(11, Outcome.STARTED, None)]).held_at(NOW) == NOW  # no start read
+
+
 def test_a_probe_lives_at_most_two_rounds_of_two_backfill_passes_and_a_minute():
     assert plan_probe.lifetime_minutes(5) == 2
     assert plan_probe.lifetime_minutes(30) == 4

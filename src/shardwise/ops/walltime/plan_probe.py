@@ -62,6 +62,13 @@ class Planned:
     left: tuple[str, ...] = field(default_factory=tuple)  # probes still queued (should be none)
     waited: float = 0.0  # seconds it first waited for another process's probes to end
 
+    def held_at(self, now: datetime) -> datetime:
+        """When SLURM's plan gave the answer: the start of the longest probe that starts now
+        (it started then, or the plan started it then). The limit holds from there, not from
+        the probe's end, which came rounds of backfill passes later; ``now`` without one."""
+        starts = [r.start for r in self.rungs if r.minutes == self.longest_now and r.start]
+        return min((datetime.fromisoformat(s) for s in starts), default=now)
+
     def changed(self) -> str:
         """What the probe submitted and what became of it, for the answer's line."""
         if not self.submitted:

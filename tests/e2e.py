@@ -100,14 +100,15 @@ def minimal_config(tmp_path: Path, corpus: Path | None = None, **over) -> dict:
     return cfg
 
 
-def snakemake_cmd(config: Path, *args: str) -> list[str]:
-    """The command line of a local snakemake run of the repo's workflow."""
+def snakemake_cmd(config: Path, *args: str, cores: int | None = 2) -> list[str]:
+    """The command line of a local snakemake run of the repo's workflow (``cores`` None:
+    none given, a profile's executor decides)."""
     return [
         sys.executable, "-m", "snakemake",
         "--snakefile", str(REPO / "Snakefile"),
         "--directory", str(config.parent),
         "--configfile", str(config),
-        "--cores", "2",
+        *(["--cores", str(cores)] if cores is not None else []),
         *args,
     ]  # fmt: skip
 

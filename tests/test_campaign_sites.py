@@ -53,7 +53,7 @@ def _site(
 
 def _start(config: Path, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     env = env or dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
-    cmd = [a if a != "2" else "1" for a in snakemake_cmd(config)]  # one core per site
+    cmd = snakemake_cmd(config, cores=1)  # one core per site
     return subprocess.Popen(
         cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, start_new_session=True
     )

@@ -60,12 +60,9 @@ def test_a_slurm_site_and_a_local_site_label_one_campaign_each_file_once(
         )
         for site in ("slurm", "local")
     }
-    base = snakemake_cmd(configs["slurm"])
-    cores = base.index("--cores")  # the SLURM site's jobs: the profiles' executor and caps
-    slurm_cmd = [*base[:cores], *base[cores + 2 :]]
-    for profile in PROFILES:
-        slurm_cmd += ["--profile", str(profile)]
-    local_cmd = [a if a != "2" else "1" for a in snakemake_cmd(configs["local"])]  # one core
+    profiles = [arg for profile in PROFILES for arg in ("--profile", str(profile))]
+    slurm_cmd = snakemake_cmd(configs["slurm"], *profiles, cores=None)  # the profiles' caps
+    local_cmd = snakemake_cmd(configs["local"], cores=1)
     logs = {site: tmp_path / f"site-{site}.log" for site in configs}
     with slurm_cluster.exclusive():
         procs = {
@@ -94,8 +91,8 @@ def test_a_slurm_site_and_a_local_site_label_one_campaign_each_file_once(
     )
     assert len(puts) == len(files) and set(puts.values()) == {1}, puts  # each labelled once
     assert Leases(labels, 30).all_seen() == []  # every lease released
-    for config in configs.values():
-        run_dir = str(tmp_path / f"run-{config.stem.removeprefix('config-')}")
+    for site in configs:
+        run_dir = str(tmp_path / f"run-{site}")
         cmd = [sys.executable, "-m", "shardwise.cli", "verify", "--run-dir", run_dir, "--complete"]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
         assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -17,8 +17,12 @@ throughput              110 s  per classifier, padded, packed and packed compile
                                tokens/s and MFU against 989 TFLOP/s; the self-check's verdict
 agreement                30 s  bf16 against fp32 labels per classifier, padded and packed
 startup                  40 s  two shard jobs' start-up (fresh processes): imports, loads,
-                               probe and compile (then read from the first job's record and
-                               kernels: cold against warm), share of 360 s
+                               probe and compile, the first with no compile cache (cold),
+                               the second from the artifact the first kept (warm), share
+                               of 360 s
+recheck                  25 s  per classifier, the production forward on half the mix with
+                               the fp32 re-check of near ties (auto) against without it:
+                               tokens/s each way, the re-check's share of engine time
 =====================  =====  ===============================================================
 
 Without CUDA it stops at once with one line naming CUDA (exit 2). Exit 1 when a packed
@@ -44,17 +48,25 @@ MIX_MU, MIX_SIGMA = 6.91, 1.02
 TABLE_TOKEN_WEIGHTED = 3400
 #: Each section's seconds on one H100 (the plan above): none starts that cannot end by the
 #: deadline. On the CPU (``--cpu``, CI) nothing is estimated.
-NEEDS_S = {"environment": 5, "models": 40, "throughput": 110, "agreement": 30, "startup": 40}
+NEEDS_S = {"environment": 5, "models": 40, "throughput": 110, "recheck": 25, "agreement": 30,
+           "startup": 40}  # fmt: skip
 #: The throughput section's forwards: (inference.attention, inference.compile).
 VARIANTS = {"padded": ("padded", "off"), "packed": ("packed", "off"), "compiled": ("packed", "on")}
 #: Where the summary so far is kept after every section: ``$OUT/gpu-quick.json`` when OUT is
 #: set (a lent GPU machine brings $OUT back even after a kill), else ``bench/out/``.
 KEEP_NAME = "gpu-quick.json"
-#: What the check imports beyond the GPU image's torch: (module, distribution).
-NEEDED = (("transformers", "transformers"), ("tokenizers", "tokenizers"),
-          ("zstandard", "zstandard"), ("safetensors", "safetensors"),
-          ("huggingface_hub", "huggingface-hub"), ("numpy", "numpy"), ("pyarrow", "pyarrow"),
-          ("shardwise", "shardwise"))  # fmt: skip
+#: What the check carries (``--prepare``'s wheels): (module, distribution). Each must be
+#: the project's exact pin (shardwise's requirements, as carried).
+CARRIED = (("transformers", "transformers"), ("tokenizers", "tokenizers"),
+           ("zstandard", "zstandard"), ("shardwise", "shardwise"))  # fmt: skip
+#: What the check takes from the GPU image as it is: (module, distribution, floor). Each
+#: must import and be at least its floor, and what every carried package requires of it
+#: (transformers' own requirements, say); the project's exact pins do not apply.
+IMAGE = (("torch", "torch", "2.10"),  # torch.nn.attention.varlen (the packed forward)
+         ("numpy", "numpy", "1.26"),
+         ("pyarrow", "pyarrow", "15.0"),
+         ("safetensors", "safetensors", "0.4.3"),
+         ("huggingface_hub", "huggingface-hub", "1.0"))  # fmt: skip
 #: The real shape on CUDA; ``--cpu``: a tiny one, so CI runs every section (nothing timed
 #: there means anything). ``tokens``: per timed measurement (about a second on an H100);
 #: ``steps``: training steps per task, enough for labels that are not all ties.
@@ -89,42 +101,54 @@ def keep_path() -> Path:
 
 
 def preflight_problems() -> list[str]:
-    """Every module the check needs that is missing, and every one older than the project
-    pins (``shardwise``'s requirements, as installed): one entry each."""
+    """Every module the check needs that does not import; every carried package that is
+    not the project's exact pin; every image package below its floor or below what a
+    carried package requires of it. One entry each."""
     import importlib
     from importlib import metadata
 
     problems = []
-    for module, _dist in NEEDED:
+    for module, _dist, *_ in (*CARRIED, *IMAGE):
         try:
             importlib.import_module(module)
         except Exception as exc:  # noqa: BLE001 - any import failure is a missing module
             problems.append(f"{module} missing ({type(exc).__name__}: {exc})")
     try:
-        requires = metadata.requires("shardwise") or []
-    except metadata.PackageNotFoundError:
-        return problems
-    try:
         from packaging.requirements import Requirement
+        from packaging.version import Version
     except ImportError:
         return problems  # no way to read the pins here: the imports were checked
 
-    for text in requires:
-        req = Requirement(text)
-        if req.marker is not None or req.name not in {d for _, d in NEEDED}:
-            continue
+    def have(dist: str) -> str | None:
         try:
-            have = metadata.version(req.name)
+            return metadata.version(dist)
         except metadata.PackageNotFoundError:
-            continue  # named above
-        if have not in req.specifier:
-            problems.append(f"{req.name} {have} (the project pins {req.specifier})")
+            return None  # named above, where it matters
+
+    carried = {dist for _, dist in CARRIED}
+    image = {dist: floor for _, dist, floor in IMAGE}
+    for name, floor in image.items():
+        version = have(name)
+        if version is not None and Version(version) < Version(floor):
+            problems.append(f"{name} {version} (the check needs >= {floor})")
+    for requirer in ("shardwise", *sorted(carried - {"shardwise"})):
+        for text in (metadata.requires(requirer) if have(requirer) else None) or []:
+            req = Requirement(text)
+            if req.marker is not None or (requirer == "shardwise") != (req.name in carried):
+                continue  # shardwise pins what is carried; the others ask of the image
+            if req.name not in carried | set(image):
+                continue
+            version = have(req.name)
+            if version is not None and version not in req.specifier:
+                whose = "the project pins" if requirer == "shardwise" else f"{requirer} needs"
+                problems.append(f"{req.name} {version} ({whose} {req.specifier})")
     return problems
 
 
 def preflight_or_exit() -> None:
-    """Stop at once in one line (no traceback) when a module the check needs is missing or
-    older than the project's pin, naming each, and the wheels to carry (exit 3)."""
+    """Stop at once in one line (no traceback) when a module the check needs is missing, a
+    carried one is not the project's pin, or one of the image's is too old, naming each,
+    and the wheels to carry (exit 3)."""
     problems = preflight_problems()
     if not problems:
         return
@@ -134,6 +158,23 @@ def preflight_or_exit() -> None:
         file=sys.stderr,
     )
     raise SystemExit(3)
+
+
+def packages() -> dict:
+    """The versions the check ran with (the image's and the carried ones), where
+    shardwise was imported from, and what a lent image lacks (None: not installed)."""
+    import importlib.util
+    from importlib import metadata
+
+    out: dict = {}
+    for _module, dist, *_ in (*CARRIED, *IMAGE, (None, "snakemake"), (None, "jsonschema")):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    spec = importlib.util.find_spec("shardwise")
+    out["shardwise_from"] = spec.origin if spec is not None else None
+    return out
 
 
 def mix_lengths(tokens: int, cap: int = 8192, seed: int = 0):
@@ -273,12 +314,63 @@ def agreement(check, specs, corpus, device: str) -> dict:
 
 
 def startup(models_dir, run_dir, device: str) -> dict:
-    """Two shard jobs' start-up, each a fresh process, on one run directory."""
+    """Two shard jobs' start-up, each a fresh process, on one run directory: the first
+    with no compile cache at all (cold), the second with the artifact the first kept
+    (warm); on the CPU compiled too (``on``), so the rehearsal runs the same path."""
     import startup as bench_startup
 
-    forward = ("auto", "auto")  # what a production job runs: compiled on CUDA with Triton
+    # what a production job runs: compiled on CUDA with Triton
+    forward = ("auto", "auto") if device == "cuda" else ("packed", "on")
     jobs = [bench_startup.one_job(models_dir, device, forward, run_dir) for _ in range(2)]
-    return bench_startup.report(jobs, bench_startup.SHARD_SECONDS)
+    out = bench_startup.report(jobs, bench_startup.SHARD_SECONDS)
+    cold, warm = jobs
+    out["compile"] = {
+        "cold_s": round(cold["compile_s"], 2),
+        "warm_s": round(warm["compile_s"], 2),
+        "cold_source": cold["compile_source"],
+        "warm_source": warm["compile_source"],
+        "cold_kernels": cold["compile_kernels"],  # Inductor's cache hits, misses
+        "warm_kernels": warm["compile_kernels"],
+    }
+    return out
+
+
+def recheck(check, specs, shape: dict) -> dict:
+    """Per classifier, the production forward on half the mix with the fp32 re-check of
+    near ties (``recheck_margin: auto``, half precision): tokens/s with it and without it
+    (the same run's time less the re-check's: the first pass is the same), and the
+    re-check's share of engine time and of tokens."""
+    from shardwise.classify.engine import Engine
+    from shardwise.config import InferenceSettings
+
+    lengths = mix_lengths(shape["tokens"] // 2, shape["max_length"])
+    out: dict = {}
+    for spec in specs:
+        cpu = shape["device"] == "cpu"  # the production forward there: packed, compiled
+        settings = InferenceSettings(
+            dtype="bfloat16",
+            max_length=shape["max_length"],
+            device=shape["device"],
+            attention="packed" if cpu else "auto",
+            compile="on" if cpu else "auto",
+        )
+        engine = Engine.load([spec], settings)
+        engine.infer(prepared_for(engine, lengths[:64]))  # warm-up, probe, self-check
+        seconds, result = timed(engine, prepared_for(engine, lengths, seed=1))
+        stats = result.stats
+        tokens, plain_s = int(lengths.sum()), seconds - stats["recheck_s"]
+        out[spec.name] = {
+            "tokens_per_s_with": round(tokens / seconds),
+            "tokens_per_s_without": round(tokens / plain_s) if plain_s > 0 else None,
+            "recheck_share": round(stats["recheck_share"], 4),
+            "recheck_token_share": round(stats["recheck_tokens"] / tokens, 4),
+            "rechecked_docs": sum(stats["rechecked_docs"].values()),
+            "docs": stats["docs"],
+            "calibration_s": round(stats["calibration_s"], 3),
+        }
+        check.expect(stats["recheck_margin"] == "auto", f"{spec.name}: the re-check is off")
+        del engine
+    return out
 
 
 def main() -> int:
@@ -315,7 +407,11 @@ def main() -> int:
             )  # fmt: skip
             return {"models": [s.model for s in holder["specs"]], "steps": shape["steps"]}
 
-        check.section("environment", lambda: environment(check), needs_s=needs["environment"])
+        check.section(
+            "environment",
+            lambda: environment(check) | {"packages": packages()},
+            needs_s=needs["environment"],
+        )
         check.section("models", models, needs_s=needs["models"])
         specs = holder.get("specs")
         if specs:
@@ -336,6 +432,11 @@ def main() -> int:
                 "startup",
                 lambda: startup(models_dir, Path(tmp) / "startup", device),
                 needs_s=needs["startup"],
+            )
+            check.section(
+                "recheck",
+                lambda: recheck(check, specs, shape),
+                needs_s=needs["recheck"],
             )
     check.summary["elapsed_s"] = round(time.monotonic() - started, 1)
     check.save()

@@ -41,6 +41,8 @@ from shardwise.classify.engine import Engine
 from shardwise.classify.recheck import AUTO, DEFAULT_RECHECK_MARGIN, top2_margins
 from shardwise.config import InferenceSettings
 
+#: fp32 (TF32 off) against bf16 time per token on an H100: 12-14x (docs/engine.md).
+GPU_FP32_OVER_HALF = 13
 MARGINS = (0.0, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.5, 1.0)
 
 
@@ -99,6 +101,41 @@ def run_files(engine: Engine, texts: list[str], urls: list[str], per_file: int) 
         "first_pass": {n: np.concatenate([p.first_pass[n] for p in parts]) for n in names},
         "stats": stats,
     }
+
+
+def jobs_share(args: argparse.Namespace, specs, texts, urls, root: Path) -> dict:
+    """The corpus as ``--jobs`` shard jobs (a fresh engine each), twice in this run: each
+    job calibrating its own re-check threshold (before), and the later jobs starting
+    from the calibration the first recorded in the run directory (after). Per way: the
+    re-check's share of engine time and of tokens, the final labels."""
+    common = {"max_length": args.max_length, "device": args.device}
+    settings = InferenceSettings(dtype=args.dtype, recheck_margin=AUTO, **common)
+    per_job = -(-len(texts) // args.jobs)
+    out = {}
+    for way, budget_dir in (("before", None), ("after", root / "budgets")):
+        infer_s = recheck_s = tokens = rechecked = 0.0
+        labels: dict[str, list] = {}
+        for start in range(0, len(texts), per_job):
+            engine = Engine.load(specs, settings, cache_root=root / "c", budget_dir=budget_dir)
+            job = run_files(
+                engine, texts[start : start + per_job], urls[start : start + per_job],
+                args.file_docs,
+            )  # fmt: skip
+            stats = job["stats"]
+            infer_s += stats["infer_s"]
+            recheck_s += stats["recheck_s"]
+            tokens += stats["real_tokens"]
+            rechecked += stats["recheck_tokens"]
+            for name, logits in job["logits"].items():
+                labels.setdefault(name, []).append(logits.argmax(axis=1))
+        out[way] = {
+            "recheck_share": recheck_s / infer_s if infer_s else 0.0,
+            "token_share": rechecked / max(1.0, tokens),
+            "labels": {n: np.concatenate(v) for n, v in labels.items()},
+        }
+    before, after = out["before"], out["after"]
+    same = all((before["labels"][n] == after["labels"][n]).all() for n in before["labels"])
+    return {"jobs": args.jobs, "before": before, "after": after, "same_labels": same}
 
 
 def measure(args: argparse.Namespace, root: Path) -> dict:
@@ -170,6 +207,7 @@ def measure(args: argparse.Namespace, root: Path) -> dict:
             all_margin_errors(checked["first_pass"], reference["logits"]), [50, 99, 99.9, 100]
         ).tolist(),
         "margin_100": smallest_margin(checked["first_pass"], reference["logits"], 1.0),
+        "jobs_share": jobs_share(args, specs, texts, urls, root) if args.jobs else None,
     }
 
 
@@ -220,6 +258,24 @@ def report(r: dict) -> None:
         f"smallest margin for >= 99.9% agreement: {shown(r['margin_999'])}; "
         f"for 100%: {shown(r['margin_100'])}"
     )
+    jobs = r["jobs_share"]
+    if jobs is not None:
+        b, a = jobs["before"], jobs["after"]
+        gpu = GPU_FP32_OVER_HALF
+
+        def on_gpu(share: float) -> float:  # the re-check's share of GPU time at that ratio
+            return share * gpu / (1 - share + share * gpu)
+
+        print(
+            f"as {jobs['jobs']} shard jobs: the re-check's share of engine time "
+            f"{b['recheck_share']:.1%} each job calibrating (tokens {b['token_share']:.1%}), "
+            f"{a['recheck_share']:.1%} from the first job's recorded calibration (tokens "
+            f"{a['token_share']:.1%}): after/before "
+            f"{a['token_share'] / max(b['token_share'], 1e-12):.3f} of the re-checked tokens; "
+            f"on a GPU ({gpu}x fp32/bf16 per token) "
+            f"{on_gpu(b['token_share']):.1%} -> {on_gpu(a['token_share']):.1%} of engine time; "
+            f"labels {'identical' if jobs['same_labels'] else 'DIFFERENT'}"
+        )
     p50, p99, p999, top = r["margin_error"]
     print(
         f"|{r['dtype']} - fp32| of the top-two margin, every label: median {p50:.4f}, "
@@ -244,6 +300,10 @@ def main() -> None:
     parser.add_argument(
         "--file-docs", type=int, default=100, help="documents per file (the job's unit)"
     )
+    parser.add_argument(
+        "--jobs", type=int, default=4,
+        help="shard jobs the corpus is split into for the calibration's share (0: skip)",
+    )  # fmt: skip
     parser.add_argument("--hidden-size", type=int, default=256, help="model hidden size")
     parser.add_argument("--layers", type=int, default=4, help="encoder layers")
     parser.add_argument("--heads", type=int, default=4, help="attention heads")

@@ -5,8 +5,10 @@ classifier (twice in half precision: the fp32 re-check's copy), on CUDA finds it
 budget, and (packed) runs the self-check before its first batch, compiling the packed
 forward first where ``inference.compile`` says so. None of it labels a document. This
 runs what a job runs, each time in a fresh interpreter, twice on the same run directory:
-the first job probes the budget and compiles (cold), the second reads the first's
-record and compiled kernels (warm: ``run/budgets.py``, ``classify/compiling.py``).
+the first job probes the budget and compiles with no compile cache at all (cold: no
+``TORCHINDUCTOR_CACHE_DIR`` but an operator's, a cache of its own), the second, in
+another cache of its own, reads the first's record and unpacks the compiled kernels it
+kept in the run directory (warm: ``run/budgets.py``, ``classify/compiling.py``).
 The share is start-up over a production shard's time: about 360 s at the seed's pace of
 10 shards an hour per GPU (``--shard-seconds``).
 
@@ -26,6 +28,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from shardwise.classify import compiling
 
 #: A production shard at the seed's pace: about 10 shards an hour per GPU (issue 49).
 SHARD_SECONDS = 360.0
@@ -76,6 +80,8 @@ def child(models: Path, device: str, forward: tuple[str, str], run_dir: Path) ->
         "attention": engine.attention.mode,
         "compiled": engine.compile.on,
         "compile_s": engine.compile_s,
+        "compile_source": engine.compile_cache.source if engine.compile_cache else None,
+        "compile_kernels": list(engine.compile_kernels),  # Inductor's hits, misses
     }
 
 
@@ -83,8 +89,11 @@ def one_job(models: Path, device: str, forward: tuple[str, str], run_dir: Path) 
     """A fresh interpreter's start-up figures, and its whole wall time (Python's own too)."""
     args = [sys.executable, __file__, "--child", "--models", str(models), "--device", device]
     args += ["--attention", forward[0], "--compile", forward[1], "--run-dir", str(run_dir)]
+    env = dict(os.environ)
+    if compiling.operator_cache() is None:  # never the cache an earlier job left here
+        env.pop("TORCHINDUCTOR_CACHE_DIR", None)
     started = time.perf_counter()
-    proc = subprocess.run(args, capture_output=True, text=True, check=False)
+    proc = subprocess.run(args, capture_output=True, text=True, check=False, env=env)
     wall = time.perf_counter() - started
     if proc.returncode != 0:
         raise SystemExit(f"the job's start-up failed:\n{proc.stderr[-3000:]}")
@@ -150,7 +159,6 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="shardwise-startup-") as tmp:
         models = args.models or build_models(Path(tmp) / "models", args.real_shape)
         run_dir = Path(tmp) / "run"
-        os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)  # cold means cold: the run dir's
         jobs = [one_job(models, args.device, forward, run_dir) for _ in range(args.jobs)]
     result = report(jobs, args.shard_seconds)
     if args.json:
@@ -176,6 +184,12 @@ def main() -> int:
             f"warm {warm:.2f} s (job {len(jobs)}, the run directory's kernels): "
             f"{cold / max(warm, 1e-9):.1f}x"
         )
+        for row in result["jobs"]:
+            hits, misses = row["compile_kernels"]
+            print(
+                f"job {row['job']}'s kernels: {row['compile_source']} "
+                f"(Inductor's cache: {hits} hit(s), {misses} graph(s) compiled)"
+            )
     return 0
 
 

@@ -149,6 +149,10 @@ def test_bench_startup_prints_each_stage_and_the_share_of_a_shard(tmp_path):
     assert len(rows) == 2, out
     assert "models loaded per job: 4" in out, out
     assert re.search(rf"first call \(self-check\): cold {NUMBER} s \(job 1\), warm {NUMBER} s", out)
+    # cold compiles with no cache at all; warm unpacks the first job's artifact: no compile
+    cold = r"^job 1's kernels: compiled \(Inductor's cache: 0 hit\(s\), [1-9]\d* graph"
+    warm = r"^job 2's kernels: artifact \(Inductor's cache: [1-9]\d* hit\(s\), 0 graph"
+    assert re.search(cold, out, re.M) and re.search(warm, out, re.M), out
 
 
 def test_bench_cpu_feed_prints_each_stage_the_overlap_and_the_cores(tmp_path):

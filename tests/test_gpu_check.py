@@ -106,20 +106,29 @@ def test_prepare_makes_the_wheels_a_gpu_node_without_network_lacks(tmp_path: Pat
 
 
 @pytest.mark.slow
-def test_quick_sections_run_on_the_cpu_at_a_tiny_shape(tmp_path: Path) -> None:
-    """``--cpu``: every section of the five-minute check, so none rots where CI has no GPU."""
+def test_the_rehearsal_runs_every_section_in_a_venv_like_the_lent_image(tmp_path: Path) -> None:
+    """``--rehearse``: the quick check as a lent GPU node runs it (the preflight, then every
+    section, at the CPU's tiny shape) in a venv of the image's packages (an older
+    pyarrow and transformers than the project pins, no snakemake) with only the wheels
+    ``--prepare`` carries. The summary says ok."""
+    env = _env(tmp_path) | {"SHARDWISE_REHEARSAL": str(tmp_path / "rehearsal")}
     proc = subprocess.run(
-        [sys.executable, "gpu_quick.py", "--cpu"],
+        [str(REPO / "bench" / "gpu-check.sh"), "--rehearse"],
         capture_output=True,
         text=True,
-        timeout=600,
-        env=_env(tmp_path),
-        cwd=REPO / "bench",
+        timeout=1500,
+        env=env,
         check=False,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = json.loads(proc.stdout)
-    assert summary["ok"] and set(summary["throughput"]) >= {"shapes", "topic", "format_nourl"}
+    assert summary["ok"] and summary["failures"] == []
+    packages = summary["environment"]["packages"]
+    assert packages["pyarrow"] == "21.0.0" and packages["numpy"] == "2.3.5"  # the image's
+    assert packages["transformers"] == "5.23.0"  # the carried pin, over the image's 5.17.0
+    assert packages["shardwise_from"].startswith(str(tmp_path / "rehearsal" / "site"))
+    assert packages["snakemake"] is None and packages["jsonschema"] is None
+    assert set(summary["throughput"]) >= {"shapes", "topic", "format_nourl"}
     topic = summary["throughput"]["topic"]
     for mode in ("padded", "packed", "compiled"):
         for shape in ("fixed_512", "mix"):
@@ -131,6 +140,13 @@ def test_quick_sections_run_on_the_cpu_at_a_tiny_shape(tmp_path: Path) -> None:
     assert set(summary["agreement"]["format"]) == {"bf16_padded", "bf16_packed"}
     jobs = summary["startup"]["jobs"]
     assert len(jobs) == 2 and all(0 < job["share"] < 1 for job in jobs)
+    # cold means cold: no compile cache at all; warm: the first job's artifact, no compile
+    compiled = summary["startup"]["compile"]
+    assert (compiled["cold_source"], compiled["warm_source"]) == ("compiled", "artifact")
+    assert compiled["cold_kernels"][1] > 0 and compiled["warm_kernels"][1] == 0
+    for row in summary["recheck"].values():
+        if isinstance(row, dict):
+            assert 0 <= row["recheck_share"] <= 1 and row["tokens_per_s_with"] > 0
 
 
 def _bench_module(name: str):
@@ -164,7 +180,7 @@ def test_a_section_that_exits_is_recorded_and_the_summary_so_far_is_kept(tmp_pat
 def test_the_preflight_names_every_missing_module_in_one_line(monkeypatch, capsys) -> None:
     gpu_quick = _bench_module("gpu_quick")
     monkeypatch.setattr(
-        gpu_quick, "NEEDED", (*gpu_quick.NEEDED, ("no_such_mod_a", "a"), ("no_such_mod_b", "b"))
+        gpu_quick, "CARRIED", (*gpu_quick.CARRIED, ("no_such_mod_a", "a"), ("no_such_mod_b", "b"))
     )
     with pytest.raises(SystemExit) as stopped:
         gpu_quick.preflight_or_exit()

@@ -413,7 +413,9 @@ def test_budget_probe_halves_until_it_fits() -> None:
 NAMES = ("topic", "topic_nourl", "format", "format_nourl")
 
 
-def _half_engine(specs, cache_root, margin: float, dtype: str = "bfloat16", **kw) -> Engine:
+def _half_engine(
+    specs, cache_root, margin: float, dtype: str = "bfloat16", budget_dir=None, **kw
+) -> Engine:
     settings = InferenceSettings(
         max_length=MAX_LENGTH,
         batch_tokens=2048,
@@ -422,7 +424,7 @@ def _half_engine(specs, cache_root, margin: float, dtype: str = "bfloat16", **kw
         recheck_margin=margin,
         **kw,
     )
-    return Engine.load(specs, settings, cache_root=cache_root)
+    return Engine.load(specs, settings, cache_root=cache_root, budget_dir=budget_dir)
 
 
 @pytest.fixture(scope="module")
@@ -552,6 +554,29 @@ def test_auto_measures_a_threshold_per_classifier_and_agrees_with_fp32(
     again = engine.run(engine.prepare(texts, urls))  # the next file adds 10% of its rows
     assert labels.stats["recheck_margin"] == again.stats["recheck_margin"] == "auto"
     assert again.stats["calibration"]["topic"]["sample_docs"] == 16 + 9
+
+
+def test_a_finished_calibration_is_kept_and_a_later_job_samples_nothing(
+    specs, cache_root, corpus, result, tmp_path, monkeypatch
+) -> None:
+    """The first job's finished sample is recorded in the run directory; the next job (a
+    fresh engine) starts from it: no fp32 sample, fewer tokens re-checked, the same labels."""
+    monkeypatch.setattr(calibration, "SAMPLE_DOCS", 16)
+    monkeypatch.setattr(calibration, "FIRST_FILE_DOCS", 16)
+    monkeypatch.setattr(recheck, "FALLBACK_SHARE", 1.0)  # (the random demo heads would fall back)
+    texts, urls = corpus
+    first = _half_engine(specs, cache_root, "auto", budget_dir=tmp_path / "budgets")
+    sampled = first.run(first.prepare(texts, urls)).stats
+    assert len(list((tmp_path / "budgets").glob("calibration-*.json"))) == len(NAMES)
+    second = _half_engine(specs, cache_root, "auto", budget_dir=tmp_path / "budgets")
+    seeded = second.run(second.prepare(texts, urls))
+    for name in NAMES:
+        assert seeded.stats["calibration"][name]["recorded"] is True
+        assert sampled["calibration"][name]["recorded"] is False
+        assert second.calibrations[name].errors == first.calibrations[name].errors
+        np.testing.assert_array_equal(_file_labels(seeded, name), _file_labels(result, name))
+    assert seeded.stats["calibration_s"] == 0 < sampled["calibration_s"]
+    assert seeded.stats["recheck_tokens"] < sampled["recheck_tokens"]
 
 
 def test_a_model_with_a_larger_half_precision_error_gets_a_larger_threshold(

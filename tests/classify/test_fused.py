@@ -5,6 +5,7 @@ job to the eager packed forward with one line."""
 
 from __future__ import annotations
 
+import errno
 import logging
 from pathlib import Path
 
@@ -13,10 +14,11 @@ import pytest
 import torch
 from textsynth import synthetic_corpus
 
-from shardwise.classify import fused
+from shardwise.classify import compiling, forwardchoice, fused
 from shardwise.classify.engine import ClassifierSpec, Engine
 from shardwise.config import InferenceSettings
 from shardwise.demo.tinymodels import build_weborganizer_demo_models
+from shardwise.run import budgets
 
 
 @pytest.fixture(scope="module")
@@ -54,16 +56,20 @@ def _probabilities(logits: np.ndarray) -> np.ndarray:
 
 
 @pytest.fixture
-def inductor_cache(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No operator-set Inductor cache; whatever the job sets is undone after the test."""
+def inductor_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No operator-set Inductor cache (the job's own is undone after the test), and the
+    node's temp directory this test's own."""
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "unset")
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
+    (tmp_path / "node").mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "node"))
 
 
 def test_the_compiled_forward_labels_as_the_padded_one(
     model_paths, corpus, padded, tmp_path, inductor_cache
 ) -> None:
     budgets = tmp_path / "run" / "budgets"
+    graphs = compiling.graphs_compiled()
     engine = _engine(model_paths, tmp_path / "cache", "packed", "on", budget_dir=budgets)
     prepared = engine.prepare(*corpus)
     assert max(int(s.lengths.max()) for s in prepared.streams.values()) > 4096
@@ -76,9 +82,14 @@ def test_the_compiled_forward_labels_as_the_padded_one(
         want = padded.logits[name]
         assert np.abs(_probabilities(logits) - _probabilities(want)).max() < 1e-4, name
         assert (logits.argmax(1) == want.argmax(1)).all(), name
-    # the compiled kernels are the run directory's, for the next job on any node
-    assert stats["compile_cache"] == str((budgets / "compiled").resolve())
-    assert any((budgets / "compiled").rglob("*.py"))
+    # compiled in a cache on this node, then kept in the run directory for the next job
+    assert Path(stats["compile_cache"]).parent == tmp_path / "node"
+    assert stats["compile_source"] == "compiled" and stats["compile_kernels_missed"] > 0
+    (artifact,) = (budgets / "compiled").iterdir()
+    assert stats["compile_artifact"] == str(artifact) and artifact.suffix == ".tar"
+    # only the token count is dynamic: one graph per function serves every layer of all
+    # four models and every batch size (no recompile)
+    assert stats["compile_graphs"] - graphs == 2
 
 
 def _broken(qkv_rope=fused.qkv_rope, layer_tail=fused.layer_tail) -> fused.Kernels:
@@ -125,3 +136,46 @@ def test_auto_and_off_do_not_compile_on_the_cpu(model_paths, tmp_path) -> None:
         assert all(c.packed.kernels is fused.EAGER for c in engine._classifiers)
     padded_engine = _engine(model_paths, tmp_path / "cache", "padded", "on")
     assert padded_engine.compile.reason.startswith("batches run padded")
+
+
+KEY = budgets.BudgetKey(
+    gpu="NVIDIA H100", memory=80 << 30, dtype="bfloat16", torch="2.11.0", max_length=8192,
+    models=(1, 2),
+)  # fmt: skip
+
+
+def _busy(*args, **kwargs):
+    try:
+        raise OSError(errno.EBUSY, "Device or resource busy", "/nfs/inductor/x.lock")
+    except OSError as exc:
+        raise RuntimeError("backend='inductor' raised: OSError") from exc
+
+
+@pytest.mark.parametrize(
+    ("kernels", "verdict", "said"),
+    [
+        (_broken(qkv_rope=_busy), False, "could not be built here"),
+        (_broken(layer_tail=lambda *a: fused.layer_tail(*a).roll(1, 0)), True, "differ"),
+    ],
+    ids=["filesystem error", "wrong result"],
+)
+def test_only_a_wrong_result_is_recorded_as_this_gpus_verdict(
+    model_paths, corpus, tmp_path, monkeypatch, caplog, kernels, verdict, said
+) -> None:
+    """With ``auto`` on CUDA (its verdict key, here on the CPU): a wrong result is
+    recorded for later jobs; a filesystem error is said with its cause and fix, and the
+    next job tries again."""
+    monkeypatch.setattr(fused, "compiled", lambda: kernels)
+    monkeypatch.setattr(forwardchoice, "_verdict_key", lambda engine: KEY)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    budget_dir = tmp_path / "budgets"
+    engine = _engine(model_paths, tmp_path / "cache", "packed", "on", budget_dir=budget_dir)
+    with caplog.at_level(logging.WARNING, logger="shardwise.classify.engine"):
+        stats = engine.infer(engine.prepare(*corpus)).stats
+    (line,) = [r.getMessage() for r in caplog.records]
+    recorded = budgets.verdict(budget_dir, KEY, "compile")
+    assert (recorded is not None) is verdict and said in stats["compile_reason"]
+    assert stats["compile"] is False and stats["attention"] == "packed"
+    if not verdict:
+        assert "EBUSY" in line and "TORCHINDUCTOR_CACHE_DIR" in line
+        assert line.endswith("this job runs the eager packed forward; the next job tries again")

@@ -149,6 +149,9 @@ class SelfCheck:
     max_prob_diff: float = 0.0
     label_diffs: int = 0  # labels that differ outside near ties
     error: str = ""
+    #: Where the error is the node's, not the forward's (a compiled forward that could
+    #: not be built here: ``compiling.environment_fault``): its cause and fix.
+    environment: str = ""
 
     @property
     def passed(self) -> bool:

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from shardwise.run import budgets
+
 #: Calibration documents per classifier and job; the error's largest values settle by then.
 SAMPLE_DOCS = 256
 #: The first file may give this many at once (a job needs a threshold from its start) ...
@@ -63,6 +65,27 @@ class Calibration:
     lengths: list[int] = field(default_factory=list)
     fp32: bool = False  # fell back: the classifier runs in fp32 for the rest of the job
     files: int = 0
+    #: The sample is an earlier job's record (``recorded``), or this job kept it for
+    #: later ones (``kept``, also true of a recorded one): nothing more to keep.
+    recorded: bool = False
+    kept: bool = False
+
+    @classmethod
+    def of_record(cls, record: "budgets.CalibrationRecord") -> "Calibration":
+        """An earlier job's finished calibration: this job samples nothing more."""
+        errors, lengths = list(record.errors), list(record.lengths)
+        return cls(errors=errors, lengths=lengths, recorded=True, kept=True)
+
+    @property
+    def complete(self) -> bool:
+        """Whether the sample is all it will be (what later jobs can start from)."""
+        return len(self.errors) >= SAMPLE_DOCS
+
+    def record(self, key: "budgets.CalibrationKey", at: str) -> "budgets.CalibrationRecord":
+        """The finished sample as the run directory keeps it."""
+        return budgets.CalibrationRecord(
+            key=key, errors=tuple(self.errors), lengths=tuple(self.lengths), at=at
+        )
 
     def wanted(self, docs: int) -> int:
         """How many of a file's ``docs`` to add to the sample."""
@@ -120,4 +143,5 @@ class Calibration:
             "max_error": round(max(self.errors), 6) if self.errors else None,
             "mean_error": round(float(np.mean(self.errors)), 6) if self.errors else None,
             "mode": "float32" if self.fp32 else "recheck",
+            "recorded": self.recorded,  # an earlier job's sample: none taken here
         }

@@ -13,6 +13,7 @@ import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self
 
@@ -187,10 +188,12 @@ class Engine:
         self.attention = attention.Choice("padded", "inference.attention: padded")
         self.self_checks: list[attention.SelfCheck] = []
         #: Whether the packed forward runs compiled; the seconds its first call (in the
-        #: self-check) took, compiling included; where Inductor keeps what it compiled.
+        #: self-check) took, compiling included, and Inductor's cache hits and misses
+        #: then; where Inductor keeps what it compiled, and where that came from.
         self.compile = compiling.CompileChoice(False, "inference.compile: off")
         self.compile_s = 0.0
-        self.compile_cache = ""
+        self.compile_kernels = (0, 0)
+        self.compile_cache: compiling.CompileCache | None = None
         #: Whether float32 matmuls were checked to be float32 here (:func:`strict_fp32`).
         self.fp32_matmul_ok = True
 
@@ -289,11 +292,37 @@ class Engine:
         margin = self.settings.recheck_margin
         return AUTO if margin == AUTO else float(margin)
 
-    def _calibration(self, name: str) -> Calibration | None:
-        """The classifier's calibration, with ``recheck_margin: auto`` in half precision."""
+    def _calibration(self, clf: _Classifier) -> Calibration | None:
+        """The classifier's calibration, with ``recheck_margin: auto`` in half precision:
+        the one an earlier job of this set-up recorded (``run/budgets.py``), else a new
+        one this job samples."""
         if self.recheck_margin != AUTO:
             return None
-        return self.calibrations.setdefault(name, Calibration())
+        found = self.calibrations.get(clf.spec.name)
+        if found is None:
+            record = budgets.calibration(self._budget_dir, self._calibration_key(clf))
+            found = Calibration() if record is None else Calibration.of_record(record)
+            self.calibrations[clf.spec.name] = found
+        return found
+
+    def _calibration_key(self, clf: _Classifier) -> budgets.CalibrationKey:
+        return budgets.CalibrationKey(
+            classifier=clf.spec.name,
+            model=clf.spec.model,
+            device=self.device_name,
+            dtype=self.dtype_name,
+            torch=str(torch.__version__),
+            max_length=clf.key.max_length,
+        )
+
+    def _keep_calibration(self, clf: _Classifier, calibration: Calibration | None) -> None:
+        """Record a calibration this job finished sampling, once, for later jobs."""
+        if calibration is None or calibration.kept or not calibration.complete:
+            return
+        at = datetime.now(UTC).isoformat(timespec="seconds")
+        key = self._calibration_key(clf)
+        budgets.record_calibration(self._budget_dir, calibration.record(key, at))
+        calibration.kept = True
 
     def prepare(self, texts: Sequence[str], urls: Sequence[str]) -> Prepared:
         """Tokenize ``texts``/``urls`` for every classifier. CPU only; safe on another thread."""
@@ -500,8 +529,9 @@ class Engine:
             _require_finite(redo, order[positions], what, " too")
             return redo
 
-        calibration = self._calibration(clf.spec.name)
+        calibration = self._calibration(clf)
         final, done, info.outcome = recheck(first, lengths, margin, calibration, run_fp32)
+        self._keep_calibration(clf, calibration)
         if info.outcome.fp32_share is not None:  # once per job: the switch happens once
             _say_fp32(what, info.outcome.fp32_share, calibration)
         if info.outcome.too_small and clf.spec.name not in self._warned:  # once per job
@@ -674,6 +704,7 @@ class Engine:
         outcomes = {name: c.outcome for name, c in checks.items()}
         margin_errors = {name: round(o.max_margin_error, 6) for name, o in outcomes.items()}
         on_cpu = self.device.type == "cpu"
+        cache = self.compile_cache
         kept = [
             fidelity(name, n, c.mode, c.outcome, on_cpu=on_cpu).to_json()
             for name, c in checks.items()
@@ -704,7 +735,12 @@ class Engine:
             "compile": self.compile.on,
             "compile_reason": self.compile.reason,
             "compile_s": self.compile_s,
-            "compile_cache": self.compile_cache or None,
+            "compile_cache": cache.directory if cache else None,
+            "compile_source": cache.source if cache else None,
+            "compile_artifact": cache.artifact if cache else None,
+            "compile_kernels_hit": self.compile_kernels[0] if cache else None,
+            "compile_kernels_missed": self.compile_kernels[1] if cache else None,
+            "compile_graphs": compiling.graphs_compiled() if cache else None,
             "fp32_matmul_ok": self.fp32_matmul_ok,
             "recheck_margin": self.recheck_margin,
             "rechecked_docs": {name: o.rechecked for name, o in outcomes.items()},
@@ -717,6 +753,7 @@ class Engine:
             "recheck_tokens": sum(c.work.real_tokens for c in checks.values()),
             "recheck_batches": sum(c.work.batches for c in checks.values()),
             "recheck_s": recheck_s,
+            "recheck_share": recheck_s / infer_s if infer_s > 0 else 0.0,
             "tokenize_fallback_docs": prepared.fallback_docs,
             "tokenize_verified_docs": prepared.verified_docs,
             "distinct_tokenizers": self.distinct_tokenizers,

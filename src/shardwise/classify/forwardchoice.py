@@ -9,8 +9,10 @@ in their stats, and repeat no failing self-check."""
 
 import importlib.util
 import logging
+import sys
 import time
 from datetime import UTC, datetime
+from importlib import metadata
 from typing import Any
 
 import numpy as np
@@ -83,11 +85,30 @@ def _compile(
     except ValueError as exc:
         raise ModelError(str(exc)) from None
     if choice.on:
-        engine.compile_cache = compiling.share_cache(engine._budget_dir)
+        engine.compile_cache = compiling.job_cache(engine._budget_dir, _compile_key(engine))
+        if engine.compile_cache.note:
+            log.warning("inference.compile: %s", engine.compile_cache.note)
         kernels = fused.compiled()
         for forward in forwards:
             forward.kernels = kernels
     return choice
+
+
+def _compile_key(engine: Any) -> compiling.CompileKey:
+    """What this job's compiled kernels depend on (the run directory's artifact's key)."""
+    try:
+        triton = metadata.version("triton")
+    except metadata.PackageNotFoundError:
+        triton = "none"
+    shapes = {c.packed.shape for c in engine._classifiers if c.packed is not None}
+    return compiling.CompileKey(
+        device=engine.device_name,
+        dtype=engine.dtype_name,
+        torch=str(torch.__version__),
+        triton=triton,
+        python=f"{sys.version_info.major}.{sys.version_info.minor}",
+        models=tuple(sorted(shapes)),
+    )
 
 
 def _activate(choice: attention.Choice) -> attention.Choice:
@@ -144,17 +165,26 @@ def _once(engine: Any, key: budgets.BudgetKey, kind: str, reason: str) -> None:
 def check_packed(engine: Any, prepared: Any) -> None:
     """The self-check (``classify/attention.py``), once per job before any packed batch:
     a few of the job's documents (one long) through both forwards, per distinct model; a
-    compiled forward compiles here (``compile_s``). A compiled forward that fails is
-    checked again eager, and kept so when that passes; a failure, or an exception, of the
-    eager one turns the job to padded batches. Either is said on the console; with
-    ``auto`` on CUDA it is recorded, so no later job of this kind of GPU repeats it."""
+    compiled forward compiles here (``compile_s``, Inductor's cache hits and misses) and,
+    passed, keeps its kernels for later jobs (``compiling.keep_artifact``). A compiled
+    forward that fails is checked again eager, and kept so when that passes; a failure,
+    or an exception, of the eager one turns the job to padded batches. Either is said on
+    the console; with ``auto`` on CUDA a wrong result is recorded, so no later job of
+    this kind of GPU repeats it."""
     started = time.perf_counter()
+    counted = compiling.kernel_counts() if engine.compile.on else (0, 0)
     failed = _check_all(engine, prepared)
     if engine.compile.on:
         engine.compile_s = time.perf_counter() - started
+        hits, misses = compiling.kernel_counts()
+        engine.compile_kernels = (hits - counted[0], misses - counted[1])
         if failed:
-            _compiled_failed(engine, f"{failed[0].classifier}: {failed[0].line()}")
+            _compiled_failed(engine, failed[0])
             failed = _check_all(engine, prepared)
+        else:
+            engine.compile_cache = compiling.keep_artifact(engine.compile_cache)
+            if engine.compile_cache.note:
+                log.warning("inference.compile: %s", engine.compile_cache.note)
     if not failed:
         return
     why = f"{failed[0].classifier}: {failed[0].line()}"
@@ -180,19 +210,39 @@ def _check_all(engine: Any, prepared: Any) -> list[attention.SelfCheck]:
     return [c for c in engine.self_checks if not c.passed]
 
 
-def _compiled_failed(engine: Any, why: str) -> None:
-    """The compiled forward failed its self-check: the eager one from now on, said once
-    (recorded per kind of GPU with ``auto`` on CUDA)."""
+def _compiled_failed(engine: Any, check: attention.SelfCheck) -> None:
+    """The compiled forward failed its self-check: the eager one from now on, said once.
+    Where the node could not build it (``check.environment``) the line gives the cause
+    and the fix, and nothing is recorded: the next job tries again. A wrong result or a
+    graph that does not compile is a verdict (recorded per kind of GPU with ``auto`` on
+    CUDA)."""
     for clf in engine._classifiers:
         if clf.packed is not None:
             clf.packed.kernels = fused.EAGER
+    why = f"{check.classifier}: {check.line()}"
+    setting = engine.settings.compile
+    if check.environment:
+        reason = f"the compiled forward could not be built here ({why}; {check.environment})"
+        engine.compile = compiling.CompileChoice(False, reason)
+        text = "inference.compile %s: %s: this job runs the eager packed forward; the next "
+        log.warning(text + "job tries again", setting, reason)
+        return
     reason = f"the compiled forward failed its self-check ({why})"
     engine.compile = compiling.CompileChoice(False, reason)
-    if engine.settings.compile == "auto" and engine.device.type == "cuda":
-        _once(engine, gpubudget.budget_key(engine), "compile", reason)
+    key = _verdict_key(engine)
+    if key is not None:
+        _once(engine, key, "compile", reason)
         return
     text = "inference.compile %s: %s: this job runs the eager packed forward"
-    log.warning(text, engine.settings.compile, reason)
+    log.warning(text, setting, reason)
+
+
+def _verdict_key(engine: Any) -> budgets.BudgetKey | None:
+    """Where ``auto``'s compile verdict is recorded: this kind of GPU's key (``auto`` on
+    CUDA); None where a verdict is only said (``on``, the CPU)."""
+    if engine.settings.compile == "auto" and engine.device.type == "cuda":
+        return gpubudget.budget_key(engine)
+    return None
 
 
 def _check_one(engine: Any, clf: Any, prepared: Any) -> attention.SelfCheck:
@@ -209,4 +259,5 @@ def _check_one(engine: Any, clf: Any, prepared: Any) -> attention.SelfCheck:
         return attention.compare(clf.spec.name, *pair)
     except Exception as exc:  # noqa: BLE001 - any failure of the packed path means padded
         error = f"{type(exc).__name__}: {first_line(str(exc))}"
-        return attention.SelfCheck(clf.spec.name, len(rows), error=error)
+        fault = compiling.environment_fault(exc) if engine.compile.on else None
+        return attention.SelfCheck(clf.spec.name, len(rows), error=error, environment=fault or "")

@@ -10,7 +10,9 @@ q/k/v GEMM, then the rotary embedding as one pass) and :func:`layer_tail` (o-pro
 residual + LayerNorm, gate/up GEMM, activation x up as one pass, down-proj, residual +
 LayerNorm). Every argument is a tensor, a number or a module-level function, so one
 compiled graph serves every layer of every model of the job (no recompilation per
-layer); the token count is dynamic, so batches of any size reuse it.
+layer). Only the token count is dynamic (dimension 0 of the inputs that have one,
+marked at each call); the hidden and head sizes stay static, so Inductor keeps its
+single-pass reductions (LayerNorm) and batches of any size reuse the one graph.
 """
 
 from collections.abc import Callable
@@ -104,9 +106,38 @@ EAGER = Kernels(qkv_rope, layer_tail)
 
 def compiled() -> Kernels:
     """Both functions compiled (lazily: the first call traces and compiles), one whole
-    graph each (an unsupported operation raises instead of running half eager), with a
-    dynamic token count."""
-    options = {"fullgraph": True, "dynamic": True}
-    return Kernels(
-        torch.compile(qkv_rope, **options), torch.compile(layer_tail, **options), compiled=True
-    )
+    graph each (an unsupported operation raises instead of running half eager), static
+    but for the token count (:func:`_tokens_dynamic`)."""
+    options = {"fullgraph": True, "dynamic": False}
+    qkv = torch.compile(qkv_rope, **options)
+    tail = torch.compile(layer_tail, **options)
+
+    def qkv_rope_compiled(
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        _tokens_dynamic(hidden, cos, sin)
+        return qkv(hidden, weight, bias, cos, sin)
+
+    def layer_tail_compiled(
+        hidden: torch.Tensor,
+        attended: torch.Tensor,
+        weights: LayerWeights,
+        act: Callable[[torch.Tensor], torch.Tensor],
+    ) -> torch.Tensor:
+        _tokens_dynamic(hidden, attended)
+        return tail(hidden, attended, weights, act)
+
+    return Kernels(qkv_rope_compiled, layer_tail_compiled, compiled=True)
+
+
+def _tokens_dynamic(*tensors: torch.Tensor) -> None:
+    """Mark the token dimension (0) dynamic: one graph for every batch size. A batch of
+    one token (never a real document: [CLS] and [SEP] are two) is left static, since
+    Dynamo refuses a dynamic dimension of size 1."""
+    for tensor in tensors:
+        if tensor.shape[0] > 1:
+            torch._dynamo.mark_dynamic(tensor, 0)

@@ -22,7 +22,7 @@ from transformers import GteForSequenceClassification
 from shardwise.classify import fused
 from shardwise.classify.tokenization import TokenStream
 
-try:  # torch >= 2.9; flash kernels, CUDA only
+try:  # torch >= 2.10 (its first release with varlen_attn); flash kernels, CUDA only
     from torch.nn.attention.varlen import varlen_attn
 except ImportError:  # an older torch: the reference attention everywhere
     varlen_attn = None
@@ -110,6 +110,14 @@ class PackedGte:
         self.activation = act
         #: Eager, or compiled (``classify/compiling.py``): the self-check covers either.
         self.kernels = fused.EAGER
+
+    @property
+    def shape(self) -> str:
+        """What a compiled kernel of this model depends on: hidden size, heads, MLP width,
+        layers and activation (``compiling.CompileKey``)."""
+        c = self.model.config
+        sizes = (c.hidden_size, c.num_attention_heads, c.intermediate_size, len(self.layers))
+        return "/".join(map(str, sizes)) + f"/{getattr(c, 'hidden_act', '')}"
 
     def attention_kernel(self, dtype: torch.dtype, device: torch.device) -> str:
         """``varlen_flash`` or ``reference`` (what :meth:`logits` runs here)."""

@@ -17,7 +17,7 @@ from typing import Self
 
 from shardwise.errors import RecordError
 from shardwise.run.record import Fields
-from shardwise.store.atomic import write_atomic
+from shardwise.store.atomic import create_exclusive, write_atomic
 
 DIRECTORY = "budgets"
 
@@ -135,3 +135,73 @@ def record_verdict(
     except OSError:
         return None  # a read-only run directory: the next job decides again
     return target
+
+
+@dataclass(frozen=True, kw_only=True)
+class CalibrationKey:
+    """What a classifier's re-check calibration depends on: the classifier and its model,
+    where and how it runs (device name, dtype, torch) and the longest input."""
+
+    classifier: str
+    model: str
+    device: str
+    dtype: str
+    torch: str
+    max_length: int
+
+    def name(self) -> str:
+        """The record's file name: ``calibration-`` and a hash of every field."""
+        text = json.dumps(asdict(self), sort_keys=True)
+        return "calibration-" + hashlib.sha256(text.encode()).hexdigest()[:16] + ".json"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CalibrationRecord:
+    """``calibration-<key>.json``: the margin errors (half precision against fp32) the
+    first job of a set-up measured, and the input lengths they were measured at
+    (``classify/calibration.py``). Later jobs start from it and sample nothing: the
+    sample's fp32 pass is most of the re-check's cost where jobs are short."""
+
+    key: CalibrationKey
+    errors: tuple[float, ...]
+    lengths: tuple[int, ...]
+    at: str
+
+    def to_json(self) -> str:
+        """The record's text."""
+        return json.dumps(asdict(self), sort_keys=True, indent=1) + "\n"
+
+    @classmethod
+    def from_json(cls, raw: str, where: str) -> Self:
+        """The record; RecordError when a field is absent or of the wrong type."""
+        fields = Fields.parse(raw, where)
+        record = fields.into(cls, key=fields.sub("key").into(CalibrationKey))
+        if len(record.errors) != len(record.lengths) or not record.errors:
+            raise fields.refuse("errors", "one error per length, at least one")
+        return record
+
+
+def calibration(directory: Path | None, key: CalibrationKey) -> CalibrationRecord | None:
+    """The calibration an earlier job recorded for ``key``; None (none, or damaged)."""
+    if directory is None:
+        return None
+    target = Path(directory) / key.name()
+    try:
+        found = CalibrationRecord.from_json(target.read_text("utf-8"), str(target))
+    except (OSError, UnicodeDecodeError, RecordError):
+        return None
+    return found if found.key == key else None
+
+
+def record_calibration(directory: Path | None, record: CalibrationRecord) -> None:
+    """Keep a finished calibration for later jobs; the first writer's stays (a wave of
+    jobs measures at once: any one of them serves). A read-only run directory: the next
+    job calibrates again, nothing is lost."""
+    if directory is None:
+        return
+    target = Path(directory) / record.key.name()
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        create_exclusive(target, record.to_json().encode())
+    except OSError:
+        return

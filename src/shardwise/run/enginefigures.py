@@ -29,6 +29,7 @@ class CalibrationFigures:
     max_error: float | None = None
     mean_error: float | None = None
     mode: str | None = None  # recheck | float32
+    recorded: bool | None = None  # an earlier job's sample (run/budgets.py): none taken here
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,11 @@ class EngineFigures:
     compile_reason: str | None = None
     compile_s: float | None = None  # the first compiled call, compiling included
     compile_cache: str | None = None  # where Inductor keeps the compiled kernels
+    compile_source: str | None = None  # artifact | compiled | operator (classify/compiling.py)
+    compile_artifact: str | None = None  # the run directory's artifact read or kept
+    compile_kernels_hit: int | None = None  # Inductor's cache hits in the first call
+    compile_kernels_missed: int | None = None  # ... and misses: graphs compiled then
+    compile_graphs: int | None = None  # graphs compiled so far in the job (recompiles too)
     fp32_matmul_ok: bool | None = None
     recheck_margin: float | str | None = None
     rechecked_docs: dict[str, int] | None = None
@@ -87,6 +93,7 @@ class EngineFigures:
     recheck_tokens: int | None = None
     recheck_batches: int | None = None
     recheck_s: float | None = None
+    recheck_share: float | None = None  # recheck_s / infer_s: the fp32 re-check's share
     tokenize_fallback_docs: int | None = None
     tokenize_verified_docs: int | None = None
     distinct_tokenizers: int | None = None

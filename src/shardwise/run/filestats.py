@@ -54,6 +54,7 @@ class Figure:
     total: str | None = None
     missing: str = ""
     arrow: pa.DataType | None = None
+    digits: int = 0  # the total's decimals (0: a whole number)
 
     def arrow_type(self) -> pa.DataType:
         """The type the bulk reader reads it as."""
@@ -65,10 +66,16 @@ class Figure:
 
 
 def figure(
-    column: str, *, total: str | None = None, missing: str = "", arrow: pa.DataType | None = None
+    column: str,
+    *,
+    total: str | None = None,
+    missing: str = "",
+    arrow: pa.DataType | None = None,
+    digits: int = 0,
 ) -> Any:
     """A :class:`FileStats` field that is a figure (module docstring), absent by default."""
-    return field(default=None, metadata={"figure": Figure(column, total, missing, arrow)})  # type: ignore[arg-type]
+    how = Figure(column, total, missing, arrow, digits)  # type: ignore[arg-type]
+    return field(default=None, metadata={"figure": how})
 
 
 @dataclass(frozen=True)
@@ -94,6 +101,10 @@ class FileStats:
     docs: int | None = figure("number")
     tokens: int | None = figure("number", total="tokens_done")
     seconds: float | None = figure("number")
+    #: The engine's seconds (``engine.infer_s``) and the fp32 re-check's part of them
+    #: (``engine.recheck_s``): coverage's share of engine time spent re-checking.
+    infer_s: float | None = figure("number", total="engine_seconds", digits=3)
+    recheck_s: float | None = figure("number", total="recheck_seconds", digits=3)
     docs_per_s: float | None = None
     tokens_per_s: float | None = None
     tokens_counted: str | None = None
@@ -150,6 +161,8 @@ class FileStats:
             tokens_counted=TOKENS_COUNTED,
             counts=dict(counts),
             truncated_docs=figures.truncated_docs or 0,
+            infer_s=figures.infer_s,
+            recheck_s=figures.recheck_s,
             fidelity=figures.fidelity,
             models=dict(models),
             device=device,

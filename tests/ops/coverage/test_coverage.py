@@ -284,7 +284,7 @@ def test_empty_texts_are_in_the_without_text_share() -> None:
     ]
 
 
-def test_the_fidelity_line_sums_each_files_estimate(tmp_path: Path, capsys) -> None:
+def test_the_fidelity_and_recheck_lines_sum_each_files_figures(tmp_path: Path, capsys) -> None:
     cfg = plan_run(tmp_path, total_shards=2)
     run_dir = Path(cfg["run_dir"])
     label(run_dir)  # the fake engine reports 1e-7 expected flips per document
@@ -299,6 +299,10 @@ def test_the_fidelity_line_sums_each_files_estimate(tmp_path: Path, capsys) -> N
                                                            "format_nourl"}  # fmt: skip
     report = verify.verify_run(run_dir)
     assert any(ln.startswith("fidelity topic:") for ln in report.lines())
+    # the re-check's share of engine time, summed over the files' stats
+    assert cov.recheck_share == pytest.approx(0.2) and doc["recheck_share"] == 0.2
+    assert doc["recheck_seconds"] == pytest.approx(0.2 * doc["engine_seconds"], abs=2e-3)
+    assert "re-check 20.0% of engine time re-ran near ties in float32" in format_table(cov)
 
 
 def test_missing_derived_outputs_are_said_to_be_rewritten_not_relabelled(tmp_path: Path):

@@ -75,7 +75,7 @@ class Coverage:
     docs_done: int
     #: Each figure with a coverage ``total`` (``filestats.figure``), summed over the
     #: labelled files' stats, by its key (``tokens_done``, ...); None without stats.
-    totals: dict[str, int | None]
+    totals: dict[str, int | float | None]
     categories: tuple[CategoryCoverage, ...]  # least covered first
     incomplete_shards: str  # range expression
     skew_flagged: tuple[str, ...]
@@ -118,7 +118,17 @@ class Coverage:
     @property
     def tokens_done(self) -> int | None:
         """Classifier tokens labelled (None without stats)."""
-        return self.totals.get("tokens_done")
+        value = self.totals.get("tokens_done")
+        return None if value is None else int(value)
+
+    @property
+    def recheck_share(self) -> float | None:
+        """The share of the labelled files' engine time spent on the fp32 re-check of near
+        ties (None without stats or engine time)."""
+        engine, recheck = self.totals.get("engine_seconds"), self.totals.get("recheck_seconds")
+        if not engine or recheck is None:
+            return None
+        return recheck / engine
 
     @property
     def tasks_left(self) -> int:
@@ -296,15 +306,20 @@ def _docs(state: RunState, f: _Files) -> int:
     return round(float(per_shard.sum()))
 
 
-def _totals(state: RunState, f: _Files) -> dict[str, int | None]:
+def _totals(state: RunState, f: _Files) -> dict[str, int | float | None]:
     """Each figure with a ``total``, summed over the labelled files' stats."""
     return {
-        how.total: round(float((_per_file(state, f, name) * f.done).sum()))
+        how.total: _rounded(float((_per_file(state, f, name) * f.done).sum()), how.digits)
         if state.stats is not None
         else None
         for name, how in figure_fields().items()
         if how.total is not None
     }
+
+
+def _rounded(value: float, digits: int) -> int | float:
+    """A total as its figure keeps it: whole, or to ``digits`` decimals."""
+    return round(value, digits) if digits else round(value)
 
 
 def _per_file(state: RunState, f: _Files, name: str) -> np.ndarray:

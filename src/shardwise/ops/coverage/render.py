@@ -28,7 +28,9 @@ def to_dict(cov: Coverage) -> dict[str, Any]:
     """The JSON document (schema: docs/schemas/coverage.schema.json)."""
     out: dict[str, Any] = {"format_version": 1, **{k: getattr(cov, k) for k in _PLAIN}}
     out.update(cov.totals)  # tokens_done, and any other figure's total
+    share = cov.recheck_share
     out.update(
+        recheck_share=None if share is None else round(share, 4),
         percent_done=round(cov.overall_percent, 3),
         skew_flagged=list(cov.skew_flagged),
         categories={
@@ -122,6 +124,11 @@ def summary_lines(cov: Coverage, *, max_expression: int = 160) -> list[str]:
         + (f"   {human_count(cov.tokens_done)} tokens" if cov.tokens_done is not None else ""),
     ]
     lines += quality_lines(cov.data_quality, cov.docs_done)
+    if cov.recheck_share:
+        lines.append(
+            f"re-check {100 * cov.recheck_share:.1f}% of engine time re-ran near ties in "
+            "float32 (inference.recheck_margin; docs/engine.md)"
+        )
     lines += fidelity_lines(cov.fidelity)
     lines += failing_lines(cov)
     lines += _state_lines(cov)

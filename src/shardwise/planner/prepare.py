@@ -119,7 +119,7 @@ def prepare_run(
     said: list[str] = []
     run_dir.mkdir(parents=True, exist_ok=True)
     if not dryrun or repin:
-        runlock.lock_run_dir(run_dir)
+        said += runlock.lock_run_dir(run_dir)
     else:
         said += runlock.live_run_note(run_dir)
     check_classifiers(settings.classifiers)  # before anything is pinned

@@ -76,7 +76,8 @@ class Step(StrEnum):
 
     SUBMITTED = "submitted"  # `shardwise launch` submitted the first generation
     STARTED = "started"  # a generation started (its job id, its node)
-    SUCCESSOR = "successor"  # it queued its successor (detail: the successor's job id)
+    SUCCESSOR = "successor"  # the launchers queued behind it (detail: their job ids)
+    WAITING = "waiting"  # an orphan on another host holds the run: waited for
     NO_SUCCESSOR = "no_successor"  # sbatch refused the successor: the chain ends with it
     STOPPING = "stopping"  # its walltime signal (or a cancel) came: snakemake killed
     PROGRESS = "progress"  # snakemake failed after labelling more: the successor goes on

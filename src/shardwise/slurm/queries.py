@@ -386,6 +386,22 @@ def job_states(
     return Answer({r["id"]: r["state"] for r in command.rows(reply.stdout, ("id", "state"))})
 
 
+def accounted_states(
+    job_ids: Sequence[str], timeout: float = command.DEFAULT_TIMEOUT
+) -> Answer[dict[str, str]]:
+    """How each listed job stands in SLURM's accounting (``COMPLETED``, ``CANCELLED by
+    0``, ``TIMEOUT``, ``NODE_FAIL``, ``PENDING``...), ended long ago too; a job sacct
+    does not know is absent."""
+    if not job_ids:
+        return Answer({})
+    argv = ["sacct", "-n", "-X", "-P", "-j", ",".join(job_ids), "-o", "JobIDRaw,State"]
+    return _ask(argv, timeout, _states)
+
+
+def _states(out: str) -> dict[str, str]:
+    return {r["id"]: r["state"] for r in command.rows(out, ("id", "state"))}
+
+
 def steps(user: str | None = None, timeout: float = command.DEFAULT_TIMEOUT) -> Answer[set[str]]:
     """Ids (``<job>.<step>``) of the user's running job steps."""
     argv = ["squeue", "-h", "-s", "-u", user or current_user(), "-o", "%i"]

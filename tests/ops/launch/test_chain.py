@@ -15,8 +15,8 @@ REQUEST = Launch(name="shardwise-launch-abc", workdir="/w", python="/p",
 
 
 def event(step, job_id="18", **over):
-    return ChainEvent(at="2026-12-06T20:00:00", job_id=job_id, step=step, host="n1",
-                      text=f"{step} text", **over)  # fmt: skip
+    over.setdefault("text", f"{step} text")
+    return ChainEvent(at="2026-12-06T20:00:00", job_id=job_id, step=step, host="n1", **over)
 
 
 @pytest.mark.parametrize(
@@ -64,22 +64,41 @@ def test_snakemake_s_end_decides_the_chain_s_next_step(returncode, stopped_by, p
     assert decide(returncode, stopped_by, progress) == outcome
 
 
-def test_the_status_names_each_generation_the_live_launchers_and_the_shard_jobs(tmp_path):
+def test_the_status_names_each_generation_how_it_ended_and_what_is_queued(tmp_path):
     events = [event(Step.STARTED), event(Step.STOPPING), event(Step.STARTED, "19")]
     status = ChainStatus(run_dir=tmp_path, launch=REQUEST, state=State.RUNNING,
                          generations=generations(events),
-                         live=(job("19", "RUNNING"), job("20", reason="Dependency")),
+                         live=(job("19", "RUNNING"), job("20", reason="Dependency"),
+                               job("21", reason="Dependency")),
                          last=events[-1], shard_jobs=(job("7", "RUNNING"), job("8")),
-                         done_shards=3)  # fmt: skip
+                         done_shards=3,
+                         ended={"18": "TIMEOUT", "17": "CANCELLED by 0"})  # fmt: skip
     assert status_text(status).splitlines() == [
         f"launcher chain of {tmp_path}: running (a launcher runs the workflow; nothing to do)",
         "  job name shardwise-launch-abc: 480 min, 2 CPU(s), 8000 MB; snakemake stopped 300 s "
         "before each walltime",
         "  snakemake --profile profiles/slurm",
-        "  generation 1: job 18 on n1 since 2026-12-06T20:00:00: stopping text",
-        "  generation 2: job 19 on n1 since 2026-12-06T20:00:00: started text",
+        "  generation 1: job 18 on n1 since 2026-12-06T20:00:00 [ended TIMEOUT]: stopping text",
+        "  generation 2: job 19 on n1 since 2026-12-06T20:00:00 [running]: started text",
+        "  queued launchers that never ran: 17 (CANCELLED by 0)",
         "  live: launcher job 19 RUNNING",
         "  live: launcher job 20 PENDING (Dependency)",
+        "  live: launcher job 21 PENDING (Dependency)",
+        "  queued behind it: 20, 21",
         "  shard jobs of the run: 1 running, 1 queued; 3 shard(s) done",
         f"  logs: {tmp_path}/logs/launch/<job id>.log",
     ]
+
+
+def test_a_broken_chain_does_not_repeat_a_promise_that_did_not_come_true(tmp_path):
+    said = "stopped snakemake because it was cancelled; the next launcher (job 26) adopts them"
+    last = event(Step.STOPPING, text=said)
+    status = ChainStatus(run_dir=tmp_path, launch=REQUEST, state=State.BROKEN,
+                         generations=generations([event(Step.STARTED), last]), live=(),
+                         last=last, shard_jobs=(), done_shards=0,
+                         ended={"18": "CANCELLED by 0", "26": "CANCELLED by 0"})  # fmt: skip
+    lines = status_text(status).splitlines()
+    assert "  queued launchers that never ran: 26 (CANCELLED by 0)" in lines
+    assert lines[-2] == (
+        "  last said (before every launcher ended; no launcher is queued now): " + said
+    )

@@ -2,7 +2,7 @@
 ``--status``). The chain's jobs are the user's jobs named :func:`run.launch.chain_name`;
 what each generation did is ``launch/chain.jsonl``."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
@@ -30,23 +30,40 @@ def chain_jobs(name: str, *, timeout: float = command.DEFAULT_TIMEOUT) -> list[q
 
 
 def start(launch: Launch, run_dir: Path) -> str:
-    """Submit the chain's first launcher; its job id. Refused while a launcher of this run
-    is running or queued (one chain per run)."""
+    """Submit the chain's first launcher and its spares (``request.SPARES``, queued behind
+    it: should it end in its first second, one of them starts and another still waits);
+    the first one's job id. Refused while a launcher of this run is running or queued
+    (one chain per run)."""
     live = chain_jobs(launch.name)
     if live:
         jobs = ", ".join(f"{j.id} {j.state}" for j in live)
         msg = f"a launcher chain of {run_dir} is live (job {jobs}): `shardwise launch --status "
         raise ConfigError(msg + f"--run-dir {run_dir}` shows it; --stop ends it")
     record.save(run_dir, launch)
-    submitted = control.submit_batch(
-        request.sbatch_options(launch, run_dir, after=None), request.job_command(launch, run_dir)
-    )
-    if not submitted.ok or not submitted.value:
-        raise ShardwiseError(f"sbatch refused the launcher: {submitted.problem}")
-    text = f"submitted launcher job {submitted.value} ({launch.name}, {launch.time_minutes} min)"
-    record.append(run_dir, ChainEvent(at=now(), job_id=submitted.value, step=Step.SUBMITTED,
-                                      detail=submitted.value, text=text))  # fmt: skip
-    return submitted.value
+    ids, problem = submit_launchers(launch, run_dir, 1 + request.SPARES)
+    if not ids:
+        raise ShardwiseError(f"sbatch refused the launcher: {problem}")
+    first, spares = ids[0], ids[1:]
+    text = f"submitted launcher job {first} ({launch.name}, {launch.time_minutes} min)"
+    text += f" and spare(s) {', '.join(spares)} queued behind it" if spares else ""
+    text += f" (sbatch refused the other spares: {problem})" if problem else ""
+    record.append(run_dir, ChainEvent(at=now(), job_id=first, step=Step.SUBMITTED,
+                                      detail=",".join(ids), text=text))  # fmt: skip
+    return first
+
+
+def submit_launchers(launch: Launch, run_dir: Path, count: int) -> tuple[list[str], str | None]:
+    """Submit ``count`` launchers of the chain; their job ids, and why sbatch refused the
+    rest (None: it refused none)."""
+    ids: list[str] = []
+    for _ in range(count):
+        submitted = control.submit_batch(
+            request.sbatch_options(launch, run_dir), request.job_command(launch, run_dir)
+        )
+        if not submitted.ok or not submitted.value:
+            return ids, submitted.problem or "no job id"
+        ids.append(submitted.value)
+    return ids, None
 
 
 @dataclass(frozen=True)
@@ -120,6 +137,14 @@ class ChainStatus:
     last: ChainEvent | None
     shard_jobs: tuple[queries.Job, ...]
     done_shards: int
+    #: How each launcher of the chain that is no longer live ended, by SLURM's
+    #: accounting (``COMPLETED``, ``CANCELLED by 0``, ``TIMEOUT``...; absent: unknown).
+    ended: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def queued(self) -> tuple[queries.Job, ...]:
+        """The launchers waiting to start."""
+        return tuple(j for j in self.live if j.pending)
 
 
 def status(run_dir: Path) -> ChainStatus:
@@ -129,6 +154,10 @@ def status(run_dir: Path) -> ChainStatus:
     live = tuple(chain_jobs(launch.name)) if launch is not None else ()
     shard_jobs = tuple(_shard_jobs(run_dir).values()) if launch is not None else ()
     last = events[-1] if events else None
+    known = {e.job_id for e in events if e.job_id}
+    known |= {i for e in events if e.step in _SUBMITS for i in e.detail.split(",") if i}
+    gone = sorted(known - {j.id for j in live}, key=int)
+    ended = queries.accounted_states(gone)
     return ChainStatus(
         run_dir=run_dir,
         launch=launch,
@@ -138,9 +167,12 @@ def status(run_dir: Path) -> ChainStatus:
         last=last,
         shard_jobs=shard_jobs,
         done_shards=len(markers.done_shards(run_dir)),
+        ended=ended.value or {} if ended.ok else {},
     )
 
 
+#: The events whose ``detail`` lists the launchers they submitted.
+_SUBMITS = (Step.SUBMITTED, Step.SUCCESSOR)
 #: The state a chain with no live launcher is in, by its last event's step.
 _SETTLED = {Step.COMPLETE: State.COMPLETE, Step.ENDED: State.ENDED, Step.NO_SUCCESSOR: State.ENDED}
 

@@ -3,27 +3,34 @@
 In order:
 
 1. a chain stopped by ``launch --stop`` starts nothing (exit 0);
-2. every other queued launcher of the chain is cancelled (a requeued or doubly submitted
-   one would fork the chain), then the successor is queued: the same request, after this
-   job, ``singleton`` (one launcher per run at once). Whatever way this job ends
-   (walltime, node failure, an admin's ``scancel``), the successor starts and adopts the
-   live shard jobs;
-3. Snakemake runs as a child in its own process group. The walltime signal
-   (``--signal=B:USR1@<stop_before>``) or a cancel (SIGTERM) kills that group with
-   SIGKILL: the plugin cancels the shard jobs only on SIGINT, so they keep running for
-   the successor, which clears the lock this job's Snakemake left
-   (``planner/snakemakelock.py``: its SLURM job has ended);
-4. Snakemake's own end decides: 0 (every target done) cancels the successor and ends the
-   chain; a failure after more shards were labelled leaves the successor to go on (its
+2. the chain's queue is topped up to ``request.SPARES`` launchers waiting behind this one
+   (the same request, ``singleton``: one launcher per run at once), extra ones cancelled.
+   They were queued before this job started (by ``shardwise launch`` or its predecessor),
+   so whatever way this job ends, even in its first second (walltime, node failure, an
+   admin's ``scancel``), one of them starts and adopts the live shard jobs while another
+   still waits;
+3. Snakemake runs as a child in its own process group, set to die with this process
+   (``PR_SET_PDEATHSIG``: a SIGKILL of the launcher, the OOM killer or a crash takes it
+   along even where SLURM tracks processes by tree, so no orphan drives the run from no
+   job). The walltime signal (``--signal=B:USR1@<stop_before>``) or a cancel (SIGTERM)
+   kills that group with SIGKILL: the plugin cancels the shard jobs only on SIGINT, so
+   they keep running for the successor, which clears the lock this job's Snakemake left
+   (``planner/snakemakelock.py``: its SLURM job has ended). An orphan an older launcher
+   left (``planner/runlock.py``) is ended by the planner on its own host, and waited for
+   from another host: it never ends the chain;
+4. Snakemake's own end decides: 0 (every target done) cancels the queued launchers and
+   ends the chain; a failure after more shards were labelled leaves them to go on (their
    retries start afresh); a failure with no progress ends the chain (the same failure
    would repeat every generation), with a line that says why.
 """
 
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +39,8 @@ from typing import IO
 
 from shardwise.errors import ConfigError
 from shardwise.ops.launch import request
-from shardwise.ops.launch.chain import chain_jobs, now
+from shardwise.ops.launch.chain import chain_jobs, now, submit_launchers
+from shardwise.planner import runlock
 from shardwise.run import claims, markers
 from shardwise.run import launch as record
 from shardwise.run.launch import ChainEvent, Launch, Step
@@ -40,6 +48,10 @@ from shardwise.slurm import control
 
 #: The console prefix of every line a launcher prints (its log: logs/launch/<job>.log).
 PREFIX = "shardwise launch: "
+#: Linux's prctl option: the signal a child gets when its parent dies.
+PR_SET_PDEATHSIG = 1
+#: Seconds between looks at an orphan on another host that holds the run.
+ORPHAN_POLL_SECONDS = 30.0
 #: The signals that stop a launcher's Snakemake without cancelling its shard jobs.
 STOP_SIGNALS = {signal.SIGUSR1: "its walltime is near", signal.SIGTERM: "it was cancelled"}
 
@@ -76,6 +88,7 @@ class Generation:
     successor: str | None = None
     stopped_by: str | None = None
     child: subprocess.Popen[bytes] | None = None
+    _pause: threading.Event = field(default_factory=threading.Event)  # set by a stop signal
 
     def say(self, step: Step, text: str, detail: str = "") -> None:
         """One line in the log and one event in ``chain.jsonl``."""
@@ -96,9 +109,28 @@ class Generation:
         if self._launch().stopped_at is not None:  # `--stop` came while it queued
             return self._stopped_before_start()
         before = len(markers.done_shards(self.run_dir))
-        returncode = self._run_snakemake(launch)
+        previous = {s: signal.signal(s, self._on_stop) for s in STOP_SIGNALS}
+        try:
+            self._wait_for_orphan()
+            returncode = self._run_snakemake(launch) if self.stopped_by is None else -1
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
         progress = len(markers.done_shards(self.run_dir)) - before
         return self._end(decide(returncode, self.stopped_by, progress), returncode, progress)
+
+    def _wait_for_orphan(self) -> None:
+        """Wait while the run is held by an orphan on another host (a main process whose
+        launcher job ended: it drives the run and ends by itself; one on this host the
+        planner ends), or until this job's stop signal."""
+        found = runlock.orphan(self.run_dir)
+        if found is None or found.here:
+            return
+        text = f"the run is held by {found.describe()}, on another host: waiting for it to end "
+        self.say(Step.WAITING, text + "(it cannot be ended from here), then taking over")
+        while found is not None and not found.here and self.stopped_by is None:
+            self._pause.wait(ORPHAN_POLL_SECONDS)
+            found = runlock.orphan(self.run_dir)
 
     def _launch(self) -> Launch:
         launch = record.load(self.run_dir)
@@ -120,36 +152,47 @@ class Generation:
         return ids
 
     def _queue_successor(self, launch: Launch) -> None:
-        extra = self._cancel_queued()
+        """Top the queue behind this job up to ``request.SPARES`` launchers (cancelling
+        extra ones, newest first: a doubly submitted chain would fork)."""
+        queued = sorted(
+            (j.id for j in chain_jobs(self.name) if j.pending and j.id != self.job_id), key=int
+        )
+        extra = queued[request.SPARES :]
         if extra:
-            text = f"cancelled queued launcher(s) {', '.join(extra)}: one successor at a time"
+            control.cancel(extra)
+            text = f"cancelled queued launcher(s) {', '.join(extra)}: {request.SPARES} wait at most"
             self.out.write(f"{PREFIX}{text}\n")
-        options = request.sbatch_options(launch, self.run_dir, after=self.job_id)
-        queued = control.submit_batch(options, request.job_command(launch, self.run_dir))
-        if queued.ok and queued.value:
-            self.successor = queued.value
-            text = f"queued successor job {queued.value}: it starts when this job ends, "
-            self.say(Step.SUCCESSOR, text + "however it ends", detail=queued.value)
+        kept = queued[: request.SPARES]
+        new, problem = submit_launchers(launch, self.run_dir, request.SPARES - len(kept))
+        waiting = kept + new
+        if waiting:
+            self.successor = waiting[0]
+            text = f"launcher job(s) {', '.join(waiting)} queued behind this one"
+            text += f" (queued now: {', '.join(new)})" if new else ""
+            text += ": the next starts when this job ends, however it ends"
+            text += f"; sbatch refused another ({problem})" if problem else ""
+            self.say(Step.SUCCESSOR, text, detail=",".join(waiting))
             return
-        text = f"sbatch refused the successor ({queued.problem}): the chain ends with this "
+        text = f"sbatch refused the successor ({problem}): the chain ends with this "
         text += "launcher; run `shardwise launch` again once sbatch works"
         self.say(Step.NO_SUCCESSOR, text)
 
     def _run_snakemake(self, launch: Launch) -> int:
         """Run the workflow until it ends or a stop signal comes; its exit status."""
         argv = request.snakemake_command(launch)
-        previous = {s: signal.signal(s, self._on_stop) for s in STOP_SIGNALS}
-        try:
-            self.child = subprocess.Popen(argv, cwd=launch.workdir, start_new_session=True)
-            if self.stopped_by is not None:  # the signal came while it started
-                self._kill_child()
-            return self.child.wait()
-        finally:
-            for s, handler in previous.items():
-                signal.signal(s, handler)
+        self.child = subprocess.Popen(
+            argv,
+            cwd=launch.workdir,
+            start_new_session=True,
+            preexec_fn=_die_with(os.getpid()),  # noqa: PLW1509 - one prctl, then exec
+        )
+        if self.stopped_by is not None:  # the signal came while it started
+            self._kill_child()
+        return self.child.wait()
 
     def _on_stop(self, signum: int, _frame: FrameType | None) -> None:
         self.stopped_by = STOP_SIGNALS.get(signal.Signals(signum), signal.strsignal(signum))
+        self._pause.set()
         self._kill_child()
 
     def _kill_child(self) -> None:
@@ -165,7 +208,7 @@ class Generation:
             if self._launch().stopped_at is not None:
                 nxt = "the chain was stopped: nothing adopts them until `shardwise launch` runs"
             elif self.successor:
-                nxt = f"successor job {self.successor} adopts them"
+                nxt = f"the next launcher (job {self.successor}, queued) adopts them"
             else:
                 nxt = "no successor was queued: run `shardwise launch` again to adopt them"
             self.say(outcome.step, f"{text}keep running; {nxt}")
@@ -174,16 +217,30 @@ class Generation:
             self._cancel_queued()
         if outcome.step is Step.COMPLETE:
             text = f"snakemake finished every target ({shards}): the campaign is complete; "
-            self.say(outcome.step, text + "the successor is cancelled and the chain ends")
+            self.say(outcome.step, text + "the queued launchers are cancelled and the chain ends")
         elif outcome.step is Step.PROGRESS:
-            text = f"snakemake exited {returncode} ({shards}): successor job "
-            self.say(outcome.step, text + f"{self.successor} goes on", detail=str(returncode))
+            text = f"snakemake exited {returncode} ({shards}): the next launcher (job "
+            self.say(outcome.step, text + f"{self.successor}) goes on", detail=str(returncode))
         else:
             text = f"snakemake exited {returncode} with no shard done in this generation: the "
             text += "chain ends (the next launcher would fail the same way); its log above says "
             text += "why; fix it and run `shardwise launch` again"
             self.say(outcome.step, text, detail=str(returncode))
         return outcome.exit_code
+
+
+def _die_with(parent: int) -> Callable[[], None]:
+    """What the Snakemake child runs between fork and exec: ask the kernel for SIGKILL when
+    its parent (this launcher) dies (Linux ``PR_SET_PDEATHSIG``), then exit at once if the
+    parent died already (between the fork and the prctl)."""
+
+    def arm() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return arm
 
 
 def run_generation(run_dir: Path, *, environ: Callable[[str], str | None] = os.environ.get) -> int:

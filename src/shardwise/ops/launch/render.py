@@ -7,7 +7,7 @@ from shardwise.run import launch as record
 ADVICE = {
     State.RUNNING: "a launcher runs the workflow; nothing to do",
     State.QUEUED: "a launcher waits to start (its predecessor ending, or resources)",
-    State.COMPLETE: "the campaign is complete: the last launcher cancelled its successor",
+    State.COMPLETE: "the campaign is complete: the last launcher cancelled the queued ones",
     State.STOPPED: "stopped by `shardwise launch --stop`; `shardwise launch` starts a new chain",
     State.ENDED: "a launcher ended the chain (its last line says why); fix that, then "
     "`shardwise launch` again",
@@ -30,19 +30,37 @@ def status_text(st: ChainStatus) -> str:
         f"{where}; snakemake stopped {req.stop_before_seconds} s before each walltime"
     )
     lines.append(f"  snakemake {' '.join(req.snakemake_args)}")
+    live = {j.id for j in st.live}
     for n, g in enumerate(st.generations, 1):
         last = g.last.text if g.last is not None else ""
-        lines.append(f"  generation {n}: job {g.job_id} on {g.host} since {g.started_at}: {last}")
+        how = f" [ended {st.ended[g.job_id]}]" if g.job_id in st.ended else ""
+        how = " [running]" if g.job_id in live else how
+        lines.append(
+            f"  generation {n}: job {g.job_id} on {g.host} since {g.started_at}{how}: {last}"
+        )
+    started = {g.job_id for g in st.generations}
+    never = {i: how for i, how in st.ended.items() if i not in started}
+    if never:
+        ordered = sorted(never.items(), key=lambda item: int(item[0]))
+        said = ", ".join(f"{i} ({how})" for i, how in ordered)
+        lines.append(f"  queued launchers that never ran: {said}")
     for job in st.live:
         why = f" ({job.reason})" if job.pending and job.reason else ""
         lines.append(f"  live: launcher job {job.id} {job.state}{why}")
+    if st.state in (State.RUNNING, State.QUEUED):
+        queued = ", ".join(j.id for j in st.queued) or "none"
+        lines.append(f"  queued behind it: {queued}")
     running = sum(1 for j in st.shard_jobs if j.running)
     lines.append(
         f"  shard jobs of the run: {running} running, {len(st.shard_jobs) - running} queued; "
         f"{st.done_shards:,} shard(s) done"
     )
-    if st.last is not None and st.state in (State.ENDED, State.BROKEN):
+    if st.last is not None and st.state is State.ENDED:
         lines.append(f"  last: {st.last.text}")
+    elif st.last is not None and st.state is State.BROKEN:
+        lines.append(
+            f"  last said (before every launcher ended; no launcher is queued now): {st.last.text}"
+        )
     lines.append(f"  logs: {st.run_dir / record.LOG_DIR}/<job id>.log")
     return "\n".join(lines)
 

@@ -65,14 +65,19 @@ def check_times(time_minutes: int, stop_before_seconds: int) -> None:
         raise ConfigError(msg + "shorter --stop-before")
 
 
-def sbatch_options(launch: Launch, run_dir: Path, *, after: str | None) -> list[str]:
+#: Launchers kept queued behind the running one: whichever way it ends, even in its first
+#: second, the next one starts while another still waits (``ops/launch/generation.py``).
+SPARES = 2
+
+
+def sbatch_options(launch: Launch, run_dir: Path) -> list[str]:
     """The options of one launcher job: the chain's name with ``singleton`` (one launcher
-    per run at once), after ``after`` (the launcher that queues it), never requeued (its
-    successor takes over instead), signalled ``stop_before_seconds`` before its limit."""
-    dependency = f"afterany:{after},singleton" if after else "singleton"
+    per run at once: the queued ones wait for the running one to end, however it ends),
+    never requeued (a queued one takes over instead), signalled ``stop_before_seconds``
+    before its limit."""
     options = [
         f"--job-name={launch.name}",
-        f"--dependency={dependency}",
+        "--dependency=singleton",
         f"--time={launch.time_minutes}",
         f"--cpus-per-task={launch.cpus}",
         f"--mem={launch.mem_mb}",

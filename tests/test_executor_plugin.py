@@ -3,12 +3,14 @@ attribute of Snakemake's executor interface or of the SLURM plugin fails here, f
 as a job keeper that silently never runs on a cluster."""
 
 import asyncio
+import dataclasses
 import inspect
 import threading
 from types import SimpleNamespace
 
 import pytest
 import snakemake_executor_plugin_slurm as slurm_plugin
+from snakemake_interface_common.exceptions import WorkflowError
 from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
 from snakemake_interface_executor_plugins.registry import ExecutorPluginRegistry
 
@@ -117,3 +119,38 @@ def test_without_shardwise_s_executor_the_keeper_says_it_is_off():
         "(profiles/slurm sets `executor: shardwise`): a preempted, held or vanished job may be "
         "waited for forever (docs/slurm.md, The job keeper)"
     )
+
+
+def _profile(tmp_path, text: str) -> str:
+    (tmp_path / "p").mkdir(exist_ok=True)
+    (tmp_path / "p" / "config.yaml").write_text(text)
+    return str(tmp_path / "p")
+
+
+def test_the_slurm_plugins_spelling_is_read_with_the_same_meaning(tmp_path, capsys):
+    """``slurm-status-command`` in a profile under ``executor: shardwise`` (what users'
+    profiles carry) sets the same setting, said in one line; the shardwise spelling wins
+    nothing it does not give."""
+    text = "executor: shardwise\nslurm-status-command: squeue\n"
+    text += "slurm-init-seconds-before-status-checks: 5\nshardwise-requeue: true\n"
+    profile = _profile(tmp_path, text)
+    settings = plugin.ExecutorSettings()
+    plugin.read_slurm_spelling(settings, ["--profile", profile, "-n"])
+    assert settings.status_command == "squeue" and settings.init_seconds_before_status_checks == 5
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("shardwise: read slurm-init-seconds-before-status-checks: 5, ")
+    assert "slurm-status-command: squeue with the same meaning as its shardwise-* spell" in line
+
+
+def test_both_spellings_with_different_values_stop_the_run_naming_both(tmp_path):
+    profile = _profile(tmp_path, "slurm-status-command: sacct\nshardwise-status-command: squeue\n")
+    said = r"slurm-status-command: 'sacct' and shardwise-status-command: 'squeue'.*keep the "
+    with pytest.raises(WorkflowError, match=said + r"shardwise-\* spelling"):
+        plugin.read_slurm_spelling(plugin.ExecutorSettings(), ["--profile", profile])
+
+
+def test_no_slurm_spelling_reads_nothing_and_says_nothing(tmp_path, capsys):
+    settings = plugin.ExecutorSettings()
+    before = dataclasses.asdict(settings)
+    plugin.read_slurm_spelling(settings, ["--profile", _profile(tmp_path, "jobs: 2\n")])
+    assert dataclasses.asdict(settings) == before and capsys.readouterr().err == ""

@@ -6,10 +6,16 @@ This one subclasses the SLURM plugin's ``Executor`` and keeps everything it does
 runs each status round (``check_active_jobs``) through the job keeper's
 :class:`shardwise.snakefile.ExecutorJobs` and notes the jobs the plugin reported
 (``report_job_success`` / ``report_job_error``). Its settings are the SLURM plugin's,
-under this plugin's prefix: ``--shardwise-requeue``, profile key ``shardwise-requeue``
-(a ``slurm-*`` key is not read with this executor: ``shardwise cluster check`` says so).
+under this plugin's prefix: ``--shardwise-requeue``, profile key ``shardwise-requeue``.
+The SLURM plugin's own spelling (``slurm-status-command``, as users' profiles carry it) is
+read with the same meaning, said in one line; the two spellings with different values
+stop the run at its start, naming both.
 """
 
+import contextlib
+import dataclasses
+import io
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +23,7 @@ from typing import Any
 from snakemake_executor_plugin_slurm import Executor as SlurmExecutor
 from snakemake_executor_plugin_slurm import ExecutorSettings as SlurmExecutorSettings
 from snakemake_executor_plugin_slurm import common_settings as slurm_common_settings
+from snakemake_interface_common.exceptions import WorkflowError
 
 from shardwise.snakefile import ExecutorJobs, attach_executor
 
@@ -33,7 +40,9 @@ class Executor(SlurmExecutor):
     """The SLURM executor; each status round also carries the job keeper's word."""
 
     def __init__(self, workflow: Any, logger: Any) -> None:
-        # before super().__init__: it starts the thread that calls check_active_jobs
+        # before super().__init__: it reads the settings and starts the thread that calls
+        # check_active_jobs
+        read_slurm_spelling(workflow.executor_settings)
         self.shardwise_jobs = ExecutorJobs(self)
         super().__init__(workflow, logger)
         attach_executor(workflow, self.shardwise_jobs)
@@ -52,3 +61,27 @@ class Executor(SlurmExecutor):
         """Report as the plugin does, noting the job."""
         self.shardwise_jobs.note_reported(job_info)
         super().report_job_error(job_info, msg=msg, **kwargs)
+
+
+def read_slurm_spelling(settings: Any, argv: list[str] | None = None) -> None:
+    """Give ``settings`` the SLURM plugin's options spelled ``slurm-<name>`` (profile or
+    command line) that were not given as ``shardwise-<name>``; refuse the two spellings
+    with different values. Snakemake's own parse of this command line (``argv``, default
+    ``sys.argv``) says what was given; where it cannot be parsed again, nothing is read."""
+    from snakemake import cli  # noqa: PLC0415 - its import collects the plugins, this one too
+
+    from shardwise.slurm import profile  # noqa: PLC0415 - only where this executor runs
+
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):  # its "Using profile ..." again
+            _parser, args = cli.parse_args(argv if argv is not None else sys.argv[1:])
+    except (Exception, SystemExit):  # noqa: BLE001 - an API run: nothing to read
+        return
+    names = [f.name for f in dataclasses.fields(settings)]
+    spelling = profile.slurm_spelling(args, names, unset=dataclasses.MISSING)
+    if spelling.conflicts:
+        raise WorkflowError(spelling.refusal())
+    for name, value in spelling.adopted.items():
+        setattr(settings, name, value)
+    if spelling.adopted:
+        sys.stderr.write(spelling.line() + "\n")

@@ -556,11 +556,12 @@ def test_auto_measures_a_threshold_per_classifier_and_agrees_with_fp32(
     assert again.stats["calibration"]["topic"]["sample_docs"] == 16 + 9
 
 
-def test_a_finished_calibration_is_kept_and_a_later_job_samples_nothing(
+def test_a_calibration_is_kept_and_a_later_job_samples_only_what_is_missing(
     specs, cache_root, corpus, result, tmp_path, monkeypatch
 ) -> None:
-    """The first job's finished sample is recorded in the run directory; the next job (a
-    fresh engine) starts from it: no fp32 sample, fewer tokens re-checked, the same labels."""
+    """The first job's sample is recorded in the run directory; the next job (a fresh
+    engine) starts from it: once it is full, no fp32 sample, fewer tokens re-checked,
+    the same labels."""
     monkeypatch.setattr(calibration, "SAMPLE_DOCS", 16)
     monkeypatch.setattr(calibration, "FIRST_FILE_DOCS", 16)
     monkeypatch.setattr(recheck, "FALLBACK_SHARE", 1.0)  # (the random demo heads would fall back)
@@ -571,12 +572,28 @@ def test_a_finished_calibration_is_kept_and_a_later_job_samples_nothing(
     second = _half_engine(specs, cache_root, "auto", budget_dir=tmp_path / "budgets")
     seeded = second.run(second.prepare(texts, urls))
     for name in NAMES:
-        assert seeded.stats["calibration"][name]["recorded"] is True
-        assert sampled["calibration"][name]["recorded"] is False
+        assert seeded.stats["calibration"][name]["recorded"] == 16
+        assert sampled["calibration"][name]["recorded"] == 0
         assert second.calibrations[name].errors == first.calibrations[name].errors
         np.testing.assert_array_equal(_file_labels(seeded, name), _file_labels(result, name))
     assert seeded.stats["calibration_s"] == 0 < sampled["calibration_s"]
     assert seeded.stats["recheck_tokens"] < sampled["recheck_tokens"]
+
+
+def test_a_partial_calibration_grows_job_by_job(specs, cache_root, corpus, tmp_path, monkeypatch):
+    """Short jobs never fill the sample alone: each starts from the record and adds its
+    share (10% of a later file), so the sample fills across jobs, not again in each."""
+    monkeypatch.setattr(calibration, "FIRST_FILE_DOCS", 16)
+    monkeypatch.setattr(recheck, "FALLBACK_SHARE", 1.0)
+    texts, urls = corpus
+    sizes = []
+    for _job in range(3):
+        engine = _half_engine(specs[:1], cache_root, "auto", budget_dir=tmp_path / "budgets")
+        engine.run(engine.prepare(texts, urls))
+        sizes.append(len(engine.calibrations[NAMES[0]].errors))
+    assert sizes == [16, 16 + 9, 16 + 9 + 9]  # 10% of each later job's 90 documents
+    (record,) = (tmp_path / "budgets").glob("calibration-*.json")
+    assert len(json.loads(record.read_text())["errors"]) == sizes[-1]
 
 
 def test_a_model_with_a_larger_half_precision_error_gets_a_larger_threshold(

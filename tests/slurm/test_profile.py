@@ -89,3 +89,13 @@ def test_feature_names_of_constraint_expressions():
 
 def test_an_overlay_is_the_header_then_the_keys():
     assert profile.overlay_text({"jobs": 9}, "# why") == "# why\n\njobs: 9\n"
+
+
+@pytest.mark.parametrize("overlay", [None, "sites/reference"])
+def test_the_classify_jobs_threads_are_its_cpus(overlay):
+    """Snakemake exports OMP_NUM_THREADS = threads: torch's thread pool should fill the
+    CPUs the job asks for, no more, no fewer."""
+    dirs = [REPO / "profiles" / "slurm"] + ([REPO / "profiles" / overlay] if overlay else [])
+    merged = profile.load(dirs)
+    cpus = merged["set-resources"]["classify"]["cpus_per_task"]
+    assert merged["set-threads"]["classify"] == cpus == 6

@@ -65,21 +65,21 @@ class Calibration:
     lengths: list[int] = field(default_factory=list)
     fp32: bool = False  # fell back: the classifier runs in fp32 for the rest of the job
     files: int = 0
-    #: The sample is an earlier job's record (``recorded``), or this job kept it for
-    #: later ones (``kept``, also true of a recorded one): nothing more to keep.
-    recorded: bool = False
-    kept: bool = False
+    #: How many of ``errors`` came from earlier jobs' record (``run/budgets.py``), and how
+    #: many the run directory's record holds now (what this job last kept).
+    recorded: int = 0
+    kept: int = 0
 
     @classmethod
     def of_record(cls, record: "budgets.CalibrationRecord") -> "Calibration":
-        """An earlier job's finished calibration: this job samples nothing more."""
+        """Earlier jobs' sample: this job samples only what is missing (none once full)."""
         errors, lengths = list(record.errors), list(record.lengths)
-        return cls(errors=errors, lengths=lengths, recorded=True, kept=True)
+        return cls(errors=errors, lengths=lengths, recorded=len(errors), kept=len(errors))
 
     @property
-    def complete(self) -> bool:
-        """Whether the sample is all it will be (what later jobs can start from)."""
-        return len(self.errors) >= SAMPLE_DOCS
+    def grown(self) -> bool:
+        """Whether this job's sample holds more than the run directory's record."""
+        return len(self.errors) > self.kept
 
     def record(self, key: "budgets.CalibrationKey", at: str) -> "budgets.CalibrationRecord":
         """The finished sample as the run directory keeps it."""
@@ -143,5 +143,5 @@ class Calibration:
             "max_error": round(max(self.errors), 6) if self.errors else None,
             "mean_error": round(float(np.mean(self.errors)), 6) if self.errors else None,
             "mode": "float32" if self.fp32 else "recheck",
-            "recorded": self.recorded,  # an earlier job's sample: none taken here
+            "recorded": self.recorded,  # documents of the sample earlier jobs measured
         }

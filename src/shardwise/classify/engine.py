@@ -316,13 +316,14 @@ class Engine:
         )
 
     def _keep_calibration(self, clf: _Classifier, calibration: Calibration | None) -> None:
-        """Record a calibration this job finished sampling, once, for later jobs."""
-        if calibration is None or calibration.kept or not calibration.complete:
+        """Keep a calibration this job's sample grew, for later jobs (they sample only what
+        is missing, none once it is full)."""
+        if calibration is None or not calibration.grown:
             return
         at = datetime.now(UTC).isoformat(timespec="seconds")
         key = self._calibration_key(clf)
         budgets.record_calibration(self._budget_dir, calibration.record(key, at))
-        calibration.kept = True
+        calibration.kept = len(calibration.errors)
 
     def prepare(self, texts: Sequence[str], urls: Sequence[str]) -> Prepared:
         """Tokenize ``texts``/``urls`` for every classifier. CPU only; safe on another thread."""

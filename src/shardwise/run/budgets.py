@@ -17,7 +17,7 @@ from typing import Self
 
 from shardwise.errors import RecordError
 from shardwise.run.record import Fields
-from shardwise.store.atomic import create_exclusive, write_atomic
+from shardwise.store.atomic import write_atomic
 
 DIRECTORY = "budgets"
 
@@ -158,9 +158,10 @@ class CalibrationKey:
 @dataclass(frozen=True, kw_only=True)
 class CalibrationRecord:
     """``calibration-<key>.json``: the margin errors (half precision against fp32) the
-    first job of a set-up measured, and the input lengths they were measured at
-    (``classify/calibration.py``). Later jobs start from it and sample nothing: the
-    sample's fp32 pass is most of the re-check's cost where jobs are short."""
+    jobs of a set-up measured, and the input lengths they were measured at
+    (``classify/calibration.py``). Each job starts from it and samples only what is
+    missing (nothing once it holds the full sample): the sample's fp32 pass is most of
+    the re-check's cost where jobs are short."""
 
     key: CalibrationKey
     errors: tuple[float, ...]
@@ -194,14 +195,18 @@ def calibration(directory: Path | None, key: CalibrationKey) -> CalibrationRecor
 
 
 def record_calibration(directory: Path | None, record: CalibrationRecord) -> None:
-    """Keep a finished calibration for later jobs; the first writer's stays (a wave of
-    jobs measures at once: any one of them serves). A read-only run directory: the next
-    job calibrates again, nothing is lost."""
+    """Keep a calibration for later jobs, unless the run directory already holds one at
+    least as large (a wave of jobs measures at once: any of them serves; a race loses a
+    few samples, never a record). A read-only run directory: the next job calibrates
+    again, nothing is lost."""
     if directory is None:
+        return
+    held = calibration(directory, record.key)
+    if held is not None and len(held.errors) >= len(record.errors):
         return
     target = Path(directory) / record.key.name()
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        create_exclusive(target, record.to_json().encode())
+        write_atomic(target, record.to_json().encode())
     except OSError:
         return

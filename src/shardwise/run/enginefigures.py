@@ -29,7 +29,7 @@ class CalibrationFigures:
     max_error: float | None = None
     mean_error: float | None = None
     mode: str | None = None  # recheck | float32
-    recorded: bool | None = None  # an earlier job's sample (run/budgets.py): none taken here
+    recorded: int | None = None  # documents of the sample earlier jobs measured (run/budgets.py)
 
 
 @dataclass(frozen=True)

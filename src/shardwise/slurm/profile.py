@@ -5,7 +5,7 @@ expanded, as Snakemake does (:func:`load`), and what one classify job asks sbatc
 import ast
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,22 +68,91 @@ def executor_of(profile: Mapping[str, Any]) -> str:
 def option_prefix(profile: Mapping[str, Any]) -> str:
     """The prefix the profile's executor reads the SLURM plugin's options under: Snakemake
     names a plugin's options after the plugin (``shardwise-requeue`` with ``executor:
-    shardwise``); the other spelling is accepted on the command line and never read."""
+    shardwise``, which also reads the SLURM plugin's own ``slurm-requeue``: the
+    executor plugin's ``read_slurm_spelling``)."""
     return SHARDWISE_EXECUTOR if executor_of(profile) == SHARDWISE_EXECUTOR else "slurm"
 
 
 def plugin_option(profile: Mapping[str, Any], name: str, default: Any = None) -> Any:
     """The SLURM plugin's option ``name`` (``status-command``) as the executor reads it."""
-    return profile.get(f"{option_prefix(profile)}-{name}", default)
+    found = profile.get(f"{option_prefix(profile)}-{name}")
+    if found is None and option_prefix(profile) == SHARDWISE_EXECUTOR:
+        found = profile.get(f"slurm-{name}")
+    return default if found is None else found
 
 
 def unread_options(profile: Mapping[str, Any]) -> list[str]:
-    """The profile's SLURM plugin options spelled for another executor than its own (they
-    are valid options, so Snakemake takes them and its executor never reads them)."""
-    if executor_of(profile) not in SLURM_EXECUTORS:
+    """The profile's SLURM plugin options its executor never reads: ``shardwise-*`` ones
+    under ``executor: slurm`` (valid options of another executor, taken without a word)."""
+    if executor_of(profile) != "slurm":
         return []
-    other = "slurm-" if option_prefix(profile) == SHARDWISE_EXECUTOR else "shardwise-"
-    return sorted(k for k in profile if k.startswith(other) and not k.startswith("slurm-jobstep"))
+    return sorted(k for k in profile if k.startswith(f"{SHARDWISE_EXECUTOR}-"))
+
+
+def twice_spelled(profile: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """Under ``executor: shardwise``, the SLURM plugin's options given both ways with
+    different values (the run refuses them at its start): name -> (slurm's, shardwise's)."""
+    if executor_of(profile) != SHARDWISE_EXECUTOR:
+        return {}
+    prefix = f"{SHARDWISE_EXECUTOR}-"
+    return {
+        key.removeprefix(prefix): (profile[f"slurm-{key.removeprefix(prefix)}"], value)
+        for key, value in profile.items()
+        if key.startswith(prefix)
+        and profile.get(f"slurm-{key.removeprefix(prefix)}", value) != value
+    }
+
+
+@dataclass(frozen=True)
+class Spelling:
+    """The SLURM plugin's options as a run under ``executor: shardwise`` was given them:
+    those spelled ``slurm-<name>`` only (read with the same meaning), and those given both
+    ways with different values (refused)."""
+
+    adopted: dict[str, Any]
+    conflicts: dict[str, tuple[Any, Any]]
+
+    def line(self) -> str:
+        """What the run says of the adopted ones (one line)."""
+        said = ", ".join(f"slurm-{_dashed(k)}: {v}" for k, v in self.adopted.items())
+        return (
+            f"shardwise: read {said} with the same meaning as its shardwise-* spelling "
+            f"(executor: {SHARDWISE_EXECUTOR} names the SLURM plugin's options so; the "
+            "profile may say it that way)"
+        )
+
+    def refusal(self) -> str:
+        """Why the run does not start (both spellings, different values)."""
+        said = "; ".join(
+            f"slurm-{_dashed(k)}: {a!r} and shardwise-{_dashed(k)}: {b!r}"
+            for k, (a, b) in self.conflicts.items()
+        )
+        return (
+            f"the SLURM plugin's options are given twice with different values ({said}): "
+            f"with executor: {SHARDWISE_EXECUTOR} keep the shardwise-* spelling and remove "
+            "the slurm-* one from the profile or the command line"
+        )
+
+
+def _dashed(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def slurm_spelling(args: Any, names: Iterable[str], unset: Any) -> Spelling:
+    """The SLURM plugin's options ``names`` in Snakemake's parsed arguments ``args``
+    (``slurm_<name>`` and ``shardwise_<name>``; ``unset``: the value of one not given)."""
+    adopted: dict[str, Any] = {}
+    conflicts: dict[str, tuple[Any, Any]] = {}
+    for name in names:
+        theirs = getattr(args, f"slurm_{name}", unset)
+        mine = getattr(args, f"{SHARDWISE_EXECUTOR}_{name}", unset)
+        if theirs is unset:
+            continue
+        if mine is unset:
+            adopted[name] = theirs
+        elif mine != theirs:
+            conflicts[name] = (theirs, mine)
+    return Spelling(adopted, conflicts)
 
 
 def expand(value: Any, environ: Mapping[str, str] | None = None) -> str:

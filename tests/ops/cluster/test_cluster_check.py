@@ -330,10 +330,24 @@ def test_hidden_reservations_say_what_status_will_do():
 
 
 def test_the_executor_row_fails_on_options_the_executor_never_reads():
-    found = by_check(cluster_findings.findings(request(**{"slurm-requeue": True}), facts(), 60))
-    (row,) = found["executor"]
-    assert (row.status, row.found) == ("FAIL", "executor shardwise never reads slurm-requeue")
-    assert row.fix == "spell them shardwise-requeue"
+    plain = {k: v for k, v in request().raw.items() if not k.startswith("shardwise-")}
+    req = profile.view({**plain, "executor": "slurm", "shardwise-requeue": True}, {}, {})
+    (row,) = by_check(cluster_findings.findings(req, facts(), 60))["executor"]
+    assert (row.status, row.found) == ("FAIL", "executor slurm never reads shardwise-requeue")
+    assert row.fix == "spell them slurm-requeue"
+
+
+def test_the_slurm_spelling_is_read_under_shardwise_and_two_values_fail():
+    """``executor: shardwise`` reads ``slurm-<name>`` with the same meaning (the executor
+    plugin's ``read_slurm_spelling``); both spellings with different values fail."""
+    plain = {k: v for k, v in request().raw.items() if k != "shardwise-status-command"}
+    req = profile.view({**plain, "slurm-status-command": "squeue"}, {}, {})
+    assert req.status_command == "squeue"
+    (row,) = by_check(cluster_findings.findings(req, facts(), 60))["executor"]
+    assert row.status == "OK"
+    twice = request(**{"slurm-requeue": False, "shardwise-requeue": True})
+    (row,) = by_check(cluster_findings.findings(twice, facts(), 60))["executor"]
+    assert (row.status, row.found) == ("FAIL", "slurm-requeue: False, shardwise-requeue: True")
 
 
 def test_the_executor_row_warns_when_no_job_keeper_can_attach():

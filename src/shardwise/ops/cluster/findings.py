@@ -67,6 +67,12 @@ def _executor(request: JobRequest) -> CheckResult:
     """The executor keeps the run's jobs (shardwise's), and reads every plugin option."""
     row = functools.partial(CheckResult, check="executor")
     executor = profile.executor_of(request.raw) or "none"
+    twice = profile.twice_spelled(request.raw)
+    if twice:
+        said = "; ".join(f"slurm-{k}: {a!r}, {executor}-{k}: {b!r}" for k, (a, b) in twice.items())
+        why = "the SLURM plugin's options given both ways with different values: the run "
+        why += "refuses to start"
+        return row(status=FAIL, found=said, why=why, fix=f"keep the {executor}-* spelling")
     unread = profile.unread_options(request.raw)
     if unread:
         found = f"executor {executor} never reads {', '.join(unread)}"

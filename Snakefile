@@ -82,5 +82,4 @@ rule all:
     default_target: True
     input:
         RUN.targets(),
-        adopted_shards,
         RUN.when_settled(f"{RUN_DIR}/report/coverage.png"),

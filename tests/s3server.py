@@ -88,6 +88,22 @@ class Fault:
         return True
 
 
+@dataclass
+class Hold:
+    """Hold the next request matching ``method``/``kind``/``key`` (the filters of
+    :class:`Fault`) until :meth:`release`: a slow upload, a stalled connection. It then
+    reaches moto as it was sent. ``reached`` is set when the request arrives."""
+
+    filters: Fault
+    reached: threading.Event = field(default_factory=threading.Event)
+    released: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event = field(default_factory=threading.Event)  # moto has answered it
+
+    def release(self) -> None:
+        """Let the held request through."""
+        self.released.set()
+
+
 def classify(method: str, path: str, query: str, headers: dict[str, str]) -> tuple[str, str, str]:
     """(kind, bucket, key) of a path-style S3 request."""
     parts = unquote(path).lstrip("/").split("/", 1)
@@ -135,7 +151,13 @@ class _Middleware:
         if conditional and not self.server.honour_conditional_writes:
             environ.pop("HTTP_IF_NONE_MATCH", None)  # a store that ignores the conditions
             environ.pop("HTTP_IF_MATCH", None)
+        if conditional and not self.server.honour_if_match:
+            environ.pop("HTTP_IF_MATCH", None)  # older MinIO: If-None-Match only
         serialize = conditional and self.server.serialize_conditional_puts
+        held = self.server._take_hold(method, kind, key)
+        if held is not None:
+            held.reached.set()
+            held.released.wait(timeout=600)
         fault = self.server._take_fault(method, kind, key)
         if fault is not None and fault.after:
             with self.server._conditional_lock if serialize else contextlib.nullcontext():
@@ -161,6 +183,8 @@ class _Middleware:
 
         def _start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
             seen["status"] = int(status.split(maxsplit=1)[0])
+            if not self.server.send_date:  # a store whose replies carry no Date
+                headers = [(n, v) for n, v in headers if n.lower() != "date"]
             for name, value in headers:
                 if name.lower() == "content-length":
                     seen["bytes"] = int(value)
@@ -170,6 +194,8 @@ class _Middleware:
         with lock:
             # Consume the whole response under the lock: moto decides in the app call.
             chunks = list(self.app(environ, _start))
+        if held is not None:
+            held.done.set()
         self.server._record(
             Request(
                 method,
@@ -201,8 +227,13 @@ class S3Server:
     serialize_conditional_puts: bool = True
     #: False: a store that ignores If-None-Match / If-Match (writes unconditionally)
     honour_conditional_writes: bool = True
+    #: False: a store that honours If-None-Match but ignores If-Match (older MinIO)
+    honour_if_match: bool = True
+    #: False: replies without a Date header
+    send_date: bool = True
     requests: list[Request] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
+    holds: list[Hold] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -240,9 +271,16 @@ class S3Server:
             self._app = _Middleware(DomainDispatcherApplication(create_backend_app), self)
         tracked = self._sockets
         guard = self._lock
+        owner = self
 
         class _Quiet(MotoRequestHandler):
-            """Moto's handler without a log line per request."""
+            """Moto's handler without a log line per request (and, with ``send_date``
+            false, without the Date header werkzeug adds)."""
+
+            def send_header(self, keyword: str, value: str) -> None:
+                if keyword.lower() == "date" and not owner.send_date:
+                    return
+                super().send_header(keyword, value)
 
             def log_request(self, *args: Any, **kwargs: Any) -> None:
                 pass
@@ -313,8 +351,13 @@ class S3Server:
         with self._lock:
             self.requests.clear()
             self.faults.clear()
+            for held in self.holds:
+                held.release()
+            self.holds.clear()
             self._hooks.clear()
             self.honour_conditional_writes = True
+            self.honour_if_match = True
+            self.send_date = True
 
     def counts(self, bucket: str | None = None) -> Counter[str]:
         """Requests per kind so far (optionally for one bucket)."""
@@ -333,6 +376,21 @@ class S3Server:
         with self._lock:
             self.faults.append(fault)
         return fault
+
+    def hold(self, **filters: Any) -> Hold:
+        """Hold the next matching request until the returned :class:`Hold` is released."""
+        held = Hold(Fault(times=1, **filters))
+        with self._lock:
+            self.holds.append(held)
+        return held
+
+    def _take_hold(self, method: str, kind: str, key: str) -> Hold | None:
+        with self._lock:
+            for held in self.holds:
+                if held.filters.matches(method, kind, key):
+                    held.filters.hits += 1
+                    return held
+        return None
 
     def _take_fault(self, method: str, kind: str, key: str) -> Fault | None:
         with self._lock:

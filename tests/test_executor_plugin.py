@@ -5,6 +5,8 @@ as a job keeper that silently never runs on a cluster."""
 import asyncio
 import dataclasses
 import inspect
+import subprocess
+import sys
 import threading
 from types import SimpleNamespace
 
@@ -154,3 +156,36 @@ def test_no_slurm_spelling_reads_nothing_and_says_nothing(tmp_path, capsys):
     before = dataclasses.asdict(settings)
     plugin.read_slurm_spelling(settings, ["--profile", _profile(tmp_path, "jobs: 2\n")])
     assert dataclasses.asdict(settings) == before and capsys.readouterr().err == ""
+
+
+def test_the_executor_attaches_the_keeper_through_its_real_init(monkeypatch):
+    """The seam: the real ``Executor.__init__`` (the SLURM executor's own stubbed: no
+    cluster) must hand its jobs to the workflow's keeper. Remove the attach call and this
+    fails."""
+    monkeypatch.setattr(slurm_plugin.Executor, "__init__", lambda self, workflow, logger: None)
+    monkeypatch.setattr(plugin, "read_slurm_spelling", lambda settings: None)
+    workflow = SimpleNamespace(executor_settings=plugin.ExecutorSettings())
+    executor = plugin.Executor(workflow, logger=None)
+    assert isinstance(executor.shardwise_jobs, snakefile.ExecutorJobs)
+    assert snakefile._ATTACHED[id(workflow)] is executor.shardwise_jobs
+    snakefile._ATTACHED.pop(id(workflow))
+
+
+def test_the_keeper_off_line_reaches_stderr_on_slurm_without_this_executor(tmp_path, capsys):
+    workflow = SimpleNamespace(
+        executor_plugin=SimpleNamespace(name="slurm"), dryrun=False, output_settings=None
+    )
+    keeping = snakefile.JobKeeping({}, SimpleNamespace(run_dir=tmp_path), main_process=True)
+    assert keeping.start(workflow) is None
+    err = capsys.readouterr().err
+    assert snakefile.keeper_off_line("slurm") in err.splitlines()
+
+
+def test_importing_the_plugin_loads_no_shardwise_module():
+    """Snakemake imports every installed executor plugin at every start, job steps too."""
+    code = (
+        "import sys, snakemake_executor_plugin_shardwise; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'shardwise'))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -189,3 +189,13 @@ def test_a_view_opens_the_run_through_the_one_door(module):
 
 def test_the_side_reader_check_finds_a_side_read():
     assert side_reads("shardwise.run.opened") != []  # it opens the pieces itself
+
+
+#: No module grows past this (the house keeps its shape; ruff's C901 holds complexity).
+MAX_MODULE_LINES = 800
+
+
+def test_no_module_is_over_the_size_limit():
+    long = {m: n for m, p in MODULES.items() if (n := len(p.read_text("utf-8").splitlines()))
+            > MAX_MODULE_LINES}  # fmt: skip
+    assert long == {}, f"split these modules (over {MAX_MODULE_LINES} lines): {long}"

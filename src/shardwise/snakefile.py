@@ -98,11 +98,13 @@ def selection_targets(run_dir: str) -> list[str]:
 
 
 def classify_group_size(workflow: Any) -> int:
-    """Shards per classify job: ``--group-components`` of the classify rule's group (the
-    profile's ``groups: classify: classify``), 1 when it is not grouped."""
+    """Shards per classify job: ``--group-components`` of the classify rule's group (its
+    own ``classify``, or one a profile's ``groups`` names), 1 when jobs are not grouped
+    (the local executor)."""
     groups = workflow.group_settings
-    group = groups.overwrite_groups.get("classify")
-    return int(groups.group_components.get(group, 1)) if group else 1
+    group = groups.overwrite_groups.get("classify", prepare.GROUP)
+    local = not getattr(workflow, "non_local_exec_or_dryrun", True)
+    return 1 if local else int(groups.group_components.get(group, 1))
 
 
 class WalltimeAdaptation:

@@ -25,8 +25,6 @@ from snakemake_executor_plugin_slurm import ExecutorSettings as SlurmExecutorSet
 from snakemake_executor_plugin_slurm import common_settings as slurm_common_settings
 from snakemake_interface_common.exceptions import WorkflowError
 
-from shardwise.snakefile import ExecutorJobs, attach_executor
-
 #: Submission, remote execution and the job step are the SLURM plugin's.
 common_settings = slurm_common_settings
 
@@ -40,6 +38,11 @@ class Executor(SlurmExecutor):
     """The SLURM executor; each status round also carries the job keeper's word."""
 
     def __init__(self, workflow: Any, logger: Any) -> None:
+        # shardwise loads here, where this executor runs: Snakemake imports every installed
+        # executor plugin at every start (job steps too), so the module stays light and a
+        # broken import of ours never breaks another workflow's snakemake
+        from shardwise.snakefile import ExecutorJobs, attach_executor  # noqa: PLC0415
+
         # before super().__init__: it reads the settings and starts the thread that calls
         # check_active_jobs
         read_slurm_spelling(workflow.executor_settings)

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from dataclasses import replace
 
 import pytest
@@ -24,7 +25,7 @@ from slurm_samples import WRAP_SCRIPT, job
 from shardwise.cli.main import main
 from shardwise.demo.corpus import DemoSize, write_corpus
 from shardwise.planner import inflight
-from shardwise.run import claims, markers
+from shardwise.run import claims, journal, markers
 from shardwise.slurm import queries
 from shardwise.snakefile import prepare_run
 
@@ -158,8 +159,11 @@ def test_planning_adopts_shards_a_checkable_holder_claims_and_prints_them(tmp_pa
         info = prepare_run(cfg, main_process=True, dryrun=True, out=out, submitter=submitter)
     marker = str(tmp_path / "run" / "shards" / "1.done")
     assert (info.in_flight, info.adopted) == ((1,), (1,))
-    assert marker not in info.targets() and len(info.targets()) == 3
-    assert info.adopted_targets() == [marker]  # after the adopt checkpoint
+    assert marker in info.targets() and len(info.targets()) == 4  # waits for its holder
+    assert (info.group(1), info.group(0)) == ("classify_adopted", "classify")  # alone
+    (end,) = info.holder_end(1)  # its wait: the adopt job of this process (pid<pid>)
+    assert end.endswith(f"claims/adopted/{info.adoption_token}/pid{os.getpid()}.json")
+    assert info.holder_end(0) == []
     assert info.when_settled("report.png") == ["report.png"]  # adopted shards are waited for
     assert "in flight 1 shard(s) held by 1 live job(s) of an earlier invocation: adopted" in (
         out.getvalue()
@@ -195,7 +199,8 @@ def test_a_real_planning_writes_the_adoption_the_adopt_checkpoint_reads(tmp_path
     assert adoption.holders == (
         claims.Holder(shards=(3,), pid=mine.pid, host=mine.host, process=mine.process),
     )
-    assert info.adoption_end().endswith(f"claims/adopted/{info.adoption_token}.json")
+    assert info.adoption_end().endswith(f"claims/adopted/{info.adoption_token}/{{holder}}.json")
+    assert info.holder_end(3) == [info.adoption_end().replace("{holder}", f"pid{mine.pid}")]
 
 
 def test_coverage_json_lists_in_flight_shards(tmp_path, capsys):
@@ -242,7 +247,8 @@ def test_local_run_killed_with_sigkill_is_finished_by_the_same_command_run_again
     with log_path.open("w") as log:
         second = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        _wait_for(lambda: "adopted 2 live job(s)" in log_path.read_text(), 300, "the adoption")
+        adopted = "of an earlier invocation (shards"  # one line per adopted holder
+        _wait_for(lambda: log_path.read_text().count(adopted) == 2, 300, "the adoption")
         assert second.poll() is None  # it waits for the orphans
         gate.open()  # the orphaned jobs finish their shards now
         assert second.wait(timeout=600) == 0, log_path.read_text()[-3000:]
@@ -254,6 +260,13 @@ def test_local_run_killed_with_sigkill_is_finished_by_the_same_command_run_again
     assert "in flight 2 shard(s) held by 2 live job(s) of an earlier invocation: adopted" in log
     for shard in held:
         assert f"shards {shard} " in log
-    assert ledger_counts(tmp_path / "ledger") == {0: 1, 1: 1, 2: 1, 3: 1}
+    # an adopted shard's classify job runs once its holder ended: the holder had
+    # finished it, so it only found its files marked (nothing labelled twice: journals)
+    runs = ledger_counts(tmp_path / "ledger")
+    assert runs == {s: 2 if s in held else 1 for s in range(4)}
+    for shard in range(4):
+        lines = journal.journal_path(run_dir, shard).read_text().splitlines()
+        labelled = Counter(journal.Line.from_json(line, "journal").file for line in lines)
+        assert labelled and max(labelled.values()) == 1, (shard, labelled)
     assert main(["verify", "--run-dir", str(run_dir), "--complete"]) == 0
     assert (run_dir / "report" / "coverage.png").exists()

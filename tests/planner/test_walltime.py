@@ -7,6 +7,7 @@ import math
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import numpy as np
 import pytest
 from inproc import label, plan_run
 
@@ -103,34 +104,58 @@ def test_the_adaptations_fit_caps_the_next_submissions_a_group_sharing_it(tmp_pa
     assert walltime.runtime_minutes_for(fixed, 0, 1, main_process=True) == 960
 
 
-def test_one_file_needs_the_largest_file_at_the_rate_plus_the_stop_margin(tmp_path):
-    cfg = plan_run(tmp_path, total_shards=3)
-    settings = Settings.from_config(cfg)
-    minutes = walltime.one_file_minutes(settings, [0, 1, 2])
-    assert minutes == 1 + walltime.STOP_MARGIN_MINUTES  # kilobytes at 50 MB/min: a minute
+def _finished(output: str, rows: list[tuple[str, int, float]]) -> None:
+    """Stats of finished files: (GPU kind, bytes, seconds) each."""
+    for i, (device, size, seconds) in enumerate(rows):
+        body = {"file": f"x{i}", "bytes": size, "seconds": seconds, "device_name": device}
+        (Path(output) / f"x{i}.stats.json").write_text(json.dumps(body))
 
 
-def test_one_file_follows_the_run_s_pace_as_files_finish_and_the_slowest_gpu_kind(tmp_path):
-    """The floor is sampled again once stale (a long-lived adaptation thread), from the
-    slowest GPU kind, and never at a limit that cut a job the fit lowered."""
+def test_before_any_finished_file_what_a_file_needs_is_unknown(tmp_path):
+    """No guess: the configured rate's estimate cut jobs before their first file."""
     cfg = plan_run(tmp_path, total_shards=3)
     settings = Settings.from_config(cfg)
-    output = settings.output_uri
-    walltime._floor_rates.clear()
-    configured = 1 + walltime.STOP_MARGIN_MINUTES  # kilobytes at the configured rate
-    assert walltime.one_file_minutes(settings, [0, 1, 2], now=0.0) == configured
+    walltime._floor_needs.clear()
+    floor = walltime.one_file_minutes(settings, [0, 1, 2], now=0.0)
+    assert floor == walltime.Floor(None, "no file of this run has finished yet")
+    walltime._floor_needs.clear()
+
+
+def test_a_files_need_is_its_measured_time_where_time_does_not_follow_bytes(tmp_path):
+    """Files of 39 and 72 kB taking 282 and 286 s (a loaded host): the p90 of a file's
+    time, not bytes x the slowest rate x 2; refreshed once stale; never at or below a
+    limit at which a job the fit lowered was cut before its first file."""
+    cfg = plan_run(tmp_path, total_shards=3)
+    settings = Settings.from_config(cfg)
+    walltime._floor_needs.clear()
+    assert walltime.one_file_minutes(settings, [0], now=0.0).minutes is None
+    times = [282, 286, 250, 394, 300, 290, 260]
+    _finished(settings.output_uri, [("H100", 39_000 + 5_000 * (i % 3) * 3, t)
+                                    for i, t in enumerate(times)])  # fmt: skip
+    assert walltime.one_file_minutes(settings, [0], now=10.0).minutes is None  # not yet stale
+    floor = walltime.one_file_minutes(settings, [0], now=walltime.RATE_REFRESH_S + 1)
+    p90 = float(np.percentile(times, 90))  # 338 s
+    assert floor.minutes == math.ceil(p90 / 60) + walltime.STOP_MARGIN_MINUTES == 10
+    assert floor.basis.startswith("p90 of 7 finished file(s)' time, 338 s (a file's time does")
+    assert floor.minutes * 60 <= 1.5 * max(times) + walltime.STOP_MARGIN_MINUTES * 60
+    failures.record_failure(settings.run_dir, 0, [], cause=failures.fit_too_short(20), limit=20)
+    cut = walltime.one_file_minutes(settings, [0], now=walltime.RATE_REFRESH_S + 2)
+    assert cut.minutes == 21 and "where a job the fit lowered was cut" in cut.basis
+    walltime._floor_needs.clear()
+
+
+def test_where_time_follows_bytes_a_jobs_floor_is_its_own_largest_file(tmp_path):
+    cfg = plan_run(tmp_path, total_shards=3)
+    settings = Settings.from_config(cfg)
+    walltime._floor_needs.clear()
+    # 1 s per kB on one kind, 3 s per kB on another (the slowest kind sizes the floor)
+    rows = [("H100", kb * 1000, kb * 1.0) for kb in (100, 200, 300, 400, 500)]
+    rows += [("V100", kb * 1000, kb * 3.0) for kb in (100, 200, 300, 400, 500)]
+    _finished(settings.output_uri, rows)
     table = plan.load(settings.run_dir)
     sizes = zip(table["shard"].to_pylist(), table["size"].to_pylist(), strict=True)
-    largest = max(size for shard, size in sizes if shard == 0)  # shard 0's largest file
-    # files finish on two kinds of GPU: the slow kind takes 3000 s per largest file
-    for i, (device, seconds) in enumerate([("H100", 1.0), ("H100", 1.0), ("V100", 3000.0)]):
-        body = {"file": f"x{i}", "bytes": largest, "seconds": seconds, "device_name": device}
-        (Path(output) / f"x{i}.stats.json").write_text(json.dumps(body))
-    # within the refresh interval the sampled rate stands; after it, the run's own pace
-    assert walltime.one_file_minutes(settings, [0], now=10.0) == configured
-    slow = walltime.one_file_minutes(settings, [0], now=walltime.RATE_REFRESH_S + 1)
-    v100 = math.ceil(3000 / 60 * settings.walltime.safety_factor)  # the V100's p10, not all
-    assert slow == v100 + walltime.STOP_MARGIN_MINUTES
-    failures.record_failure(settings.run_dir, 0, [], cause=failures.fit_too_short(200), limit=200)
-    assert walltime.one_file_minutes(settings, [0], now=walltime.RATE_REFRESH_S + 2) == 201
-    walltime._floor_rates.clear()
+    largest = max(size for shard, size in sizes if shard == 0)
+    floor = walltime.one_file_minutes(settings, [0], now=0.0)
+    assert floor.minutes == math.ceil(largest * 3 / 1000 / 60) + walltime.STOP_MARGIN_MINUTES
+    assert "seconds per byte (a file's time follows its bytes here)" in floor.basis
+    walltime._floor_needs.clear()

@@ -5,18 +5,23 @@ even the file it is on; each finished shard is recorded for ``coverage``."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from inproc import FakeEngine, s3_run_config
 
 from shardwise.classify.shard_job import run_shard
+from shardwise.config import CampaignSettings
 from shardwise.errors import ConfigError
 from shardwise.ops.coverage import compute as coverage
 from shardwise.ops.coverage.render import report_dict, report_text
+from shardwise.ops.verify import check as verify
 from shardwise.planner.prepare import prepare_run
 from shardwise.run import outputs, plan, sitelease
-from shardwise.store.lease import Lease, LeaseLostError, Leases, lease_rel
+from shardwise.store.lease import Lease, LeaseLostError, Leases, Taken, lease_rel
 from shardwise.store.location import Location
 
 pytestmark = pytest.mark.s3
@@ -97,3 +102,91 @@ def test_a_site_with_another_lease_length_is_refused(tmp_path: Path, s3) -> None
         prepare_run(cfg, main_process=True, dryrun=False)
     cfg["campaign"]["lease_seconds"] = 60
     prepare_run(cfg, main_process=True, dryrun=False)  # the same: it joins
+
+
+def _campaign_site(tmp_path: Path, s3, site: str, lease_seconds: float) -> Path:
+    """One site's planned run directory over the shared bucket (a campaign of two)."""
+    cfg, _corpus = s3_run_config(tmp_path / site, s3, total_shards=2)
+    cfg["campaign"] = {"site": site, "lease_seconds": lease_seconds}
+    prepare_run(cfg, main_process=True, dryrun=False)
+    return Path(cfg["run_dir"])
+
+
+_JOB = """
+import sys
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+from inproc import FakeEngine
+from shardwise.classify.shard_job import run_shard
+run_shard(Path({run_dir!r}), {shard}, engine_factory=lambda _c: FakeEngine(), progress=False)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.race
+@pytest.mark.parametrize("held", ["sidecar", "marker"])
+def test_a_holder_stalled_past_its_lease_writes_nothing_after_it_resumes(
+    tmp_path: Path, s3, held: str
+) -> None:
+    """Site a's job sends a file's output, which the store holds, and is stopped
+    (SIGSTOP); site b takes the shard over once the lease runs out and labels it; a is
+    resumed and its held request lands: it writes nothing after that (its fence finds the
+    lease gone), its late marker loses to b's, and a sidecar of a's beside b's marker is
+    named by ``verify``."""
+    run_a = _campaign_site(tmp_path, s3, "a", 2)
+    run_b = _campaign_site(tmp_path, s3, "b", 2)
+    output = Location(s3.url("labels"), s3.options())
+    table = plan.load(run_a)
+    shard = max(plan.nonempty_shards(table), key=lambda s: plan.files_of_shard(table, s).num_rows)
+    first = plan.files_of_shard(table, shard)["file"].to_pylist()[0]
+    kind = outputs.SIDECAR if held == "sidecar" else outputs.MARKER
+    hold = s3.server.hold(method="PUT", key=lambda key: key.endswith(kind.rel(first)))
+    code = _JOB.format(tests=str(Path(__file__).parents[1]), run_dir=str(run_a), shard=shard)
+    job = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
+    try:
+        assert hold.reached.wait(timeout=120), "site a never wrote"  # the event: it sent it
+        job.send_signal(signal.SIGSTOP)
+        taken = run_shard(run_b, shard, engine_factory=lambda _c: FakeEngine(), progress=False)
+        assert taken.labelled >= 1
+        job.send_signal(signal.SIGCONT)
+        hold.release()
+        _, err = job.communicate(timeout=120)
+    finally:
+        job.kill()
+        hold.release()
+    assert job.returncode != 0
+    assert "this job's lease (site 'a', epoch 1)" in err or "another holder marked" in err, err
+    marker = json.loads(output.read_bytes(outputs.MARKER.rel(first)))
+    assert (marker["site"], marker["lease_epoch"]) == ("b", 2)  # the late marker lost
+    done = json.loads(output.read_bytes(sitelease.done_rel(shard)))
+    assert done["site"] == "b"
+    report = verify.verify_run(run_b)
+    mixed = [p for p in report.problems if "outputs written by different holders" in p.what]
+    if held == "sidecar":  # a's held sidecar landed over b's: the file is named
+        (problem,) = mixed
+        assert "sidecar: site 'a', epoch 1" in problem.what and "--repair" in problem.what
+    else:  # a's sidecar and stats came first and b wrote over them: all b's
+        assert mixed == []
+
+
+def test_two_run_directories_of_one_site_name_never_take_each_others_live_lease(
+    tmp_path: Path, s3
+) -> None:
+    """A site re-planned in a new directory while the old one's jobs run, or two users of
+    one cluster under one site name: each run directory is its own holder (its instance
+    in the lease); only a lease of its own directory is taken over at once."""
+    one, two = (
+        _campaign_site(tmp_path / "one", s3, "a", 60),
+        _campaign_site(tmp_path / "two", s3, "a", 60),
+    )
+    ids = sitelease.instance_id(one), sitelease.instance_id(two)
+    assert ids[0] != ids[1] and sitelease.instance_id(one) == ids[0]  # made once
+    output = Location(s3.url("labels"), s3.options())
+    leases = Leases(output, 60)
+    first = leases.take(0, "a", "job 1", instance=ids[0])
+    other = leases.take(0, "a", "job 2", stale_own=True, instance=ids[1])
+    assert isinstance(other, sitelease.Seen) and other.lease.token == first.lease.token
+    said = sitelease.refusal(other, CampaignSettings(site="a", lease_seconds=60))
+    assert f"held by another run directory of site 'a' (instance {ids[0]})" in said
+    again = leases.take(0, "a", "job 3", stale_own=True, instance=ids[0])  # its own directory
+    assert isinstance(again, Taken) and again.took_over is not None and again.lease.epoch == 2

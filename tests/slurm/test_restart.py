@@ -6,13 +6,20 @@ of the test cluster, each shard job holding its claim at a test gate
 
 1. the first invocation submits 3 jobs: 2 RUNNING (each at the gate), 1 PENDING; it is
    killed with SIGKILL (its jobs keep running, as after a lost login node);
-2. the same command, run again with no ``--unlock``, clears the dead process's lock,
-   adopts the 6 shards of those jobs and submits only the 4th job; once it has (the
-   event: its submission line), the gate opens, and it waits for the adopted jobs and
-   completes the run (report) in the same invocation: `verify --complete` passes.
+2. the same command, run again with no ``--unlock`` and ``--jobs 4``, clears the dead
+   process's lock, adopts the 6 shards of those jobs (3 of its 4 job slots: adopted jobs
+   count against ``jobs``) and submits the 4th job at once;
+3. the pending adopted job is cancelled (an admin's scancel): its shards are submitted
+   again at once (group ``classify_adopted``: never grouped with shards that wait for
+   nothing), while the two other adopted jobs still hold the gate; the cause is on the
+   console; then the gate opens, and it completes the run (report) in the same
+   invocation: `verify --complete` passes.
 
-Counted from sacct (the `--target-jobs` of every sbatch from the workflow's
-directory) and from the shards' own ledger: one SLURM job and one run per shard.
+Counted from sacct (the `--target-jobs` of every sbatch from the workflow's directory)
+and from the shards' own journals: every file labelled once; the 4th job's shards in one
+SLURM job each; every adopted shard in two: its adopted job, then its own once that
+ended (a minimal CPU job that finds the shard's files marked where the adopted job
+finished them, or the retry of the cancelled one's).
 Also: a stale claim (its job cancelled) does not block its shard; a live one does.
 """
 
@@ -23,15 +30,16 @@ import re
 import signal
 import subprocess
 import sys
+from collections import Counter
 from dataclasses import replace
 
 import pytest
 import slurmrun as sr
-from e2e import Gate, gated_shardwise, ledger_counts
+from e2e import Gate, gated_shardwise
 
 from shardwise.cli.main import main
 from shardwise.planner import inflight
-from shardwise.run import claims
+from shardwise.run import claims, journal
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
@@ -68,18 +76,28 @@ def test_a_sigkilled_run_is_finished_by_the_same_command_run_again(cluster, tmp_
     finally:
         os.kill(first.pid, signal.SIGKILL)  # the main process only: its SLURM jobs go on
         first.wait()
-    before = {j["id"] for j in sr.squeue_of(workdir)}
+    before = {j["id"]: j["state"] for j in sr.squeue_of(workdir)}
+    (pending,) = [job_id for job_id, state in before.items() if state == "PENDING"]
+    cmd = [*cmd, "--jobs", "4"]  # the later --jobs wins: 3 adopted jobs + 1 slot
     try:
         second_log = tmp_path / "second.log"
         second = subprocess.Popen(cmd, env=env, stdout=second_log.open("w"),
                                   stderr=subprocess.STDOUT)  # fmt: skip
 
-        def submitted_the_fourth_job():  # the event: it has planned, then submitted
-            assert second.poll() is None, second_log.read_text()[-4000:]
-            return "has been submitted with SLURM jobid" in second_log.read_text()
+        def submitted(count: int):  # the event: it has planned, then submitted
+            def seen() -> bool:
+                assert second.poll() is None, second_log.read_text()[-4000:]
+                return second_log.read_text().count("has been submitted with SLURM jobid") >= count
 
-        sr.wait_for(submitted_the_fourth_job, 300, f"the 4th job's submission ({second_log})")
-        gate.open()  # 2 GPUs: the 4th job runs once a gated job ends
+            return seen
+
+        sr.wait_for(submitted(1), 300, f"the 4th job's submission ({second_log})")
+        # an adopted job ends (cancelled while pending): its shards are retried at once,
+        # while the two other adopted jobs still hold the gate
+        subprocess.run(["scancel", pending], check=True)
+        sr.wait_for(submitted(2), 300, f"the cancelled job's shards again ({second_log})")
+        assert len(gate.waiting()) == 2  # the running adopted jobs have not ended
+        gate.open()  # 2 GPUs: the new jobs run once a gated job ends
         assert second.wait(timeout=420) == 0, second_log.read_text()[-4000:]
         log = second_log.read_text()
         assert "cleared Snakemake's lock" in log, log[-4000:]
@@ -88,7 +106,11 @@ def test_a_sigkilled_run_is_finished_by_the_same_command_run_again(cluster, tmp_
         assert "adopted: this run waits for them" in log
         for job_id in before:
             assert f"job {job_id} " in log
-        assert log.count("has been submitted with SLURM jobid") == 1
+        assert re.search(rf"adopted job {pending} \(shards [\d,-]+\) ended \(CANCELLED", log)
+        retried = re.search(
+            r"submitted with SLURM jobid \d+ \(log: [^)]*group_classify_adopted", log
+        )
+        assert retried, log[-4000:]  # the adopted shards go in a group of their own
         block = log[flying.start() :].split("\nSNAKEMAKE")[0].split("\nBuilding DAG")[0]
         print(f"\n--- second invocation, in flight ---\n{block}", file=sys.stderr)
         assert sr.squeue_of(workdir) == []  # nothing of the run left queued
@@ -97,8 +119,11 @@ def test_a_sigkilled_run_is_finished_by_the_same_command_run_again(cluster, tmp_
         sr.scancel_workdir(workdir)
     per_shard = sr.jobs_per_shard(workdir)
     print(f"SLURM jobs per shard: {dict(sorted(per_shard.items()))}", file=sys.stderr)
-    assert per_shard == dict.fromkeys(range(SHARDS), 1)
-    assert ledger_counts(tmp_path / "ledger") == dict.fromkeys(range(SHARDS), 1)
+    assert sorted(per_shard.values()) == [1] * (SHARDS - 6) + [2] * 6
+    for shard in range(SHARDS):  # every finished file kept: labelled once
+        lines = journal.journal_path(run_dir, shard).read_text().splitlines()
+        files = Counter(journal.Line.from_json(line, "journal").file for line in lines)
+        assert files and max(files.values()) == 1, (shard, files)
     assert main(["verify", "--run-dir", str(run_dir), "--complete"]) == 0
 
 

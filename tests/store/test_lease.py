@@ -111,3 +111,36 @@ def test_leases_need_an_object_store(tmp_path) -> None:
     with pytest.raises(lease.StorageError, match="leases need an S3-compatible output"):
         Leases(Location(str(tmp_path)), 60)
     assert "not an S3-compatible store" in lease.probe(Location(str(tmp_path)))
+
+
+@pytest.mark.parametrize(
+    ("knob", "said"),
+    [
+        ("honour_if_match", "an If-Match write with a stale ETag succeeded (the store ignores it)"),
+        ("send_date", "its replies carry no Date header: a lease could never run out"),
+    ],
+)
+def test_the_probe_refuses_a_store_that_ignores_if_match_or_sends_no_date(
+    s3, output: Location, knob: str, said: str
+) -> None:
+    setattr(s3.server, knob, False)
+    try:
+        assert lease.probe(output) == said
+    finally:
+        setattr(s3.server, knob, True)
+    assert not s3.keys("labels/_campaign/probe")  # the probe cleans up
+
+
+def test_release_deletes_only_the_lease_it_wrote(output: Location, monkeypatch) -> None:
+    """The look and the delete are two requests: a takeover between them changes the
+    ETag, and the conditional delete leaves the new holder's lease alone."""
+    a = Leases(output, 1)
+    held = a.take(5, "a", "job 1")
+    stale = a.seen(5)  # what a's release looks at ...
+    monkeypatch.setattr(a, "seen", lambda shard: stale)
+    b = Leases(output, 1)
+    time.sleep(2.2)  # the store's clock: whole seconds
+    took = b.take(5, "b", "job 2")  # ... and b takes it over before a's delete
+    assert isinstance(took, Taken)
+    a.release(held)
+    assert b.seen(5).lease.token == took.lease.token  # b's lease stands

@@ -1,12 +1,15 @@
 # A restarted workflow adopts the live jobs of an earlier invocation (planned into
-# claims/adopted.json): this local job keeps them until each has ended, as the workflow
-# keeps its own; the shards they leave are then labelled in this same invocation. Its
-# lines go to the console (where the operator looks) and to its log.
-checkpoint adopt:
+# claims/adopted.json): one local job per adopted job keeps it until it has ended, as the
+# workflow keeps its own; its shards' classify jobs then label what it left at
+# once, in this same invocation, while the other adopted jobs still run (no checkpoint:
+# a DAG that changes mid-run regroups running group jobs). Each counts against `jobs`
+# (every job takes one of Snakemake's node slots). Its lines go to the console (where
+# the operator looks) and to its log.
+rule adopt:
     output:
         RUN.adoption_end(),
     log:
-        f"{RUN_DIR}/logs/adopt.log",
+        f"{RUN_DIR}/logs/adopt/{{holder}}.log",
     localrule: True
     conda:
         "../envs/shardwise.yaml"
@@ -15,5 +18,6 @@ checkpoint adopt:
         every=config["failures"]["watch_seconds"],
         main_pid=RUN.main_pid,
     shell:
-        "shardwise adopt --run-dir {params.run_dir:q} --out {output:q}"
-        " --every {params.every} --main-pid {params.main_pid} 2>&1 | tee {log:q}"
+        "shardwise adopt --run-dir {params.run_dir:q} --holder {wildcards.holder}"
+        " --out {output:q} --every {params.every} --main-pid {params.main_pid}"
+        " 2>&1 | tee {log:q}"

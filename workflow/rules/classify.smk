@@ -3,6 +3,7 @@
 rule classify:
     input:
         awaited_lease,
+        adopted_wait,
     output:
         f"{RUN_DIR}/shards/{{shard}}.done",
     log:
@@ -10,6 +11,11 @@ rule classify:
     benchmark:
         f"{RUN_DIR}/benchmarks/classify/{{shard}}.tsv"
     priority: shard_priority
+    # K shards per SLURM job (the profile's group-components); a shard an adopted job of
+    # an earlier invocation held waits for that job (adopted_wait) in a group of its own,
+    # so the other shards never wait for it.
+    group:
+        classify_group
     conda:
         "../envs/shardwise.yaml"
     # Snakemake exports OMP_NUM_THREADS=threads to the job: torch's CPU threads.

@@ -10,8 +10,8 @@ def run_dir_of_output(wildcards, output):
 
 
 def run_dir_of_adoption(wildcards, output):
-    """The run directory, from the adopt checkpoint's output (<run_dir>/claims/adopted/<token>.json)."""
-    return str(Path(output[0]).parents[2])
+    """The run directory, from the adopt job's output (<run_dir>/claims/adopted/<token>/<holder>.json)."""
+    return str(Path(output[0]).parents[3])
 
 
 def run_dir_of_awaited(wildcards, output):
@@ -55,10 +55,12 @@ def slurm_site_resources():
     return site_resources()
 
 
-def adopted_shards(wildcards):
-    """The adopted shards' markers, once the adopt checkpoint has waited for the jobs of an
-    earlier invocation that held them: what they left is then labelled (none: [])."""
-    if not RUN.adopted:
-        return []
-    checkpoints.adopt.get()
-    return RUN.adopted_targets()
+def adopted_wait(wildcards):
+    """An adopted shard waits for the adopt job of the holder that held it."""
+    return RUN.holder_end(int(wildcards.shard))
+
+
+def classify_group(wildcards):
+    """The classify job's group: "classify" (K shards per SLURM job), or, for a shard an
+    adopted job held, "classify_adopted" (alone: it waits for that job's end)."""
+    return RUN.group(int(wildcards.shard))

@@ -2,7 +2,6 @@
 rule report:
     input:
         RUN.targets(),
-        adopted_shards,
     output:
         html=f"{RUN_DIR}/report/coverage.html",
         png=report(

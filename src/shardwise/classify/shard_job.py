@@ -206,7 +206,8 @@ def run_shard(
     files = shard_files(ctx, shard)
     ctx.source.remember_sizes({f.rel: f.size for f in files})  # no HEAD per file
     holder = claims.for_this_process(shard).holder()
-    with sitelease.held(ctx.output, ctx.settings.campaign, shard, holder) as lease:
+    instance = sitelease.instance_id(ctx.run_dir) if ctx.settings.campaign.site else ""
+    with sitelease.held(ctx.output, ctx.settings.campaign, shard, holder, instance) as lease:
         done = files_done(ctx, shard, files, fresh=lease is not None)
         left_out = ctx.quarantined
         report = ShardReport(shard=shard, files=len(files), skipped=len(done))
@@ -343,8 +344,9 @@ def _label_file(
     lease: SiteLease | None,
 ) -> tuple[int, FileStats] | None:
     """Run the engine on one read file and write its outputs (``outputs.write_all``: the
-    marker last, under the quarantine's lock; in a campaign, the lease renewed first, so
-    no other site can hold the shard while they are written: LeaseLostError otherwise).
+    marker last, under the quarantine's lock; in a campaign the lease renewed first and
+    each write fenced by it, ``run/sitelease.py``: LeaseLostError once it is lost or may
+    have run out).
     Returns the row count and the stats written; None when the file was quarantined
     meanwhile (no outputs are left)."""
     assert item.docs is not None
@@ -391,9 +393,12 @@ def _label_file(
         holder=lease.holder if lease is not None else None,
     )
     if lease is not None:
-        lease.renew()
+        lease.renew()  # a lease taken over meanwhile is found before a byte is written
     written = outputs.write_all(
-        ctx.roots(), labelled, lambda: quarantine.vouching(ctx.run_dir, rel)
+        ctx.roots(),
+        labelled,
+        lambda: quarantine.vouching(ctx.run_dir, rel),
+        fence=lease.fence if lease is not None else None,
     )
     if written is None:
         return None

@@ -1,6 +1,7 @@
 """``shardwise adopt``: wait for the jobs a restarted workflow adopted (its ``adopt`` rule)."""
 
 import argparse
+import dataclasses
 import os
 from pathlib import Path
 
@@ -27,7 +28,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     add_run_dir(p, "adopt")
     p.add_argument(
-        "--out", type=Path, required=True, help="the file to write once every holder ended"
+        "--holder",
+        default=None,
+        help="wait for this adopted holder only (a job id, or pid<pid>); default: every one",
+    )
+    p.add_argument(
+        "--out", type=Path, required=True, help="the file to write once the holder(s) ended"
     )
     p.add_argument("--every", type=float, default=60.0, help="seconds between two looks")
     p.add_argument(
@@ -43,6 +49,13 @@ def run(args: argparse.Namespace) -> int:
         path = claims.adoption_path(args.run_dir)
         msg = f"{path}: no adoption recorded; the workflow writes it when it plans a run whose "
         raise ConfigError(msg + "shards live jobs of an earlier invocation hold")
+    if args.holder is not None:
+        mine = tuple(h for h in adoption.holders if h.key() == args.holder)
+        if not mine:
+            known = ", ".join(h.key() for h in adoption.holders) or "none"
+            msg = f"{claims.adoption_path(args.run_dir)}: no adopted holder {args.holder!r} "
+            raise ConfigError(msg + f"(adopted: {known})")
+        adoption = dataclasses.replace(adoption, holders=mine)
     main = args.main_pid
 
     def main_alive() -> bool:

@@ -33,7 +33,9 @@ def run(args: argparse.Namespace) -> int:
     ctx = open_run(args.run_dir)
     settings = ctx.settings.campaign
     started = time.monotonic()
-    why = sitelease.await_free(ctx.output, settings, args.shard)
+    why = sitelease.await_free(
+        ctx.output, settings, args.shard, sitelease.instance_id(args.run_dir)
+    )
     waited = time.monotonic() - started
     print(f"shardwise: shard {args.shard}: {why} after {waited:.0f} s", file=sys.stderr)
     body = {"shard": args.shard, "why": why, "waited_s": round(waited, 1)}

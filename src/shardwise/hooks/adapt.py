@@ -7,8 +7,12 @@ own jobs). While one of them pends for a reservation it asks SLURM's own plan
 longest limit of the run's request that starts now, and then, with no operator:
 
 * lowers the run's pending jobs that ask for more (``scontrol update``, decrease only,
-  never below what one file of their shards needs; when not even that starts now it
-  changes nothing and says so);
+  never below what one file of each job's shards needs, measured on the run's finished
+  files: ``planner/walltime.py`` ``one_file_minutes``, whose basis the line names; when
+  not even that starts now, or no file has finished yet, it changes nothing and says so);
+* replaces a pending job whose limit is below what a file now needs (it would start and be
+  cut before its file): cancelled before it starts, Snakemake submits it again with at
+  least that limit;
 * records the fit (:mod:`shardwise.run.adaptation`): the classify rule's runtime caps
   the next submissions so that they end by the same horizon (a group of K shards asks
   for the horizon's minutes in all), and the thread lowers any queued job above it;
@@ -36,6 +40,7 @@ from shardwise.ops.cluster import retime
 from shardwise.ops.cluster.status import run_jobs
 from shardwise.ops.walltime import plan_probe
 from shardwise.ops.walltime import probe as walltime_probe
+from shardwise.planner.walltime import Floor
 from shardwise.run import adaptation, claims, ranges
 from shardwise.run.adaptation import Adaptation, Event, Fit
 from shardwise.slurm import command, control, queries
@@ -53,7 +58,7 @@ class AdaptSettings:
 
     check_seconds: float
     probe_seconds: float
-    floor: Callable[[tuple[int, ...]], int]  # minutes one file of these shards needs
+    floor: Callable[[tuple[int, ...]], Floor]  # what one file of these shards needs
     timeout: float = command.DEFAULT_TIMEOUT
 
 
@@ -69,6 +74,7 @@ class Adapter:
     last_probe: float | None = None
     waiting: bool = False  # the last probe found nothing that starts now
     started: bool = False
+    last_floor: Floor | None = None  # what one file needed at the last look (said on change)
     stop: threading.Event = field(default_factory=threading.Event)
     rounds: int = 0
 
@@ -97,6 +103,7 @@ class Adapter:
         if seen is None:
             return  # the next round asks again; the plugin reports a SLURM outage
         mine, pending, reserved = seen
+        self._replace_short(pending)
         fit = self.record.fit
         cap = fit.cap(datetime.now()) if fit is not None else None
         if fit is not None and cap is not None:  # still pending: end by the same horizon
@@ -144,7 +151,19 @@ class Adapter:
             self._say("waiting", f"cannot read job {job.id}'s request ({detail.problem})")
             return
         shards = tuple(s for _, ss in pending.values() for s in ss)
-        floor = self.settings.floor(shards)
+        need = self.settings.floor(shards)
+        if need.minutes is None:
+            text = f"job {job.id} pends for a reservation ({job.reason}); {need.basis}, so what "
+            text += "a file needs is not known: no limit is lowered on a guess, the jobs keep "
+            text += "their limits until the first file's figure"
+            self.waiting = True
+            self._say(
+                "waiting",
+                text,
+                quiet=self.record.events[-1:] != () and (self.record.events[-1].text == text),
+            )
+            return
+        floor = need.minutes
         own = job.time_limit_minutes or floor
         bf = queries.backfill_interval_seconds(cfg.value or {}) if cfg.ok else 30
         options = functools.partial(walltime_probe.test_only_options, detail.value)
@@ -179,26 +198,66 @@ class Adapter:
             reason=why,
         )
         text = f"{why} ({cost}): the run's pending jobs and next submissions ask for at most "
-        text += f"{minutes} min (ending by {horizon:%H:%M}; never below {floor} min, one file)"
+        text += f"{minutes} min (ending by {horizon:%H:%M}; never below {floor} min, one file: "
+        text += f"{need.basis})"
         self._say("fitted", text, minutes=minutes, fit=fit, probe=planned)
         self._lower(pending, fit.cap(now) or floor, "SLURM's plan")
 
     def _lower(self, pending: RunJobs, cap: int, why: str) -> None:
-        """Lower every pending job of the run above ``cap`` to it (decrease only): one line
-        for the jobs SLURM took, one per job it refused."""
-        planned = retime.changes(pending, cap)
+        """Lower every pending job of the run above ``cap`` to it, never below what one
+        file of its own shards needs (decrease only): one line for the jobs SLURM took,
+        one per job it refused."""
+        planned = []
+        for job_id, (job, shards) in pending.items():
+            need = self.settings.floor(shards).minutes or cap
+            planned += retime.changes({job_id: (job, shards)}, max(cap, need))
         if not planned:
             return
         outcomes = retime.apply(planned, control.lower_time_limit, dry_run=False)
         done = [o.change for o in outcomes if o.status is retime.Status.LOWERED]
         if done:
-            jobs = ", ".join(f"{c.job_id} ({c.minutes} min, shards {_shards(c)})" for c in done)
-            text = f"lowered job(s) {jobs} to {cap} min: {why}"
+            jobs = ", ".join(
+                f"{c.job_id} ({c.minutes} -> {c.new_minutes} min, shards {_shards(c)})"
+                for c in done
+            )
+            text = f"lowered job(s) {jobs}: {why}"
             self._say("lowered", text, minutes=cap, jobs=tuple(c.job_id for c in done))
         for o in outcomes:
             if o.status is not retime.Status.LOWERED:
                 text = f"could not lower job {o.change.job_id}: {o.problem}"
                 self._say("refused", text, jobs=(o.change.job_id,))
+
+    def _replace_short(self, pending: RunJobs) -> None:
+        """Cancel the pending jobs whose limit is below what one file of their shards now
+        needs (the floor rose after they were submitted or lowered: a limit cannot be
+        raised): they would start and be cut before their file; nothing of theirs ran,
+        and Snakemake submits them again with at least that limit. The floor's changes are
+        said, with their basis."""
+        shards = tuple(s for _, ss in pending.values() for s in ss)
+        need = self.settings.floor(shards) if shards else None
+        if need is not None and need != self.last_floor and need.minutes is not None:
+            was = f" (was {self.last_floor.minutes} min)" if self.last_floor else ""
+            text = f"one file of the pending shards now needs {need.minutes} min{was}: {need.basis}"
+            self._say("floor", text, minutes=need.minutes)
+        self.last_floor = need or self.last_floor
+        short = []
+        for job_id, (job, job_shards) in pending.items():
+            floor = self.settings.floor(job_shards).minutes
+            limit = job.time_limit_minutes
+            if floor is not None and limit and limit < floor:
+                short.append((job_id, limit, floor, job_shards))
+        if not short:
+            return
+        done = control.cancel([j for j, *_ in short], timeout=self.settings.timeout)
+        said = ", ".join(f"{j} ({limit} < {floor} min, shards {ranges.compress(list(ss))})"
+                         for j, limit, floor, ss in short)  # fmt: skip
+        if not done.ok:
+            self._say("refused", f"could not replace job(s) {said}: {done.problem}")
+            return
+        text = f"replaced job(s) {said}: a limit below what one file needs would start and be "
+        text += "cut before its file; cancelled before they started, Snakemake submits them "
+        text += "again with at least that limit"
+        self._say("replaced", text, jobs=tuple(j for j, *_ in short))
 
     _KEEP = object()
 

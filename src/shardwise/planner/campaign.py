@@ -21,7 +21,7 @@ from typing import Self
 
 from shardwise.config import CampaignSettings, Settings
 from shardwise.errors import ConfigError
-from shardwise.run import ranges
+from shardwise.run import ranges, sitelease
 from shardwise.run.record import Fields
 from shardwise.store.atomic import json_bytes, write_atomic
 from shardwise.store.lease import Leases, Seen, probe, unfit
@@ -54,10 +54,11 @@ def plan(
     _probed_once(run_dir, output, campaign.site, dryrun=dryrun)
     _pinned(output, campaign, create=not dryrun)
     leases = Leases(output, campaign.lease_seconds)
+    mine = (campaign.site, sitelease.instance_id(run_dir))
     others = [
         seen
         for seen in leases.all_seen()
-        if seen.lease.site != campaign.site
+        if (seen.lease.site, seen.lease.instance) != mine
         and not leases.expired(seen)
         and seen.lease.shard not in done
     ]

@@ -46,6 +46,9 @@ from shardwise.run.manifest import build_tasks
 from shardwise.run.sharding import shard_range
 from shardwise.store.location import Location
 
+#: The classify jobs' groups on SLURM (``RunInfo.group``).
+GROUP, GROUP_ADOPTED = "classify", "classify_adopted"
+
 
 @dataclass(frozen=True, kw_only=True)
 class RunInfo:
@@ -56,7 +59,9 @@ class RunInfo:
     output_uri: str
     in_flight: tuple[int, ...] = ()  # held by live jobs of an earlier invocation
     adopted: tuple[int, ...] = ()  # those of them whose holders this invocation waits for
-    adoption_token: str = ""  # names the adopt checkpoint's output (one per invocation)
+    #: Each adopted holder (``Holder.key``: a job id, ``pid<pid>``) and the shards it holds.
+    holders: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    adoption_token: str = ""  # names the adopt checkpoint's outputs (one per invocation)
     main_pid: int = 0  # the top-level process (the adoption stops when it dies)
     messages: tuple[str, ...] = ()  # what planning tells the operator (the caller prints)
     in_flight_lines: tuple[str, ...] = ()  # the report's "in flight" block
@@ -64,9 +69,9 @@ class RunInfo:
     site: str | None = None  # this site's name in a campaign (campaign.site)
 
     def targets(self) -> list[str]:
-        """The shard markers, the run's Snakemake targets (in-flight shards left out: the
-        adopted ones come in through :meth:`adopted_targets` once their holders ended)."""
-        skip = set(self.in_flight)
+        """The shard markers, the run's Snakemake targets (in-flight shards this run cannot
+        check are left out; an adopted one waits for its holder's ``adopt`` job)."""
+        skip = set(self.in_flight) - set(self.adopted)
         return [
             str(markers.shard_marker_path(self.run_dir, s)) for s in self.shards if s not in skip
         ]
@@ -84,14 +89,24 @@ class RunInfo:
         not all begin with the same shard and wait for one another."""
         return campaign.order(self.site, shard, len(self.shards))
 
-    def adopted_targets(self) -> list[str]:
-        """The adopted shards' markers: what the adopt checkpoint's holders left is labelled."""
-        return [str(markers.shard_marker_path(self.run_dir, s)) for s in self.adopted]
+    def group(self, shard: int) -> str:
+        """The classify job's group on SLURM: ``classify`` (K shards per job, the
+        profile's ``group-components``), or ``classify_adopted`` for a shard an adopted
+        job held: alone, since it waits for that job's end (the other shards never wait
+        for an adopted job)."""
+        return GROUP_ADOPTED if shard in self.adopted else GROUP
+
+    def holder_end(self, shard: int) -> list[str]:
+        """An adopted shard's wait: the ``adopt`` job of the holder that held it."""
+        token = self.adoption_token or "none"
+        key = next((k for k, shards in self.holders if shard in shards), None)
+        return [] if key is None else [str(claims.adoption_end_path(self.run_dir, token, key))]
 
     def adoption_end(self) -> str:
-        """The adopt checkpoint's output (a name that exists in no earlier invocation)."""
+        """The ``adopt`` rule's output, ``{holder}`` its wildcard (a name that exists in no
+        earlier invocation)."""
         token = self.adoption_token or "none"
-        return str(claims.adoption_end_path(self.run_dir, token))
+        return str(claims.adoption_end_path(self.run_dir, token, "{holder}"))
 
     def when_settled(self, *paths: str) -> list[str]:
         """``paths`` unless shards are left out (held by jobs this run cannot check: then
@@ -168,6 +183,7 @@ def prepare_run(
         output_uri=settings.output_uri,
         in_flight=tuple(sorted(flight.shards)),
         adopted=adoption.shards if adoption is not None else (),
+        holders=tuple((h.key(), h.shards) for h in adoption.holders) if adoption else (),
         adoption_token=adoption.token if adoption is not None else "",
         main_pid=os.getpid(),
         messages=(*said, *sites.lines, *(f"note: {n}" for n in (*planned.notes, *sampled))),

@@ -12,7 +12,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
 from pathlib import Path
@@ -20,7 +20,7 @@ from typing import Any
 
 from shardwise.config import Settings, WalltimeSettings
 from shardwise.run import adaptation, failures, outputs, plan
-from shardwise.run.throughput import rate_for_walltime
+from shardwise.run.throughput import FileNeed, file_needs, rate_for_walltime
 from shardwise.store.location import Location
 
 #: Stats files sampled to estimate the rate (enough for a stable p10, cheap to read).
@@ -57,14 +57,9 @@ def default_rate(walltime: WalltimeSettings) -> float:
     return walltime.default_mb_per_minute * 1e6 / 60
 
 
-def measured_rate(
-    output: Location, sample: int = RATE_SAMPLE, seed: int = 0, *, per_kind: bool = False
-) -> float | None:
-    """p10 of input bytes per second over a sample of the run's stats files (``per_kind``:
-    the slowest GPU kind's p10: a job may start on any kind its partitions hold)."""
+def sampled_stats(output: Location, sample: int = RATE_SAMPLE, seed: int = 0) -> list[dict]:
+    """The figures of a sample of the run's stats files (one unreadable is left out)."""
     names = sorted(outputs.scan(output.list_names()).of(outputs.STATS))
-    if not names:
-        return None
     random.Random(seed).shuffle(names)
     stats = []
     for rel in names[:sample]:
@@ -73,7 +68,16 @@ def measured_rate(
             stats.append(outputs.STATS.parse(output.read_bytes(where), output.url(where)).figures())
         except (FileNotFoundError, ValueError):
             continue  # one unreadable stats file must not stop the planning
-    return rate_for_walltime(stats, per_kind=per_kind)
+    return stats
+
+
+def measured_rate(
+    output: Location, sample: int = RATE_SAMPLE, seed: int = 0, *, per_kind: bool = False
+) -> float | None:
+    """p10 of input bytes per second over a sample of the run's stats files (``per_kind``:
+    the slowest GPU kind's p10: a job may start on any kind its partitions hold)."""
+    stats = sampled_stats(output, sample, seed)
+    return rate_for_walltime(stats, per_kind=per_kind) if stats else None
 
 
 #: Minutes a lowered limit keeps beyond one file's work: the profile's SIGTERM comes 120 s
@@ -109,34 +113,50 @@ def _sizes(run_dir: str) -> tuple[dict[int, int], dict[int, int]]:
     return dict(sizes), largest
 
 
-#: The floor's rate and when it was sampled, per output root (see RATE_REFRESH_S).
-_floor_rates: dict[str, tuple[float, float | None]] = {}
+#: What a file needs and when it was sampled, per output root (see RATE_REFRESH_S).
+_floor_needs: dict[str, tuple[float, tuple[FileNeed, ...]]] = {}
 
 
-def _floor_rate(settings: Settings, now: float) -> float | None:
-    """The slowest GPU kind's p10 input bytes per second, sampled again once stale."""
-    at, rate = _floor_rates.get(settings.output_uri, (-math.inf, None))
+def _needs(settings: Settings, now: float) -> tuple[FileNeed, ...]:
+    """What one file needs per GPU kind, sampled again once stale."""
+    at, needs = _floor_needs.get(settings.output_uri, (-math.inf, ()))
     if now - at >= RATE_REFRESH_S:
-        rate = measured_rate(Location(settings.output_uri, settings.storage), per_kind=True)
-        _floor_rates[settings.output_uri] = (now, rate)
-    return rate
+        needs = file_needs(sampled_stats(Location(settings.output_uri, settings.storage)))
+        _floor_needs[settings.output_uri] = (now, needs)
+    return needs
 
 
-def one_file_minutes(settings: Settings, shards: Iterable[int], now: float | None = None) -> int:
-    """The shortest limit that still lets a job of these shards finish one file: the
-    largest of their files at the run's own measured pace (the p10 of the slowest GPU kind,
-    sampled again every :data:`RATE_REFRESH_S`; the configured rate before any file
-    finished), with the safety factor, plus :data:`STOP_MARGIN_MINUTES` (the signal's lead
-    and the job's start); never at or below a limit at which a job the fit lowered was cut
-    before its first file. A lowered limit never goes below it."""
+@dataclass(frozen=True)
+class Floor:
+    """The shortest limit a job of some shards may have and still finish one file
+    (``minutes``; None: no file of the run has finished, so nothing says what a file
+    needs), and what it was measured on (``basis``, in words)."""
+
+    minutes: int | None
+    basis: str
+
+
+def one_file_minutes(settings: Settings, shards: Iterable[int], now: float | None = None) -> Floor:
+    """The shortest limit that still lets a job of these shards finish one file: what a
+    file of this run took (``run/throughput.py`` ``file_needs``: the p90 of a file's time,
+    or of its seconds per byte where time follows bytes, on the slowest GPU kind; sampled
+    again every :data:`RATE_REFRESH_S`) for the largest file of these shards, plus
+    :data:`STOP_MARGIN_MINUTES` (the signal's lead and the job's start); never at or below
+    a limit at which a job the fit lowered was cut before its first file. Before any file
+    finished it is unknown (``minutes`` None): no limit is lowered on a guess."""
     shards = list(shards)
     _, largest = _sizes(str(settings.run_dir))
-    rate = _floor_rate(settings, time.monotonic() if now is None else now)
-    use = rate if rate is not None and rate > 0 else default_rate(settings.walltime)
+    needs = _needs(settings, time.monotonic() if now is None else now)
+    cut = failures.fit_floor(settings.run_dir, shards)
+    if not needs:
+        return Floor(None, "no file of this run has finished yet")
     size = max((largest.get(s, 0) for s in shards), default=0)
-    unclamped = replace(settings.walltime, min_minutes=1, max_minutes=10**6)
-    measured = minutes_for(size, use, unclamped) + STOP_MARGIN_MINUTES
-    return max(measured, failures.fit_floor(settings.run_dir, shards))
+    slowest = max(needs, key=lambda n: n.of(size))
+    minutes = math.ceil(slowest.of(size) / 60) + STOP_MARGIN_MINUTES
+    basis = slowest.said()
+    if cut > minutes:
+        basis += f"; above {cut - 1} min, where a job the fit lowered was cut before its file"
+    return Floor(max(minutes, cut), basis)
 
 
 def estimate(settings: Settings, shard: int, attempt: int = 1) -> Runtime:
@@ -176,5 +196,7 @@ def runtime_minutes_for(
     minutes = int(fixed) * factor if fixed else estimate(settings, shard, factor).minutes
     if not main_process:
         return minutes
-    cap = adaptation.cap(settings.run_dir, datetime.now())
+    # never a limit no file of this run can meet (each shard of a group runs its own files)
+    minutes = max(minutes, one_file_minutes(settings, [shard]).minutes or 0)
+    cap = adaptation.cap(settings.run_dir, datetime.now())  # at least the fit's floor in all
     return minutes if cap is None else min(minutes, max(1, cap // max(group, 1)))

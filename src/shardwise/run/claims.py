@@ -10,6 +10,7 @@ import dataclasses
 import json
 import os
 import secrets
+import shutil
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -28,7 +29,8 @@ WORKFLOW_JSON = "workflow.json"
 JOBS_CACHE = "jobs.json"
 #: The jobs of an earlier invocation the running workflow adopted (written at planning).
 ADOPTED_JSON = "adopted.json"
-#: The adoption's end: the workflow's ``adopt`` checkpoint writes ``adopted/<token>.json``.
+#: Each adopted holder's end: the workflow's ``adopt`` checkpoint writes
+#: ``adopted/<token>/<holder>.json`` once that holder has ended.
 ADOPTED_DIR = "adopted"
 #: SLURM's pseudo step ids (batch, extern, interactive): not an srun step of ours.
 _PSEUDO_STEP = 4294967290
@@ -142,6 +144,10 @@ class Holder:
         """``job 12`` / ``process 42 on laptop``, for messages."""
         return f"job {self.job_id}" if self.job_id else f"process {self.pid} on {self.host}"
 
+    def key(self) -> str:
+        """The holder's name in the adopt checkpoint's output: its job id, or ``pid<pid>``."""
+        return self.job_id or f"pid{self.pid}"
+
 
 @dataclass(frozen=True, kw_only=True)
 class Adoption:
@@ -171,9 +177,10 @@ def adoption_path(run_dir: Path) -> Path:
     return Path(run_dir) / CLAIMS_DIR / ADOPTED_JSON
 
 
-def adoption_end_path(run_dir: Path, token: str) -> Path:
-    """What the ``adopt`` checkpoint writes once every adopted holder has ended."""
-    return Path(run_dir) / CLAIMS_DIR / ADOPTED_DIR / f"{token}.json"
+def adoption_end_path(run_dir: Path, token: str, holder: str) -> Path:
+    """What the ``adopt`` checkpoint writes once the adopted ``holder`` has ended
+    (``Holder.key``; ``{holder}``: the checkpoint's wildcard)."""
+    return Path(run_dir) / CLAIMS_DIR / ADOPTED_DIR / token / f"{holder}.json"
 
 
 def read_adoption(run_dir: Path) -> Adoption | None:
@@ -195,10 +202,14 @@ def write_adoption(run_dir: Path, adoption: Adoption | None) -> None:
     else:
         write_atomic(target, adoption.to_json())
     ends = Path(run_dir) / CLAIMS_DIR / ADOPTED_DIR
-    keep = None if adoption is None else adoption_end_path(run_dir, adoption.token).name
-    for old in ends.glob("*.json") if ends.is_dir() else ():
-        if old.name != keep:
-            old.unlink(missing_ok=True)
+    keep = None if adoption is None else adoption.token
+    for old in ends.iterdir() if ends.is_dir() else ():
+        if old.name == keep:
+            continue
+        if old.is_dir():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            old.unlink(missing_ok=True)  # an end of the single checkpoint of older versions
 
 
 @dataclass(frozen=True)

@@ -124,6 +124,10 @@ class FileStats:
     versions: dict[str, str] = field(default_factory=dict)
     finished_at: str | None = figure("time")
     source_identity: str | None = None  # the source's identity when it was planned
+    #: A campaign's site and lease epoch that wrote these stats (``verify`` holds them to
+    #: the marker's and the sidecar's: one holder's outputs, never a mix).
+    site: str | None = None
+    lease_epoch: int | None = None
     labelling: Labelling | None = None  # as run.json pins it
     precision: Precision | None = None
     engine: EngineFigures = field(default_factory=EngineFigures)

@@ -22,6 +22,7 @@ from shardwise.run.markers import FileMarker
 from shardwise.run.modelpin import ModelIdentity
 from shardwise.run.reader import json_ids
 from shardwise.store.atomic import is_temp_name
+from shardwise.store.lease import LeaseLostError
 from shardwise.store.location import Location
 
 
@@ -99,7 +100,8 @@ class OutputKind:
 
 SIDECAR = OutputKind(
     name="sidecar", suffix=sidecar.SUFFIX, parse=sidecar.read_sidecar, nonempty=True,
-    build=lambda f: sidecar.to_parquet_bytes(sidecar.build_table(f.ids, dict(f.columns))),
+    build=lambda f: sidecar.to_parquet_bytes(sidecar.build_table(f.ids, dict(f.columns),
+                                                                 f.holder)),
     check=lambda table, w: sidecar.problems(table, w.classifiers, w.ids, tokens=w.counts_tokens,
                                             id_json=w.id_json),
 )  # fmt: skip
@@ -128,6 +130,14 @@ DOLMA = OutputKind(  # suffix "": the documents' own relative path, under the at
 )
 #: Every per-file output, in write order: data kinds, then STATS, then MARKER (last).
 KINDS: tuple[OutputKind, ...] = (SIDECAR, DOLMA, STATS, MARKER)
+
+
+def holder_of(kind: OutputKind, record: Any) -> tuple[str, int] | None:
+    """The campaign site and lease epoch an output's parsed record names (None: none)."""
+    if kind is SIDECAR:
+        return sidecar.holder_of(record)
+    site, epoch = getattr(record, "site", None), getattr(record, "lease_epoch", None)
+    return None if site is None or epoch is None else (site, epoch)
 
 
 def kinds() -> tuple[OutputKind, ...]:
@@ -246,27 +256,57 @@ def write_all(
     roots: Mapping[str, Location],
     labelled: Labelled,
     vouch: Callable[[], contextlib.AbstractContextManager[bool]] | None = None,
+    fence: Callable[[], None] | None = None,
 ) -> FileStats | None:
     """Write every output of a labelled file that applies, each atomically under its root,
     in registry order: the marker last, so it never vouches for an output not yet whole. The
     stats record the time the writes before them took; they are returned as written.
     ``vouch``: held while the marker is written; when it says no (the file was quarantined
-    meanwhile), the other outputs are removed, no marker is written, and None returned."""
+    meanwhile), the other outputs are removed, no marker is written, and None returned.
+    In a campaign (``labelled.holder``) each output records the site and lease epoch
+    writing it, ``fence`` runs before each write (it raises once this job's lease may have
+    run out), and the marker is created only if absent: a holder that stalled past its
+    lease while another site labelled the file loses the race (``LeaseLostError``)."""
     started = time.perf_counter()
+    if labelled.holder is not None:
+        site, epoch = labelled.holder
+        labelled = replace(labelled, stats=replace(labelled.stats, site=site, lease_epoch=epoch))
+    check = fence or (lambda: None)
     for kind in kinds():
         if kind is MARKER or kind.root not in roots or not kind.applies(labelled.rel):
             continue
         if kind is STATS:
             stats = labelled.stats.with_write(time.perf_counter() - started)
             labelled = replace(labelled, stats=stats)
+        check()
         roots[kind.root].write_bytes(kind.rel(labelled.rel), kind.build(labelled))
     with vouch() if vouch is not None else contextlib.nullcontext(True) as ok:
         if ok:
-            roots[MARKER.root].write_bytes(MARKER.rel(labelled.rel), MARKER.build(labelled))
+            check()
+            _write_marker(roots[MARKER.root], labelled)
     if not ok:
         remove_all(roots, labelled.rel)
         return None
     return labelled.stats
+
+
+def _write_marker(output: Location, labelled: Labelled) -> None:
+    """The marker; in a campaign created only where none is (another site's stands)."""
+    rel, body = MARKER.rel(labelled.rel), MARKER.build(labelled)
+    if labelled.holder is None:
+        output.write_bytes(rel, body)
+        return
+    if not output.create_if_absent(rel, body):
+        site, epoch = labelled.holder
+        try:
+            there = MARKER.parse(output.read_bytes(rel), output.url(rel))
+        except (FileNotFoundError, RecordError):
+            there = None
+        if there is not None and (there.site, there.lease_epoch) == (site, epoch):
+            return  # a retried PUT whose first try landed: this job's own marker
+        msg = f"{output.url(rel)}: another holder marked this file first; this job (site "
+        msg += f"{site!r}, epoch {epoch}) writes no more (`shardwise verify` names the file if "
+        raise LeaseLostError(msg + "its other outputs are now a mix of two holders')")
 
 
 def remove_all(roots: Mapping[str, Location], rel: str) -> list[str]:

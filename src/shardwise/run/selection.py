@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 from shardwise.run import dolma
 from shardwise.run.record import Fields
-from shardwise.store.atomic import json_bytes, write_atomic
+from shardwise.store.atomic import create_exclusive, json_bytes, write_atomic
 from shardwise.store.location import Location
 
 SELECTIONS_DIR = "selections"
@@ -135,9 +135,13 @@ def load_plan(run_dir: Path, name: str) -> SelectionPlan | None:
         return None
 
 
-def save_plan(run_dir: Path, plan: SelectionPlan) -> None:
-    """Write ``selection.json`` (atomically)."""
-    write_atomic(root(run_dir, plan.name) / PLAN_JSON, plan.to_json())
+def save_plan(run_dir: Path, plan: SelectionPlan) -> SelectionPlan:
+    """Create ``selection.json`` unless it exists (a name is planned once: of two
+    ``select --name X`` started together exactly one writes); the plan on disk now."""
+    path = root(run_dir, plan.name) / PLAN_JSON
+    if create_exclusive(path, plan.to_json()):
+        return plan
+    return SelectionPlan.from_json(path.read_bytes(), str(path))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -31,12 +31,33 @@ def typed_ids(ids: Sequence[str | None], columns: Mapping[str, pa.Array]) -> lis
     return json_ids(ids, None if found is None else found.to_pylist())
 
 
-def build_table(ids: list[str | None], columns: dict[str, pa.Array]) -> pa.Table:
-    """The sidecar table; refuses label columns whose length differs from the ids'."""
+#: The sidecar's schema metadata keys of the campaign site and lease epoch that wrote it.
+SITE_KEY, EPOCH_KEY = b"shardwise.site", b"shardwise.lease_epoch"
+
+
+def build_table(
+    ids: list[str | None],
+    columns: dict[str, pa.Array],
+    holder: tuple[str, int] | None = None,
+) -> pa.Table:
+    """The sidecar table (``holder``: the campaign site and lease epoch writing it, kept in
+    its schema metadata); refuses label columns whose length differs from the ids'."""
     for name, col in columns.items():
         if len(col) != len(ids):
             raise InputError(f"label column {name} has {len(col)} rows for {len(ids)} documents")
-    return pa.table({"id": pa.array(ids, pa.string()), **columns})
+    table = pa.table({"id": pa.array(ids, pa.string()), **columns})
+    if holder is None:
+        return table
+    return table.replace_schema_metadata({SITE_KEY: holder[0], EPOCH_KEY: str(holder[1])})
+
+
+def holder_of(table: pa.Table) -> tuple[str, int] | None:
+    """The campaign site and lease epoch that wrote a sidecar (None: not recorded)."""
+    meta = table.schema.metadata or {}
+    site, epoch = meta.get(SITE_KEY), meta.get(EPOCH_KEY)
+    if site is None or epoch is None or not epoch.isdigit():
+        return None
+    return site.decode("utf-8", "replace"), int(epoch)
 
 
 def label_columns(

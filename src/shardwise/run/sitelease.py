@@ -13,32 +13,37 @@ even the file it is on.
 """
 
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Self
 
 from shardwise.config import CampaignSettings
 from shardwise.errors import RecordError, StorageError
 from shardwise.run.markers import now
 from shardwise.run.record import Fields
-from shardwise.store.atomic import json_bytes
+from shardwise.store.atomic import create_exclusive, json_bytes
 from shardwise.store.lease import LeaseLostError, Leases, Seen, Taken
 from shardwise.store.location import Location
 
 log = logging.getLogger("shardwise.run.sitelease")
 #: Where each finished shard's campaign record lies under the output root.
 DONE = "_campaign/done"
+#: The share of the lease a write must have left to start (by this job's clock).
+FENCE_MARGIN = 1 / 3
 
 
 class SiteLease:
     """This job's lease on one shard, while it labels it."""
 
-    def __init__(self, leases: Leases, taken: Taken) -> None:
+    def __init__(self, leases: Leases, taken: Taken, sent: float) -> None:
         self.leases = leases
         self._taken = taken
+        self._sent = sent  # when the request that holds the lease now was sent (monotonic)
         self._lock = threading.Lock()
         self._lost: str | None = None
         self._stop = threading.Event()
@@ -50,15 +55,33 @@ class SiteLease:
         return self._taken.lease.site, self._taken.lease.epoch
 
     def renew(self) -> None:
-        """Renew now (before a file's outputs); LeaseLostError once it is lost."""
+        """Renew now; LeaseLostError once it is lost."""
         with self._lock:
             if self._lost is not None:
                 raise LeaseLostError(self._lost)
+            sent = time.monotonic()
             try:
                 self._taken = self.leases.renew(self._taken)
             except LeaseLostError as exc:
                 self._lost = str(exc)
                 raise
+            self._sent = sent
+
+    def fence(self) -> None:
+        """Before each write: renew when a third of the lease has passed since the renewal
+        that holds it was sent; LeaseLostError when it is lost, or when less than
+        :data:`FENCE_MARGIN` of the lease is left by this job's clock (another site may
+        take the shard over then: this job writes nothing more)."""
+        if time.monotonic() - self._sent > self.leases.lease_seconds / 3:
+            self.renew()
+        left = self.leases.lease_seconds - (time.monotonic() - self._sent)
+        if left < FENCE_MARGIN * self.leases.lease_seconds:
+            lease = self._taken.lease
+            msg = f"shard {lease.shard}: this job's lease (site {lease.site!r}, epoch "
+            msg += f"{lease.epoch}) has {max(left, 0):.0f} s left by its own clock: it writes "
+            with self._lock:
+                self._lost = msg + "no more (another site may take the shard over)"
+            raise LeaseLostError(self._lost)
 
     def start(self) -> None:
         """Renew in the background from now on."""
@@ -87,21 +110,41 @@ class SiteLease:
                 log.warning(text, self._taken.lease.shard, exc, self.leases.lease_seconds / 3)
 
 
+#: The run directory's campaign instance: a random id that tells two run directories of
+#: one site name apart in the bucket's leases.
+INSTANCE = "campaign/instance"
+
+
+def instance_id(run_dir: Path) -> str:
+    """This run directory's campaign instance id, made once (create-if-absent: two jobs
+    starting together read the same one)."""
+    path = Path(run_dir) / INSTANCE
+    try:
+        return path.read_text("utf-8").strip()
+    except FileNotFoundError:
+        pass
+    create_exclusive(path, secrets.token_hex(8).encode())
+    return path.read_text("utf-8").strip()
+
+
 @contextmanager
 def held(
-    output: Location, campaign: CampaignSettings, shard: int, holder: str
+    output: Location, campaign: CampaignSettings, shard: int, holder: str, instance: str = ""
 ) -> Iterator[SiteLease | None]:
     """The shard's lease while the block runs (None without a campaign); while another
-    site holds it live, this waits (:func:`await_free`)."""
+    site (or another run directory of this site, ``instance``) holds it live, this waits
+    (:func:`await_free`)."""
     if campaign.site is None:
         yield None
         return
     leases = Leases(output, campaign.lease_seconds)
-    got = leases.take(shard, campaign.site, holder, stale_own=True)
+    sent = time.monotonic()
+    got = leases.take(shard, campaign.site, holder, stale_own=True, instance=instance)
     while isinstance(got, Seen):  # another site took it since this site planned: rare
         log.warning("%s; this job waits for it", refusal(got, campaign))
-        log.warning("shard %s: %s", shard, await_free(output, campaign, shard))
-        got = leases.take(shard, campaign.site, holder, stale_own=True)
+        log.warning("shard %s: %s", shard, await_free(output, campaign, shard, instance))
+        sent = time.monotonic()
+        got = leases.take(shard, campaign.site, holder, stale_own=True, instance=instance)
     if got.took_over is not None:
         old = got.took_over.lease
         log.warning(
@@ -112,7 +155,7 @@ def held(
             old.epoch,
             got.took_over.age_s,
         )
-    lease = SiteLease(leases, got)
+    lease = SiteLease(leases, got, sent)
     lease.start()
     try:
         yield lease
@@ -175,16 +218,16 @@ def read_done(output: Location) -> list[SiteDone]:
     return found
 
 
-def await_free(output: Location, campaign: CampaignSettings, shard: int) -> str:
-    """Wait until no live job of another site holds ``shard`` (a look every quarter of the
-    lease, 1 to 30 s); why it is free."""
+def await_free(output: Location, campaign: CampaignSettings, shard: int, instance: str = "") -> str:
+    """Wait until no live job of another site (or of another run directory of this site)
+    holds ``shard`` (a look every quarter of the lease, 1 to 30 s); why it is free."""
     leases = Leases(output, campaign.lease_seconds)
     poll_s = min(30.0, max(1.0, campaign.lease_seconds / 4))
     while True:
         seen = leases.seen(shard)
         if seen is None:
             return "released"
-        if seen.lease.site == campaign.site:
+        if seen.lease.site == campaign.site and seen.lease.instance == instance:
             return f"held by this site ({seen.lease.holder})"
         if leases.expired(seen):
             return f"site {seen.lease.site!r}'s lease ran out ({seen.age_s:.0f} s unrenewed)"
@@ -195,8 +238,11 @@ def refusal(seen: Seen, campaign: CampaignSettings) -> str:
     """Why a job leaves a shard another site holds (its console line)."""
     other = seen.lease
     left = max(0.0, campaign.lease_seconds - seen.age_s)
+    whose = f"site {other.site!r}"
+    if other.site == campaign.site:
+        whose = f"another run directory of site {other.site!r} (instance {other.instance or '?'})"
     return (
-        f"shard {other.shard} is held by site {other.site!r} ({other.holder}, lease epoch "
+        f"shard {other.shard} is held by {whose} ({other.holder}, lease epoch "
         f"{other.epoch}, renewed {seen.age_s:.0f} s ago by the store's clock): this site "
         f"leaves it; it may take it over if nobody renews the lease for {left:.0f} s more"
     )

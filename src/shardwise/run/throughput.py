@@ -196,3 +196,63 @@ def rate_for_walltime(
     found = [r.p10 for g in groups if (r := Percentiles.of(_ratio(g.bytes, g.seconds)))]
     slowest = min((p for p in found if p > 0), default=None)
     return slowest
+
+
+#: Finished files needed before their times say whether a file's time follows its bytes.
+NEED_MIN_FILES = 5
+#: The correlation of bytes and seconds over finished files at which time follows bytes.
+FOLLOWS_BYTES = 0.8
+#: The percentile of a file's time (or seconds per byte) a job's floor is sized on.
+NEED_PERCENTILE = 90
+
+
+@dataclass(frozen=True)
+class FileNeed:
+    """What one file of this run takes, measured on finished files: ``seconds`` per file
+    (the ``NEED_PERCENTILE``-th), or ``seconds_per_byte`` (its percentile) where a file's
+    time follows its bytes; ``basis`` says which (``files`` or ``bytes``)."""
+
+    basis: Literal["files", "bytes"]
+    files: int
+    seconds: float
+    seconds_per_byte: float = 0.0
+
+    def of(self, largest_bytes: int) -> float:
+        """Seconds one file of a job whose largest file has ``largest_bytes`` needs."""
+        return self.seconds_per_byte * largest_bytes if self.basis == "bytes" else self.seconds
+
+    def said(self) -> str:
+        """The basis in words (the fit's line)."""
+        over = f"p{NEED_PERCENTILE} of {self.files} finished file(s)"
+        if self.basis == "bytes":
+            return f"{over}' seconds per byte (a file's time follows its bytes here)"
+        return f"{over}' time, {self.seconds:.0f} s (a file's time does not follow its bytes here)"
+
+
+def file_need(stats: Iterable[Mapping[str, Any]] | StatsTable) -> FileNeed | None:
+    """What one file needs, from the run's finished files (None before any): seconds per
+    file, or per byte where enough files show their time following their bytes (a
+    correlation of at least :data:`FOLLOWS_BYTES` over :data:`NEED_MIN_FILES` or more)."""
+    t = _timed(stats)
+    if len(t) == 0:
+        return None
+    seconds = float(np.percentile(t.seconds, NEED_PERCENTILE))
+    sized = np.isfinite(t.bytes) & (t.bytes > 0)
+    if sized.sum() >= NEED_MIN_FILES:
+        b, s = t.bytes[sized], t.seconds[sized]
+        follows = float(np.std(b)) > 0 and float(np.std(s)) > 0
+        if follows and float(np.corrcoef(b, s)[0, 1]) >= FOLLOWS_BYTES:
+            per_byte = float(np.percentile(s / b, NEED_PERCENTILE))
+            return FileNeed("bytes", len(t), seconds, per_byte)
+    return FileNeed("files", len(t), seconds)
+
+
+def file_needs(stats: Iterable[Mapping[str, Any]] | StatsTable) -> tuple[FileNeed, ...]:
+    """:func:`file_need` per GPU kind (a job may start on any kind its partitions hold, and
+    a kind with few files is not drowned by a fast one); none before any file finished."""
+    t = _timed(stats)
+    if len(t) == 0:
+        return ()
+    kinds = t.device_name.astype(str)
+    found = (file_need(t.select(kinds == k)) for k in np.unique(kinds))
+    return tuple(n for n in found if n is not None)

@@ -49,11 +49,17 @@ class Lease:
     epoch: int
     token: str
     renewal: int = 0
+    #: The run directory of the site that holds it (``run/sitelease.py`` ``instance_id``):
+    #: two run directories of one site name are two holders ("": a lease of an older
+    #: version, judged as the site's own).
+    instance: str = ""
 
     @classmethod
-    def new(cls, shard: int, site: str, holder: str, epoch: int = 1) -> Self:
+    def new(cls, shard: int, site: str, holder: str, epoch: int = 1, instance: str = "") -> Self:
         """A lease for this process, with a fresh token."""
-        return cls(shard=shard, site=site, holder=holder, epoch=epoch, token=secrets.token_hex(8))
+        token = secrets.token_hex(8)
+        return cls(shard=shard, site=site, holder=holder, epoch=epoch, token=token,
+                   instance=instance)  # fmt: skip
 
     def metadata(self) -> dict[str, str]:
         """The object's ``x-amz-meta-*`` (ASCII only: the holder is reduced to it)."""
@@ -65,6 +71,7 @@ class Lease:
             "epoch": str(self.epoch),
             "token": self.token,
             "renewal": str(self.renewal),
+            "instance": self.instance,
         }
 
     @classmethod
@@ -78,6 +85,7 @@ class Lease:
                 epoch=int(meta["epoch"]),
                 token=meta["token"],
                 renewal=int(meta.get("renewal", "0")),
+                instance=meta.get("instance", ""),
             )
         except (KeyError, ValueError) as exc:
             raise RecordError(f"{where}: not a shardwise lease ({exc!r} in its metadata)") from exc
@@ -137,12 +145,21 @@ class Leases:
         """Whether nobody renewed ``seen`` within the lease (by the store's clock)."""
         return seen.age_s > self.lease_seconds
 
-    def take(self, shard: int, site: str, holder: str, *, stale_own: bool = False) -> Taken | Seen:
+    def take(
+        self,
+        shard: int,
+        site: str,
+        holder: str,
+        *,
+        stale_own: bool = False,
+        instance: str = "",
+    ) -> Taken | Seen:
         """Take ``shard``: create its lease, or take over one that expired (or, with
-        ``stale_own``, one of this site whose job the site's scheduler knows ended);
-        else the other holder's lease, live."""
+        ``stale_own``, one of this site's run directory, ``instance``, whose job the
+        site's scheduler knows ended: another run directory of the same site name is
+        another holder); else the other holder's lease, live."""
         for _ in range(3):  # a lease released or taken between our two requests: look again
-            mine = Lease.new(shard, site, holder)
+            mine = Lease.new(shard, site, holder, instance=instance)
             etag = self._put(shard, mine, IfNoneMatch="*")
             if etag is not None:
                 return Taken(mine, etag)
@@ -151,9 +168,10 @@ class Leases:
                 continue
             if seen.lease.token == mine.token:  # a retried PUT whose first try landed
                 return Taken(mine, seen.etag)
-            if not (self.expired(seen) or (stale_own and seen.lease.site == site)):
+            own = seen.lease.site == site and seen.lease.instance == instance
+            if not (self.expired(seen) or (stale_own and own)):
                 return seen
-            mine = Lease.new(shard, site, holder, epoch=seen.lease.epoch + 1)
+            mine = Lease.new(shard, site, holder, epoch=seen.lease.epoch + 1, instance=instance)
             etag = self._put(shard, mine, IfMatch=seen.etag)
             if etag is not None:
                 return Taken(mine, etag, took_over=seen)
@@ -177,10 +195,25 @@ class Leases:
         raise LeaseLostError(msg + f"{taken.lease.epoch}) is lost: {who} holds it now")
 
     def release(self, taken: Taken) -> None:
-        """Remove the lease if it is still this process's (a lost one is left alone)."""
+        """Remove the lease if it is still this process's: one ``DELETE`` with
+        ``If-Match`` on the ETag of its last write (a lease taken over since is another
+        ETag: the store refuses, and it is left alone; a store that does not know the
+        condition on a delete, where the look before it is all the check)."""
+        rel = lease_rel(taken.lease.shard)
         seen = self.seen(taken.lease.shard)
-        if seen is not None and seen.lease.token == taken.lease.token:
-            self.output.remove(lease_rel(taken.lease.shard))
+        if seen is None or seen.lease.token != taken.lease.token:
+            return
+        try:
+            self.output.call_s3(rel, "delete_object", IfMatch=seen.etag)
+        except (OSError, StorageError) as exc:
+            if isinstance(exc, FileNotFoundError) or s3_reply(exc, through_retries=True)[1] in (
+                404,
+                412,
+            ):
+                return  # gone, or taken over between the look and the delete
+            if isinstance(exc, StorageError):
+                raise
+            raise StorageError(f"cannot remove {self.output.url(rel)}: {describe(exc)}") from exc
 
     def all_seen(self) -> list[Seen]:
         """Every lease now: one listing of the leases' prefix, one HEAD per lease."""
@@ -211,21 +244,40 @@ def unfit(output: Location) -> str | None:
 
 
 def probe(output: Location) -> str | None:
-    """Whether ``output`` honours ``If-None-Match: *``: two conditional creates of one
-    probe key, the second of which must fail. None when it does; else why not."""
+    """Whether ``output`` keeps leases: two ``If-None-Match: *`` creates of one probe key,
+    the second of which must fail; an ``If-Match`` with a stale ETag and one on a missing
+    key, both of which must fail (older MinIO accepted them, and created the object); and
+    a ``Date`` on its replies (without it a lease never runs out). None when it does;
+    else why not (Google Cloud Storage's XML API, which applies the conditions to reads
+    only, fails the second create)."""
     why = unfit(output)
     if why is not None:
         return why
     rel = f"{_PROBES}/{secrets.token_hex(8)}"
+    missing = f"{rel}-absent"
     try:
         outcomes = [_create(output, rel) for _ in range(2)]
+        stale = _conditional_put(output, rel, b"probe\n", IfMatch='"0000"') is not None
+        absent = _conditional_put(output, missing, b"probe\n", IfMatch='"0000"') is not None
+        dated = _dated(output, rel)
     finally:
         output.remove(rel)
-    if not outcomes[0]:
-        return "an If-None-Match: * create of a fresh key was refused (412)"
-    if outcomes[1]:
-        return "a second If-None-Match: * create of one key succeeded (the store ignores it)"
-    return None
+        output.remove(missing)
+    checks = [
+        (not outcomes[0], "an If-None-Match: * create of a fresh key was refused (412)"),
+        (outcomes[1], "a second If-None-Match: * create of one key succeeded (the store "
+         "ignores it; Google Cloud Storage's XML API applies it to reads only)"),
+        (stale, "an If-Match write with a stale ETag succeeded (the store ignores it)"),
+        (absent, "an If-Match write to a missing key succeeded (it created the object)"),
+        (not dated, "its replies carry no Date header: a lease could never run out"),
+    ]  # fmt: skip
+    return next((why for failed, why in checks if failed), None)
+
+
+def _dated(output: Location, rel: str) -> bool:
+    """Whether a HEAD of ``rel`` carries the store's ``Date`` (what a lease's age is)."""
+    head = output.call_s3(rel, "head_object")
+    return bool((head.get("ResponseMetadata") or {}).get("HTTPHeaders", {}).get("date"))
 
 
 def _create(output: Location, rel: str) -> bool:

@@ -32,7 +32,8 @@ def test_orphaned_local_holders_are_waited_for_and_what_they_left_is_named(tmp_p
     assert waited == adopt.Waited(jobs=0, processes=2, left=(2,))
     lines = out.getvalue().splitlines()
     assert lines[0].startswith(
-        "shardwise: adopted 2 live job(s) of an earlier invocation (shards 1-2)"
+        "shardwise: adopted 2 live job(s) of an earlier invocation (shards 1-2): this run "
+        "keeps them as its own"
     )
     assert any(line.endswith("ended: its shards are done") for line in lines)
     assert any("(shards 2) ended: 1 shard(s) left: this run labels them" in line for line in lines)
@@ -79,7 +80,7 @@ def test_the_adoption_record_round_trips_and_refuses_a_damaged_shard_list(tmp_pa
         assert "[holders][0]: field 'shards' must be an array of integers" in str(e)
     else:
         raise AssertionError("a damaged shard list was read")
-    end = claims.adoption_end_path(tmp_path, "old")
+    end = claims.adoption_end_path(tmp_path, "old", "7")
     end.parent.mkdir(parents=True)
     end.write_text("{}")
     claims.write_adoption(tmp_path, None)

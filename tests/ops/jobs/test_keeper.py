@@ -182,3 +182,33 @@ def test_the_job_s_own_stop_record_names_a_preemption_only_for_the_run_that_ende
     # the same job requeued again, by a node failure (no new record): not a preemption
     second = requeued(job("7", "RUNNING", restarts=1), job("7", "PENDING", restarts=2))
     assert "was requeued by SLURM (run 3)" in second, second
+
+
+def test_an_adopted_job_that_ended_is_named_by_its_shards_own_record(tmp_path, monkeypatch):
+    """No plugin reports an adopted job: a cut at its walltime says so, not "(FAILED)"
+    alone; a preemption its shard recorded is counted as one."""
+    from shardwise.run import failures
+
+    monkeypatch.setenv("SLURM_JOB_ID", "9")
+    failures.record_failure(tmp_path, 2, [], cause=failures.walltime_stop(5, 1), limit=5)
+    monkeypatch.setenv("SLURM_JOB_ID", "8")
+    failures.record_failure(tmp_path, 6, [], cause=failures.preempted(" in partition gpu"))
+    queue = Queue([job("9", "FAILED"), job("8", "FAILED"), job("4", "COMPLETED")])
+    jobs = AdoptedJobs({"9": (2,), "8": (6,), "4": (3,)})
+    k = keeper(tmp_path, monkeypatch, queue, jobs, Duty.adopted())
+    assert k.check() == 0
+    lines = k.out.getvalue().splitlines()
+    assert lines[2] == (
+        "shardwise: job 9 (shards 2) ended in partition gpu (FAILED): stopped at its walltime "
+        "(5 min) after 1 "
+        "file(s) of this attempt; finished files stay done, and the retry asks for a longer "
+        "walltime: 1 of 1 shard(s) left (shards 2): this run labels them"
+    )
+    said = "shardwise: job 8 (shards 6) ended in partition gpu (FAILED): preempted in partition"
+    assert lines[1].startswith(said)
+    assert lines[0] == (
+        "shardwise: job 4 (shards 3) ended in partition gpu (COMPLETED): 1 of 1 shard(s) left "
+        "(shards 3): this run labels them"
+    )
+    kinds = {e.job_id: e.kind for e in jobevents.load(tmp_path)}
+    assert kinds == {"9": "ended", "8": "preempted", "4": "ended"}

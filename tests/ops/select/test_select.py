@@ -209,3 +209,30 @@ def main_json(run_dir: Path, name: str) -> str:
     """The JSON report of selection ``name``."""
     path = selection.root(run_dir, name) / "report.json"
     return path.read_text()
+
+
+def test_two_selects_of_one_name_at_once_one_is_planned_the_other_refused(
+    tmp_path, capsys, monkeypatch
+):
+    """Both look before either writes (the race): the second finds the first's plan at
+    its write, and is refused naming it, never told to continue it."""
+    cfg = plan_run(tmp_path, total_shards=3, domains={"tokenizer": str(tiny_model_dir("topic"))})
+    run_dir = Path(cfg["run_dir"])
+    label(run_dir)
+    weights = tmp_path / "w.json"
+    weights.write_text(json.dumps([{"domain": "a", "weight": 1.0}]))  # the fake engine's label
+    asks = [["select", "--run-dir", str(run_dir), "--name", "x", "--weights", str(weights),
+             "--tokens", tokens, "--classifier", "topic"] for tokens in ("50", "40")]  # fmt: skip
+    real_plan = select.plan
+
+    def racing(run_dir, request):  # the second select has looked (none yet) and plans ...
+        new = real_plan(run_dir, request)
+        monkeypatch.setattr(select, "plan", real_plan)
+        assert main(asks[0]) == 0  # ... while the first plans and writes the name
+        return new
+
+    monkeypatch.setattr(select, "plan", racing)
+    assert main(asks[1]) == 1
+    err = capsys.readouterr().err
+    assert "selection 'x' of" in err and "was planned with other settings" in err, err
+    assert selection.load_plan(run_dir, "x").budget_tokens == 50  # the first request, whole

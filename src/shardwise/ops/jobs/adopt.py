@@ -2,11 +2,12 @@
 
 A main process that dies (``kill -9``, a lost login node, its own walltime) leaves its
 jobs running and pending. The next invocation of the same run plans their shards as
-adopted (``claims/adopted.json``): it submits nothing for them, and its ``adopt``
-checkpoint (a local job running :func:`wait`) keeps them with the same keeper as its own
-jobs (:mod:`shardwise.ops.jobs.keeper`), until each has ended. Meanwhile the walltime
-adaptation treats them as the run's jobs. When the last one ends, the checkpoint
-finishes and Snakemake labels whatever they left, in the same invocation.
+adopted (``claims/adopted.json``): it submits nothing for them, and one ``adopt``
+checkpoint per adopted job (a local job running :func:`wait` for that holder) keeps it
+with the same keeper as its own jobs (:mod:`shardwise.ops.jobs.keeper`) until it has
+ended; each counts against ``jobs``. Meanwhile the walltime adaptation treats them as the
+run's jobs. When one ends, its checkpoint finishes and Snakemake labels whatever that job
+left at once, under the same rules as its own jobs, while the others still run.
 
 Orphaned local shard processes (the local executor) are waited for the same way, by
 their process identity.
@@ -89,9 +90,14 @@ def wait(
 def _announce(run_dir: Path, adoption: Adoption, out: IO[str]) -> None:
     """One line for the adoption, one event per adopted job."""
     n = len(adoption.holders)
-    text = f"adopted {n} live job(s) of an earlier invocation (shards "
-    text += f"{ranges.compress(list(adoption.shards))}): this run waits for them, fits their "
-    text += "walltimes with its own, and labels whatever they leave"
+    who, it, its = (
+        (adoption.holders[0].name(), "it", "its")
+        if n == 1
+        else (f"{n} live job(s)", "them", "their")
+    )
+    text = f"adopted {who} of an earlier invocation (shards "
+    text += f"{ranges.compress(list(adoption.shards))}): this run keeps {it} as its own, fits "
+    text += f"{its} walltime with its own, and labels what each leaves as soon as it ends"
     out.write(f"{PREFIX}{text}\n")
     out.flush()
     now = datetime.now().isoformat(timespec="seconds")

@@ -99,9 +99,20 @@ class Keeper:
             if not self.jobs.end(job_id, done=not left, why=why):
                 return  # reported meanwhile (by the plugin, or a round before)
             action, outcome = self._outcome(shards, left)
+            told = self._own_record(job_id, left) if self.duty.resolve_all else None
+            if told is not None:  # an adopted job: no plugin reports its shard's own reason
+                kind = Kind.PREEMPTED if told.kind == "preempted" else kind
+                why = f"{why}: {told.reason}"
             why = f"{why}: {outcome}"
         if kind is not None or verdict.act is Act.END:
             self._record(job_id, shards, job, (kind or Kind.ENDED, verdict.run), action, why)
+
+    def _own_record(self, job_id: str, shards: Sequence[int]) -> failures.FailureRecord | None:
+        """The newest failure record a shard of this job wrote in it (its stop at the
+        walltime, a preemption, a file that failed): why it ended, in its own words."""
+        mine = [r for s in shards if (r := failures.latest(self.run_dir, s)) is not None]
+        mine = [r for r in mine if r.slurm_job_id == job_id]
+        return max(mine, key=lambda r: r.at, default=None)
 
     def _told(self, job_id: str, run: int) -> list[JobEvent]:
         """The events already recorded about this run of the job."""

@@ -374,13 +374,14 @@ def planned(run_dir: Path, request: Request | None, name: str) -> SelectionPlan:
             msg = f"selection {name!r} of {run_dir} no longer describes the run's labels: "
             raise ConfigError(msg + f"{stale}; or remove {where} to plan {name!r} anew")
     new = plan(run_dir, request)
-    if existing is not None:
-        weights = [(d.labels, d.weight) for d in existing.domains]
-        if not request.same_as(existing) or weights != [(d.labels, d.weight) for d in new.domains]:
-            msg = f"selection {name!r} of {run_dir} was planned with other settings "
-            msg += f"({selection.root(run_dir, name) / selection.PLAN_JSON}): give another --name, "
-            msg += "or remove that directory to plan it anew"
-            raise ConfigError(msg)
-        return existing
-    selection.save_plan(run_dir, new)
-    return new
+    if existing is None:  # a name is planned once: another select may create it first
+        existing = selection.save_plan(run_dir, new)
+        if existing is new:
+            return new
+    weights = [(d.labels, d.weight) for d in existing.domains]
+    if not request.same_as(existing) or weights != [(d.labels, d.weight) for d in new.domains]:
+        msg = f"selection {name!r} of {run_dir} was planned with other settings "
+        msg += f"({selection.root(run_dir, name) / selection.PLAN_JSON}): give another --name, "
+        msg += "or remove that directory to plan it anew"
+        raise ConfigError(msg)
+    return existing

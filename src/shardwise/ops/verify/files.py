@@ -150,6 +150,7 @@ def check_file(
         models=ctx.meta.models,
     )
     roots = ctx.roots()
+    holders: dict[str, tuple[str, int] | None] = {}
     for kind in reversed(outputs.kinds()):
         if kind.name not in kinds or kind.root not in roots:
             continue
@@ -159,6 +160,7 @@ def check_file(
         where = roots[kind.root].url(kind.rel(rel))
         found = [Finding(where, what) for what in kind.check(record, want)]
         (check.derived if kind.derived else check.problems).extend(found)
+        holders[kind.name] = outputs.holder_of(kind, record)
         if kind is outputs.MARKER:
             check.marker_rows, check.site = record.rows, record.site
         elif kind is outputs.STATS:
@@ -166,7 +168,23 @@ def check_file(
             check.fidelity = list(record.fidelity or ())
         elif kind is outputs.SIDECAR and docs is not None:
             check.rows = len(docs)
+    mixed = _mixed_holders(holders)
+    if mixed:
+        check.problems.append(Finding(ctx.output.url(outputs.MARKER.rel(rel)), mixed))
     return check
+
+
+def _mixed_holders(holders: dict[str, tuple[str, int] | None]) -> str:
+    """Why a file's outputs are not one campaign holder's ("" when they are, or say
+    nothing): a holder that stalled past its lease wrote over another site's."""
+    said = {name: h for name, h in holders.items() if h is not None}
+    if len(set(said.values())) <= 1:
+        return ""
+    who = "; ".join(f"{name}: site {h[0]!r}, epoch {h[1]}" for name, h in said.items())
+    return (
+        f"outputs written by different holders ({who}): a job that stalled past its lease "
+        "wrote over another site's; `--repair` removes them and the file is labelled again"
+    )
 
 
 def _read_output(output: Location, kind: outputs.OutputKind, rel: str, check: FileCheck) -> Any:

@@ -106,7 +106,8 @@ def test_a_sigkilled_run_is_finished_by_the_same_command_run_again(cluster, tmp_
         assert "adopted: this run waits for them" in log
         for job_id in before:
             assert f"job {job_id} " in log
-        assert re.search(rf"adopted job {pending} \(shards [\d,-]+\) ended \(CANCELLED", log)
+        cancelled = rf"adopted job {pending} \(shards [\d,-]+\) ended in partition \S+ \(CANCELLED"
+        assert re.search(cancelled, log), log[-4000:]
         retried = re.search(
             r"submitted with SLURM jobid \d+ \(log: [^)]*group_classify_adopted", log
         )

@@ -17,6 +17,7 @@ single-pass reductions (LayerNorm) and batches of any size reuse the one graph.
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch.nn import functional as F
@@ -109,29 +110,20 @@ def compiled() -> Kernels:
     graph each (an unsupported operation raises instead of running half eager), static
     but for the token count (:func:`_tokens_dynamic`)."""
     options = {"fullgraph": True, "dynamic": False}
-    qkv = torch.compile(qkv_rope, **options)
-    tail = torch.compile(layer_tail, **options)
+    qkv = _marked(torch.compile(qkv_rope, **options), (0, 3, 4))  # hidden, cos, sin
+    tail = _marked(torch.compile(layer_tail, **options), (0, 1))  # hidden, attended
+    return Kernels(qkv, tail, compiled=True)
 
-    def qkv_rope_compiled(
-        hidden: torch.Tensor,
-        weight: torch.Tensor,
-        bias: torch.Tensor | None,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        _tokens_dynamic(hidden, cos, sin)
-        return qkv(hidden, weight, bias, cos, sin)
 
-    def layer_tail_compiled(
-        hidden: torch.Tensor,
-        attended: torch.Tensor,
-        weights: LayerWeights,
-        act: Callable[[torch.Tensor], torch.Tensor],
-    ) -> torch.Tensor:
-        _tokens_dynamic(hidden, attended)
-        return tail(hidden, attended, weights, act)
+def _marked(fn: Callable[..., Any], positions: tuple[int, ...]) -> Callable[..., Any]:
+    """``fn`` with the token dimension of its arguments at ``positions`` marked dynamic
+    at each call (:func:`_tokens_dynamic`)."""
 
-    return Kernels(qkv_rope_compiled, layer_tail_compiled, compiled=True)
+    def call(*args: Any) -> Any:
+        _tokens_dynamic(*(args[i] for i in positions))
+        return fn(*args)
+
+    return call
 
 
 def _tokens_dynamic(*tensors: torch.Tensor) -> None:

@@ -6,6 +6,7 @@ module's own names (tests/slurm/test_adapt.py runs it on the real cluster)."""
 from __future__ import annotations
 
 import io
+from types import SimpleNamespace
 
 from slurm_samples import job
 
@@ -47,18 +48,35 @@ def test_a_pending_job_below_what_a_file_needs_is_replaced_and_the_floor_said(
     assert actions == ["floor", "replaced"]
 
 
-def test_before_any_file_finished_nothing_is_lowered_on_a_guess(tmp_path, monkeypatch):
+def test_before_any_file_finished_one_job_alone_measures_the_first_file(tmp_path, monkeypatch):
+    """No fit on a guess (the configured rate's estimate cut jobs before their first
+    file): the probed job alone is lowered to the longest limit SLURM's plan starts now;
+    the others keep their limits until its figure."""
     monkeypatch.setattr(adapt.queries, "job_detail", lambda *a, **kw: Answer({"JobId": "7"}))
     monkeypatch.setattr(adapt.queries, "config", lambda *a, **kw: Answer({}))
-    probed = []
-    monkeypatch.setattr(adapt.plan_probe, "probe", lambda *a, **kw: probed.append(a))
+    asked = []
+    answer = SimpleNamespace(longest_now=20, calls=4, seconds=1.5, submitted=2,
+                             changed=lambda: "2 probe job(s)")  # fmt: skip
+
+    def probe(options, own, floor, **kw):
+        asked.append((own, floor))
+        return answer
+
+    monkeypatch.setattr(adapt.plan_probe, "probe", probe)
+    lowered = []
+    monkeypatch.setattr(adapt.control, "lower_time_limit",
+                        lambda job_id, minutes, **kw: lowered.append((job_id, minutes)) or
+                        Answer(True))  # fmt: skip
     unknown = Floor(None, "no file of this run has finished yet")
     a = adapter(tmp_path, lambda shards: unknown)
-    reserved = job("7", reason="ReqNodeNotAvail, Reserved for maintenance")
-    a._probe(reserved, {"7": (reserved, (1, 2))})
-    a._probe(reserved, {"7": (reserved, (1, 2))})  # the same wait: recorded, said once
-    assert probed == [] and a.record.fit is None and a.waiting
+    reserved = job("7", reason="ReqNodeNotAvail, Reserved for maintenance", time_limit_minutes=60)
+    other = job("8", reason="ReqNodeNotAvail, Reserved for maintenance", time_limit_minutes=60)
+    a._probe(reserved, {"7": (reserved, (1, 2)), "8": (other, (3,))})
+    assert asked == [(60, adapt.FIRST_FILE_FLOOR)] and lowered == [("7", 20)]
+    assert a.record.fit is None  # no fit for the others or the next submissions
     (line,) = a.out.getvalue().splitlines()
-    assert line.startswith("shardwise adapt: job 7 pends for a reservation")
-    assert "no file of this run has finished yet, so what a file needs is not known" in line
-    assert line.endswith("the jobs keep their limits until the first file's figure")
+    assert line.startswith("shardwise adapt: lowered job(s) 7 (60 -> 20 min, shards 1-2): ")
+    assert (
+        "job 7 alone is lowered to the longest limit SLURM's plan starts now, 20 min, to " in line
+    )
+    assert "the other jobs keep their limits until its figure" in line

@@ -48,6 +48,9 @@ from shardwise.slurm.pending import waits_for_reservation
 
 #: The console prefix of every line the adaptation prints.
 PREFIX = "shardwise adapt: "
+#: The shortest limit a plan probe tries before any file of the run has finished (the
+#: signal's lead and the job's start, and a minute of work).
+FIRST_FILE_FLOOR = 5
 
 RunJobs = dict[str, tuple[queries.Job, tuple[int, ...]]]
 
@@ -152,18 +155,7 @@ class Adapter:
             return
         shards = tuple(s for _, ss in pending.values() for s in ss)
         need = self.settings.floor(shards)
-        if need.minutes is None:
-            text = f"job {job.id} pends for a reservation ({job.reason}); {need.basis}, so what "
-            text += "a file needs is not known: no limit is lowered on a guess, the jobs keep "
-            text += "their limits until the first file's figure"
-            self.waiting = True
-            self._say(
-                "waiting",
-                text,
-                quiet=self.record.events[-1:] != () and (self.record.events[-1].text == text),
-            )
-            return
-        floor = need.minutes
+        floor = need.minutes if need.minutes is not None else FIRST_FILE_FLOOR
         own = job.time_limit_minutes or floor
         bf = queries.backfill_interval_seconds(cfg.value or {}) if cfg.ok else 30
         options = functools.partial(walltime_probe.test_only_options, detail.value)
@@ -185,6 +177,9 @@ class Adapter:
             # a wait said already is recorded (its cost), not printed again: nothing changed
             self._say("probed" if again else "waiting", text, fit=None, probe=planned, quiet=again)
             return
+        if need.minutes is None:
+            self._measure_first(job, pending, planned, need, cost)
+            return
         self.waiting = False
         minutes, now = planned.longest_now, datetime.now()
         horizon = planned.held_at(now) + timedelta(minutes=minutes)
@@ -202,6 +197,26 @@ class Adapter:
         text += f"{need.basis})"
         self._say("fitted", text, minutes=minutes, fit=fit, probe=planned)
         self._lower(pending, fit.cap(now) or floor, "SLURM's plan")
+
+    def _measure_first(
+        self,
+        job: queries.Job,
+        pending: RunJobs,
+        planned: plan_probe.Planned,
+        need: Floor,
+        cost: str,
+    ) -> None:
+        """No file of the run has finished: what a file needs is unknown, so no fit is set
+        on a guess. One job (``job``) is lowered to the longest limit SLURM's plan starts
+        now, to measure the first file; the others keep their limits until its figure
+        (the next probe fits them all)."""
+        minutes = planned.longest_now or 0
+        why = f"{need.basis}: job {job.id} alone is lowered to the longest limit SLURM's "
+        why += f"plan starts now, {minutes} min, to measure the first file; the other jobs "
+        why += f"keep their limits until its figure ({cost})"
+        self.waiting = False
+        self._say("measuring", why, minutes=minutes, probe=planned, quiet=True)  # its cost
+        self._lower({job.id: pending[job.id]}, minutes, why)
 
     def _lower(self, pending: RunJobs, cap: int, why: str) -> None:
         """Lower every pending job of the run above ``cap`` to it, never below what one

@@ -251,7 +251,8 @@ class Adapter:
         shards = tuple(s for _, ss in pending.values() for s in ss)
         need = self.settings.floor(shards) if shards else None
         if need is not None and need != self.last_floor and need.minutes is not None:
-            was = f" (was {self.last_floor.minutes} min)" if self.last_floor else ""
+            known = self.last_floor is not None and self.last_floor.minutes is not None
+            was = f" (was {self.last_floor.minutes} min)" if known else ""
             text = f"one file of the pending shards now needs {need.minutes} min{was}: {need.basis}"
             self._say("floor", text, minutes=need.minutes)
         self.last_floor = need or self.last_floor

@@ -235,8 +235,9 @@ def _die_with(parent: int) -> Callable[[], None]:
     parent died already (between the fork and the prctl)."""
 
     def arm() -> None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)  # Linux only
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != parent:
             os._exit(1)
 

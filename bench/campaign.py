@@ -64,6 +64,7 @@ from collections import Counter
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import numpy as np
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
@@ -260,6 +261,37 @@ def probe_cost(run_dir: Path) -> dict:
         "probe_jobs": sum(e["probe_jobs"] for e in probed),
         "lowered": sum(e["action"] == "lowered" for e in events),
         "lines": [e["text"] for e in events],
+    }
+
+
+#: Seconds before its limit a job may be told to stop: the test profile's
+#: ``--signal=TERM@120``, which SLURM may send up to 60 s early (sbatch(1)).
+SIGNAL_LEAD_S = 120 + 60
+
+
+def floor_against_need(run_dir: Path, output: Path) -> dict:
+    """The walltime fit's floor for one file (the last one its record says) against what a
+    one-file job of this run measurably needed: its start-up, the longest file, and the
+    stop signal's lead with SLURM's early minute (the stats' ``startup_s`` and
+    ``seconds``), and whether a file's time followed its bytes here (their correlation)."""
+    path = run_dir / "walltime-adapt.json"
+    events = json.loads(path.read_text())["events"] if path.exists() else []
+    floors = [e["minutes"] for e in events if e["action"] == "floor" and e["minutes"]]
+    stats = [json.loads(p.read_text()) for p in output.rglob("*.stats.json")]
+    seconds = [s["seconds"] for s in stats if s.get("seconds")]
+    startups = [s["startup_s"] for s in stats if s.get("startup_s") is not None]
+    sizes = [s["bytes"] for s in stats if s.get("seconds")]
+    need = max(startups, default=0.0) + max(seconds, default=0.0) + SIGNAL_LEAD_S
+    spread = len(set(sizes)) > 1 and len(set(seconds)) > 1
+    corr = float(np.corrcoef(sizes, seconds)[0, 1]) if spread else None
+    return {
+        "floors": floors,
+        "files": len(seconds),
+        "longest_file_s": round(max(seconds, default=0.0), 1),
+        "startup_s": round(max(startups, default=0.0), 1),
+        "need_s": round(need, 1),
+        "ratio": round(floors[-1] * 60 / need, 2) if floors and seconds else None,
+        "bytes_seconds_correlation": None if corr is None else round(corr, 2),
     }
 
 
@@ -496,6 +528,7 @@ def figures(
             "shards_before_window": shards,
             "operator_commands": 0,
             "probe": probe_cost(run_dir),
+            "floor": floor_against_need(run_dir, output),
             "log_tail": (root / mode / "snakemake.log").read_text()[-3000:],
         }
     return out
@@ -521,6 +554,13 @@ def print_report(report: dict) -> None:
         )
     if report["kill"]:
         print(f"kill -9 mid-probe: {report['kill']}")
+    floor = report["campaigns"]["adapt"]["floor"]
+    print(
+        f"adapt: one file's floor {floor['floors']} min against a one-file job's need "
+        f"{floor['need_s']:g} s (start-up {floor['startup_s']:g} s + longest file "
+        f"{floor['longest_file_s']:g} s + {SIGNAL_LEAD_S} s of signal): {floor['ratio']}x; "
+        f"bytes/seconds correlation {floor['bytes_seconds_correlation']}"
+    )
     for line in report["campaigns"]["adapt"]["probe"].get("lines", []):
         print(f"  adapt: {line}")
 

@@ -38,6 +38,11 @@ def test_run_labels_every_file_then_second_run_does_nothing(tmp_path, demo_model
         (tmp_path / "labels" / "cc" / "science" / "part-0000.parquet.stats.json").read_text()
     )
     assert stats["device"] and stats["versions"]["torch"]
+    # each shard's one job records its start-up on its first file only (the walltime floor's)
+    every = [json.loads(p.read_text()) for p in (tmp_path / "labels").rglob("*.stats.json")]
+    started = sorted(s["shard"] for s in every if s.get("startup_s") is not None)
+    assert started == sorted({s["shard"] for s in every}), started
+    assert all(s["startup_s"] > 0 for s in every if s.get("startup_s") is not None)
     again = run_snakemake(config)
     assert "Nothing to be done" in again.stdout
     assert main(["coverage", "--run-dir", str(tmp_path / "run"), "--format", "json"]) == 0

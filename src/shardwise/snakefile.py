@@ -22,6 +22,7 @@ from shardwise.planner.inflight import Submitter
 from shardwise.planner.prepare import RunInfo, is_dry_run
 from shardwise.planner.walltime import runtime_minutes_for
 from shardwise.run import adaptation, selection
+from shardwise.slurm import profile
 from shardwise.slurm.profile import site_resources
 from shardwise.slurm.submiterrors import show_submit_errors
 
@@ -107,6 +108,23 @@ def classify_group_size(workflow: Any) -> int:
     return 1 if local else int(groups.group_components.get(group, 1))
 
 
+def signal_lead_s(workflow: Any) -> int:
+    """Seconds before its limit a classify job is told to stop: the ``--signal=TERM@N`` of
+    its ``slurm_extra`` (``set-resources`` for ``classify``, else ``default-resources``),
+    :data:`walltime.SIGNAL_LEAD_S` where neither says."""
+    res = getattr(workflow, "resource_settings", None)
+    given = [
+        getattr(res, "overwrite_resources", {}).get("classify", {}),
+        getattr(res, "default_resources", None) or {},
+    ]
+    for resources in given:
+        extra = resources.get("slurm_extra") if hasattr(resources, "get") else None
+        lead = profile.signal_lead(str(getattr(extra, "value", extra) or ""))
+        if lead is not None:
+            return lead
+    return walltime.SIGNAL_LEAD_S
+
+
 class WalltimeAdaptation:
     """The walltime adaptation of one invocation (``hooks/adapt.py``). Made at parse time,
     started by the Snakefile's ``onstart`` (only then does the workflow know its executor)
@@ -133,7 +151,9 @@ class WalltimeAdaptation:
         knobs = adapt.AdaptSettings(
             check_seconds=float(settings.walltime.adapt_check_seconds),
             probe_seconds=float(settings.walltime.adapt_probe_seconds),
-            floor=functools.partial(walltime.one_file_minutes, settings),
+            floor=functools.partial(
+                walltime.one_file_minutes, settings, lead_s=signal_lead_s(workflow)
+            ),
         )
         self.adapter = Adapter(run_dir=self.run.run_dir, settings=knobs)
         self.adapter.start()

@@ -104,10 +104,15 @@ def test_the_adaptations_fit_caps_the_next_submissions_a_group_sharing_it(tmp_pa
     assert walltime.runtime_minutes_for(fixed, 0, 1, main_process=True) == 960
 
 
-def _finished(output: str, rows: list[tuple[str, int, float]]) -> None:
-    """Stats of finished files: (GPU kind, bytes, seconds) each."""
+def _finished(
+    output: str, rows: list[tuple[str, int, float]], startups: tuple[float, ...] = ()
+) -> None:
+    """Stats of finished files: (GPU kind, bytes, seconds) each; the first files are
+    their jobs' first, with ``startups`` (``startup_s``)."""
     for i, (device, size, seconds) in enumerate(rows):
         body = {"file": f"x{i}", "bytes": size, "seconds": seconds, "device_name": device}
+        if i < len(startups):
+            body["startup_s"] = startups[i]
         (Path(output) / f"x{i}.stats.json").write_text(json.dumps(body))
 
 
@@ -130,14 +135,21 @@ def test_a_files_need_is_its_measured_time_where_time_does_not_follow_bytes(tmp_
     walltime._floor_needs.clear()
     assert walltime.one_file_minutes(settings, [0], now=0.0).minutes is None
     times = [282, 286, 250, 394, 300, 290, 260]
+    startups = (40.0, 45.0, 50.0)  # three jobs' start-ups, on their first files
     _finished(settings.output_uri, [("H100", 39_000 + 5_000 * (i % 3) * 3, t)
-                                    for i, t in enumerate(times)])  # fmt: skip
+                                    for i, t in enumerate(times)], startups)  # fmt: skip
     assert walltime.one_file_minutes(settings, [0], now=10.0).minutes is None  # not yet stale
     floor = walltime.one_file_minutes(settings, [0], now=walltime.RATE_REFRESH_S + 1)
-    p90 = float(np.percentile(times, 90))  # 338 s
-    assert floor.minutes == math.ceil(p90 / 60) + walltime.STOP_MARGIN_MINUTES == 10
+    p90, start = float(np.percentile(times, 90)), float(np.percentile(startups, 90))  # 338, 49
+    lead = walltime.SIGNAL_LEAD_S + walltime.SIGNAL_EARLY_S
+    assert floor.minutes == math.ceil((p90 + start + lead) / 60) == 10
     assert floor.basis.startswith("p90 of 7 finished file(s)' time, 338 s (a file's time does")
-    assert floor.minutes * 60 <= 1.5 * max(times) + walltime.STOP_MARGIN_MINUTES * 60
+    assert "49 s of start-up (p90 of 3 job(s)), 120 s of the stop signal's lead" in floor.basis
+    # what a one-file job needs at most here: its start-up, the longest file, the lead
+    need = max(startups) + max(times) + walltime.SIGNAL_LEAD_S
+    assert floor.minutes * 60 <= 1.5 * need
+    later = walltime.one_file_minutes(settings, [0], now=walltime.RATE_REFRESH_S + 1, lead_s=300)
+    assert later.minutes == math.ceil((p90 + start + 300 + walltime.SIGNAL_EARLY_S) / 60) == 13
     failures.record_failure(settings.run_dir, 0, [], cause=failures.fit_too_short(20), limit=20)
     cut = walltime.one_file_minutes(settings, [0], now=walltime.RATE_REFRESH_S + 2)
     assert cut.minutes == 21 and "where a job the fit lowered was cut" in cut.basis
@@ -156,6 +168,8 @@ def test_where_time_follows_bytes_a_jobs_floor_is_its_own_largest_file(tmp_path)
     sizes = zip(table["shard"].to_pylist(), table["size"].to_pylist(), strict=True)
     largest = max(size for shard, size in sizes if shard == 0)
     floor = walltime.one_file_minutes(settings, [0], now=0.0)
-    assert floor.minutes == math.ceil(largest * 3 / 1000 / 60) + walltime.STOP_MARGIN_MINUTES
+    unmeasured = walltime.STARTUP_UNMEASURED_S + walltime.SIGNAL_LEAD_S + walltime.SIGNAL_EARLY_S
+    assert floor.minutes == math.ceil((largest * 3 / 1000 + unmeasured) / 60)
     assert "seconds per byte (a file's time follows its bytes here)" in floor.basis
+    assert "60 s of start-up (no job has recorded its own yet)" in floor.basis
     walltime._floor_needs.clear()

@@ -8,11 +8,13 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from inproc import FakeEngine, s3_run_config
 
+from shardwise.classify import shard_job
 from shardwise.classify.shard_job import run_shard
 from shardwise.config import CampaignSettings
 from shardwise.errors import ConfigError
@@ -20,7 +22,7 @@ from shardwise.ops.coverage import compute as coverage
 from shardwise.ops.coverage.render import report_dict, report_text
 from shardwise.ops.verify import check as verify
 from shardwise.planner.prepare import prepare_run
-from shardwise.run import outputs, plan, sitelease
+from shardwise.run import failures, outputs, plan, sitelease
 from shardwise.store.lease import Lease, LeaseLostError, Leases, Taken, lease_rel
 from shardwise.store.location import Location
 
@@ -117,6 +119,7 @@ import sys
 from pathlib import Path
 sys.path.insert(0, {tests!r})
 from inproc import FakeEngine
+from shardwise.classify import shard_job
 from shardwise.classify.shard_job import run_shard
 run_shard(Path({run_dir!r}), {shard}, engine_factory=lambda _c: FakeEngine(), progress=False)
 """
@@ -190,3 +193,30 @@ def test_two_run_directories_of_one_site_name_never_take_each_others_live_lease(
     assert f"held by another run directory of site 'a' (instance {ids[0]})" in said
     again = leases.take(0, "a", "job 3", stale_own=True, instance=ids[0])  # its own directory
     assert isinstance(again, Taken) and again.took_over is not None and again.lease.epoch == 2
+
+
+def test_a_wait_for_another_sites_lease_ends_before_the_jobs_own_walltime(
+    tmp_path: Path, s3, monkeypatch
+) -> None:
+    """Site b holds the shard live; site a's job (on SLURM: its end known) stops waiting in
+    time to leave a file's need before its stop, writes nothing, and leaves b's lease; the
+    bound is the job's stop less one file's measured time and a start-up."""
+    run_dir, output, shard, files = _planned(tmp_path, s3)
+    other = Leases(output, 60).take(shard, "b", "process 9 on other")
+    assert isinstance(other, Taken)
+    asked: list[bool] = []
+
+    def stops_in(*_a, **_k):
+        asked.append(True)
+        return shard_job.FILE_UNMEASURED_S + 2.0  # two seconds to wait, then a file's time
+
+    monkeypatch.setattr(shard_job.stopcause, "seconds_left", stops_in)
+    began = time.monotonic()
+    with pytest.raises(sitelease.LeaseWaitEndedError, match="stopped waiting for the lease of"):
+        run_shard(run_dir, shard, engine_factory=lambda _c: FakeEngine(), progress=False)
+    assert asked == [True] and time.monotonic() - began < 10
+    assert Leases(output, 60).seen(shard).lease.site == "b"  # left alone
+    assert not any(output.exists(outputs.MARKER.rel(f)) for f in files)
+    record = failures.latest(run_dir, shard)
+    assert record is not None and record.kind == "claimed", record
+    assert "stopped waiting for the lease of site 'b'" in record.reason

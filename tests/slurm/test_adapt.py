@@ -371,3 +371,7 @@ def test_the_campaign_keeps_the_free_gpu_busy_before_the_window_with_no_operator
     assert adapt["busy_fraction"] > configured["busy_fraction"]
     assert adapt["operator_commands"] == 0 and adapt["probe"]["probes"] >= 1
     assert report["probes_left"] == 0 and report["others_limits_kept"], report
+    # the floor a file needs, as measured: its start-up, its file, the stop signal (issue 62)
+    floor = adapt["floor"]
+    assert floor["floors"] and floor["ratio"] is not None, floor
+    assert floor["ratio"] <= 1.5, floor

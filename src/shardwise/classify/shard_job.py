@@ -7,6 +7,9 @@ only when every file has its marker. SIGTERM (SLURM's warning before a walltime 
 preemption kill) raises ``Interrupted``: nothing partial is marked done.
 """
 
+import contextlib
+import dataclasses
+import functools
 import logging
 import queue
 import signal
@@ -40,6 +43,7 @@ from shardwise.run import (
     sidecar,
     sitelease,
     summaries,
+    throughput,
 )
 from shardwise.run.failures import FailedFile
 from shardwise.run.fields import Documents
@@ -48,6 +52,7 @@ from shardwise.run.labelling import Labelling
 from shardwise.run.opened import OpenRun, open_run
 from shardwise.run.reader import read_documents
 from shardwise.run.sitelease import SiteLease
+from shardwise.slurm import jobclock
 
 log = logging.getLogger("shardwise.classify.shard_job")
 
@@ -207,7 +212,7 @@ def run_shard(
     ctx.source.remember_sizes({f.rel: f.size for f in files})  # no HEAD per file
     holder = claims.for_this_process(shard).holder()
     instance = sitelease.instance_id(ctx.run_dir) if ctx.settings.campaign.site else ""
-    with sitelease.held(ctx.output, ctx.settings.campaign, shard, holder, instance) as lease:
+    with _leased(ctx, shard, holder, instance) as lease:
         done = files_done(ctx, shard, files, fresh=lease is not None)
         left_out = ctx.quarantined
         report = ShardReport(shard=shard, files=len(files), skipped=len(done))
@@ -281,6 +286,7 @@ def _label_todo(
         engine = engine_factory(jobmodels.loading_from(ctx, sources))
         gate.moment("loaded")
         jobmodels.check_loaded(ctx, models, sources)  # the bytes loaded are the bytes checked
+        startup = _startup_s()
         report.half_on_cpu = half_on_cpu(engine)
         counter = load_counter(ctx)
         for item in _prefetch(ctx, todo, engine.prepare, counter):
@@ -292,13 +298,14 @@ def _label_todo(
                 report.errors.append(item.exc or InputError(item.error))
                 if item.fatal:
                     break
-            elif (written := _label_file(ctx, engine, item, shard, models, lease)) is None:
+            elif (written := _label_file(ctx, engine, item, shard, models, lease, startup)) is None:
                 log.warning("%s: quarantined while it was labelled: left out", current)
             else:
                 rows, stats = written
                 journal.append(run_dir, shard, journal.Line.of(item.task.rel, rows, stats))
                 report.docs += rows
                 report.labelled += 1
+                startup = None  # the job's start-up, on its first file only
                 gate.pause(shard, report.labelled)
                 gate.moment("labelled")
             bar.update(1)
@@ -316,6 +323,53 @@ def _label_todo(
         raise
     finally:
         bar.close()
+
+
+@contextlib.contextmanager
+def _leased(ctx: OpenRun, shard: int, holder: str, instance: str) -> Iterator[SiteLease | None]:
+    """The shard's campaign lease (``sitelease.held``; None outside a campaign); a wait for
+    another holder that had to end before this job's walltime is recorded as the shard's
+    failure (cause ``claimed``: the console names it) before it propagates."""
+    wait_until = functools.partial(_lease_wait_until, ctx)
+    with contextlib.ExitStack() as stack:
+        try:
+            campaign = ctx.settings.campaign
+            held = sitelease.held(
+                ctx.output, campaign, shard, holder, instance, wait_until=wait_until
+            )
+            lease = stack.enter_context(held)
+        except sitelease.LeaseWaitEndedError as e:
+            before = [FailedFile("(before the first file)", str(e))]
+            failures.record_failure(ctx.run_dir, shard, before, cause=failures.cause_of(e))
+            raise
+        yield lease
+
+
+#: Seconds a file is taken to need before any of this run's shards has one measured.
+FILE_UNMEASURED_S = 600.0
+#: Journals read for a file's measured time (up to this many shards'), when a job must wait.
+NEED_JOURNALS = 20
+
+
+def _lease_wait_until(ctx: OpenRun) -> float | None:
+    """The ``time.monotonic()`` by which a wait for another site's lease ends: this job's
+    stop (``stopcause.seconds_left``) less a job's start-up (the models load after the
+    wait) and one file's time, as measured (``FileNeed``, from up to
+    :data:`NEED_JOURNALS` shards' journals of this run); None outside SLURM."""
+    left = stopcause.seconds_left()
+    if left is None:
+        return None
+    shards = journal.shards(ctx.run_dir)[-NEED_JOURNALS:]
+    lines = [ln for s in shards for ln in journal.entries(ctx.run_dir, s).values()]
+    need = throughput.file_need([ln.stats for ln in lines if ln.stats])
+    file_s = FILE_UNMEASURED_S if need is None else need.seconds + (need.startup_s or 0.0)
+    return time.monotonic() + left - file_s
+
+
+def _startup_s() -> float | None:
+    """Seconds since this job began (``slurm/jobclock.py``), None where unknown."""
+    began = jobclock.started_at()
+    return None if began is None else round(max(0.0, time.time() - began), 3)
 
 
 def _fail(run_dir: Path, report: ShardReport, todo: int) -> None:
@@ -342,6 +396,7 @@ def _label_file(
     shard: int,
     models: dict[str, Any],
     lease: SiteLease | None,
+    startup: float | None = None,
 ) -> tuple[int, FileStats] | None:
     """Run the engine on one read file and write its outputs (``outputs.write_all``: the
     marker last, under the quarantine's lock; in a campaign the lease renewed first and
@@ -376,6 +431,8 @@ def _label_file(
         labelling=_labelling(ctx),
         label_counts=counts,
     )
+    if startup is not None:  # the job's first file: the floor of a job's walltime counts it
+        stats = dataclasses.replace(stats, startup_s=startup)
     columns = dict(labels.columns)
     if item.tokens is not None:
         columns[sidecar.TOKENS] = pa.array(item.tokens, pa.int64())

@@ -90,3 +90,21 @@ def _lowered_by_fit(run_dir: Path, job_id: str) -> bool:
         return False
     events = record.events if record is not None else ()
     return any(e.action == "lowered" and job_id in e.jobs for e in events)
+
+
+#: Seconds before its limit a job is told to stop (the profile's ``TERM@120``) plus the
+#: minute SLURM may send it early: what a wait inside the job must leave untouched.
+STOP_LEAD_S = 180
+
+
+def seconds_left(env: Mapping[str, str] | None = None, now: datetime | None = None) -> float | None:
+    """Seconds until this job is told to stop (its ``EndTime`` less :data:`STOP_LEAD_S`),
+    from ``scontrol show job``; None outside SLURM or when the controller does not say."""
+    job_id = (env if env is not None else os.environ).get("SLURM_JOB_ID", "")
+    if not job_id:
+        return None
+    detail = queries.job_detail(job_id, timeout=TIMEOUT)
+    end = command.timestamp(detail.value.get("EndTime")) if detail.ok and detail.value else None
+    if end is None:
+        return None
+    return (end - (now or datetime.now())).total_seconds() - STOP_LEAD_S

@@ -20,7 +20,7 @@ from typing import Any
 
 from shardwise.config import Settings, WalltimeSettings
 from shardwise.run import adaptation, failures, outputs, plan
-from shardwise.run.throughput import FileNeed, file_needs, rate_for_walltime
+from shardwise.run.throughput import NEED_PERCENTILE, FileNeed, file_needs, rate_for_walltime
 from shardwise.store.location import Location
 
 #: Stats files sampled to estimate the rate (enough for a stable p10, cheap to read).
@@ -80,9 +80,15 @@ def measured_rate(
     return rate_for_walltime(stats, per_kind=per_kind) if stats else None
 
 
-#: Minutes a lowered limit keeps beyond one file's work: the profile's SIGTERM comes 120 s
-#: before the limit (SLURM may send it up to 60 s earlier), and the job loads its models.
-STOP_MARGIN_MINUTES = 4
+#: Seconds before its limit a job is told to stop when its profile does not say
+#: (``profiles/slurm``: ``--signal=TERM@120``); the workflow passes its own
+#: (``snakefile.signal_lead_s``).
+SIGNAL_LEAD_S = 120
+#: Seconds SLURM may send that signal earlier than asked (sbatch(1): "up to 60 seconds").
+SIGNAL_EARLY_S = 60
+#: A job's start-up before its first file, before any job of the run has recorded its own
+#: (``FileStats.startup_s``): Snakemake's job step, the models' load and self-checks.
+STARTUP_UNMEASURED_S = 60
 
 
 #: Seconds the measured rate is reused by a long-lived process (the workflow's walltime
@@ -136,14 +142,21 @@ class Floor:
     basis: str
 
 
-def one_file_minutes(settings: Settings, shards: Iterable[int], now: float | None = None) -> Floor:
-    """The shortest limit that still lets a job of these shards finish one file: what a
-    file of this run took (``run/throughput.py`` ``file_needs``: the p90 of a file's time,
-    or of its seconds per byte where time follows bytes, on the slowest GPU kind; sampled
-    again every :data:`RATE_REFRESH_S`) for the largest file of these shards, plus
-    :data:`STOP_MARGIN_MINUTES` (the signal's lead and the job's start); never at or below
-    a limit at which a job the fit lowered was cut before its first file. Before any file
-    finished it is unknown (``minutes`` None): no limit is lowered on a guess."""
+def one_file_minutes(
+    settings: Settings,
+    shards: Iterable[int],
+    now: float | None = None,
+    *,
+    lead_s: int = SIGNAL_LEAD_S,
+) -> Floor:
+    """The shortest limit that still lets a job of these shards finish one file: a job's
+    start-up and what a file of this run took (``run/throughput.py`` ``file_needs``: the
+    p90 of the jobs' start-ups and of a file's time, or of its seconds per byte where time
+    follows bytes, on the slowest GPU kind; sampled again every :data:`RATE_REFRESH_S`) for
+    the largest file of these shards, plus the stop signal's lead (``lead_s``) and
+    :data:`SIGNAL_EARLY_S`, in whole minutes; never at or below a limit at which a job the
+    fit lowered was cut before its first file. Before any file finished it is unknown
+    (``minutes`` None): no limit is lowered on a guess."""
     shards = list(shards)
     _, largest = _sizes(str(settings.run_dir))
     needs = _needs(settings, time.monotonic() if now is None else now)
@@ -151,12 +164,24 @@ def one_file_minutes(settings: Settings, shards: Iterable[int], now: float | Non
     if not needs:
         return Floor(None, "no file of this run has finished yet")
     size = max((largest.get(s, 0) for s in shards), default=0)
-    slowest = max(needs, key=lambda n: n.of(size))
-    minutes = math.ceil(slowest.of(size) / 60) + STOP_MARGIN_MINUTES
-    basis = slowest.said()
+    slowest = max(needs, key=lambda n: n.of(size) + _startup(n))
+    minutes = math.ceil((slowest.of(size) + _startup(slowest) + lead_s + SIGNAL_EARLY_S) / 60)
+    basis = f"{slowest.said()}, {_started(slowest)}, {lead_s} s of the stop signal's lead"
     if cut > minutes:
         basis += f"; above {cut - 1} min, where a job the fit lowered was cut before its file"
     return Floor(max(minutes, cut), basis)
+
+
+def _startup(need: FileNeed) -> float:
+    """A job's start-up before its first file, as measured (or assumed before any was)."""
+    return STARTUP_UNMEASURED_S if need.startup_s is None else need.startup_s
+
+
+def _started(need: FileNeed) -> str:
+    """The start-up's figure in words (the floor's basis)."""
+    if need.startup_s is None:
+        return f"{STARTUP_UNMEASURED_S} s of start-up (no job has recorded its own yet)"
+    return f"{need.startup_s:.0f} s of start-up (p{NEED_PERCENTILE} of {need.jobs} job(s))"
 
 
 def estimate(settings: Settings, shard: int, attempt: int = 1) -> Runtime:

@@ -105,6 +105,10 @@ class FileStats:
     #: (``engine.recheck_s``): coverage's share of engine time spent re-checking.
     infer_s: float | None = figure("number", total="engine_seconds", digits=3)
     recheck_s: float | None = figure("number", total="recheck_seconds", digits=3)
+    #: Seconds from the job's start to its engine being ready (the job step's start,
+    #: the models' load and checks, a compile), on the first file a job labelled only:
+    #: the walltime fit's floor counts it (``run/throughput.py`` ``FileNeed``).
+    startup_s: float | None = figure("number")
     docs_per_s: float | None = None
     tokens_per_s: float | None = None
     tokens_counted: str | None = None

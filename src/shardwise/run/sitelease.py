@@ -16,14 +16,14 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Self
 
 from shardwise.config import CampaignSettings
-from shardwise.errors import RecordError, StorageError
+from shardwise.errors import RecordError, ShardClaimedError, StorageError
 from shardwise.run.markers import now
 from shardwise.run.record import Fields
 from shardwise.store.atomic import create_exclusive, json_bytes
@@ -129,20 +129,31 @@ def instance_id(run_dir: Path) -> str:
 
 @contextmanager
 def held(
-    output: Location, campaign: CampaignSettings, shard: int, holder: str, instance: str = ""
+    output: Location,
+    campaign: CampaignSettings,
+    shard: int,
+    holder: str,
+    instance: str = "",
+    *,
+    wait_until: Callable[[], float | None] = lambda: None,
 ) -> Iterator[SiteLease | None]:
     """The shard's lease while the block runs (None without a campaign); while another
     site (or another run directory of this site, ``instance``) holds it live, this waits
-    (:func:`await_free`)."""
+    (:func:`await_free`), until ``wait_until()`` (asked when a wait begins: a
+    ``time.monotonic()`` by which the job must stop waiting to leave time for a file;
+    None: no bound), past which it raises :class:`LeaseWaitEndedError`."""
     if campaign.site is None:
         yield None
         return
     leases = Leases(output, campaign.lease_seconds)
     sent = time.monotonic()
     got = leases.take(shard, campaign.site, holder, stale_own=True, instance=instance)
+    until = None
     while isinstance(got, Seen):  # another site took it since this site planned: rare
         log.warning("%s; this job waits for it", refusal(got, campaign))
-        log.warning("shard %s: %s", shard, await_free(output, campaign, shard, instance))
+        until = wait_until() if until is None else until
+        why = await_free(output, campaign, shard, instance, until=until)
+        log.warning("shard %s: %s", shard, why)
         sent = time.monotonic()
         got = leases.take(shard, campaign.site, holder, stale_own=True, instance=instance)
     if got.took_over is not None:
@@ -218,9 +229,23 @@ def read_done(output: Location) -> list[SiteDone]:
     return found
 
 
-def await_free(output: Location, campaign: CampaignSettings, shard: int, instance: str = "") -> str:
+class LeaseWaitEndedError(ShardClaimedError):
+    """The job stopped waiting for another holder's lease so as to end before its own
+    walltime with time for a file: the shard is still that holder's; nothing was written,
+    and the shard's next job waits again or takes it over."""
+
+
+def await_free(
+    output: Location,
+    campaign: CampaignSettings,
+    shard: int,
+    instance: str = "",
+    *,
+    until: float | None = None,
+) -> str:
     """Wait until no live job of another site (or of another run directory of this site)
-    holds ``shard`` (a look every quarter of the lease, 1 to 30 s); why it is free."""
+    holds ``shard`` (a look every quarter of the lease, 1 to 30 s); why it is free. Past
+    ``until`` (``time.monotonic()``) it raises :class:`LeaseWaitEndedError` instead."""
     leases = Leases(output, campaign.lease_seconds)
     poll_s = min(30.0, max(1.0, campaign.lease_seconds / 4))
     while True:
@@ -231,7 +256,21 @@ def await_free(output: Location, campaign: CampaignSettings, shard: int, instanc
             return f"held by this site ({seen.lease.holder})"
         if leases.expired(seen):
             return f"site {seen.lease.site!r}'s lease ran out ({seen.age_s:.0f} s unrenewed)"
+        if until is not None and time.monotonic() + poll_s > until:
+            raise LeaseWaitEndedError(_wait_ended(seen, campaign))
         time.sleep(poll_s)
+
+
+def _wait_ended(seen: Seen, campaign: CampaignSettings) -> str:
+    """Why a job stopped waiting for a lease (its error and failure record)."""
+    other = seen.lease
+    return (
+        f"shard {other.shard}: stopped waiting for the lease of site {other.site!r} "
+        f"({other.holder}, epoch {other.epoch}, renewed {seen.age_s:.0f} s ago) so as to end "
+        f"before this job's walltime with time for a file; nothing was written, and the "
+        f"shard's next job waits again or takes it over once the lease runs out "
+        f"({campaign.lease_seconds:g} s unrenewed)"
+    )
 
 
 def refusal(seen: Seen, campaign: CampaignSettings) -> str:

@@ -5,6 +5,7 @@ partition). Percentiles are over files: the p10 (slow side) sizes a walltime; an
 the aggregate (sum of work / sum of seconds): total time is a sum, not a median.
 """
 
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -210,12 +211,16 @@ NEED_PERCENTILE = 90
 class FileNeed:
     """What one file of this run takes, measured on finished files: ``seconds`` per file
     (the ``NEED_PERCENTILE``-th), or ``seconds_per_byte`` (its percentile) where a file's
-    time follows its bytes; ``basis`` says which (``files`` or ``bytes``)."""
+    time follows its bytes; ``basis`` says which (``files`` or ``bytes``). ``startup_s``:
+    a job's start-up before its first file (the same percentile over the jobs' first
+    files, ``FileStats.startup_s``; None before any job recorded it); ``jobs`` how many."""
 
     basis: Literal["files", "bytes"]
     files: int
     seconds: float
     seconds_per_byte: float = 0.0
+    startup_s: float | None = None
+    jobs: int = 0
 
     def of(self, largest_bytes: int) -> float:
         """Seconds one file of a job whose largest file has ``largest_bytes`` needs."""
@@ -237,14 +242,18 @@ def file_need(stats: Iterable[Mapping[str, Any]] | StatsTable) -> FileNeed | Non
     if len(t) == 0:
         return None
     seconds = float(np.percentile(t.seconds, NEED_PERCENTILE))
+    startups = t.column("startup_s")
+    startups = startups[np.isfinite(startups) & (startups >= 0)]
+    startup = float(np.percentile(startups, NEED_PERCENTILE)) if startups.size else None
+    need = FileNeed("files", len(t), seconds, startup_s=startup, jobs=int(startups.size))
     sized = np.isfinite(t.bytes) & (t.bytes > 0)
     if sized.sum() >= NEED_MIN_FILES:
         b, s = t.bytes[sized], t.seconds[sized]
         follows = float(np.std(b)) > 0 and float(np.std(s)) > 0
         if follows and float(np.corrcoef(b, s)[0, 1]) >= FOLLOWS_BYTES:
             per_byte = float(np.percentile(s / b, NEED_PERCENTILE))
-            return FileNeed("bytes", len(t), seconds, per_byte)
-    return FileNeed("files", len(t), seconds)
+            return dataclasses.replace(need, basis="bytes", seconds_per_byte=per_byte)
+    return need
 
 
 def file_needs(stats: Iterable[Mapping[str, Any]] | StatsTable) -> tuple[FileNeed, ...]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -51,6 +52,14 @@ def _site(
     )
 
 
+def _counting_tokens(config: Path, models: Path) -> Path:
+    """The site's config with token counts kept (``select`` weighs by tokens)."""
+    data = yaml.safe_load(config.read_text())
+    data["domains"] = {**data.get("domains", {}), "tokenizer": str(models / "topic")}
+    config.write_text(yaml.safe_dump(data))
+    return config
+
+
 def _start(config: Path, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     env = env or dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
     cmd = snakemake_cmd(config, cores=1)  # one core per site
@@ -76,7 +85,10 @@ def _verify(config: Path) -> subprocess.CompletedProcess:
 
 def test_two_sites_label_one_campaign_each_file_once(tmp_path, s3, demo_models) -> None:
     _corpus(s3, tmp_path)
-    configs = [_site(tmp_path, s3, demo_models, name, 30) for name in ("a", "b")]
+    configs = [
+        _counting_tokens(_site(tmp_path, s3, demo_models, name, 30), demo_models)
+        for name in ("a", "b")
+    ]
     logs = [tmp_path / f"site-{n}.log" for n in ("a", "b")]
     procs = [_start(c, log) for c, log in zip(configs, logs, strict=True)]
     for proc, log in zip(procs, logs, strict=True):
@@ -105,10 +117,51 @@ def test_two_sites_label_one_campaign_each_file_once(tmp_path, s3, demo_models) 
         assert f"labelled by {sites}" in proc.stdout
     cmd = [sys.executable, "-m", "shardwise.cli", "coverage", "--run-dir", str(tmp_path / "run-b")]
     shown = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=True).stdout
-    for site, files in by_site.items():
-        assert f"site {site}: " in shown and f"({files} file(s) labelled), 0 live job(s)" in shown
+    for site, labelled in by_site.items():
+        mine = " (this site)" if site == "b" else ""
+        assert f"site {site}{mine}: " in shown, shown
+        assert f"({labelled} file(s) labelled), 0 live job(s)" in shown
     rerun = run_snakemake(configs[0], "--cores", "1")
     assert "no other site holds a shard now" in rerun.stdout
+    _a_site_that_labelled_nothing_answers_for_the_campaign(tmp_path, s3, demo_models)
+
+
+def _a_site_that_labelled_nothing_answers_for_the_campaign(
+    tmp_path: Path, s3: Any, models: Path
+) -> None:
+    """Site c joins the finished campaign: its plan brings every shard in (no job runs), and
+    its coverage, verify --complete, domains and select answer for the whole campaign
+    (issue 63), from the markers and summaries the other sites' jobs kept in the bucket."""
+    config = _counting_tokens(_site(tmp_path, s3, models, "c", 30), models)
+    run_dir = Path(yaml.safe_load(config.read_text())["run_dir"])
+    planned = run_snakemake(config, "--cores", "1")
+    said = r"brought in from the bucket (\d+) shard\(s\) other sites finished"
+    brought = re.search(said, planned.stdout)
+    assert brought is not None and int(brought.group(1)) >= 1, planned.stdout[-3000:]
+    assert "rule classify" not in planned.stdout, planned.stdout[-3000:]  # no shard job
+
+    def cli(*argv: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "shardwise.cli", *argv, "--run-dir", str(run_dir)]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+
+    shown = cli("coverage", "--format", "json")
+    assert shown.returncode == 0, shown.stderr
+    doc = json.loads(shown.stdout)
+    assert doc["shards_done"] == doc["shards_total"] == 6
+    assert doc["tasks_done"] == doc["tasks_total"] > 0
+    assert doc["campaign"]["site"] == "c"
+    assert cli("verify", "--complete").returncode == 0
+    domains = cli("domains", "--classifier", "topic", "--format", "json")
+    assert domains.returncode == 0, domains.stderr
+    estimate = json.loads(domains.stdout)
+    assert estimate["percent_done"] == 100.0 and estimate["shards_done"] == 6
+    label = estimate["cells"][0]["labels"]["topic"]  # the commonest topic
+    weights = tmp_path / "weights.json"
+    weights.write_text(json.dumps([{"domain": label, "weight": 1.0}]))
+    chosen = cli("select", "--name", "c1", "--weights", str(weights), "--tokens", "2K",
+                 "--classifier", "topic")  # fmt: skip
+    assert chosen.returncode == 0, chosen.stdout[-2000:] + chosen.stderr[-2000:]
+    assert (run_dir / "selections" / "c1").is_dir()
 
 
 def test_a_store_that_ignores_if_none_match_is_refused(tmp_path, s3, demo_models) -> None:

@@ -76,7 +76,8 @@ def test_markers_name_the_site_and_each_shard_is_recorded(tmp_path: Path, s3) ->
     assert (row.site, row.shards_done, row.files_labelled, row.live_jobs) == ("a", 1, len(files), 0)
     assert row.shards_per_hour == 1.0 and row.heard_s_ago is not None
     text = report_text(found, "table")
-    assert f"site a: 1 shard(s) finished ({len(files)} file(s) labelled), 0 live job(s)" in text
+    said = f"site a (this site): 1 shard(s) finished ({len(files)} file(s) labelled), 0 live job(s)"
+    assert said in text
     assert report_dict(found)["campaign"]["sites"][0]["site"] == "a"
 
 

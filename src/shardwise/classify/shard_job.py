@@ -248,6 +248,7 @@ def run_shard(
     )
     markers.write_shard_marker(run_dir, marker)
     sitelease.record_done(ctx.output, ctx.settings.campaign, shard, report.labelled, holder)
+    sitelease.publish_shard(ctx.output, ctx.settings.campaign, run_dir, shard)
     return report
 
 

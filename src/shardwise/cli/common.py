@@ -10,7 +10,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from shardwise.run import runjson
+from shardwise.errors import ShardwiseError
+from shardwise.planner import campaign
+from shardwise.run import opened, runjson
 
 #: The output formats, in the order ``--help`` lists them.
 FORMATS = ("table", "json", "markdown", "csv", "weborganizer")
@@ -111,3 +113,17 @@ def not_a_run_dir(run_dir: Path, command: str) -> bool:
     msg += "original run directory (the one holding run.json, plan.parquet and shards/)"
     print(msg, file=sys.stderr)
     return True
+
+
+def bring_in_campaign(run_dir: Path) -> None:
+    """At a campaign site, first bring what the other sites finished into this run
+    directory (``planner/campaign.py`` ``bring_in``), said on stderr, so that the command
+    answers for the whole campaign; nothing elsewhere, nor where ``run_dir`` is not a run
+    (the command itself says so)."""
+    try:
+        ctx = opened.open_run(Path(run_dir))
+    except ShardwiseError:
+        return
+    site = ctx.settings.campaign.site if ctx.settings is not None else None
+    for line in campaign.bring_in(ctx).lines(site):
+        print(line, file=sys.stderr)

@@ -2,7 +2,13 @@
 
 import argparse
 
-from shardwise.cli.common import add_coverage_options, add_format, add_run_dir, emit
+from shardwise.cli.common import (
+    add_coverage_options,
+    add_format,
+    add_run_dir,
+    bring_in_campaign,
+    emit,
+)
 from shardwise.ops.coverage import compute as coverage
 from shardwise.ops.coverage.render import FORMATS, report_dict, report_text
 
@@ -27,6 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the report; exit 2 when the run directory is not one."""
+    bring_in_campaign(args.run_dir)
     found = coverage.report(args.run_dir, category_regex=args.category_regex, gpus=args.gpus)
     emit(args.format, lambda: report_dict(found), lambda fmt: report_text(found, fmt))
     return 0

@@ -4,7 +4,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from shardwise.cli.common import add_format, add_run_dir, emit, positive_int
+from shardwise.cli.common import add_format, add_run_dir, bring_in_campaign, emit, positive_int
 from shardwise.ops.domains import compute as domains
 from shardwise.ops.domains import render as domains_format
 from shardwise.ops.domains.plot import render_png
@@ -63,6 +63,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the estimate (and write the picture); exit 2 when the run directory is not one."""
+    bring_in_campaign(args.run_dir)
     d = domains.view(
         args.run_dir,
         pair=args.pair,

@@ -5,7 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from shardwise.cli.common import add_format, add_run_dir, emit, positive_int
+from shardwise.cli.common import add_format, add_run_dir, bring_in_campaign, emit, positive_int
 from shardwise.errors import ConfigError
 from shardwise.ops.select import plan as select
 from shardwise.ops.select import render as select_report
@@ -94,6 +94,7 @@ def _select(args: argparse.Namespace) -> int:
         record = select_report.run_shard(args.run_dir, args.name, args.shard)
         print(f"selection {args.name!r} shard {args.shard}: {record.files:,} file(s) selected")
         return 0
+    bring_in_campaign(args.run_dir)
     report = select_report.run(
         args.run_dir,
         _request(args),

@@ -4,7 +4,7 @@ import argparse
 import functools
 import sys
 
-from shardwise.cli.common import add_format, add_run_dir, emit
+from shardwise.cli.common import add_format, add_run_dir, bring_in_campaign, emit
 from shardwise.errors import ShardwiseError
 from shardwise.ops.verify import check as verify
 from shardwise.ops.verify import repair as verify_repair
@@ -59,6 +59,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Findings on stdout, the summary last; 0 consistent, 1 problems, 2 cannot verify."""
     notes = sys.stderr if args.format == "json" else sys.stdout  # json keeps stdout clean
+    if not args.repair:
+        bring_in_campaign(args.run_dir)
     check = functools.partial(
         verify.verify_run,
         args.run_dir,

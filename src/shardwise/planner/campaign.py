@@ -11,8 +11,10 @@ run out (the shard job takes it over). So no site is idle while a shard is free,
 invocation ends while the campaign has work another site may abandon.
 """
 
+import dataclasses
 import hashlib
 import json
+import logging
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -20,12 +22,16 @@ from pathlib import Path
 from typing import Self
 
 from shardwise.config import CampaignSettings, Settings
-from shardwise.errors import ConfigError
-from shardwise.run import ranges, sitelease
+from shardwise.errors import ConfigError, RecordError
+from shardwise.run import markers, outputs, ranges, sitelease, summaries
+from shardwise.run.opened import OpenRun
+from shardwise.run.plan import files_of_shard, files_per_shard
 from shardwise.run.record import Fields
 from shardwise.store.atomic import json_bytes, write_atomic
 from shardwise.store.lease import Leases, Seen, probe, unfit
 from shardwise.store.location import Location
+
+log = logging.getLogger("shardwise.planner.campaign")
 
 #: The run directory's record of the store probe (one per output root).
 PROBED = "campaign.json"
@@ -150,3 +156,96 @@ def order(site: str | None, shard: int, shards: int) -> int:
 def awaited_path(run_dir: Path, shard: int) -> Path:
     """The await job's output for ``shard`` (the classify rule's input while it is held)."""
     return Path(run_dir) / AWAITED / f"{shard}.json"
+
+
+@dataclass(frozen=True)
+class BroughtIn:
+    """What :func:`bring_in` took from the bucket into this run directory: shards another
+    site finished, marked done here (``marked``), and finished shards whose label-count
+    summary was rebuilt from their files' stats (``summarized``: kept by no site)."""
+
+    marked: tuple[int, ...] = ()
+    summarized: tuple[int, ...] = ()
+
+    def lines(self, site: str | None) -> list[str]:
+        """What the command says of it (nothing when nothing came in)."""
+        if not self.marked and not self.summarized:
+            return []
+        text = f"campaign: site {site!r} brought in from the bucket "
+        parts = []
+        if self.marked:
+            parts.append(f"{len(self.marked)} shard(s) other sites finished ({_r(self.marked)})")
+        if self.summarized:
+            parts.append(f"the label counts of {len(self.summarized)} shard(s) kept by no site, ")
+            parts[-1] += f"from their files' stats ({_r(self.summarized)})"
+        return [text + "; ".join(parts)]
+
+
+def _r(shards: tuple[int, ...]) -> str:
+    return ranges.compress(list(shards))
+
+
+def bring_in(ctx: OpenRun) -> BroughtIn:
+    """Make this site's run directory answer for the whole campaign (nothing without one):
+    each shard another site finished (its marker and summary kept in the bucket by its
+    job, ``sitelease.publish_shard``) is marked done here with that summary, and a finished
+    shard without one (kept by no site: an older version, a store failure) gets it from its
+    files' stats, the labels' own figures. What ``coverage``, ``verify``, ``domains``,
+    ``select`` and the planner read then covers every site; each shard's marker says
+    whose it is (``source`` ``campaign``: another site's job)."""
+    if ctx.settings is None or ctx.settings.campaign.site is None:
+        return BroughtIn()
+    run_dir, table = ctx.run_dir, ctx.plan
+    planned = files_per_shard(table)
+    done = markers.done_shards(run_dir)
+    summarized = summaries.summarized_shards(run_dir)
+    kept = Location(ctx.output.url(sitelease.SHARDS), ctx.output.options)
+    published = {int(rel.removesuffix(".json")) for rel, _ in kept.list_files()
+                 if rel.removesuffix(".json").isdigit()}  # fmt: skip
+    marked = []
+    for shard in sorted(s for s in published - done if s in ctx.shards):
+        where = ctx.output.url(sitelease.shard_rel(shard))
+        try:
+            marker = markers.ShardMarker.from_json(kept.read_bytes(f"{shard}.json"), where)
+        except (RecordError, FileNotFoundError) as e:
+            log.warning("campaign: %s left out (%s)", where, e)
+            continue
+        if marker.problems(shard, ctx.shards, planned.get(shard, 0)):
+            continue  # another plan's: the planner's own checks say so
+        _take_summary(ctx, shard)
+        ours = dataclasses.replace(marker, source="campaign")
+        write_atomic(markers.shard_marker_path(run_dir, shard), ours.to_json())
+        marked.append(shard)
+    summarized |= summaries.summarized_shards(run_dir)
+    missing = [
+        s for s in sorted(markers.done_shards(run_dir)) if planned.get(s) and s not in summarized
+    ]
+    rebuilt = [s for s in missing if _summarize(ctx, s)]
+    return BroughtIn(tuple(marked), tuple(rebuilt))
+
+
+def _take_summary(ctx: OpenRun, shard: int) -> None:
+    """Copy a finished shard's summary from the bucket, where its job kept it (if it did)."""
+    try:
+        body = ctx.output.read_bytes(sitelease.summary_rel(shard))
+    except FileNotFoundError:
+        return
+    write_atomic(summaries.summary_path(ctx.run_dir, shard), body)
+
+
+def _summarize(ctx: OpenRun, shard: int) -> bool:
+    """Build a finished shard's summary from its files' stats in the bucket (checked
+    against the run's pins); whether one was written."""
+    files = files_of_shard(ctx.plan, shard).to_pydict()
+    left_out = ctx.quarantined
+    pairs = [
+        (f, t) for f, t in zip(files["file"], files["task_id"], strict=True) if f not in left_out
+    ]
+    summaries.write_for_shard(
+        ctx.run_dir,
+        shard,
+        pairs,
+        lambda rel: ctx.output.read_bytes(outputs.STATS.rel(rel)),
+        lambda rel, stats: outputs.stats_problems(stats, rel, ctx.meta.labelling, ctx.meta.models),
+    )
+    return summaries.summary_path(ctx.run_dir, shard).exists()

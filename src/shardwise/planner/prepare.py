@@ -43,6 +43,7 @@ from shardwise.run import (
 )
 from shardwise.run.claims import Submitter
 from shardwise.run.manifest import build_tasks
+from shardwise.run.opened import open_run
 from shardwise.run.sharding import shard_range
 from shardwise.store.location import Location
 
@@ -173,6 +174,8 @@ def prepare_run(
     said += [f"note: {line}" for line in settings.inert]
     said += half_on_cpu_notes(settings.inference, gpu_visible)
     said += _dolma_notes(settings, planned.table)
+    if settings.campaign.site is not None:  # what other sites finished, marked done here
+        said += campaign.bring_in(open_run(run_dir)).lines(settings.campaign.site)
     housekeeping.mark_shards_without_work(run_dir, planned.table, meta, output, set(quarantined))
     done = markers.done_shards(run_dir)  # one listing, for the campaign and the live jobs
     sites = campaign.plan(run_dir, settings, output, done, dryrun=dryrun)

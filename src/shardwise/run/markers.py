@@ -93,9 +93,10 @@ def _differ(says: str, keys: Iterable[str], got: Iterable[Any], want: Iterable[A
     return [f"{k} is {g!r}, {says} {w!r}" for k, g, w in triples if g != w]
 
 
-#: Who marked a shard done: its job, the planner for a shard without files, or the
-#: planner for a shard whose every file was labelled elsewhere (another cluster).
-SOURCES = ("job", "empty", "remote")
+#: Who marked a shard done: its job, the planner for a shard without files, the planner
+#: for a shard whose every file was labelled elsewhere (another cluster), or the campaign's
+#: record of another site's job (``planner/campaign.py`` ``bring_in``).
+SOURCES = ("job", "empty", "remote", "campaign")
 
 
 @dataclass(frozen=True, kw_only=True)

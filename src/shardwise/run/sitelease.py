@@ -24,6 +24,7 @@ from typing import Self
 
 from shardwise.config import CampaignSettings
 from shardwise.errors import RecordError, ShardClaimedError, StorageError
+from shardwise.run import markers, summaries
 from shardwise.run.markers import now
 from shardwise.run.record import Fields
 from shardwise.store.atomic import create_exclusive, json_bytes
@@ -33,6 +34,8 @@ from shardwise.store.location import Location
 log = logging.getLogger("shardwise.run.sitelease")
 #: Where each finished shard's campaign record lies under the output root.
 DONE = "_campaign/done"
+#: Where each finished shard's marker and label-count summary are kept for every site.
+SHARDS, SUMMARIES = "_campaign/shards", "_campaign/summaries"
 #: The share of the lease a write must have left to start (by this job's clock).
 FENCE_MARGIN = 1 / 3
 
@@ -214,6 +217,33 @@ def record_done(
         output.write_bytes(done_rel(shard), record.to_json())
     else:  # another site labelled it: its record stays
         output.create_if_absent(done_rel(shard), record.to_json())
+
+
+def shard_rel(shard: int) -> str:
+    """Where a finished shard's marker is kept for every site (under the output root)."""
+    return f"{SHARDS}/{shard}.json"  # not ".done": no listing may take it for a file's marker
+
+
+def summary_rel(shard: int) -> str:
+    """Where a finished shard's label-count summary is kept for every site."""
+    return f"{SUMMARIES}/{shard}{summaries.SUFFIX}"
+
+
+def publish_shard(output: Location, campaign: CampaignSettings, run_dir: Path, shard: int) -> None:
+    """Keep this finished shard's marker and summary in the bucket, beside the labels, so
+    that every site's ``coverage``, ``verify``, ``domains`` and ``select`` answer for the
+    whole campaign (``planner/campaign.py`` ``bring_in``). A store failure is said, not
+    raised: the shard is done, and a site without the summary rebuilds it from the files'
+    stats."""
+    if campaign.site is None:
+        return
+    try:
+        output.write_bytes(shard_rel(shard), markers.shard_marker_path(run_dir, shard).read_bytes())
+        summary = summaries.summary_path(run_dir, shard)
+        if summary.exists():
+            output.write_bytes(summary_rel(shard), summary.read_bytes())
+    except (OSError, StorageError) as e:
+        log.warning("shard %s: not kept for the campaign's other sites (%s)", shard, e)
 
 
 def read_done(output: Location) -> list[SiteDone]:

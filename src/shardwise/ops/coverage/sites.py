@@ -43,11 +43,16 @@ class CampaignView:
 
     def lines(self) -> list[str]:
         """The console block."""
-        out = [f"campaign (seen from site {self.this_site!r}; lease {self.lease_seconds:.0f} s):"]
+        out = [
+            f"campaign (seen from site {self.this_site!r}; lease {self.lease_seconds:.0f} s): "
+            "the figures above are the whole campaign's (what every site finished is brought "
+            "into this run directory); this site's own are its row"
+        ]
         for row in self.rows:
             heard = "never" if row.heard_s_ago is None else f"{row.heard_s_ago:.0f} s ago"
+            mine = " (this site)" if row.site == self.this_site else ""
             out.append(
-                f"  site {row.site}: {row.shards_done:,} shard(s) finished "
+                f"  site {row.site}{mine}: {row.shards_done:,} shard(s) finished "
                 f"({row.files_labelled:,} file(s) labelled), {row.live_jobs} live job(s), "
                 f"{row.shards_per_hour:.1f} shard(s)/h over the last hour, heard from {heard}"
             )

@@ -324,7 +324,7 @@ def _check_shards(
             if outputs.MARKER.name not in found[rel] and rel not in left_out:
                 where = output.url(outputs.MARKER.rel(rel))
                 report.problem(where, f"missing, but shard {shard} is marked done", shard=shard)
-        if marker.source == "job" and marker.docs is not None:
+        if marker.source in ("job", "campaign") and marker.docs is not None:
             job_docs[shard] = marker.docs
     return job_docs
 

@@ -16,13 +16,16 @@ from inproc import FakeEngine, s3_run_config
 
 from shardwise.classify import shard_job
 from shardwise.classify.shard_job import run_shard
+from shardwise.cli.main import main
 from shardwise.config import CampaignSettings
 from shardwise.errors import ConfigError
 from shardwise.ops.coverage import compute as coverage
 from shardwise.ops.coverage.render import report_dict, report_text
 from shardwise.ops.verify import check as verify
+from shardwise.planner import campaign
 from shardwise.planner.prepare import prepare_run
-from shardwise.run import failures, outputs, plan, sitelease
+from shardwise.run import failures, outputs, plan, quarantine, sitelease
+from shardwise.run.opened import open_run
 from shardwise.store.lease import Lease, LeaseLostError, Leases, Taken, lease_rel
 from shardwise.store.location import Location
 
@@ -221,3 +224,34 @@ def test_a_wait_for_another_sites_lease_ends_before_the_jobs_own_walltime(
     record = failures.latest(run_dir, shard)
     assert record is not None and record.kind == "claimed", record
     assert "stopped waiting for the lease of site 'b'" in record.reason
+
+
+def test_a_quarantine_at_one_site_is_the_campaigns(tmp_path: Path, s3) -> None:
+    """Site a leaves a file out; site b's job leaves it out too, its shard finishes with it
+    quarantined, and every view of both sites lists it; a release at a reopens the shard
+    there, and a's planning does not take b's marker (which left the file out) for done."""
+    one, two = (
+        _campaign_site(tmp_path / "one", s3, "a", 60),
+        _campaign_site(tmp_path / "two", s3, "b", 60),
+    )
+    table = plan.load(one)
+    shard = max(plan.nonempty_shards(table), key=lambda s: plan.files_of_shard(table, s).num_rows)
+    files = plan.files_of_shard(table, shard)["file"].to_pylist()
+    broken = files[0]
+    assert main(["quarantine", "--run-dir", str(one), broken, "--reason", "truncated gzip"]) == 0
+    output = Location(s3.url("labels"), s3.options())
+    assert output.exists(quarantine.entry_rel(broken))
+    assert not (one / quarantine.QUARANTINE_JSON).exists()  # the campaign's, in the bucket
+    assert set(quarantine.load(two)) == {broken}  # seen from the other site
+    report = run_shard(two, shard, engine_factory=lambda _c: FakeEngine(), progress=False)
+    assert report.labelled == len(files) - 1 and report.quarantined == 1
+    assert not output.exists(outputs.MARKER.rel(broken))
+    for run_dir in (one, two):
+        found = coverage.report(run_dir)
+        assert [e.file for e in found.coverage.quarantined] == [broken]
+    assert main(["quarantine", "--run-dir", str(two), "--release", broken]) == 0
+    assert quarantine.load(one) == {} and not output.exists(quarantine.entry_rel(broken))
+    ctx = open_run(one)
+    assert shard not in campaign.bring_in(ctx).marked  # b's marker left the file out
+    run_shard(one, shard, engine_factory=lambda _c: FakeEngine(), progress=False)
+    assert output.exists(outputs.MARKER.rel(broken))  # labelled, by site a

@@ -64,7 +64,17 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         print(line)
     text = "they get no sidecar; their shards can finish (run `snakemake` again); "
     print(text + f"`shardwise quarantine --run-dir {args.run_dir} --release FILE` takes one back")
+    if (site := _site(args.run_dir)) is not None:
+        text = f"campaign: site {site!r}: the quarantine is the campaign's (kept in the bucket): "
+        text += "every site leaves these files out from its jobs' next file on, and a release "
+        print(text + "at any site takes one back for all (its shard reopens at that site)")
     return 0
+
+
+def _site(run_dir: Path) -> str | None:
+    """This run directory's campaign site (None: not a campaign)."""
+    settings = open_run(run_dir, settings_required=False).settings
+    return settings.campaign.site if settings is not None else None
 
 
 def _live_jobs(run_dir: Path, files: list[str]) -> list[str]:

@@ -202,6 +202,11 @@ def bring_in(ctx: OpenRun) -> BroughtIn:
     kept = Location(ctx.output.url(sitelease.SHARDS), ctx.output.options)
     published = {int(rel.removesuffix(".json")) for rel, _ in kept.list_files()
                  if rel.removesuffix(".json").isdigit()}  # fmt: skip
+    rows = table.select(["file", "shard"]).to_pydict()
+    quarantined = ctx.quarantined
+    left_out = Counter(
+        s for f, s in zip(rows["file"], rows["shard"], strict=True) if f in quarantined
+    )
     marked = []
     for shard in sorted(s for s in published - done if s in ctx.shards):
         where = ctx.output.url(sitelease.shard_rel(shard))
@@ -212,6 +217,8 @@ def bring_in(ctx: OpenRun) -> BroughtIn:
             continue
         if marker.problems(shard, ctx.shards, planned.get(shard, 0)):
             continue  # another plan's: the planner's own checks say so
+        if marker.quarantined != left_out.get(shard, 0):
+            continue  # a file released (or quarantined) since: the shard's own job finishes it
         _take_summary(ctx, shard)
         ours = dataclasses.replace(marker, source="campaign")
         write_atomic(markers.shard_marker_path(run_dir, shard), ours.to_json())

@@ -4,12 +4,18 @@ A broken file nobody can re-fetch would otherwise fail its shard forever, and re
 changes the pinned input set. Quarantined, it stays in the plan (no task moves), gets no
 labels, its shard can finish, and every view lists it apart with its reason. Releasing a
 file reopens its shard, so the next ``snakemake`` labels it.
+
+At a site of a campaign (``campaign.site``) the quarantine is the campaign's: each file
+is one object in the bucket (``_campaign/quarantine/<hash>.json``: one per file, so two
+sites never overwrite each other's edit), which every site's jobs and views read through
+:func:`load`; the run directory's own file is not used there.
 """
 
 import contextlib
 import difflib
 import fcntl
 import getpass
+import hashlib
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
@@ -20,6 +26,7 @@ from shardwise.errors import ConfigError, InputError, RecordError
 from shardwise.run import context, markers, outputs, plan, runjson
 from shardwise.run.record import Fields
 from shardwise.store.atomic import json_bytes, write_atomic
+from shardwise.store.location import Location
 
 QUARANTINE_JSON = "quarantine.json"
 FORMAT_VERSION = 1
@@ -54,8 +61,49 @@ def to_json(entries: dict[str, Entry]) -> bytes:
     return json_bytes({"format_version": FORMAT_VERSION, "files": files})
 
 
+#: Where a campaign's quarantined files lie under the output root, one object each.
+CAMPAIGN_PREFIX = "_campaign/quarantine"
+
+
+def _campaign_output(run_dir: Path) -> Location | None:
+    """The bucket of the campaign this run directory is a site of (None: no campaign)."""
+    settings = context.read_settings(Path(run_dir))
+    if settings is None or settings.campaign.site is None:
+        return None
+    return settings.locations(runjson.read_run_dir(Path(run_dir)))[1]
+
+
+def entry_rel(rel: str) -> str:
+    """Where a campaign's quarantine entry of ``rel`` lies (under the output root)."""
+    return f"{CAMPAIGN_PREFIX}/{hashlib.sha256(rel.encode()).hexdigest()[:40]}.json"
+
+
+def _entry_bytes(entry: Entry) -> bytes:
+    return json_bytes({"format_version": FORMAT_VERSION, **asdict(entry)})
+
+
+def _campaign_entries(output: Location) -> dict[str, Entry]:
+    """The campaign's quarantine: one listing, one GET per file quarantined."""
+    prefix = Location(output.url(CAMPAIGN_PREFIX), output.options)
+    found: dict[str, Entry] = {}
+    for name, _size in prefix.list_files():
+        try:
+            entry = Fields.parse(prefix.read_bytes(name), prefix.url(name)).into(Entry)
+        except FileNotFoundError:
+            continue  # released meanwhile
+        except RecordError as e:
+            msg = f"{e}; fix or remove it (it lists a file the campaign leaves out)"
+            raise InputError(msg) from e
+        found[entry.file] = entry
+    return found
+
+
 def load(run_dir: Path) -> dict[str, Entry]:
-    """The run's quarantined files (``{}`` when there is no quarantine file)."""
+    """The run's quarantined files (``{}`` when there is no quarantine file); at a site
+    of a campaign, the campaign's."""
+    output = _campaign_output(run_dir)
+    if output is not None:
+        return _campaign_entries(output)
     path = Path(run_dir) / QUARANTINE_JSON
     try:
         return from_json(path.read_bytes(), str(path))
@@ -67,8 +115,18 @@ def load(run_dir: Path) -> dict[str, Entry]:
         raise InputError(msg) from e
 
 
-def _save(run_dir: Path, entries: dict[str, Entry]) -> None:
-    write_atomic(Path(run_dir) / QUARANTINE_JSON, to_json(entries))
+def _save(run_dir: Path, entries: dict[str, Entry], changed: Iterable[str] = ()) -> None:
+    """Keep ``entries``: the run directory's file, or at a campaign site each ``changed``
+    file's object in the bucket (written when quarantined, removed when released)."""
+    output = _campaign_output(run_dir)
+    if output is None:
+        write_atomic(Path(run_dir) / QUARANTINE_JSON, to_json(entries))
+        return
+    for rel in changed:
+        if rel in entries:
+            output.write_bytes(entry_rel(rel), _entry_bytes(entries[rel]))
+        else:
+            output.remove(entry_rel(rel))
 
 
 @contextlib.contextmanager
@@ -150,7 +208,7 @@ def add(run_dir: Path, names: Iterable[str], reason: str) -> list[Entry]:
         entries = load(run_dir)
         added = [Entry(rel, reason.strip(), markers.now(), _who()) for rel in files]
         entries.update({e.file: e for e in added})
-        _save(run_dir, entries)
+        _save(run_dir, entries, files)
     return added
 
 
@@ -172,7 +230,7 @@ def release(run_dir: Path, names: Iterable[str]) -> tuple[list[str], list[int]]:
         reopened = markers.remove_shard_markers(run_dir, shards)
         for rel in files:
             del entries[rel]
-        _save(run_dir, entries)
+        _save(run_dir, entries, files)
     return files, reopened
 
 

@@ -47,16 +47,22 @@ def respell(
     copies: tuple[runjson.Copy, runjson.Copy],
     meta: runjson.RunMeta,
     now: dict[str, ModelIdentity],
+    *,
+    shared: bool = False,
 ) -> tuple[tuple[runjson.Copy, runjson.Copy], list[str]]:
     """Where the config names a classifier's model otherwise than run.json (the pinned
     snapshot's directory, ``owner/name@<commit>``, a copy elsewhere) and that model is
     the pinned one (its content hashes, and its revision where both know one), run.json
     takes the new name: jobs load what it names, so the run goes on with the same model.
     Another model under a new name is left to ``check_same`` (refused as another run) or
-    to a re-pin. The copies as they are now, and a line per classifier renamed."""
+    to a re-pin. ``shared``: the output root's copy is a campaign's, which every site
+    reads with its own model paths: it is taken as renamed here but never rewritten, and
+    only the run directory's copy (what this site's jobs load) takes the new name. The
+    copies as they are now, and a line per classifier renamed."""
     said: dict[str, str] = {}
-    for copy in reversed(copies):  # the output root's first: it vouches for the labels
-        pinned = copy.meta
+    found = list(copies)
+    for i in (1, 0):  # the output root's first: it vouches for the labels
+        pinned = found[i].meta
         if pinned is None or pinned.models is None:
             continue
         renamed = _renamed(pinned, meta)
@@ -67,12 +73,18 @@ def respell(
             if want.differences(have):
                 return copies, []  # another model: check_same (or a re-pin) decides
             text = f"note: classifier {name!r} now names {new} (was {old}): the model "
-            said[name] = text + "run.json pins (the same content), so the run goes on with it"
-        if renamed:
-            runjson.replace(copy.loc, replace(pinned, classifiers=meta.classifiers))
-    if not said:
-        return copies, []
-    return (runjson.read_copy(copies[0].loc), runjson.read_copy(copies[1].loc)), list(said.values())
+            text += "run.json pins (the same content), so the run goes on with it"
+            if not (shared and i == 1):
+                said[name] = text
+        if not renamed:
+            continue
+        respelled = replace(pinned, classifiers=meta.classifiers)
+        if shared and i == 1:
+            found[i] = replace(found[i], meta=respelled)  # compared as this site's, not written
+        else:
+            runjson.replace(found[i].loc, respelled)
+            found[i] = runjson.read_copy(found[i].loc)
+    return (found[0], found[1]), list(said.values())
 
 
 def _renamed(pinned: runjson.RunMeta, meta: runjson.RunMeta) -> list[tuple[str, str, str]]:

@@ -164,6 +164,12 @@ def _refusal_hints(
         lines.append(text)
     if names & set(_NEVER_REPINNED):
         return lines
+    if settings.campaign.site is not None:  # a re-pin would change every site's pin
+        text = f"config campaign.site {settings.campaign.site!r}: this output is a campaign's, "
+        text += "pinned by the site that planned first; give this site the settings its run.json "
+        text += "pins (each field named above), or use another output.uri (and run_dir) for a "
+        lines.append(text + "campaign of its own")
+        return lines
     labelled = _labelled(_outputs_of(settings, [pinned]))
     if labelled:
         return [

@@ -153,7 +153,9 @@ def prepare_run(
     meta = pinning.run_meta(settings, planned.task_count, planned.fingerprint)
     models_now = modelpins.current_models(meta)  # each model hashed once per dry run
     if not repin:
-        copies, renamed = modelpins.respell(copies, meta, models_now)
+        copies, renamed = modelpins.respell(  # a campaign's output copy is every site's
+            copies, meta, models_now, shared=settings.campaign.site is not None
+        )
         said += renamed
     meta = replace(meta, models=modelpins.initial(models_now, copies))
     pinning.pin(

@@ -11,9 +11,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
-import queue
 import signal
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -21,15 +19,15 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 from shardwise.classify import gate, jobmodels, stopcause
+from shardwise.classify.prefetch import FileTask, Loaded, prefetch
 from shardwise.classify.progress import progress_bar
 from shardwise.classify.tokencount import TokenCounter
 from shardwise.classify.tokenization import labelling
 from shardwise.config import Pair, resolve_pairs
-from shardwise.errors import InputError, ModelError, ShardFailedError, ShardwiseError, StorageError
+from shardwise.errors import InputError, ModelError, ShardFailedError, ShardwiseError
 from shardwise.run import (
     budgets,
     claims,
@@ -46,11 +44,9 @@ from shardwise.run import (
     throughput,
 )
 from shardwise.run.failures import FailedFile
-from shardwise.run.fields import Documents
 from shardwise.run.filestats import FileStats
 from shardwise.run.labelling import Labelling
 from shardwise.run.opened import OpenRun, open_run
-from shardwise.run.reader import read_documents
 from shardwise.run.sitelease import SiteLease
 from shardwise.slurm import jobclock
 
@@ -60,16 +56,6 @@ log = logging.getLogger("shardwise.classify.shard_job")
 class Interrupted(BaseException):
     """The job received SIGTERM/SIGINT and stopped without marking partial work (a
     BaseException, so no ``except Exception`` on the way turns a stop into a failure)."""
-
-
-@dataclass(frozen=True)
-class FileTask:
-    """One source file of the shard."""
-
-    rel: str
-    size: int
-    task_id: str
-    identity: str | None = None  # the source's identity when it was planned
 
 
 @dataclass(kw_only=True)
@@ -122,81 +108,6 @@ def files_done(
         except (FileNotFoundError, ValueError):
             continue  # absent, or unreadable: it vouches for nothing, redo the file
     return done
-
-
-@dataclass(kw_only=True)
-class _Loaded:
-    task: FileTask
-    docs: Documents | None = None
-    prepared: Any = None
-    error: str | None = None
-    exc: BaseException | None = None
-    fatal: bool = False
-    read_s: float = 0.0
-    tokenize_s: float = 0.0
-    tokens: np.ndarray | None = None  # each document's tokens (``domains.tokenizer``)
-    count_s: float = 0.0
-
-
-def _prefetch(
-    ctx: OpenRun,
-    todo: list[FileTask],
-    prepare: Callable[[list[str], list[str]], Any],
-    counter: TokenCounter | None = None,
-) -> Iterator[_Loaded]:
-    """Read + tokenize files (and count their tokens in the training tokenizer) on a
-    background thread, one file ahead of the consumer."""
-    q: queue.Queue[_Loaded | None] = queue.Queue(maxsize=1)
-    stop = threading.Event()
-
-    def put(item: _Loaded | None) -> None:
-        while not stop.is_set():
-            try:
-                q.put(item, timeout=0.2)
-                return
-            except queue.Full:
-                continue
-
-    def work() -> None:
-        try:
-            for task in todo:
-                if stop.is_set():
-                    return
-                item = _Loaded(task=task)
-                t0 = time.perf_counter()
-                try:
-                    item.docs = read_documents(ctx.source, task.rel, ctx.fields, ctx.fmt)
-                    item.read_s = time.perf_counter() - t0
-                    t1 = time.perf_counter()
-                    item.prepared = prepare(item.docs.texts, item.docs.urls)
-                    item.tokenize_s = time.perf_counter() - t1
-                    if counter is not None:
-                        t2 = time.perf_counter()
-                        item.tokens = counter.count(item.docs.texts)
-                        item.count_s = time.perf_counter() - t2
-                except InputError as e:
-                    item.error, item.exc = str(e), e
-                except StorageError as e:
-                    # Retries are exhausted: the store is down, so every later file would
-                    # wait out the same retries. Stop reading; the shard fails now.
-                    item.error, item.exc, item.fatal = str(e), e, True
-                except Exception as e:  # noqa: BLE001 - recorded per file; other files go on
-                    item.error = f"{ctx.source.url(task.rel)}: {type(e).__name__}: {e}"
-                    item.exc = e
-                put(item)
-                if item.fatal:
-                    return
-        finally:
-            put(None)
-
-    thread = threading.Thread(target=work, name="shardwise-reader", daemon=True)
-    thread.start()
-    try:
-        while (item := q.get()) is not None:
-            yield item
-    finally:
-        stop.set()
-        thread.join(timeout=5)
 
 
 def run_shard(
@@ -290,7 +201,7 @@ def _label_todo(
         startup = _startup_s()
         report.half_on_cpu = half_on_cpu(engine)
         counter = load_counter(ctx)
-        for item in _prefetch(ctx, todo, engine.prepare, counter):
+        for item in prefetch(ctx, todo, engine.prepare, counter):
             current = item.task.rel
             if current in ctx.quarantined_now():  # quarantined since the job started
                 log.warning("%s: quarantined while this job ran: left out", current)
@@ -393,7 +304,7 @@ def _fail(run_dir: Path, report: ShardReport, todo: int) -> None:
 def _label_file(
     ctx: OpenRun,
     engine: Any,
-    item: _Loaded,
+    item: Loaded,
     shard: int,
     models: dict[str, Any],
     lease: SiteLease | None,

@@ -26,6 +26,7 @@ from shardwise.cli.main import main
 from shardwise.demo.corpus import DemoSize, write_corpus
 from shardwise.planner import inflight
 from shardwise.run import claims, journal, markers
+from shardwise.run.adoption import Holder, read_adoption
 from shardwise.slurm import queries
 from shardwise.snakefile import prepare_run
 
@@ -169,7 +170,7 @@ def test_planning_adopts_shards_a_checkable_holder_claims_and_prints_them(tmp_pa
         out.getvalue()
     )
     assert inflight.Submitter.recorded(tmp_path / "run") == submitter
-    assert claims.read_adoption(tmp_path / "run") is None  # a dry run writes no adoption
+    assert read_adoption(tmp_path / "run") is None  # a dry run writes no adoption
     again = prepare_run(cfg, main_process=True, dryrun=True, out=io.StringIO())
     assert (again.in_flight, again.adopted, again.when_settled("x")) == ((), (), ["x"])
 
@@ -185,7 +186,7 @@ def test_a_holder_that_cannot_be_checked_is_left_out_and_the_run_not_settled(tmp
     info = prepare_run(cfg, main_process=True, dryrun=False, out=out, submitter=submitter)
     assert (info.in_flight, info.adopted, info.when_settled("report.png")) == ((2,), (), [])
     assert "cannot be checked from here: left out of this run" in out.getvalue()
-    assert claims.read_adoption(tmp_path / "run") is None
+    assert read_adoption(tmp_path / "run") is None
 
 
 def test_a_real_planning_writes_the_adoption_the_adopt_checkpoint_reads(tmp_path):
@@ -194,10 +195,10 @@ def test_a_real_planning_writes_the_adoption_the_adopt_checkpoint_reads(tmp_path
     prepare_run(cfg, main_process=True, out=io.StringIO(), submitter=submitter)
     with claims.held(tmp_path / "run", 3) as mine:
         info = prepare_run(cfg, main_process=True, out=io.StringIO(), submitter=submitter)
-    adoption = claims.read_adoption(tmp_path / "run")
+    adoption = read_adoption(tmp_path / "run")
     assert adoption is not None and adoption.token == info.adoption_token
     assert adoption.holders == (
-        claims.Holder(shards=(3,), pid=mine.pid, host=mine.host, process=mine.process),
+        Holder(shards=(3,), pid=mine.pid, host=mine.host, process=mine.process),
     )
     assert info.adoption_end().endswith(f"claims/adopted/{info.adoption_token}/{{holder}}.json")
     assert info.holder_end(3) == [info.adoption_end().replace("{holder}", f"pid{mine.pid}")]

@@ -11,7 +11,8 @@ import pytest
 from shardwise.config import InferenceSettings, StorageOptions
 from shardwise.errors import RecordError, RunMismatchError
 from shardwise.run import quarantine
-from shardwise.run.claims import Adoption, Holder, Submitter
+from shardwise.run.adoption import Adoption, Holder
+from shardwise.run.claims import Submitter
 from shardwise.run.context import (
     RecordedDolma,
     RecordedDomains,

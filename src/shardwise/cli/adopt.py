@@ -9,6 +9,7 @@ from shardwise.cli.common import add_run_dir
 from shardwise.errors import ConfigError
 from shardwise.ops.jobs import adopt
 from shardwise.run import claims
+from shardwise.run.adoption import adoption_path, read_adoption
 from shardwise.store.atomic import json_bytes, write_atomic
 
 #: Exit status when the workflow that started the wait died first (nothing to finish).
@@ -44,16 +45,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Wait; write ``--out`` with what was left; 3 when the workflow died first."""
-    adoption = claims.read_adoption(args.run_dir)
+    adoption = read_adoption(args.run_dir)
     if adoption is None:
-        path = claims.adoption_path(args.run_dir)
+        path = adoption_path(args.run_dir)
         msg = f"{path}: no adoption recorded; the workflow writes it when it plans a run whose "
         raise ConfigError(msg + "shards live jobs of an earlier invocation hold")
     if args.holder is not None:
         mine = tuple(h for h in adoption.holders if h.key() == args.holder)
         if not mine:
             known = ", ".join(h.key() for h in adoption.holders) or "none"
-            msg = f"{claims.adoption_path(args.run_dir)}: no adopted holder {args.holder!r} "
+            msg = f"{adoption_path(args.run_dir)}: no adopted holder {args.holder!r} "
             raise ConfigError(msg + f"(adopted: {known})")
         adoption = dataclasses.replace(adoption, holders=mine)
     main = args.main_pid

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from shardwise.run import claims, markers, ranges
+from shardwise.run.adoption import Adoption, Holder
 from shardwise.run.claims import Submitter
 from shardwise.slurm import queries
 
@@ -102,7 +103,7 @@ def _head(shards: dict[int, Flying], holders: str) -> str:
     return f"in flight {len(shards):,} shard(s) held by {n:,} {holders}"
 
 
-def adoption(run_dir: Path, flight: InFlight, token: str) -> claims.Adoption | None:
+def adoption(run_dir: Path, flight: InFlight, token: str) -> Adoption | None:
     """What a new invocation adopts: every holder it can check (a live SLURM job, a local
     process on this host), with the shards it holds; None when there is none."""
     holders = []
@@ -110,16 +111,16 @@ def adoption(run_dir: Path, flight: InFlight, token: str) -> claims.Adoption | N
         shards = tuple(f.shard for f in flying)
         first = flying[0]
         if first.job_id:
-            holders.append(claims.Holder(shards=shards, job_id=first.job_id))
+            holders.append(Holder(shards=shards, job_id=first.job_id))
             continue
         claim = claims.read_claim(claims.claim_path(run_dir, first.shard))
         if claim is not None:
             holders.append(
-                claims.Holder(shards=shards, pid=claim.pid, host=claim.host, process=claim.process)
+                Holder(shards=shards, pid=claim.pid, host=claim.host, process=claim.process)
             )
     if not holders:
         return None
-    return claims.Adoption(at=markers.now(), token=token, holders=tuple(holders))
+    return Adoption(at=markers.now(), token=token, holders=tuple(holders))
 
 
 def local_time(iso: str) -> str:

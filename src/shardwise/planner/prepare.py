@@ -30,7 +30,6 @@ from shardwise.planner import (
 )
 from shardwise.run import (
     changes,
-    claims,
     context,
     dolma,
     drift,
@@ -41,6 +40,7 @@ from shardwise.run import (
     ranges,
     runjson,
 )
+from shardwise.run.adoption import Adoption, adoption_end_path, write_adoption
 from shardwise.run.claims import Submitter
 from shardwise.run.manifest import build_tasks
 from shardwise.run.opened import open_run
@@ -101,13 +101,13 @@ class RunInfo:
         """An adopted shard's wait: the ``adopt`` job of the holder that held it."""
         token = self.adoption_token or "none"
         key = next((k for k, shards in self.holders if shard in shards), None)
-        return [] if key is None else [str(claims.adoption_end_path(self.run_dir, token, key))]
+        return [] if key is None else [str(adoption_end_path(self.run_dir, token, key))]
 
     def adoption_end(self) -> str:
         """The ``adopt`` rule's output, ``{holder}`` its wildcard (a name that exists in no
         earlier invocation)."""
         token = self.adoption_token or "none"
-        return str(claims.adoption_end_path(self.run_dir, token, "{holder}"))
+        return str(adoption_end_path(self.run_dir, token, "{holder}"))
 
     def when_settled(self, *paths: str) -> list[str]:
         """``paths`` unless shards are left out (held by jobs this run cannot check: then
@@ -214,7 +214,7 @@ def _take_over(
     *,
     dryrun: bool,
     say: Callable[[str], None],
-) -> tuple[inflight.InFlight, claims.Adoption | None]:
+) -> tuple[inflight.InFlight, Adoption | None]:
     """What an earlier invocation left: the shards its live jobs hold (adopted when they
     can be checked), Snakemake's lock if its main process died, its "incomplete" flags."""
     flight = inflight.find(run_dir, submitter, done=done)
@@ -224,7 +224,7 @@ def _take_over(
     if not dryrun:  # a dry run holds no lock: it may sit beside a live run
         for line in snakemakelock.clear_stale(run_dir, submitter, Submitter.recorded(run_dir)):
             say(line)
-        claims.write_adoption(run_dir, adoption)
+        write_adoption(run_dir, adoption)
     submitter.record(run_dir)
     inflight.clear_stale_incomplete(run_dir, submitter.workdir)
     return flight, adoption

@@ -10,7 +10,6 @@ import dataclasses
 import json
 import os
 import secrets
-import shutil
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -27,11 +26,6 @@ CLAIMS_DIR = "claims"
 WORKFLOW_JSON = "workflow.json"
 #: Per-job cache of the shards a queued job carries (from its batch script).
 JOBS_CACHE = "jobs.json"
-#: The jobs of an earlier invocation the running workflow adopted (written at planning).
-ADOPTED_JSON = "adopted.json"
-#: Each adopted holder's end: the workflow's ``adopt`` checkpoint writes
-#: ``adopted/<token>/<holder>.json`` once that holder has ended.
-ADOPTED_DIR = "adopted"
 #: SLURM's pseudo step ids (batch, extern, interactive): not an srun step of ours.
 _PSEUDO_STEP = 4294967290
 
@@ -127,89 +121,6 @@ class Submitter:
     def record(self, run_dir: Path) -> None:
         """Write ``claims/workflow.json`` (the main process, once per invocation)."""
         write_atomic(run_dir / CLAIMS_DIR / WORKFLOW_JSON, json_bytes(asdict(self)))
-
-
-@dataclass(frozen=True, kw_only=True)
-class Holder:
-    """One live holder of shards that a restarted workflow waits for: a SLURM job, or a
-    local process (an orphaned shard job of the local executor)."""
-
-    shards: tuple[int, ...]
-    job_id: str | None = None
-    pid: int | None = None
-    host: str = ""
-    process: str | None = None
-
-    def name(self) -> str:
-        """``job 12`` / ``process 42 on laptop``, for messages."""
-        return f"job {self.job_id}" if self.job_id else f"process {self.pid} on {self.host}"
-
-    def key(self) -> str:
-        """The holder's name in the adopt checkpoint's output: its job id, or ``pid<pid>``."""
-        return self.job_id or f"pid{self.pid}"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Adoption:
-    """``claims/adopted.json``: what the invocation that planned at ``at`` adopted."""
-
-    at: str
-    token: str
-    holders: tuple[Holder, ...] = ()
-
-    def to_json(self) -> bytes:
-        """The file content."""
-        return json_bytes(asdict(self))
-
-    @classmethod
-    def from_json(cls, data: bytes, where: str) -> Self:
-        """Read ``claims/adopted.json``; RecordError naming a damaged field."""
-        return Fields.parse(data, where).into(cls)  # each holder's shards: integers
-
-    @property
-    def shards(self) -> tuple[int, ...]:
-        """Every adopted shard, ascending."""
-        return tuple(sorted(s for h in self.holders for s in h.shards))
-
-
-def adoption_path(run_dir: Path) -> Path:
-    """``<run_dir>/claims/adopted.json``."""
-    return Path(run_dir) / CLAIMS_DIR / ADOPTED_JSON
-
-
-def adoption_end_path(run_dir: Path, token: str, holder: str) -> Path:
-    """What the ``adopt`` checkpoint writes once the adopted ``holder`` has ended
-    (``Holder.key``; ``{holder}``: the checkpoint's wildcard)."""
-    return Path(run_dir) / CLAIMS_DIR / ADOPTED_DIR / token / f"{holder}.json"
-
-
-def read_adoption(run_dir: Path) -> Adoption | None:
-    """The adoption the last planning wrote; None when there is none."""
-    target = adoption_path(run_dir)
-    try:
-        data = target.read_bytes()
-    except FileNotFoundError:
-        return None
-    return Adoption.from_json(data, str(target))
-
-
-def write_adoption(run_dir: Path, adoption: Adoption | None) -> None:
-    """Replace ``claims/adopted.json`` (remove it when nothing is adopted), and drop the
-    ends of earlier adoptions."""
-    target = adoption_path(run_dir)
-    if adoption is None:
-        target.unlink(missing_ok=True)
-    else:
-        write_atomic(target, adoption.to_json())
-    ends = Path(run_dir) / CLAIMS_DIR / ADOPTED_DIR
-    keep = None if adoption is None else adoption.token
-    for old in ends.iterdir() if ends.is_dir() else ():
-        if old.name == keep:
-            continue
-        if old.is_dir():
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            old.unlink(missing_ok=True)  # an end of the single checkpoint of older versions
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,18 @@ import subprocess
 
 from shardwise.ops.jobs import adopt
 from shardwise.run import claims, jobevents, markers
+from shardwise.run.adoption import (
+    Adoption,
+    Holder,
+    adoption_end_path,
+    adoption_path,
+    read_adoption,
+    write_adoption,
+)
 
 
-def holder(proc: subprocess.Popen, *shards: int) -> claims.Holder:
-    return claims.Holder(
+def holder(proc: subprocess.Popen, *shards: int) -> Holder:
+    return Holder(
         shards=shards,
         pid=proc.pid,
         host=claims.hostname(),
@@ -24,7 +32,7 @@ def test_orphaned_local_holders_are_waited_for_and_what_they_left_is_named(tmp_p
         ),
     )
     quick, slow = subprocess.Popen(["true"]), subprocess.Popen(["sleep", "0.5"])
-    adoption = claims.Adoption(at="now", token="t", holders=(holder(quick, 1), holder(slow, 2)))
+    adoption = Adoption(at="now", token="t", holders=(holder(quick, 1), holder(slow, 2)))
     out = io.StringIO()
     waited = adopt.wait(tmp_path, adoption, every=0.05, main_alive=lambda: True, out=out)
     quick.wait()
@@ -42,7 +50,7 @@ def test_orphaned_local_holders_are_waited_for_and_what_they_left_is_named(tmp_p
 def test_the_wait_stops_when_the_workflow_that_started_it_dies(tmp_path):
     live = subprocess.Popen(["sleep", "30"])
     try:
-        adoption = claims.Adoption(at="now", token="t", holders=(holder(live, 0),))
+        adoption = Adoption(at="now", token="t", holders=(holder(live, 0),))
         waited = adopt.wait(
             tmp_path, adoption, every=0.01, main_alive=lambda: False, out=io.StringIO()
         )
@@ -54,9 +62,7 @@ def test_the_wait_stops_when_the_workflow_that_started_it_dies(tmp_path):
 
 def test_adopted_slurm_jobs_are_recorded(tmp_path, monkeypatch):
     monkeypatch.setattr(adopt.Keeper, "check", lambda self: 0)  # SLURM: every job already gone
-    adoption = claims.Adoption(
-        at="now", token="t", holders=(claims.Holder(shards=(4, 5), job_id="31"),)
-    )
+    adoption = Adoption(at="now", token="t", holders=(Holder(shards=(4, 5), job_id="31"),))
     waited = adopt.wait(tmp_path, adoption, every=0.01, main_alive=lambda: True, out=io.StringIO())
     assert waited == adopt.Waited(jobs=1, processes=0, left=(4, 5))
     (event,) = jobevents.load(tmp_path)
@@ -65,23 +71,21 @@ def test_adopted_slurm_jobs_are_recorded(tmp_path, monkeypatch):
 
 def test_the_adoption_record_round_trips_and_refuses_a_damaged_shard_list(tmp_path):
     holders = (
-        claims.Holder(shards=(2, 3), job_id="7"),
-        claims.Holder(shards=(5,), pid=4, host="h"),
+        Holder(shards=(2, 3), job_id="7"),
+        Holder(shards=(5,), pid=4, host="h"),
     )
-    adoption = claims.Adoption(at="2026-12-06T05:00:00", token="9-ab", holders=holders)
-    claims.write_adoption(tmp_path, adoption)
-    assert claims.read_adoption(tmp_path) == adoption
-    claims.adoption_path(tmp_path).write_text(
-        '{"at": "x", "token": "t", "holders": [{"shards": ["2"]}]}'
-    )
+    adoption = Adoption(at="2026-12-06T05:00:00", token="9-ab", holders=holders)
+    write_adoption(tmp_path, adoption)
+    assert read_adoption(tmp_path) == adoption
+    adoption_path(tmp_path).write_text('{"at": "x", "token": "t", "holders": [{"shards": ["2"]}]}')
     try:
-        claims.read_adoption(tmp_path)
+        read_adoption(tmp_path)
     except claims.RecordError as e:
         assert "[holders][0]: field 'shards' must be an array of integers" in str(e)
     else:
         raise AssertionError("a damaged shard list was read")
-    end = claims.adoption_end_path(tmp_path, "old", "7")
+    end = adoption_end_path(tmp_path, "old", "7")
     end.parent.mkdir(parents=True)
     end.write_text("{}")
-    claims.write_adoption(tmp_path, None)
-    assert claims.read_adoption(tmp_path) is None and not end.exists()
+    write_adoption(tmp_path, None)
+    assert read_adoption(tmp_path) is None and not end.exists()

@@ -24,7 +24,7 @@ from typing import IO
 from shardwise.ops.jobs.fates import Duty
 from shardwise.ops.jobs.keeper import PREFIX, Keeper
 from shardwise.run import claims, jobevents, markers, ranges
-from shardwise.run.claims import Adoption, Holder
+from shardwise.run.adoption import Adoption, Holder
 from shardwise.run.jobevents import JobEvent, Kind
 
 

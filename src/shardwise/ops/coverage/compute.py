@@ -17,14 +17,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shardwise.ops.coverage import sites, skew
+from shardwise.ops.coverage import failing, sites, skew
 from shardwise.ops.coverage.read import RunState, load_state, plan_index
 from shardwise.planner import inflight
 from shardwise.run import (
     adaptation,
     claims,
     drift,
-    failures,
     fidelity,
     jobevents,
     markers,
@@ -144,32 +143,6 @@ class Coverage:
     def files_percent(self) -> float:
         """Files done as a percentage."""
         return _percent(self.files_done, self.files_total)
-
-
-def reasons_of(
-    records: dict[int, failures.FailureRecord], *, interrupted: bool, store: bool = False
-) -> tuple[tuple[str, tuple[int, ...]], ...]:
-    """Failing shards grouped by the reason of their newest record, most shards first
-    (``store``: those the store stopped, which are not failing: no file is at fault)."""
-    by_reason: dict[str, list[int]] = {}  # in shard order
-    for shard, record in sorted(records.items()):
-        stopped = record.kind == "storage"
-        if record.interrupted == interrupted and stopped == store:
-            by_reason.setdefault(record.reason, []).append(shard)
-    ordered = sorted(by_reason.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))
-    return tuple((reason, tuple(shards)) for reason, shards in ordered)
-
-
-def failing_files(records: dict[int, failures.FailureRecord]) -> tuple[tuple[str, int, str], ...]:
-    """The files named by failing (not interrupted) shards' newest records, in file order
-    (a shard stopped for a shared reason names no file: the reason is the whole story)."""
-    out = [
-        (f.file, shard, failures.first_line(f.error))
-        for shard, record in records.items()
-        if not record.interrupted and not record.shared and record.kind != "storage"
-        for f in record.failed
-    ]
-    return tuple(sorted(out))
 
 
 def _outputs_missing(state: RunState) -> dict[str, int] | None:
@@ -399,10 +372,10 @@ def compute(
         shards_remaining=int(total - f.shard_done.sum()),
         shards_failing=int(state.failing_shards.size) - interrupted - store_stopped,
         shards_interrupted=interrupted,
-        failing_reasons=reasons_of(state.last_failures, interrupted=False),
-        failing_files=failing_files(state.last_failures),
+        failing_reasons=failing.reasons_of(state.last_failures, interrupted=False),
+        failing_files=failing.failing_files(state.last_failures),
         shards_store_stopped=store_stopped,
-        store_reasons=reasons_of(state.last_failures, interrupted=False, store=True),
+        store_reasons=failing.reasons_of(state.last_failures, interrupted=False, store=True),
         tasks_total=tasks.total,
         tasks_done=tasks.done,
         files_total=state.plan.num_rows,

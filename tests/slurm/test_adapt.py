@@ -41,7 +41,7 @@ from test_hidden_window import (  # the same user, cluster settings and helpers
     ordinary_user,  # noqa: F401 - the module's fixture
 )
 
-from shardwise.ops.cluster.status import adapting_workflow
+from shardwise.ops.cluster.asking import adapting_workflow
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 

@@ -37,7 +37,7 @@ from typing import IO
 
 from shardwise.errors import RecordError
 from shardwise.ops.cluster import retime
-from shardwise.ops.cluster.status import run_jobs
+from shardwise.ops.cluster.asking import run_jobs
 from shardwise.ops.walltime import plan_probe
 from shardwise.ops.walltime import probe as walltime_probe
 from shardwise.planner.walltime import Floor

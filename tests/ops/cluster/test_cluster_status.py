@@ -12,6 +12,7 @@ from e2e import minimal_config
 from slurm_samples import RESERVATION, SHOW_JOB, SINFO_NODES, WRAP_SCRIPT, job
 
 from shardwise.demo.corpus import DemoSize, write_corpus
+from shardwise.ops.cluster import asking
 from shardwise.ops.cluster import render as cluster_status_format
 from shardwise.ops.cluster import status as cluster_status
 from shardwise.ops.walltime import probe as walltime_probe
@@ -131,7 +132,7 @@ def _facts(run_dir):
     body = {key: entry.to_json() for key, entry in cache.items()}
     (run_dir / "claims" / claims.JOBS_CACHE).write_text(json.dumps(body))
     starts = {m: _window(m) for m in (240, 120, 60, 19)}
-    return cluster_status.StatusFacts(
+    return asking.StatusFacts(
         user="me",
         now=NOW,
         queue=Answer(queue),
@@ -414,9 +415,9 @@ def test_the_probed_job_is_the_oldest_that_waits_for_a_reservation():
     later = job("6", reason="ReqNodeNotAvail, Reserved for maintenance")
     running = job("4", "RUNNING", submit_time=datetime(2026, 12, 1, 4, 0))
     mine = {j.id: (j, (0,)) for j in (first, later, running)}
-    assert cluster_status.probed_job(mine) is later  # SLURM left the oldest at Priority
-    assert cluster_status.probed_job({"5": (first, (0,))}) is first
-    assert cluster_status.probed_job({"4": (running, (0,))}) is None
+    assert asking.probed_job(mine) is later  # SLURM left the oldest at Priority
+    assert asking.probed_job({"5": (first, (0,))}) is first
+    assert asking.probed_job({"4": (running, (0,))}) is None
 
 
 def test_answers_before_the_first_backfill_pass_are_called_provisional(tmp_path):
@@ -444,11 +445,11 @@ def test_the_workflows_fit_in_force_is_the_answer_and_no_probe_is_made(tmp_path)
         reason="job 20 pends for a reservation; SLURM's plan starts a job of 40 min now",
     )
     adaptation.save(run_dir, adaptation.Adaptation(fit, ()))
-    assert cluster_status.fit_in_force(run_dir, now) is None  # the recorded process is gone
+    assert asking.fit_in_force(run_dir, now) is None  # the recorded process is gone
     live = replace(claims.Submitter.recorded(run_dir), host=claims.hostname(), pid=os.getpid())
     live.record(run_dir)
-    assert cluster_status.fit_in_force(run_dir, now) == fit
-    assert cluster_status.fit_in_force(run_dir, now + timedelta(minutes=39)) is None  # expired
+    assert asking.fit_in_force(run_dir, now) == fit
+    assert asking.fit_in_force(run_dir, now + timedelta(minutes=39)) is None  # expired
     facts = replace(_facts(run_dir), fit=fit, probe_detail=None, probe_starts={})
     status = cluster_status.build(run_dir, facts)
     (note,) = [n for n in status.notes if n.startswith("no walltime probe")]
@@ -463,20 +464,20 @@ def test_a_live_workflow_that_adapts_makes_the_probe_and_cluster_status_none(tmp
                           host=claims.hostname(), pid=os.getpid(), started_at=markers.now(),
                           process=claims.process_identity(os.getpid()))  # fmt: skip
     me.record(tmp_path)
-    assert cluster_status.adapting_workflow(tmp_path) is None  # no adaptation record
+    assert asking.adapting_workflow(tmp_path) is None  # no adaptation record
     later = (datetime.now() + timedelta(seconds=2)).isoformat(timespec="seconds")
     adaptation.save(tmp_path, adaptation.Adaptation(since=later))
-    assert cluster_status.adapting_workflow(tmp_path) == me
+    assert asking.adapting_workflow(tmp_path) == me
     earlier = (datetime.now() - timedelta(hours=1)).isoformat(timespec="seconds")
     adaptation.save(tmp_path, adaptation.Adaptation(since=earlier))  # an older workflow's
-    assert cluster_status.adapting_workflow(tmp_path) is None  # this one does not adapt
+    assert asking.adapting_workflow(tmp_path) is None  # this one does not adapt
     adaptation.save(tmp_path, adaptation.Adaptation(since=later))
     replace(me, cluster=False).record(tmp_path)
-    assert cluster_status.adapting_workflow(tmp_path) is None  # the local executor
+    assert asking.adapting_workflow(tmp_path) is None  # the local executor
 
 
 def test_test_only_is_not_asked_where_its_answer_is_known_wrong():
-    untrusted = cluster_status.test_only_untrusted
+    untrusted = asking.test_only_untrusted
     said = "job 7 may start in any of a,b, and --test-only tests one"
     assert untrusted(job("7", "PENDING", partition="a,b"), {}) == said
     one = job("7", "PENDING", partition="a")

@@ -11,7 +11,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from shardwise.errors import ConfigError
-from shardwise.ops.cluster.status import run_jobs
+from shardwise.ops.cluster.asking import run_jobs
 from shardwise.run import claims, ranges
 from shardwise.slurm import queries
 from shardwise.slurm.queries import Answer

@@ -8,7 +8,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from shardwise.errors import ConfigError, ShardwiseError
-from shardwise.ops.cluster.status import run_jobs
+from shardwise.ops.cluster.asking import run_jobs
 from shardwise.ops.launch import request
 from shardwise.run import claims, markers
 from shardwise.run import launch as record

@@ -421,32 +421,6 @@ def check_shard_params(total_shards: object, minimum_shard_index: object) -> tup
     return total_shards, minimum_shard_index
 
 
-#: More shards than this many per task (and than MIN_SHARD_CEILING) are refused: nearly
-#: all of them would be empty, each one a Snakemake target and a marker file.
-MAX_SHARDS_PER_TASK = 10
-MIN_SHARD_CEILING = 1_000
-#: Above this, Snakemake's planning alone takes minutes (~37 s at 60,000 targets).
-MAX_TOTAL_SHARDS = 200_000
-
-
-def check_shard_count(total_shards: int, tasks: int) -> None:
-    """Refuse an assignment that is mostly empty shards, or more than Snakemake can plan
-    (a new run's or a re-pin's dry run, before anything is pinned)."""
-    ceiling = min(max(MAX_SHARDS_PER_TASK * tasks, MIN_SHARD_CEILING), MAX_TOTAL_SHARDS)
-    if total_shards <= ceiling:
-        return
-    cost = "each shard is a Snakemake target and a marker file (a dry run takes ~5 s at "
-    cost += "5,000 targets and ~37 s at 60,000)"
-    if total_shards > MAX_TOTAL_SHARDS and tasks * MAX_SHARDS_PER_TASK >= MAX_TOTAL_SHARDS:
-        why = f"more than Snakemake can plan in reasonable time ({MAX_TOTAL_SHARDS:,} at most)"
-        fix = "or raise input.files_per_task to group files into fewer tasks"
-    else:
-        why = f"at least {total_shards - tasks:,} of them would be empty"
-        fix = f"e.g. {min(tasks, ceiling):,} for one task per shard"
-    msg = f"config sharding.total_shards: {total_shards:,} for {tasks:,} task(s): {why}; "
-    raise ConfigError(msg + f"{cost}. Set it to at most {ceiling:,} ({fix}); nothing was pinned")
-
-
 def resolve_pairs(names: Sequence[str], pairs: Sequence[Sequence[str]] | None) -> list[Pair]:
     """The pairs to count: the configured ones (``[]``: none), or when None the defaults
     whose classifiers exist; a pair naming an unknown classifier, one paired with itself or

@@ -11,13 +11,12 @@ import pytest
 from e2e import tiny_model_dir
 
 from shardwise.cli.main import main
-from shardwise.config import check_shard_count
 from shardwise.demo.corpus import DemoSize, write_corpus
 from shardwise.errors import ConfigError, InputError, ModelError, RunMismatchError
 from shardwise.planner import prepare as planner
 from shardwise.planner import runlock
 from shardwise.run import drift, markers, outputs, plan, quarantine
-from shardwise.run.sharding import shard_for_task
+from shardwise.run.sharding import check_shard_count, shard_for_task
 from shardwise.snakefile import prepare_run
 from shardwise.store.location import Location
 

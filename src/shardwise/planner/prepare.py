@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from shardwise.classify.modelcheck import check_classifiers
-from shardwise.config import InferenceSettings, Settings, check_shard_count
+from shardwise.config import InferenceSettings, Settings
 from shardwise.planner import (
     campaign,
     fieldcheck,
@@ -44,7 +44,7 @@ from shardwise.run.adoption import Adoption, adoption_end_path, write_adoption
 from shardwise.run.claims import Submitter
 from shardwise.run.manifest import build_tasks
 from shardwise.run.opened import open_run
-from shardwise.run.sharding import shard_range
+from shardwise.run.sharding import check_shard_count, shard_range
 from shardwise.store.location import Location
 
 #: The classify jobs' groups on SLURM (``RunInfo.group``).

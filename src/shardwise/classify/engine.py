@@ -698,20 +698,10 @@ class Engine:
         """The engine's figures of one ``run`` (``Labels.stats``, every key documented there)."""
         policy = self._policy
         assert policy is not None  # run() made it
-        n = prepared.docs
         fp32 = self._recheck_policy
-        retries = policy.oom_retries + (fp32.oom_retries if fp32 else 0)
         real, padded = work.real_tokens, work.padded_tokens
-        outcomes = {name: c.outcome for name, c in checks.items()}
-        margin_errors = {name: round(o.max_margin_error, 6) for name, o in outcomes.items()}
-        on_cpu = self.device.type == "cpu"
-        cache = self.compile_cache
-        kept = [
-            fidelity(name, n, c.mode, c.outcome, on_cpu=on_cpu).to_json()
-            for name, c in checks.items()
-        ]
         return {
-            "docs": n,
+            "docs": prepared.docs,
             "tokens": real,
             "real_tokens": real,
             "padded_tokens": padded,
@@ -723,10 +713,23 @@ class Engine:
             "batch_budget": policy.limit,
             "batch_mode": 1 if policy.batch_size is not None else 0,
             "batch_cost": policy.batch_cost if policy.batch_size is None else None,
-            "oom_retries": retries,
+            "oom_retries": policy.oom_retries + (fp32.oom_retries if fp32 else 0),
             "batches": work.batches,
             "probe_s": self.probe_s,
             "budget_cached": self.budget_cached,
+            **self._choice_figures(),
+            "fp32_matmul_ok": self.fp32_matmul_ok,
+            "recheck_margin": self.recheck_margin,
+            **self._recheck_figures(prepared.docs, checks, recheck_s, infer_s),
+            "tokenize_fallback_docs": prepared.fallback_docs,
+            "tokenize_verified_docs": prepared.verified_docs,
+            "distinct_tokenizers": self.distinct_tokenizers,
+        }
+
+    def _choice_figures(self) -> dict[str, Any]:
+        """What the job chose to run (attention kernels, the compiled forward, its cache)."""
+        cache = self.compile_cache
+        return {
             "attention_kernel": self.attention_kernels.get("masked", "none"),
             "attention_kernel_unmasked": self.attention_kernels.get("unmasked", "none"),
             "attention": self.attention.mode,
@@ -742,12 +745,25 @@ class Engine:
             "compile_kernels_hit": self.compile_kernels[0] if cache else None,
             "compile_kernels_missed": self.compile_kernels[1] if cache else None,
             "compile_graphs": compiling.graphs_compiled() if cache else None,
-            "fp32_matmul_ok": self.fp32_matmul_ok,
-            "recheck_margin": self.recheck_margin,
+        }
+
+    def _recheck_figures(
+        self, docs: int, checks: dict[str, _Recheck], recheck_s: float, infer_s: float
+    ) -> dict[str, Any]:
+        """The fp32 re-check of one ``run``: what it re-checked and changed, its cost."""
+        outcomes = {name: c.outcome for name, c in checks.items()}
+        on_cpu = self.device.type == "cpu"
+        kept = [
+            fidelity(name, docs, c.mode, c.outcome, on_cpu=on_cpu).to_json()
+            for name, c in checks.items()
+        ]
+        return {
             "rechecked_docs": {name: o.rechecked for name, o in outcomes.items()},
             "recheck_changed": {name: o.changed for name, o in outcomes.items()},
             "nonfinite_docs": {name: o.nonfinite for name, o in outcomes.items()},
-            "recheck_max_margin_error": margin_errors,
+            "recheck_max_margin_error": {
+                name: round(o.max_margin_error, 6) for name, o in outcomes.items()
+            },
             "calibration": {name: cal.summary() for name, cal in self.calibrations.items()},
             "calibration_s": sum(o.sample_s for o in outcomes.values()),
             "fidelity": kept,
@@ -755,9 +771,6 @@ class Engine:
             "recheck_batches": sum(c.work.batches for c in checks.values()),
             "recheck_s": recheck_s,
             "recheck_share": recheck_s / infer_s if infer_s > 0 else 0.0,
-            "tokenize_fallback_docs": prepared.fallback_docs,
-            "tokenize_verified_docs": prepared.verified_docs,
-            "distinct_tokenizers": self.distinct_tokenizers,
         }
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from shardwise.run import sitelease
 from shardwise.run.context import read_settings
 from shardwise.run.opened import open_run
-from shardwise.store.lease import Leases
+from shardwise.store.lease import Leases, Seen
 
 #: The window of a site's pace.
 PACE_WINDOW_S = 3600.0
@@ -79,22 +79,23 @@ def view(run_dir: Path, now: datetime | None = None) -> CampaignView | None:
     done = sitelease.read_done(ctx.output)
     at = now or datetime.now(UTC)
     sites = sorted({campaign.site} | {d.site for d in done} | {s.lease.site for s in live})
-    rows = []
-    for site in sites:
-        ages = [(at - _when(d.finished_at)).total_seconds() for d in done if d.site == site]
-        heard = [s.age_s for s in live if s.lease.site == site] or ages
-        recent = [a for a in ages if a <= PACE_WINDOW_S]
-        rows.append(
-            SiteRow(
-                site=site,
-                shards_done=len(ages),
-                files_labelled=sum(d.labelled for d in done if d.site == site),
-                live_jobs=sum(s.lease.site == site for s in live),
-                shards_per_hour=len(recent) * 3600.0 / PACE_WINDOW_S,
-                heard_s_ago=max(0.0, min(heard)) if heard else None,
-            )
-        )
+    rows = (_row(site, [d for d in done if d.site == site], live, at) for site in sites)
     return CampaignView(campaign.site, campaign.lease_seconds, tuple(rows))
+
+
+def _row(site: str, done: list[sitelease.SiteDone], live: list[Seen], at: datetime) -> SiteRow:
+    """One site's row: its finished shards (``done``), the live leases it holds."""
+    ages = [(at - _when(d.finished_at)).total_seconds() for d in done]
+    heard = [s.age_s for s in live if s.lease.site == site] or ages
+    recent = [a for a in ages if a <= PACE_WINDOW_S]
+    return SiteRow(
+        site=site,
+        shards_done=len(ages),
+        files_labelled=sum(d.labelled for d in done),
+        live_jobs=sum(s.lease.site == site for s in live),
+        shards_per_hour=len(recent) * 3600.0 / PACE_WINDOW_S,
+        heard_s_ago=max(0.0, min(heard)) if heard else None,
+    )
 
 
 def _when(stamp: str) -> datetime:

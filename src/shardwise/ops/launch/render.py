@@ -30,7 +30,27 @@ def status_text(st: ChainStatus) -> str:
         f"{where}; snakemake stopped {req.stop_before_seconds} s before each walltime"
     )
     lines.append(f"  snakemake {' '.join(req.snakemake_args)}")
+    lines += _generation_lines(st)
+    running = sum(1 for j in st.shard_jobs if j.running)
+    lines.append(
+        f"  shard jobs of the run: {running} running, {len(st.shard_jobs) - running} queued; "
+        f"{st.done_shards:,} shard(s) done"
+    )
+    if st.last is not None and st.state is State.ENDED:
+        lines.append(f"  last: {st.last.text}")
+    elif st.last is not None and st.state is State.BROKEN:
+        lines.append(
+            f"  last said (before every launcher ended; no launcher is queued now): {st.last.text}"
+        )
+    lines.append(f"  logs: {st.run_dir / record.LOG_DIR}/<job id>.log")
+    return "\n".join(lines)
+
+
+def _generation_lines(st: ChainStatus) -> list[str]:
+    """Each generation, how it ended and what it said last; the queued launchers that
+    never ran and how they ended; the live launcher jobs and what is queued behind."""
     live = {j.id for j in st.live}
+    lines = []
     for n, g in enumerate(st.generations, 1):
         last = g.last.text if g.last is not None else ""
         how = f" [ended {st.ended[g.job_id]}]" if g.job_id in st.ended else ""
@@ -50,19 +70,7 @@ def status_text(st: ChainStatus) -> str:
     if st.state in (State.RUNNING, State.QUEUED):
         queued = ", ".join(j.id for j in st.queued) or "none"
         lines.append(f"  queued behind it: {queued}")
-    running = sum(1 for j in st.shard_jobs if j.running)
-    lines.append(
-        f"  shard jobs of the run: {running} running, {len(st.shard_jobs) - running} queued; "
-        f"{st.done_shards:,} shard(s) done"
-    )
-    if st.last is not None and st.state is State.ENDED:
-        lines.append(f"  last: {st.last.text}")
-    elif st.last is not None and st.state is State.BROKEN:
-        lines.append(
-            f"  last said (before every launcher ended; no launcher is queued now): {st.last.text}"
-        )
-    lines.append(f"  logs: {st.run_dir / record.LOG_DIR}/<job id>.log")
-    return "\n".join(lines)
+    return lines
 
 
 def stopped_text(stopped: Stopped, run_dir_text: str) -> str:

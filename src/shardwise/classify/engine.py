@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from shardwise.classify import attention, compiling, forwardchoice, gpubudget
+from shardwise.classify import compiling, forwardchoice, gpubudget
 from shardwise.classify.batching import BatchPolicy, CannotShrinkError
 from shardwise.classify.calibration import FALLBACK_SHARE, Calibration
 from shardwise.classify.device import (
@@ -184,16 +184,8 @@ class Engine:
         self._warned: set[str] = set()
         #: Per classifier, the job's calibration of the re-check threshold (auto only).
         self.calibrations: dict[str, Calibration] = {}
-        #: The forward the job runs (packed until its self-check says otherwise).
-        self.attention = attention.Choice("padded", "inference.attention: padded")
-        self.self_checks: list[attention.SelfCheck] = []
-        #: Whether the packed forward runs compiled; the seconds its first call (in the
-        #: self-check) took, compiling included, and Inductor's cache hits and misses
-        #: then; where Inductor keeps what it compiled, and where that came from.
-        self.compile = compiling.CompileChoice(False, "inference.compile: off")
-        self.compile_s = 0.0
-        self.compile_kernels = (0, 0)
-        self.compile_cache: compiling.CompileCache | None = None
+        #: The forward the job runs (``forwardchoice.Forward``: chosen, then self-checked).
+        self.forward: forwardchoice.Forward = forwardchoice.UNCHOSEN
         #: Whether float32 matmuls were checked to be float32 here (:func:`strict_fp32`).
         self.fp32_matmul_ok = True
 
@@ -269,9 +261,16 @@ class Engine:
             cache_root=cache_root,
         )
         engine._budget_dir = budget_dir
-        engine.attention = forwardchoice.choose(engine, capability)
+        engine.forward = forwardchoice.choose(engine, capability)
         engine.fp32_matmul_ok = not fp32_problem
         return engine
+
+    attention = property(lambda self: self.forward.attention, doc="the attention chosen")
+    compile = property(lambda self: self.forward.compile, doc="whether packed runs compiled")
+    compile_s = property(lambda self: self.forward.compile_s, doc="the first compiled call's s")
+    compile_kernels = property(lambda self: self.forward.kernels, doc="Inductor's hits, misses")
+    compile_cache = property(lambda self: self.forward.cache, doc="where the kernels are kept")
+    self_checks = property(lambda self: self.forward.self_checks, doc="each model's self-check")
 
     @property
     def labels(self) -> dict[str, tuple[str, ...]]:
@@ -620,7 +619,7 @@ class Engine:
         if self._policy is None:
             self._policy = self._make_policy()  # on CUDA: the one-off budget probe (probe_s)
         if self.attention.mode == "packed" and not self.self_checks and prepared.docs:
-            forwardchoice.check_packed(self, prepared)
+            self.forward = forwardchoice.check_packed(self, self.forward, prepared)
         self._policy.packed = self.attention.mode == "packed"
         started = time.perf_counter()
         result = Inference({}, {}, {}, {})

@@ -45,6 +45,8 @@ RUN_DIR = str(RUN.run_dir)
 # (a shared one stops the run), walltimes fitted to a hidden maintenance window
 # (walltime.adapt), and the job keeper: preempted, held or vanished SLURM jobs requeued,
 # retried or reported, so that none is waited for forever (docs/slurm.md, The job keeper).
+# shardwise's executor finds it under this name and hosts it (shardwise/runtime/host.py);
+# with another executor, onstart starts it.
 RUNTIME = Runtime(workflow, config, RUN)
 
 

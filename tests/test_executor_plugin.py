@@ -12,13 +12,14 @@ from types import SimpleNamespace
 
 import pytest
 import snakemake_executor_plugin_slurm as slurm_plugin
+from e2e import minimal_config
 from snakemake_interface_common.exceptions import WorkflowError
 from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
 from snakemake_interface_executor_plugins.registry import ExecutorPluginRegistry
 
 import snakemake_executor_plugin_shardwise as plugin
-from shardwise import snakefile
-from shardwise.hooks import versions
+from shardwise.config import validate
+from shardwise.runtime import host, versions
 
 
 def test_snakemake_finds_the_plugin_as_the_slurm_executor_under_its_own_name():
@@ -29,7 +30,7 @@ def test_snakemake_finds_the_plugin_as_the_slurm_executor_under_its_own_name():
     mine = {f.name for f in plugin.ExecutorSettings.__dataclass_fields__.values()}
     theirs = {f.name for f in slurm_plugin.ExecutorSettings.__dataclass_fields__.values()}
     assert mine == theirs  # every option of the SLURM plugin, as --shardwise-<name>
-    assert found.cli_prefix == snakefile.PLUGIN_NAME == "shardwise"
+    assert found.cli_prefix == host.PLUGIN_NAME == "shardwise"
 
 
 @pytest.mark.parametrize(
@@ -60,7 +61,7 @@ def info(job_id):
 
 def test_a_status_round_carries_the_keeper_s_word_and_its_wait_cap(monkeypatch):
     executor = plugin.Executor.__new__(plugin.Executor)  # no workflow: one round, by hand
-    executor.shardwise_jobs = snakefile.ExecutorJobs(executor)
+    executor.shardwise_jobs = host.ExecutorJobs(executor)
     executor.active_jobs, executor.lock = [], threading.Lock()
     reported = []
 
@@ -116,7 +117,7 @@ def test_the_installed_versions_are_the_tested_ones():
 
 
 def test_without_shardwise_s_executor_the_keeper_says_it_is_off():
-    assert snakefile.keeper_off_line("slurm") == (
+    assert host.keeper_off_line("slurm") == (
         "shardwise: the job keeper is off: this run's executor is 'slurm', not 'shardwise' "
         "(profiles/slurm sets `executor: shardwise`): a preempted, held or vanished job may be "
         "waited for forever (docs/slurm.md, The job keeper)"
@@ -158,27 +159,43 @@ def test_no_slurm_spelling_reads_nothing_and_says_nothing(tmp_path, capsys):
     assert dataclasses.asdict(settings) == before and capsys.readouterr().err == ""
 
 
-def test_the_executor_attaches_the_keeper_through_its_real_init(monkeypatch):
+def test_the_executor_hosts_the_runtime_through_its_real_init(tmp_path, monkeypatch):
     """The seam: the real ``Executor.__init__`` (the SLURM executor's own stubbed: no
-    cluster) must hand its jobs to the workflow's keeper. Remove the attach call and this
-    fails."""
+    cluster) finds the Snakefile's ``RUNTIME`` and hosts it: the keeper starts on its jobs
+    at once, and the executor's ``shutdown()`` stops it. Remove the hosting and this fails."""
     monkeypatch.setattr(slurm_plugin.Executor, "__init__", lambda self, workflow, logger: None)
+    monkeypatch.setattr(slurm_plugin.Executor, "shutdown", lambda self: None)
     monkeypatch.setattr(plugin, "read_slurm_spelling", lambda settings: None)
-    workflow = SimpleNamespace(executor_settings=plugin.ExecutorSettings())
+    config = validate(minimal_config(tmp_path))  # a valid config, its defaults filled
+    run = SimpleNamespace(run_dir=tmp_path / "run")
+    workflow = SimpleNamespace(
+        executor_settings=plugin.ExecutorSettings(),
+        executor_plugin=SimpleNamespace(name="shardwise"),
+        is_main_process=False,  # no failed-job hook at parse time (not what is tested)
+        dryrun=False,
+        output_settings=None,
+        globals={},
+    )
+    runtime = host.Runtime(workflow, config, run)
+    runtime.keeping.main_process = True  # the top-level process's keeping, as it starts
+    workflow.globals[host.RUNTIME_NAME] = runtime
     executor = plugin.Executor(workflow, logger=None)
-    assert isinstance(executor.shardwise_jobs, snakefile.ExecutorJobs)
-    assert snakefile._ATTACHED[id(workflow)] is executor.shardwise_jobs
-    snakefile._ATTACHED.pop(id(workflow))
+    assert isinstance(executor.shardwise_jobs, host.ExecutorJobs)
+    keeper = runtime.keeping.keeper
+    assert keeper is not None and keeper.jobs is executor.shardwise_jobs
+    assert not keeper.stop.is_set()
+    executor.shutdown()
+    assert keeper.stop.is_set()
 
 
 def test_the_keeper_off_line_reaches_stderr_on_slurm_without_this_executor(tmp_path, capsys):
     workflow = SimpleNamespace(
         executor_plugin=SimpleNamespace(name="slurm"), dryrun=False, output_settings=None
     )
-    keeping = snakefile.JobKeeping({}, SimpleNamespace(run_dir=tmp_path), main_process=True)
-    assert keeping.start(workflow) is None
+    keeping = host.JobKeeping({}, SimpleNamespace(run_dir=tmp_path), main_process=True)
+    assert keeping.start(workflow, None) is None
     err = capsys.readouterr().err
-    assert snakefile.keeper_off_line("slurm") in err.splitlines()
+    assert host.keeper_off_line("slurm") in err.splitlines()
 
 
 def test_importing_the_plugin_loads_no_shardwise_module():

@@ -1,6 +1,6 @@
 """The package is a house with floors: each layer imports only the layers below it.
 
-cli, snakefile -> hooks -> ops -> planner -> classify, demo -> run -> slurm, store -> config
+cli, snakefile -> runtime -> ops -> planner -> classify, demo -> run -> slurm, store -> config
 -> errors. Two rooms on one floor (``slurm`` and ``store``; ``classify`` and ``demo``;
 ``cli`` and ``snakefile``) do not import each other, and no set of modules imports itself
 in a circle, function-local imports included (they are where circles used to hide).
@@ -28,7 +28,7 @@ FLOORS = {
     "demo": 4,
     "planner": 5,
     "ops": 6,
-    "hooks": 7,
+    "runtime": 7,
     "cli": 8,
     "snakefile": 8,
 }

@@ -1,33 +1,21 @@
 """What the Snakefile and its rules import from shardwise, in one place (the top floor,
 with ``cli``): the Snakefile stays a table of contents that calls :func:`prepare_run`."""
 
-import functools
 import sys
-import threading
-import time
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import IO, Any
 
-from shardwise.config import Settings, reject_secret_keys
+from shardwise.config import reject_secret_keys
 from shardwise.errors import ShardwiseError
-from shardwise.hooks import adapt, failed_jobs, versions
-from shardwise.hooks.adapt import Adapter
-from shardwise.hooks.dryrun import report_lines
-from shardwise.hooks.failed_jobs import FailureLog
-from shardwise.ops.jobs.fates import Duty
-from shardwise.ops.jobs.keeper import Keeper
-from shardwise.planner import prepare, walltime
+from shardwise.planner import prepare
 from shardwise.planner.inflight import Submitter
 from shardwise.planner.prepare import RunInfo, is_dry_run
 from shardwise.planner.walltime import runtime_minutes_for
-from shardwise.run import adaptation, selection
-from shardwise.slurm import profile
+from shardwise.run import selection
+from shardwise.runtime.dryrun import report_lines
+from shardwise.runtime.host import Runtime
+from shardwise.runtime.submiterrors import show_submit_errors
 from shardwise.slurm.profile import site_resources
-from shardwise.slurm.submiterrors import show_submit_errors
-
-#: The executor plugin's name (``snakemake_executor_plugin_shardwise``, ``executor: shardwise``).
-PLUGIN_NAME = "shardwise"
 
 __all__ = [
     "RunInfo", "Runtime", "Submitter", "classify_group_size", "is_dry_run", "prepare_run",
@@ -67,26 +55,6 @@ def prepare_run(
     return info
 
 
-def show_failed_jobs(
-    workflow: Any, config: dict[str, Any], run: RunInfo, *, main_process: bool
-) -> FailureLog | None:
-    """Put a failed shard's reason on the console and stop early on a shared one (see
-    ``hooks/failed_jobs.py``); top-level process only. The log, for :func:`print_failures`."""
-    if not main_process:
-        return None
-    stop_after = Settings.from_config(config).stop_after
-    return failed_jobs.install(workflow, run.run_dir, stop_after=stop_after, now=time.time)
-
-
-def print_failures(book: FailureLog | None, out: IO[str] | None = None) -> None:
-    """The run's failed shards, one line per reason with its count (the ``onerror`` hook)."""
-    if book is None:
-        return
-    stream = out or sys.stderr
-    stream.write("".join(f"shardwise: {line}\n" for line in book.summary()))
-    stream.flush()
-
-
 def selection_targets(run_dir: str) -> list[str]:
     """``select_all``'s targets: every planned selection's shard records (a plan file
     per selection read at parse time: small, and only once per selection)."""
@@ -106,236 +74,3 @@ def classify_group_size(workflow: Any) -> int:
     group = groups.overwrite_groups.get("classify", prepare.GROUP)
     local = not getattr(workflow, "non_local_exec_or_dryrun", True)
     return 1 if local else int(groups.group_components.get(group, 1))
-
-
-def signal_lead_s(workflow: Any) -> int:
-    """Seconds before its limit a classify job is told to stop: the ``--signal=TERM@N`` of
-    its ``slurm_extra`` (``set-resources`` for ``classify``, else ``default-resources``),
-    :data:`walltime.SIGNAL_LEAD_S` where neither says."""
-    res = getattr(workflow, "resource_settings", None)
-    given = [
-        getattr(res, "overwrite_resources", {}).get("classify", {}),
-        getattr(res, "default_resources", None) or {},
-    ]
-    for resources in given:
-        extra = resources.get("slurm_extra") if hasattr(resources, "get") else None
-        lead = profile.signal_lead(str(getattr(extra, "value", extra) or ""))
-        if lead is not None:
-            return lead
-    return walltime.SIGNAL_LEAD_S
-
-
-class WalltimeAdaptation:
-    """The walltime adaptation of one invocation (``hooks/adapt.py``). Made at parse time,
-    started by the Snakefile's ``onstart`` (only then does the workflow know its executor)
-    and stopped by ``onsuccess``/``onerror``."""
-
-    def __init__(self, config: dict[str, Any], run: RunInfo, *, main_process: bool) -> None:
-        self.config, self.run, self.main_process = config, run, main_process
-        self.adapter: Adapter | None = None
-
-    def start(self, workflow: Any) -> Adapter | None:
-        """Start adapting in the top-level process of a real run when ``walltime.adapt`` is
-        on (``auto``: with the SLURM executor); else clear a fit an earlier invocation left,
-        so the next submissions ask for the configured limits."""
-        if not self.main_process or is_dry_run(workflow):
-            return None
-        settings = Settings.from_config(self.config)
-        mode = settings.walltime.adapt
-        on_slurm = _on_slurm(workflow)
-        if mode is False or (mode == "auto" and not on_slurm):
-            record = adaptation.load(self.run.run_dir)
-            if record is not None and record.fit is not None:
-                adaptation.save(self.run.run_dir, type(record)(None, record.events))
-            return None
-        knobs = adapt.AdaptSettings(
-            check_seconds=float(settings.walltime.adapt_check_seconds),
-            probe_seconds=float(settings.walltime.adapt_probe_seconds),
-            floor=functools.partial(
-                walltime.one_file_minutes, settings, lead_s=signal_lead_s(workflow)
-            ),
-        )
-        self.adapter = Adapter(run_dir=self.run.run_dir, settings=knobs)
-        self.adapter.start()
-        return self.adapter
-
-    def stop(self) -> None:
-        """Stop after the round in progress (the thread is a daemon: an exit ends it too)."""
-        if self.adapter is not None:
-            self.adapter.close()
-
-
-class ExecutorJobs:
-    """The jobs the SLURM executor waits for, as the job keeper sees them, and the keeper's
-    word on their end, given to Snakemake inside the executor's own status check.
-
-    Made by shardwise's executor plugin (``snakemake_executor_plugin_shardwise``: the SLURM
-    plugin's ``Executor`` subclassed, selected by ``executor: shardwise`` in the profile):
-    its ``check_active_jobs`` (Snakemake's executor interface: each round it yields the
-    jobs still running and reports the others) runs each round through :meth:`round`. A
-    job the keeper ended is reported there, as the plugin reports one
-    (``report_job_success`` / ``report_job_error``), and a job the plugin dropped without a
-    report is yielded again: plugin 2.8.0 drops every job it is checking when its status
-    command fails its ``status-attempts`` times in a row (a controller restart), and
-    Snakemake would wait for them forever. Once the keeper runs, the plugin's wait between
-    two rounds is kept at most ``failures.watch_seconds`` (:attr:`cap`, through the
-    interface's ``next_seconds_between_status_checks``; the plugin lets it grow to 180 s)."""
-
-    def __init__(self, executor: Any) -> None:
-        self.executor = executor
-        self.cap: float | None = None  # the keeper's watch_seconds, once it runs
-        self.lock = threading.Lock()
-        self.known: dict[str, Any] = {}  # SLURM job id -> SubmittedJobInfo, last round
-        self.ends: dict[str, tuple[bool, str]] = {}  # the keeper's word, for the next round
-        self.ended: set[str] = set()  # jobs whose end the keeper's word reported
-        self.reported: set[int] = set()
-
-    async def round(
-        self, active_jobs: list[Any], checked: Callable[[list[Any]], AsyncIterator[Any]]
-    ) -> AsyncIterator[Any]:
-        """One status round: the plugin's (``checked``), then the keeper's word."""
-        self.reported.clear()
-        with self.lock:
-            self.known = {str(i.external_jobid): i for i in active_jobs if i.external_jobid}
-        still = [info async for info in checked(active_jobs)]
-        ids = {id(i) for i in still}
-        dropped = [i for i in active_jobs if id(i) not in ids and id(i) not in self.reported]
-        for info in still + dropped:
-            with self.lock:
-                end = self.ends.pop(str(info.external_jobid), None)
-                if end is not None:
-                    self.ended.add(str(info.external_jobid))
-            if end is None:
-                yield info
-            elif end[0]:
-                self.executor.report_job_success(info)
-            else:
-                msg = f"SLURM job {info.external_jobid} {end[1]}. "
-                self.executor.report_job_error(info, msg=msg)
-        if self.cap is not None:
-            wait = self.executor.next_seconds_between_status_checks
-            self.executor.next_seconds_between_status_checks = min(wait, self.cap)
-
-    def note_reported(self, info: Any) -> None:
-        """The executor reported this job's end (success or error) in this round."""
-        self.reported.add(id(info))
-
-    def _infos(self) -> dict[str, Any]:
-        """The jobs being waited for: the last round's and those submitted since."""
-        with self.executor.lock:
-            infos = {str(i.external_jobid): i for i in self.executor.active_jobs}
-        with self.lock:
-            return {**self.known, **infos}
-
-    def watched(self) -> dict[str, tuple[int, ...]]:
-        return {k: _shards_of(i.job) for k, i in self._infos().items() if k != "None"}
-
-    def end(self, job_id: str, *, done: bool, why: str) -> bool:
-        """Have the executor's next round report the job's end (once)."""
-        if job_id not in self._infos():
-            return False
-        with self.lock:
-            if job_id in self.ends or job_id in self.ended:
-                return False
-            self.ends[job_id] = (done, why)
-        return True
-
-
-#: The executors of this process's workflows, by ``id(workflow)``: shardwise's executor
-#: plugin attaches each as it is made (before ``onstart``), the job keeper finds it here.
-_ATTACHED: dict[int, ExecutorJobs] = {}
-
-
-def attach_executor(workflow: Any, jobs: ExecutorJobs) -> None:
-    """Called by shardwise's executor plugin once its executor exists."""
-    _ATTACHED[id(workflow)] = jobs
-
-
-def _shards_of(job: Any) -> tuple[int, ...]:
-    """The shards of a Snakemake job or group job (its classify members' wildcard)."""
-    members = list(job) if job.is_group() else [job]
-    found = (getattr(m, "wildcards", {}).get("shard") for m in members)
-    return tuple(sorted(int(s) for s in found if s is not None and str(s).isdigit()))
-
-
-class JobKeeping:
-    """The job keeper of one invocation (``ops/jobs/keeper.py``): made at parse time, started by
-    ``onstart`` with the executor, stopped by ``onsuccess``/``onerror``. Only with a
-    remote executor that has jobs to keep (SLURM); the local executor's jobs are processes."""
-
-    def __init__(self, config: dict[str, Any], run: RunInfo, *, main_process: bool) -> None:
-        self.config, self.run, self.main_process = config, run, main_process
-        self.keeper: Keeper | None = None
-
-    def start(self, workflow: Any) -> Keeper | None:
-        """Start keeping the executor's jobs in a real run on SLURM; on SLURM without
-        shardwise's executor, say in one line that nothing keeps them."""
-        if not self.main_process or is_dry_run(workflow):
-            return None
-        on_slurm = _on_slurm(workflow)
-        for line in versions.untested() if on_slurm else []:
-            _say(line)
-        jobs = _ATTACHED.get(id(workflow))
-        if jobs is None:
-            if on_slurm:
-                _say(keeper_off_line(_executor_name(workflow)))
-            return None
-        settings = workflow.executor_settings
-        duty = Duty.own(plugin_requeue=bool(getattr(settings, "requeue", False)))
-        every = Settings.from_config(self.config).watch_seconds
-        jobs.cap = every
-        self.keeper = Keeper(run_dir=self.run.run_dir, jobs=jobs, duty=duty, every=every)
-        self.keeper.start()
-        return self.keeper
-
-    def stop(self) -> None:
-        """Stop after the round in progress."""
-        if self.keeper is not None:
-            self.keeper.close()
-
-
-class Runtime:
-    """What runs beside the workflow in its top-level process, behind one entry point: the
-    failed-job hook (installed at parse time: it wraps Snakemake's job error log), the
-    walltime adaptation and the job keeper (started by ``onstart``, once the workflow
-    knows its executor; the keeper attaches through shardwise's executor plugin), all
-    stopped by ``onsuccess``/``onerror``. Inside a cluster job, and in a dry run, nothing."""
-
-    def __init__(self, workflow: Any, config: dict[str, Any], run: RunInfo) -> None:
-        main = bool(workflow.is_main_process)
-        self.failures = show_failed_jobs(workflow, config, run, main_process=main)
-        self.adapting = WalltimeAdaptation(config, run, main_process=main)
-        self.keeping = JobKeeping(config, run, main_process=main)
-
-    def start(self, workflow: Any) -> None:
-        """The ``onstart`` hook."""
-        self.adapting.start(workflow)
-        self.keeping.start(workflow)
-
-    def stop(self, *, failed: bool = False) -> None:
-        """The ``onsuccess`` / ``onerror`` hook (``failed``: the failures' summary too)."""
-        self.adapting.stop()
-        self.keeping.stop()
-        if failed:
-            print_failures(self.failures)
-
-
-def _executor_name(workflow: Any) -> str:
-    return str(getattr(getattr(workflow, "executor_plugin", None), "name", ""))
-
-
-def _on_slurm(workflow: Any) -> bool:
-    """The run submits SLURM jobs: the SLURM plugin, or shardwise's subclass of it."""
-    return _executor_name(workflow) in ("slurm", PLUGIN_NAME)
-
-
-def keeper_off_line(executor: str) -> str:
-    """Why no job keeper runs beside a SLURM run whose executor is not shardwise's."""
-    text = f"shardwise: the job keeper is off: this run's executor is '{executor}', not "
-    text += f"'{PLUGIN_NAME}' (profiles/slurm sets `executor: {PLUGIN_NAME}`): a preempted, held "
-    return text + "or vanished job may be waited for forever (docs/slurm.md, The job keeper)"
-
-
-def _say(line: str) -> None:
-    sys.stderr.write(f"{line}\n")
-    sys.stderr.flush()

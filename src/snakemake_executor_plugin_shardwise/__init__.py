@@ -2,11 +2,13 @@
 attached through Snakemake's executor interface (``executor: shardwise`` in a profile).
 
 Snakemake finds executor plugins by module name (``snakemake_executor_plugin_<name>``).
-This one subclasses the SLURM plugin's ``Executor`` and keeps everything it does; it only
-runs each status round (``check_active_jobs``) through the job keeper's
-:class:`shardwise.snakefile.ExecutorJobs` and notes the jobs the plugin reported
-(``report_job_success`` / ``report_job_error``). Its settings are the SLURM plugin's,
-under this plugin's prefix: ``--shardwise-requeue``, profile key ``shardwise-requeue``.
+This one subclasses the SLURM plugin's ``Executor`` and keeps everything it does. It
+hosts shardwise's runtime (``shardwise/runtime/host.py``: the Snakefile's ``RUNTIME``):
+once made it hands the runtime its jobs, which starts the job keeper and the walltime
+adaptation, and its ``shutdown()`` stops them; each status round (``check_active_jobs``)
+runs through the keeper's :class:`shardwise.runtime.host.ExecutorJobs`, which notes the
+jobs the plugin reported (``report_job_success`` / ``report_job_error``). Its settings
+are the SLURM plugin's, under this plugin's prefix: ``--shardwise-requeue``, profile key ``shardwise-requeue``.
 The SLURM plugin's own spelling (``slurm-status-command``, as users' profiles carry it) is
 read with the same meaning, said in one line; the two spellings with different values
 stop the run at its start, naming both.
@@ -41,14 +43,23 @@ class Executor(SlurmExecutor):
         # shardwise loads here, where this executor runs: Snakemake imports every installed
         # executor plugin at every start (job steps too), so the module stays light and a
         # broken import of ours never breaks another workflow's snakemake
-        from shardwise.snakefile import ExecutorJobs, attach_executor  # noqa: PLC0415
+        from shardwise.runtime.host import ExecutorJobs, runtime_of  # noqa: PLC0415
 
         # before super().__init__: it reads the settings and starts the thread that calls
         # check_active_jobs
         read_slurm_spelling(workflow.executor_settings)
         self.shardwise_jobs = ExecutorJobs(self)
         super().__init__(workflow, logger)
-        attach_executor(workflow, self.shardwise_jobs)
+        self.shardwise_runtime = runtime_of(workflow)  # None: a Snakefile not shardwise's
+        if self.shardwise_runtime is not None:
+            self.shardwise_runtime.host(workflow, self.shardwise_jobs)
+
+    def shutdown(self) -> None:
+        """Stop the runtime this executor hosts (the keeper, the adaptation), then shut
+        down as the SLURM plugin does."""
+        if self.shardwise_runtime is not None:
+            self.shardwise_runtime.stop()
+        super().shutdown()
 
     async def check_active_jobs(self, active_jobs: list[Any]) -> AsyncIterator[Any]:
         """The SLURM plugin's round, then the keeper's word (ends it saw, dropped jobs)."""

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from shardwise.cli.common import add_run_dir
 from shardwise.errors import ConfigError
-from shardwise.ops.jobs import adopt
 from shardwise.run import claims
 from shardwise.run.adoption import adoption_path, read_adoption
+from shardwise.runtime import adopt
 from shardwise.store.atomic import json_bytes, write_atomic
 
 #: Exit status when the workflow that started the wait died first (nothing to finish).

@@ -5,9 +5,9 @@ import sys
 from pathlib import Path
 
 from shardwise.config import load_yaml
-from shardwise.hooks.dryrun import report_lines
 from shardwise.planner.extend import GONE, extend
 from shardwise.planner.prepare import prepare_run
+from shardwise.runtime.dryrun import report_lines
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -1,6 +1,6 @@
 """What the workflow's walltime adaptation changed, when and why: ``<run_dir>/walltime-adapt.json``.
 
-Written by the adapting workflow (``hooks/adapt.py``), read by the classify rule's runtime
+Written by the adapting workflow (``runtime/adapt.py``), read by the classify rule's runtime
 (``planner/walltime.py``: the next submissions ask for no more than the fit), by
 ``cluster status`` and by ``coverage``. ``fit`` is the limit in force: jobs should end by
 its ``horizon`` (SLURM's plan when it was probed) and never ask for less than ``floor``

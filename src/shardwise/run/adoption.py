@@ -1,7 +1,7 @@
 """``claims/adopted.json``: the live jobs of an earlier invocation that a restarted
 workflow adopted (written at planning), and where each holder's ``adopt`` job records
 its end (``claims/adopted/<token>/<holder>.json``), which its shards' classify jobs wait
-for (``planner/prepare.py`` ``RunInfo``, ``ops/jobs/adopt.py``)."""
+for (``planner/prepare.py`` ``RunInfo``, ``runtime/adopt.py``)."""
 
 import shutil
 from dataclasses import asdict, dataclass

@@ -1,7 +1,7 @@
 """Failure records: ``<run_dir>/failures/<shard>/<utc time>-<pid>.json``, one per failed attempt.
 
 Written before a failing job exits, so a person sees which file stopped it and why without
-the job log: ``reason`` is the one line the console shows (``hooks/failed_jobs.py``);
+the job log: ``reason`` is the one line the console shows (``runtime/failed_jobs.py``);
 ``shared`` says no retry can fix it (a field no file has, a model that cannot load): the
 run stops early on it. A shard with records and no marker is "failing" in the views, or
 "interrupted" when its latest attempt was stopped by a signal.

@@ -9,13 +9,13 @@ from domainsynth import make_corpus, write_run
 from inproc import plan_run
 
 from shardwise.cli.main import main
-from shardwise.hooks.dryrun import report_lines
 from shardwise.ops.domains import compute as domains
 from shardwise.ops.domains import render as domains_format
 from shardwise.ops.domains.estimate import estimate
 from shardwise.ops.report import page as report
 from shardwise.planner.prepare import RunInfo
 from shardwise.run import markers
+from shardwise.runtime.dryrun import report_lines
 
 
 @pytest.fixture(scope="module")

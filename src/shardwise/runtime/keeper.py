@@ -1,14 +1,14 @@
 """The job keeper: no job of the run waits forever for an end that never comes.
 
 One round (:meth:`Keeper.check`) asks ``squeue`` about the jobs it keeps (one call for
-all of them), judges each (:func:`shardwise.ops.jobs.fates.judge`) and acts: requeue a
+all of them), judges each (:func:`shardwise.runtime.fates.judge`) and acts: requeue a
 preempted job, cancel a job SLURM held after a requeue, end a job that left the queue
 unseen. Every event is one console line and one line of ``job-events.jsonl``.
 
 Two keepers use it. The workflow's own (a thread of the top-level Snakemake process,
 started by the Snakefile's ``onstart``) keeps the jobs the executor waits for, and ends
 one by telling Snakemake what its shards' markers say. The adoption
-(:mod:`shardwise.ops.jobs.adopt`) keeps the jobs of an earlier invocation until each ends.
+(:mod:`shardwise.runtime.adopt`) keeps the jobs of an earlier invocation until each ends.
 """
 
 import sys
@@ -19,9 +19,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Protocol
 
-from shardwise.ops.jobs.fates import Act, Duty, Seen, Verdict, judge
 from shardwise.run import failures, jobevents, markers, ranges
 from shardwise.run.jobevents import JobEvent, Kind
+from shardwise.runtime.fates import Act, Duty, Seen, Verdict, judge
 from shardwise.slurm import command, control, queries
 
 #: The console prefix of every line the keeper prints.

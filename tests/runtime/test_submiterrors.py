@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 from snakemake.jobs import GroupJob
 
-from shardwise.slurm.submiterrors import show_submit_errors
+from shardwise.runtime.submiterrors import show_submit_errors
 
 REFUSAL = "sbatch: error: Batch job submission failed: Invalid node name specified"
 
@@ -51,7 +51,7 @@ def test_snakemake_drops_the_message_of_a_group_job_error(group, caplog):
     assert caplog.records, "GroupJob.log_error logs nothing at all now: check the wrapper"
     assert all(REFUSAL not in r.getMessage() for r in caplog.records), (
         "Snakemake now prints a group job's message itself: shardwise's wrapper "
-        "(slurm/submiterrors.py) only adds a second line and can go"
+        "(runtime/submiterrors.py) only adds a second line and can go"
     )
 
 

@@ -2,7 +2,7 @@
 
 The SLURM plugin (2.8.0) takes a ``PREEMPTED`` job for a running one, and a job that has
 left ``squeue`` for a queued one: Snakemake would wait for either forever. The job keeper
-(:mod:`shardwise.ops.jobs.keeper`) looks at the run's jobs once per round and acts on what
+(:mod:`shardwise.runtime.keeper`) looks at the run's jobs once per round and acts on what
 :func:`judge` says, from what ``squeue`` shows now and what it saw before:
 
 * ``PREEMPTED`` (PreemptMode CANCEL, or a job that may not be requeued), or ``NODE_FAIL``

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 import pytest
 from snakemake.jobs import GroupJob, Job
 
-from shardwise.hooks import failed_jobs
-from shardwise.hooks.failed_jobs import FailureLog
 from shardwise.run import failures
+from shardwise.runtime import failed_jobs
+from shardwise.runtime.failed_jobs import FailureLog
 
 SHARED = failures.Cause("config", "input.text_field 'body' is in no row of any file; ...", True)
 

@@ -3,8 +3,8 @@
 import pytest
 from slurm_samples import job
 
-from shardwise.ops.jobs.fates import Act, Duty, Seen, judge
 from shardwise.run.jobevents import Kind
+from shardwise.runtime.fates import Act, Duty, Seen, judge
 
 OWN = Duty.own(plugin_requeue=True)
 

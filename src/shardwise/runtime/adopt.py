@@ -4,7 +4,7 @@ A main process that dies (``kill -9``, a lost login node, its own walltime) leav
 jobs running and pending. The next invocation of the same run plans their shards as
 adopted (``claims/adopted.json``): it submits nothing for them, and one ``adopt``
 checkpoint per adopted job (a local job running :func:`wait` for that holder) keeps it
-with the same keeper as its own jobs (:mod:`shardwise.ops.jobs.keeper`) until it has
+with the same keeper as its own jobs (:mod:`shardwise.runtime.keeper`) until it has
 ended; each counts against ``jobs``. Meanwhile the walltime adaptation treats them as the
 run's jobs. When one ends, its checkpoint finishes and Snakemake labels whatever that job
 left at once, under the same rules as its own jobs, while the others still run.
@@ -21,17 +21,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO
 
-from shardwise.ops.jobs.fates import Duty
-from shardwise.ops.jobs.keeper import PREFIX, Keeper
 from shardwise.run import claims, jobevents, markers, ranges
 from shardwise.run.adoption import Adoption, Holder
 from shardwise.run.jobevents import JobEvent, Kind
+from shardwise.runtime.fates import Duty
+from shardwise.runtime.keeper import PREFIX, Keeper
 
 
 @dataclass
 class AdoptedJobs:
     """The adopted SLURM jobs not yet ended (the keeper's
-    :class:`~shardwise.ops.jobs.keeper.Jobs`)."""
+    :class:`~shardwise.runtime.keeper.Jobs`)."""
 
     pending: dict[str, tuple[int, ...]]
     ended: dict[str, bool] = field(default_factory=dict)

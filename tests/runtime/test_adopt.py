@@ -3,7 +3,6 @@
 import io
 import subprocess
 
-from shardwise.ops.jobs import adopt
 from shardwise.run import claims, jobevents, markers
 from shardwise.run.adoption import (
     Adoption,
@@ -13,6 +12,7 @@ from shardwise.run.adoption import (
     read_adoption,
     write_adoption,
 )
+from shardwise.runtime import adopt
 
 
 def holder(proc: subprocess.Popen, *shards: int) -> Holder:

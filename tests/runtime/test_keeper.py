@@ -9,11 +9,11 @@ import io
 
 from slurm_samples import job
 
-from shardwise.ops.jobs import keeper as keeper_mod
-from shardwise.ops.jobs.adopt import AdoptedJobs
-from shardwise.ops.jobs.fates import Duty
-from shardwise.ops.jobs.keeper import Keeper
 from shardwise.run import jobevents, markers
+from shardwise.runtime import keeper as keeper_mod
+from shardwise.runtime.adopt import AdoptedJobs
+from shardwise.runtime.fates import Duty
+from shardwise.runtime.keeper import Keeper
 from shardwise.slurm.queries import Answer
 
 

@@ -10,9 +10,9 @@ from types import SimpleNamespace
 
 from slurm_samples import job
 
-from shardwise.hooks import adapt
 from shardwise.planner.walltime import Floor
 from shardwise.run import adaptation
+from shardwise.runtime import adapt
 from shardwise.slurm.queries import Answer
 
 

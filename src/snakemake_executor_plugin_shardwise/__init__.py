@@ -8,10 +8,10 @@ once made it hands the runtime its jobs, which starts the job keeper and the wal
 adaptation, and its ``shutdown()`` stops them; each status round (``check_active_jobs``)
 runs through the keeper's :class:`shardwise.runtime.host.ExecutorJobs`, which notes the
 jobs the plugin reported (``report_job_success`` / ``report_job_error``). Its settings
-are the SLURM plugin's, under this plugin's prefix: ``--shardwise-requeue``, profile key ``shardwise-requeue``.
-The SLURM plugin's own spelling (``slurm-status-command``, as users' profiles carry it) is
-read with the same meaning, said in one line; the two spellings with different values
-stop the run at its start, naming both.
+are the SLURM plugin's, under this plugin's prefix: ``--shardwise-requeue``, profile key
+``shardwise-requeue``. The SLURM plugin's own spelling (``slurm-status-command``, as
+users' profiles carry it) is read with the same meaning, said in one line; the two
+spellings with different values stop the run at its start, naming both.
 """
 
 import contextlib

@@ -67,7 +67,8 @@ def signal_lead_s(workflow: Any) -> int:
     ]
     for resources in given:
         extra = resources.get("slurm_extra") if hasattr(resources, "get") else None
-        lead = profile.signal_lead(str(getattr(extra, "value", extra) or ""))
+        # a Resource's text as given (``raw``): its ``value`` is known only inside a rule
+        lead = profile.signal_lead(str(getattr(extra, "raw", extra) or ""))
         if lead is not None:
             return lead
     return walltime.SIGNAL_LEAD_S

@@ -140,10 +140,10 @@ def _users_folder() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _user_jobs() -> list[dict[str, str]]:
+def _user_jobs(user: str = USER) -> list[dict[str, str]]:
     """The user's jobs as squeue shows them (id, state, reason, time limit)."""
     proc = subprocess.run(
-        ["squeue", "-h", "-u", USER, "-O", "JobID:|,State:|,Reason:|,TimeLimit:|"],
+        ["squeue", "-h", "-u", user, "-O", "JobID:|,State:|,Reason:|,TimeLimit:|"],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     rows = []
@@ -404,7 +404,9 @@ def test_the_window_is_located_whatever_the_jobs_ask_for(ordinary_user):
         finally:
             for user in (USER, OTHER):
                 subprocess.run(["scancel", "-u", user], check=False, capture_output=True)
-            sr.wait_for(lambda: not _user_jobs(), 60, "the cell's jobs to go")
+            # the node free again: the other user's jobs gone too
+            gone = "the cell's jobs to go"
+            sr.wait_for(lambda: not (_user_jobs() or _user_jobs(OTHER)), 60, gone)
     head = "cpus pending others offset limit method inferred real off_min calls seconds"
     print("\n" + head + "\n" + "\n".join(" ".join(map(str, r)) for r in rows), file=sys.stderr)
     _scontrol("delete", f"reservation={RESERVATION}", check=False)

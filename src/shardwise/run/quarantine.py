@@ -8,7 +8,8 @@ file reopens its shard, so the next ``snakemake`` labels it.
 At a site of a campaign (``campaign.site``) the quarantine is the campaign's: each file
 is one object in the bucket (``_campaign/quarantine/<hash>.json``: one per file, so two
 sites never overwrite each other's edit), which every site's jobs and views read through
-:func:`load`; the run directory's own file is not used there.
+:func:`load`; the run directory's own file, from before it joined, still counts there
+until its files are released.
 """
 
 import contextlib
@@ -99,11 +100,15 @@ def _campaign_entries(output: Location) -> dict[str, Entry]:
 
 
 def load(run_dir: Path) -> dict[str, Entry]:
-    """The run's quarantined files (``{}`` when there is no quarantine file); at a site
-    of a campaign, the campaign's."""
+    """The run's quarantined files (``{}`` when there is none); at a site of a campaign,
+    the campaign's too (a run directory's own file from before it joined still counts)."""
+    local = _local(run_dir)
     output = _campaign_output(run_dir)
-    if output is not None:
-        return _campaign_entries(output)
+    return local if output is None else {**local, **_campaign_entries(output)}
+
+
+def _local(run_dir: Path) -> dict[str, Entry]:
+    """The run directory's own ``quarantine.json`` (``{}`` when there is none)."""
     path = Path(run_dir) / QUARANTINE_JSON
     try:
         return from_json(path.read_bytes(), str(path))
@@ -127,6 +132,10 @@ def _save(run_dir: Path, entries: dict[str, Entry], changed: Iterable[str] = ())
             output.write_bytes(entry_rel(rel), _entry_bytes(entries[rel]))
         else:
             output.remove(entry_rel(rel))
+    local = _local(run_dir)  # from before the run joined: a release takes it out there too
+    if any(rel in local and rel not in entries for rel in changed):
+        kept = {rel: e for rel, e in local.items() if rel in entries}
+        write_atomic(Path(run_dir) / QUARANTINE_JSON, to_json(kept))
 
 
 @contextlib.contextmanager

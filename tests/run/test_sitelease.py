@@ -255,3 +255,16 @@ def test_a_quarantine_at_one_site_is_the_campaigns(tmp_path: Path, s3) -> None:
     assert shard not in campaign.bring_in(ctx).marked  # b's marker left the file out
     run_shard(one, shard, engine_factory=lambda _c: FakeEngine(), progress=False)
     assert output.exists(outputs.MARKER.rel(broken))  # labelled, by site a
+
+
+def test_a_quarantine_from_before_a_site_joined_still_counts_until_released(
+    tmp_path: Path, s3
+) -> None:
+    one = _campaign_site(tmp_path / "one", s3, "a", 60)
+    table = plan.load(one)
+    rel = table["file"][0].as_py()
+    local = {rel: quarantine.Entry(rel, "truncated", "then", "me")}
+    (one / quarantine.QUARANTINE_JSON).write_bytes(quarantine.to_json(local))
+    assert set(quarantine.load(one)) == {rel}  # beside the campaign's (none yet)
+    assert quarantine.release(one, [rel])[0] == [rel]
+    assert quarantine.load(one) == {}

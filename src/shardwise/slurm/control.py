@@ -57,8 +57,7 @@ class Allocation(StrEnum):
     """What ``salloc --immediate`` made of a request."""
 
     ALLOCATED = "allocated"  # started at once, given back when `true` ended
-    NOT_NOW = "not now"  # refused: it would run into a reservation
-    REVOKED = "revoked"  # pended and was revoked: no room now, or a controller still busy
+    NOT_NOW = "not now"  # refused: it would run into a reservation, or no room now
     OUTRANKED = "outranked"  # refused: a runnable job of higher priority pends before it
 
 
@@ -75,29 +74,22 @@ _OUTRANKED = re.compile(r"insufficient priority")
 #: located from a false "not now" would be minutes early.
 IMMEDIATE_SECONDS = 1
 PATIENT_SECONDS = 5
-#: The patience of a second search when no limit at all was granted (``ops/walltime/
-#: probe.py``): a controller loaded enough to revoke every 5-second request (seen on the
-#: test cluster beside a full test run) grants the shortest one within it.
-SLOW_SECONDS = 20
 
 #: The name of the 1-CPU allocations that locate a hidden window (``cluster status``).
 PROBE_JOB_NAME = "shardwise-window-probe"
 
 
 def try_allocation(
-    options: Sequence[str],
-    timeout: float = command.DEFAULT_TIMEOUT,
-    *,
-    patience: int = PATIENT_SECONDS,
+    options: Sequence[str], timeout: float = command.DEFAULT_TIMEOUT
 ) -> Answer[Allocation]:
     """Whether SLURM allocates a job with these ``salloc`` options at once: ``salloc
     --immediate`` runs ``true`` on this host and gives the allocation back, or its
-    request is refused, or revoked after a second (then asked once more, for
-    ``patience`` seconds). Either way nothing stays queued, even when the caller is
-    killed meanwhile (salloc finishes on its own)."""
-    for seconds in (IMMEDIATE_SECONDS, patience):
+    request is refused, or revoked after a second (then asked once more, patiently).
+    Either way nothing stays queued, even when the caller is killed meanwhile (salloc
+    finishes on its own)."""
+    for seconds in (IMMEDIATE_SECONDS, PATIENT_SECONDS):
         argv = ["salloc", f"--immediate={seconds}", f"--job-name={PROBE_JOB_NAME}", *options]
-        reply = command.run([*argv, "true"], timeout=max(timeout, seconds + timeout / 2))
+        reply = command.run([*argv, "true"], timeout=timeout)
         if reply.ok:
             return Answer(Allocation.ALLOCATED)
         if _OUTRANKED.search(reply.stderr):
@@ -106,7 +98,7 @@ def try_allocation(
             return Answer(Allocation.NOT_NOW)
         if not _REVOKED.search(reply.stderr):
             return Answer(None, reply.problem, reply.kind)
-    return Answer(Allocation.REVOKED)
+    return Answer(Allocation.NOT_NOW)
 
 
 def cancel(job_ids: Sequence[str], *, timeout: float = command.DEFAULT_TIMEOUT) -> Answer[bool]:

@@ -217,26 +217,19 @@ def locate_window(request: dict[str, str], asked: list[int], timeout: float) -> 
         why = f"a small job of {max(asked)} min starts now: no window is in this job's way"
         return Answer(None, why, "failed")
     tried: dict[int, Answer[control.Allocation]] = {}
-    patience = control.PATIENT_SECONDS
 
     def granted(minutes: int) -> bool | None:
         if minutes not in tried:
-            tried[minutes] = control.try_allocation(options(minutes), timeout, patience=patience)
+            tried[minutes] = control.try_allocation(options(minutes), timeout)
         answer = tried[minutes]
         return answer.value is control.Allocation.ALLOCATED if answer.ok else None
 
     found = longest_where(granted, asked, within=1)
-    if found is None and _all_revoked(tried):  # a busy controller, or no room at all?
-        patience, shortest = control.SLOW_SECONDS, min(tried)
-        slow = control.try_allocation(options(shortest), timeout, patience=patience)
-        if slow.value is control.Allocation.ALLOCATED:  # busy: search again, patiently
-            tried.clear()
-            found = longest_where(granted, asked, within=1)
     outcomes = Counter(a.value for a in tried.values() if a.ok)
     changed = f"{len(tried)} job(s) of 1 CPU named {control.PROBE_JOB_NAME} (salloc --immediate=1):"
     changed += f" {outcomes[control.Allocation.ALLOCATED]} allocated and given back at once, the "
-    changed += f"others refused, or revoked after a second and once more after {patience} s; "
-    changed += "no job of yours was touched"
+    changed += "others refused, or revoked after a second and once more after five; no job of "
+    changed += "yours was touched"
     if found is not None:
         method = Method.ALLOCATED
         return Answer(_located(found, method, len(small) + len(tried), began, changed))
@@ -244,17 +237,6 @@ def locate_window(request: dict[str, str], asked: list[int], timeout: float) -> 
     if failed is not None:
         return Answer(None, f"{failed.problem} ({changed})", failed.kind)
     return Answer(None, f"{_unlocated(outcomes, max(tried), delay)} ({changed})", "failed")
-
-
-def _all_revoked(tried: dict[int, Answer[control.Allocation]]) -> bool:
-    """No limit was granted, and the shortest pended and was revoked (not refused)."""
-    answers = [a.value for a in tried.values() if a.ok]
-    shortest = tried[min(tried)].value if tried else None
-    return (
-        bool(answers)
-        and control.Allocation.ALLOCATED not in answers
-        and (shortest is control.Allocation.REVOKED)
-    )
 
 
 def _unlocated(outcomes: Counter, longest: int, delay: timedelta) -> str:

@@ -67,6 +67,9 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from shardwise.slurm.profile import SIGNAL_EARLY_S
+from shardwise.slurm.profile import SIGNAL_LEAD_S as PROFILE_LEAD_S
+
 REPO = Path(__file__).resolve().parent.parent
 CLUSTER_SH = REPO / "tests" / "slurm" / "cluster.sh"
 PROFILES = (REPO / "profiles" / "slurm", REPO / "tests" / "slurm" / "profile-ci")
@@ -266,7 +269,7 @@ def probe_cost(run_dir: Path) -> dict:
 
 #: Seconds before its limit a job may be told to stop: the test profile's
 #: ``--signal=TERM@120``, which SLURM may send up to 60 s early (sbatch(1)).
-SIGNAL_LEAD_S = 120 + 60
+SIGNAL_LEAD_S = PROFILE_LEAD_S + SIGNAL_EARLY_S
 
 
 def floor_against_need(run_dir: Path, output: Path) -> dict:

@@ -23,7 +23,7 @@ from pathlib import Path
 from shardwise.errors import RecordError
 from shardwise.run import adaptation, failures
 from shardwise.run.failures import Cause
-from shardwise.slurm import command, queries
+from shardwise.slurm import command, profile, queries
 
 #: Seconds before the limit in which a SIGTERM is the walltime's: the profile's lead
 #: (120 s), SLURM's up to 60 s early signal, and slack for a slow controller.
@@ -94,7 +94,7 @@ def _lowered_by_fit(run_dir: Path, job_id: str) -> bool:
 
 #: Seconds before its limit a job is told to stop (the profile's ``TERM@120``) plus the
 #: minute SLURM may send it early: what a wait inside the job must leave untouched.
-STOP_LEAD_S = 180
+STOP_LEAD_S = profile.SIGNAL_LEAD_S + profile.SIGNAL_EARLY_S
 
 
 def seconds_left(env: Mapping[str, str] | None = None, now: datetime | None = None) -> float | None:

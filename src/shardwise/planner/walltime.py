@@ -21,6 +21,7 @@ from typing import Any
 from shardwise.config import Settings, WalltimeSettings
 from shardwise.run import adaptation, failures, outputs, plan
 from shardwise.run.throughput import NEED_PERCENTILE, FileNeed, file_needs, rate_for_walltime
+from shardwise.slurm.profile import SIGNAL_EARLY_S, SIGNAL_LEAD_S
 from shardwise.store.location import Location
 
 #: Stats files sampled to estimate the rate (enough for a stable p10, cheap to read).
@@ -80,12 +81,6 @@ def measured_rate(
     return rate_for_walltime(stats, per_kind=per_kind) if stats else None
 
 
-#: Seconds before its limit a job is told to stop when its profile does not say
-#: (``profiles/slurm``: ``--signal=TERM@120``); the workflow passes its own
-#: (``snakefile.signal_lead_s``).
-SIGNAL_LEAD_S = 120
-#: Seconds SLURM may send that signal earlier than asked (sbatch(1): "up to 60 seconds").
-SIGNAL_EARLY_S = 60
 #: A job's start-up before its first file, before any job of the run has recorded its own
 #: (``FileStats.startup_s``): Snakemake's job step, the models' load and self-checks.
 STARTUP_UNMEASURED_S = 60

@@ -59,7 +59,7 @@ def print_failures(book: FailureLog | None, out: IO[str] | None = None) -> None:
 def signal_lead_s(workflow: Any) -> int:
     """Seconds before its limit a classify job is told to stop: the ``--signal=TERM@N`` of
     its ``slurm_extra`` (``set-resources`` for ``classify``, else ``default-resources``),
-    :data:`walltime.SIGNAL_LEAD_S` where neither says."""
+    :data:`profile.SIGNAL_LEAD_S` where neither says."""
     res = getattr(workflow, "resource_settings", None)
     given = [
         getattr(res, "overwrite_resources", {}).get("classify", {}),
@@ -71,7 +71,7 @@ def signal_lead_s(workflow: Any) -> int:
         lead = profile.signal_lead(str(getattr(extra, "raw", extra) or ""))
         if lead is not None:
             return lead
-    return walltime.SIGNAL_LEAD_S
+    return profile.SIGNAL_LEAD_S
 
 
 class WalltimeAdaptation:

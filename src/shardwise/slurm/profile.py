@@ -284,6 +284,12 @@ def _plugin_options(profile: dict[str, Any], env: Mapping[str, str]) -> dict[str
     return out
 
 
+#: Seconds before its limit a job is told to stop when its profile does not say
+#: (``profiles/slurm``: ``--signal=TERM@120``).
+SIGNAL_LEAD_S = 120
+#: Seconds SLURM may send that signal earlier than asked (sbatch(1): "up to 60 seconds").
+SIGNAL_EARLY_S = 60
+
 _SIGNAL = re.compile(r"--signal[= ](?:R:)?(?:B:)?(?:SIG)?(?:TERM|15)?@(\d+)")
 
 
